@@ -1,0 +1,234 @@
+# The abstract syntax tree of Phobos source, as the parser builds it.
+#
+# Plain data classes, one per construct, each with the `loc` of the token that
+# best identifies it (a binary operation: its operator; a call: the callee's
+# name).  Nodes compare by identity (`eq=False`), so the checker can keep its
+# results - types, constant values, resolved symbols - in dictionaries keyed by
+# node instead of writing into a tree that every autotune configuration shares.
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from .errors import Loc
+
+node = dataclass(eq=False)
+
+
+# ----------------------------------------------------------------- expressions
+@node
+class Expr:
+    loc: Loc
+
+
+@node
+class IntLit(Expr):
+    value: int
+
+
+@node
+class FloatLit(Expr):
+    value: float
+    text: str
+
+
+@node
+class BoolLit(Expr):
+    value: bool
+
+
+@node
+class Name(Expr):
+    id: str
+
+
+@node
+class Unary(Expr):
+    op: str  # '-' or '!'
+    operand: Expr
+
+
+@node
+class Binary(Expr):
+    op: str  # '+', '-', '*', '/', '%', '==', '!=', '<', '<=', '>', '>=', '&&', '||'
+    lhs: Expr
+    rhs: Expr
+
+
+@node
+class Keyword:
+    loc: Loc
+    name: str
+    value: Expr
+
+
+@node
+class Call(Expr):
+    func: str
+    args: list[Expr]
+    kwargs: list[Keyword] = field(default_factory=list)
+
+
+@node
+class ListLit(Expr):
+    """`[e, ...]`: only as an argument of builtins that take a shape."""
+
+    items: list[Expr]
+
+
+@node
+class Slice:
+    """`start :+ size` inside an index: `size` elements from `start`."""
+
+    loc: Loc
+    start: Expr
+    size: Expr
+
+
+Subscript = Slice | Expr
+
+
+@node
+class Index(Expr):
+    """`base[s0, s1, ...]`; each subscript is a Slice or a single index."""
+
+    base: Expr
+    subscripts: list[Subscript]
+
+
+# ----------------------------------------------------------------------- types
+@node
+class TypeExpr:
+    """`tensor<DT>[dims]`, `tile<DT>[extents]` or a scalar dtype name."""
+
+    loc: Loc
+    kind: str  # 'tensor', 'tile' or 'scalar'
+    dtype: str
+    dtype_loc: Loc
+    dims: list[Expr] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ statements
+@node
+class Stmt:
+    loc: Loc
+
+
+@node
+class Block:
+    loc: Loc
+    stmts: list[Stmt]
+
+
+@node
+class Let(Stmt):
+    """`let NAME [: T] = E` (mutable=False) or `var NAME [: T] = E` (mutable=True)."""
+
+    name: str
+    name_loc: Loc
+    type: TypeExpr | None
+    value: Expr
+    mutable: bool
+
+
+@node
+class Assign(Stmt):
+    """`target op value` where op is '=', '+=', '-=', '*=' or '/='; target a Name or an Index."""
+
+    target: Expr
+    op: str
+    value: Expr
+
+
+@node
+class ExprStmt(Stmt):
+    """A call evaluated for its effect, e.g. `atomic_add(T[i :+ 8], t)`."""
+
+    expr: Expr
+
+
+@node
+class For(Stmt):
+    """`for var in range(start, end[, step]) { body }`."""
+
+    var: str
+    var_loc: Loc
+    start: Expr
+    end: Expr
+    step: Expr | None
+    body: Block
+
+
+@node
+class If(Stmt):
+    """`if cond { then } else ...`; `else if` is an `orelse` block holding one If."""
+
+    cond: Expr
+    then: Block
+    orelse: Block | None
+
+
+# ------------------------------------------------------------- kernels, files
+@node
+class AutotuneParam:
+    loc: Loc
+    name: str
+    values: list[Expr]
+
+
+@node
+class Decorator:
+    loc: Loc
+    name: str
+    params: list[AutotuneParam]
+
+
+@node
+class Param:
+    loc: Loc
+    name: str
+    type: TypeExpr
+
+
+@node
+class Kernel:
+    loc: Loc
+    name: str
+    params: list[Param]
+    decorators: list[Decorator]
+    body: Block
+
+
+@node
+class Program:
+    loc: Loc
+    kernels: list[Kernel]
+
+
+# ------------------------------------------------------------------- printing
+def dump(obj, indent: int = 0) -> str:
+    """An indented, readable rendering of a tree (`--dump-ast`), with locations."""
+    pad = "  " * indent
+    if isinstance(obj, list):
+        if not obj:
+            return pad + "[]"
+        return "\n".join(dump(x, indent) for x in obj)
+    if not hasattr(obj, "__dataclass_fields__"):
+        return pad + repr(obj)
+    loc = getattr(obj, "loc", None)
+    head = f"{pad}{type(obj).__name__}" + (f" @{loc.line}:{loc.col}" if loc else "")
+    simple, nested = [], []
+    for f in fields(obj):
+        if f.name == "loc" or f.name.endswith("_loc"):
+            continue
+        v = getattr(obj, f.name)
+        if hasattr(v, "__dataclass_fields__") or (isinstance(v, list) and v and hasattr(v[0], "__dataclass_fields__")):
+            nested.append((f.name, v))
+        elif isinstance(v, list) and not v:
+            continue
+        else:
+            simple.append(f"{f.name}={v!r}")
+    lines = [head + (" " + " ".join(simple) if simple else "")]
+    for name, v in nested:
+        lines.append(f"{pad}  {name}:")
+        lines.append(dump(v, indent + 2))
+    return "\n".join(lines)

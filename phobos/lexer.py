@@ -1,0 +1,194 @@
+# The Phobos lexer: source text -> tokens with line and column.
+#
+# Built on PLY's lex, in the manner of pycparser: a class whose `build()` makes
+# the PLY lexer, token rules as `t_` attributes, keywords looked up from the
+# identifier rule.  Two things are particular to Phobos:
+#
+# * Newlines end statements, so NEWLINE is a token - but only where a statement
+#   can end: inside braces, outside any () or [] (so a long call or index can
+#   span lines), and not after a token that cannot end a statement (an operator,
+#   a comma, `{`), which lets an expression continue on the next line.  Runs of
+#   newlines become one token, and a NEWLINE directly before `else` is dropped so
+#   that `}` and `else` may stand on different lines.
+# * Every token carries a `Loc`; the column is computed from the start of its
+#   line, which the lexer tracks as it counts newlines.
+from __future__ import annotations
+
+import ply.lex as lex
+
+from .errors import LexError, Loc
+
+KEYWORDS = {
+    "kernel": "KERNEL", "let": "LET", "var": "VAR", "for": "FOR", "in": "IN",
+    "if": "IF", "else": "ELSE", "true": "TRUE", "false": "FALSE",
+    "tensor": "TENSOR", "tile": "TILE",
+}
+
+# Tokens after which a newline does not end the statement.
+CONTINUES = {
+    "PLUS", "MINUS", "TIMES", "DIVIDE", "MOD", "EQ", "NE", "LT", "LE", "GT", "GE",
+    "AND", "OR", "NOT", "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ", "COMMA",
+    "SLICE", "LBRACE", "SEMI", "COLON", "NEWLINE", "AT",
+}
+
+
+class Token:
+    """A token as the parser sees it (PLY needs type, value, lineno, lexpos)."""
+
+    __slots__ = ("type", "value", "lineno", "lexpos", "loc", "lexer")  # PLY sets .lexer on errors
+
+    def __init__(self, type_: str, value, loc: Loc, lexpos: int):
+        self.type = type_
+        self.value = value
+        self.loc = loc
+        self.lineno = loc.line
+        self.lexpos = lexpos
+
+    def __repr__(self) -> str:
+        return f"Token({self.type}, {self.value!r}, {self.loc.line}:{self.loc.col})"
+
+
+class Lexer:
+    tokens = (
+        "ID", "INT", "FLOAT",
+        "PLUS", "MINUS", "TIMES", "DIVIDE", "MOD",
+        "EQ", "NE", "LT", "LE", "GT", "GE", "AND", "OR", "NOT",
+        "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ",
+        "LPAREN", "RPAREN", "LBRACKET", "RBRACKET", "LBRACE", "RBRACE",
+        "COMMA", "SEMI", "COLON", "SLICE", "AT", "NEWLINE",
+    ) + tuple(KEYWORDS.values())
+
+    t_ignore = " \t\r"
+    t_SLICE = r":\+"
+    t_PLUSEQ = r"\+="
+    t_MINUSEQ = r"-="
+    t_TIMESEQ = r"\*="
+    t_DIVEQ = r"/="
+    t_EQ = r"=="
+    t_NE = r"!="
+    t_LE = r"<="
+    t_GE = r">="
+    t_AND = r"&&"
+    t_OR = r"\|\|"
+    t_PLUS = r"\+"
+    t_MINUS = r"-"
+    t_TIMES = r"\*"
+    t_DIVIDE = r"/"
+    t_MOD = r"%"
+    t_LT = r"<"
+    t_GT = r">"
+    t_NOT = r"!"
+    t_ASSIGN = r"="
+    t_LPAREN = r"\("
+    t_RPAREN = r"\)"
+    t_LBRACKET = r"\["
+    t_RBRACKET = r"\]"
+    t_LBRACE = r"\{"
+    t_RBRACE = r"\}"
+    t_COMMA = r","
+    t_SEMI = r";"
+    t_COLON = r":"
+    t_AT = r"@"
+
+    def __init__(self, filename: str = "<source>"):
+        self.filename = filename
+        self.line_start = 0
+        self.lexer: lex.Lexer | None = None
+
+    def build(self) -> "Lexer":
+        self.lexer = lex.lex(module=self, optimize=False, debug=False, errorlog=lex.NullLogger())
+        return self
+
+    # Comments and newlines come first so that `//` is not read as two DIVIDEs.
+    def t_block_comment(self, t):
+        r"/\*(.|\n)*?\*/"
+        self._count_newlines(t.value, t.lexpos)
+
+    def t_unterminated_comment(self, t):
+        r"/\*"
+        raise LexError("unterminated /* comment", self._loc(t.lexpos))
+
+    def t_line_comment(self, t):
+        r"//[^\n]*"
+
+    def t_NEWLINE(self, t):
+        r"\n+"
+        text, t.value = t.value, self._loc(t.lexpos)
+        self._count_newlines(text, t.lexpos)
+        return t
+
+    def t_FLOAT(self, t):
+        r"((\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+)"
+        t.value = (float(t.value), t.value)
+        return t
+
+    def t_INT(self, t):
+        r"\d+[A-Za-z_]*"
+        if not t.value.isdigit():
+            raise LexError(f"invalid number '{t.value}'", self._loc(t.lexpos))
+        t.value = int(t.value)
+        return t
+
+    def t_ID(self, t):
+        r"[A-Za-z_][A-Za-z_0-9]*"
+        t.type = KEYWORDS.get(t.value, "ID")
+        return t
+
+    def t_error(self, t):
+        ch = t.value[0]
+        shown = repr(ch) if ch.isprintable() else f"U+{ord(ch):04X}"
+        raise LexError(f"unexpected character {shown}", self._loc(t.lexpos))
+
+    def _count_newlines(self, text: str, lexpos: int) -> None:
+        n = text.count("\n")
+        if n:
+            self.lexer.lineno += n
+            self.line_start = lexpos + text.rindex("\n") + 1
+
+    def _loc(self, lexpos: int) -> Loc:
+        return Loc(self.filename, self.lexer.lineno, lexpos - self.line_start + 1)
+
+    def tokenize(self, text: str) -> list[Token]:
+        """All tokens of `text`, with statement-ending NEWLINEs placed as the header says."""
+        if self.lexer is None:
+            self.build()
+        self.lexer.lineno = 1
+        self.line_start = 0
+        self.lexer.input(text)
+        out: list[Token] = []
+        nesting = 0  # depth of () and []
+        braces = 0
+        while True:
+            t = self.lexer.token()
+            if t is None:
+                break
+            if t.type == "NEWLINE":
+                loc = t.value  # where the newline starts, taken before its lines were counted
+                if nesting or braces == 0 or (out and out[-1].type in CONTINUES):
+                    continue
+            else:
+                loc = self._loc(t.lexpos)
+                if t.type in ("LPAREN", "LBRACKET"):
+                    nesting += 1
+                elif t.type in ("RPAREN", "RBRACKET"):
+                    nesting = max(nesting - 1, 0)
+                elif t.type == "LBRACE":
+                    braces += 1
+                elif t.type == "RBRACE":
+                    braces = max(braces - 1, 0)
+                elif t.type == "ELSE" and out and out[-1].type == "NEWLINE":
+                    out.pop()
+            out.append(Token(t.type, t.value, loc, t.lexpos))
+        return out
+
+
+_SHARED: Lexer | None = None
+
+
+def tokenize(text: str, filename: str = "<source>") -> list[Token]:
+    """Tokens of `text`; raises LexError at the first character that is not Phobos."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = Lexer().build()
+    _SHARED.filename = filename
+    return _SHARED.tokenize(text)

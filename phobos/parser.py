@@ -1,0 +1,396 @@
+# The Phobos parser: tokens -> AST (phobos/ast.py).
+#
+# A PLY LALR grammar in the style of pycparser: one `p_` function per rule with
+# the rule in its docstring (PLY reads it) and the EBNF it implements above it,
+# operator precedence in PLY's `precedence` table rather than in layered rules.
+# The tables are built in memory when the first parser is made (no parsetab.py,
+# no parser.out).  A syntax error raises ParseError at the offending token and
+# names the tokens that could have come there, read off the LALR action table.
+from __future__ import annotations
+
+import ply.yacc as yacc
+
+from . import ast
+from .errors import Loc, ParseError
+from .lexer import Lexer, Token, tokenize
+
+TOKEN_TEXT = {
+    "PLUS": "'+'", "MINUS": "'-'", "TIMES": "'*'", "DIVIDE": "'/'", "MOD": "'%'",
+    "EQ": "'=='", "NE": "'!='", "LT": "'<'", "LE": "'<='", "GT": "'>'", "GE": "'>='",
+    "AND": "'&&'", "OR": "'||'", "NOT": "'!'", "ASSIGN": "'='", "PLUSEQ": "'+='",
+    "MINUSEQ": "'-='", "TIMESEQ": "'*='", "DIVEQ": "'/='", "LPAREN": "'('", "RPAREN": "')'",
+    "LBRACKET": "'['", "RBRACKET": "']'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','",
+    "SEMI": "';'", "COLON": "':'", "SLICE": "':+'", "AT": "'@'", "NEWLINE": "a newline",
+    "ID": "a name", "INT": "an integer", "FLOAT": "a number", "$end": "end of file",
+}
+
+
+COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
+STATEMENT_STARTS = {"LET", "VAR", "FOR", "IF", "ID", "INT", "FLOAT", "LPAREN", "MINUS", "NOT"}
+
+
+def _describe(tok_type: str) -> str:
+    if tok_type in TOKEN_TEXT:
+        return TOKEN_TEXT[tok_type]
+    return f"'{tok_type.lower()}'"  # keywords
+
+
+class _TokenStream:
+    """Feeds a list of tokens to PLY, which asks for them one at a time."""
+
+    def __init__(self, tokens: list[Token]):
+        self._it = iter(tokens)
+
+    def token(self):
+        return next(self._it, None)
+
+
+class Parser:
+    tokens = Lexer.tokens
+
+    precedence = (
+        ("left", "OR"),
+        ("left", "AND"),
+        ("nonassoc", "EQ", "NE", "LT", "LE", "GT", "GE"),
+        ("left", "PLUS", "MINUS"),
+        ("left", "TIMES", "DIVIDE", "MOD"),
+        ("right", "UNARY"),
+    )
+
+    def __init__(self):
+        self.filename = "<source>"
+        self.last_token: Token | None = None
+        self.parser = yacc.yacc(module=self, start="program", write_tables=False, debug=False,
+                                errorlog=yacc.NullLogger())
+
+    def parse(self, text: str, filename: str = "<source>") -> ast.Program:
+        """Parse one file; raises LexError or ParseError on the first problem."""
+        self.filename = filename
+        toks = tokenize(text, filename)
+        self.last_token = toks[-1] if toks else None
+        prog = self.parser.parse(lexer=_TokenStream(toks), tracking=False)
+        if prog is None:  # only when the grammar accepted nothing at all
+            raise ParseError("empty program", Loc(filename, 1, 1))
+        return prog
+
+    # --------------------------------------------------------------- helpers
+    @staticmethod
+    def _loc(p, i: int) -> Loc:
+        """The location of the i-th symbol of a production: a token's, or a node's."""
+        sym = p.slice[i]
+        if isinstance(sym, Token):
+            return sym.loc
+        return p[i].loc
+
+    # ------------------------------------------------------------ top level
+    # program ::= kernel*
+    def p_program(self, p):
+        """program : kernel_list"""
+        p[0] = ast.Program(Loc(self.filename, 1, 1), p[1])
+
+    def p_kernel_list(self, p):
+        """kernel_list : kernel_list kernel
+                       | empty"""
+        p[0] = p[1] + [p[2]] if len(p) == 3 else []
+
+    # kernel ::= decorator* 'kernel' NAME '(' [param {',' param} [',']] ')' block
+    def p_kernel(self, p):
+        """kernel : decorator_list KERNEL ID LPAREN params RPAREN block"""
+        p[0] = ast.Kernel(self._loc(p, 2), p[3], p[5], p[1], p[7])
+
+    def p_decorator_list(self, p):
+        """decorator_list : decorator_list decorator
+                          | empty"""
+        p[0] = p[1] + [p[2]] if len(p) == 3 else []
+
+    # decorator ::= '@' NAME '(' [autotune_param {',' autotune_param}] ')'
+    def p_decorator(self, p):
+        """decorator : AT ID LPAREN autotune_params RPAREN"""
+        p[0] = ast.Decorator(self._loc(p, 1), p[2], p[4])
+
+    def p_autotune_params(self, p):
+        """autotune_params : autotune_param_list
+                           | autotune_param_list COMMA
+                           | empty"""
+        p[0] = p[1] or []
+
+    def p_autotune_param_list(self, p):
+        """autotune_param_list : autotune_param_list COMMA autotune_param
+                               | autotune_param"""
+        p[0] = p[1] + [p[3]] if len(p) == 4 else [p[1]]
+
+    # autotune_param ::= NAME 'in' '[' expr {',' expr} ']'
+    def p_autotune_param(self, p):
+        """autotune_param : ID IN LBRACKET expr_list RBRACKET"""
+        p[0] = ast.AutotuneParam(self._loc(p, 1), p[1], p[4])
+
+    def p_params(self, p):
+        """params : param_list
+                  | param_list COMMA
+                  | empty"""
+        p[0] = p[1] or []
+
+    def p_param_list(self, p):
+        """param_list : param_list COMMA param
+                      | param"""
+        p[0] = p[1] + [p[3]] if len(p) == 4 else [p[1]]
+
+    # param ::= NAME ':' type
+    def p_param(self, p):
+        """param : ID COLON type"""
+        p[0] = ast.Param(self._loc(p, 1), p[1], p[3])
+
+    # type ::= 'tensor' '<' DTYPE '>' '[' expr {',' expr} ']'
+    #        | 'tile' '<' DTYPE '>' '[' expr {',' expr} ']'
+    #        | DTYPE
+    def p_type_shaped(self, p):
+        """type : TENSOR LT ID GT LBRACKET expr_list RBRACKET
+                | TILE LT ID GT LBRACKET expr_list RBRACKET"""
+        p[0] = ast.TypeExpr(self._loc(p, 1), p[1], p[3], self._loc(p, 3), p[6])
+
+    def p_type_scalar(self, p):
+        """type : ID"""
+        p[0] = ast.TypeExpr(self._loc(p, 1), "scalar", p[1], self._loc(p, 1))
+
+    # ----------------------------------------------------------- statements
+    # block ::= '{' [stmt] {(NEWLINE | ';') [stmt]} '}'
+    def p_block(self, p):
+        """block : LBRACE stmt_seq RBRACE"""
+        p[0] = ast.Block(self._loc(p, 1), [s for s in p[2] if s is not None])
+
+    def p_stmt_seq(self, p):
+        """stmt_seq : stmt_seq separator opt_stmt
+                    | opt_stmt"""
+        p[0] = p[1] + [p[3]] if len(p) == 4 else [p[1]]
+
+    def p_separator(self, p):
+        """separator : NEWLINE
+                     | SEMI"""
+
+    def p_opt_stmt(self, p):
+        """opt_stmt : stmt
+                    | empty"""
+        p[0] = p[1]
+
+    # stmt ::= ('let' | 'var') NAME [':' type] '=' expr
+    def p_stmt_let(self, p):
+        """stmt : LET ID opt_type ASSIGN expr
+                | VAR ID opt_type ASSIGN expr"""
+        p[0] = ast.Let(self._loc(p, 1), p[2], self._loc(p, 2), p[3], p[5], p[1] == "var")
+
+    def p_opt_type(self, p):
+        """opt_type : COLON type
+                    | empty"""
+        p[0] = p[2] if len(p) == 3 else None
+
+    # stmt ::= target ('=' | '+=' | '-=' | '*=' | '/=') expr      target ::= NAME | postfix '[' ... ']'
+    def p_stmt_assign(self, p):
+        """stmt : expr ASSIGN expr
+                | expr PLUSEQ expr
+                | expr MINUSEQ expr
+                | expr TIMESEQ expr
+                | expr DIVEQ expr"""
+        target = p[1]
+        if not isinstance(target, (ast.Name, ast.Index)):
+            raise ParseError("can only assign to a variable or to a tensor slice", target.loc)
+        p[0] = ast.Assign(self._loc(p, 2), target, p[2], p[3])
+
+    # stmt ::= expr          (a call evaluated for its effect)
+    def p_stmt_expr(self, p):
+        """stmt : expr"""
+        p[0] = ast.ExprStmt(p[1].loc, p[1])
+
+    # stmt ::= 'for' NAME 'in' 'range' '(' expr ',' expr [',' expr] ')' block
+    def p_stmt_for(self, p):
+        """stmt : FOR ID IN ID LPAREN call_args RPAREN block"""
+        if p[4] != "range":
+            raise ParseError(f"expected 'range' after 'in', found '{p[4]}'", self._loc(p, 4))
+        args = p[6]
+        pos = [a for a in args if not isinstance(a, ast.Keyword)]
+        if len(pos) != len(args) or len(pos) not in (2, 3):
+            raise ParseError("range takes (start, end) or (start, end, step)", self._loc(p, 4))
+        p[0] = ast.For(self._loc(p, 1), p[2], self._loc(p, 2), pos[0], pos[1],
+                       pos[2] if len(pos) == 3 else None, p[8])
+
+    # stmt ::= 'if' expr block ['else' (block | if_stmt)]
+    def p_stmt_if(self, p):
+        """stmt : if_stmt"""
+        p[0] = p[1]
+
+    def p_if_stmt(self, p):
+        """if_stmt : IF expr block
+                   | IF expr block ELSE block
+                   | IF expr block ELSE if_stmt"""
+        orelse = None
+        if len(p) == 6:
+            orelse = p[5] if isinstance(p[5], ast.Block) else ast.Block(p[5].loc, [p[5]])
+        p[0] = ast.If(self._loc(p, 1), p[2], p[3], orelse)
+
+    # ---------------------------------------------------------- expressions
+    # expr ::= expr BINOP expr | ('-' | '!') expr | postfix
+    def p_expr_binary(self, p):
+        """expr : expr OR expr
+                | expr AND expr
+                | expr EQ expr
+                | expr NE expr
+                | expr LT expr
+                | expr LE expr
+                | expr GT expr
+                | expr GE expr
+                | expr PLUS expr
+                | expr MINUS expr
+                | expr TIMES expr
+                | expr DIVIDE expr
+                | expr MOD expr"""
+        p[0] = ast.Binary(self._loc(p, 2), p[2], p[1], p[3])
+
+    def p_expr_unary(self, p):
+        """expr : MINUS expr %prec UNARY
+                | NOT expr %prec UNARY"""
+        p[0] = ast.Unary(self._loc(p, 1), p[1], p[2])
+
+    def p_expr_postfix(self, p):
+        """expr : postfix"""
+        p[0] = p[1]
+
+    # postfix ::= primary {'[' subscript {',' subscript} ']'}
+    def p_postfix_index(self, p):
+        """postfix : postfix LBRACKET subscripts RBRACKET"""
+        p[0] = ast.Index(self._loc(p, 2), p[1], p[3])
+
+    def p_postfix_primary(self, p):
+        """postfix : primary"""
+        p[0] = p[1]
+
+    def p_subscripts(self, p):
+        """subscripts : subscripts COMMA subscript
+                      | subscript"""
+        p[0] = p[1] + [p[3]] if len(p) == 4 else [p[1]]
+
+    # subscript ::= expr ':+' expr | expr
+    def p_subscript(self, p):
+        """subscript : expr SLICE expr
+                     | expr"""
+        if len(p) == 4:
+            p[0] = ast.Slice(self._loc(p, 2), p[1], p[3])
+        else:
+            p[0] = p[1]
+
+    # primary ::= INT | FLOAT | 'true' | 'false' | NAME | call | '(' expr ')' | '[' expr {',' expr} ']'
+    def p_primary_int(self, p):
+        """primary : INT"""
+        p[0] = ast.IntLit(self._loc(p, 1), p[1])
+
+    def p_primary_float(self, p):
+        """primary : FLOAT"""
+        p[0] = ast.FloatLit(self._loc(p, 1), p[1][0], p[1][1])
+
+    def p_primary_bool(self, p):
+        """primary : TRUE
+                   | FALSE"""
+        p[0] = ast.BoolLit(self._loc(p, 1), p[1] == "true")
+
+    def p_primary_name(self, p):
+        """primary : ID"""
+        p[0] = ast.Name(self._loc(p, 1), p[1])
+
+    def p_primary_paren(self, p):
+        """primary : LPAREN expr RPAREN"""
+        p[0] = p[2]
+
+    def p_primary_list(self, p):
+        """primary : LBRACKET expr_list RBRACKET"""
+        p[0] = ast.ListLit(self._loc(p, 1), p[2])
+
+    # call ::= NAME '(' [arg {',' arg} [',']] ')'     arg ::= expr | NAME '=' expr
+    def p_primary_call(self, p):
+        """primary : ID LPAREN call_args RPAREN"""
+        args = p[3]
+        pos = [a for a in args if not isinstance(a, ast.Keyword)]
+        kws = [a for a in args if isinstance(a, ast.Keyword)]
+        for i, a in enumerate(args):
+            if not isinstance(a, ast.Keyword) and any(isinstance(b, ast.Keyword) for b in args[:i]):
+                raise ParseError("positional argument after a keyword argument", a.loc)
+        p[0] = ast.Call(self._loc(p, 1), p[1], pos, kws)
+
+    def p_call_args(self, p):
+        """call_args : arg_list
+                     | arg_list COMMA
+                     | empty"""
+        p[0] = p[1] or []
+
+    def p_arg_list(self, p):
+        """arg_list : arg_list COMMA arg
+                    | arg"""
+        p[0] = p[1] + [p[3]] if len(p) == 4 else [p[1]]
+
+    def p_arg(self, p):
+        """arg : expr
+               | ID ASSIGN expr"""
+        p[0] = ast.Keyword(self._loc(p, 1), p[1], p[3]) if len(p) == 4 else p[1]
+
+    def p_expr_list(self, p):
+        """expr_list : expr_list COMMA expr
+                     | expr"""
+        p[0] = p[1] + [p[3]] if len(p) == 4 else [p[1]]
+
+    def p_empty(self, p):
+        """empty :"""
+        p[0] = None
+
+    # ---------------------------------------------------------------- errors
+    def p_error(self, tok):
+        expected = set(self._expected())
+        if tok is None:
+            last = self.last_token
+            loc = last.loc if last else Loc(self.filename, 1, 1)
+            hint = "; a '}' is missing" if "RBRACE" in expected else self._hint(expected)
+            raise ParseError(f"unexpected end of file{hint}", loc)
+        if tok.type in COMPARISONS and self._top_is_comparison():
+            raise ParseError("comparisons cannot be chained; use '&&' between them", tok.loc)
+        if tok.type == "NEWLINE":
+            what = "end of line"
+        elif tok.type in ("INT", "FLOAT"):
+            what = f"number '{tok.value if tok.type == 'INT' else tok.value[1]}'"
+        elif tok.type == "ID":
+            what = f"name '{tok.value}'"
+        else:
+            what = _describe(tok.type)
+        if expected & {"NEWLINE", "SEMI"} and tok.type in STATEMENT_STARTS:
+            hint = f"; put a newline or ';' before {what}"
+        else:
+            hint = self._hint(expected)
+        raise ParseError(f"unexpected {what}{hint}", tok.loc)
+
+    @staticmethod
+    def _hint(expected: set[str]) -> str:
+        names = sorted({_describe(t) for t in expected})
+        if not names or len(names) > 6:
+            return ""
+        return f"; expected {names[0]}" if len(names) == 1 else f"; expected one of {', '.join(names)}"
+
+    def _top_is_comparison(self) -> bool:
+        """True when the stack ends in `expr CMP expr`, as in `a < b < c`."""
+        try:
+            return self.parser.symstack[-2].type in COMPARISONS
+        except (AttributeError, IndexError):
+            return False
+
+    def _expected(self) -> list[str]:
+        """Tokens the parser could have shifted in its current state (none on failure)."""
+        try:
+            state = self.parser.statestack[-1]
+            return [t for t in self.parser.action[state] if t != "error"]
+        except (AttributeError, IndexError, KeyError):
+            return []
+
+
+_PARSER: Parser | None = None
+
+
+def parse(text: str, filename: str = "<source>") -> ast.Program:
+    """Parse Phobos source into an AST; raises LexError/ParseError."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = Parser()
+    return _PARSER.parse(text, filename)

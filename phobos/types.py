@@ -1,0 +1,154 @@
+# The types of Phobos values, shared by the checker, the IR and the back end.
+#
+# A dtype is an element type.  Values are computed in the *compute* dtypes
+# (bool, i32, i64, u32, f32, f64); f16, bf16, i8 and i16 are *storage* dtypes:
+# they can be the element type of a tensor, and a load from such a tensor gives
+# values of the promoted compute dtype (f16/bf16 -> f32, i8/i16 -> i32), while a
+# store converts back (round to nearest even).  Three kinds of value exist:
+#
+#   ScalarType(dtype)          one value, the same in every thread of a program
+#   TileType(dtype, shape)     a block of values of compile-time shape
+#   TensorType(dtype, dims)    an array in global memory; dims are size names
+#                              bound at launch, or integer literals
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class DType(Enum):
+    """Element types; the value is the name used in source and in numpy."""
+
+    BOOL = "bool"
+    I8 = "i8"
+    I16 = "i16"
+    I32 = "i32"
+    I64 = "i64"
+    U32 = "u32"
+    F16 = "f16"
+    BF16 = "bf16"
+    F32 = "f32"
+    F64 = "f64"
+
+    @property
+    def bits(self) -> int:
+        return _BITS[self]
+
+    @property
+    def nbytes(self) -> int:
+        return max(self.bits // 8, 1)
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.F16, DType.BF16, DType.F32, DType.F64)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (DType.I8, DType.I16, DType.I32, DType.I64, DType.U32)
+
+    @property
+    def is_signed(self) -> bool:
+        return self in (DType.I8, DType.I16, DType.I32, DType.I64)
+
+    @property
+    def compute(self) -> "DType":
+        """The dtype that values of this element type are computed in."""
+        return _PROMOTED.get(self, self)
+
+    @property
+    def is_storage_only(self) -> bool:
+        return self in _PROMOTED
+
+    @property
+    def numpy_name(self) -> str:
+        return _NUMPY[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+    @staticmethod
+    def from_name(name: str) -> "DType | None":
+        try:
+            return DType(name)
+        except ValueError:
+            return None
+
+
+_BITS = {
+    DType.BOOL: 1, DType.I8: 8, DType.I16: 16, DType.I32: 32, DType.I64: 64, DType.U32: 32,
+    DType.F16: 16, DType.BF16: 16, DType.F32: 32, DType.F64: 64,
+}
+_PROMOTED = {DType.F16: DType.F32, DType.BF16: DType.F32, DType.I8: DType.I32, DType.I16: DType.I32}
+_NUMPY = {
+    DType.BOOL: "bool", DType.I8: "int8", DType.I16: "int16", DType.I32: "int32",
+    DType.I64: "int64", DType.U32: "uint32", DType.F16: "float16", DType.BF16: "bfloat16",
+    DType.F32: "float32", DType.F64: "float64",
+}
+
+COMPUTE_DTYPES = (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.F32, DType.F64)
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    dtype: DType
+
+    def __str__(self) -> str:
+        return str(self.dtype)
+
+
+@dataclass(frozen=True)
+class TileType:
+    dtype: DType
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for e in self.shape:
+            n *= e
+        return n
+
+    def __str__(self) -> str:
+        return f"tile<{self.dtype}>[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: DType
+    dims: tuple[str | int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def __str__(self) -> str:
+        return f"tensor<{self.dtype}>[{', '.join(map(str, self.dims))}]"
+
+
+ValueType = ScalarType | TileType
+
+
+def with_dtype(t: ValueType, dtype: DType) -> ValueType:
+    return ScalarType(dtype) if isinstance(t, ScalarType) else TileType(dtype, t.shape)
+
+
+def shape_of(t: ValueType) -> tuple[int, ...] | None:
+    """The tile shape, or None for a scalar."""
+    return t.shape if isinstance(t, TileType) else None
+
+
+def broadcast_shapes(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Numpy broadcasting of two tile shapes (None = scalar); raises ValueError when they clash."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    rank = max(len(a), len(b))
+    a1 = (1,) * (rank - len(a)) + a
+    b1 = (1,) * (rank - len(b)) + b
+    out = []
+    for x, y in zip(a1, b1):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"shapes [{', '.join(map(str, a))}] and [{', '.join(map(str, b))}] do not broadcast")
+        out.append(max(x, y))
+    return tuple(out)
