@@ -1,0 +1,234 @@
+# The compiler driver: Phobos source -> PTX, one stage after another.
+#
+#   parse -> check (one autotune configuration) -> irgen -> tile passes
+#   -> lower (tiles onto threads) -> math expansion -> thread passes
+#   -> instruction selection -> register allocation -> PTX text
+#
+# `compile` runs the whole pipeline for one kernel and one configuration and
+# returns a CompiledKernel with everything a launcher needs; `compile_to_ptx`
+# is the short form; `compile_all` does every kernel and configuration of a
+# file (for ptxcheck and the autotuner).  Anything that escapes a stage and is
+# not a PhobosError is a compiler bug; it is reported as an InternalError that
+# names the kernel and configuration, never as a bare traceback.
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from . import __version__, ast
+from .errors import Loc, PhobosError, SemanticError, SourceFile
+from .ir import KernelParam, format_function, verify
+from .irgen import generate
+from .lower import lower
+from .mathlib import expand_math
+from .parser import parse
+from .passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
+from .ptx.emit import Kernel, emit_module
+from .ptx.isel import entry_params, select
+from .ptx.regalloc import allocate
+from .sema import check_kernel, configurations
+
+
+@dataclass(frozen=True)
+class Target:
+    arch: str
+    shared_bytes: int  # the most dynamic shared memory one CTA may have
+    cp_async: bool
+
+
+TARGETS = {
+    "sm_75": Target("sm_75", 64 * 1024, False),
+    "sm_80": Target("sm_80", 163 * 1024, True),
+    "sm_86": Target("sm_86", 99 * 1024, True),
+    "sm_87": Target("sm_87", 163 * 1024, True),
+    "sm_89": Target("sm_89", 99 * 1024, True),
+    "sm_90": Target("sm_90", 227 * 1024, True),
+}
+
+
+class InternalError(PhobosError):
+    """A bug in Phobos itself; the message says where it happened."""
+
+
+@dataclass
+class Dumps:
+    """What to show of the pipeline's stages (the CLI's --dump-* flags)."""
+
+    ast: bool = False
+    ir: bool = False
+    after: str | None = None
+    thread_ir: bool = False
+    texts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CompiledKernel:
+    ptx: str
+    kernel_name: str
+    config: dict[str, int]
+    params: list[KernelParam]
+    arch: str
+    threads: int
+    shared_bytes: int
+    registers_estimate: int
+    grid_hint: list[tuple[str, int] | None]  # per grid axis: (size name, tile) when stores make it clear
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+
+    @property
+    def config_text(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.config.items()) or "no autotune parameters"
+
+
+def target(arch: str) -> Target:
+    t = TARGETS.get(arch)
+    if t is None:
+        raise PhobosError(f"unknown target '{arch}'; known targets: {', '.join(TARGETS)}")
+    return t
+
+
+def parse_source(src: str, filename: str = "<source>") -> ast.Program:
+    """Parse a file, keeping its text for error messages; only PhobosErrors escape."""
+    SourceFile.register(filename, src)
+    try:
+        return parse(src, filename)
+    except RecursionError:
+        raise PhobosError("the program is nested too deeply", Loc(filename, 1, 1)) from None
+
+
+def pick_kernel(program: ast.Program, kernel: str | None) -> ast.Kernel:
+    names = [k.name for k in program.kernels]
+    if kernel is None:
+        if len(program.kernels) == 1:
+            return program.kernels[0]
+        if not program.kernels:
+            raise SemanticError("the source defines no kernel", program.loc)
+        raise PhobosError(f"the source defines several kernels ({', '.join(names)}); choose one with kernel=")
+    for k in program.kernels:
+        if k.name == kernel:
+            return k
+    raise PhobosError(f"no kernel named '{kernel}' (the source defines: {', '.join(names) or 'none'})")
+
+
+def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None, kernel: str | None = None,
+            filename: str = "<source>", dumps: Dumps | None = None) -> CompiledKernel:
+    """Compile one kernel of `src` for one autotune configuration (first values when None)."""
+    program = parse_source(src, filename)
+    return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps)
+
+
+def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int] | None = None,
+                   dumps: Dumps | None = None, verify_each: bool = False) -> CompiledKernel:
+    tgt = target(arch)
+    try:
+        return _pipeline(k, tgt, config, dumps, verify_each)
+    except PhobosError:
+        raise
+    except RecursionError:
+        raise PhobosError("the program is nested too deeply", k.loc) from None
+    except Exception as err:  # a bug in a stage: say where, keep the cause chained
+        raise InternalError(f"internal compiler error in kernel '{k.name}' ({type(err).__name__}: {err})",
+                            k.loc) from err
+
+
+def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool) -> CompiledKernel:
+    times: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        times[stage] = now - clock
+        clock = now
+
+    if dumps is not None and dumps.ast:
+        dumps.texts.append(ast.dump(k))
+    ck = check_kernel(k, config)
+    lap("check")
+    func = generate(ck)
+    if verify_each:
+        verify(func)
+    if dumps is not None and dumps.ir:
+        dumps.texts.append(f"// tile-level IR\n{format_function(func)}")
+    texts = dumps.texts if dumps is not None else None
+    after = dumps.after if dumps is not None else None
+    run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
+    lap("irgen+tile passes")
+    thread = lower(func, tgt.shared_bytes)
+    expand_math(thread)
+    if verify_each:
+        verify(thread, thread_level=True)
+    if dumps is not None and dumps.thread_ir:
+        dumps.texts.append(f"// thread-level IR\n{format_function(thread)}")
+    run_pipeline(thread, THREAD_PIPELINE, stage="thread", verify_each=verify_each, dump_after=after, dumps=texts)
+    lap("lower+thread passes")
+    items = select(thread)
+    alloc = allocate(items)
+    lap("isel+regalloc")
+    config_text = ", ".join(f"{n}={v}" for n, v in ck.config.items())
+    ptx_kernel = Kernel(
+        name=k.name, params=entry_params(thread), body=items, threads=thread.attrs["threads"],
+        register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
+        header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
+                        + (f", configuration {config_text}" if config_text else ""),
+                        f"{thread.attrs['threads']} threads per CTA, {thread.attrs['shared_bytes']} bytes of "
+                        f"shared memory, peak register pressure {alloc.peak_pressure}"])
+    source_file = k.loc.file if SourceFile.line(k.loc.file, k.loc.line) is not None else None
+    ptx = emit_module(ptx_kernel, tgt.arch, source_file)
+    lap("emit")
+    return CompiledKernel(
+        ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(func.attrs["params"]), arch=tgt.arch,
+        threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
+        registers_estimate=alloc.peak_pressure, grid_hint=_grid_hint(func), timings=times)
+
+
+def _grid_hint(func) -> list[tuple[str, int] | None]:
+    """Per grid axis: (size name, tile) when a store is indexed `program_id(d) * T :+ T` over that size."""
+    from .ir import walk
+    hints: list[tuple[str, int] | None] = [None, None, None]
+    params = func.attrs["params"]
+    for op in walk(func.body):
+        if op.opcode not in ("store", "atomic_add"):
+            continue
+        tensor = op.operands[0]
+        dims = params[tensor.owner.attrs["index"]].dims
+        for dim, index, size in zip(dims, op.operands[1:], op.attrs["sizes"]):
+            axis = _program_id_times(index, size)
+            if axis is not None and isinstance(dim, str) and hints[axis] is None:
+                hints[axis] = (dim, size)
+    return hints
+
+
+def _program_id_times(v, size) -> int | None:
+    """The axis d when `v` is program_id(d) * size (or program_id(d) with size 1)."""
+    op = getattr(v, "owner", None)
+    if op is None or size is None:
+        return None
+    if op.opcode == "program_id" and size == 1:
+        return op.attrs["axis"]
+    if op.opcode != "mul":
+        return None
+    a, b = (x.owner for x in op.operands)
+    for pid, c in ((a, b), (b, a)):
+        if getattr(pid, "opcode", None) == "program_id" and getattr(c, "opcode", None) == "const" \
+                and c.attrs["value"] == size:
+            return pid.attrs["axis"]
+    return None
+
+
+def compile_to_ptx(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None,
+                   kernel: str | None = None) -> str:
+    """PTX text for one kernel and one autotune configuration (the first value of each by default)."""
+    return compile(src, arch=arch, config=config, kernel=kernel).ptx
+
+
+def compile_all(src: str, *, arch: str = "sm_90", filename: str = "<source>") -> list[CompiledKernel]:
+    """Every kernel of a file under every one of its autotune configurations."""
+    program = parse_source(src, filename)
+    out = []
+    for k in program.kernels:
+        for config in configurations(k):
+            out.append(compile_kernel(k, arch=arch, config=config))
+    return out
+
+
+PASS_NAMES = sorted(PASSES)

@@ -1,0 +1,330 @@
+# The SSA intermediate representation shared by the tile level and the thread level.
+#
+# A Function holds one Block; a Block holds Ops and may have arguments; an Op
+# has operands and results (Values), attributes, a Loc, and may own nested
+# blocks (regions).  Control flow is structured, as in MLIR's scf dialect:
+#
+#   for  (lo, hi, init...) {step}  body(iv, carried...) ... yield(next...)  -> final carried
+#   if   (cond)                    then() ... yield(v...)  else() ... yield(v...)  -> v...
+#
+# so loops and branches need no phi nodes: block arguments and `yield` carry
+# values in and out, a value defined in an enclosing block is visible inside,
+# and passes can reason about loops without building a CFG.
+#
+# The same classes serve both levels.  At the tile level values may be tiles
+# and tensors; after `lower.py` every value is a scalar of one thread.  What an
+# opcode means, whether it is pure (no memory or barrier effects, so that CSE,
+# DCE and LICM may move or drop it) and how many results it has is in OPCODES.
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from .errors import Loc
+from .types import DType, ScalarType, TensorType, TileType
+
+IRType = ScalarType | TileType | TensorType
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    pure: bool
+    doc: str
+
+
+def _ops(pure: bool, names: str, doc: str) -> dict[str, OpInfo]:
+    return {n: OpInfo(pure, doc) for n in names.split()}
+
+
+OPCODES: dict[str, OpInfo] = {
+    # values of every level
+    **_ops(True, "const", "a constant (a tile: every element equal); attrs value"),
+    **_ops(True, "param", "kernel parameter; attrs index, name (tensors: the base pointer at thread level)"),
+    **_ops(True, "program_id num_programs", "grid index / grid size; attrs axis"),
+    **_ops(True, "add sub mul div rem min max and or xor shl shr neg not abs",
+           "element-wise arithmetic and logic (div/rem truncate for integers)"),
+    **_ops(True, "cmp", "element-wise comparison giving bool; attrs pred in eq ne lt le gt ge"),
+    **_ops(True, "select", "select(cond, a, b): a where cond, else b"),
+    **_ops(True, "cast", "conversion to the result dtype (float->int truncates toward zero)"),
+    **_ops(True, "fma", "fma(a, b, c) = a * b + c with one rounding"),
+    **_ops(True, "exp exp2 log log2 sqrt rsqrt tanh sigmoid erf gelu sin cos rcp",
+           "element-wise math"),
+    **_ops(True, "ex2_approx lg2_approx rsqrt_approx sin_approx cos_approx",
+           "the GPU's approximate math instructions (thread level; see mathlib.py)"),
+    # tile level
+    **_ops(True, "broadcast", "operand broadcast to the result tile shape (numpy rules)"),
+    **_ops(True, "arange", "the i32 tile start..end-1; attrs start"),
+    **_ops(True, "reshape", "same elements, new shape"),
+    **_ops(True, "extract", "part of a tile; attrs starts, sizes (None: single index, dropped)"),
+    **_ops(True, "reduce", "reduction; attrs kind (sum max min argmax argmin), axis (None: all)"),
+    **_ops(True, "dot", "dot(a, b[, acc]) matrix product, accumulated into acc when given"),
+    **_ops(False, "load", "load(tensor, index...) a slice; attrs sizes (None: single index)"),
+    **_ops(False, "store", "store(tensor, index..., value); attrs sizes"),
+    **_ops(False, "atomic_add", "atomic_add(tensor, index..., value); attrs sizes"),
+    # thread level
+    **_ops(True, "tid", "thread index in the CTA (x)"),
+    **_ops(True, "size", "a launch-bound size; attrs name"),
+    **_ops(True, "smem_addr", "address of the shared-memory buffer plus attrs offset (u32)"),
+    **_ops(True, "mul_wide", "i32 x i32 -> i64 product"),
+    **_ops(True, "shfl_bfly", "shfl_bfly(x, lane_mask): x of lane (laneid ^ lane_mask)"),
+    **_ops(False, "ld_global", "ld_global(addr[, pred]) -> vec values; attrs dtype, vec (masked: 0 where !pred)"),
+    **_ops(False, "st_global", "st_global(addr, values...[, pred]); attrs dtype, vec"),
+    **_ops(False, "atom_add_global", "atom_add_global(addr, value[, pred]); attrs dtype"),
+    **_ops(False, "ld_shared", "ld_shared(addr) -> vec values; attrs dtype, vec"),
+    **_ops(False, "st_shared", "st_shared(addr, values...[, pred]); attrs dtype, vec"),
+    **_ops(False, "cp_async", "cp_async(smem_addr, gaddr[, src_bytes]) copies attrs bytes global->shared"),
+    **_ops(False, "cp_async_commit", "closes a group of cp.async copies"),
+    **_ops(False, "cp_async_wait", "waits until at most attrs pending groups remain"),
+    **_ops(False, "barrier", "bar.sync: every thread of the CTA arrives before any goes on"),
+    # structure
+    **_ops(False, "for", "for(lo, hi, init...) body(iv, carried...); attrs step"),
+    **_ops(False, "if", "if(cond) then() else(); results from their yields"),
+    **_ops(False, "yield", "ends a region, passing its values out"),
+}
+
+COMMUTATIVE = {"add", "mul", "min", "max", "and", "or", "xor"}
+
+
+@dataclass(eq=False)
+class Value:
+    type: IRType
+    id: int
+    name: str = ""  # a hint for printing (the source name, when there is one)
+    owner: "Op | Block | None" = field(default=None, repr=False)
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    def __repr__(self) -> str:
+        return f"%{self.id}"
+
+
+@dataclass(eq=False)
+class Block:
+    args: list[Value] = field(default_factory=list)
+    ops: list["Op"] = field(default_factory=list)
+    parent: "Op | None" = field(default=None, repr=False)
+
+    @property
+    def terminator(self) -> "Op | None":
+        return self.ops[-1] if self.ops and self.ops[-1].opcode == "yield" else None
+
+
+@dataclass(eq=False)
+class Op:
+    opcode: str
+    operands: list[Value]
+    results: list[Value]
+    attrs: dict = field(default_factory=dict)
+    regions: list[Block] = field(default_factory=list)
+    loc: Loc | None = None
+    source_line: str | None = None  # the Phobos source line, for comments in the PTX
+
+    @property
+    def result(self) -> Value:
+        return self.results[0]
+
+    @property
+    def pure(self) -> bool:
+        return OPCODES[self.opcode].pure
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of the compiled kernel, in PTX order (tensor sizes come last)."""
+
+    name: str
+    kind: str  # 'tensor' (a pointer), 'scalar', or 'size' (an i32 bound from tensor shapes)
+    dtype: DType
+    dims: tuple[str | int, ...] = ()  # tensors: size names or literal extents
+    written: bool = False  # tensors the kernel stores into
+
+
+@dataclass(eq=False)
+class Function:
+    name: str
+    body: Block
+    attrs: dict = field(default_factory=dict)
+    _ids: "itertools.count" = field(default_factory=lambda: itertools.count(), repr=False)
+
+    def new_value(self, type_: IRType, name: str = "") -> Value:
+        return Value(type_, next(self._ids), name)
+
+
+# ------------------------------------------------------------------- building
+class Builder:
+    """Appends ops to a block; the one way passes and generators create IR."""
+
+    def __init__(self, func: Function, block: Block | None = None, loc: Loc | None = None):
+        self.func = func
+        self.block = block if block is not None else func.body
+        self.loc = loc
+        self.index: int | None = None  # insertion point; None = at the end
+
+    def op(self, opcode: str, operands: list[Value], result_types: list[IRType], attrs: dict | None = None,
+           regions: list[Block] | None = None, hint: str = "") -> Op:
+        assert opcode in OPCODES, opcode
+        results = [self.func.new_value(t, hint) for t in result_types]
+        op = Op(opcode, list(operands), results, dict(attrs or {}), list(regions or []), self.loc)
+        for r in results:
+            r.owner = op
+        for region in op.regions:
+            region.parent = op
+        if self.index is None:
+            self.block.ops.append(op)
+        else:
+            self.block.ops.insert(self.index, op)
+            self.index += 1
+        return op
+
+    def value(self, opcode: str, operands: list[Value], type_: IRType, hint: str = "", **attrs) -> Value:
+        return self.op(opcode, operands, [type_], attrs, hint=hint).result
+
+    def const(self, value, type_: IRType) -> Value:
+        return self.value("const", [], type_, value=value)
+
+    def block_arg(self, block: Block, type_: IRType, name: str = "") -> Value:
+        v = self.func.new_value(type_, name)
+        v.owner = block
+        block.args.append(v)
+        return v
+
+
+# ------------------------------------------------------------------- walking
+def walk(block: Block):
+    """Every op in `block` and its nested regions, in program order (pre-order)."""
+    for op in block.ops:
+        yield op
+        for region in op.regions:
+            yield from walk(region)
+
+
+def uses(func: Function) -> dict[Value, int]:
+    """How many times each value is used as an operand."""
+    count: dict[Value, int] = {}
+    for op in walk(func.body):
+        for v in op.operands:
+            count[v] = count.get(v, 0) + 1
+    return count
+
+
+def replace_uses(func: Function, mapping: dict[Value, Value]) -> None:
+    """Rewrite operands through `mapping` (following chains) everywhere in `func`."""
+    if not mapping:
+        return
+
+    def final(v: Value) -> Value:
+        while v in mapping:
+            v = mapping[v]
+        return v
+
+    for op in walk(func.body):
+        op.operands = [final(v) if v in mapping else v for v in op.operands]
+
+
+# ------------------------------------------------------------------- printing
+def format_type(t: IRType) -> str:
+    if isinstance(t, TileType):
+        return f"{t.dtype}[{'x'.join(map(str, t.shape))}]"
+    if isinstance(t, TensorType):
+        return f"tensor<{t.dtype}>"
+    return str(t.dtype)
+
+
+def _format_attr(v) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_format_attr(x) for x in v) + "]"
+    return str(v)
+
+
+def format_function(func: Function) -> str:
+    """The textual form of a function, as printed by --dump-ir."""
+    params = ", ".join(f"{p.name}: {p.kind} {p.dtype}" for p in func.attrs.get("params", []))
+    config = ", ".join(f"{k}={v}" for k, v in func.attrs.get("config", {}).items())
+    lines = [f"func @{func.name}({params})" + (f" config({config})" if config else "") + " {"]
+    _format_block(func.body, 1, lines)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _value_name(v: Value) -> str:
+    return f"%{v.id}" + (f".{v.name}" if v.name else "")
+
+
+def _format_block(block: Block, depth: int, lines: list[str]) -> None:
+    pad = "  " * depth
+    for op in block.ops:
+        res = ", ".join(f"{_value_name(r)}: {format_type(r.type)}" for r in op.results)
+        head = f"{res} = " if res else ""
+        args = ", ".join(_value_name(v) for v in op.operands)
+        attrs = " ".join(f"{k}={_format_attr(v)}" for k, v in op.attrs.items())
+        loc = f"  // {op.loc.line}:{op.loc.col}" if op.loc else ""
+        lines.append(f"{pad}{head}{op.opcode}({args}){' {' + attrs + '}' if attrs else ''}{loc}")
+        for i, region in enumerate(op.regions):
+            rargs = ", ".join(f"{_value_name(a)}: {format_type(a.type)}" for a in region.args)
+            label = ("then", "else")[i] if op.opcode == "if" else "body"
+            lines.append(f"{pad}  {label}({rargs}):")
+            _format_block(region, depth + 2, lines)
+
+
+# ------------------------------------------------------------------ verifying
+class VerifyError(Exception):
+    """The IR broke one of its own invariants: a bug in a pass, never a user error."""
+
+
+def verify(func: Function, thread_level: bool = False) -> None:
+    """Check SSA dominance, region structure, and (at thread level) that only scalars remain."""
+    defined: set[Value] = set()
+
+    def check_block(block: Block, scope: set[Value]) -> None:
+        visible = set(scope) | set(block.args)
+        for a in block.args:
+            if a in defined:
+                raise VerifyError(f"{a!r} defined twice")
+            defined.add(a)
+        for op in block.ops:
+            if op.opcode not in OPCODES:
+                raise VerifyError(f"unknown opcode {op.opcode}")
+            for v in op.operands:
+                if v not in visible:
+                    raise VerifyError(f"{op.opcode}: operand {v!r} does not dominate its use")
+            if op.opcode == "yield" and op is not block.ops[-1]:
+                raise VerifyError("yield must end its block")
+            for region in op.regions:
+                if region.terminator is None:
+                    raise VerifyError(f"{op.opcode}: region without yield")
+                check_block(region, visible)
+            _check_structure(op)
+            for r in op.results:
+                if r in defined:
+                    raise VerifyError(f"{r!r} defined twice")
+                if thread_level and not isinstance(r.type, ScalarType):
+                    raise VerifyError(f"{op.opcode}: {r!r} is {format_type(r.type)} at thread level")
+                defined.add(r)
+                visible.add(r)
+
+    check_block(func.body, set())
+
+
+def _check_structure(op: Op) -> None:
+    if op.opcode == "for":
+        body = op.regions[0]
+        carried = len(op.operands) - 2
+        if len(body.args) != carried + 1 or len(op.results) != carried:
+            raise VerifyError("for: carried values, block arguments and results disagree")
+        if len(body.terminator.operands) != carried:
+            raise VerifyError("for: yield passes the wrong number of values")
+        for init, arg, res, nxt in zip(op.operands[2:], body.args[1:], op.results, body.terminator.operands):
+            if not (init.type == arg.type == res.type == nxt.type):
+                raise VerifyError(f"for: carried value types differ: {format_type(init.type)}, "
+                                  f"{format_type(arg.type)}, {format_type(res.type)}, {format_type(nxt.type)}")
+    elif op.opcode == "if":
+        if len(op.regions) != 2:
+            raise VerifyError("if needs a then and an else region")
+        for region in op.regions:
+            ys = region.terminator.operands
+            if [v.type for v in ys] != [r.type for r in op.results]:
+                raise VerifyError("if: yielded types differ from the results")

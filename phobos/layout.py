@@ -1,0 +1,242 @@
+# Layouts: which thread of a CTA holds which elements of a tile.
+#
+# A tile of shape S lives in the registers of the T threads of a CTA.  A layout
+# says, for thread `tid` and register slot `r`, which element that is:
+#
+#     coord[d] = sum over terms (div, mod, scale) of dim d:  ((tid // div) % mod) * scale
+#                + offsets[r][d]
+#
+# Every layout Phobos builds is a *grid layout*: each thread holds `spt[d]`
+# consecutive elements along dim d (a vector along the last dim gives 128-bit
+# accesses), the 32 lanes of a warp form a grid over the dims, the warps form a
+# grid of such warp tiles, and the pattern repeats until it covers the tile.
+# Coordinates at or beyond the tile's extent are padding: such slots exist in
+# every thread (code is the same for all) but are masked wherever it matters.
+# Thread digits that appear in no dimension's terms are *replicas*: those
+# threads hold copies of the same elements (a [64, 1] tile held by 256
+# threads, say) and must not all store them.
+#
+# `collapse(dims)` gives the layout of the size-1 broadcast of a tile along
+# `dims` - and equally the layout a reduction along `dims` produces - so that
+# `x - max(x, axis=1)` moves no data between threads.
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import cached_property
+
+WARP = 32
+
+
+@dataclass(frozen=True)
+class Term:
+    """One thread digit, (tid // div) % mod, contributing digit * scale to a coordinate."""
+
+    div: int
+    mod: int
+    scale: int
+
+    @property
+    def in_warp(self) -> bool:
+        return self.div * self.mod <= WARP
+
+
+@dataclass(frozen=True)
+class Layout:
+    shape: tuple[int, ...]
+    threads: int
+    terms: tuple[tuple[Term, ...], ...]  # per dim
+    offsets: tuple[tuple[int, ...], ...]  # per register slot
+    replicas: tuple[tuple[int, int], ...]  # (div, mod) digits that only copy data
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nregs(self) -> int:
+        return len(self.offsets)
+
+    def thread_span(self, d: int) -> int:
+        """The largest thread part of a coordinate along dim d."""
+        return sum((t.mod - 1) * t.scale for t in self.terms[d])
+
+    def always_valid(self, r: int, d: int) -> bool:
+        return self.offsets[r][d] + self.thread_span(d) < self.shape[d]
+
+    @cached_property
+    def register_of(self) -> dict[tuple[int, ...], int]:
+        return {off: r for r, off in enumerate(self.offsets)}
+
+    def vector_width(self) -> int:
+        """Elements each thread holds contiguously along the last dim, aligned (1 when none)."""
+        if not self.offsets:
+            return 1
+        for v in (4, 2):
+            if self.shape[-1] % v == 0 and all(t.scale % v == 0 for t in self.terms[-1]) \
+                    and self._runs_of(v):
+                return v
+        return 1
+
+    def _runs_of(self, v: int) -> bool:
+        if self.nregs % v:
+            return False
+        for start in range(0, self.nregs, v):
+            base = self.offsets[start]
+            if base[-1] % v:
+                return False
+            for i in range(1, v):
+                if self.offsets[start + i] != base[:-1] + (base[-1] + i,):
+                    return False
+        return True
+
+    def collapse(self, dims) -> "Layout":
+        """This layout with `dims` reduced to extent 1: their thread digits become replicas."""
+        dims = set(dims)
+        shape = tuple(1 if d in dims else n for d, n in enumerate(self.shape))
+        terms = tuple(() if d in dims else ts for d, ts in enumerate(self.terms))
+        replicas = self.replicas + tuple((t.div, t.mod) for d in sorted(dims) for t in self.terms[d])
+        offsets: list[tuple[int, ...]] = []
+        seen = set()
+        for off in self.offsets:
+            new = tuple(0 if d in dims else x for d, x in enumerate(off))
+            if new not in seen:
+                seen.add(new)
+                offsets.append(new)
+        return Layout(shape, self.threads, terms, tuple(offsets), _sorted(replicas))
+
+    def collapse_map(self, dims) -> tuple["Layout", list[int]]:
+        """The collapsed layout, and for each register of self the register it maps to there."""
+        small = self.collapse(dims)
+        dims = set(dims)
+        index = [small.register_of[tuple(0 if d in dims else x for d, x in enumerate(off))]
+                 for off in self.offsets]
+        return small, index
+
+    def describe(self) -> str:
+        parts = []
+        for d, ts in enumerate(self.terms):
+            tt = " + ".join(f"((tid/{t.div})%{t.mod})*{t.scale}" for t in ts) or "0"
+            parts.append(f"d{d}: {tt}")
+        return (f"layout{list(self.shape)} threads={self.threads} regs={self.nregs} "
+                f"{'; '.join(parts)} replicas={list(self.replicas)}")
+
+
+def _sorted(replicas) -> tuple[tuple[int, int], ...]:
+    return tuple(sorted(r for r in replicas if r[1] > 1))
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def grid_layout(shape: tuple[int, ...], threads: int, spt: tuple[int, ...],
+                lanes: tuple[int, ...], warps: tuple[int, ...]) -> Layout:
+    """The layout with `spt` elements per thread, a lane grid and a warp grid (all per dim).
+
+    Lane and warp digits are taken row-major (the last dim varies fastest);
+    lanes or warps beyond the grids' products are replicas.
+    """
+    rank = len(shape)
+    nlanes = _prod(lanes)
+    nwarps = _prod(warps)
+    assert nlanes <= WARP and nlanes * nwarps <= threads, (shape, lanes, warps, threads)
+    terms = []
+    for d in range(rank):
+        lane_div = _prod(lanes[d + 1:])
+        warp_div = WARP * _prod(warps[d + 1:])
+        ts = []
+        if lanes[d] > 1:
+            ts.append(Term(lane_div, lanes[d], spt[d]))
+        if warps[d] > 1:
+            ts.append(Term(warp_div, warps[d], spt[d] * lanes[d]))
+        terms.append(tuple(ts))
+    replicas = []
+    if nlanes < WARP:
+        replicas.append((nlanes, WARP // nlanes))
+    if WARP * nwarps < threads:
+        replicas.append((WARP * nwarps, threads // (WARP * nwarps)))
+    # registers: repeats of the whole thread grid (outer), then the per-thread vector (inner)
+    cover = [spt[d] * lanes[d] * warps[d] for d in range(rank)]
+    reps = [_cdiv(shape[d], cover[d]) for d in range(rank)]
+    offsets = []
+    for rep in itertools.product(*(range(r) for r in reps)):
+        for inner in itertools.product(*(range(s) for s in spt)):
+            off = tuple(rep[d] * cover[d] + inner[d] for d in range(rank))
+            if all(off[d] < shape[d] for d in range(rank)):
+                offsets.append(off)
+    return Layout(tuple(shape), threads, tuple(terms), tuple(offsets), _sorted(replicas))
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _spread(shape: tuple[int, ...], spt: tuple[int, ...], budget: int, start: tuple[int, ...]) -> tuple[int, ...]:
+    """Powers of two per dim (last dim first) whose product is at most `budget`, covering what is left."""
+    rank = len(shape)
+    out = [1] * rank
+    left = budget
+    for d in reversed(range(rank)):
+        need = _pow2_at_least(_cdiv(shape[d], spt[d] * start[d]))
+        out[d] = min(left, need)
+        left //= out[d]
+    return tuple(out)
+
+
+def blocked(shape: tuple[int, ...], threads: int) -> Layout:
+    """The default layout: a vector of up to 4 along the last dim, threads row-major over the tile.
+
+    Consecutive lanes take consecutive vectors of a row, so a warp's accesses to
+    a row-major tensor are contiguous (coalesced) and 128 bits wide per thread.
+    """
+    rank = len(shape)
+    vec = next(v for v in (4, 2, 1) if shape[-1] % v == 0)
+    spt = (1,) * (rank - 1) + (vec,)
+    lanes = _spread(shape, spt, WARP, (1,) * rank)
+    warps = _spread(shape, spt, threads // WARP, lanes)
+    return grid_layout(shape, threads, spt, lanes, warps)
+
+
+def dot_layout(shape: tuple[int, int], threads: int) -> Layout:
+    """The layout of a dot product's result: each thread a block of rows x columns (register blocking).
+
+    Each thread holds 4x4 (or smaller, for narrow tiles) blocks repeated with
+    the stride of the whole thread grid, so its operand values are read from
+    shared memory as 128-bit vectors and each pair of them feeds RM*RN fused
+    multiply-adds.  The lane grid (4x8 or 8x4) and the warp grid are chosen to
+    minimise the operand loads per step, RM/4 + RN/4.
+    """
+    m, n = shape
+    fm = next(v for v in (4, 2, 1) if m % v == 0)
+    fn = next(v for v in (4, 2, 1) if n % v == 0)
+    nwarps = threads // WARP
+    best = None
+    for lanes in ((4, 8), (8, 4), (2, 16), (16, 2), (1, 32), (32, 1)):
+        for wy in _powers_of_two_upto(nwarps):
+            warps = (wy, nwarps // wy)
+            ty, tx = lanes[0] * warps[0], lanes[1] * warps[1]
+            rm, rn = _cdiv(m, ty * fm) * fm, _cdiv(n, tx * fn) * fn
+            waste = rm * ty * rn * tx - m * n
+            cost = (waste, rm // fm + rn // fn, abs(rm - rn))
+            if best is None or cost < best[0]:
+                best = (cost, lanes, warps)
+    _, lanes, warps = best
+    return grid_layout((m, n), threads, (fm, fn), lanes, warps)
+
+
+def _powers_of_two_upto(n: int):
+    p = 1
+    while p <= n:
+        yield p
+        p *= 2

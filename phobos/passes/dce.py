@@ -1,0 +1,85 @@
+# Dead-code elimination, including dead values carried by loops and branches.
+from __future__ import annotations
+
+from ..ir import Block, Function, Op, uses
+
+
+def dce(func: Function) -> None:
+    """Delete computations whose results nobody uses.
+
+    Before: any valid IR.  After: no pure op has all its results unused; no
+    `for` carries a value that is used only to compute its own next value and
+    never after the loop; no `if` yields a value nobody reads; a `for` or `if`
+    with no results whose regions hold only their `yield` is gone.  Ops with
+    effects (loads, stores, barriers) are kept.
+    """
+    changed = True
+    while changed:
+        count = uses(func)
+        changed = _sweep(func.body, count)
+
+
+def _sweep(block: Block, count: dict) -> bool:
+    changed = False
+    kept = []
+    for op in reversed(block.ops):
+        for region in op.regions:
+            changed |= _sweep(region, count)
+        if op.opcode == "for":
+            changed |= _drop_dead_carried(op, count)
+        elif op.opcode == "if":
+            changed |= _drop_dead_results(op, count)
+        if _removable(op, count):
+            for v in op.operands:
+                count[v] -= 1
+            changed = True
+            continue
+        kept.append(op)
+    block.ops = kept[::-1]
+    return changed
+
+
+def _removable(op: Op, count: dict) -> bool:
+    if any(count.get(r, 0) for r in op.results):
+        return False
+    if op.pure and not op.regions:
+        return True
+    if op.opcode in ("for", "if") and not op.results:
+        return all(len(r.ops) == 1 for r in op.regions)
+    return False
+
+
+def _drop_dead_carried(op: Op, count: dict) -> bool:
+    """Remove carried values whose result is unused and whose argument only feeds its own yield."""
+    body = op.regions[0]
+    yield_op = body.ops[-1]
+    dead = []
+    for i, (arg, res) in enumerate(zip(body.args[1:], op.results)):
+        nxt = yield_op.operands[i]
+        own_uses = sum(1 for v in yield_op.operands if v is arg)
+        if count.get(res, 0) == 0 and count.get(arg, 0) == own_uses and (nxt is arg or own_uses == 0):
+            dead.append(i)
+    if not dead:
+        return False
+    for i in reversed(dead):
+        count[op.operands[2 + i]] -= 1
+        count[yield_op.operands[i]] -= 1
+        del op.operands[2 + i]
+        del body.args[1 + i]
+        del op.results[i]
+        del yield_op.operands[i]
+    return True
+
+
+def _drop_dead_results(op: Op, count: dict) -> bool:
+    dead = [i for i, r in enumerate(op.results) if count.get(r, 0) == 0]
+    if not dead:
+        return False
+    for region in op.regions:
+        y = region.ops[-1]
+        for i in reversed(dead):
+            count[y.operands[i]] -= 1
+            del y.operands[i]
+    for i in reversed(dead):
+        del op.results[i]
+    return True

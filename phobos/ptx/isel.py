@@ -1,0 +1,434 @@
+# Instruction selection: thread-level IR -> PTX instructions on virtual registers.
+#
+# One table, SELECT, maps each IR opcode to a function that appends the PTX for
+# one op; a second, TYPE_SUFFIX, names each dtype's PTX type.  Values get one
+# virtual register each, of the class their dtype asks for (%p %rs %r %rd %f
+# %fd); constants stay immediates where PTX accepts them.  Structured control
+# flow becomes labels and branches: every loop bound and branch condition is
+# the same for all threads of a CTA (scalars are uniform in Phobos), so the
+# branches are `bra.uni`.
+#
+# Floating-point arithmetic carries an explicit rounding mode (`add.rn.f32`),
+# which also tells ptxas not to contract a multiply and an add into an fma:
+# the PTX computes exactly what the source says, in the order it says it.
+from __future__ import annotations
+
+import itertools
+
+from ..errors import UnsupportedError
+from ..ir import Function, Op, Value
+from ..types import DType
+from .emit import CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item, Label, SourceLine, Sym, Vec, VReg
+
+TYPE_SUFFIX = {
+    DType.BOOL: "pred", DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32",
+    DType.I64: "s64", DType.F16: "f16", DType.BF16: "bf16", DType.F32: "f32", DType.F64: "f64",
+}
+BITS_SUFFIX = {DType.I32: "b32", DType.U32: "b32", DType.F32: "b32", DType.I64: "b64", DType.F64: "b64",
+               DType.BOOL: "pred", DType.F16: "b16", DType.BF16: "b16"}
+ATOMIC_TYPE = {DType.F32: "f32", DType.F64: "f64", DType.I32: "s32", DType.U32: "u32", DType.I64: "u64"}
+PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.F32: ".f32", DType.F64: ".f64",
+              DType.BOOL: ".u8"}
+MEMORY_TYPE = {DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32", DType.I64: "s64",
+               DType.F32: "f32", DType.F64: "f64", DType.F16: "b16", DType.BF16: "b16", DType.BOOL: "u8"}
+SPECIAL_AXIS = "xyz"
+FLOAT_ROUNDED = {"add", "sub", "mul", "div", "fma"}
+COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+FLOAT_COMPARE = dict(COMPARE, ne="neu")  # NaN != x is true, as in C and numpy
+ZERO = {DType.F32: 0.0, DType.F64: 0.0}
+
+
+class Selector:
+    def __init__(self, func: Function):
+        self.func = func
+        self.items: list[Item] = []
+        self.regs: dict[Value, VReg | Imm] = {}
+        self.ids = itertools.count(1)
+        self.labels = itertools.count()
+        self.params = func.attrs["params"]
+        self.last_loc = None
+
+    # ---------------------------------------------------------- registers
+    def new(self, dtype: DType) -> VReg:
+        return VReg(CLASS_OF_DTYPE[dtype], next(self.ids))
+
+    def define(self, v: Value) -> VReg:
+        r = self.new(v.dtype)
+        self.regs[v] = r
+        return r
+
+    def src(self, v: Value):
+        """The operand for `v`: its register, or an immediate for a constant."""
+        return self.regs[v]
+
+    def reg(self, v: Value) -> VReg:
+        """`v` in a register (constants are moved into one)."""
+        x = self.regs[v]
+        if isinstance(x, VReg):
+            return x
+        r = self.new(v.dtype)
+        self.mov(r, x, v.dtype)
+        return r
+
+    def emit(self, opcode: str, *operands, ndefs: int = 1, guard: VReg | None = None, negated: bool = False):
+        self.items.append(Instr(opcode, list(operands), ndefs, guard, negated))
+
+    def mov(self, dst: VReg, src, dtype: DType) -> None:
+        self.emit(f"mov.{BITS_SUFFIX.get(dtype, TYPE_SUFFIX[dtype])}", dst, src)
+
+    def label(self, stem: str) -> str:
+        return f"$L_{stem}_{next(self.labels)}"
+
+    # ---------------------------------------------------------- walking
+    def run(self) -> list[Item]:
+        self.block(self.func.body.ops)
+        self.emit("ret", ndefs=0)
+        return self.items
+
+    def block(self, ops: list[Op]) -> None:
+        for op in ops:
+            if op.loc is not None and op.loc != self.last_loc and op.opcode != "const":
+                self.items.append(SourceLine(op.loc))
+                self.last_loc = op.loc
+            fn = SELECT.get(op.opcode)
+            if fn is None:
+                raise UnsupportedError(f"no PTX instruction selection for '{op.opcode}'", op.loc)
+            fn(self, op)
+
+
+# ------------------------------------------------------------------ selection
+def _const(s: Selector, op: Op) -> None:
+    s.regs[op.result] = Imm(op.attrs["value"], op.result.dtype)
+
+
+def _param(s: Selector, op: Op) -> None:
+    index = op.attrs["index"]
+    p = s.params[index]
+    name = Sym(f"{s.func.name}_param_{index}")
+    dst = s.define(op.result)
+    if p.kind == "tensor":
+        raw = s.new(DType.I64)
+        s.emit("ld.param.u64", raw, Addr(name))
+        s.emit("cvta.to.global.u64", dst, raw)
+    elif p.dtype is DType.BOOL:
+        raw = s.new(DType.I32)
+        s.emit("ld.param.u8", raw, Addr(name))
+        s.emit("setp.ne.u32", dst, raw, Imm(0, DType.U32))
+    else:
+        s.emit(f"ld.param{PARAM_TYPE[p.dtype]}", dst, Addr(name))
+
+
+def _special(register: str):
+    def select(s: Selector, op: Op) -> None:
+        axis = SPECIAL_AXIS[op.attrs.get("axis", 0)]
+        s.emit("mov.u32", s.define(op.result), Sym(f"%{register}.{axis}"))
+    return select
+
+
+def _arith(opcode: str):
+    def select(s: Selector, op: Op) -> None:
+        dtype = op.result.dtype
+        if dtype is DType.BOOL:
+            s.emit(f"{opcode}.pred", s.define(op.result), *(s.reg(v) for v in op.operands))
+            return
+        name = opcode
+        if dtype.is_float and opcode in FLOAT_ROUNDED:
+            name = f"{opcode}.rn"
+        elif opcode == "mul":
+            name = "mul.lo"
+        suffix = BITS_SUFFIX[dtype] if opcode in ("and", "or", "xor", "not", "shl") else TYPE_SUFFIX[dtype]
+        if opcode == "shr":
+            suffix = "u32" if dtype is DType.U32 else TYPE_SUFFIX[dtype]
+        operands = [s.src(v) for v in op.operands]
+        if opcode in ("neg", "not", "abs"):
+            operands = [s.reg(op.operands[0])]
+        s.emit(f"{name}.{suffix}", s.define(op.result), *operands)
+    return select
+
+
+def _cmp(s: Selector, op: Op) -> None:
+    a, b = op.operands
+    pred = op.attrs["pred"]
+    dst = s.define(op.result)
+    if a.dtype is DType.BOOL:
+        diff = s.new(DType.BOOL) if pred == "eq" else dst
+        s.emit("xor.pred", diff, s.reg(a), s.reg(b))
+        if pred == "eq":
+            s.emit("not.pred", dst, diff)
+        return
+    table = FLOAT_COMPARE if a.dtype.is_float else COMPARE
+    s.emit(f"setp.{table[pred]}.{TYPE_SUFFIX[a.dtype]}", dst, s.reg(a), s.src(b))
+
+
+def _select(s: Selector, op: Op) -> None:
+    c, a, b = op.operands
+    dst = s.define(op.result)
+    if op.result.dtype is DType.BOOL:
+        t1, t2, nc = s.new(DType.BOOL), s.new(DType.BOOL), s.new(DType.BOOL)
+        s.emit("and.pred", t1, s.reg(c), s.reg(a))
+        s.emit("not.pred", nc, s.reg(c))
+        s.emit("and.pred", t2, nc, s.reg(b))
+        s.emit("or.pred", dst, t1, t2)
+        return
+    s.emit(f"selp.{BITS_SUFFIX[op.result.dtype]}", dst, s.src(a), s.src(b), s.reg(c))
+
+
+def _fma(s: Selector, op: Op) -> None:
+    s.emit(f"fma.rn.{TYPE_SUFFIX[op.result.dtype]}", s.define(op.result), *(s.src(v) for v in op.operands))
+
+
+def _unary(template: str):
+    """A one-instruction float function: template like 'sqrt.rn.{t}'."""
+    def select(s: Selector, op: Op) -> None:
+        s.emit(template.format(t=TYPE_SUFFIX[op.result.dtype]), s.define(op.result), s.reg(op.operands[0]))
+    return select
+
+
+def _mul_wide(s: Selector, op: Op) -> None:
+    s.emit("mul.wide.s32", s.define(op.result), s.reg(op.operands[0]), s.src(op.operands[1]))
+
+
+def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
+    """Append the conversion of `src` (a register or immediate of dtype frm) into `dst` (dtype to)."""
+    if frm == to or (frm.bits == to.bits and frm.is_int and to.is_int):
+        s.mov(dst, src, to)
+    elif frm is DType.BOOL:
+        one, zero = (1.0, 0.0) if to.is_float else (1, 0)
+        s.emit(f"selp.{BITS_SUFFIX.get(to, TYPE_SUFFIX[to])}", dst, Imm(one, to), Imm(zero, to), src)
+    elif to is DType.BOOL:
+        s.emit(f"setp.ne.{TYPE_SUFFIX[frm]}", dst, src, Imm(ZERO.get(frm, 0), frm))
+    elif frm is DType.BF16:
+        wide = s.new(DType.I32)
+        s.emit("cvt.u32.u16", wide, src)
+        s.emit("shl.b32", wide, wide, Imm(16, DType.I32))
+        f32 = dst if to is DType.F32 else s.new(DType.F32)
+        s.emit("mov.b32", f32, wide)
+        if to is not DType.F32:
+            convert(s, dst, f32, DType.F32, to)
+    elif to is DType.BF16:
+        _to_bf16(s, dst, src, frm)
+    elif frm.is_float and to.is_float:
+        rounding = ".rn" if to.bits < frm.bits else ""
+        s.emit(f"cvt{rounding}.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
+    elif frm.is_float:
+        s.emit(f"cvt.rzi.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
+    elif to.is_float:
+        s.emit(f"cvt.rn.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
+    else:
+        s.emit(f"cvt.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
+
+
+def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
+    """f32 -> bf16, rounding to nearest even, with integer ops (works on every target)."""
+    if frm is not DType.F32:
+        f32 = s.new(DType.F32)
+        convert(s, f32, src, frm, DType.F32)
+        src = f32
+    bits, lsb, out = s.new(DType.I32), s.new(DType.I32), s.new(DType.I32)
+    s.emit("mov.b32", bits, src)
+    s.emit("bfe.u32", lsb, bits, Imm(16, DType.I32), Imm(1, DType.I32))
+    s.emit("add.s32", lsb, lsb, Imm(0x7FFF, DType.I32))
+    s.emit("add.s32", out, bits, lsb)
+    s.emit("shr.u32", out, out, Imm(16, DType.I32))
+    s.emit("cvt.u16.u32", dst, out)
+
+
+def _cast(s: Selector, op: Op) -> None:
+    convert(s, s.define(op.result), s.src(op.operands[0]), op.operands[0].dtype, op.result.dtype)
+
+
+def _shfl(s: Selector, op: Op) -> None:
+    x, mask = op.operands
+    dtype = x.dtype
+    dst = s.define(op.result)
+    lane = s.src(mask)
+    if dtype in (DType.I64, DType.F64):
+        lo, hi, lo2, hi2 = (s.new(DType.I32) for _ in range(4))
+        s.emit("mov.b64", Vec((lo, hi)), s.reg(x))
+        s.emit("shfl.sync.bfly.b32", lo2, lo, lane, Imm(31, DType.I32), Imm(-1, DType.I32))
+        s.emit("shfl.sync.bfly.b32", hi2, hi, lane, Imm(31, DType.I32), Imm(-1, DType.I32))
+        s.emit("mov.b64", dst, Vec((lo2, hi2)))
+    elif dtype is DType.BOOL:
+        w, w2 = s.new(DType.I32), s.new(DType.I32)
+        s.emit("selp.u32", w, Imm(1, DType.U32), Imm(0, DType.U32), s.reg(x))
+        s.emit("shfl.sync.bfly.b32", w2, w, lane, Imm(31, DType.I32), Imm(-1, DType.I32))
+        s.emit("setp.ne.u32", dst, w2, Imm(0, DType.U32))
+    else:
+        s.emit("shfl.sync.bfly.b32", dst, s.reg(x), lane, Imm(31, DType.I32), Imm(-1, DType.I32))
+
+
+def _smem_addr(s: Selector, op: Op) -> None:
+    dst = s.define(op.result)
+    s.emit("mov.u32", dst, Sym(SMEM_SYMBOL))
+    if op.attrs.get("offset"):
+        s.emit("add.s32", dst, dst, Imm(op.attrs["offset"], DType.I32))
+
+
+def _memory_ops(op: Op) -> tuple[Value, list[Value], Value | None]:
+    """(address, data operands, guard predicate) of a load/store op."""
+    operands = list(op.operands)
+    pred = operands.pop() if op.attrs.get("masked") else None
+    return operands[0], operands[1:], pred
+
+
+def _load(space: str):
+    def select(s: Selector, op: Op) -> None:
+        addr, _, pred = _memory_ops(op)
+        mem = op.attrs["dtype"]
+        vec = op.attrs["vec"]
+        dsts = [s.define(r) for r in op.results]
+        natural = mem in (DType.F32, DType.F64, DType.I32, DType.U32, DType.I64)
+        temp = DType.I32 if (mem is DType.BOOL or mem.is_int) else mem  # widened or 16-bit float bits
+        targets = dsts if natural else [s.new(temp) for _ in dsts]
+        if pred is not None:
+            for t, r in zip(targets, op.results):
+                zero = r.dtype if natural else temp
+                s.mov(t, Imm(ZERO.get(zero, 0), zero), zero)
+        nc = ".nc" if op.attrs.get("read_only") and space == "global" else ""
+        v = f".v{vec}" if vec > 1 else ""
+        operand = Vec(tuple(targets)) if vec > 1 else targets[0]
+        s.emit(f"ld.{space}{nc}{v}.{MEMORY_TYPE[mem]}", operand, Addr(s.reg(addr), op.attrs.get("offset", 0)),
+               guard=s.reg(pred) if pred is not None else None)
+        if not natural:
+            for t, d, r in zip(targets, dsts, op.results):
+                if mem is DType.BOOL:
+                    s.emit("setp.ne.u32", d, t, Imm(0, DType.U32))
+                elif mem.is_int:
+                    convert(s, d, t, DType.I32, r.dtype)
+                else:
+                    convert(s, d, t, mem, r.dtype)
+    return select
+
+
+def _store(space: str, opcode: str = "st"):
+    def select(s: Selector, op: Op) -> None:
+        addr, values, pred = _memory_ops(op)
+        mem = op.attrs["dtype"]
+        vec = op.attrs["vec"]
+        sources = []
+        for v in values:
+            if v.dtype == mem or (mem.compute == v.dtype and mem in (DType.I8, DType.I16)):
+                sources.append(s.src(v) if mem not in (DType.I8, DType.I16) else s.reg(v))
+            elif mem is DType.BOOL:
+                w = s.new(DType.I32)
+                s.emit("selp.u32", w, Imm(1, DType.U32), Imm(0, DType.U32), s.reg(v))
+                sources.append(w)
+            else:
+                t = s.new(mem)
+                convert(s, t, s.src(v), v.dtype, mem)
+                sources.append(t)
+        v_ = f".v{vec}" if vec > 1 else ""
+        operand = Vec(tuple(sources)) if vec > 1 else sources[0]
+        if opcode == "st":
+            name = f"st.{space}{v_}.{MEMORY_TYPE[mem]}"
+        else:
+            name = f"red.{space}.add.{ATOMIC_TYPE[mem]}"
+        s.emit(name, Addr(s.reg(addr), op.attrs.get("offset", 0)), operand, ndefs=0,
+               guard=s.reg(pred) if pred is not None else None)
+    return select
+
+
+def _barrier(s: Selector, op: Op) -> None:
+    s.emit("bar.sync", Imm(0, DType.I32), ndefs=0)
+
+
+def _yield_into(s: Selector, targets: list[VReg], values: list[Value]) -> None:
+    """Parallel copy of `values` into `targets` (through temporaries when they overlap)."""
+    sources = [s.src(v) for v in values]
+    pending = [(t, x, v.dtype) for t, x, v in zip(targets, sources, values) if t is not x]
+    if any(isinstance(x, VReg) and x in targets for _, x, _ in pending):
+        temps = []
+        for t, x, dtype in pending:
+            tmp = s.new(dtype)
+            s.mov(tmp, x, dtype)
+            temps.append((t, tmp, dtype))
+        pending = temps
+    for t, x, dtype in pending:
+        s.mov(t, x, dtype)
+
+
+def _for(s: Selector, op: Op) -> None:
+    lo, hi = op.operands[0], op.operands[1]
+    step = op.attrs["step"]
+    body = op.regions[0]
+    iv = s.define(body.args[0])
+    carried = [s.define(a) for a in body.args[1:]]
+    s.mov(iv, s.src(lo), lo.dtype)
+    _yield_into(s, carried, op.operands[2:])
+    t = TYPE_SUFFIX[lo.dtype]
+    exit_cmp, loop_cmp = ("ge", "lt") if step > 0 else ("le", "gt")
+    top, end = s.label("loop"), s.label("done")
+    done = s.new(DType.BOOL)
+    s.emit(f"setp.{exit_cmp}.{t}", done, iv, s.src(hi))
+    s.emit("bra.uni", Sym(end), ndefs=0, guard=done)
+    s.items.append(Label(top))
+    s.block(body.ops[:-1])
+    _yield_into(s, carried, body.ops[-1].operands)
+    s.emit(f"add.{t}", iv, iv, Imm(step, lo.dtype))
+    again = s.new(DType.BOOL)
+    s.emit(f"setp.{loop_cmp}.{t}", again, iv, s.src(hi))
+    s.emit("bra.uni", Sym(top), ndefs=0, guard=again)
+    s.items.append(Label(end))
+    for r, c in zip(op.results, carried):
+        s.regs[r] = c
+
+
+def _if(s: Selector, op: Op) -> None:
+    cond = s.reg(op.operands[0])
+    results = [s.define(r) for r in op.results]
+    then, orelse = op.regions
+    else_label, end = s.label("else"), s.label("endif")
+    s.emit("bra.uni", Sym(else_label), ndefs=0, guard=cond, negated=True)
+    s.block(then.ops[:-1])
+    _yield_into(s, results, then.ops[-1].operands)
+    s.emit("bra.uni", Sym(end), ndefs=0)
+    s.items.append(Label(else_label))
+    s.block(orelse.ops[:-1])
+    _yield_into(s, results, orelse.ops[-1].operands)
+    s.items.append(Label(end))
+
+
+SELECT = {
+    "const": _const,
+    "param": _param,
+    "program_id": _special("ctaid"),
+    "num_programs": _special("nctaid"),
+    "tid": _special("tid"),
+    **{name: _arith(name) for name in ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor",
+                                       "shl", "shr", "neg", "not", "abs")},
+    "cmp": _cmp,
+    "select": _select,
+    "fma": _fma,
+    "cast": _cast,
+    "sqrt": _unary("sqrt.rn.{t}"),
+    "rcp": _unary("rcp.rn.{t}"),
+    "ex2_approx": _unary("ex2.approx.{t}"),
+    "lg2_approx": _unary("lg2.approx.{t}"),
+    "rsqrt_approx": _unary("rsqrt.approx.{t}"),
+    "sin_approx": _unary("sin.approx.{t}"),
+    "cos_approx": _unary("cos.approx.{t}"),
+    "mul_wide": _mul_wide,
+    "shfl_bfly": _shfl,
+    "smem_addr": _smem_addr,
+    "ld_global": _load("global"),
+    "st_global": _store("global"),
+    "atom_add_global": _store("global", "red"),
+    "ld_shared": _load("shared"),
+    "st_shared": _store("shared"),
+    "barrier": _barrier,
+    "for": _for,
+    "if": _if,
+}
+
+
+def entry_params(func: Function) -> list[EntryParam]:
+    out = []
+    for i, p in enumerate(func.attrs["params"]):
+        ptx_type = ".u64" if p.kind == "tensor" else PARAM_TYPE[p.dtype]
+        out.append(EntryParam(f"{func.name}_param_{i}", ptx_type))
+    return out
+
+
+def select(func: Function) -> list[Item]:
+    """PTX items for a thread-level function (virtual registers, not yet allocated)."""
+    return Selector(func).run()

@@ -1,0 +1,160 @@
+# Register allocation for PTX virtual registers: liveness, then linear scan per class.
+#
+# ptxas does the real allocation onto hardware registers, and it gives the same
+# machine code for SSA-numbered PTX and for PTX with reused registers.  This
+# pass exists for two other reasons: compact, readable PTX (`%f<40>` rather
+# than `%f<4000>`), and a register-pressure figure *before* ptxas runs - the
+# peak number of 32-bit registers live at once - that the autotuner uses to
+# skip configurations that would spill.
+#
+# Liveness is the textbook backward dataflow over basic blocks (a label starts
+# one; a branch or `ret` ends one).  A register's interval runs from the first
+# to the last instruction where it is live or written, so a value that lives
+# around a loop's back edge covers the whole loop.  Linear scan then walks the
+# intervals by start and gives each the lowest number of its class that is free.
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from .emit import Instr, Item, Label, VReg
+
+REG_WIDTH = {"pred": 0, "b16": 1, "b32": 1, "f32": 1, "b64": 2, "f64": 2}  # 32-bit registers
+
+
+@dataclass
+class Allocation:
+    counts: dict[str, int]  # registers to declare per class
+    peak_pressure: int  # most 32-bit registers live at one instruction
+    peak_by_class: dict[str, int]
+
+
+def _blocks(items: list[Item]) -> tuple[list[list[int]], dict[int, list[int]]]:
+    """Basic blocks (as lists of instruction positions) and their successors."""
+    blocks: list[list[int]] = [[]]
+    label_block: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Label):
+            if blocks[-1]:
+                blocks.append([])
+            label_block[item.name] = len(blocks) - 1
+        elif isinstance(item, Instr):
+            blocks[-1].append(i)
+            if item.ends_block:
+                blocks.append([])
+    succ: dict[int, list[int]] = {}
+    for b, positions in enumerate(blocks):
+        out = []
+        last = items[positions[-1]] if positions else None
+        if isinstance(last, Instr) and last.is_branch:
+            out.append(label_block[str(last.operands[0])])
+            if last.guard is not None and b + 1 < len(blocks):
+                out.append(b + 1)
+        elif not (isinstance(last, Instr) and last.ends_block) and b + 1 < len(blocks):
+            out.append(b + 1)
+        succ[b] = out
+    return blocks, succ
+
+
+def live_intervals(items: list[Item]) -> dict[VReg, tuple[int, int]]:
+    """For each register, the first and last instruction position where it is live or written."""
+    blocks, succ = _blocks(items)
+    use_def = []
+    for positions in blocks:
+        uses, defs = set(), set()
+        for i in positions:
+            ins = items[i]
+            uses.update(r for r in ins.uses() if r not in defs)
+            defs.update(ins.defs())
+        use_def.append((uses, defs))
+    live_in = [set() for _ in blocks]
+    live_out = [set() for _ in blocks]
+    changed = True
+    while changed:
+        changed = False
+        for b in reversed(range(len(blocks))):
+            out = set().union(*(live_in[s] for s in succ[b])) if succ[b] else set()
+            uses, defs = use_def[b]
+            new_in = uses | (out - defs)
+            if out != live_out[b] or new_in != live_in[b]:
+                live_out[b], live_in[b] = out, new_in
+                changed = True
+    span: dict[VReg, list[int]] = {}
+
+    def touch(r: VReg, i: int) -> None:
+        s = span.get(r)
+        if s is None:
+            span[r] = [i, i]
+        else:
+            s[0], s[1] = min(s[0], i), max(s[1], i)
+
+    for b, positions in enumerate(blocks):
+        if not positions:
+            continue
+        live = set(live_out[b])
+        for r in live:
+            touch(r, positions[-1])
+        for i in reversed(positions):
+            ins = items[i]
+            for r in ins.defs():
+                touch(r, i)
+                if ins.guard is None:
+                    live.discard(r)
+            for r in ins.uses():
+                touch(r, i)
+                live.add(r)
+            for r in live:
+                touch(r, i)
+        for r in live_in[b]:
+            touch(r, positions[0])
+    return {r: (s[0], s[1]) for r, s in span.items()}
+
+
+def allocate(items: list[Item]) -> Allocation:
+    """Number the registers of `items` (sets VReg.number); returns counts and peak pressure."""
+    intervals = live_intervals(items)
+    order = sorted(intervals.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[0].id))
+    free: dict[str, list[int]] = {}
+    next_number: dict[str, int] = {}
+    active: list[tuple[int, VReg]] = []
+    pressure, peak = 0, 0
+    by_class: dict[str, int] = {}
+    peak_by_class: dict[str, int] = {}
+    for reg, (start, end) in order:
+        still = []
+        for a_end, a_reg in active:
+            if a_end < start:
+                heapq.heappush(free.setdefault(a_reg.cls, []), a_reg.number)
+                pressure -= REG_WIDTH[a_reg.cls]
+                by_class[a_reg.cls] -= 1
+            else:
+                still.append((a_end, a_reg))
+        active = still
+        pool = free.get(reg.cls)
+        if pool:
+            reg.number = heapq.heappop(pool)
+        else:
+            reg.number = next_number.get(reg.cls, 1)
+            next_number[reg.cls] = reg.number + 1
+        active.append((end, reg))
+        pressure += REG_WIDTH[reg.cls]
+        by_class[reg.cls] = by_class.get(reg.cls, 0) + 1
+        peak = max(peak, pressure)
+        peak_by_class[reg.cls] = max(peak_by_class.get(reg.cls, 0), by_class[reg.cls])
+    counts = {cls: n for cls, n in next_number.items()}
+    return Allocation(counts, peak, peak_by_class)
+
+
+def number_in_order(items: list[Item]) -> dict[str, int]:
+    """Plain SSA-style numbering: every virtual register keeps a number of its own."""
+    counts: dict[str, int] = {}
+    seen = set()
+    for item in items:
+        if not isinstance(item, Instr):
+            continue
+        for r in item.defs() + item.uses():
+            if id(r) not in seen:
+                seen.add(id(r))
+                r.number = counts.get(r.cls, 1)
+                counts[r.cls] = r.number + 1
+    return counts
