@@ -243,10 +243,10 @@ class Lowering:
 
     def digit(self, div: int, mod: int) -> Value:
         """(tid // div) % mod, once per kernel."""
-        def make(b: Builder) -> Value:
+        def make(b: Builder) -> Value:  # div and mod are powers of two, tid is never negative
             t = self.tid()
-            q = t if div == 1 else b.value("div", [t, b.const(div, I32)], I32)
-            return q if div * mod >= self.threads else b.value("rem", [q, b.const(mod, I32)], I32)
+            q = t if div == 1 else b.value("shr", [t, b.const(div.bit_length() - 1, I32)], I32)
+            return q if div * mod >= self.threads else b.value("and", [q, b.const(mod - 1, I32)], I32)
         return self.entry_value(("digit", div, mod), make)
 
     def thread_coord(self, terms: tuple[Term, ...]) -> Value:
@@ -601,9 +601,15 @@ class Lowering:
         base = tensor.ptr
         for d in range(len(tensor.dims)):
             c = thread_c.get(d, starts[d])
-            term = self.op("mul", [self.op("cast", [c], I64), strides[d]], I64) if d != last else \
-                self.op("cast", [c], I64)
-            base = self.op("add", [base, self.op("mul", [term, self.const(eb, DType.I64)], I64)], I64)
+            if d == last:
+                term = self.op("mul_wide", [c, self.const(eb)], I64)
+            elif d == last - 1:  # the stride is the last dim, an i32
+                term = self.op("mul", [self.op("mul_wide", [c, tensor.dims[last]], I64),
+                                       self.const(eb, DType.I64)], I64)
+            else:
+                term = self.op("mul", [self.op("cast", [c], I64), strides[d]], I64)
+                term = self.op("mul", [term, self.const(eb, DType.I64)], I64)
+            base = self.op("add", [base, term], I64)
         out = []
         for r in range(nregs):
             offsets = layout.offsets[r] if layout is not None else ()
@@ -628,7 +634,9 @@ class Lowering:
                 preds.append(self.unsigned_less(start, dim))
             else:
                 k = tile_dims.index(d)
-                c = self.op("add", [start, self.coord(layout, r, k)], I32)
+                c = self.op("add", [start, self.thread_coord(layout.terms[k])], I32)
+                if layout.offsets[r][k]:
+                    c = self.op("add", [c, self.const(layout.offsets[r][k])], I32)
                 preds.append(self.unsigned_less(c, dim))
         return self.all_of(preds)
 

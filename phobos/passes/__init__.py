@@ -24,7 +24,7 @@ PASSES: dict[str, Callable[[Function], None]] = {
     "fuse-dot": fuse_dot,
 }
 
-TILE_PIPELINE = ["fold", "cse", "fuse-dot", "licm", "dce"]
+TILE_PIPELINE = ["fold", "licm", "cse", "fuse-dot", "dce"]
 THREAD_PIPELINE = ["fold", "cse", "licm", "fold", "cse", "dce"]
 
 

@@ -47,15 +47,37 @@ class Selector:
         self.labels = itertools.count()
         self.params = func.attrs["params"]
         self.last_loc = None
+        self.prefer: dict[Value, VReg] = {}
 
     # ---------------------------------------------------------- registers
     def new(self, dtype: DType) -> VReg:
         return VReg(CLASS_OF_DTYPE[dtype], next(self.ids))
 
     def define(self, v: Value) -> VReg:
-        r = self.new(v.dtype)
+        r = self.prefer.pop(v, None) or self.new(v.dtype)
         self.regs[v] = r
         return r
+
+    def prefer_targets(self, targets: list[VReg], region, after_uses_of=None) -> None:
+        """Let values a region yields be computed straight into the registers they are copied to.
+
+        A yielded value defined in the region itself can take its target's
+        register when it is yielded once and, for a loop, when the loop-carried
+        value it replaces is not read after it is defined.
+        """
+        ops = region.ops
+        yielded = ops[-1].operands
+        position = {}
+        for i, op in enumerate(ops):
+            for inner in [op, *_nested(op)]:
+                for r in inner.results:
+                    position[r] = i
+        for k, (target, v) in enumerate(zip(targets, yielded)):
+            if v not in position or yielded.count(v) != 1:
+                continue
+            if after_uses_of is not None and _used_after(ops, after_uses_of[k], position[v]):
+                continue
+            self.prefer[v] = target
 
     def src(self, v: Value):
         """The operand for `v`: its register, or an immediate for a constant."""
@@ -234,7 +256,11 @@ def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
 
 
 def _cast(s: Selector, op: Op) -> None:
-    convert(s, s.define(op.result), s.src(op.operands[0]), op.operands[0].dtype, op.result.dtype)
+    frm, to = op.operands[0].dtype, op.result.dtype
+    if frm.is_int and to.is_int and frm.bits == to.bits:  # a reinterpretation: same register
+        s.regs[op.result] = s.src(op.operands[0])
+        return
+    convert(s, s.define(op.result), s.src(op.operands[0]), frm, to)
 
 
 def _shfl(s: Selector, op: Op) -> None:
@@ -347,6 +373,22 @@ def _yield_into(s: Selector, targets: list[VReg], values: list[Value]) -> None:
         s.mov(t, x, dtype)
 
 
+def _nested(op: Op):
+    for region in op.regions:
+        for inner in region.ops:
+            yield inner
+            yield from _nested(inner)
+
+
+def _used_after(ops: list[Op], v: Value, position: int) -> bool:
+    """Is `v` read by an op after top-level position `position` (nested regions included)?"""
+    for op in ops[position + 1:]:
+        for inner in [op, *_nested(op)]:
+            if v in inner.operands:
+                return True
+    return False
+
+
 def _for(s: Selector, op: Op) -> None:
     lo, hi = op.operands[0], op.operands[1]
     step = op.attrs["step"]
@@ -362,6 +404,7 @@ def _for(s: Selector, op: Op) -> None:
     s.emit(f"setp.{exit_cmp}.{t}", done, iv, s.src(hi))
     s.emit("bra.uni", Sym(end), ndefs=0, guard=done)
     s.items.append(Label(top))
+    s.prefer_targets(carried, body, after_uses_of=body.args[1:])
     s.block(body.ops[:-1])
     _yield_into(s, carried, body.ops[-1].operands)
     s.emit(f"add.{t}", iv, iv, Imm(step, lo.dtype))
@@ -379,10 +422,12 @@ def _if(s: Selector, op: Op) -> None:
     then, orelse = op.regions
     else_label, end = s.label("else"), s.label("endif")
     s.emit("bra.uni", Sym(else_label), ndefs=0, guard=cond, negated=True)
+    s.prefer_targets(results, then)
     s.block(then.ops[:-1])
     _yield_into(s, results, then.ops[-1].operands)
     s.emit("bra.uni", Sym(end), ndefs=0)
     s.items.append(Label(else_label))
+    s.prefer_targets(results, orelse)
     s.block(orelse.ops[:-1])
     _yield_into(s, results, orelse.ops[-1].operands)
     s.items.append(Label(end))

@@ -1,0 +1,109 @@
+# The command line: `python -m phobos check|compile ...`.
+#
+#   check FILE...                       every error of every kernel and configuration
+#   compile FILE [-D NAME=VALUE]... [--kernel K] [--arch sm_90] [-o out.ptx]
+#           [--dump-ast | --dump-ir | --dump-thread-ir | --dump-after=PASS]
+#
+# Errors print as `file:line:col: error: message` with the source line and a
+# caret; the exit status is 1 when the input has errors, 2 for bad usage.
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .compiler import PASS_NAMES, TARGETS, Dumps, compile
+from .errors import PhobosError
+from .sema import check_program
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as err:
+        raise SystemExit(_usage_error(f"cannot read {path}: {err.strerror}"))
+    except UnicodeDecodeError:
+        raise SystemExit(_usage_error(f"{path} is not UTF-8 text"))
+
+
+def _usage_error(message: str) -> int:
+    print(f"phobos: error: {message}", file=sys.stderr)
+    return 2
+
+
+def cmd_check(args) -> int:
+    from .compiler import parse_source
+    failed = False
+    for path in args.files:
+        src = _read(path)
+        try:
+            errors = check_program(parse_source(src, path))
+        except PhobosError as err:
+            errors = [err]
+        for err in errors:
+            print(err, file=sys.stderr)
+        failed |= bool(errors)
+        if not errors and not args.quiet:
+            print(f"{path}: ok")
+    return 1 if failed else 0
+
+
+def _define(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got '{text}'")
+    try:
+        return name, int(value, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the value of {name} must be an integer, got '{value}'") from None
+
+
+def cmd_compile(args) -> int:
+    src = _read(args.file)
+    after = args.dump_after
+    if after is not None and after.split(":")[-1] not in PASS_NAMES:
+        return _usage_error(f"unknown pass '{after}'; passes: {', '.join(PASS_NAMES)}")
+    dumps = Dumps(ast=args.dump_ast, ir=args.dump_ir, after=after, thread_ir=args.dump_thread_ir)
+    try:
+        kernel = compile(src, arch=args.arch, config=dict(args.define) or None, kernel=args.kernel,
+                         filename=args.file, dumps=dumps)
+    except PhobosError as err:
+        print(err, file=sys.stderr)
+        return 1
+    if dumps.texts:
+        print("\n\n".join(dumps.texts))
+        if not args.output:
+            return 0
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(kernel.ptx)
+    elif not dumps.texts:
+        sys.stdout.write(kernel.ptx)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m phobos", description="The Phobos tile kernel compiler.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="report every error in Phobos source files")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.add_argument("-q", "--quiet", action="store_true", help="print nothing for files without errors")
+    comp = sub.add_parser("compile", help="compile one kernel configuration to PTX")
+    comp.add_argument("file", metavar="FILE")
+    comp.add_argument("-D", dest="define", action="append", type=_define, default=[], metavar="NAME=VALUE",
+                      help="set an autotune parameter (default: its first value)")
+    comp.add_argument("--kernel", help="which kernel, when the file has several")
+    comp.add_argument("--arch", default="sm_90", choices=sorted(TARGETS))
+    comp.add_argument("-o", "--output", metavar="OUT.ptx", help="write the PTX here (default: stdout)")
+    comp.add_argument("--dump-ast", action="store_true", help="print the AST")
+    comp.add_argument("--dump-ir", action="store_true", help="print the tile-level IR before the passes")
+    comp.add_argument("--dump-thread-ir", action="store_true", help="print the thread-level IR after lowering")
+    comp.add_argument("--dump-after", metavar="PASS",
+                      help=f"print the IR after a pass ({', '.join(PASS_NAMES)}; 'tile:' or 'thread:' "
+                           f"picks the level)")
+    args = parser.parse_args(argv)
+    return {"check": cmd_check, "compile": cmd_compile}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
