@@ -1,5 +1,7 @@
 # Test machinery shared by the whole suite.
 #
+# - Tests marked `gpu` are skipped, with the reason, where kernels cannot be
+#   launched (no PyCUDA, no driver, no GPU): `phobos.runtime.gpu_available`.
 # - The `no_ptxas` fixture hides every ptxas on the machine from
 #   phobos.toolchain, for testing what users without one see.
 from __future__ import annotations
@@ -8,9 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from phobos import toolchain
+from phobos import runtime, toolchain
 
 HANDWRITTEN_PTX_DIR = Path(__file__).parent.parent / "handwritten_ptx"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    available, reason = runtime.gpu_available()
+    if not available:
+        skip = pytest.mark.skip(reason=f"needs a GPU: {reason}")
+        for item in gpu_tests:
+            item.add_marker(skip)
 
 
 @pytest.fixture
