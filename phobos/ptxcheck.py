@@ -1,0 +1,234 @@
+# Checking PTX with ptxas: does it assemble, and what does each kernel cost?
+#
+# `check(ptx_text, arch)` runs `ptxas -v` (through phobos.toolchain) and turns
+# its output into a `Report`: per kernel the registers, spill stores and loads,
+# shared memory and stack frame, plus ptxas's errors and warnings with the line
+# of the PTX they point at.  The compiler uses it to vet what it emits; tests
+# use it to pin resource usage.
+#
+# As a command, `python -m phobos.ptxcheck FILE... [--arch sm_75,sm_90] [--json]`
+# checks every file for every target.  Each input path becomes a list of
+# `CheckUnit`s (a label and a PTX text) in `_units_for`: a .ptx file is one
+# unit; that is the one place to teach the checker a new kind of input.
+#
+# Exit status: 0 when everything assembles, 1 when ptxas rejects something,
+# 2 when the check could not run (a missing file, an unknown target, no ptxas).
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from .errors import PhobosError, PtxasError, ToolchainError
+from .toolchain import check_arch, find_ptxas, run_ptxas
+
+DEFAULT_ARCHS = ("sm_75", "sm_90")
+
+
+@dataclass
+class KernelReport:
+    """What ptxas reports for one kernel (.entry) on one target; sizes in bytes."""
+
+    name: str
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"{self.name}: {self.registers} registers, {self.spill_stores} B spill stores, "
+            f"{self.spill_loads} B spill loads, {self.shared_bytes} B shared, {self.stack_bytes} B stack"
+        )
+
+
+@dataclass
+class PtxasDiagnostic:
+    """An error or warning from ptxas; `line` is the PTX line, None when ptxas gives none."""
+
+    file: str
+    line: int | None
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.severity}: {self.message}"
+
+
+@dataclass
+class Report:
+    """The outcome of assembling one PTX text for one target."""
+
+    arch: str
+    name: str
+    ok: bool
+    kernels: list[KernelReport] = field(default_factory=list)
+    errors: list[PtxasDiagnostic] = field(default_factory=list)
+    warnings: list[PtxasDiagnostic] = field(default_factory=list)
+    raw: str = ""
+
+    def kernel(self, name: str) -> KernelReport:
+        """The report of the kernel called `name`; KeyError if there is none."""
+        for kernel in self.kernels:
+            if kernel.name == name:
+                return kernel
+        raise KeyError(f"no kernel '{name}' in {self.name} (kernels: {', '.join(k.name for k in self.kernels)})")
+
+    def raise_for_errors(self) -> None:
+        """Raise PtxasError listing ptxas's errors if the text did not assemble."""
+        if self.ok:
+            return
+        details = "\n".join(f"  {error}" for error in self.errors)
+        raise PtxasError(f"ptxas rejected {self.name} for {self.arch}:\n{details}")
+
+
+def check(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>") -> Report:
+    """Assemble `ptx_text` for `arch` and report per-kernel resources and diagnostics.
+
+    `name` is the file name diagnostics and the report are labelled with.
+    Raises ToolchainError for an unknown target or when ptxas cannot be found.
+    """
+    returncode, stdout, stderr = run_ptxas(ptx_text, arch, source_name=name)
+    raw = stdout + stderr
+    kernels, errors, warnings = _parse_ptxas_output(raw, name)
+    if returncode != 0 and not errors:
+        errors.append(PtxasDiagnostic(name, None, f"ptxas exited with status {returncode}"))
+    return Report(arch, name, returncode == 0, kernels, errors, warnings, raw)
+
+
+# ptxas -v output, e.g.
+#   ptxas info    : Compiling entry function 'add' for 'sm_90'
+#   ptxas info    : Function properties for add
+#       0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+#   ptxas info    : Used 12 registers, used 0 barriers, 4096 bytes smem, 380 bytes cmem[0]
+#   ptxas add.ptx, line 7; error   : Not a name of any known instruction: 'bogus'
+#   ptxas add.ptx, line 3; fatal   : Parsing error near 'bogus': syntax error
+#   ptxas warning : For entry k adjusting per thread register count of 4 to lower bound of 24
+#   ptxas fatal   : Ptx assembly aborted due to errors
+_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)'")
+_PROPERTIES = re.compile(r"Function properties for (?P<name>\S+)")
+_FRAME = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
+)
+_USED_REGISTERS = re.compile(r"Used (?P<registers>\d+) registers")
+_SHARED = re.compile(r"(?P<shared>\d+) bytes smem")
+_LOCATED = re.compile(r"^ptxas .*, line (?P<line>\d+); (?P<severity>error|warning|fatal)\s*: (?P<message>.*)$")
+_UNLOCATED = re.compile(r"^ptxas (?P<severity>error|warning|fatal)\s*: (?P<message>.*)$")
+_ABORTED = "Ptx assembly aborted due to errors"
+
+
+def _parse_ptxas_output(
+    output: str, name: str
+) -> tuple[list[KernelReport], list[PtxasDiagnostic], list[PtxasDiagnostic]]:
+    """Split ptxas -v output into kernel reports, errors and warnings."""
+    kernels: dict[str, KernelReport] = {}
+    errors: list[PtxasDiagnostic] = []
+    warnings: list[PtxasDiagnostic] = []
+    described: KernelReport | None = None  # the kernel the next resource lines are about
+    for line in output.splitlines():
+        if match := _LOCATED.match(line) or _UNLOCATED.match(line):
+            message = match["message"].strip()
+            if message == _ABORTED and errors:
+                continue  # says nothing the errors above do not
+            severity = "warning" if match["severity"] == "warning" else "error"
+            line_number = int(match["line"]) if "line" in match.groupdict() else None
+            diagnostic = PtxasDiagnostic(name, line_number, message, severity)
+            (errors if severity == "error" else warnings).append(diagnostic)
+        elif match := _ENTRY.search(line):
+            kernels[match["name"]] = KernelReport(match["name"])
+        elif match := _PROPERTIES.search(line):
+            described = kernels.get(match["name"])  # None for .func device functions
+        elif described is not None and (match := _FRAME.search(line)):
+            described.stack_bytes = int(match["stack"])
+            described.spill_stores = int(match["stores"])
+            described.spill_loads = int(match["loads"])
+        elif described is not None and (match := _USED_REGISTERS.search(line)):
+            described.registers = int(match["registers"])
+            if shared := _SHARED.search(line):
+                described.shared_bytes = int(shared["shared"])
+    return list(kernels.values()), errors, warnings
+
+
+class CheckUnit(NamedTuple):
+    """One PTX text to check, with the label its results are printed under."""
+
+    label: str
+    ptx: str
+
+
+class InputError(PhobosError):
+    """An input path the checker cannot read or does not know how to check."""
+
+
+def _units_for(path: str, arch: str) -> list[CheckUnit]:
+    """The PTX texts to check for the input file `path` on target `arch`."""
+    file = Path(path)
+    if not file.exists():
+        raise InputError(f"{path}: no such file")
+    if not file.is_file():
+        raise InputError(f"{path}: not a file")
+    if file.suffix == ".ptx":
+        try:
+            return [CheckUnit(path, file.read_text())]
+        except (OSError, UnicodeDecodeError) as error:
+            raise InputError(f"{path}: cannot read: {error}") from error
+    raise InputError(f"{path}: unsupported file type '{file.suffix}' (expected a .ptx file)")
+
+
+def _parse_archs(text: str) -> list[str]:
+    return [check_arch(arch.strip()) for arch in text.split(",") if arch.strip()] or list(DEFAULT_ARCHS)
+
+
+def _print_human(report: Report) -> None:
+    for warning in report.warnings:
+        print(warning)
+    if report.ok:
+        for kernel in report.kernels:
+            print(f"{report.name} [{report.arch}] {kernel.summary()}")
+    else:
+        print(f"{report.name} [{report.arch}]: rejected by ptxas")
+        for error in report.errors:
+            print(error)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the checker as a command; return its exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m phobos.ptxcheck",
+        description="Assemble PTX with ptxas and report registers, spills, shared memory and stack per kernel.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE", help="PTX files to check")
+    parser.add_argument(
+        "--arch",
+        default=",".join(DEFAULT_ARCHS),
+        help=f"comma-separated targets (default {','.join(DEFAULT_ARCHS)})",
+    )
+    parser.add_argument("--json", action="store_true", help="print the reports as a JSON list")
+    args = parser.parse_args(argv)
+
+    try:
+        archs = _parse_archs(args.arch)
+        find_ptxas()
+        work = [(arch, unit) for path in args.files for arch in archs for unit in _units_for(path, arch)]
+    except (InputError, ToolchainError) as error:
+        print(f"ptxcheck: {error.message}", file=sys.stderr)
+        return 2
+
+    reports = [check(unit.ptx, arch, unit.label) for arch, unit in work]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(report) for report in reports], indent=2))
+    else:
+        for report in reports:
+            _print_human(report)
+    return 0 if all(report.ok for report in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,519 @@
+# Loading PTX onto the GPU and launching its kernels, through PyCUDA.
+#
+# The CUDA driver JIT-compiles PTX text itself, so a PTX string is all a launch
+# needs.  `launch` takes the kernel's arguments as the user has them: numpy
+# arrays are copied to the GPU and back, device memory (plain pointers, PyCUDA
+# allocations and GPUArrays, torch/CuPy tensors through
+# `__cuda_array_interface__`) is passed as is, and Python or numpy numbers are
+# converted to the type the kernel declares for that parameter, read off the
+# `.entry` line of the PTX.  The parameter buffer is packed here, following the
+# PTX layout, so no argument is ever passed with a type the kernel did not ask
+# for.
+#
+# PyCUDA is imported only when something is loaded or launched: parsing
+# parameters and binding arguments work on any machine, and without PyCUDA or a
+# GPU the first launch raises a ToolchainError saying which one is missing.
+# All launches use the primary context of device 0, which torch and CuPy share,
+# so their tensors can be passed straight in.
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import importlib.util
+import numbers
+import re
+import statistics
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Union
+
+import numpy as np
+
+from .errors import LaunchError, PtxasError, ToolchainError
+
+PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos[cuda]'"
+
+#: Above this much dynamic shared memory a kernel must opt in (cuFuncSetAttribute).
+DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
+
+#: The numpy type of each PTX scalar parameter type.
+PARAM_DTYPES: dict[str, type[np.generic]] = {
+    "b8": np.uint8, "b16": np.uint16, "b32": np.uint32, "b64": np.uint64,
+    "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
+    "s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
+    "f16": np.float16, "f32": np.float32, "f64": np.float64,
+}  # fmt: skip
+
+#: Parameter types wide enough to hold a device pointer.
+POINTER_TYPES = frozenset({"u64", "s64", "b64"})
+
+
+# ---------------------------------------------------------------------------
+# Kernel parameters, read from the PTX text
+
+
+@dataclass(frozen=True)
+class PtxParam:
+    """One `.param` of a kernel: `.param .u64 a_ptr` is PtxParam("a_ptr", "u64").
+
+    `array_length` is set for byte-array parameters such as `.param .align 8
+    .b8 s[16]` (structs passed by value), which launches cannot fill.
+    """
+
+    name: str
+    type: str
+    array_length: int | None = None
+
+    @property
+    def size(self) -> int:
+        return np.dtype(PARAM_DTYPES[self.type]).itemsize * (self.array_length or 1)
+
+    def __str__(self) -> str:
+        suffix = f"[{self.array_length}]" if self.array_length is not None else ""
+        return f"'{self.name}' (.{self.type}{suffix})"
+
+
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_ENTRY = re.compile(r"\.entry\s+(?P<name>[\w$%]+)\s*(?:\((?P<params>[^)]*)\))?")
+_PARAM = re.compile(
+    r"\.param\b(?P<qualifiers>(?:\s*\.\w+(?:\s+\d+)?)*)\s+(?P<name>[\w$%]+)\s*(?:\[\s*(?P<length>\d+)\s*\])?$"
+)
+
+
+def parse_entry_params(ptx_text: str) -> dict[str, list[PtxParam]]:
+    """The parameters of every kernel (.entry) in `ptx_text`, by kernel name.
+
+    Raises LaunchError for a parameter whose type Phobos cannot pass.
+    """
+    text = _COMMENTS.sub("", ptx_text)
+    kernels: dict[str, list[PtxParam]] = {}
+    for entry in _ENTRY.finditer(text):
+        declarations = [d.strip() for d in (entry["params"] or "").split(",") if d.strip()]
+        kernels[entry["name"]] = [_parse_param(entry["name"], d) for d in declarations]
+    return kernels
+
+
+def _parse_param(kernel_name: str, declaration: str) -> PtxParam:
+    match = _PARAM.match(" ".join(declaration.split()))
+    types = [q for q in re.findall(r"\.(\w+)", match["qualifiers"]) if q in PARAM_DTYPES] if match else []
+    if not match or len(types) != 1:
+        raise LaunchError(f"kernel '{kernel_name}': cannot read parameter declaration '{declaration}'")
+    length = int(match["length"]) if match["length"] else None
+    return PtxParam(match["name"], types[0], length)
+
+
+# ---------------------------------------------------------------------------
+# Binding arguments to parameters (no GPU needed)
+
+
+@dataclass
+class BoundArgument:
+    """An argument matched to its parameter.
+
+    kind is "array" (a numpy array to copy to the GPU; `value` is the array),
+    "pointer" (device memory; `value` is the address as an int) or "scalar"
+    (`value` is a numpy scalar of the parameter's type).
+    """
+
+    param: PtxParam
+    kind: str
+    value: Any
+
+
+def bind_arguments(kernel_name: str, params: Sequence[PtxParam], args: Sequence[Any]) -> list[BoundArgument]:
+    """Match `args` to the kernel's `params`, converting numbers to the declared types.
+
+    Raises LaunchError, naming the parameter, for a wrong number of arguments,
+    an argument of the wrong kind, or a number the parameter cannot hold.
+    """
+    if len(args) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise LaunchError(f"kernel '{kernel_name}' takes {len(params)} arguments ({names}), got {len(args)}")
+    return [_bind_one(kernel_name, param, arg) for param, arg in zip(params, args)]
+
+
+def _bind_one(kernel_name: str, param: PtxParam, arg: Any) -> BoundArgument:
+    def fail(problem: str) -> LaunchError:
+        return LaunchError(f"kernel '{kernel_name}', parameter {param}: {problem}")
+
+    if param.array_length is not None:
+        raise fail("by-value arrays and structs cannot be passed by launch()")
+    try:
+        pointer = _device_pointer(arg)
+    except Exception as error:  # e.g. torch refuses tensors that require grad
+        raise fail(f"cannot take the device address of {_describe(arg)}: {error}") from error
+    if isinstance(arg, np.ndarray) or pointer is not None:
+        if param.type not in POINTER_TYPES:
+            raise fail(f"takes a number, got {_describe(arg)}")
+        if isinstance(arg, np.ndarray):
+            return BoundArgument(param, "array", arg)
+        return BoundArgument(param, "pointer", pointer)
+    if isinstance(arg, (numbers.Number, np.generic)):
+        return BoundArgument(param, "scalar", _convert_scalar(param, arg, fail))
+    raise fail(f"cannot pass {_describe(arg)}; expected a number, a numpy array or device memory")
+
+
+def _device_pointer(arg: Any) -> int | None:
+    """The device address `arg` stands for, or None if it is not device memory."""
+    interface = getattr(arg, "__cuda_array_interface__", None)
+    if interface is not None:
+        return int(interface["data"][0])
+    if hasattr(arg, "gpudata"):  # pycuda.gpuarray.GPUArray
+        return int(arg.gpudata)
+    driver = sys.modules.get("pycuda.driver")  # a pycuda allocation implies pycuda is loaded
+    allocation_types = tuple(
+        getattr(driver, name) for name in ("DeviceAllocation", "PooledDeviceAllocation") if hasattr(driver, name)
+    )
+    if allocation_types and isinstance(arg, allocation_types):
+        return int(arg)
+    return None
+
+
+def _convert_scalar(param: PtxParam, value: Any, fail: Callable[[str], LaunchError]) -> np.generic:
+    dtype = np.dtype(PARAM_DTYPES[param.type])
+    if isinstance(value, (complex, np.complexfloating)):
+        raise fail(f"cannot pass the complex number {value}")
+    if dtype.kind == "f":
+        try:
+            return dtype.type(value)
+        except (OverflowError, ValueError, TypeError) as error:
+            raise fail(f"cannot convert {_describe(value)} to .{param.type}: {error}") from error
+    if not isinstance(value, (numbers.Integral, np.integer)):
+        raise fail(f"takes an integer, got {_describe(value)}")
+    value = int(value)
+    bits = dtype.itemsize * 8
+    low = -(1 << (bits - 1)) if param.type[0] in "sb" else 0
+    high = (1 << (bits - 1)) - 1 if param.type[0] == "s" else (1 << bits) - 1
+    if not low <= value <= high:
+        raise fail(f"{value} is out of range [{low}, {high}]")
+    return dtype.type(value & ((1 << bits) - 1) if param.type[0] == "b" else value)
+
+
+def _describe(arg: Any) -> str:
+    if isinstance(arg, np.ndarray):
+        return f"a numpy array ({arg.dtype}, shape {arg.shape})"
+    if isinstance(arg, (numbers.Number, np.generic)):
+        return f"{type(arg).__name__} {arg}"
+    kind = type(arg)
+    return f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}"
+
+
+def pack_parameters(bound: Sequence[BoundArgument], array_pointers: dict[int, int]) -> bytes:
+    """The kernel parameter buffer: each value at an offset aligned to its size.
+
+    `array_pointers` maps the index of each "array" argument to the device
+    address of its copy.
+    """
+    buffer = bytearray()
+    for index, argument in enumerate(bound):
+        dtype = np.dtype(PARAM_DTYPES[argument.param.type])
+        if argument.kind == "array":
+            value = dtype.type(array_pointers[index])
+        elif argument.kind == "pointer":
+            value = dtype.type(argument.value)
+        else:
+            value = argument.value
+        buffer += bytes(-len(buffer) % dtype.itemsize)
+        buffer += np.asarray(value, dtype=dtype.newbyteorder("<")).tobytes()
+    return bytes(buffer)
+
+
+# ---------------------------------------------------------------------------
+# Launch configuration (no GPU needed)
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """Grid and block dimensions (x, y, z) and dynamic shared memory in bytes."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+    def __str__(self) -> str:
+        return f"grid {self.grid}, block {self.block}, {self.shared_bytes} B dynamic shared memory"
+
+
+def launch_shape(kernel_name: str, grid: Any, block: Any, shared_bytes: Any = 0) -> LaunchShape:
+    """Normalize grid and block (an int or 1 to 3 ints) to 3-tuples; LaunchError if malformed."""
+
+    def dims(value: Any, what: str) -> tuple[int, int, int]:
+        items = (value,) if isinstance(value, (numbers.Integral, np.integer)) else value
+        try:
+            items = tuple(items)
+        except TypeError:
+            items = ()
+        if not 1 <= len(items) <= 3 or not all(
+            isinstance(d, (numbers.Integral, np.integer)) and not isinstance(d, bool) and d >= 1 for d in items
+        ):
+            raise LaunchError(f"kernel '{kernel_name}': {what} must be 1 to 3 positive integers, got {value!r}")
+        return tuple(int(d) for d in items) + (1,) * (3 - len(items))
+
+    if not isinstance(shared_bytes, (numbers.Integral, np.integer)) or shared_bytes < 0:
+        raise LaunchError(f"kernel '{kernel_name}': shared_bytes must be a non-negative integer, got {shared_bytes!r}")
+    return LaunchShape(dims(grid, "grid"), dims(block, "block"), int(shared_bytes))
+
+
+def copy_back_indices(kernel_name: str, bound: Sequence[BoundArgument], copy_back: Any) -> list[int]:
+    """Which numpy-array arguments to copy back after a launch.
+
+    None means every writeable numpy array; otherwise an iterable of argument
+    indices, each of which must be a writeable numpy array.
+    """
+    arrays = [i for i, argument in enumerate(bound) if argument.kind == "array"]
+    if copy_back is None:
+        return [i for i in arrays if bound[i].value.flags.writeable]
+    try:
+        requested = [int(i) for i in copy_back]
+    except (TypeError, ValueError):
+        raise LaunchError(f"kernel '{kernel_name}': copy_back must be argument indices, got {copy_back!r}") from None
+    for index in requested:
+        if index not in arrays:
+            raise LaunchError(f"kernel '{kernel_name}': copy_back index {index} is not a numpy array argument")
+        if not bound[index].value.flags.writeable:
+            raise LaunchError(
+                f"kernel '{kernel_name}': copy_back index {index} ({bound[index].param.name}) is a read-only array"
+            )
+    return requested
+
+
+# ---------------------------------------------------------------------------
+# The CUDA driver, the context and loaded modules
+
+
+def gpu_available() -> tuple[bool, str]:
+    """(True, device name) when kernels can be launched here, else (False, why not)."""
+    try:
+        return True, _driver().Device(0).name()
+    except ToolchainError as error:
+        return False, error.message
+
+
+_loaded_driver: ModuleType | None = None
+
+
+def _driver() -> ModuleType:
+    """pycuda.driver with the primary context of device 0 made current; ToolchainError if impossible."""
+    global _loaded_driver
+    if _loaded_driver is not None:
+        return _loaded_driver
+    if importlib.util.find_spec("pycuda") is None:
+        raise ToolchainError(PYCUDA_MISSING)
+    try:
+        import pycuda.driver as driver
+    except ImportError as error:  # PyCUDA is there but libcuda is not
+        raise ToolchainError(f"no CUDA GPU/driver found: {error}") from error
+    try:
+        driver.init()
+        if driver.Device.count() == 0:
+            raise ToolchainError("no CUDA GPU/driver found: the driver sees no device")
+        context = driver.Device(0).retain_primary_context()
+        context.push()
+    except driver.Error as error:
+        raise ToolchainError(f"no CUDA GPU/driver found: {error}") from error
+    atexit.register(_release_context, context)
+    _loaded_driver = driver
+    return driver
+
+
+def _release_context(context: Any) -> None:
+    _modules.clear()  # unload modules while their context is still current
+    context.pop()
+
+
+@dataclass
+class Module:
+    """PTX loaded onto the GPU: its kernels' parameters and driver functions."""
+
+    ptx: str
+    params: dict[str, list[PtxParam]]
+    handle: Any  # pycuda.driver.Module
+    _functions: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def function(self, kernel_name: str) -> Any:
+        """The driver function of the kernel `kernel_name`; LaunchError if the PTX has none."""
+        _kernel_params(self.params, kernel_name)
+        if kernel_name not in self._functions:
+            self._functions[kernel_name] = self.handle.get_function(kernel_name)
+        return self._functions[kernel_name]
+
+
+def _kernel_params(params: dict[str, list[PtxParam]], kernel_name: str) -> list[PtxParam]:
+    if kernel_name not in params:
+        raise LaunchError(f"no kernel '{kernel_name}' in this PTX (kernels: {', '.join(params) or 'none'})")
+    return params[kernel_name]
+
+
+_modules: dict[str, Module] = {}
+
+
+def load_module(ptx_text: str) -> Module:
+    """Load PTX onto the GPU (once per process for a given text).
+
+    Raises PtxasError when the driver's JIT rejects the text, ToolchainError
+    without PyCUDA or a GPU.
+    """
+    key = hashlib.sha256(ptx_text.encode()).hexdigest()
+    if key not in _modules:
+        params = parse_entry_params(ptx_text)
+        driver = _driver()
+        try:
+            handle = driver.module_from_buffer(ptx_text.encode() + b"\0")
+        except driver.Error as error:
+            raise PtxasError(f"the CUDA driver rejected the PTX: {error}") from error
+        _modules[key] = Module(ptx_text, params, handle)
+    return _modules[key]
+
+
+PtxOrModule = Union[str, Module]
+
+
+# ---------------------------------------------------------------------------
+# Launching
+
+
+def _bind(
+    ptx_or_module: PtxOrModule, kernel_name: str, grid: Any, block: Any, args: Sequence[Any], shared_bytes: Any
+) -> tuple[list[BoundArgument], LaunchShape]:
+    """Check a launch's arguments and shape against the kernel, before anything touches the GPU."""
+    params = ptx_or_module.params if isinstance(ptx_or_module, Module) else parse_entry_params(ptx_or_module)
+    bound = bind_arguments(kernel_name, _kernel_params(params, kernel_name), args)
+    return bound, launch_shape(kernel_name, grid, block, shared_bytes)
+
+
+@dataclass
+class _Launch:
+    """A kernel with its arguments on the GPU, ready to run (possibly many times)."""
+
+    kernel_name: str
+    shape: LaunchShape
+    function: Any = None
+    parameters: bytes = b""
+    device_copies: dict[int, Any] = field(default_factory=dict)  # argument index -> allocation
+
+    def run(self) -> None:
+        driver = _driver()
+        try:
+            self.function.prepared_call(
+                self.shape.grid, self.shape.block, self.parameters, shared_size=self.shape.shared_bytes
+            )
+        except driver.Error as error:
+            raise self.error(error) from error
+
+    def synchronize(self) -> None:
+        driver = _driver()
+        try:
+            driver.Context.synchronize()
+        except driver.Error as error:
+            raise self.error(error) from error
+
+    def error(self, cause: Exception) -> LaunchError:
+        return LaunchError(f"kernel '{self.kernel_name}' failed ({self.shape}): {cause}")
+
+
+@contextlib.contextmanager
+def _on_gpu(
+    ptx_or_module: PtxOrModule, kernel_name: str, bound: list[BoundArgument], shape: LaunchShape
+) -> Iterator[_Launch]:
+    """Load the kernel and copy the numpy arguments to the GPU; free the copies afterwards."""
+    module = ptx_or_module if isinstance(ptx_or_module, Module) else load_module(ptx_or_module)
+    driver = _driver()
+    launch = _Launch(kernel_name, shape, module.function(kernel_name))
+    try:
+        if shape.shared_bytes > DEFAULT_DYNAMIC_SHARED_LIMIT:
+            launch.function.set_attribute(
+                driver.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shape.shared_bytes
+            )
+        for index, argument in enumerate(bound):
+            if argument.kind == "array" and argument.value.nbytes > 0:
+                launch.device_copies[index] = driver.mem_alloc(argument.value.nbytes)
+                driver.memcpy_htod(launch.device_copies[index], np.ascontiguousarray(argument.value))
+        pointers = {
+            index: int(launch.device_copies[index]) if index in launch.device_copies else 0
+            for index, argument in enumerate(bound)
+            if argument.kind == "array"
+        }
+        launch.parameters = pack_parameters(bound, pointers)
+        launch.function.prepare([f"{len(launch.parameters)}s"])
+        yield launch
+    except driver.Error as error:
+        raise launch.error(error) from error
+    finally:
+        for allocation in launch.device_copies.values():
+            with contextlib.suppress(driver.Error):  # fails after a fault has killed the context
+                allocation.free()
+
+
+def launch(
+    ptx_or_module: PtxOrModule,
+    kernel_name: str,
+    grid: Any,
+    block: Any,
+    args: Sequence[Any],
+    shared_bytes: int = 0,
+    copy_back: Sequence[int] | None = None,
+) -> None:
+    """Run kernel `kernel_name` of a PTX text (or loaded Module) once and wait for it.
+
+    grid and block are an int or 1 to 3 ints.  numpy arrays in `args` are
+    copied to the GPU, and after the launch back into the same arrays (all
+    writeable ones, or the argument indices listed in `copy_back`).  Device
+    memory is passed as its address; numbers are converted to the parameter's
+    PTX type.  Raises LaunchError for bad arguments or a failure the driver
+    reports, ToolchainError without PyCUDA or a GPU.
+    """
+    bound, shape = _bind(ptx_or_module, kernel_name, grid, block, args, shared_bytes)
+    to_copy = copy_back_indices(kernel_name, bound, copy_back)
+    with _on_gpu(ptx_or_module, kernel_name, bound, shape) as run:
+        run.run()
+        run.synchronize()
+        for index in to_copy:
+            if index in run.device_copies:
+                _copy_to_host(bound[index].value, run.device_copies[index])
+
+
+def _copy_to_host(array: np.ndarray, allocation: Any) -> None:
+    driver = _driver()
+    if array.flags.c_contiguous:
+        driver.memcpy_dtoh(array, allocation)
+    else:
+        staging = np.empty_like(array, order="C")
+        driver.memcpy_dtoh(staging, allocation)
+        array[...] = staging
+
+
+def time_launch(
+    ptx_or_module: PtxOrModule,
+    kernel_name: str,
+    grid: Any,
+    block: Any,
+    args: Sequence[Any],
+    shared_bytes: int = 0,
+    warmup: int = 3,
+    repeat: int = 20,
+) -> float:
+    """Median time in milliseconds of `repeat` launches, after `warmup` untimed ones.
+
+    Each launch is timed on the GPU with a pair of CUDA events.  numpy arrays
+    are copied to the GPU once and not copied back.
+    """
+    if warmup < 0 or repeat < 1:
+        raise LaunchError(f"kernel '{kernel_name}': need warmup >= 0 and repeat >= 1, got {warmup} and {repeat}")
+    bound, shape = _bind(ptx_or_module, kernel_name, grid, block, args, shared_bytes)
+    with _on_gpu(ptx_or_module, kernel_name, bound, shape) as run:
+        driver = _driver()
+        for _ in range(warmup):
+            run.run()
+        run.synchronize()
+        start, end = driver.Event(), driver.Event()
+        times = []
+        for _ in range(repeat):
+            start.record()
+            run.run()
+            end.record()
+            end.synchronize()
+            times.append(start.time_till(end))
+    return statistics.median(times)

@@ -1,0 +1,248 @@
+# ptxcheck: the Python API's reports and the command's output and exit status.
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from phobos import ptxcheck, toolchain
+from phobos.errors import PtxasError, ToolchainError
+
+HEADER = ".version 7.8\n.target sm_75\n.address_size 64\n"
+
+# Line 7 has an unknown instruction; line 8 uses an undeclared register.
+BAD_INSTRUCTION_PTX = HEADER + """\
+.visible .entry broken(.param .u32 n)
+{
+    .reg .b32 %r<2>;
+    bogus.u32 %r0, 1;
+    ld.param.u32 %r9, [n];
+    ret;
+}
+"""
+
+# Line 4 is not PTX at all: ptxas stops parsing there.
+SYNTAX_ERROR_PTX = HEADER + "this is not ptx\n"
+
+SHARED_MEMORY_PTX = HEADER + """\
+.visible .entry uses_shared(.param .u64 out)
+{
+    .shared .align 4 .b8 buffer[4096];
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    mov.u32 %r0, %tid.x;
+    st.shared.u32 [buffer], %r0;
+    bar.sync 0;
+    ld.shared.u32 %r1, [buffer+4];
+    ld.param.u64 %rd0, [out];
+    st.global.u32 [%rd0], %r1;
+    ret;
+}
+"""
+
+# .maxnreg below what the hardware allows: ptxas warns and raises it.
+WARNING_PTX = HEADER + """\
+.visible .entry tight(.param .u32 n)
+.maxnreg 4
+{
+    ret;
+}
+"""
+
+
+def spilling_ptx(values: int = 80) -> str:
+    """A kernel that keeps `values` floats live under .maxnreg 24, so it must spill."""
+    loads = "\n".join(f"    ld.volatile.global.f32 %f{i}, [%rd0+{4 * i}];" for i in range(values))
+    stores = "\n".join(
+        f"    st.volatile.global.f32 [%rd0+{4 * (values + i)}], %f{values - 1 - i};" for i in range(values)
+    )
+    return HEADER + (
+        ".visible .entry spills(.param .u64 p)\n.maxnreg 24\n{\n"
+        f"    .reg .f32 %f<{values}>;\n    .reg .b64 %rd<1>;\n    ld.param.u64 %rd0, [p];\n"
+        f"{loads}\n{stores}\n    ret;\n}}\n"
+    )
+
+
+# --- the Python API
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+def test_add_ptx_assembles_with_no_spills(add_ptx_path, arch):
+    report = ptxcheck.check(add_ptx_path.read_text(), arch=arch, name="add.ptx")
+    assert report.ok, report.raw
+    assert (report.arch, report.name, report.errors) == (arch, "add.ptx", [])
+    assert [kernel.name for kernel in report.kernels] == ["add"]
+    add = report.kernel("add")
+    assert add.registers > 0
+    assert (add.spill_stores, add.spill_loads, add.shared_bytes, add.stack_bytes) == (0, 0, 0, 0)
+    assert "Compiling entry function 'add'" in report.raw
+
+
+def test_every_supported_target_accepts_add_ptx(add_ptx_path):
+    text = add_ptx_path.read_text()
+    rejected = [arch for arch in toolchain.SUPPORTED_ARCHS if not ptxcheck.check(text, arch).ok]
+    assert rejected == []
+
+
+def test_spills_and_stack_are_reported():
+    kernel = ptxcheck.check(spilling_ptx(), "sm_90").kernel("spills")
+    assert kernel.registers == 24
+    assert kernel.spill_stores > 0 and kernel.spill_loads > 0
+    assert kernel.stack_bytes >= kernel.spill_stores
+
+
+def test_shared_memory_is_reported():
+    report = ptxcheck.check(SHARED_MEMORY_PTX, "sm_80")
+    assert report.kernel("uses_shared").shared_bytes == 4096
+
+
+def test_errors_carry_file_and_line():
+    report = ptxcheck.check(BAD_INSTRUCTION_PTX, "sm_90", name="broken.ptx")
+    assert not report.ok
+    assert report.kernels == []
+    assert [(e.file, e.line) for e in report.errors][:2] == [("broken.ptx", 7), ("broken.ptx", 8)]
+    assert "bogus" in report.errors[0].message
+    assert str(report.errors[0]).startswith("broken.ptx:7: error: ")
+    assert not any("aborted" in e.message for e in report.errors)
+
+
+def test_a_syntax_error_is_located():
+    report = ptxcheck.check(SYNTAX_ERROR_PTX, "sm_75", name="syntax.ptx")
+    assert not report.ok
+    assert report.errors[0].line == 4
+
+
+def test_warnings_are_kept_apart_from_errors():
+    report = ptxcheck.check(WARNING_PTX, "sm_90")
+    assert report.ok and report.errors == []
+    assert len(report.warnings) == 1
+    assert report.warnings[0].severity == "warning"
+    assert "tight" in report.warnings[0].message
+
+
+def test_raise_for_errors():
+    ptxcheck.check(WARNING_PTX, "sm_90").raise_for_errors()  # no error: returns
+    with pytest.raises(PtxasError, match=r"ptxas rejected broken.ptx for sm_90:\n  broken.ptx:7: error: "):
+        ptxcheck.check(BAD_INSTRUCTION_PTX, "sm_90", name="broken.ptx").raise_for_errors()
+
+
+def test_unknown_target_raises():
+    with pytest.raises(ToolchainError, match="unknown target 'sm_61'"):
+        ptxcheck.check(WARNING_PTX, "sm_61")
+
+
+def test_missing_kernel_lookup_names_the_kernels(add_ptx_path):
+    report = ptxcheck.check(add_ptx_path.read_text(), "sm_90", name="add.ptx")
+    with pytest.raises(KeyError, match=r"no kernel 'mul' in add.ptx \(kernels: add\)"):
+        report.kernel("mul")
+
+
+# --- the command
+
+
+@pytest.fixture
+def ptx_file(tmp_path):
+    def write(name: str, text: str) -> str:
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    status = ptxcheck.main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_cli_good_file_prints_one_line_per_kernel_and_target(capsys, add_ptx_path):
+    status, out, err = run_main(capsys, str(add_ptx_path))
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert len(lines) == 2
+    for line, arch in zip(lines, ["sm_75", "sm_90"]):
+        assert re.fullmatch(
+            rf"{re.escape(str(add_ptx_path))} \[{arch}\] add: \d+ registers, 0 B spill stores, "
+            r"0 B spill loads, 0 B shared, 0 B stack",
+            line,
+        )
+
+
+def test_cli_rejected_file_prints_file_and_line_and_exits_1(capsys, ptx_file):
+    path = ptx_file("broken.ptx", BAD_INSTRUCTION_PTX)
+    status, out, _ = run_main(capsys, path, "--arch", "sm_90")
+    assert status == 1
+    assert f"{path} [sm_90]: rejected by ptxas" in out
+    assert f"{path}:7: error: " in out
+
+
+def test_cli_syntax_error_exits_1(capsys, ptx_file):
+    path = ptx_file("syntax.ptx", SYNTAX_ERROR_PTX)
+    status, out, _ = run_main(capsys, path)
+    assert status == 1
+    assert f"{path}:4: error: " in out
+
+
+def test_cli_one_bad_file_fails_the_run_but_all_are_reported(capsys, add_ptx_path, ptx_file):
+    status, out, _ = run_main(capsys, str(add_ptx_path), ptx_file("broken.ptx", BAD_INSTRUCTION_PTX))
+    assert status == 1
+    assert out.count(" add: ") == 2
+    assert out.count("rejected by ptxas") == 2
+
+
+def test_cli_warnings_do_not_fail(capsys, ptx_file):
+    path = ptx_file("tight.ptx", WARNING_PTX)
+    status, out, _ = run_main(capsys, path, "--arch", "sm_90")
+    assert status == 0
+    assert f"{path}: warning: " in out
+
+
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda add, tmp: [str(tmp / "missing.ptx")], "missing.ptx: no such file"),
+        (lambda add, tmp: [str(tmp)], "not a file"),
+        (lambda add, tmp: [str(add), "--arch", "sm_75,sm_99"], "unknown target 'sm_99'"),
+        (lambda add, tmp: [str(add.parent.parent / "setup.cfg")], "unsupported file type '.cfg'"),
+    ],
+    ids=["missing-file", "directory", "unknown-target", "unsupported-type"],
+)
+def test_cli_input_problems_exit_2_with_one_line(capsys, add_ptx_path, tmp_path, make_args, message):
+    status, out, err = run_main(capsys, *make_args(add_ptx_path, tmp_path))
+    assert status == 2
+    assert out == ""
+    assert err.startswith("ptxcheck: ") and message in err
+    assert err.count("\n") == 1
+
+
+def test_cli_without_ptxas_says_how_to_get_it(capsys, add_ptx_path, no_ptxas):
+    status, _, err = run_main(capsys, str(add_ptx_path))
+    assert status == 2
+    assert "pip install nvidia-cuda-nvcc==13.0.*" in err
+    assert err.count("\n") == 1
+
+
+def test_cli_json_output(capsys, add_ptx_path, ptx_file):
+    status, out, _ = run_main(
+        capsys, str(add_ptx_path), ptx_file("broken.ptx", BAD_INSTRUCTION_PTX), "--json", "--arch", "sm_80"
+    )
+    assert status == 1
+    good, bad = json.loads(out)
+    assert (good["arch"], good["ok"], good["kernels"][0]["name"]) == ("sm_80", True, "add")
+    assert good["kernels"][0]["registers"] > 0
+    assert bad["ok"] is False
+    assert bad["errors"][0]["line"] == 7
+
+
+def test_module_runs_as_a_command_without_traceback(add_ptx_path, tmp_path):
+    command = [sys.executable, "-m", "phobos.ptxcheck"]
+    good = subprocess.run([*command, str(add_ptx_path)], capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    assert "[sm_90] add:" in good.stdout
+    missing = subprocess.run([*command, str(tmp_path / "nope.ptx")], capture_output=True, text=True)
+    assert missing.returncode == 2
+    assert "Traceback" not in missing.stderr

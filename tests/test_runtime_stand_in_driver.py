@@ -1,0 +1,248 @@
+# The runtime's path through PyCUDA, on machines without a GPU: a stand-in for
+# pycuda.driver keeps "device memory" in host buffers and runs the vector add
+# of handwritten_ptx/add.ptx by reading the packed parameter buffer, so these
+# tests check what the runtime hands the driver (addresses, sizes, the
+# parameter layout, the launch shape) and what it does with the results.
+from __future__ import annotations
+
+import importlib.machinery
+import struct
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from phobos import runtime
+from phobos.errors import LaunchError, PtxasError
+
+
+class StandInDriver(types.ModuleType):
+    """Just enough of pycuda.driver for phobos.runtime, with the add kernel built in."""
+
+    class Error(Exception):
+        pass
+
+    class function_attribute:  # named as in pycuda
+        MAX_DYNAMIC_SHARED_SIZE_BYTES = "MAX_DYNAMIC_SHARED_SIZE_BYTES"
+
+    def __init__(self):
+        super().__init__("pycuda.driver")
+        self.memory: dict[int, bytearray] = {}
+        self.freed: list[int] = []
+        self.launches: list[dict] = []
+        self.next_address = 0x10000
+        driver = self
+
+        class DeviceAllocation:
+            def __init__(self, size: int):
+                self.address = driver.next_address
+                driver.next_address += (size + 255) // 256 * 256
+                driver.memory[self.address] = bytearray(size)
+
+            def __int__(self) -> int:
+                return self.address
+
+            def free(self) -> None:
+                driver.freed.append(self.address)
+
+        class Context:
+            @staticmethod
+            def synchronize() -> None:
+                pass
+
+            def push(self) -> None:
+                pass
+
+        class Device:
+            def __init__(self, ordinal: int):
+                assert ordinal == 0
+
+            @staticmethod
+            def count() -> int:
+                return 1
+
+            def name(self) -> str:
+                return "Stand-in GPU"
+
+            def retain_primary_context(self) -> Context:
+                return Context()
+
+        class Event:
+            clock = 0.0
+
+            def record(self) -> None:
+                Event.clock += 0.5
+                self.time = Event.clock
+
+            def synchronize(self) -> None:
+                pass
+
+            def time_till(self, other: "Event") -> float:
+                return other.time - self.time
+
+        self.DeviceAllocation, self.Context, self.Device, self.Event = DeviceAllocation, Context, Device, Event
+
+    def init(self) -> None:
+        pass
+
+    def mem_alloc(self, size: int):
+        return self.DeviceAllocation(size)
+
+    def memcpy_htod(self, allocation, array: np.ndarray) -> None:
+        self.memory[int(allocation)][:] = array.tobytes()
+
+    def memcpy_dtoh(self, array: np.ndarray, allocation) -> None:
+        assert array.flags.c_contiguous
+        array.view(np.uint8).reshape(-1)[:] = np.frombuffer(self.memory[int(allocation)], np.uint8)
+
+    def module_from_buffer(self, image: bytes):
+        assert image.endswith(b"\0")
+        if b"bogus" in image:
+            raise self.Error("cuModuleLoadDataEx failed: a PTX JIT compilation failed")
+        return StandInModule(self)
+
+    def floats_at(self, address: int, count: int) -> np.ndarray:
+        return np.frombuffer(self.memory[address], np.float32, count)
+
+
+class StandInModule:
+    def __init__(self, driver: StandInDriver):
+        self.driver = driver
+
+    def get_function(self, name: str) -> "StandInAdd":
+        assert name == "add"
+        return StandInAdd(self.driver)
+
+
+class StandInAdd:
+    """The add kernel: c[i] = a[i] + b[i] for i < n, run on the stand-in memory."""
+
+    def __init__(self, driver: StandInDriver):
+        self.driver = driver
+        self.attributes: dict[str, int] = {}
+
+    def set_attribute(self, attribute: str, value: int) -> None:
+        self.attributes[attribute] = value
+
+    def prepare(self, formats: list[str]) -> None:
+        self.format = "".join(formats)
+
+    def prepared_call(self, grid, block, parameters: bytes, shared_size: int = 0) -> None:
+        assert isinstance(grid, tuple) and isinstance(block, tuple)
+        assert struct.calcsize(self.format) == len(parameters)
+        if block[0] > 1024:
+            raise self.driver.Error("cuLaunchKernel failed: invalid argument")
+        a, b, c, n = struct.unpack("<QQQI", parameters)
+        self.driver.launches.append(dict(grid=grid, block=block, shared=shared_size, attributes=dict(self.attributes)))
+        count = min(n, grid[0] * block[0])
+        result = self.driver.floats_at(a, count) + self.driver.floats_at(b, count)
+        self.driver.memory[c][: 4 * count] = result.tobytes()
+
+
+@pytest.fixture
+def driver(monkeypatch) -> StandInDriver:
+    stand_in = StandInDriver()
+    package = types.ModuleType("pycuda")
+    package.__spec__ = importlib.machinery.ModuleSpec("pycuda", None)
+    package.driver = stand_in
+    monkeypatch.setitem(sys.modules, "pycuda", package)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", stand_in)
+    monkeypatch.setattr(runtime, "_loaded_driver", None)
+    monkeypatch.setattr(runtime, "_modules", {})
+    monkeypatch.setattr(runtime.atexit, "register", lambda *args: None)
+    return stand_in
+
+
+@pytest.fixture
+def add_ptx(add_ptx_path) -> str:
+    return add_ptx_path.read_text()
+
+
+def inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(n)
+    return rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+
+
+def test_gpu_available_with_a_driver(driver):
+    assert runtime.gpu_available() == (True, "Stand-in GPU")
+
+
+def test_launch_copies_arrays_there_and_back_and_frees_them(driver, add_ptx):
+    a, b = inputs(300)
+    c = np.zeros(300, np.float32)
+    runtime.launch(add_ptx, "add", 2, 256, [a, b, c, 300])
+    np.testing.assert_array_equal(c, a + b)
+    assert driver.launches == [dict(grid=(2, 1, 1), block=(256, 1, 1), shared=0, attributes={})]
+    assert sorted(driver.freed) == sorted(driver.memory)
+
+
+def test_inputs_are_not_changed_and_copy_back_can_be_limited(driver, add_ptx):
+    a, b = inputs(100)
+    a_before = a.copy()
+    c = np.zeros(100, np.float32)
+    runtime.launch(add_ptx, "add", 1, 128, [a, b, c, 100], copy_back=[])
+    assert not c.any()
+    np.testing.assert_array_equal(a, a_before)
+
+
+def test_strided_arrays_are_copied_back_in_place(driver, add_ptx):
+    a, b = inputs(50)
+    storage = np.zeros(100, np.float32)
+    runtime.launch(add_ptx, "add", 1, 64, [a, b, storage[::2], 50])
+    np.testing.assert_array_equal(storage[::2], a + b)
+    assert not storage[1::2].any()
+
+
+def test_device_memory_is_passed_by_address(driver, add_ptx):
+    a, b = inputs(10)
+    on_device = [driver.mem_alloc(40) for _ in range(3)]
+    driver.memcpy_htod(on_device[0], a)
+    driver.memcpy_htod(on_device[1], b)
+
+    class Tensor:  # as torch and CuPy expose device memory
+        __cuda_array_interface__ = {"data": (int(on_device[1]), False)}
+
+    runtime.launch(add_ptx, "add", 1, 32, [on_device[0], Tensor(), int(on_device[2]), 10])
+    np.testing.assert_array_equal(driver.floats_at(int(on_device[2]), 10), a + b)
+    assert driver.freed == []  # the runtime frees only its own copies
+
+
+def test_large_dynamic_shared_memory_is_opted_into(driver, add_ptx):
+    a, b = inputs(4)
+    runtime.launch(add_ptx, "add", 1, 4, [a, b, np.zeros(4, np.float32), 4], shared_bytes=100_000)
+    runtime.launch(add_ptx, "add", 1, 4, [a, b, np.zeros(4, np.float32), 4], shared_bytes=1024)
+    first, second = driver.launches
+    assert first["shared"] == 100_000
+    assert first["attributes"] == {"MAX_DYNAMIC_SHARED_SIZE_BYTES": 100_000}
+    assert second["shared"] == 1024
+
+
+def test_driver_errors_become_launch_errors_with_the_shape(driver, add_ptx):
+    a, b = inputs(4)
+    with pytest.raises(LaunchError, match=r"kernel 'add' failed \(grid \(1, 1, 1\), block \(2048, 1, 1\), 0 B .*invalid"):
+        runtime.launch(add_ptx, "add", 1, 2048, [a, b, np.zeros(4, np.float32), 4])
+    assert sorted(driver.freed) == sorted(driver.memory)
+
+
+def test_ptx_rejected_by_the_driver_is_a_ptxas_error(driver):
+    with pytest.raises(PtxasError, match="the CUDA driver rejected the PTX: .*JIT compilation failed"):
+        runtime.load_module(".version 7.8\n.target sm_75\n.visible .entry add() { bogus; }\n")
+
+
+def test_modules_are_cached_by_text(driver, add_ptx):
+    assert runtime.load_module(add_ptx) is runtime.load_module(add_ptx)
+    assert runtime.load_module(add_ptx + "\n") is not runtime.load_module(add_ptx)
+
+
+def test_time_launch_is_the_median_of_event_timings(driver, add_ptx):
+    a, b = inputs(8)
+    c = np.zeros(8, np.float32)
+    assert runtime.time_launch(add_ptx, "add", 1, 8, [a, b, c, 8], warmup=2, repeat=5) == pytest.approx(0.5)
+    assert len(driver.launches) == 7
+    assert not c.any()  # timing does not copy back
+
+
+def test_time_launch_needs_at_least_one_timed_run(driver, add_ptx):
+    with pytest.raises(LaunchError, match="need warmup >= 0 and repeat >= 1"):
+        runtime.time_launch(add_ptx, "add", 1, 8, [], repeat=0)
