@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import __version__, ast
-from .errors import Loc, PhobosError, SemanticError, SourceFile
+from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
 from .ir import KernelParam, format_function, verify
 from .irgen import generate
 from .lower import lower
@@ -26,7 +26,7 @@ from .passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
 from .ptx.emit import Kernel, emit_module
 from .ptx.isel import entry_params, select
 from .ptx.regalloc import allocate
-from .sema import check_kernel, configurations
+from .sema import check_kernel, configurations, resolve_config
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,11 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
     tgt = target(arch)
     try:
         return _pipeline(k, tgt, config, dumps, verify_each)
-    except PhobosError:
+    except PhobosError as err:
+        resolved = resolve_config(k, config) if not isinstance(err, SemanticError) or config else {}
+        if resolved:
+            text = ", ".join(f"{n}={v}" for n, v in resolved.items())
+            err.notes.append(Note(f"in configuration {text} of kernel '{k.name}' for {arch}"))
         raise
     except RecursionError:
         raise PhobosError("the program is nested too deeply", k.loc) from None
@@ -221,13 +225,20 @@ def compile_to_ptx(src: str, *, arch: str = "sm_90", config: dict[str, int] | No
     return compile(src, arch=arch, config=config, kernel=kernel).ptx
 
 
-def compile_all(src: str, *, arch: str = "sm_90", filename: str = "<source>") -> list[CompiledKernel]:
-    """Every kernel of a file under every one of its autotune configurations."""
+def compile_all(src: str, *, arch: str = "sm_90", filename: str = "<source>") -> list[CompiledKernel | ResourceError]:
+    """Every kernel of a file under every one of its autotune configurations.
+
+    A configuration that does not fit the target (too much shared memory, say)
+    is given as its ResourceError instead of a kernel; any other error is raised.
+    """
     program = parse_source(src, filename)
-    out = []
+    out: list[CompiledKernel | ResourceError] = []
     for k in program.kernels:
         for config in configurations(k):
-            out.append(compile_kernel(k, arch=arch, config=config))
+            try:
+                out.append(compile_kernel(k, arch=arch, config=config))
+            except ResourceError as err:
+                out.append(err)
     return out
 
 

@@ -9,7 +9,7 @@
 # As a command, `python -m phobos.ptxcheck FILE... [--arch sm_75,sm_90] [--json]`
 # checks every file for every target.  Each input path becomes a list of
 # `CheckUnit`s (a label and a PTX text) in `_units_for`: a .ptx file is one
-# unit; that is the one place to teach the checker a new kind of input.
+# unit; a .phobos file gives one unit per kernel and autotune configuration.
 #
 # Exit status: 0 when everything assembles, 1 when ptxas rejects something,
 # 2 when the check could not run (a missing file, an unknown target, no ptxas).
@@ -157,10 +157,10 @@ def _parse_ptxas_output(
 
 
 class CheckUnit(NamedTuple):
-    """One PTX text to check, with the label its results are printed under."""
+    """One PTX text to check, with the label its results are printed under (no text: skipped)."""
 
     label: str
-    ptx: str
+    ptx: str | None
 
 
 class InputError(PhobosError):
@@ -174,12 +174,22 @@ def _units_for(path: str, arch: str) -> list[CheckUnit]:
         raise InputError(f"{path}: no such file")
     if not file.is_file():
         raise InputError(f"{path}: not a file")
+    if file.suffix not in (".ptx", ".phobos"):
+        raise InputError(f"{path}: unsupported file type '{file.suffix}' (expected .ptx or .phobos)")
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from error
     if file.suffix == ".ptx":
-        try:
-            return [CheckUnit(path, file.read_text())]
-        except (OSError, UnicodeDecodeError) as error:
-            raise InputError(f"{path}: cannot read: {error}") from error
-    raise InputError(f"{path}: unsupported file type '{file.suffix}' (expected a .ptx file)")
+        return [CheckUnit(path, text)]
+    from .compiler import compile_all  # every kernel, every autotune configuration
+    units = []
+    for k in compile_all(text, arch=arch, filename=path):
+        if isinstance(k, PhobosError):  # the configuration does not fit this target: nothing to assemble
+            units.append(CheckUnit(f"{path} [{arch}] skipped: {k.message}; {k.notes[-1].message}", None))
+        else:
+            units.append(CheckUnit(f"{path} [{k.kernel_name}: {k.config_text}]", k.ptx))
+    return units
 
 
 def _parse_archs(text: str) -> list[str]:
@@ -204,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m phobos.ptxcheck",
         description="Assemble PTX with ptxas and report registers, spills, shared memory and stack per kernel.",
     )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="PTX files to check")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="PTX files, or Phobos sources (every kernel and configuration is compiled)")
     parser.add_argument(
         "--arch",
         default=",".join(DEFAULT_ARCHS),
@@ -220,8 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ToolchainError) as error:
         print(f"ptxcheck: {error.message}", file=sys.stderr)
         return 2
+    except PhobosError as error:  # a .phobos source that does not compile
+        print(error, file=sys.stderr)
+        return 1
 
-    reports = [check(unit.ptx, arch, unit.label) for arch, unit in work]
+    for _, unit in work:
+        if unit.ptx is None:
+            print(unit.label)
+    reports = [check(unit.ptx, arch, unit.label) for arch, unit in work if unit.ptx is not None]
     if args.json:
         print(json.dumps([dataclasses.asdict(report) for report in reports], indent=2))
     else:
