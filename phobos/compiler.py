@@ -25,7 +25,7 @@ from .parser import parse
 from .passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
 from .ptx.emit import Kernel, emit_module
 from .ptx.isel import entry_params, select
-from .ptx.regalloc import allocate
+from .ptx.regalloc import allocate, number_in_order
 from .sema import check_kernel, configurations, resolve_config
 
 
@@ -117,10 +117,13 @@ def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = No
 
 
 def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int] | None = None,
-                   dumps: Dumps | None = None, verify_each: bool = False) -> CompiledKernel:
+                   dumps: Dumps | None = None, verify_each: bool = False,
+                   allocate_registers: bool = True) -> CompiledKernel:
+    """Compile one parsed kernel; `verify_each` checks the IR after every pass,
+    `allocate_registers=False` keeps one PTX register per value (for comparison)."""
     tgt = target(arch)
     try:
-        return _pipeline(k, tgt, config, dumps, verify_each)
+        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers)
     except PhobosError as err:
         resolved = resolve_config(k, config) if not isinstance(err, SemanticError) or config else {}
         if resolved:
@@ -134,7 +137,8 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
                             k.loc) from err
 
 
-def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool) -> CompiledKernel:
+def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool,
+              allocate_registers: bool) -> CompiledKernel:
     times: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -167,6 +171,8 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     lap("lower+thread passes")
     items = select(thread)
     alloc = allocate(items)
+    if not allocate_registers:
+        alloc.counts = number_in_order(items)
     lap("isel+regalloc")
     config_text = ", ".join(f"{n}={v}" for n, v in ck.config.items())
     ptx_kernel = Kernel(

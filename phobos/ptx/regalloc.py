@@ -88,25 +88,22 @@ def live_intervals(items: list[Item]) -> dict[VReg, tuple[int, int]]:
         else:
             s[0], s[1] = min(s[0], i), max(s[1], i)
 
+    # An interval is only the hull of the points where a register is live, so
+    # it is enough to touch each block's live-out set at its end, its live-in
+    # set at its start, and every def and use where it happens.
     for b, positions in enumerate(blocks):
         if not positions:
             continue
-        live = set(live_out[b])
-        for r in live:
+        for r in live_out[b]:
             touch(r, positions[-1])
-        for i in reversed(positions):
+        for r in live_in[b]:
+            touch(r, positions[0])
+        for i in positions:
             ins = items[i]
             for r in ins.defs():
                 touch(r, i)
-                if ins.guard is None:
-                    live.discard(r)
             for r in ins.uses():
                 touch(r, i)
-                live.add(r)
-            for r in live:
-                touch(r, i)
-        for r in live_in[b]:
-            touch(r, positions[0])
     return {r: (s[0], s[1]) for r, s in span.items()}
 
 
@@ -116,27 +113,23 @@ def allocate(items: list[Item]) -> Allocation:
     order = sorted(intervals.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[0].id))
     free: dict[str, list[int]] = {}
     next_number: dict[str, int] = {}
-    active: list[tuple[int, VReg]] = []
+    active: list[tuple[int, int, VReg]] = []  # heap of (end, id, register)
     pressure, peak = 0, 0
     by_class: dict[str, int] = {}
     peak_by_class: dict[str, int] = {}
     for reg, (start, end) in order:
-        still = []
-        for a_end, a_reg in active:
-            if a_end < start:
-                heapq.heappush(free.setdefault(a_reg.cls, []), a_reg.number)
-                pressure -= REG_WIDTH[a_reg.cls]
-                by_class[a_reg.cls] -= 1
-            else:
-                still.append((a_end, a_reg))
-        active = still
+        while active and active[0][0] < start:
+            _, _, done = heapq.heappop(active)
+            heapq.heappush(free.setdefault(done.cls, []), done.number)
+            pressure -= REG_WIDTH[done.cls]
+            by_class[done.cls] -= 1
         pool = free.get(reg.cls)
         if pool:
             reg.number = heapq.heappop(pool)
         else:
             reg.number = next_number.get(reg.cls, 1)
             next_number[reg.cls] = reg.number + 1
-        active.append((end, reg))
+        heapq.heappush(active, (end, reg.id, reg))
         pressure += REG_WIDTH[reg.cls]
         by_class[reg.cls] = by_class.get(reg.cls, 0) + 1
         peak = max(peak, pressure)

@@ -1,0 +1,170 @@
+# The back end: golden PTX, the generated add beside the hand-written one,
+# register allocation against plain numbering, every kernel through ptxas, the
+# IR verifier after every pass, and located errors for what cannot be lowered.
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from phobos import compiler
+from phobos.compiler import compile, compile_all, compile_kernel, parse_source, pick_kernel
+from phobos.errors import PhobosError, ResourceError, UnsupportedError
+from phobos.ptxcheck import check
+from phobos.sema import configurations
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.phobos"))
+TEST_KERNELS = sorted((Path(__file__).parent / "kernels").glob("*.phobos"))
+ALL_SOURCES = EXAMPLES + TEST_KERNELS
+
+
+def source(path: Path) -> str:
+    return path.read_text()
+
+
+def compiled(name: str, config=None, arch="sm_90", **kw):
+    path = ROOT / "examples" / f"{name}.phobos"
+    k = pick_kernel(parse_source(source(path), f"examples/{name}.phobos"), None)
+    return compile_kernel(k, arch=arch, config=config, **kw)
+
+
+def test_golden_add(golden):
+    golden.check("add.sm_90.ptx", compiled("add").ptx)
+
+
+def test_golden_sgemm(golden):
+    golden.check("sgemm.sm_90.ptx", compiled("sgemm", {"TILE_M": 32, "TILE_N": 64, "TILE_K": 16}).ptx)
+
+
+def _instructions(ptx: str) -> list[str]:
+    lines = [ln.split("//")[0].strip() for ln in ptx.splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith(".") and not ln.endswith(":")
+            and not ln.startswith("{") and not ln.startswith("}")]
+
+
+def _fast_path(ptx: str) -> list[str]:
+    """Instructions of the generated add outside the masked paths (from `bra.uni $L_endif_N` to its label)."""
+    out, skip_until = [], None
+    for line in ptx.splitlines():
+        text = line.split("//")[0].strip()
+        if skip_until is not None:
+            if text == f"{skip_until}:":
+                skip_until = None
+            continue
+        m = re.match(r"bra\.uni (\$L_endif_\d+);", text)
+        if m:
+            skip_until = m.group(1)
+            continue
+        out += _instructions(text)
+    return out
+
+
+def _elements(ins: str) -> int:
+    m = re.search(r"\.v(\d)\.", ins)
+    return int(m.group(1)) if m else 1
+
+
+def test_generated_add_does_the_work_of_the_handwritten_one():
+    """Per element, both kernels load a and b once, add once, store c once, and test the bound n.
+
+    What may differ: the generated kernel handles BLOCK elements per CTA with
+    several per thread, loads and stores them as 128-bit vectors (`.v4`) on the
+    path where the whole block is inside the tensor and aligned, marks inputs
+    read-only (`.nc`), rounds explicitly (`add.rn.f32`), and has a second,
+    masked path for the block that touches the end of the arrays.
+    """
+    hand = _instructions((ROOT / "handwritten_ptx" / "add.ptx").read_text())
+    gen = compiled("add")
+    per_thread = 1024 // gen.threads
+    fast = _fast_path(gen.ptx)
+
+    def count(instrs, prefix):
+        return sum(_elements(i) for i in instrs if i.split()[0].startswith(prefix))
+
+    assert count(hand, "ld.global") == 2 and count(hand, "add.f32") == 1 and count(hand, "st.global") == 1
+    assert count(fast, "ld.global") == 2 * per_thread
+    assert count(fast, "add.rn.f32") == per_thread
+    assert count(fast, "st.global") == per_thread
+    # the bound: the hand-written kernel compares i with n; the generated one the block's end with N
+    assert any(i.startswith("setp.ge.u32") for i in hand)
+    n_reg = re.search(r"ld\.param\.s32 (%r\d+), \[add_param_3\]", gen.ptx).group(1)
+    assert any(i.startswith("setp.le.s32") and i.endswith(f"{n_reg};") for i in fast)
+
+
+@pytest.mark.parametrize("name,config", [("add", None), ("sgemm", {"TILE_M": 32, "TILE_N": 64, "TILE_K": 16}),
+                                         ("sgemm", {"TILE_M": 128, "TILE_N": 64, "TILE_K": 16})])
+def test_register_allocation_does_not_change_ptxas_result(name, config):
+    allocated = compiled(name, config)
+    plain = compiled(name, config, allocate_registers=False)
+    assert allocated.ptx != plain.ptx
+    a, p = check(allocated.ptx, "sm_90"), check(plain.ptx, "sm_90")
+    assert a.ok and p.ok
+    ka, kp = a.kernels[0], p.kernels[0]
+    assert (ka.registers, ka.spill_stores, ka.spill_loads) == (kp.registers, kp.spill_stores, kp.spill_loads)
+    declared = sum(int(n) for n in re.findall(r"\.reg \.\w+ \t%\w+<(\d+)>", allocated.ptx))
+    declared_plain = sum(int(n) for n in re.findall(r"\.reg \.\w+ \t%\w+<(\d+)>", plain.ptx))
+    assert declared < declared_plain
+
+
+@pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+def test_every_kernel_passes_ptxas(path, arch):
+    results = compile_all(source(path), arch=arch, filename=str(path))
+    kernels = [k for k in results if not isinstance(k, PhobosError)]
+    assert kernels, f"no configuration of {path.name} fits {arch}"
+    for k in kernels:
+        report = check(k.ptx, arch, f"{path.name} {k.config_text}")
+        assert report.ok, report.errors
+
+
+@pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: p.name)
+def test_ir_verifies_after_every_pass(path):
+    program = parse_source(source(path), str(path))
+    for k in program.kernels:
+        for config in configurations(k)[:2]:
+            compile_kernel(k, config=config, verify_each=True)
+
+
+def test_too_much_shared_memory_is_a_located_error():
+    src = source(ROOT / "examples" / "sgemm.phobos")
+    with pytest.raises(ResourceError) as info:
+        compile(src, arch="sm_75", config={"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, filename="sgemm.phobos")
+    err = info.value
+    assert err.loc.line == 14
+    assert "99328 bytes" in err.message and "65536" in err.message
+    assert "TILE_M=128" in str(err)
+
+
+def test_unsupported_math_is_a_located_error():
+    src = "kernel k(x: tensor<f64>[N]) {\n    x[0 :+ 32] = exp(x[0 :+ 32])\n}\n"
+    with pytest.raises(UnsupportedError) as info:
+        compile(src, filename="f64.phobos")
+    assert (info.value.loc.line, info.value.loc.col) == (2, 18)
+    assert "f32 only" in info.value.message
+
+
+def test_bad_warps_value_is_a_located_error():
+    src = "@autotune(WARPS in [3])\nkernel k(x: tensor<f32>[N]) {\n    x[0 :+ 32] = x[0 :+ 32] + 1.0\n}\n"
+    with pytest.raises(UnsupportedError) as info:
+        compile(src, filename="w.phobos")
+    assert info.value.loc.line == 2 and "power of two" in info.value.message
+
+
+def test_compile_to_ptx_uses_the_first_configuration_by_default():
+    src = source(ROOT / "examples" / "add.phobos")
+    assert compiler.compile_to_ptx(src) == compile(src, config={"BLOCK": 1024}).ptx
+    assert ".maxntid" in compiler.compile_to_ptx(src, arch="sm_75")
+
+
+def test_unknown_configuration_name_is_an_error():
+    with pytest.raises(PhobosError, match="no autotune parameter 'BLOK'"):
+        compile(source(ROOT / "examples" / "add.phobos"), config={"BLOK": 256})
+
+
+def test_source_lines_and_loc_directives_in_the_ptx():
+    ptx = compile(source(ROOT / "examples" / "add.phobos"), filename="examples/add.phobos").ptx
+    assert '.file 1 "examples/add.phobos"' in ptx
+    assert "// examples/add.phobos:5  c[base :+ BLOCK] = a[base :+ BLOCK] + b[base :+ BLOCK]" in ptx
+    assert re.search(r"\.loc 1 5 \d+", ptx)
