@@ -161,7 +161,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     after = dumps.after if dumps is not None else None
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
-    thread = lower(func, tgt.shared_bytes)
+    thread = lower(func, tgt.shared_bytes, tgt.cp_async)
     expand_math(thread)
     if verify_each:
         verify(thread, thread_level=True)

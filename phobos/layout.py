@@ -209,16 +209,17 @@ def blocked(shape: tuple[int, ...], threads: int) -> Layout:
 
 
 def dot_layout(shape: tuple[int, int], threads: int) -> Layout:
-    """The layout of a dot product's result: each thread a block of rows x columns (register blocking).
+    """The layout of a dot product's result: each thread RM rows x RN columns (register blocking).
 
-    Each thread holds 4x4 (or smaller, for narrow tiles) blocks repeated with
-    the stride of the whole thread grid, so its operand values are read from
-    shared memory as 128-bit vectors and each pair of them feeds RM*RN fused
-    multiply-adds.  The lane grid (4x8 or 8x4) and the warp grid are chosen to
-    minimise the operand loads per step, RM/4 + RN/4.
+    Each thread holds runs of 4 columns (128-bit vectors of B and C) and single
+    rows, the rows of one warp's lanes being consecutive: A is kept row-major in
+    shared memory and read as 128-bit vectors along K, and with a row stride of
+    an odd number of 16-byte units, consecutive rows fall in different banks.
+    The pattern repeats with the stride of the whole thread grid.  The lane
+    grid (4x8, 8x4, ...) and the warp grid are chosen to waste the fewest
+    slots, then to minimise the operand loads per step, RM/4 + RN/4.
     """
     m, n = shape
-    fm = next(v for v in (4, 2, 1) if m % v == 0)
     fn = next(v for v in (4, 2, 1) if n % v == 0)
     nwarps = threads // WARP
     best = None
@@ -226,13 +227,13 @@ def dot_layout(shape: tuple[int, int], threads: int) -> Layout:
         for wy in _powers_of_two_upto(nwarps):
             warps = (wy, nwarps // wy)
             ty, tx = lanes[0] * warps[0], lanes[1] * warps[1]
-            rm, rn = _cdiv(m, ty * fm) * fm, _cdiv(n, tx * fn) * fn
+            rm, rn = _cdiv(m, ty), _cdiv(n, tx * fn) * fn
             waste = rm * ty * rn * tx - m * n
-            cost = (waste, rm // fm + rn // fn, abs(rm - rn))
+            cost = (waste, _cdiv(rm, 4) + rn // fn, abs(rm - rn))
             if best is None or cost < best[0]:
                 best = (cost, lanes, warps)
     _, lanes, warps = best
-    return grid_layout((m, n), threads, (fm, fn), lanes, warps)
+    return grid_layout((m, n), threads, (1, fn), lanes, warps)
 
 
 def _powers_of_two_upto(n: int):

@@ -31,7 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ResourceError, UnsupportedError
-from .ir import Block, Builder, Function, Op, Value
+from .ir import Block, Builder, Function, Op, Value, uses
+from .passes.cse import freeze
+from .passes.fold import evaluate
 from .layout import WARP, Layout, Term, blocked, dot_layout
 from .types import DType, ScalarType, TensorType, TileType
 
@@ -42,6 +44,7 @@ MAX_THREADS = 1024
 DEFAULT_MAX_THREADS = 256
 DOT_UNROLL_LIMIT = 64  # a dot's K up to this is fully unrolled; beyond, a loop of DOT_STEP steps
 DOT_STEP = 16
+DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
 SMEM_ALIGN = 16
 I32 = ScalarType(DType.I32)
 I64 = ScalarType(DType.I64)
@@ -201,9 +204,11 @@ def _add_leading(layout: Layout, n: int) -> Layout:
 
 # ------------------------------------------------------------------ lowering
 class Lowering:
-    def __init__(self, func: Function, smem_limit: int):
+    def __init__(self, func: Function, smem_limit: int, cp_async: bool):
         self.src = func
         self.smem_limit = smem_limit
+        self.cp_async = cp_async
+        self.use_count = uses(func)
         self.threads = choose_threads(func)
         self.layouts = assign_layouts(func, self.threads)
         attrs = dict(func.attrs, threads=self.threads)
@@ -215,6 +220,8 @@ class Lowering:
         self.smem_bytes = 0
         self.cache: dict[tuple, Value] = {}
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
+        self.memo: dict[Block, dict] = {}
+        self.parents: dict[Block, Block] = {}
 
     def run(self) -> Function:
         self.lower_block(self.src.body, self.out.body)
@@ -223,10 +230,42 @@ class Lowering:
 
     # ---------------------------------------------------------- small helpers
     def op(self, opcode: str, operands: list[Value], type_, **attrs) -> Value:
-        return self.b.value(opcode, operands, type_, **attrs)
+        """A pure scalar op, shared with an identical one in scope and folded when constant.
+
+        Lowering writes the same index arithmetic for many elements; sharing and
+        folding it as it is built keeps the IR - and the passes' work - small.
+        """
+        key = (opcode, tuple(v.id for v in operands), freeze(attrs), type_)
+        scope = self.b.block
+        while scope is not None:
+            hit = self.memo.get(scope, {}).get(key)
+            if hit is not None:
+                return hit
+            scope = self.parents.get(scope)
+        value = None
+        if operands and all(v.owner.opcode == "const" for v in operands if isinstance(v.owner, Op)) \
+                and all(isinstance(v.owner, Op) for v in operands):
+            known = [v.owner.attrs["value"] for v in operands]
+            folded = evaluate(opcode, attrs, known, [v.dtype for v in operands], type_.dtype)
+            if folded is not None:
+                value = self.const(folded, type_.dtype)
+        if value is None:
+            value = self.b.value(opcode, operands, type_, **attrs)
+        self.memo.setdefault(self.b.block, {})[key] = value
+        return value
 
     def const(self, value, dtype: DType = DType.I32) -> Value:
-        return self.b.const(value, ScalarType(dtype))
+        key = ("const", (), freeze({"value": value}), ScalarType(dtype))
+        top = self.memo.setdefault(self.out.body, {})
+        hit = top.get(key)
+        if hit is None:
+            hit = top[key] = self.entry.value("const", [], ScalarType(dtype), value=value)
+        return hit
+
+    def builder_for(self, region: Block, parent: Block, loc=None) -> Builder:
+        """A builder for a region nested in `parent` (its values see the enclosing ones)."""
+        self.parents[region] = parent
+        return Builder(self.out, region, loc)
 
     def entry_value(self, key: tuple, make) -> Value:
         """A value that depends only on the thread, computed once at the kernel's start."""
@@ -336,8 +375,53 @@ class Lowering:
     # ---------------------------------------------------------- blocks
     def lower_block(self, block: Block, out: Block) -> None:
         saved = self.b
-        self.b = Builder(self.out, out)
-        for op in block.ops:
+        self.b = self.builder_for(out, saved.block) if out is not self.out.body else Builder(self.out, out)
+        self.lower_ops(block.ops)
+        self.b = saved
+
+    def op_yield(self, op: Op) -> None:
+        self.b.op("yield", [r for v in op.operands for r in self.flat(v)], [])
+
+    def op_for(self, op: Op) -> None:
+        plan = self.pipeline_plan(op)
+        if plan is not None:
+            self.lower_pipelined(op, *plan)
+            return
+        self.build_for(op, [], lambda body_ops, extra: (self.lower_ops(body_ops), [])[1])
+
+    def build_for(self, op: Op, extra_inits: list[Value], lower_body) -> None:
+        """The thread-level loop of tile-level `op`.
+
+        It carries `extra_inits` first, then op's carried values, flattened to
+        registers; `lower_body(ops, extra_args)` lowers the body's ops (all but
+        the yield) and returns the next values of the extra ones.
+        """
+        lo, hi = self.vals[op.operands[0]], self.vals[op.operands[1]]
+        inits = extra_inits + [r for v in op.operands[2:] for r in self.flat(v)]
+        src_body = op.regions[0]
+        body = Block()
+        types = [v.type for v in extra_inits] + [t for v in op.results for t in self.lowered_types(v)]
+        new = self.b.op("for", [lo, hi, *inits], types, dict(op.attrs), [body])
+        outer = self.b
+        self.b = self.builder_for(body, outer.block, outer.loc)
+        self.vals[src_body.args[0]] = self.b.block_arg(body, src_body.args[0].type, src_body.args[0].name)
+        extra_args = [self.b.block_arg(body, v.type) for v in extra_inits]
+        for v in src_body.args[1:]:
+            for t in self.lowered_types(v):
+                self.b.block_arg(body, t, v.name)
+        pos = 1 + len(extra_inits)
+        for v in src_body.args[1:]:
+            pos = self.unflat(v, body.args, pos)
+        extra_next = lower_body(src_body.ops[:-1], extra_args)
+        self.b.loc = src_body.ops[-1].loc
+        self.b.op("yield", extra_next + [r for v in src_body.ops[-1].operands for r in self.flat(v)], [])
+        self.b = outer
+        pos = len(extra_inits)
+        for v in op.results:
+            pos = self.unflat(v, new.results, pos)
+
+    def lower_ops(self, ops: list[Op]) -> None:
+        for op in ops:
             self.b.loc = op.loc
             handler = getattr(self, "op_" + op.opcode, None)
             if handler is None:
@@ -346,31 +430,156 @@ class Lowering:
                 else:
                     raise UnsupportedError(f"the back end cannot lower '{op.opcode}' yet", op.loc)
             handler(op)
-        self.b = saved
 
-    def op_yield(self, op: Op) -> None:
-        self.b.op("yield", [r for v in op.operands for r in self.flat(v)], [])
+    # ---------------------------------------------------------- software pipelining
+    def pipeline_plan(self, op: Op):
+        """(dot, [load of A, load of B], ops computing their indices) when `op` is a loop to pipeline.
 
-    def op_for(self, op: Op) -> None:
+        The loop qualifies when the target has cp.async and its body is one
+        `dot` whose operands are slices loaded in the body for it alone (in the
+        dot's dtype), plus pure arithmetic - the K loop of a matrix product.
+        """
+        if not self.cp_async:
+            return None
+        body = op.regions[0].ops[:-1]
+        dots = [o for o in body if o.opcode == "dot"]
+        if len(dots) != 1:
+            return None
+        dot = dots[0]
+        loads = [v.owner for v in dot.operands[:2]]
+        if any(not isinstance(ld, Op) or ld.opcode != "load" or ld not in body or self.use_count[ld.result] != 1
+               for ld in loads) or loads[0] is loads[1]:
+            return None
+        if any(ld.operands[0].dtype != dot.result.dtype for ld in loads):
+            return None
+        if any(o not in loads and o is not dot and (not o.pure or o.regions) for o in body):
+            return None
+        producers = {r: o for o in body for r in o.results}
+        needed, stack = [], [v for ld in loads for v in ld.operands[1:]]
+        while stack:
+            v = stack.pop()
+            o = producers.get(v)
+            if o is not None and o not in needed:
+                needed.append(o)
+                stack += o.operands
+        index_ops = [o for o in body if o in needed]
+        return dot, loads, index_ops
+
+    def lower_pipelined(self, op: Op, dot: Op, loads: list[Op], index_ops: list[Op]) -> None:
+        """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep.
+
+        Stage s of the ring buffer holds the tiles of iteration i when i = s
+        (mod STAGES).  Before the loop, iterations 0..STAGES-2 are requested;
+        at iteration i each thread waits for its copies of iteration i, a
+        barrier makes everyone's visible (and says everyone is done with
+        iteration i-1's stage), iteration i+STAGES-1 is requested into that
+        stage, and the product is computed from stage i.  Each request is one
+        cp.async group, empty when its iteration is past the end.
+        """
+        plan = dot_plan(loads[0].result.type.shape, loads[1].result.type.shape[1], dot.result.dtype,
+                        self.threads)
+        stages = self.src.attrs["config"].get("STAGES", DEFAULT_STAGES)
+        if stages < 2:
+            raise UnsupportedError(f"STAGES must be at least 2, got {stages}", op.loc)
+        while stages > 2 and stages * plan.stage_bytes > self.smem_limit:
+            stages -= 1
+        base = self.smem(stages * plan.stage_bytes)
         lo, hi = self.vals[op.operands[0]], self.vals[op.operands[1]]
-        inits = [r for v in op.operands[2:] for r in self.flat(v)]
-        src_body = op.regions[0]
-        body = Block()
-        types = [t for v in op.results for t in self.lowered_types(v)]
-        new = self.b.op("for", [lo, hi, *inits], types, dict(op.attrs), [body])
-        builder = Builder(self.out, body)
-        builder.block_arg(body, src_body.args[0].type, src_body.args[0].name)
-        self.vals[src_body.args[0]] = body.args[0]
-        for v in src_body.args[1:]:
-            for t in self.lowered_types(v):
-                builder.block_arg(body, t, v.name)
-        pos = 1
-        for v in src_body.args[1:]:
-            pos = self.unflat(v, body.args, pos)
-        self.lower_block(src_body, body)
-        pos = 0
-        for v in op.results:
-            pos = self.unflat(v, new.results, pos)
+        step = op.attrs["step"]
+        before = "lt" if step > 0 else "gt"
+        kt_arg = op.regions[0].args[0]
+
+        def stage_address(index: Value) -> Value:
+            offset = self.op("mul", [self.op("cast", [index], U32), self.const(plan.stage_bytes, DType.U32)], U32)
+            return self.op("add", [base, offset], U32)
+
+        def request(kt: Value, index: Value) -> None:
+            """cp.async the operand tiles of the iteration with loop variable `kt` into stage `index`."""
+            saved = {r: self.vals.get(r) for o in index_ops for r in o.results}
+            saved[kt_arg] = self.vals.get(kt_arg)
+            self.vals[kt_arg] = kt
+            self.lower_ops(index_ops)
+            enabled = self.op("cmp", [kt, hi], BOOL, pred=before)
+            stage = stage_address(index)
+            self.async_copy(loads[0], stage, 0, plan.lda, enabled)
+            self.async_copy(loads[1], stage, plan.a_bytes, plan.ldb, enabled)
+            self.b.op("cp_async_commit", [], [])
+            self.vals.update(saved)
+
+        for s in range(stages - 1):
+            request(self.op("add", [lo, self.const(s * step, lo.dtype)], lo.type), self.const(s))
+
+        def body(ops: list[Op], extra: list[Value]) -> list[Value]:
+            (read,) = extra
+            self.b.op("cp_async_wait", [], [], {"pending": stages - 2})
+            self.barrier()
+            kt = self.vals[kt_arg]
+            ahead = self.op("add", [kt, self.const((stages - 1) * step, kt.dtype)], kt.type)
+            at_start = self.op("cmp", [read, self.const(0)], BOOL, pred="eq")
+            write = self.op("select", [at_start, self.const(stages - 1),
+                                       self.op("sub", [read, self.const(1)], I32)], I32)
+            request(ahead, write)
+            self.lower_ops([o for o in ops if o not in loads and o is not dot and o not in index_ops])
+            self.finish_dot(dot, plan, stage_address(read))
+            at_end = self.op("cmp", [read, self.const(stages - 1)], BOOL, pred="eq")
+            return [self.op("select", [at_end, self.const(0), self.op("add", [read, self.const(1)], I32)], I32)]
+
+        self.build_for(op, [self.const(0)], body)
+        self.b.op("cp_async_wait", [], [], {"pending": 0})
+        self.barrier()
+
+    def async_copy(self, load: Op, stage: Value, start: int, ld: int, enabled: Value) -> None:
+        """Copy a load's slice into shared memory (row-major, rows `ld` apart) with cp.async.
+
+        Inside the tensor and aligned: 16-byte copies.  Otherwise 4-byte copies,
+        zero-filled outside the tensor (the edge contract).
+        """
+        tensor = self.vals[load.operands[0]]
+        starts, sizes, tile_dims = self.slice_geometry(load, tensor, 0)
+        layout = blocked(load.result.type.shape, self.threads)
+        eb = tensor.dtype.nbytes
+        addrs = self.row_addresses(tensor, starts, tile_dims, layout)
+        c0, c1 = self.thread_coord(layout.terms[0]), self.thread_coord(layout.terms[1])
+        thread_index = self.op("add", [self.op("mul", [c0, self.const(ld)], I32), c1], I32)
+        dst = self.smem_address(stage, thread_index, eb)
+        width = self.vector_ok(tensor, starts, tile_dims, layout)
+        fast = self.in_bounds(tensor, starts, sizes)
+        if width > 1:
+            fast = self.all_of([fast, self.aligned(tensor, starts, width)])
+        fast = self.all_of([enabled, fast])
+        outer = self.b
+        regions = [Block(), Block()]
+        self.b.op("if", [fast], [], {}, regions)
+        self.b = self.builder_for(regions[0], outer.block, outer.loc)
+        for group in self.access_groups(layout, width):
+            i, j = layout.offsets[group[0]]
+            addr, off = addrs[group[0]]
+            pred = self.slot_valid(layout, group[0])
+            self.b.op("cp_async", [dst, addr] + ([pred] if pred is not None else []), [],
+                      {"bytes": width * eb, "offset": start + (i * ld + j) * eb, "goffset": off,
+                       "masked": pred is not None})
+        self.b.op("yield", [], [])
+        self.b = self.builder_for(regions[1], outer.block, outer.loc)
+        inner = [Block(), Block()]
+        self.b.op("if", [enabled], [], {}, inner)
+        self.b.op("yield", [], [])
+        self.b = self.builder_for(inner[0], regions[1], outer.loc)
+        for r in range(layout.nregs):
+            i, j = layout.offsets[r]
+            addr, off = addrs[r]
+            valid = self.element_valid(tensor, starts, sizes, tile_dims, layout, r)
+            pred = self.slot_valid(layout, r)
+            size = self.op("select", [valid, self.const(eb, DType.U32), self.const(0, DType.U32)], U32)
+            if off:
+                addr = self.op("add", [addr, self.const(off, DType.I64)], I64)
+            src = self.op("select", [valid, addr, tensor.ptr], I64)
+            self.b.op("cp_async", [dst, src, size] + ([pred] if pred is not None else []), [],
+                      {"bytes": eb, "offset": start + (i * ld + j) * eb, "goffset": 0,
+                       "masked": pred is not None, "zero_fill": True})
+        self.b.op("yield", [], [])
+        self.b = self.builder_for(inner[1], regions[1], outer.loc)
+        self.b.op("yield", [], [])
+        self.b = outer
 
     def op_if(self, op: Op) -> None:
         cond = self.vals[op.operands[0]]
@@ -660,7 +869,7 @@ class Lowering:
         branch = self.b.op("if", [fast], [ScalarType(dtype)] * nregs, {}, regions)
         outer = self.b
         for region, vec in ((regions[0], width), (regions[1], 1)):
-            self.b = Builder(self.out, region, outer.loc)
+            self.b = self.builder_for(region, outer.block, outer.loc)
             regs: list[Value] = []
             for group in self.access_groups(layout, vec):
                 addr, off = addrs[group[0]]
@@ -701,7 +910,7 @@ class Lowering:
         self.b.op("if", [fast], [], {}, regions)
         outer = self.b
         for region, vec in ((regions[0], width), (regions[1], 1)):
-            self.b = Builder(self.out, region, outer.loc)
+            self.b = self.builder_for(region, outer.block, outer.loc)
             for group in self.access_groups(layout, vec):
                 addr, off = addrs[group[0]]
                 if region is regions[0]:
@@ -722,72 +931,93 @@ class Lowering:
 
     # ---------------------------------------------------------- dot
     def op_dot(self, op: Op) -> None:
+        """A dot whose operands are in registers: stage them in shared memory, then multiply."""
         a_v, b_v = op.operands[0], op.operands[1]
-        (m, k), n = a_v.type.shape, b_v.type.shape[1]
-        dtype = op.result.dtype
-        eb = dtype.nbytes
-        natural = dot_layout((m, n), self.threads)
-        a, bt = self.tile(a_v), self.tile(b_v)
-        lda = _align(_cover(natural, 0), 4) + 4  # +4: fewer bank conflicts on the transposed writes
-        ldb = _align(_cover(natural, 1), 4)
-        a_bytes = k * lda * eb
-        base = self.smem(a_bytes + k * ldb * eb)
-        # stage A (transposed: As[k][m]) and B (Bs[k][n]) in shared memory
+        plan = dot_plan(a_v.type.shape, b_v.type.shape[1], op.result.dtype, self.threads)
+        base = self.smem(plan.stage_bytes)
         self.barrier()
-        self.stage(a, base, 0, lambda row, col: (col, row), lda, eb, dtype)
-        self.stage(bt, base, a_bytes, lambda row, col: (row, col), ldb, eb, dtype)
+        self.write_tile(self.tile(a_v), base, 0, plan.lda, plan.eb, plan.dtype)
+        self.write_tile(self.tile(b_v), base, plan.a_bytes, plan.ldb, plan.eb, plan.dtype)
         self.barrier()
+        self.finish_dot(op, plan, base)
+
+    def finish_dot(self, op: Op, plan: "DotPlan", stage: Value) -> None:
+        """Multiply the operands staged at `stage` into the result (or accumulator) registers."""
         if len(op.operands) == 3:
-            acc = self.in_layout(op.operands[2], natural).regs
+            acc = self.in_layout(op.operands[2], plan.layout).regs
         else:
-            acc = [self.const(0.0, dtype)] * natural.nregs
-        rows = sorted({off[0] for off in natural.offsets})
-        cols = sorted({off[1] for off in natural.offsets})
-        a_base = self.smem_address(base, self.thread_coord(natural.terms[0]), eb)
-        b_base = self.smem_address(base, self.thread_coord(natural.terms[1]), eb)
-        plan = _DotPlan(natural, rows, cols, lda, ldb, a_bytes, eb, dtype)
-        if k <= DOT_UNROLL_LIMIT:
-            for kk in range(k):
-                acc = self.dot_step(plan, a_base, b_base, kk, acc)
-        else:
-            acc = self.dot_loop(plan, a_base, b_base, k, acc)
-        result = TileRegs(natural, acc)
+            acc = [self.const(0.0, plan.dtype)] * plan.layout.nregs
+        acc = self.dot_compute(plan, stage, acc)
+        result = TileRegs(plan.layout, acc)
         layout = self.layouts[op.result]
-        if layout != natural:
-            result = TileRegs(layout, self.relayout(result, layout, dtype))
+        if layout != plan.layout:
+            result = TileRegs(layout, self.relayout(result, layout, plan.dtype))
         self.vals[op.result] = result
 
-    def stage(self, t: TileRegs, base: Value, start: int, place, ld: int, eb: int, dtype: DType) -> None:
-        """Write a dot operand into shared memory at `start`: element (i, j) to row/col `place(i, j)`."""
+    def write_tile(self, t: TileRegs, base: Value, start: int, ld: int, eb: int, dtype: DType) -> None:
+        """Store a 2-D tile row-major into shared memory at byte `start`, rows `ld` elements apart."""
         layout = t.layout
         owner = self.owner(layout)
         c0, c1 = self.thread_coord(layout.terms[0]), self.thread_coord(layout.terms[1])
-        srow, scol = place(c0, c1)
-        thread_index = self.op("add", [self.op("mul", [srow, self.const(ld)], I32), scol], I32)
-        width = layout.vector_width() if place(0, 1) == (0, 1) else 1
+        thread_index = self.op("add", [self.op("mul", [c0, self.const(ld)], I32), c1], I32)
+        width = layout.vector_width()
         while width * eb > 16:
             width //= 2
         for group in self.access_groups(layout, width):
             i, j = layout.offsets[group[0]]
-            orow, ocol = place(i, j)
             pred = self.all_of([self.slot_valid(layout, group[0]), owner])
             self.st_shared(base, thread_index, eb, [t.regs[r] for r in group], dtype, pred,
-                           offset=start + (orow * ld + ocol) * eb)
+                           offset=start + (i * ld + j) * eb)
 
-    def dot_step(self, plan: "_DotPlan", a_base: Value, b_base: Value, kk, acc: list[Value],
-                 k_offset: Value | None = None) -> list[Value]:
-        """One k of the product: read this thread's A column and B row pieces, then RM*RN FMAs."""
-        if k_offset is not None:
-            a_base = self.op("add", [a_base, k_offset[0]], U32)
-            b_base = self.op("add", [b_base, k_offset[1]], U32)
-        a_vals = self.read_fragment(a_base, plan.rows, kk * plan.lda * plan.eb, plan)
-        b_vals = self.read_fragment(b_base, plan.cols, plan.a_bytes + kk * plan.ldb * plan.eb, plan)
+    def dot_compute(self, plan: "DotPlan", stage: Value, acc: list[Value]) -> list[Value]:
+        """acc += A @ B with A [M, K] at `stage` and B [K, N] after it; fully unrolled up to a limit."""
+        layout = plan.layout
+        a_base = self.smem_address(stage, self.op("mul", [self.thread_coord(layout.terms[0]),
+                                                          self.const(plan.lda)], I32), plan.eb)
+        b_base = self.smem_address(stage, self.thread_coord(layout.terms[1]), plan.eb)
+        if plan.k <= DOT_UNROLL_LIMIT:
+            for k0 in range(0, plan.k, plan.kgroup):
+                acc = self.dot_steps(plan, a_base, b_base, k0, min(plan.kgroup, plan.k - k0), acc)
+            return acc
+        main = plan.k - plan.k % DOT_STEP
+        body = Block()
+        loop = self.b.op("for", [self.const(0), self.const(main), *acc], [ScalarType(plan.dtype)] * len(acc),
+                         {"step": DOT_STEP}, [body])
+        outer = self.b
+        self.b = self.builder_for(body, outer.block, outer.loc)
+        kk = self.b.block_arg(body, I32, "k")
+        carried = [self.b.block_arg(body, ScalarType(plan.dtype)) for _ in acc]
+        k_bytes = self.op("mul", [self.op("cast", [kk], U32), self.const(plan.eb, DType.U32)], U32)
+        a_k = self.op("add", [a_base, k_bytes], U32)
+        b_k = self.op("add", [b_base, self.op("mul", [k_bytes, self.const(plan.ldb, DType.U32)], U32)], U32)
+        for k0 in range(0, DOT_STEP, plan.kgroup):
+            carried = self.dot_steps(plan, a_k, b_k, k0, plan.kgroup, carried)
+        self.b.op("yield", carried, [])
+        self.b = outer
+        acc = list(loop.results)
+        for k0 in range(main, plan.k, plan.kgroup):
+            acc = self.dot_steps(plan, a_base, b_base, k0, min(plan.kgroup, plan.k - k0), acc)
+        return acc
+
+    def dot_steps(self, plan: "DotPlan", a_base: Value, b_base: Value, k0: int, count: int,
+                  acc: list[Value]) -> list[Value]:
+        """`count` steps of k from k0: read A's rows as vectors along K, B's row pieces, then FMAs."""
         t = ScalarType(plan.dtype)
-        return [self.op("fma", [a_vals[i], b_vals[j], acc[r]], t)
-                for r, (i, j) in enumerate(plan.layout.offsets)]
+        a_vals = {}
+        for row in plan.rows:
+            ld = self.b.op("ld_shared", [a_base], [t] * count,
+                           {"dtype": plan.dtype, "vec": count, "offset": (row * plan.lda + k0) * plan.eb,
+                            "masked": False})
+            for j, v in enumerate(ld.results):
+                a_vals[(row, k0 + j)] = v
+        for kk in range(k0, k0 + count):
+            b_vals = self.read_runs(b_base, plan.cols, plan.a_bytes + kk * plan.ldb * plan.eb, plan)
+            acc = [self.op("fma", [a_vals[(i, kk)], b_vals[j], acc[r]], t)
+                   for r, (i, j) in enumerate(plan.layout.offsets)]
+        return acc
 
-    def read_fragment(self, base: Value, offsets: list[int], start: int, plan: "_DotPlan") -> dict[int, Value]:
-        """ld.shared the elements at `offsets` (runs of 4 contiguous as vectors) from base + start."""
+    def read_runs(self, base: Value, offsets: list[int], start: int, plan: "DotPlan") -> dict[int, Value]:
+        """ld.shared the elements at `offsets` from base + start, runs of contiguous ones as vectors."""
         out = {}
         per_vector = max(1, 16 // plan.eb)
         i = 0
@@ -805,28 +1035,6 @@ class Lowering:
                 out[offsets[i + j]] = ld.results[j]
             i += run
         return out
-
-    def dot_loop(self, plan: "_DotPlan", a_base: Value, b_base: Value, k: int, acc: list[Value]) -> list[Value]:
-        """A runtime loop over k in steps of DOT_STEP (unrolled inside), then the remainder unrolled."""
-        main = k - k % DOT_STEP
-        body = Block()
-        loop = self.b.op("for", [self.const(0), self.const(main), *acc], [ScalarType(plan.dtype)] * len(acc),
-                         {"step": DOT_STEP}, [body])
-        outer = self.b
-        self.b = Builder(self.out, body, outer.loc)
-        kk = self.b.block_arg(body, I32, "k")
-        carried = [self.b.block_arg(body, ScalarType(plan.dtype)) for _ in acc]
-        ku = self.op("cast", [kk], U32)
-        k_offset = (self.op("mul", [ku, self.const(plan.lda * plan.eb, DType.U32)], U32),
-                    self.op("mul", [ku, self.const(plan.ldb * plan.eb, DType.U32)], U32))
-        for step in range(DOT_STEP):
-            carried = self.dot_step(plan, a_base, b_base, step, carried, k_offset)
-        self.b.op("yield", carried, [])
-        self.b = outer
-        acc = list(loop.results)
-        for kk_rest in range(main, k):
-            acc = self.dot_step(plan, a_base, b_base, kk_rest, acc)
-        return acc
 
     # ---------------------------------------------------------- reductions
     def op_reduce(self, op: Op) -> None:
@@ -928,15 +1136,36 @@ class Lowering:
 
 
 @dataclass
-class _DotPlan:
-    layout: Layout
-    rows: list[int]
-    cols: list[int]
-    lda: int
-    ldb: int
-    a_bytes: int
+class DotPlan:
+    """How a dot product [M, K] x [K, N] is laid out in shared memory and registers."""
+
+    layout: Layout  # of the result
+    k: int
+    rows: list[int]  # the row offsets each thread holds
+    cols: list[int]  # the column offsets each thread holds
+    lda: int  # A's row stride in shared memory (elements): a multiple of 4, an odd number of 16-byte units
+    ldb: int  # B's row stride
+    a_bytes: int  # A's region (B follows it)
+    stage_bytes: int  # A and B together
     eb: int
     dtype: DType
+    kgroup: int  # k steps read from A at once (a vector along K)
+
+
+def dot_plan(a_shape: tuple[int, int], n: int, dtype: DType, threads: int) -> DotPlan:
+    m, k = a_shape
+    layout = dot_layout((m, n), threads)
+    eb = dtype.nbytes
+    kgroup = next(g for g in (4, 2, 1) if k % g == 0 and g * eb <= 16)
+    lda = _align(k, 4)
+    if (lda // 4) % 2 == 0:
+        lda += 4
+    ldb = _align(_cover(layout, 1), 4)
+    a_bytes = _align(_cover(layout, 0) * lda * eb, SMEM_ALIGN)
+    stage = _align(a_bytes + k * ldb * eb, SMEM_ALIGN)
+    rows = sorted({off[0] for off in layout.offsets})
+    cols = sorted({off[1] for off in layout.offsets})
+    return DotPlan(layout, k, rows, cols, lda, ldb, a_bytes, stage, eb, dtype, kgroup)
 
 
 def _combine_value(opcode: str):
@@ -988,7 +1217,7 @@ def _smem_bytes(dtype: DType) -> int:
     return 4 if dtype is DType.BOOL else dtype.nbytes
 
 
-def lower(func: Function, smem_limit: int) -> Function:
+def lower(func: Function, smem_limit: int, cp_async: bool = False) -> Function:
     """Thread-level IR for a tile-level function; see the module header."""
-    return Lowering(func, smem_limit).run()
+    return Lowering(func, smem_limit, cp_async).run()
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 from ..ir import COMMUTATIVE, Block, Function, Op, Value, replace_uses
 
 
-def _freeze(x):
+def freeze(x):
+    """A hashable form of an attribute value (lists to tuples, floats by bit pattern)."""
     if isinstance(x, (list, tuple)):
-        return tuple(_freeze(v) for v in x)
+        return tuple(freeze(v) for v in x)
     if isinstance(x, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
+        return tuple(sorted((k, freeze(v)) for k, v in x.items()))
     if isinstance(x, float):
         return ("f", x.hex())  # 0.0 and -0.0 differ; so do NaN payloads
     return x
@@ -22,7 +23,7 @@ def _key(op: Op) -> tuple:
     operands = tuple(v.id for v in op.operands)
     if op.opcode in COMMUTATIVE:
         operands = tuple(sorted(operands))
-    return (op.opcode, operands, _freeze(op.attrs), tuple(r.type for r in op.results))
+    return (op.opcode, operands, freeze(op.attrs), tuple(r.type for r in op.results))
 
 
 def cse(func: Function) -> None:

@@ -130,18 +130,23 @@ def _fold_op(op: Op, consts: dict, replace: dict) -> None:
 
 
 def _evaluate(op: Op, known: list):
-    if op.opcode == "cast":
-        arr = _cast(_arr(known[0], op.operands[0].dtype), op.result.dtype)
+    return evaluate(op.opcode, op.attrs, known, [v.dtype for v in op.operands], op.result.dtype)
+
+
+def evaluate(opcode: str, attrs: dict, known: list, dtypes: list[DType], result: DType):
+    """The exact value of `opcode` on constant operands, or None when it is not known exactly."""
+    if opcode == "cast":
+        arr = _cast(_arr(known[0], dtypes[0]), result)
         return None if arr is None else _scalar(arr)
-    fn = EVALUATE.get(op.opcode)
+    fn = EVALUATE.get(opcode)
     if fn is None:
         return None
-    arrays = [_arr(k, v.dtype) for k, v in zip(known, op.operands)]
+    arrays = [_arr(k, d) for k, d in zip(known, dtypes)]
     with np.errstate(all="ignore"):
-        out = fn(op.attrs, *arrays)
+        out = fn(attrs, *arrays)
     if out is None:
         return None
-    return _scalar(out.astype(_NP[op.result.dtype]))
+    return _scalar(out.astype(_NP[result]))
 
 
 def _identity(op: Op, known: list, dtype: DType) -> Value | None:

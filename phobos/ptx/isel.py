@@ -354,6 +354,28 @@ def _store(space: str, opcode: str = "st"):
     return select
 
 
+def _cp_async(s: Selector, op: Op) -> None:
+    """cp.async: 16-byte copies bypass L1 (.cg); smaller ones, zero-filled past src-size, use .ca."""
+    operands = list(op.operands)
+    pred = operands.pop() if op.attrs.get("masked") else None
+    dst, src = operands[0], operands[1]
+    nbytes = op.attrs["bytes"]
+    cache = "cg" if nbytes == 16 else "ca"
+    args = [Addr(s.reg(dst), op.attrs.get("offset", 0)), Addr(s.reg(src), op.attrs.get("goffset", 0)),
+            Imm(nbytes, DType.I32)]
+    if len(operands) == 3:
+        args.append(s.src(operands[2]))
+    s.emit(f"cp.async.{cache}.shared.global", *args, ndefs=0, guard=s.reg(pred) if pred is not None else None)
+
+
+def _cp_async_commit(s: Selector, op: Op) -> None:
+    s.emit("cp.async.commit_group", ndefs=0)
+
+
+def _cp_async_wait(s: Selector, op: Op) -> None:
+    s.emit("cp.async.wait_group", Imm(op.attrs["pending"], DType.I32), ndefs=0)
+
+
 def _barrier(s: Selector, op: Op) -> None:
     s.emit("bar.sync", Imm(0, DType.I32), ndefs=0)
 
@@ -461,6 +483,9 @@ SELECT = {
     "ld_shared": _load("shared"),
     "st_shared": _store("shared"),
     "barrier": _barrier,
+    "cp_async": _cp_async,
+    "cp_async_commit": _cp_async_commit,
+    "cp_async_wait": _cp_async_wait,
     "for": _for,
     "if": _if,
 }
