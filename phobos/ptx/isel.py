@@ -442,6 +442,12 @@ def _if(s: Selector, op: Op) -> None:
     cond = s.reg(op.operands[0])
     results = [s.define(r) for r in op.results]
     then, orelse = op.regions
+    if not results and len(orelse.ops) == 1:  # no else: skip the then part when the condition is false
+        end = s.label("endif")
+        s.emit("bra.uni", Sym(end), ndefs=0, guard=cond, negated=True)
+        s.block(then.ops[:-1])
+        s.items.append(Label(end))
+        return
     else_label, end = s.label("else"), s.label("endif")
     s.emit("bra.uni", Sym(else_label), ndefs=0, guard=cond, negated=True)
     s.prefer_targets(results, then)
