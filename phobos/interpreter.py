@@ -1,0 +1,656 @@
+# The interpreter: a checked Phobos kernel run on the CPU with NumPy.
+#
+# Machines without a GPU (CI, most laptops) run kernels here.  `prepare`
+# compiles the checked AST of one autotune configuration once into Python
+# closures - one per statement and expression, every dispatch on node type,
+# builtin and dtype done at compile time - and `InterpretedKernel.run`
+# executes the program instances one after another (grid axis 0 fastest) on a
+# frame, a list of slots that holds the grid coordinates, the arguments and the
+# values of the kernel's names.  The AST is read as `irgen` reads it: literals
+# take the dtype their context asks for, scalars and extents of 1 broadcast,
+# `T[s] op= e` is a load, an operation and a store.
+#
+# Semantics, exactly those of the language unless noted:
+#   values      numpy scalars or arrays of the exact compute dtype (bool, i32,
+#               i64, u32, f32, f64); every operation rounds or wraps in that
+#               dtype: f32 rounds each step, integers wrap, integer `/`
+#               truncates toward zero and `%` takes the dividend's sign; float
+#               `/` and comparisons are IEEE (NaN != NaN).  Values are never
+#               modified in place, so broadcasts may be read-only views.
+#   loads       a tile of the slice sizes (a single index drops its dimension);
+#               elements outside the tensor read 0.  f16 and bf16 load as f32,
+#               i8 and i16 as i32.
+#   stores      only elements inside the tensor are written, converted to the
+#               tensor's dtype (round to nearest even; integers wrap).
+#               atomic_add adds into the elements inside the tensor.
+#   bf16        tensors are numpy arrays of `ml_dtypes.bfloat16` when ml_dtypes
+#               is installed, or uint16 arrays holding the bit patterns.
+#   dot         computed exactly in float64 and rounded once to f32; `x + dot(a,
+#               b)` of equal types (so `acc += dot(a, b)`) is fused as the
+#               back end's fuse-dot pass fuses it: x + a @ b rounded once.  The
+#               GPU rounds after every fused multiply-add of its chain, so its
+#               f32 result may differ from this one by those roundings.
+#   reductions  sum in the dtype (pairwise order; the GPU's tree order differs);
+#               max/min ignore NaN like fmax; argmax/argmin pick the first of
+#               the best, ignoring NaN (0 when all are NaN).  An axis is kept
+#               with extent 1; no axis gives a scalar.
+#   math        f32 functions are evaluated in float64 and rounded once (the
+#               GPU's approximations are documented in mathlib.py).
+#   casts       float -> int truncates toward zero and saturates, NaN -> 0
+#               (cvt.rzi); int -> int wraps; to float rounds to nearest even.
+#   faults      integer division or remainder by zero raises ExecutionError at
+#               the statement, even where a `where` would discard the result
+#               (the GPU's value is unspecified there).
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import ast
+from .builtins import BUILTINS, CAST_DTYPES
+from .compiler import parse_source, pick_kernel
+from .errors import ExecutionError, LaunchError, Loc, Note, PhobosError, SemanticError
+from .sema import CheckedKernel, Symbol, cast_value, check_kernel
+from .types import DType, ScalarType, TensorType, TileType, shape_of
+
+try:
+    from ml_dtypes import bfloat16 as _ML_BFLOAT16
+except ImportError:  # bf16 tensors are then uint16 arrays of bit patterns
+    _ML_BFLOAT16 = None
+
+Fn = Callable[[list], object]  # a compiled expression or statement: frame -> value
+
+NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}
+GRID_SLOTS = 6  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2)
+I32_MAX = (1 << 31) - 1
+
+
+class _Fault(Exception):
+    """A run-time fault inside an expression; the statement running it reports it."""
+
+    def __init__(self, message: str, loc: Loc):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+
+# ------------------------------------------------------------ value helpers
+def _const(value, dtype: DType):
+    """A compile-time value as a numpy scalar of `dtype` (wrapped or rounded as the dtype does)."""
+    return NP[dtype](cast_value(value, dtype))
+
+
+def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | None) -> Fn:
+    """`fn` widened to a tile of shape `want` when its value has another shape."""
+    if want is None or have == want:
+        return fn
+    return lambda f: np.broadcast_to(fn(f), want)
+
+
+def _int_division(signed: bool, loc: Loc):
+    """C integer division: truncating toward zero; a zero divisor is a fault at `loc`."""
+    def div(a, b):
+        if not np.all(b):
+            raise _Fault("integer division by zero", loc)
+        q = a // b
+        if signed:  # floor -> truncation: one more where inexact and the signs differ
+            q = q + ((q * b != a) & ((a < 0) != (b < 0)))
+        return q
+    return div
+
+
+def _int_remainder(signed: bool, loc: Loc):
+    """C remainder: a - (a / b) * b, with the dividend's sign."""
+    div = _int_division(signed, loc)
+    return lambda a, b: a - div(a, b) * b
+
+
+_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+          "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+          ">": operator.gt, ">=": operator.ge, "&&": operator.and_, "||": operator.or_}
+
+
+def _binary_function(op: str, dtype: DType, loc: Loc):
+    """The numpy function of `a op b` for operands of `dtype`."""
+    if op == "/":
+        return operator.truediv if dtype.is_float else _int_division(dtype.is_signed, loc)
+    if op == "%":
+        return _int_remainder(dtype.is_signed, loc)
+    return _ARITH[op]
+
+
+def _float_to_int(to: DType):
+    """cvt.rzi: truncate toward zero, saturate at the range of `to`, NaN -> 0."""
+    info = np.iinfo(NP[to])
+    top = 2.0 ** (to.bits - 1 if to.is_signed else to.bits)  # the first value above the range
+
+    def convert(x):
+        t = np.trunc(np.asarray(x, np.float64))
+        over, under = t >= top, t < info.min
+        inside = np.where(over | under | np.isnan(t), 0, t).astype(NP[to])
+        return np.where(over, NP[to](info.max), np.where(under, NP[to](info.min), inside))[()]
+    return convert
+
+
+def _converter(frm: DType, to: DType):
+    """The conversion of values from `frm` to `to`, as the GPU's cvt does it."""
+    if frm == to:
+        return lambda x: x
+    if frm.is_float and to.is_int:
+        return _float_to_int(to)
+    target = NP[to]
+    return lambda x: x.astype(target)
+
+
+def _via_f64(fn):
+    """An elementwise function computed in float64 and rounded once to the argument's dtype."""
+    return lambda x: fn(x.astype(np.float64)).astype(x.dtype)
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    return np.asarray(_ERF(x), np.float64)
+
+
+UNARY_FLOAT = {
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "erf": _erf, "gelu": lambda x: x * (1.0 + _erf(x / math.sqrt(2.0))) / 2.0,
+    "sin": np.sin, "cos": np.cos,
+}
+BINARY_NUMERIC = {"maximum": np.fmax, "minimum": np.fmin}  # max.f32 ignores NaN, like fmax
+
+
+def _reducer(kind: str, axis: int | None):
+    """sum/max/min/argmax/argmin over `axis` (kept with extent 1) or over everything (a scalar)."""
+    keep = axis is not None
+    if kind == "sum":
+        return lambda x: np.sum(x, axis=axis, keepdims=keep, dtype=x.dtype)
+    best = np.fmax if kind in ("max", "argmax") else np.fmin
+    if kind in ("max", "min"):
+        return lambda x: best.reduce(x, axis=axis, keepdims=keep)
+
+    def arg(x):  # the first element equal to the NaN-ignoring best
+        hit = x == best.reduce(x, axis=axis, keepdims=True)
+        return np.argmax(hit, axis=axis, keepdims=keep).astype(np.int32)
+    return arg
+
+
+# ------------------------------------------------------------ tensors
+def _bf16_bits_to_f32(bits):
+    return (np.asarray(bits, np.uint32) << 16).view(np.float32)[()]
+
+
+def _f32_to_bf16_bits(x):
+    """Round to nearest even; NaN stays a (quiet) NaN of the same sign."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(x), (bits >> 16) | 0x40, rounded).astype(np.uint16)[()]
+
+
+@dataclass
+class _Tensor:
+    """A tensor argument and its conversions from storage to compute dtype and back."""
+
+    array: np.ndarray
+    load: Callable
+    store: Callable
+
+
+def _tensor_codec(dtype: DType, array: np.ndarray) -> _Tensor:
+    if dtype is DType.BF16 and array.dtype == np.uint16:
+        return _Tensor(array, _bf16_bits_to_f32, _f32_to_bf16_bits)
+    compute, storage = NP[dtype.compute], array.dtype
+    return _Tensor(array, lambda x: x.astype(compute), lambda x: x.astype(storage))
+
+
+def _accepted_dtypes(dtype: DType) -> list[np.dtype]:
+    if dtype is DType.BF16:
+        return [np.dtype(np.uint16)] + ([np.dtype(_ML_BFLOAT16)] if _ML_BFLOAT16 is not None else [])
+    return [np.dtype(NP[dtype])]
+
+
+def _clip(shape: tuple[int, ...], starts: list[int], sizes: tuple[int | None, ...]):
+    """The part of a slice inside the tensor: (tensor index, tile index, whole slice inside?).
+
+    The indexes are None when no element is inside.
+    """
+    index, part, inside = [], [], True
+    for dim, start, size in zip(shape, starts, sizes):
+        if size is None:
+            if not 0 <= start < dim:
+                return None, None, False
+            index.append(start)
+            continue
+        lo, hi = max(start, 0), min(start + size, dim)
+        if lo >= hi:
+            return None, None, False
+        if lo != start or hi != start + size:
+            inside = False
+        index.append(slice(lo, hi))
+        part.append(slice(lo - start, hi - start))
+    return tuple(index), tuple(part), inside
+
+
+def _locator(slot: int, starts: list[Fn], sizes: tuple[int | None, ...]):
+    """frame -> (tensor, tensor index, tile index, inside) for `T[...]` with these subscripts."""
+    def locate(f):
+        tensor = f[slot]
+        return (tensor, *_clip(tensor.array.shape, [int(s(f)) for s in starts], sizes))
+    return locate
+
+
+# ------------------------------------------------------------ compiler
+class _Compiler:
+    """Turns the statements and expressions of one checked kernel into closures over a frame."""
+
+    def __init__(self, ck: CheckedKernel):
+        self.ck = ck
+        self.slots: dict[Symbol, int] = {}
+
+    def slot(self, sym: Symbol) -> int:
+        return self.slots.setdefault(sym, GRID_SLOTS + len(self.slots))
+
+    def operand_dtype(self, a: ast.Expr, b: ast.Expr) -> DType:
+        """The dtype two operands meet in: a literal-only side follows the other (as irgen)."""
+        ta, tb = self.ck.types[a], self.ck.types[b]
+        return ta.dtype if ta.dtype == tb.dtype or b in self.ck.weak else tb.dtype
+
+    # ------------------------------------------------------------ statements
+    def block(self, block: ast.Block) -> Fn:
+        steps = [(self.STMT[type(s)](self, s), s.loc) for s in block.stmts]
+
+        def run(f):
+            for step, loc in steps:
+                try:
+                    step(f)
+                except PhobosError:
+                    raise
+                except _Fault as fault:
+                    notes = [Note("in this operation", fault.loc)] if fault.loc != loc else []
+                    raise ExecutionError(fault.message, loc, notes) from None
+                except Exception as err:  # a bug in the interpreter: say where, keep the cause
+                    raise ExecutionError(f"internal error in the interpreter ({type(err).__name__}: {err})",
+                                         loc) from err
+        return run
+
+    def stmt_let(self, s: ast.Let) -> Fn:
+        sym = self.ck.symbols[s]
+        slot = self.slot(sym)
+        value = _broadcast(self.expr(s.value, sym.type.dtype), shape_of(self.ck.types[s.value]),
+                           shape_of(sym.type))
+
+        def run(f):
+            f[slot] = value(f)
+        return run
+
+    def stmt_assign(self, s: ast.Assign) -> Fn:
+        if isinstance(s.target, ast.Name):
+            sym = self.ck.symbols[s.target]
+            slot = self.slot(sym)
+            value = self.assigned_value(s, operator.itemgetter(slot), sym.type)
+
+            def run(f):
+                f[slot] = value(f)
+            return run
+        slot, starts, sizes = self.access(s.target)
+        dtype = self.ck.types[s.target.base].dtype.compute
+        shape = tuple(n for n in sizes if n is not None)
+        slice_t = TileType(dtype, shape) if shape else ScalarType(dtype)
+        old = self.load(slot, starts, sizes, dtype) if s.op != "=" else None
+        return self.write(slot, starts, sizes, self.assigned_value(s, old, slice_t), accumulate=False)
+
+    def assigned_value(self, s: ast.Assign, old: Fn | None, target_t: ScalarType | TileType) -> Fn:
+        """The value `s` assigns to a target of `target_t`: the right side, or `old op right`.
+
+        `old` has the target's shape, and the checker lets only values that
+        broadcast to it be assigned, so `old op right` has that shape too.
+        """
+        dtype = target_t.dtype
+        if s.op == "=":
+            return _broadcast(self.expr(s.value, dtype), shape_of(self.ck.types[s.value]), shape_of(target_t))
+        if s.op == "+=" and self.fusable_dot(s.value, target_t):
+            return self.fused_dot(old, s.value)
+        fn, value = _binary_function(s.op[0], dtype, s.loc), self.expr(s.value, dtype)
+        return lambda f: fn(old(f), value(f))
+
+    def stmt_exprstmt(self, s: ast.ExprStmt) -> Fn:  # atomic_add(T[...], x), the only effect builtin
+        target, x = s.expr.args
+        slot, starts, sizes = self.access(target)
+        dtype = self.ck.types[target.base].dtype.compute
+        shape = tuple(n for n in sizes if n is not None) or None
+        value = _broadcast(self.expr(x, dtype), shape_of(self.ck.types[x]), shape)
+        return self.write(slot, starts, sizes, value, accumulate=True)
+
+    def stmt_for(self, s: ast.For) -> Fn:
+        sym = self.ck.symbols[s]
+        slot, make = self.slot(sym), NP[sym.type.dtype]
+        lo, hi = self.expr(s.start, sym.type.dtype), self.expr(s.end, sym.type.dtype)
+        step = self.ck.consts[s.step] if s.step is not None else 1
+        body = self.block(s.body)
+
+        def run(f):
+            for i in range(int(lo(f)), int(hi(f)), step):
+                f[slot] = make(i)
+                body(f)
+        return run
+
+    def stmt_if(self, s: ast.If) -> Fn:
+        cond, then = self.expr(s.cond), self.block(s.then)
+        orelse = self.block(s.orelse) if s.orelse is not None else (lambda f: None)
+
+        def run(f):
+            if cond(f):
+                then(f)
+            else:
+                orelse(f)
+        return run
+
+    STMT = {ast.Let: stmt_let, ast.Assign: stmt_assign, ast.ExprStmt: stmt_exprstmt,
+            ast.For: stmt_for, ast.If: stmt_if}
+
+    # ------------------------------------------------------------ tensors
+    def access(self, e: ast.Index) -> tuple[int, list[Fn], tuple[int | None, ...]]:
+        """The frame slot of the tensor of `T[...]`, its start closures and sizes (None: one index)."""
+        starts, sizes = [], []
+        for sub in e.subscripts:
+            if isinstance(sub, ast.Slice):
+                starts.append(self.expr(sub.start))
+                sizes.append(self.ck.consts[sub.size])
+            else:
+                starts.append(self.expr(sub))
+                sizes.append(None)
+        return self.slot(self.ck.symbols[e.base]), starts, tuple(sizes)
+
+    @staticmethod
+    def load(slot: int, starts: list[Fn], sizes: tuple[int | None, ...], dtype: DType) -> Fn:
+        """`T[...]` read: elements outside the tensor read 0."""
+        locate = _locator(slot, starts, sizes)
+        shape, zero = tuple(n for n in sizes if n is not None), NP[dtype]
+
+        def run(f):
+            tensor, index, part, inside = locate(f)
+            if inside:
+                return tensor.load(tensor.array[index])
+            out = np.zeros(shape, zero)
+            if index is not None:
+                out[part] = tensor.load(tensor.array[index])
+            return out[()]
+        return run
+
+    @staticmethod
+    def write(slot: int, starts: list[Fn], sizes: tuple[int | None, ...], value: Fn, accumulate: bool) -> Fn:
+        """Store `value` into `T[...]` (or add it in, for atomic_add), skipping elements outside."""
+        locate = _locator(slot, starts, sizes)
+
+        def run(f):
+            v = value(f)
+            tensor, index, part, inside = locate(f)
+            if index is None:
+                return
+            v = tensor.store(v if inside else v[part])
+            if accumulate:
+                tensor.array[index] += v
+            else:
+                tensor.array[index] = v
+        return run
+
+    # ------------------------------------------------------------ expressions
+    def expr(self, e: ast.Expr, want: DType | None = None) -> Fn:
+        """The closure of `e`; a literal-only expression takes the dtype `want`."""
+        t = self.ck.types[e]
+        value = self.ck.consts.get(e)
+        if value is not None and isinstance(t, ScalarType):
+            c = _const(value, want if want is not None and e in self.ck.weak else t.dtype)
+            return lambda f: c
+        return self.EXPR[type(e)](self, e)
+
+    def expr_name(self, e: ast.Name) -> Fn:
+        return operator.itemgetter(self.slot(self.ck.symbols[e]))
+
+    def expr_unary(self, e: ast.Unary) -> Fn:
+        x, fn = self.expr(e.operand), operator.neg if e.op == "-" else operator.invert
+        return lambda f: fn(x(f))
+
+    def expr_binary(self, e: ast.Binary) -> Fn:
+        dtype = self.operand_dtype(e.lhs, e.rhs)
+        if e.op == "+":
+            for dot, other in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
+                if self.fusable_dot(dot, self.ck.types[e]):
+                    return self.fused_dot(self.expr(other, dtype), dot)
+        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, dtype, e.loc)
+        return lambda f: fn(a(f), b(f))
+
+    def expr_index(self, e: ast.Index) -> Fn:
+        if isinstance(self.ck.types[e.base], TensorType):
+            return self.load(*self.access(e), self.ck.types[e].dtype)
+        index = tuple(slice(self.ck.consts[sub.start], self.ck.consts[sub.start] + self.ck.consts[sub.size])
+                      if isinstance(sub, ast.Slice) else self.ck.consts[sub] for sub in e.subscripts)
+        x = self.expr(e.base)
+        return lambda f: x(f)[index]
+
+    def expr_call(self, e: ast.Call) -> Fn:
+        return self.CALL[BUILTINS[e.func].rule](self, e)
+
+    EXPR = {ast.Name: expr_name, ast.Unary: expr_unary, ast.Binary: expr_binary, ast.Index: expr_index,
+            ast.Call: expr_call}
+
+    # ------------------------------------------------------------ builtins, one per typing rule
+    def axis_of(self, e: ast.Call) -> int | None:
+        axis_e = e.args[1] if len(e.args) == 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
+        return None if axis_e is None else self.ck.consts[axis_e] % len(self.ck.types[e.args[0]].shape)
+
+    def call_grid_index(self, e: ast.Call) -> Fn:
+        first = 0 if e.func == "program_id" else 3
+        return operator.itemgetter(first + self.ck.consts[e.args[0]])
+
+    def call_dot(self, e: ast.Call) -> Fn:
+        a, b = self.expr(e.args[0]), self.expr(e.args[1])
+        if self.ck.types[e].dtype is DType.F64:
+            return lambda f: a(f) @ b(f)
+        return lambda f: (a(f).astype(np.float64) @ b(f).astype(np.float64)).astype(np.float32)
+
+    def fusable_dot(self, e: ast.Expr, sum_t) -> bool:
+        """Whether `x + e` is fused: e is a dot whose type is that of the sum (as fuse-dot requires)."""
+        return isinstance(e, ast.Call) and e.func == "dot" and self.ck.types[e] == sum_t
+
+    def fused_dot(self, x: Fn, e: ast.Call) -> Fn:
+        """x + dot(a, b) with one rounding."""
+        a, b = self.expr(e.args[0]), self.expr(e.args[1])
+        if self.ck.types[e].dtype is DType.F64:
+            return lambda f: x(f) + a(f) @ b(f)
+        f64 = np.float64
+        return lambda f: (x(f).astype(f64) + a(f).astype(f64) @ b(f).astype(f64)).astype(np.float32)
+
+    def call_reduce(self, e: ast.Call) -> Fn:
+        x, fn = self.expr(e.args[0]), _reducer(e.func, self.axis_of(e))
+        return lambda f: fn(x(f))
+
+    call_reduce_index = call_reduce
+
+    def call_unary_float(self, e: ast.Call) -> Fn:
+        dtype = self.ck.types[e].dtype
+        x, fn = self.expr(e.args[0], dtype), UNARY_FLOAT[e.func]
+        if dtype is DType.F32:
+            fn = _via_f64(fn)
+        return lambda f: fn(x(f))
+
+    def call_unary_numeric(self, e: ast.Call) -> Fn:  # abs
+        x = self.expr(e.args[0])
+        return lambda f: abs(x(f))
+
+    def call_binary_numeric(self, e: ast.Call) -> Fn:
+        dtype = self.operand_dtype(e.args[0], e.args[1])
+        a, b, fn = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), BINARY_NUMERIC[e.func]
+        return lambda f: fn(a(f), b(f))
+
+    def call_binary_int(self, e: ast.Call) -> Fn:  # cdiv(a, b) = (a + b - 1) / b
+        dtype = self.ck.types[e].dtype
+        a, b, one = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), NP[dtype](1)
+        div = _int_division(dtype.is_signed, e.loc)
+
+        def run(f):
+            y = b(f)
+            return div(a(f) + y - one, y)
+        return run
+
+    def call_where(self, e: ast.Call) -> Fn:
+        dtype = self.ck.types[e].dtype
+        c, a, b = self.expr(e.args[0]), self.expr(e.args[1], dtype), self.expr(e.args[2], dtype)
+        return lambda f: np.where(c(f), a(f), b(f))[()]
+
+    def call_arange(self, e: ast.Call) -> Fn:
+        start = self.ck.consts[e.args[0]] if len(e.args) == 2 else 0
+        tile = np.arange(start, start + self.ck.types[e].shape[0], dtype=np.int32)
+        tile.flags.writeable = False
+        return lambda f: tile
+
+    def call_full(self, e: ast.Call) -> Fn:
+        t = self.ck.types[e]
+        return _broadcast(self.expr(e.args[1], t.dtype), None, t.shape)
+
+    def call_reshape(self, e: ast.Call) -> Fn:
+        x, shape = self.expr(e.args[0]), self.ck.types[e].shape
+        return lambda f: x(f).reshape(shape)
+
+    def call_cast(self, e: ast.Call) -> Fn:
+        x = self.expr(e.args[0])
+        fn = _converter(self.ck.types[e.args[0]].dtype, CAST_DTYPES[e.func])
+        return lambda f: fn(x(f))
+
+    def call_atomic(self, e: ast.Call) -> Fn:
+        raise SemanticError("atomic_add() has no value; call it as a statement", e.loc)
+
+    CALL = {"grid_index": call_grid_index, "dot": call_dot, "reduce": call_reduce,
+            "reduce_index": call_reduce_index, "unary_float": call_unary_float,
+            "unary_numeric": call_unary_numeric, "binary_numeric": call_binary_numeric,
+            "binary_int": call_binary_int, "where": call_where, "arange": call_arange, "full": call_full,
+            "reshape": call_reshape, "cast": call_cast, "atomic": call_atomic}
+
+
+# ------------------------------------------------------------ running
+class InterpretedKernel:
+    """One checked kernel configuration compiled to closures; `run` launches it on the CPU."""
+
+    def __init__(self, ck: CheckedKernel):
+        compiler = _Compiler(ck)
+        self.name = ck.name
+        self.body = compiler.block(ck.kernel.body)
+        self.params = [(sym, compiler.slot(sym), sym.name in ck.written) for sym in ck.params]
+        self.sizes = [(name, compiler.slot(b.symbol), b.uses) for name, b in ck.sizes.items()]
+        self.nslots = GRID_SLOTS + len(compiler.slots)
+
+    def run(self, grid: int | Sequence[int], args: Sequence) -> None:
+        """Run every program instance of `grid` in order (axis 0 fastest); stores modify `args` in place."""
+        grid = _grid(grid)
+        frame: list = [None] * self.nslots
+        frame[3:6] = [np.int32(n) for n in grid]
+        with np.errstate(all="ignore"):
+            self.bind(frame, args)
+            for z in range(grid[2]):
+                for y in range(grid[1]):
+                    for x in range(grid[0]):
+                        frame[0:3] = np.int32(x), np.int32(y), np.int32(z)
+                        try:
+                            self.body(frame)
+                        except ExecutionError as err:
+                            err.notes.append(Note(f"in program instance ({x}, {y}, {z}) of kernel '{self.name}'"))
+                            raise
+
+    def bind(self, frame: list, args: Sequence) -> None:
+        """Check the launch arguments and put them, and the sizes they fix, into the frame."""
+        if len(args) != len(self.params):
+            names = ", ".join(sym.name for sym, _, _ in self.params)
+            raise LaunchError(f"kernel '{self.name}' takes {len(self.params)} argument"
+                              f"{'s' if len(self.params) != 1 else ''} ({names}), got {len(args)}")
+        for (sym, slot, written), arg in zip(self.params, args):
+            frame[slot] = _tensor_arg(sym, arg, written) if isinstance(sym.type, TensorType) \
+                else _scalar_arg(sym, arg)
+        for name, slot, uses in self.sizes:
+            (first, dim), value = uses[0], args[uses[0][0]].shape[uses[0][1]]
+            for index, d in uses[1:]:
+                other = args[index].shape[d]
+                if other != value:
+                    sym = self.params[index][0]
+                    raise LaunchError(f"argument '{sym.name}': dimension {d} is {other}, but size '{name}' is "
+                                      f"{value} from dimension {dim} of '{self.params[first][0].name}'", sym.loc)
+            if value > I32_MAX:
+                sym = self.params[first][0]
+                raise LaunchError(f"argument '{sym.name}': size '{name}' = {value} does not fit in i32", sym.loc)
+            frame[slot] = np.int32(value)
+
+
+def _grid(grid) -> tuple[int, int, int]:
+    dims = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(n, (int, np.integer)) and n >= 1 for n in dims):
+        raise LaunchError(f"the grid must be 1 to 3 positive integers, got {grid!r}")
+    return tuple(int(n) for n in dims) + (1,) * (3 - len(dims))
+
+
+def _tensor_arg(sym: Symbol, arg, written: bool) -> _Tensor:
+    t: TensorType = sym.type
+    accepted = _accepted_dtypes(t.dtype)
+    want = " or ".join(str(d) for d in accepted)
+    if not isinstance(arg, np.ndarray):
+        raise LaunchError(f"argument '{sym.name}' must be a numpy array of {want} ({t}), got "
+                          f"{type(arg).__name__}", sym.loc)
+    if arg.ndim != t.rank:
+        raise LaunchError(f"argument '{sym.name}' must have {t.rank} dimension{'s' if t.rank != 1 else ''} "
+                          f"({t}), got an array of shape {arg.shape}", sym.loc)
+    if arg.dtype not in accepted:
+        raise LaunchError(f"argument '{sym.name}' must be an array of {want} ({t}), got {arg.dtype}", sym.loc)
+    if not arg.flags.c_contiguous:
+        raise LaunchError(f"argument '{sym.name}' must be C-contiguous (row-major); pass "
+                          f"numpy.ascontiguousarray(...)", sym.loc)
+    if written and not arg.flags.writeable:
+        raise LaunchError(f"argument '{sym.name}' is stored into but the array is read-only", sym.loc)
+    for d, (dim, n) in enumerate(zip(t.dims, arg.shape)):
+        if isinstance(dim, int) and dim != n:
+            raise LaunchError(f"argument '{sym.name}': dimension {d} must be {dim} ({t}), got {n}", sym.loc)
+    return _tensor_codec(t.dtype, arg)
+
+
+def _scalar_arg(sym: Symbol, arg):
+    dtype = sym.type.dtype
+    if isinstance(arg, np.ndarray) and arg.ndim == 0:
+        arg = arg[()]
+    is_bool = isinstance(arg, (bool, np.bool_))
+    is_int = isinstance(arg, (int, np.integer)) and not is_bool
+    is_float = isinstance(arg, (float, np.floating))
+    if not (is_bool if dtype is DType.BOOL else is_int if dtype.is_int else is_int or is_float):
+        raise LaunchError(f"argument '{sym.name}' must be a {dtype} scalar, got {type(arg).__name__} {arg!r}",
+                          sym.loc)
+    if dtype.is_int:
+        info = np.iinfo(NP[dtype])
+        if not info.min <= int(arg) <= info.max:
+            raise LaunchError(f"argument '{sym.name}' = {arg} does not fit in {dtype}", sym.loc)
+    return NP[dtype](arg)
+
+
+def prepare(checked: CheckedKernel) -> InterpretedKernel:
+    """Compile a checked kernel configuration for repeated runs."""
+    return InterpretedKernel(checked)
+
+
+def run(checked: CheckedKernel, grid: int | Sequence[int], args: Sequence) -> None:
+    """Run a checked kernel on the CPU: the interpreter back end's entry point.
+
+    `args` follow the kernel's parameters: numpy arrays for tensors (stores
+    modify them in place), Python or numpy scalars for scalar parameters; sizes
+    are bound from the arrays' shapes.  Bad arguments raise LaunchError, faults
+    while running ExecutionError, both with a source location.
+    """
+    prepare(checked).run(grid, args)
+
+
+def interpret(src: str, kernel: str | None = None, config: dict[str, int] | None = None, *,
+              grid: int | Sequence[int] = 1, args: Sequence = (), filename: str = "<source>") -> None:
+    """Parse and check `src`, then run one kernel (the only one, or `kernel`) under `config`."""
+    k = pick_kernel(parse_source(src, filename), kernel)
+    run(check_kernel(k, config), grid, args)
