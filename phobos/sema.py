@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from . import ast
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
 from .errors import ErrorList, Loc, Note, PhobosError, SemanticError
+from .passes.fold import evaluate
 from .types import (DType, ScalarType, TensorType, TileType, ValueType, broadcast_shapes,
                     shape_of, with_dtype)
 
@@ -146,6 +147,7 @@ class Checker:
         self.scopes: list[dict[str, Symbol]] = [{}]
         self.out = CheckedKernel(kernel, config, [], {})
         self.weak = self.out.weak
+        self.statement_calls: set[ast.Call] = set()  # effect builtins standing as statements
         self.loop_stack: list[tuple[object, int]] = []  # (For/If node, scope depth outside it)
 
     # ------------------------------------------------------------ scopes
@@ -366,6 +368,7 @@ class Checker:
         if not (isinstance(e, ast.Call) and e.func in BUILTINS and BUILTINS[e.func].effect):
             self.expr(e)
             raise SemanticError("this expression's value is unused; bind it with 'let' or assign it", e.loc)
+        self.statement_calls.add(e)
         self.expr(e)
 
     def stmt_For(self, s: ast.For) -> None:
@@ -532,15 +535,17 @@ class Checker:
                     raise SemanticError(f"'{op}' needs bool operands, not {t.dtype}", side.loc)
             shape = self.broadcast(shape_of(lt), shape_of(rt), e.loc)
             result = ScalarType(DType.BOOL) if shape is None else TileType(DType.BOOL, shape)
+            operand_dtype = DType.BOOL
         elif op in ("==", "!=", "<", "<=", ">", ">="):
-            dtype = self.unify_dtypes(e.lhs, lt.dtype, e.rhs, rt.dtype, e.loc)
-            if dtype is DType.BOOL and op not in ("==", "!="):
+            operand_dtype = self.unify_dtypes(e.lhs, lt.dtype, e.rhs, rt.dtype, e.loc)
+            if operand_dtype is DType.BOOL and op not in ("==", "!="):
                 raise SemanticError(f"'{op}' compares numbers, not bools", e.loc)
             shape = self.broadcast(shape_of(lt), shape_of(rt), e.loc)
             result = ScalarType(DType.BOOL) if shape is None else TileType(DType.BOOL, shape)
         else:
             result = self.arith(op, lt, e.rhs, rt, e.loc, lhs_node=e.lhs)
-        self.fold(e, result)
+            operand_dtype = result.dtype
+        self.fold(e, result, operand_dtype)
         if e.lhs in self.weak and e.rhs in self.weak:
             self.weak.add(e)
         return result
@@ -555,11 +560,23 @@ class Checker:
         shape = self.broadcast(shape_of(lt), shape_of(rt), loc)
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
 
-    def fold(self, e: ast.Binary, result: ValueType) -> None:
+    def fold(self, e: ast.Binary, result: ValueType, operand_dtype: DType) -> None:
+        """The constant value of a binary expression on constants.
+
+        Literal-only expressions are evaluated exactly (Python ints, doubles)
+        and rounded once to the dtype their context gives them; any other
+        constant expression is evaluated in its dtype, as the GPU would.
+        """
         a, b = self.out.consts.get(e.lhs), self.out.consts.get(e.rhs)
         if a is None or b is None or not isinstance(result, ScalarType):
             return
-        value = fold_binary(e.op, a, b, result.dtype if e.op not in _COMPARE else None)
+        if e.lhs in self.weak and e.rhs in self.weak:
+            value = fold_binary(e.op, a, b, result.dtype if e.op not in _COMPARE else None)
+        elif (e.op in ("/", "%")) and operand_dtype.is_int and b == 0:
+            value = None
+        else:
+            opcode, attrs = _FOLD_OPCODES[e.op]
+            value = evaluate(opcode, attrs, [a, b], [operand_dtype, operand_dtype], result.dtype)
         if value is None:
             if e.op in ("/", "%"):
                 raise SemanticError("division by zero in a constant expression", e.loc)
@@ -625,6 +642,8 @@ class Checker:
             close = difflib.get_close_matches(e.func, list(BUILTINS), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise SemanticError(f"unknown function '{e.func}'{hint}", e.loc)
+        if b.effect and e not in self.statement_calls:
+            raise SemanticError(f"{e.func}() has no value; call it as a statement of its own", e.loc)
         allowed = KEYWORDS.get(e.func, set())
         for kw in e.kwargs:
             if kw.name not in allowed:
@@ -726,7 +745,7 @@ class Checker:
         if x is not None and y is not None and isinstance(t, ScalarType):
             if y == 0:
                 raise SemanticError("division by zero in a constant expression", e.args[1].loc)
-            self.out.consts[e] = -(-x // y)
+            self.out.consts[e] = fold_binary("/", x + y - 1, y, t.dtype)
         return t
 
     def call_where(self, e: ast.Call):
@@ -810,6 +829,12 @@ class Checker:
 
 
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}
+_FOLD_OPCODES = {
+    "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),
+    "&&": ("and", {}), "||": ("or", {}),
+    **{op: ("cmp", {"pred": pred}) for op, pred in
+       (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
+}
 
 
 def cast_value(value, dtype: DType):

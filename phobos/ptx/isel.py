@@ -246,12 +246,14 @@ def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
         f32 = s.new(DType.F32)
         convert(s, f32, src, frm, DType.F32)
         src = f32
-    bits, lsb, out = s.new(DType.I32), s.new(DType.I32), s.new(DType.I32)
+    bits, lsb, out, nan = s.new(DType.I32), s.new(DType.I32), s.new(DType.I32), s.new(DType.BOOL)
     s.emit("mov.b32", bits, src)
     s.emit("bfe.u32", lsb, bits, Imm(16, DType.I32), Imm(1, DType.I32))
     s.emit("add.s32", lsb, lsb, Imm(0x7FFF, DType.I32))
     s.emit("add.s32", out, bits, lsb)
     s.emit("shr.u32", out, out, Imm(16, DType.I32))
+    s.emit("setp.nan.f32", nan, src, src)
+    s.emit("selp.b32", out, Imm(0x7FC0, DType.I32), out, nan)  # any NaN becomes the quiet NaN
     s.emit("cvt.u16.u32", dst, out)
 
 
