@@ -7,12 +7,14 @@ from ..ir import Block, Function, Op
 def licm(func: Function) -> None:
     """Hoist loop-invariant pure computations in front of their loop.
 
-    Before: any valid IR.  After: no pure, region-free op in a `for` body (or in
-    an `if` nested in it, whose regions run at most once per iteration) has all
-    its operands defined outside the loop; such ops now sit just before the
-    loop, in their original order, so the IR stays in dominance order.  Inner
-    loops are treated first, so an invariant climbs out of as many loops as it
-    can.  Ops with effects never move: a load may depend on stores in the loop.
+    Before: any valid IR.  After: no pure, region-free op at the top level of a
+    `for` body has all its operands defined outside the loop; such ops now sit
+    just before the loop, in their original order, so the IR stays in
+    dominance order.  Inner loops are treated first, so an invariant climbs out
+    of as many loops as it can.  Ops inside an `if` stay where they are: they
+    may be on a path that seldom runs (the masked path of a load at an edge),
+    and hoisting them would keep their values in registers for the whole loop.
+    Ops with effects never move: a load may depend on stores in the loop.
     """
     _visit(func.body)
 
@@ -48,15 +50,12 @@ def _defined_in(block: Block, out: set) -> None:
 
 
 def _collect(block: Block, inside: set, hoisted: list[Op]) -> None:
-    """Move invariant ops of `block` (and of `if`s in it, never of inner loops) to `hoisted`."""
+    """Move the invariant ops at the top level of `block` to `hoisted`."""
     kept = []
     for op in block.ops:
         if op.pure and not op.regions and not any(v in inside for v in op.operands):
             hoisted.append(op)
             inside.difference_update(op.results)
             continue
-        if op.opcode == "if":
-            for region in op.regions:
-                _collect(region, inside, hoisted)
         kept.append(op)
     block.ops = kept

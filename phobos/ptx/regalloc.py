@@ -26,7 +26,7 @@ REG_WIDTH = {"pred": 0, "b16": 1, "b32": 1, "f32": 1, "b64": 2, "f64": 2}  # 32-
 class Allocation:
     counts: dict[str, int]  # registers to declare per class
     peak_pressure: int  # most 32-bit registers live at one instruction
-    peak_by_class: dict[str, int]
+    peak_by_class: dict[str, int]  # most registers of each class held at once by the allocation
 
 
 def _blocks(items: list[Item]) -> tuple[list[list[int]], dict[int, list[int]]]:
@@ -56,8 +56,15 @@ def _blocks(items: list[Item]) -> tuple[list[list[int]], dict[int, list[int]]]:
     return blocks, succ
 
 
-def live_intervals(items: list[Item]) -> dict[VReg, tuple[int, int]]:
-    """For each register, the first and last instruction position where it is live or written."""
+@dataclass
+class Liveness:
+    blocks: list[list[int]]  # instruction positions of each basic block
+    live_in: list[set[VReg]]
+    live_out: list[set[VReg]]
+
+
+def liveness(items: list[Item]) -> Liveness:
+    """Registers live into and out of each basic block (backward dataflow to a fixed point)."""
     blocks, succ = _blocks(items)
     use_def = []
     for positions in blocks:
@@ -79,6 +86,35 @@ def live_intervals(items: list[Item]) -> dict[VReg, tuple[int, int]]:
             if out != live_out[b] or new_in != live_in[b]:
                 live_out[b], live_in[b] = out, new_in
                 changed = True
+    return Liveness(blocks, live_in, live_out)
+
+
+def peak_pressure(items: list[Item], live: Liveness) -> int:
+    """The most 32-bit registers live at once: at an instruction, what it reads and writes and
+    everything live across it (exact, unlike the interval hulls linear scan works with)."""
+    peak = 0
+    for b, positions in enumerate(live.blocks):
+        now = set(live.live_out[b])
+        weight = sum(REG_WIDTH[r.cls] for r in now)
+        for i in reversed(positions):
+            ins = items[i]
+            for r in ins.defs() + ins.uses():
+                if r not in now:
+                    now.add(r)
+                    weight += REG_WIDTH[r.cls]
+            peak = max(peak, weight)
+            if ins.guard is None:
+                for r in ins.defs():
+                    if r in now and r not in ins.uses():
+                        now.discard(r)
+                        weight -= REG_WIDTH[r.cls]
+    return peak
+
+
+def live_intervals(items: list[Item], live: Liveness | None = None) -> dict[VReg, tuple[int, int]]:
+    """For each register, the first and last instruction position where it is live or written."""
+    live = live or liveness(items)
+    blocks, live_in, live_out = live.blocks, live.live_in, live.live_out
     span: dict[VReg, list[int]] = {}
 
     def touch(r: VReg, i: int) -> None:
@@ -109,19 +145,18 @@ def live_intervals(items: list[Item]) -> dict[VReg, tuple[int, int]]:
 
 def allocate(items: list[Item]) -> Allocation:
     """Number the registers of `items` (sets VReg.number); returns counts and peak pressure."""
-    intervals = live_intervals(items)
+    live = liveness(items)
+    intervals = live_intervals(items, live)
     order = sorted(intervals.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[0].id))
     free: dict[str, list[int]] = {}
     next_number: dict[str, int] = {}
     active: list[tuple[int, int, VReg]] = []  # heap of (end, id, register)
-    pressure, peak = 0, 0
     by_class: dict[str, int] = {}
     peak_by_class: dict[str, int] = {}
     for reg, (start, end) in order:
         while active and active[0][0] < start:
             _, _, done = heapq.heappop(active)
             heapq.heappush(free.setdefault(done.cls, []), done.number)
-            pressure -= REG_WIDTH[done.cls]
             by_class[done.cls] -= 1
         pool = free.get(reg.cls)
         if pool:
@@ -130,12 +165,10 @@ def allocate(items: list[Item]) -> Allocation:
             reg.number = next_number.get(reg.cls, 1)
             next_number[reg.cls] = reg.number + 1
         heapq.heappush(active, (end, reg.id, reg))
-        pressure += REG_WIDTH[reg.cls]
         by_class[reg.cls] = by_class.get(reg.cls, 0) + 1
-        peak = max(peak, pressure)
         peak_by_class[reg.cls] = max(peak_by_class.get(reg.cls, 0), by_class[reg.cls])
     counts = {cls: n for cls, n in next_number.items()}
-    return Allocation(counts, peak, peak_by_class)
+    return Allocation(counts, peak_pressure(items, live), peak_by_class)
 
 
 def number_in_order(items: list[Item]) -> dict[str, int]:
