@@ -45,6 +45,7 @@ DEFAULT_MAX_THREADS = 256
 DOT_UNROLL_LIMIT = 64  # a dot's K up to this is fully unrolled; beyond, a loop of DOT_STEP steps
 DOT_STEP = 16
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
+DEFAULT_GROUP_M = 8  # row blocks per group in the grouped order of program ids (autotune parameter GROUP_M)
 SMEM_ALIGN = 16
 I32 = ScalarType(DType.I32)
 I64 = ScalarType(DType.I64)
@@ -222,6 +223,20 @@ class Lowering:
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
         self.memo: dict[Block, dict] = {}
         self.parents: dict[Block, Block] = {}
+        self.group_m = self.program_grouping(func)
+
+    @staticmethod
+    def program_grouping(func: Function) -> int:
+        """GROUP_M when given; else 8 for kernels with a dot that use program_id(0) and (1); else 1."""
+        config = func.attrs.get("config", {})
+        if "GROUP_M" in config:
+            if config["GROUP_M"] < 1:
+                raise UnsupportedError(f"GROUP_M must be at least 1, got {config['GROUP_M']}", func.attrs["loc"])
+            return config["GROUP_M"]
+        from .ir import walk
+        ops = list(walk(func.body))
+        axes = {op.attrs["axis"] for op in ops if op.opcode == "program_id"}
+        return DEFAULT_GROUP_M if {0, 1} <= axes and any(op.opcode == "dot" for op in ops) else 1
 
     def run(self) -> Function:
         self.lower_block(self.src.body, self.out.body)
@@ -616,9 +631,41 @@ class Lowering:
             self.vals[op.result] = self.const(op.attrs["value"], t.dtype)
 
     def op_program_id(self, op: Op) -> None:
-        self.vals[op.result] = self.op(op.opcode, [], I32, **op.attrs)
+        axis = op.attrs["axis"]
+        if self.group_m > 1 and axis in (0, 1):
+            self.vals[op.result] = self.grouped_program_ids()[axis]
+        else:
+            self.vals[op.result] = self.op("program_id", [], I32, axis=axis)
 
-    op_num_programs = op_program_id
+    def op_num_programs(self, op: Op) -> None:
+        self.vals[op.result] = self.op("num_programs", [], I32, **op.attrs)
+
+    def grouped_program_ids(self) -> tuple[Value, Value]:
+        """program_id(0) and program_id(1) in grouped order, for kernels whose CTAs share operands.
+
+        The hardware starts CTAs in order of their linear index (x fastest).  A
+        matrix product whose program_id(0) walks the rows of C would then have
+        the CTAs running at one time touch every row block of A; taking them
+        instead in groups of GROUP_M row blocks, column after column, keeps the
+        A and B blocks that run together few enough to stay in L2.  The map is
+        a bijection of the grid onto itself, so each program id pair still
+        occurs exactly once, as the language promises (instances run in no
+        particular order).
+        """
+        def make(b: Builder) -> tuple[Value, Value]:
+            x, y = (b.value("program_id", [], I32, axis=a) for a in (0, 1))
+            nx, ny = (b.value("num_programs", [], I32, axis=a) for a in (0, 1))
+            linear = b.value("add", [x, b.value("mul", [y, nx], I32)], I32)
+            group = b.const(self.group_m, I32)
+            per_group = b.value("mul", [group, ny], I32)
+            first = b.value("mul", [b.value("div", [linear, per_group], I32), group], I32)
+            rest = b.value("sub", [nx, first], I32)
+            size = b.value("min", [rest, group], I32)
+            within = b.value("rem", [linear, per_group], I32)
+            pid0 = b.value("add", [first, b.value("rem", [within, size], I32)], I32)
+            pid1 = b.value("div", [within, size], I32)
+            return pid0, pid1
+        return self.entry_value(("grouped program ids",), make)
 
     def elementwise(self, op: Op) -> None:
         if not isinstance(op.result.type, TileType):
