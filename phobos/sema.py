@@ -35,7 +35,7 @@ class Symbol:
     """A named thing: parameter, size, autotune constant, let/var binding or loop variable."""
 
     name: str
-    kind: str  # 'tensor', 'scalar', 'size', 'const', 'let', 'var', 'loop'
+    kind: str  # 'tensor', 'scalar', 'size', 'const', 'let', 'var', 'loop', 'literal' (inf, nan)
     type: ValueType | TensorType | None  # None: its declaration failed to check
     loc: Loc
     value: int | float | bool | None = None  # compile-time value, when known
@@ -43,6 +43,13 @@ class Symbol:
     @property
     def mutable(self) -> bool:
         return self.kind == "var"
+
+
+KERNEL_SCOPE = 1  # scopes[0] holds NAMED_CONSTANTS
+NAMED_CONSTANTS = {
+    name: Symbol(name, "literal", ScalarType(DType.F32), Loc("<builtin>", 0, 0), value)
+    for name, value in (("inf", float("inf")), ("nan", float("nan")))
+}
 
 
 @dataclass
@@ -144,7 +151,8 @@ class Checker:
     def __init__(self, kernel: ast.Kernel, config: dict[str, int]):
         self.kernel = kernel
         self.errors: list[PhobosError] = []
-        self.scopes: list[dict[str, Symbol]] = [{}]
+        # the outermost scope holds the named float constants; the kernel's scope comes next
+        self.scopes: list[dict[str, Symbol]] = [dict(NAMED_CONSTANTS), {}]
         self.out = CheckedKernel(kernel, config, [], {})
         self.weak = self.out.weak
         self.statement_calls: set[ast.Call] = set()  # effect builtins standing as statements
@@ -220,7 +228,7 @@ class Checker:
     def bind_size(self, e: ast.Name, index: int, dim: int) -> None:
         binding = self.out.sizes.get(e.id)
         if binding is None:
-            existing = self.scopes[0].get(e.id)
+            existing = self.scopes[KERNEL_SCOPE].get(e.id)
             if existing is not None:
                 raise SemanticError(f"size name '{e.id}' is already defined as a "
                                     f"{'autotune parameter' if existing.kind == 'const' else 'parameter'}",
@@ -322,6 +330,7 @@ class Checker:
                 raise _Poisoned()
             if not sym.mutable:
                 why = {"let": "it was declared with 'let' (use 'var' to make it mutable)",
+                       "literal": "it is a constant",
                        "loop": "it is a loop variable", "const": "it is an autotune parameter",
                        "size": "it is a tensor size", "scalar": "it is a kernel parameter",
                        "tensor": "it is a tensor; assign to a slice of it, like x[i :+ 4] = ..."}[sym.kind]
@@ -497,6 +506,8 @@ class Checker:
             raise _Poisoned()
         if sym.value is not None:
             self.out.consts[e] = sym.value
+        if sym.kind == "literal":
+            self.weak.add(e)
         return sym.type
 
     def expr_ListLit(self, e: ast.ListLit):
