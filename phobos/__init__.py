@@ -1,9 +1,35 @@
 # Phobos: a tiny tile kernel language that compiles straight to PTX.
 #
 # The public surface is gathered here; each name lives in the module of its
-# stage (see docs/architecture.md for the pipeline).
+# stage (see docs/architecture.md for the pipeline).  Importing phobos loads
+# only this file and the errors: the compiler and the launcher are imported
+# the first time one of their names is used, and PyCUDA only when a kernel
+# runs on the GPU.
 __version__ = "0.1.0"
+
+import importlib  # noqa: E402
 
 from .errors import PhobosError  # noqa: E402
 
-__all__ = ["PhobosError", "__version__"]
+#: Public names and the modules that define them, imported on first use.
+_LAZY_EXPORTS = {
+    "jit": "launcher",
+    "load": "launcher",
+    "kernel": "launcher",
+    "compile": "compiler",
+    "compile_to_ptx": "compiler",
+}
+
+__all__ = ["PhobosError", "__version__", *_LAZY_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _LAZY_EXPORTS:
+        value = getattr(importlib.import_module(f".{_LAZY_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'phobos' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_EXPORTS))

@@ -8,7 +8,9 @@
 # converted to the type the kernel declares for that parameter, read off the
 # `.entry` line of the PTX.  The parameter buffer is packed here, following the
 # PTX layout, so no argument is ever passed with a type the kernel did not ask
-# for.
+# for.  `time_launch` times a kernel with CUDA events; `device_properties`
+# and `device_copy` give the launcher the device's limits and the scratch
+# copies it times kernels on.
 #
 # PyCUDA is imported only when something is loaded or launched: parsing
 # parameters and binding arguments work on any machine, and without PyCUDA or a
@@ -500,20 +502,85 @@ def time_launch(
     Each launch is timed on the GPU with a pair of CUDA events.  numpy arrays
     are copied to the GPU once and not copied back.
     """
-    if warmup < 0 or repeat < 1:
-        raise LaunchError(f"kernel '{kernel_name}': need warmup >= 0 and repeat >= 1, got {warmup} and {repeat}")
+    _check_timing_counts(f"kernel '{kernel_name}'", warmup, repeat)
     bound, shape = _bind(ptx_or_module, kernel_name, grid, block, args, shared_bytes)
     with _on_gpu(ptx_or_module, kernel_name, bound, shape) as run:
-        driver = _driver()
-        for _ in range(warmup):
-            run.run()
-        run.synchronize()
-        start, end = driver.Event(), driver.Event()
-        times = []
-        for _ in range(repeat):
-            start.record()
-            run.run()
-            end.record()
-            end.synchronize()
-            times.append(start.time_till(end))
+        return time_calls(run.run, warmup, repeat, synchronize=run.synchronize)
+
+
+def time_calls(
+    work: Callable[[], Any], warmup: int = 3, repeat: int = 20, synchronize: Callable[[], None] | None = None
+) -> float:
+    """Median time in milliseconds of `repeat` calls of `work`, after `warmup` untimed ones.
+
+    Each call is bracketed by a pair of CUDA events, so what is measured is
+    the GPU work `work` queues (and any host work it waits for).
+    """
+    _check_timing_counts("timing", warmup, repeat)
+    driver = _driver()
+    for _ in range(warmup):
+        work()
+    (synchronize or driver.Context.synchronize)()
+    start, end = driver.Event(), driver.Event()
+    times = []
+    for _ in range(repeat):
+        start.record()
+        work()
+        end.record()
+        end.synchronize()
+        times.append(start.time_till(end))
     return statistics.median(times)
+
+
+def _check_timing_counts(what: str, warmup: int, repeat: int) -> None:
+    if warmup < 0 or repeat < 1:
+        raise LaunchError(f"{what}: need warmup >= 0 and repeat >= 1, got {warmup} and {repeat}")
+
+
+# ---------------------------------------------------------------------------
+# The device's limits, and device copies (for running kernels on scratch data)
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What the launcher needs to know about device 0."""
+
+    name: str
+    compute_capability: tuple[int, int]
+    max_shared_bytes_per_block: int  # dynamic shared memory one CTA may opt into
+    max_registers_per_block: int
+    max_threads_per_block: int
+
+
+def device_properties() -> DeviceProperties:
+    """The name, compute capability and per-CTA limits of device 0; ToolchainError without a GPU."""
+    driver = _driver()
+    device = driver.Device(0)
+    attributes = driver.device_attribute
+    shared = getattr(attributes, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", attributes.MAX_SHARED_MEMORY_PER_BLOCK)
+    return DeviceProperties(
+        name=device.name(),
+        compute_capability=tuple(device.compute_capability()),
+        max_shared_bytes_per_block=device.get_attribute(shared),
+        max_registers_per_block=device.get_attribute(attributes.MAX_REGISTERS_PER_BLOCK),
+        max_threads_per_block=device.get_attribute(attributes.MAX_THREADS_PER_BLOCK),
+    )
+
+
+def device_copy(source: np.ndarray | int, nbytes: int | None = None) -> Any:
+    """A new device allocation holding a copy of `source`; free it with `.free()`.
+
+    `source` is a numpy array, or the device address of `nbytes` bytes.
+    """
+    driver = _driver()
+    size = source.nbytes if isinstance(source, np.ndarray) else int(nbytes or 0)
+    allocation = driver.mem_alloc(max(size, 1))
+    try:
+        if isinstance(source, np.ndarray):
+            driver.memcpy_htod(allocation, np.ascontiguousarray(source))
+        elif size:
+            driver.memcpy_dtod(allocation, int(source), size)
+    except driver.Error as error:
+        allocation.free()
+        raise LaunchError(f"cannot copy {size} bytes to the GPU: {error}") from error
+    return allocation

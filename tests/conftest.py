@@ -6,6 +6,9 @@
 #   `pytest --update-golden` (re)writes those files instead.
 # - The `no_ptxas` fixture hides every ptxas on the machine from
 #   phobos.toolchain, for testing what users without one see.
+# - Every test gets an empty PHOBOS_CACHE_DIR of its own and none of the
+#   environment switches of the launcher, so no test reads or fills the
+#   user's cache or depends on how the shell that runs it is set up.
 from __future__ import annotations
 
 import difflib
@@ -73,6 +76,16 @@ class Golden:
                 "If the change is intended, run `pytest --update-golden` to re-bless the golden files.",
                 pytrace=False,
             )
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE and PHOBOS_INTERPRET unset."""
+    directory = tmp_path_factory.mktemp("phobos-cache")
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(directory))
+    monkeypatch.delenv("PHOBOS_AUTOTUNE", raising=False)
+    monkeypatch.delenv("PHOBOS_INTERPRET", raising=False)
+    return directory
 
 
 @pytest.fixture

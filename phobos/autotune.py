@@ -1,0 +1,156 @@
+# Choosing a kernel's autotune configuration: screen the candidates, time the
+# rest, keep the fastest.
+#
+# `screen` decides from the compiled kernel, the device's limits and ptxas's
+# report (or, without ptxas, the compiler's register estimate) whether a
+# configuration can run at all: more shared memory or threads than a CTA may
+# have, or more registers than the register file allows for its threads, rule
+# it out.  Spilling registers to local memory does not stop a kernel from
+# running, only slows it, so a spilling configuration is set aside and timed
+# only when every other one is ruled out.
+#
+# `tune` drives the search.  It knows nothing about GPUs: the launcher hands
+# it `evaluate` (compile and screen one configuration) and `measure` (time it),
+# so the choice logic runs on any machine with a fake timer.  Every
+# configuration ends up in the timings, as milliseconds or as the reason it
+# was skipped.
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from .compiler import CompiledKernel
+from .errors import LaunchError, PhobosError
+from .ptxcheck import Report
+from .runtime import DeviceProperties
+
+#: Tuning more configurations than this shows a progress line on stderr.
+PROGRESS_THRESHOLD = 3
+
+
+class Skipped(Exception):
+    """A configuration that is not timed; `reason` says why.
+
+    `fallback` is set when the configuration could still run (it spills
+    registers, say): it is timed if no configuration without a reason is left.
+    """
+
+    def __init__(self, reason: str, fallback: Any = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.fallback = fallback
+
+
+def config_text(config: dict[str, int]) -> str:
+    """`TILE_M=64, TILE_N=128`: how configurations are named in timings and messages."""
+    return ", ".join(f"{name}={value}" for name, value in config.items()) or "no autotune parameters"
+
+
+def launch_problem(kernel: CompiledKernel, device: DeviceProperties) -> str | None:
+    """Why the device cannot launch `kernel` at all (shared memory, threads), or None."""
+    if kernel.shared_bytes > device.max_shared_bytes_per_block:
+        return (f"needs {kernel.shared_bytes} bytes of shared memory; {device.name} allows "
+                f"{device.max_shared_bytes_per_block} per block")
+    if kernel.threads > device.max_threads_per_block:
+        return f"needs {kernel.threads} threads per block; {device.name} allows {device.max_threads_per_block}"
+    return None
+
+
+def screen(kernel: CompiledKernel, device: DeviceProperties, report: Report | None) -> None:
+    """Raise Skipped when `kernel` cannot run on `device`, or spills; `report` None: no ptxas here."""
+    problem = launch_problem(kernel, device)
+    if problem is not None:
+        raise Skipped(problem)
+    register_budget = device.max_registers_per_block // kernel.threads
+    if report is None:
+        if kernel.registers_estimate > register_budget:
+            raise Skipped(f"the compiler estimates {kernel.registers_estimate} registers per thread; "
+                          f"{kernel.threads} threads may use at most {register_budget}")
+        return
+    if not report.ok:
+        first = report.errors[0].message if report.errors else "no reason given"
+        raise Skipped(f"ptxas rejected it: {first}")
+    usage = report.kernel(kernel.kernel_name)
+    if usage.registers > register_budget:
+        raise Skipped(f"uses {usage.registers} registers per thread; {kernel.threads} threads may use "
+                      f"at most {register_budget}")
+    if usage.spill_stores or usage.spill_loads:
+        raise Skipped(f"spills registers ({usage.spill_stores} bytes stored, {usage.spill_loads} bytes loaded)",
+                      fallback=kernel)
+
+
+@dataclass
+class TuneResult:
+    config: dict[str, int]
+    timings: dict[str, float | str] = field(default_factory=dict)  # config text -> ms, or why it was skipped
+
+
+def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable[[dict[str, int]], Any],
+         measure: Callable[[Any], float], stream: TextIO | None = None) -> TuneResult:
+    """The fastest of `configs`.
+
+    `evaluate(config)` prepares a configuration for timing (compiles it) or
+    raises Skipped (or any PhobosError, recorded as the reason);
+    `measure(prepared)` returns its time in milliseconds or raises the same.
+    Raises LaunchError, listing every reason, when no configuration can run.
+    """
+    progress = Progress(kernel_name, len(configs), stream if stream is not None else sys.stderr)
+    timings: dict[str, float | str] = {}
+    fallbacks: list[tuple[dict[str, int], Any]] = []
+
+    def attempt(config: dict[str, int], step: Callable[[], float]) -> None:
+        try:
+            timings[config_text(config)] = float(step())
+        except Skipped as skipped:
+            timings[config_text(config)] = skipped.reason
+            if skipped.fallback is not None:
+                fallbacks.append((config, skipped.fallback))
+        except PhobosError as error:
+            timings[config_text(config)] = error.message
+
+    for done, config in enumerate(configs, start=1):
+        attempt(config, lambda: measure(evaluate(config)))
+        progress.update(done)
+    if not _timed(timings):
+        for config, prepared in fallbacks:
+            attempt(config, lambda: measure(prepared))
+    timed = _timed(timings)
+    if not timed:
+        progress.finish("no configuration can run")
+        reasons = "\n".join(f"  {text}: {reason}" for text, reason in timings.items())
+        raise LaunchError(f"{kernel_name}: no configuration can run on this device:\n{reasons}")
+    best = min(timed, key=timed.__getitem__)
+    progress.finish(f"best {best}: {timed[best]:.4g} ms")
+    return TuneResult(next(c for c in configs if config_text(c) == best), timings)
+
+
+def _timed(timings: dict[str, float | str]) -> dict[str, float]:
+    return {text: value for text, value in timings.items() if isinstance(value, float)}
+
+
+class Progress:
+    """`phobos: tuning sgemm over 8 configurations... 5/8` on stderr, for more than a few configurations.
+
+    On a terminal the line is redrawn in place; elsewhere (a log) only the
+    finished line is written.
+    """
+
+    def __init__(self, kernel_name: str, total: int, stream: TextIO):
+        self.head = f"phobos: tuning {kernel_name} over {total} configurations..."
+        self.total = total
+        self.stream = stream
+        self.shown = total > PROGRESS_THRESHOLD
+        self.live = self.shown and getattr(stream, "isatty", lambda: False)()
+
+    def update(self, done: int) -> None:
+        if self.live:
+            self.stream.write(f"\r{self.head} {done}/{self.total}")
+            self.stream.flush()
+
+    def finish(self, outcome: str) -> None:
+        if self.shown:
+            start = "\r" if self.live else ""
+            self.stream.write(f"{start}{self.head} {self.total}/{self.total}, {outcome}\n")
+            self.stream.flush()

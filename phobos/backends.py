@@ -1,0 +1,236 @@
+# Where a launched kernel runs: the GPU, or one of two CPU stand-ins.
+#
+#   gpu        the PTX through the CUDA driver (phobos.runtime / PyCUDA); the
+#              only backend that can time launches, so the only one that tunes
+#   interpret  the checked kernel, run by phobos.interpreter on numpy arrays
+#   emulate    the PTX, run by phobos.ptx.emulator on numpy arrays
+#
+# The launcher talks to every backend through the same few members (see
+# `Backend`), handing over a `Launch`: the kernel, the grid, and the bound
+# arguments, from which each backend takes the argument order it needs (the
+# source's parameters for the interpreter, the PTX's - tensors and scalars,
+# then one i32 per size name - for the others).  The CPU backends' modules are
+# imported only when a kernel runs on them, and none of this imports PyCUDA.
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Protocol
+
+import numpy as np
+
+from . import runtime
+from .binding import BoundCall, TensorArgument
+from .compiler import TARGETS, CompiledKernel
+from .errors import PhobosError, ToolchainError
+from .sema import CheckedKernel
+
+#: The target PTX is generated for when no GPU says otherwise.
+DEFAULT_ARCH = "sm_90"
+
+#: Launches timed per configuration while autotuning, after untimed warm-up ones.
+TIMING_WARMUP = 3
+TIMING_REPEAT = 10
+
+
+@dataclass
+class Launch:
+    """One kernel launch: what runs, on what grid, with which arguments.
+
+    `replacements` maps tensor names to the device copies to pass instead of
+    the caller's tensors (the autotuner's scratch copies).
+    """
+
+    checked: CheckedKernel
+    compiled: CompiledKernel | None  # None where the backend runs the checked kernel
+    grid: tuple[int, int, int]
+    call: BoundCall
+    replacements: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return (self.compiled.threads, 1, 1)
+
+    def source_arguments(self) -> list[Any]:
+        """The arguments in the source's parameter order."""
+        return [self._argument(p.name) for p in self.call.params]
+
+    def ptx_arguments(self) -> list[Any]:
+        """The arguments in the PTX's parameter order (bools as 0/1, the PTX's .u8)."""
+        return [_as_ptx_value(self._argument(p.name)) for p in self.compiled.params]
+
+    def copy_back(self) -> list[int]:
+        """The PTX indices of the host arrays the kernel writes (and that are not replaced)."""
+        return [index for index, p in enumerate(self.compiled.params)
+                if p.written and p.name not in self.replacements and self.call.tensors[p.name].host is not None]
+
+    def _argument(self, name: str) -> Any:
+        if name in self.replacements:
+            return self.replacements[name]
+        return self.call.value(name)
+
+
+def _as_ptx_value(value: Any) -> Any:
+    return int(value) if isinstance(value, np.bool_) else value
+
+
+class Backend(Protocol):
+    """What the launcher needs of a place to run kernels."""
+
+    name: str
+    compiles: bool  # runs PTX, so needs a CompiledKernel per configuration
+    host_only: bool  # takes numpy arrays only
+    tunes: bool  # can time launches (`time`, `device_copy` and `free` exist)
+
+    def arch(self) -> str:
+        """The target to compile for."""
+
+    def device(self) -> runtime.DeviceProperties | None:
+        """The device's name and limits; None for the CPU backends."""
+
+    def run(self, launch: Launch) -> None:
+        """Run the kernel once and wait for it; written host arrays hold the results afterwards."""
+
+    def time(self, launch: Launch) -> float:
+        """Median milliseconds of a launch (tuning backends only)."""
+
+    def device_copy(self, tensor: TensorArgument) -> Any:
+        """A scratch copy of `tensor` in device memory (tuning backends only)."""
+
+    def free(self, copy: Any) -> None:
+        """Release a copy made by `device_copy`."""
+
+
+class GpuBackend:
+    """The GPU, through phobos.runtime: PTX modules are loaded once per process and text."""
+
+    name = "gpu"
+    compiles = True
+    host_only = False
+    tunes = True
+
+    def __init__(self) -> None:
+        self._device: runtime.DeviceProperties | None = None
+
+    def device(self) -> runtime.DeviceProperties:
+        if self._device is None:
+            self._device = runtime.device_properties()
+        return self._device
+
+    def arch(self) -> str:
+        return arch_for(self.device().compute_capability)
+
+    def run(self, launch: Launch) -> None:
+        compiled = launch.compiled
+        runtime.launch(runtime.load_module(compiled.ptx), compiled.kernel_name, launch.grid, launch.block,
+                       launch.ptx_arguments(), shared_bytes=compiled.shared_bytes, copy_back=launch.copy_back())
+
+    def time(self, launch: Launch) -> float:
+        compiled = launch.compiled
+        return runtime.time_launch(runtime.load_module(compiled.ptx), compiled.kernel_name, launch.grid,
+                                   launch.block, launch.ptx_arguments(), shared_bytes=compiled.shared_bytes,
+                                   warmup=TIMING_WARMUP, repeat=TIMING_REPEAT)
+
+    def device_copy(self, tensor: TensorArgument) -> Any:
+        source = tensor.host if tensor.host is not None else tensor.pointer
+        return runtime.device_copy(source, tensor.nbytes)
+
+    def free(self, copy: Any) -> None:
+        copy.free()
+
+
+def arch_for(compute_capability: tuple[int, int]) -> str:
+    """The newest target Phobos has that a GPU of this compute capability runs (PTX runs on newer GPUs)."""
+    major, minor = compute_capability
+    runnable = [arch for arch in TARGETS if int(arch.removeprefix("sm_")) <= major * 10 + minor]
+    if not runnable:
+        raise ToolchainError(f"this GPU is sm_{major}{minor}; Phobos generates code for {', '.join(TARGETS)}")
+    return max(runnable, key=lambda arch: int(arch.removeprefix("sm_")))
+
+
+class InterpretBackend:
+    """phobos.interpreter: runs the checked kernel on numpy arrays, in source-parameter order."""
+
+    name = "interpret"
+    compiles = False
+    host_only = True
+    tunes = False
+
+    def arch(self) -> str:
+        return DEFAULT_ARCH
+
+    def device(self) -> None:
+        return None
+
+    def run(self, launch: Launch) -> None:
+        interpreter = _cpu_module("phobos.interpreter", self.name)
+        interpreter.run(launch.checked, launch.grid, launch.source_arguments())
+
+
+class EmulateBackend:
+    """phobos.ptx.emulator: runs the PTX on numpy arrays, in PTX-parameter order."""
+
+    name = "emulate"
+    compiles = True
+    host_only = True
+    tunes = False
+
+    def arch(self) -> str:
+        return DEFAULT_ARCH
+
+    def device(self) -> None:
+        return None
+
+    def run(self, launch: Launch) -> None:
+        emulator = _cpu_module("phobos.ptx.emulator", self.name)
+        compiled = launch.compiled
+        emulator.launch(compiled.ptx, compiled.kernel_name, launch.grid, launch.block, launch.ptx_arguments(),
+                        shared_bytes=compiled.shared_bytes)
+
+
+def _cpu_module(module_name: str, mode: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise ToolchainError(f"mode '{mode}' needs {module_name}, which this installation of Phobos "
+                             f"does not have") from None
+
+
+BACKENDS: dict[str, type] = {"gpu": GpuBackend, "interpret": InterpretBackend, "emulate": EmulateBackend}
+_instances: dict[str, Backend] = {}
+
+
+def check_mode(mode: Any) -> None:
+    """Reject a mode that names no backend (None and Backend objects are fine)."""
+    if isinstance(mode, str) and mode not in BACKENDS:
+        raise PhobosError(f"unknown mode '{mode}' (modes: {', '.join(BACKENDS)}, or None to choose)")
+    if mode is not None and not isinstance(mode, str) and not callable(getattr(mode, "run", None)):
+        raise PhobosError(f"mode must be one of {', '.join(BACKENDS)}, None, or a backend object; got {mode!r}")
+
+
+def select_backend(mode: Any) -> Backend:
+    """The backend for `mode`: a name, a backend object, or None.
+
+    None: PHOBOS_INTERPRET=1 in the environment picks the interpreter,
+    otherwise the GPU if there is one; without one, a ToolchainError says what
+    to do instead.
+    """
+    check_mode(mode)
+    if mode is None:
+        if os.environ.get("PHOBOS_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on"):
+            mode = "interpret"
+        else:
+            available, reason = runtime.gpu_available()
+            if not available:
+                raise ToolchainError(f"no GPU to run kernels on ({reason}); pass mode='interpret' or "
+                                     f"mode='emulate' to run them on the CPU (or set PHOBOS_INTERPRET=1)")
+            mode = "gpu"
+    if not isinstance(mode, str):
+        return mode
+    if mode not in _instances:
+        _instances[mode] = BACKENDS[mode]()
+    return _instances[mode]

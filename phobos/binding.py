@@ -1,0 +1,343 @@
+# Binding a call's arguments to a kernel's parameters, before any GPU work.
+#
+# A kernel called like a function, `mod.sgemm(A, B, C, alpha=1.5, beta=0.5)`,
+# gets its arguments matched to the source's parameters (by position, then by
+# name), and each one checked against its declaration:
+#
+#   tensors  a numpy array (host memory), a torch tensor, a PyCUDA GPUArray or
+#            anything with `__cuda_array_interface__` (device memory), of the
+#            declared element type and rank, C-contiguous (row-major); literal
+#            dimensions must match, and each size name (N, M, K) takes its
+#            value from the first tensor that has it and must agree everywhere
+#            else.  A tensor the kernel writes must be writeable.
+#   scalars  converted to the declared type: any real number for a float, an
+#            integer (or an integral float) in range for an integer type, a
+#            bool for a bool.
+#
+# Every mismatch is a LaunchError naming the kernel, the parameter, what was
+# expected and what was given, e.g.
+#
+#   sgemm: argument 'B': expected a 2-D f32 tensor [K, N] with K = 64 (from 'A'),
+#   got float32 array of shape (65, 32)
+#
+# Nothing here touches a GPU, so all of it runs (and is tested) anywhere.
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import LaunchError
+from .ir import KernelParam
+from .sema import I32_MAX
+from .types import DType
+
+
+@dataclass(frozen=True)
+class TensorArgument:
+    """A tensor argument, checked: host memory (`host`) or device memory (`pointer`)."""
+
+    param: KernelParam
+    source: Any  # the object the caller passed
+    host: np.ndarray | None
+    pointer: int | None
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.param.dtype.nbytes
+
+    @property
+    def value(self) -> np.ndarray | int:
+        """What a backend passes for this tensor: the numpy array or the device address."""
+        return self.host if self.host is not None else self.pointer
+
+
+@dataclass
+class BoundCall:
+    """A call's arguments, checked: tensors, converted scalars and the sizes bound from shapes."""
+
+    kernel_name: str
+    params: list[KernelParam]  # the source's parameters, in order
+    tensors: dict[str, TensorArgument] = field(default_factory=dict)
+    scalars: dict[str, np.generic] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    size_origins: dict[str, str] = field(default_factory=dict)  # size name -> the tensor it came from
+
+    def value(self, name: str) -> Any:
+        """The value of parameter or size `name` as backends pass it."""
+        if name in self.tensors:
+            return self.tensors[name].value
+        if name in self.scalars:
+            return self.scalars[name]
+        return self.sizes[name]
+
+
+# ---------------------------------------------------------------------------
+# Matching positional and keyword arguments to parameters
+
+
+def match_arguments(kernel_name: str, params: Sequence[KernelParam], size_names: Sequence[str],
+                    args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The argument for each source parameter, by name; LaunchError for missing, extra or unknown ones."""
+    names = [p.name for p in params]
+    listing = ", ".join(names)
+    if len(args) > len(params):
+        raise LaunchError(f"{kernel_name}: takes {len(params)} argument{'s' * (len(params) != 1)} "
+                          f"({listing}), got {len(args)} positional")
+    given = dict(zip(names, args))
+    for name, value in kwargs.items():
+        if name in given:
+            raise LaunchError(f"{kernel_name}: argument '{name}' given twice (by position and by name)")
+        if name not in names:
+            raise LaunchError(f"{kernel_name}: {_unknown_name(name, names, size_names)}")
+        given[name] = value
+    missing = [name for name in names if name not in given]
+    if missing:
+        quoted = ", ".join(f"'{name}'" for name in missing)
+        raise LaunchError(f"{kernel_name}: missing argument{'s' * (len(missing) > 1)} {quoted} "
+                          f"(parameters: {listing})")
+    return given
+
+
+def _unknown_name(name: str, names: Sequence[str], size_names: Sequence[str]) -> str:
+    if name in size_names:
+        return f"'{name}' is a size, bound from the shapes of the tensors; it is not an argument"
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"no parameter named '{name}' (parameters: {', '.join(names)}){hint}"
+
+
+# ---------------------------------------------------------------------------
+# Binding
+
+
+def bind(kernel_name: str, params: Sequence[KernelParam], size_names: Sequence[str], args: Sequence[Any],
+         kwargs: Mapping[str, Any], host_only: str | None = None) -> BoundCall:
+    """Check and convert a call's arguments; `host_only` names a CPU mode that takes numpy arrays only."""
+    given = match_arguments(kernel_name, params, size_names, args, kwargs)
+    call = BoundCall(kernel_name, list(params))
+    for param in params:
+        if param.kind == "tensor":
+            call.tensors[param.name] = _bind_tensor(call, param, given[param.name], host_only)
+        else:
+            call.scalars[param.name] = convert_scalar(kernel_name, param, given[param.name])
+    return call
+
+
+def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str | None) -> TensorArgument:
+    def fail(got: str, advice: str = "") -> LaunchError:
+        return LaunchError(f"{call.kernel_name}: argument '{param.name}': expected {_expected(call, param)}, "
+                           f"got {got}{advice}")
+
+    try:
+        view = tensor_view(value)
+    except _Refused as refusal:
+        raise fail(refusal.description, f" ({refusal.reason})") from None
+    if view is None:
+        raise fail(describe(value))
+    if view.dtype_name != param.dtype.numpy_name or len(view.shape) != len(param.dims):
+        raise fail(view.description)
+    if not view.contiguous:
+        raise fail(f"a non-contiguous {view.description}",
+                   "; pass a C-contiguous (row-major) one, e.g. np.ascontiguousarray(x) or x.contiguous()")
+    if param.written and view.read_only:
+        raise fail(f"a read-only {view.description}", f"; the kernel writes '{param.name}'")
+    if host_only is not None and view.host is None:
+        raise fail(view.description, f"; mode '{host_only}' runs on the CPU and takes numpy arrays")
+    if math.prod(view.shape) > I32_MAX or any(extent > I32_MAX for extent in view.shape):
+        raise fail(view.description, f"; kernels index tensors with i32, so at most {I32_MAX} elements")
+    for dim, extent in zip(param.dims, view.shape):
+        if isinstance(dim, str) and dim not in call.sizes:
+            call.sizes[dim] = extent
+            call.size_origins[dim] = param.name
+        if extent != (dim if isinstance(dim, int) else call.sizes[dim]):
+            raise fail(view.description)
+    return TensorArgument(param, value, view.host, view.pointer, view.shape)
+
+
+def _expected(call: BoundCall, param: KernelParam) -> str:
+    dims = ", ".join(map(str, param.dims))
+    known = [f"{dim} = {call.sizes[dim]} (from '{call.size_origins[dim]}')"
+             for dim in dict.fromkeys(d for d in param.dims if isinstance(d, str) and d in call.sizes)]
+    return f"a {len(param.dims)}-D {param.dtype} tensor [{dims}]" + (f" with {', '.join(known)}" if known else "")
+
+
+# ---------------------------------------------------------------------------
+# Scalars
+
+
+def convert_scalar(kernel_name: str, param: KernelParam, value: Any) -> np.generic:
+    """`value` as a numpy scalar of the parameter's declared type; LaunchError if it does not fit."""
+    dtype = param.dtype
+
+    def fail(problem: str = "") -> LaunchError:
+        return LaunchError(f"{kernel_name}: argument '{param.name}': expected {_scalar_kind(dtype)}, "
+                           f"got {describe(value)}{problem}")
+
+    is_bool = isinstance(value, (bool, np.bool_))
+    if dtype is DType.BOOL:
+        if not is_bool:
+            raise fail()
+        return np.bool_(value)
+    if is_bool or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+        raise fail()
+    return SCALAR_CONVERSIONS[dtype.is_float](dtype, value, fail)
+
+
+def _to_float(dtype: DType, value: Any, fail: Callable[..., LaunchError]) -> np.generic:
+    try:
+        wide = float(value)
+    except OverflowError:
+        raise fail(f" (out of range for {dtype})") from None
+    with np.errstate(over="ignore"):
+        converted = np.dtype(dtype.numpy_name).type(wide)
+    if math.isfinite(wide) and not math.isfinite(converted):
+        raise fail(f" (out of range for {dtype})")
+    return converted
+
+
+def _to_int(dtype: DType, value: Any, fail: Callable[..., LaunchError]) -> np.generic:
+    if isinstance(value, (numbers.Integral, np.integer)):
+        integer = int(value)
+    elif math.isfinite(float(value)) and float(value).is_integer():
+        integer = int(value)
+    else:
+        raise fail(" (not an integer)")
+    info = np.iinfo(dtype.numpy_name)
+    if not info.min <= integer <= info.max:
+        raise fail(f" (out of range [{info.min}, {info.max}])")
+    return np.dtype(dtype.numpy_name).type(integer)
+
+
+#: By `dtype.is_float`: how a number becomes a scalar of that type.
+SCALAR_CONVERSIONS = {True: _to_float, False: _to_int}
+
+
+def _scalar_kind(dtype: DType) -> str:
+    noun = "bool" if dtype is DType.BOOL else f"{dtype} {'number' if dtype.is_float else 'integer'}"
+    return f"{'an' if noun[0] in 'aeiof' else 'a'} {noun}"
+
+
+# ---------------------------------------------------------------------------
+# What a tensor-like object is: host or device memory, element type, shape
+
+
+@dataclass(frozen=True)
+class TensorView:
+    host: np.ndarray | None
+    pointer: int | None
+    shape: tuple[int, ...]
+    dtype_name: str  # numpy's name for the element type: float32, bfloat16, ...
+    contiguous: bool
+    read_only: bool
+    description: str  # e.g. "float32 array of shape (65, 32)"
+
+
+class _Refused(Exception):
+    """A tensor-like object that cannot be passed; `reason` says why."""
+
+    def __init__(self, description: str, reason: str):
+        super().__init__(reason)
+        self.description = description
+        self.reason = reason
+
+
+def _numpy_view(value: Any) -> TensorView | None:
+    if not isinstance(value, np.ndarray):
+        return None
+    return TensorView(value, None, value.shape, value.dtype.name, value.flags.c_contiguous,
+                      not value.flags.writeable, f"{value.dtype.name} array of shape {value.shape}")
+
+
+def _torch_view(value: Any) -> TensorView | None:
+    if not (type(value).__module__.startswith("torch") and hasattr(value, "data_ptr") and hasattr(value, "is_cuda")):
+        return None
+    dtype_name = str(value.dtype).removeprefix("torch.")
+    shape = tuple(value.shape)
+    description = f"torch.{dtype_name} tensor of shape {shape} on {value.device}"
+    if not value.is_cuda:
+        try:
+            array = value.detach().numpy()
+        except (TypeError, RuntimeError) as error:
+            raise _Refused(description, f"cannot view it as a numpy array: {error}") from None
+        return TensorView(array, None, shape, dtype_name, value.is_contiguous(), False, description)
+    if value.device.index not in (None, 0):
+        raise _Refused(description, "Phobos launches on device 0 (cuda:0)")
+    return TensorView(None, value.data_ptr(), shape, dtype_name, value.is_contiguous(), False, description)
+
+
+def _gpuarray_view(value: Any) -> TensorView | None:
+    if not all(hasattr(value, name) for name in ("gpudata", "shape", "dtype", "flags")):
+        return None
+    dtype_name = np.dtype(value.dtype).name
+    shape = tuple(value.shape)
+    return TensorView(None, int(value.gpudata), shape, dtype_name, bool(value.flags.c_contiguous), False,
+                      f"{dtype_name} {_type_name(value)} of shape {shape}")
+
+
+def _cuda_array_interface_view(value: Any) -> TensorView | None:
+    if not hasattr(type(value), "__cuda_array_interface__") and "__cuda_array_interface__" not in getattr(
+            value, "__dict__", {}):
+        return None
+    try:
+        interface = value.__cuda_array_interface__
+        shape = tuple(int(extent) for extent in interface["shape"])
+        dtype = np.dtype(interface["typestr"])
+        pointer, read_only = interface["data"]
+        strides = interface.get("strides")
+    except Exception as error:  # whatever the object raises: report it, do not crash
+        raise _Refused(f"a {_type_name(value)}", f"its __cuda_array_interface__ is unusable: {error}") from None
+    contiguous = strides is None or _c_contiguous(shape, tuple(strides), dtype.itemsize)
+    return TensorView(None, int(pointer or 0), shape, dtype.name, contiguous, bool(read_only),
+                      f"{dtype.name} {_type_name(value)} of shape {shape}")
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    if 0 in shape:
+        return True
+    expected = itemsize
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+#: Tried in order; the first that recognizes an object describes it.
+TENSOR_VIEWS = (_numpy_view, _torch_view, _gpuarray_view, _cuda_array_interface_view)
+
+
+def tensor_view(value: Any) -> TensorView | None:
+    """How `value` is passed as a tensor, or None if it is not tensor-like."""
+    for view in TENSOR_VIEWS:
+        found = view(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+
+
+def describe(value: Any) -> str:
+    """A short description of any argument, for error messages."""
+    if isinstance(value, (str, bytes)):
+        return f"{type(value).__name__} {value!r:.40}"
+    if isinstance(value, (numbers.Number, np.generic)):
+        return f"{type(value).__name__} {value!r}" if not isinstance(value, np.generic) else \
+            f"{value.dtype.name} {value.item()!r}"
+    if value is None:
+        return "None"
+    try:
+        view = tensor_view(value)
+    except _Refused as refusal:
+        return refusal.description
+    return view.description if view is not None else f"a {_type_name(value)}"

@@ -1,0 +1,211 @@
+# The on-disk cache: compiled kernels, ptxas reports and autotune choices.
+#
+# Compiling a configuration takes about a second and tuning a kernel many, so
+# both outcomes are kept under $PHOBOS_CACHE_DIR (default ~/.cache/phobos),
+# one JSON file per entry:
+#
+#   <root>/<namespace>/<sha256 of the key>.json
+#   {"format": 1, "key": {...}, "checksum": "<sha256 of the payload>", "payload": {...}}
+#
+# The key is stored whole, so an entry is only ever read back for the key that
+# wrote it, and the checksum catches a file that was truncated or altered: any
+# entry that does not read back exactly is treated as missing (and is
+# overwritten when its value is rebuilt); it is never trusted and never makes
+# a caller fail.  Writes go to a temporary file in the same directory and are
+# renamed into place (os.replace), so several processes may fill the cache at
+# once and a reader sees either a whole entry or none.  Entries are plain JSON,
+# never pickles: reading a cache file runs no code.
+#
+# Keys carry `phobos_build()`, the version plus a digest of Phobos's own
+# sources, so that a changed compiler never reuses what an older one produced.
+# Above the disk sits a per-process dictionary, so a key is read from disk at
+# most once per process.  The encoders at the end turn CompiledKernels and
+# ptxas Reports into payloads and back.
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .compiler import CompiledKernel
+from .ir import KernelParam
+from .ptxcheck import KernelReport, PtxasDiagnostic, Report
+from .types import DType
+
+ENTRY_FORMAT = 1
+DEFAULT_CACHE_DIR = Path("~/.cache/phobos")
+
+#: Namespaces (subdirectories) of the cache.
+COMPILED = "kernels"
+PTXAS = "ptxas"
+AUTOTUNE = "autotune"
+
+
+def cache_dir() -> Path:
+    """The cache's root: $PHOBOS_CACHE_DIR, or ~/.cache/phobos."""
+    return Path(os.environ.get("PHOBOS_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
+
+
+@functools.lru_cache(maxsize=None)
+def phobos_build() -> str:
+    """The version and a digest of the package's sources: what produced an entry."""
+    package = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{__version__}+{digest.hexdigest()[:16]}"
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """One text per value: sorted keys, no spaces; what keys and checksums are made of."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+class DiskCache:
+    """JSON entries under one root directory, with a per-process memory layer."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._memory: dict[tuple[str, str], Any] = {}
+        self._write_warned = False
+
+    def path_for(self, namespace: str, key: dict) -> Path:
+        return self.root / namespace / f"{text_digest(canonical_json(key))}.json"
+
+    def load(self, namespace: str, key: dict) -> Any | None:
+        """The payload stored for `key`, or None if there is none or it does not read back intact."""
+        memory_key = (namespace, canonical_json(key))
+        if memory_key in self._memory:
+            return self._memory[memory_key]
+        try:
+            entry = json.loads(self.path_for(namespace, key).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return None
+        if not _intact(entry, key):
+            return None
+        self._memory[memory_key] = entry["payload"]
+        return entry["payload"]
+
+    def store(self, namespace: str, key: dict, payload: Any) -> None:
+        """Write the entry atomically; a cache that cannot be written is warned about once, not fatal."""
+        self._memory[(namespace, canonical_json(key))] = payload
+        path = self.path_for(namespace, key)
+        entry = {"format": ENTRY_FORMAT, "key": key, "checksum": text_digest(canonical_json(payload)),
+                 "payload": payload}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(path, json.dumps(entry, sort_keys=True, allow_nan=False))
+        except OSError as error:
+            if not self._write_warned:
+                self._write_warned = True
+                warnings.warn(f"phobos: cannot write the cache under {self.root} ({error}); "
+                              f"set PHOBOS_CACHE_DIR to a writable directory", RuntimeWarning, stacklevel=3)
+
+
+def _intact(entry: Any, key: dict) -> bool:
+    """Whether a decoded file is a whole entry of the current format for exactly `key`."""
+    if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or "payload" not in entry:
+        return False
+    if entry.get("key") != key:
+        return False
+    try:
+        return entry.get("checksum") == text_digest(canonical_json(entry["payload"]))
+    except (TypeError, ValueError):
+        return False
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write `text` to a temporary file next to `path`, then rename it over `path`."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+_caches: dict[Path, DiskCache] = {}
+
+
+def default_cache() -> DiskCache:
+    """The cache under cache_dir(), one object (and memory layer) per root per process."""
+    root = cache_dir()
+    if root not in _caches:
+        _caches[root] = DiskCache(root)
+    return _caches[root]
+
+
+# ---------------------------------------------------------------------------
+# Payloads: what is stored for a compiled kernel and for a ptxas report.
+# A payload that does not decode raises MalformedEntry; callers treat it as a miss.
+
+
+class MalformedEntry(Exception):
+    """A cache payload that is well-formed JSON but not what the entry should hold."""
+
+
+def encode_compiled(kernel: CompiledKernel) -> dict:
+    return {
+        "ptx": kernel.ptx, "kernel_name": kernel.kernel_name, "config": kernel.config, "arch": kernel.arch,
+        "threads": kernel.threads, "shared_bytes": kernel.shared_bytes,
+        "registers_estimate": kernel.registers_estimate,
+        "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype.value, "dims": list(p.dims),
+                    "written": p.written} for p in kernel.params],
+        "grid_hint": [list(hint) if hint is not None else None for hint in kernel.grid_hint],
+    }
+
+
+def decode_compiled(payload: Any) -> CompiledKernel:
+    try:
+        params = [KernelParam(_typed(p["name"], str), _typed(p["kind"], str), DType(p["dtype"]),
+                              tuple(_typed(d, (str, int)) for d in p["dims"]), _typed(p["written"], bool))
+                  for p in payload["params"]]
+        hints = [None if h is None else (_typed(h[0], str), _typed(h[1], int)) for h in payload["grid_hint"]]
+        config = {_typed(name, str): _typed(value, int) for name, value in payload["config"].items()}
+        return CompiledKernel(
+            ptx=_typed(payload["ptx"], str), kernel_name=_typed(payload["kernel_name"], str), config=config,
+            params=params, arch=_typed(payload["arch"], str), threads=_typed(payload["threads"], int),
+            shared_bytes=_typed(payload["shared_bytes"], int),
+            registers_estimate=_typed(payload["registers_estimate"], int), grid_hint=hints)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+        raise MalformedEntry(f"not a compiled kernel: {error}") from None
+
+
+def encode_report(report: Report) -> dict:
+    return dataclasses.asdict(report)
+
+
+def decode_report(payload: Any) -> Report:
+    try:
+        fields = {f.name: payload[f.name] for f in dataclasses.fields(Report)}
+        fields["kernels"] = [KernelReport(**_typed(k, dict)) for k in fields["kernels"]]
+        for name in ("errors", "warnings"):
+            fields[name] = [PtxasDiagnostic(**_typed(d, dict)) for d in fields[name]]
+        for name, kind in (("arch", str), ("name", str), ("ok", bool), ("raw", str)):
+            _typed(fields[name], kind)
+        return Report(**fields)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise MalformedEntry(f"not a ptxas report: {error}") from None
+
+
+def _typed(value: Any, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"unexpected {type(value).__name__} {value!r}")
+    return value

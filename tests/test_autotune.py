@@ -1,0 +1,352 @@
+# Choosing configurations, on the CPU: the choice logic with a fake timer,
+# screening against device limits and ptxas reports, and the launcher's
+# tuning with a fake GPU that records which buffers each launch was given.
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import phobos
+from phobos import cache, launcher
+from phobos.autotune import Skipped, config_text, screen, tune
+from phobos.compiler import compile
+from phobos.errors import LaunchError, ResourceError
+from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
+
+from .launcher_fakes import (ADD4, FAKE_DEVICE, TWO_PARAMETERS, DeviceArray, FakeGpu, forget_memory,
+                             install_cpu_module, random_vectors)
+
+CONFIGS = [{"BLOCK": b} for b in (128, 256, 512, 1024)]
+
+
+def fake_timer(times: dict[int, float]):
+    """measure(): the time listed for the configuration's BLOCK."""
+    return lambda config: times[config["BLOCK"]]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+# --- the choice
+
+
+def test_the_fastest_configuration_wins():
+    result = tune("add", CONFIGS, lambda c: c, fake_timer({128: 3.0, 256: 1.5, 512: 0.5, 1024: 2.0}), io.StringIO())
+    assert result.config == {"BLOCK": 512}
+    assert result.timings == {"BLOCK=128": 3.0, "BLOCK=256": 1.5, "BLOCK=512": 0.5, "BLOCK=1024": 2.0}
+
+
+def test_ties_go_to_the_first_listed():
+    assert tune("add", CONFIGS, lambda c: c, lambda c: 1.0, io.StringIO()).config == {"BLOCK": 128}
+
+
+def test_skipped_configurations_are_recorded_with_their_reasons():
+    def evaluate(config):
+        if config["BLOCK"] == 128:
+            raise Skipped("needs 300000 bytes of shared memory")
+        if config["BLOCK"] == 1024:
+            raise ResourceError("the tile needs more registers than a thread has")
+        return config
+
+    result = tune("add", CONFIGS, evaluate, fake_timer({256: 2.0, 512: 3.0}), io.StringIO())
+    assert result.config == {"BLOCK": 256}
+    assert result.timings == {"BLOCK=128": "needs 300000 bytes of shared memory", "BLOCK=256": 2.0,
+                              "BLOCK=512": 3.0, "BLOCK=1024": "the tile needs more registers than a thread has"}
+
+
+def test_failures_while_timing_are_reasons_too():
+    def measure(config):
+        if config["BLOCK"] == 512:
+            raise LaunchError("kernel 'add' failed: too many resources requested for launch")
+        return 1.0 + config["BLOCK"]
+
+    result = tune("add", CONFIGS, lambda c: c, measure, io.StringIO())
+    assert result.config == {"BLOCK": 128}
+    assert result.timings["BLOCK=512"] == "kernel 'add' failed: too many resources requested for launch"
+
+
+def test_spilling_configurations_are_timed_only_when_nothing_else_runs():
+    timed = []
+
+    def measure(config):
+        timed.append(config["BLOCK"])
+        return float(config["BLOCK"])
+
+    def spills_above_256(config):
+        if config["BLOCK"] > 256:
+            raise Skipped("spills registers", fallback=config)
+        return config
+
+    result = tune("add", CONFIGS, spills_above_256, measure, io.StringIO())
+    assert result.config == {"BLOCK": 128} and timed == [128, 256]
+    assert result.timings["BLOCK=512"] == "spills registers"
+
+    def all_spill(config):
+        raise Skipped("spills registers", fallback=config)
+
+    timed.clear()
+    result = tune("add", CONFIGS, all_spill, measure, io.StringIO())
+    assert result.config == {"BLOCK": 128} and timed == [128, 256, 512, 1024]
+    assert result.timings == {"BLOCK=128": 128.0, "BLOCK=256": 256.0, "BLOCK=512": 512.0, "BLOCK=1024": 1024.0}
+
+
+def test_no_runnable_configuration_is_an_error_listing_every_reason():
+    def evaluate(config):
+        raise Skipped(f"reason {config['BLOCK']}")
+
+    with pytest.raises(LaunchError) as error:
+        tune("add", CONFIGS[:2], evaluate, fake_timer({}), io.StringIO())
+    assert error.value.message == ("add: no configuration can run on this device:\n"
+                                   "  BLOCK=128: reason 128\n  BLOCK=256: reason 256")
+
+
+def test_progress_is_shown_for_more_than_three_configurations():
+    log = io.StringIO()
+    tune("add", CONFIGS, lambda c: c, fake_timer({128: 4.0, 256: 3.0, 512: 2.0, 1024: 1.0}), log)
+    assert log.getvalue() == "phobos: tuning add over 4 configurations... 4/4, best BLOCK=1024: 1 ms\n"
+    terminal = Terminal()
+    tune("add", CONFIGS, lambda c: c, fake_timer({128: 4.0, 256: 3.0, 512: 2.0, 1024: 0.25}), terminal)
+    assert terminal.getvalue().split("\r")[1:] == [
+        "phobos: tuning add over 4 configurations... 1/4", "phobos: tuning add over 4 configurations... 2/4",
+        "phobos: tuning add over 4 configurations... 3/4", "phobos: tuning add over 4 configurations... 4/4",
+        "phobos: tuning add over 4 configurations... 4/4, best BLOCK=1024: 0.25 ms\n"]
+    quiet = Terminal()
+    tune("add", CONFIGS[:3], lambda c: c, lambda c: 1.0, quiet)
+    assert quiet.getvalue() == ""
+
+
+def test_configuration_names():
+    assert config_text({"TILE_M": 64, "TILE_N": 128}) == "TILE_M=64, TILE_N=128"
+    assert config_text({}) == "no autotune parameters"
+
+
+# --- screening
+
+
+@pytest.fixture(scope="module")
+def add_1024():
+    return compile(ADD4, config={"BLOCK": 1024})  # 128 threads
+
+
+def report(registers=32, spill_stores=0, spill_loads=0, ok=True, errors=()) -> Report:
+    return Report("sm_90", "add", ok, [KernelReport("add", registers, spill_stores, spill_loads)], list(errors))
+
+
+def screened(kernel, device=FAKE_DEVICE, ptxas=None) -> str | None:
+    try:
+        screen(kernel, device, ptxas)
+    except Skipped as skipped:
+        return skipped.reason
+    return None
+
+
+def test_a_kernel_within_every_limit_passes(add_1024):
+    assert screened(add_1024, ptxas=report()) is None
+    assert screened(add_1024) is None
+
+
+def test_shared_memory_and_threads_beyond_the_device(add_1024):
+    needy = replace(add_1024, shared_bytes=200_000)
+    small = replace(FAKE_DEVICE, max_shared_bytes_per_block=100_000, max_threads_per_block=64)
+    assert screened(needy, small) == "needs 200000 bytes of shared memory; Fake GPU allows 100000 per block"
+    assert screened(add_1024, small) == "needs 128 threads per block; Fake GPU allows 64"
+
+
+def test_registers_from_ptxas(add_1024):
+    assert screened(add_1024, ptxas=report(registers=600)) == (
+        "uses 600 registers per thread; 128 threads may use at most 512")
+    assert screened(add_1024, ptxas=report(ok=False, errors=[PtxasDiagnostic("add", 3, "syntax error")])) == (
+        "ptxas rejected it: syntax error")
+
+
+def test_spills_leave_a_fallback(add_1024):
+    with pytest.raises(Skipped) as skipped:
+        screen(add_1024, FAKE_DEVICE, report(spill_stores=8, spill_loads=16))
+    assert skipped.value.reason == "spills registers (8 bytes stored, 16 bytes loaded)"
+    assert skipped.value.fallback is add_1024
+
+
+def test_registers_from_the_compiler_estimate_without_ptxas(add_1024):
+    tiny = replace(FAKE_DEVICE, max_registers_per_block=128 * 16)
+    assert screened(add_1024, tiny) == (
+        f"the compiler estimates {add_1024.registers_estimate} registers per thread; 128 threads may use at most 16")
+
+
+# --- tuning inside the launcher
+
+
+TIMES = {"BLOCK=128": 4.0, "BLOCK=256": 0.5, "BLOCK=512": 2.0, "BLOCK=1024": 3.0}
+
+
+def call_add(add, n: int = 1000):
+    a, b = random_vectors(n)
+    c = np.full(n, 7.0, np.float32)
+    add(a, b, c)
+    return a, b, c
+
+
+def test_the_launcher_tunes_then_launches_the_fastest_on_the_real_arguments(capsys):
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    a, b, c = call_add(add)
+    assert gpu.timed_configs() == CONFIGS
+    assert add.config == {"BLOCK": 256} and add.timings == TIMES
+    (run,) = gpu.runs
+    assert run.compiled.config == {"BLOCK": 256} and run.grid == (4, 1, 1)
+    assert run.ptx_arguments()[:3] == [a, b, c] and run.replacements == {}
+    assert "phobos: tuning add over 4 configurations... 4/4, best BLOCK=256: 0.5 ms" in capsys.readouterr().err
+
+
+def test_timing_runs_use_scratch_copies_never_the_callers_buffers():
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    a, b, c = call_add(add)
+    copies = {copy.tensor.param.name: copy for copy in gpu.copies}
+    assert set(copies) == {"a", "b", "c"}  # host arrays go to the device once; c is written
+    assert copies["c"].tensor.source is c
+    for launch in gpu.timed:
+        arguments = launch.ptx_arguments()
+        assert arguments[:3] == [copies["a"], copies["b"], copies["c"]]
+        assert not any(argument is c for argument in arguments)
+        assert launch.copy_back() == []
+    assert gpu.freed == gpu.copies
+    assert (c == 7.0).all()  # the fake ran nothing, and nothing copied anything back
+
+
+def test_device_inputs_are_timed_in_place_and_written_device_tensors_on_copies():
+    gpu = FakeGpu(TIMES)
+    a, b, c = DeviceArray((1000,), address=0x1000), DeviceArray((1000,), address=0x2000), \
+        DeviceArray((1000,), address=0x3000)
+    phobos.kernel(ADD4, mode=gpu)(a, b, c)
+    (scratch,) = gpu.copies
+    assert scratch.tensor.param.name == "c" and scratch.tensor.pointer == 0x3000
+    assert all(launch.ptx_arguments()[:3] == [0x1000, 0x2000, scratch] for launch in gpu.timed)
+    assert gpu.runs[0].ptx_arguments()[:3] == [0x1000, 0x2000, 0x3000]
+
+
+def test_the_choice_is_remembered_per_sizes():
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    call_add(add)
+    assert len(gpu.timed) == 4 and len(gpu.runs) == 2
+    call_add(add, 2000)
+    assert len(gpu.timed) == 8
+
+
+def test_another_process_finds_the_choice_on_disk(monkeypatch):
+    forget_memory(monkeypatch)
+    call_add(phobos.kernel(ADD4, mode=FakeGpu(TIMES)))
+    forget_memory(monkeypatch)
+    monkeypatch.setattr(launcher, "compile_kernel", lambda *a, **k: pytest.fail("compiled again"))
+    gpu = FakeGpu({"BLOCK=1024": 0.1})
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    assert gpu.timed == [] and add.config == {"BLOCK": 256} and add.timings == TIMES
+
+
+def test_a_different_device_is_tuned_anew():
+    call_add(phobos.kernel(ADD4, mode=FakeGpu(TIMES)))
+    other = FakeGpu({"BLOCK=1024": 0.1}, props=replace(FAKE_DEVICE, name="Other GPU"))
+    add = phobos.kernel(ADD4, mode=other)
+    call_add(add)
+    assert len(other.timed) == 4 and add.config == {"BLOCK": 1024}
+
+
+def test_a_corrupt_choice_on_disk_is_ignored_and_replaced(isolated_cache, monkeypatch):
+    call_add(phobos.kernel(ADD4, mode=FakeGpu(TIMES)))
+    (entry,) = (isolated_cache / cache.AUTOTUNE).iterdir()
+    entry.write_text(entry.read_text().replace('"BLOCK": 256', '"BLOCK": 999'))
+    forget_memory(monkeypatch)
+    gpu = FakeGpu({"BLOCK=512": 0.1})
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    assert len(gpu.timed) == 4 and add.config == {"BLOCK": 512}
+    assert '"BLOCK": 512' in entry.read_text()
+
+
+def test_phobos_autotune_0_takes_the_first_configuration(monkeypatch):
+    monkeypatch.setenv("PHOBOS_AUTOTUNE", "0")
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    assert gpu.timed == [] and add.config == {"BLOCK": 128} and add.timings == {}
+
+
+def test_a_forced_configuration_is_not_tuned():
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu).configure(BLOCK=1024)
+    call_add(add)
+    assert gpu.timed == [] and add.config == {"BLOCK": 1024}
+
+
+def test_partly_forced_configurations_tune_the_rest():
+    gpu = FakeGpu({"BLOCK=128, ROWS=2": 2.0, "BLOCK=256, ROWS=2": 1.0})
+    scale = phobos.kernel(TWO_PARAMETERS, mode=gpu).configure(ROWS=2)
+    x, y = random_vectors(1000)
+    scale(x, y, 2.0)
+    assert gpu.timed_configs() == [{"BLOCK": 128, "ROWS": 2}, {"BLOCK": 256, "ROWS": 2}]
+    assert scale.config == {"BLOCK": 256, "ROWS": 2}
+
+
+def test_configurations_that_cannot_run_are_skipped_with_the_reason():
+    gpu = FakeGpu(TIMES, props=replace(FAKE_DEVICE, max_threads_per_block=64))
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    assert gpu.timed_configs() == CONFIGS[:3]
+    assert add.timings["BLOCK=1024"] == "needs 128 threads per block; Fake GPU allows 64"
+    assert add.config == {"BLOCK": 256}
+
+
+def test_when_no_configuration_can_run_nothing_runs():
+    gpu = FakeGpu(TIMES, props=replace(FAKE_DEVICE, max_threads_per_block=16))
+    with pytest.raises(LaunchError, match=r"add: no configuration can run on this device:\n  BLOCK=128: needs 32"):
+        call_add(phobos.kernel(ADD4, mode=gpu))
+    assert gpu.runs == [] and gpu.copies == []
+
+
+def test_register_reports_come_from_ptxas_when_there_is_one(monkeypatch):
+    reports = []
+
+    def fake_report(self, compiled, required=False):
+        reports.append(compiled.config)
+        registers = 600 if compiled.config["BLOCK"] == 512 else 20  # 64 threads may use 1024
+        return Report("sm_90", "add", True, [KernelReport("add", registers, 0, 0)])
+
+    monkeypatch.setattr(launcher._Kernel, "ptxas_report", fake_report)
+    gpu = FakeGpu(TIMES, props=replace(FAKE_DEVICE, max_registers_per_block=65536 // 2))
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    assert reports == CONFIGS
+    assert add.timings["BLOCK=512"] == "uses 600 registers per thread; 64 threads may use at most 512"
+
+
+def test_an_empty_launch_tunes_nothing():
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add, 0)
+    assert gpu.timed == [] and gpu.runs == [] and gpu.copies == []
+
+
+def test_cpu_backends_do_not_tune(monkeypatch):
+    interpreter = install_cpu_module(monkeypatch, "phobos.interpreter", "run")
+    add = phobos.kernel(ADD4, mode="interpret")
+    call_add(add)
+    assert add.config == {"BLOCK": 128} and add.timings == {} and len(interpreter.calls) == 1
+
+
+def test_scratch_copies_are_freed_when_timing_fails():
+    class FailingGpu(FakeGpu):
+        def time(self, launch):
+            raise KeyboardInterrupt
+
+    gpu = FailingGpu(TIMES)
+    with pytest.raises(KeyboardInterrupt):
+        call_add(phobos.kernel(ADD4, mode=gpu))
+    assert len(gpu.copies) == 3 and gpu.freed == gpu.copies
+

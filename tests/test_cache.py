@@ -1,0 +1,249 @@
+# The disk cache: where it lives, what keys address, atomic writes under
+# concurrent writers, and recovery from entries that do not read back intact;
+# and the launcher's use of it for compiled kernels and ptxas reports.
+from __future__ import annotations
+
+import json
+import multiprocessing
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import phobos
+from phobos import __version__, cache, launcher
+from phobos.cache import DiskCache
+from phobos.compiler import compile
+from phobos.errors import ToolchainError
+from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
+from phobos.toolchain import find_ptxas
+
+from .launcher_fakes import ADD4, FakeGpu, forget_memory, install_cpu_module, random_vectors
+
+KEY = {"kernel": "add", "config": {"BLOCK": 256}, "arch": "sm_90"}
+
+
+def fresh(root: Path) -> DiskCache:
+    """A cache object with an empty memory layer, as another process would have."""
+    return DiskCache(root)
+
+
+# --- location and keys
+
+
+def test_the_directory_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("PHOBOS_CACHE_DIR", str(tmp_path / "here"))
+    assert cache.cache_dir() == tmp_path / "here"
+    assert cache.default_cache().root == tmp_path / "here" and cache.default_cache() is cache.default_cache()
+    monkeypatch.delenv("PHOBOS_CACHE_DIR")
+    assert cache.cache_dir() == Path.home() / ".cache" / "phobos"
+
+
+def test_keys_address_entries_whatever_their_order(tmp_path):
+    store = DiskCache(tmp_path)
+    reordered = {"arch": "sm_90", "config": {"BLOCK": 256}, "kernel": "add"}
+    assert store.path_for("kernels", KEY) == store.path_for("kernels", reordered)
+    assert store.path_for("kernels", KEY).parent == tmp_path / "kernels"
+    for changed in ({**KEY, "arch": "sm_80"}, {**KEY, "config": {"BLOCK": 512}}, {**KEY, "kernel": "sub"}):
+        assert store.path_for("kernels", changed) != store.path_for("kernels", KEY)
+    assert store.path_for("autotune", KEY) != store.path_for("kernels", KEY)
+
+
+def test_the_build_names_the_version_and_a_digest_of_the_sources():
+    version, digest = cache.phobos_build().split("+")
+    assert version == __version__ and len(digest) == 16
+
+
+# --- storing and loading
+
+
+def test_round_trip_and_memory_layer(tmp_path):
+    store = DiskCache(tmp_path)
+    assert store.load("kernels", KEY) is None
+    store.store("kernels", KEY, {"ptx": "text", "n": [1, 2.5, None]})
+    assert fresh(tmp_path).load("kernels", KEY) == {"ptx": "text", "n": [1, 2.5, None]}
+    store.path_for("kernels", KEY).unlink()
+    assert store.load("kernels", KEY) == {"ptx": "text", "n": [1, 2.5, None]}  # from memory
+    assert fresh(tmp_path).load("kernels", KEY) is None
+
+
+def test_entries_are_plain_json_holding_their_key(tmp_path):
+    DiskCache(tmp_path).store("kernels", KEY, {"ptx": "text"})
+    entry = json.loads(DiskCache(tmp_path).path_for("kernels", KEY).read_text())
+    assert entry["key"] == KEY and entry["payload"] == {"ptx": "text"} and entry["format"] == 1
+
+
+def corrupt_entries(text: str) -> dict[str, str]:
+    entry = json.loads(text)
+    return {
+        "truncated": text[: len(text) // 2],
+        "empty": "",
+        "not json": "\x00\x01garbage",
+        "not an object": "[1, 2, 3]",
+        "altered payload": json.dumps({**entry, "payload": {"ptx": "other text"}}),
+        "another key": json.dumps({**entry, "key": {**KEY, "arch": "sm_80"}}),
+        "another format": json.dumps({**entry, "format": 0}),
+        "no checksum": json.dumps({k: v for k, v in entry.items() if k != "checksum"}),
+        "deeply nested": "[" * 100_000,
+    }
+
+
+@pytest.mark.parametrize("damage", list(corrupt_entries(json.dumps({"format": 1, "key": {}, "payload": {}}))))
+def test_an_entry_that_does_not_read_back_intact_is_a_miss(tmp_path, damage):
+    DiskCache(tmp_path).store("kernels", KEY, {"ptx": "text"})
+    path = DiskCache(tmp_path).path_for("kernels", KEY)
+    path.write_text(corrupt_entries(path.read_text())[damage])
+    assert fresh(tmp_path).load("kernels", KEY) is None
+    DiskCache(tmp_path).store("kernels", KEY, {"ptx": "rebuilt"})
+    assert fresh(tmp_path).load("kernels", KEY) == {"ptx": "rebuilt"}
+
+
+def test_an_unreadable_entry_is_a_miss(tmp_path):
+    path = DiskCache(tmp_path).path_for("kernels", KEY)
+    path.mkdir(parents=True)  # a directory where the file should be
+    assert fresh(tmp_path).load("kernels", KEY) is None
+
+
+def test_a_cache_that_cannot_be_written_is_warned_about_once(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    store = DiskCache(blocker / "cache")
+    with pytest.warns(RuntimeWarning, match="phobos: cannot write the cache under .*file/cache"):
+        store.store("kernels", KEY, {"ptx": "text"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "text"})
+    assert store.load("kernels", KEY) == {"ptx": "text"}  # still served from memory
+
+
+def write_many(root: str, writer: int, count: int) -> None:
+    store = DiskCache(Path(root))
+    for i in range(count):
+        store.store("kernels", KEY, {"writer": writer, "i": i, "ptx": "x" * (1000 + 7919 * writer % 5000)})
+
+
+def read_many(root: str, count: int, results) -> None:
+    seen = []
+    for _ in range(count):
+        payload = DiskCache(Path(root)).load("kernels", KEY)
+        if payload is not None:
+            seen.append((payload["writer"], len(payload["ptx"])))
+    results.put(seen)
+
+
+def test_concurrent_writers_never_leave_a_partial_entry(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    writers = [context.Process(target=write_many, args=(str(tmp_path), w, 150)) for w in range(4)]
+    reader = context.Process(target=read_many, args=(str(tmp_path), 600, results))
+    for process in [*writers, reader]:
+        process.start()
+    seen = results.get(timeout=120)
+    for process in [*writers, reader]:
+        process.join(timeout=120)
+        assert process.exitcode == 0
+    # every entry read was whole: one writer's payload, with that writer's length
+    assert all(length == 1000 + 7919 * writer % 5000 for writer, length in seen)
+    final = fresh(tmp_path).load("kernels", KEY)
+    assert final["i"] == 149
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [DiskCache(tmp_path).path_for("kernels", KEY).name]
+
+
+# --- payloads
+
+
+def test_compiled_kernels_round_trip():
+    kernel = compile(ADD4, config={"BLOCK": 512})
+    decoded = cache.decode_compiled(json.loads(json.dumps(cache.encode_compiled(kernel))))
+    assert decoded == type(kernel)(**{**kernel.__dict__, "timings": {}})
+
+
+def test_reports_round_trip():
+    report = Report("sm_90", "add.ptx", True, [KernelReport("add", 12, 0, 0, 0, 0)],
+                    warnings=[PtxasDiagnostic("add.ptx", 3, "careful", "warning")], raw="ptxas info")
+    assert cache.decode_report(json.loads(json.dumps(cache.encode_report(report)))) == report
+
+
+@pytest.mark.parametrize("payload", [
+    {}, [], {"ptx": 1}, "text",
+    {**cache.encode_compiled(compile(ADD4)), "threads": "32"},
+    {**cache.encode_compiled(compile(ADD4)), "params": [{"name": "a"}]},
+    {**cache.encode_compiled(compile(ADD4)), "grid_hint": [["N"]]},
+    {**cache.encode_compiled(compile(ADD4)), "config": {"BLOCK": True}},
+])
+def test_malformed_compiled_payloads_are_rejected(payload):
+    with pytest.raises(cache.MalformedEntry):
+        cache.decode_compiled(payload)
+
+
+@pytest.mark.parametrize("payload", [{}, {"kernels": 3}, {**cache.encode_report(Report("sm_90", "x", True)), "ok": 1}])
+def test_malformed_report_payloads_are_rejected(payload):
+    with pytest.raises(cache.MalformedEntry):
+        cache.decode_report(payload)
+
+
+# --- the launcher's use of the cache
+
+
+@pytest.fixture
+def counted_compiles(monkeypatch):
+    """Each configuration the launcher compiles, in order."""
+    compiled = []
+    real = launcher.compile_kernel
+
+    def counting(node, *, arch, config):
+        compiled.append(dict(config))
+        return real(node, arch=arch, config=config)
+
+    monkeypatch.setattr(launcher, "compile_kernel", counting)
+    return compiled
+
+
+def run_add(mode) -> phobos.launcher.KernelFunction:
+    add = phobos.kernel(ADD4, mode=mode).configure(BLOCK=256)
+    a, b = random_vectors(100)
+    add(a, b, np.empty_like(a))
+    return add
+
+
+def test_compiled_kernels_are_reused_across_processes(monkeypatch, isolated_cache, counted_compiles):
+    forget_memory(monkeypatch)
+    install_cpu_module(monkeypatch, "phobos.ptx.emulator", "launch")
+    first = run_add("emulate").ptx
+    assert counted_compiles == [{"BLOCK": 256}]
+    run_add("emulate")
+    assert counted_compiles == [{"BLOCK": 256}]  # memory
+    forget_memory(monkeypatch)
+    assert run_add("emulate").ptx == first and counted_compiles == [{"BLOCK": 256}]  # disk
+    (entry,) = (isolated_cache / cache.COMPILED).iterdir()
+    entry.write_text(entry.read_text()[:-100])
+    forget_memory(monkeypatch)
+    assert run_add("emulate").ptx == first and counted_compiles == [{"BLOCK": 256}] * 2  # rebuilt
+    forget_memory(monkeypatch)
+    run_add("emulate")
+    assert len(counted_compiles) == 2  # and rewritten
+
+
+def test_a_wrong_but_intact_payload_is_rebuilt(monkeypatch, isolated_cache, counted_compiles):
+    forget_memory(monkeypatch)
+    run_add(FakeGpu())
+    path = next((isolated_cache / cache.COMPILED).iterdir())
+    entry = json.loads(path.read_text())
+    DiskCache(isolated_cache).store(cache.COMPILED, entry["key"], {"ptx": 42})
+    forget_memory(monkeypatch)
+    run_add(FakeGpu())
+    assert len(counted_compiles) == 2
+
+
+def test_ptxas_reports_are_cached(monkeypatch, isolated_cache):
+    try:
+        find_ptxas()
+    except ToolchainError as error:
+        pytest.skip(error.message)
+    add = run_add(FakeGpu())
+    registers = add.ptxas.kernel("add").registers
+    forget_memory(monkeypatch)
+    monkeypatch.setattr(launcher, "ptxas_check", lambda *a, **k: pytest.fail("ptxas ran again"))
+    assert run_add(FakeGpu()).ptxas.kernel("add").registers == registers
+    assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 1
