@@ -204,6 +204,45 @@ class Program:
     kernels: list[Kernel]
 
 
+# ------------------------------------------------------------------ traversal
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def children(obj) -> list:
+    """The nodes directly below `obj`, in source order (its node and node-list fields)."""
+    cls = type(obj)
+    names = _CHILD_FIELDS.get(cls)
+    if names is None:
+        names = _CHILD_FIELDS[cls] = tuple(
+            f.name for f in fields(cls) if f.name != "loc" and not f.name.endswith("_loc")
+            and f.type not in ("str", "int", "float", "bool"))
+    out = []
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, list):
+            out.extend(value)
+        elif hasattr(value, "__dataclass_fields__"):
+            out.append(value)
+    return out
+
+
+def start_loc(e) -> Loc:
+    """Where an expression's text begins (its leftmost token), for errors about the whole value.
+
+    A node's own `loc` is the token that identifies it - a binary operation's
+    operator, an index's '[' - which lies inside the text of the expression.
+    """
+    while True:
+        if isinstance(e, Binary):
+            e = e.lhs
+        elif isinstance(e, Index):
+            e = e.base
+        elif isinstance(e, Slice):
+            e = e.start
+        else:
+            return e.loc
+
+
 # ------------------------------------------------------------------- printing
 def dump(obj, indent: int = 0) -> str:
     """An indented, readable rendering of a tree (`--dump-ast`), with locations."""

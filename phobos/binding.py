@@ -34,8 +34,10 @@ import numpy as np
 
 from .errors import LaunchError
 from .ir import KernelParam
-from .sema import I32_MAX
+from .sema import int_range
 from .types import DType
+
+I32_MAX = int_range(DType.I32)[1]
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,13 @@ class SourceFile:
 
     @classmethod
     def line(cls, name: str, line: int) -> str | None:
+        """Line `line` (1-based) of a registered file, counted as the lexer counts
+        lines: only a newline ends one (str.splitlines also splits at form feeds)."""
         text = cls._texts.get(name)
         if text is None or line < 1:
             return None
-        lines = text.splitlines()
-        return lines[line - 1] if line <= len(lines) else None
+        lines = text.split("\n")
+        return lines[line - 1].rstrip("\r") if line <= len(lines) else None
 
 
 @dataclass

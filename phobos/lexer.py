@@ -14,6 +14,9 @@
 #   line, which the lexer tracks as it counts newlines.
 from __future__ import annotations
 
+import math
+import re
+
 import ply.lex as lex
 
 from .errors import LexError, Loc
@@ -23,6 +26,10 @@ KEYWORDS = {
     "if": "IF", "else": "ELSE", "true": "TRUE", "false": "FALSE",
     "tensor": "TENSOR", "tile": "TILE",
 }
+
+I64_MAX = (1 << 63) - 1
+_INT_TEXT = re.compile(r"\d+")
+_FLOAT_TEXT = re.compile(r"(\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+")
 
 # Tokens after which a newline does not end the statement.
 CONTINUES = {
@@ -58,7 +65,7 @@ class Lexer:
         "COMMA", "SEMI", "COLON", "SLICE", "AT", "NEWLINE",
     ) + tuple(KEYWORDS.values())
 
-    t_ignore = " \t\r"
+    t_ignore = " \t\r\f\v"  # whitespace; only \n ends a line
     t_SLICE = r":\+"
     t_PLUSEQ = r"\+="
     t_MINUSEQ = r"-="
@@ -117,16 +124,24 @@ class Lexer:
         self._count_newlines(text, t.lexpos)
         return t
 
-    def t_FLOAT(self, t):
-        r"((\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+)"
-        t.value = (float(t.value), t.value)
-        return t
-
-    def t_INT(self, t):
-        r"\d+[A-Za-z_]*"
-        if not t.value.isdigit():
-            raise LexError(f"invalid number '{t.value}'", self._loc(t.lexpos))
-        t.value = int(t.value)
+    # One rule reads every number, letters stuck to it included, so that `12abc`,
+    # `1e` or `1.5f` is one bad number rather than a number and a name.
+    def t_number(self, t):
+        r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[A-Za-z_0-9.]*"
+        text = t.value
+        shown = text if len(text) <= 24 else text[:20] + "..."
+        if _INT_TEXT.fullmatch(text):
+            digits = text.lstrip("0") or "0"
+            if len(digits) > len(str(I64_MAX)) or int(digits) > I64_MAX:
+                raise LexError(f"integer literal {shown} is too large; the largest is {I64_MAX} (i64)",
+                               self._loc(t.lexpos))
+            t.type, t.value = "INT", int(digits)
+        elif _FLOAT_TEXT.fullmatch(text):
+            if math.isinf(float(text)):
+                raise LexError(f"float literal {shown} is too large for f64", self._loc(t.lexpos))
+            t.type, t.value = "FLOAT", (float(text), text)
+        else:
+            raise LexError(f"invalid number '{shown}'", self._loc(t.lexpos))
         return t
 
     def t_ID(self, t):
@@ -148,8 +163,9 @@ class Lexer:
     def _loc(self, lexpos: int) -> Loc:
         return Loc(self.filename, self.lexer.lineno, lexpos - self.line_start + 1)
 
-    def tokenize(self, text: str) -> list[Token]:
-        """All tokens of `text`, with statement-ending NEWLINEs placed as the header says."""
+    def tokenize(self, text: str) -> tuple[list[Token], Loc]:
+        """All tokens of `text`, with statement-ending NEWLINEs placed as the header says,
+        and the end of the input: just after its last token (what an error at the end points at)."""
         if self.lexer is None:
             self.build()
         self.lexer.lineno = 1
@@ -158,6 +174,8 @@ class Lexer:
         out: list[Token] = []
         nesting = 0  # depth of () and []
         braces = 0
+        end = Loc(self.filename, 1, 1)
+        last_start = last_end = 0  # source span of the last token that is not a newline
         while True:
             t = self.lexer.token()
             if t is None:
@@ -167,7 +185,8 @@ class Lexer:
                 if nesting or braces == 0 or (out and out[-1].type in CONTINUES):
                     continue
             else:
-                loc = self._loc(t.lexpos)
+                loc = end = self._loc(t.lexpos)
+                last_start, last_end = t.lexpos, self.lexer.lexpos
                 if t.type in ("LPAREN", "LBRACKET"):
                     nesting += 1
                 elif t.type in ("RPAREN", "RBRACKET"):
@@ -179,16 +198,22 @@ class Lexer:
                 elif t.type == "ELSE" and out and out[-1].type == "NEWLINE":
                     out.pop()
             out.append(Token(t.type, t.value, loc, t.lexpos))
-        return out
+        return out, Loc(end.file, end.line, end.col + last_end - last_start)
 
 
 _SHARED: Lexer | None = None
 
 
-def tokenize(text: str, filename: str = "<source>") -> list[Token]:
-    """Tokens of `text`; raises LexError at the first character that is not Phobos."""
+def scan(text: str, filename: str = "<source>") -> tuple[list[Token], Loc]:
+    """Tokens of `text` and the location of its end; raises LexError at the first
+    character that is not Phobos."""
     global _SHARED
     if _SHARED is None:
         _SHARED = Lexer().build()
     _SHARED.filename = filename
     return _SHARED.tokenize(text)
+
+
+def tokenize(text: str, filename: str = "<source>") -> list[Token]:
+    """Tokens of `text`; raises LexError at the first character that is not Phobos."""
+    return scan(text, filename)[0]

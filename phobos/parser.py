@@ -5,14 +5,23 @@
 # operator precedence in PLY's `precedence` table rather than in layered rules.
 # The tables are built in memory when the first parser is made (no parsetab.py,
 # no parser.out).  A syntax error raises ParseError at the offending token and
-# names the tokens that could have come there, read off the LALR action table.
+# names the tokens that could have come there, found by running the LALR tables
+# forward from the parser's stack (the action table alone over-approximates:
+# LALR merges states, so a `}` ending a kernel would seem to accept `else`).
+# An error at the end of the file, or at a token that cannot stand inside
+# brackets, caused by a bracket left open says which one, with a note at it.
+#
+# The tree a parse returns is at most MAX_NESTING levels deep, so that the
+# recursive walks of later stages stay far from Python's recursion limit.
 from __future__ import annotations
+
+from functools import partial
 
 import ply.yacc as yacc
 
 from . import ast
-from .errors import Loc, ParseError
-from .lexer import Lexer, Token, tokenize
+from .errors import Loc, Note, ParseError
+from .lexer import Lexer, Token, scan
 
 TOKEN_TEXT = {
     "PLUS": "'+'", "MINUS": "'-'", "TIMES": "'*'", "DIVIDE": "'/'", "MOD": "'%'",
@@ -26,7 +35,14 @@ TOKEN_TEXT = {
 
 
 COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
+BINARY_OPERATORS = COMPARISONS | {"PLUS", "MINUS", "TIMES", "DIVIDE", "MOD", "AND", "OR"}
+EXPRESSION_STARTS = {"ID", "INT", "FLOAT", "TRUE", "FALSE", "LPAREN", "LBRACKET", "MINUS", "NOT"}
 STATEMENT_STARTS = {"LET", "VAR", "FOR", "IF", "ID", "INT", "FLOAT", "LPAREN", "MINUS", "NOT"}
+CLOSERS = {"LPAREN": "RPAREN", "LBRACKET": "RBRACKET", "LBRACE": "RBRACE"}
+# Tokens that cannot appear inside () or []: meeting one there means a bracket was left open.
+NEVER_IN_BRACKETS = {"LET", "VAR", "FOR", "IF", "ELSE", "KERNEL", "AT", "LBRACE", "RBRACE", "SEMI",
+                     "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ"}
+MAX_NESTING = 100
 
 
 def _describe(tok_type: str) -> str:
@@ -39,10 +55,30 @@ class _TokenStream:
     """Feeds a list of tokens to PLY, which asks for them one at a time."""
 
     def __init__(self, tokens: list[Token]):
-        self._it = iter(tokens)
+        self.token = partial(next, iter(tokens), None)  # None at the end, as PLY wants
 
-    def token(self):
-        return next(self._it, None)
+
+def _innermost_unclosed(tokens: list[Token]) -> Token | None:
+    """The last bracket of `tokens` that is still open at their end."""
+    open_brackets: list[Token] = []
+    for tok in tokens:
+        if tok.type in CLOSERS:
+            open_brackets.append(tok)
+        elif open_brackets and tok.type == CLOSERS[open_brackets[-1].type]:
+            open_brackets.pop()
+    return open_brackets[-1] if open_brackets else None
+
+
+def _check_nesting(program: ast.Program) -> None:
+    """Reject a tree deeper than MAX_NESTING, at the first node (in source order) beyond it."""
+    stack = [(program, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            advice = "; split the expression with 'let'" if isinstance(node, ast.Expr) else ""
+            raise ParseError(f"nested too deeply: at most {MAX_NESTING} levels of expressions and blocks "
+                             f"are allowed{advice}", node.loc)
+        stack.extend((child, depth + 1) for child in reversed(ast.children(node)))
 
 
 class Parser:
@@ -59,18 +95,20 @@ class Parser:
 
     def __init__(self):
         self.filename = "<source>"
-        self.last_token: Token | None = None
+        self.source_tokens: list[Token] = []
+        self.end = Loc(self.filename, 1, 1)
         self.parser = yacc.yacc(module=self, start="program", write_tables=False, debug=False,
                                 errorlog=yacc.NullLogger())
 
     def parse(self, text: str, filename: str = "<source>") -> ast.Program:
         """Parse one file; raises LexError or ParseError on the first problem."""
         self.filename = filename
-        toks = tokenize(text, filename)
-        self.last_token = toks[-1] if toks else None
-        prog = self.parser.parse(lexer=_TokenStream(toks), tracking=False)
-        if prog is None:  # only when the grammar accepted nothing at all
-            raise ParseError("empty program", Loc(filename, 1, 1))
+        self.source_tokens, self.end = scan(text, filename)
+        try:
+            prog = self.parser.parse(lexer=_TokenStream(self.source_tokens), tracking=False)
+        finally:
+            self.source_tokens = []  # needed only while parsing, to explain a syntax error
+        _check_nesting(prog)
         return prog
 
     # --------------------------------------------------------------- helpers
@@ -192,7 +230,8 @@ class Parser:
                 | expr DIVEQ expr"""
         target = p[1]
         if not isinstance(target, (ast.Name, ast.Index)):
-            raise ParseError("can only assign to a variable or to a tensor slice", target.loc)
+            raise ParseError(f"cannot assign to this expression: the left side of '{p[2]}' must be a "
+                             f"variable or a tensor slice, like x or T[i :+ 64]", ast.start_loc(target))
         p[0] = ast.Assign(self._loc(p, 2), target, p[2], p[3])
 
     # stmt ::= expr          (a call evaluated for its effect)
@@ -340,12 +379,14 @@ class Parser:
 
     # ---------------------------------------------------------------- errors
     def p_error(self, tok):
-        expected = set(self._expected())
+        expected = self._expected()
         if tok is None:
-            last = self.last_token
-            loc = last.loc if last else Loc(self.filename, 1, 1)
-            hint = "; a '}' is missing" if "RBRACE" in expected else self._hint(expected)
-            raise ParseError(f"unexpected end of file{hint}", loc)
+            unclosed = _innermost_unclosed(self.source_tokens)
+            if unclosed is not None:
+                raise ParseError(f"unexpected end of file; a {_describe(CLOSERS[unclosed.type])} is missing",
+                                 self.end, [Note(f"to close the {_describe(unclosed.type)} opened here",
+                                                 unclosed.loc)])
+            raise ParseError(f"unexpected end of file{self._hint(expected)}", self.end)
         if tok.type in COMPARISONS and self._top_is_comparison():
             raise ParseError("comparisons cannot be chained; use '&&' between them", tok.loc)
         if tok.type == "NEWLINE":
@@ -356,7 +397,15 @@ class Parser:
             what = f"name '{tok.value}'"
         else:
             what = _describe(tok.type)
-        if expected & {"NEWLINE", "SEMI"} and tok.type in STATEMENT_STARTS:
+        if tok.type in NEVER_IN_BRACKETS:
+            unclosed = _innermost_unclosed(self.source_tokens[:self.source_tokens.index(tok)])
+            if unclosed is not None and unclosed.type != "LBRACE":
+                raise ParseError(f"unexpected {what}; a {_describe(CLOSERS[unclosed.type])} is missing",
+                                 tok.loc, [Note(f"to close the {_describe(unclosed.type)} opened here",
+                                                unclosed.loc)])
+        if tok.type == "ELSE" and "ELSE" not in expected:
+            hint = "; 'else' must follow the '}' of an if block"
+        elif expected & {"NEWLINE", "SEMI"} and tok.type in STATEMENT_STARTS:
             hint = f"; put a newline or ';' before {what}"
         else:
             hint = self._hint(expected)
@@ -364,7 +413,16 @@ class Parser:
 
     @staticmethod
     def _hint(expected: set[str]) -> str:
-        names = sorted({_describe(t) for t in expected})
+        """'; expected ...' naming what could have come, when that is a short list."""
+        expected = set(expected)
+        names = []
+        if "INT" in expected:  # the parser was at the start of an expression
+            expected -= EXPRESSION_STARTS
+            names.append("an expression")
+        if "PLUS" in expected:  # ... or after a complete one
+            expected -= BINARY_OPERATORS
+            names.append("an operator")
+        names = sorted(_describe(t) for t in expected) + names
         if not names or len(names) > 6:
             return ""
         return f"; expected {names[0]}" if len(names) == 1 else f"; expected one of {', '.join(names)}"
@@ -376,13 +434,35 @@ class Parser:
         except (AttributeError, IndexError):
             return False
 
-    def _expected(self) -> list[str]:
-        """Tokens the parser could have shifted in its current state (none on failure)."""
+    def _expected(self) -> set[str]:
+        """The tokens that the parser could shift next, from the state it is in.
+
+        The action table of the current state lists too many (LALR shares states
+        between contexts), so each candidate is run forward through the reductions
+        it triggers, on a copy of the stack, until it is shifted or rejected."""
+        table = self.parser
         try:
-            state = self.parser.statestack[-1]
-            return [t for t in self.parser.action[state] if t != "error"]
+            states = table.statestack
+            candidates = [t for t in table.action[states[-1]] if t != "error"]
         except (AttributeError, IndexError, KeyError):
-            return []
+            return set()
+        return {t for t in candidates if self._accepts(states, t, table)}
+
+    @staticmethod
+    def _accepts(states: list[int], tok_type: str, table) -> bool:
+        """Whether the parser, in the states `states`, would shift `tok_type` after the
+        reductions it calls for."""
+        stack = list(states)
+        while True:
+            action = table.action[stack[-1]].get(tok_type)
+            if action is None:
+                return False
+            if action >= 0:  # a shift, or accepting the whole input
+                return True
+            prod = table.productions[-action]
+            if prod.len:
+                del stack[-prod.len:]
+            stack.append(table.goto[stack[-1]][prod.name])
 
 
 _PARSER: Parser | None = None

@@ -12,13 +12,22 @@
 # Errors are collected per statement so that `phobos check` can show all of
 # them; an expression that refers to a name whose declaration failed is
 # skipped silently instead of producing a second, derived error.
+#
+# Literal-only expressions (`weak`: 2, 1.5, 4 * 1024) have no dtype of their
+# own: they take the one their context asks for, so `acc * 2` stays f32.  Their
+# integer values are folded exactly and must fit the dtype they settle in; an
+# error names the value rather than letting it wrap.  Errors about a whole value
+# point at its first token (`start_loc`), errors about an operation at its
+# operator.
 from __future__ import annotations
 
 import difflib
 import itertools
+import math
 from dataclasses import dataclass, field
 
 from . import ast
+from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
 from .errors import ErrorList, Loc, Note, PhobosError, SemanticError
 from .passes.fold import evaluate
@@ -27,7 +36,6 @@ from .types import (DType, ScalarType, TensorType, TileType, ValueType, broadcas
 
 MAX_TILE_ELEMENTS = 1 << 20
 SCALAR_PARAM_DTYPES = (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.BOOL)
-I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 @dataclass(eq=False)
@@ -220,7 +228,8 @@ class Checker:
                     dims.append(e.id)
                     self.bind_size(e, index, d)
                 else:
-                    raise SemanticError("a tensor dimension is a size name (like N) or an integer literal", e.loc)
+                    raise SemanticError("a tensor dimension is a size name (like N) or an integer literal",
+                                        start_loc(e))
             sym = self.define(Symbol(param.name, "tensor", TensorType(dtype, tuple(dims)), param.loc))
         self.out.params.append(sym)
         self.out.symbols[param] = sym
@@ -230,8 +239,8 @@ class Checker:
         if binding is None:
             existing = self.scopes[KERNEL_SCOPE].get(e.id)
             if existing is not None:
-                raise SemanticError(f"size name '{e.id}' is already defined as a "
-                                    f"{'autotune parameter' if existing.kind == 'const' else 'parameter'}",
+                raise SemanticError(f"size name '{e.id}' is already defined as "
+                                    f"{'an autotune parameter' if existing.kind == 'const' else 'a parameter'}",
                                     e.loc, [Note("previous definition is here", existing.loc)])
             sym = self.define(Symbol(e.id, "size", ScalarType(DType.I32), e.loc))
             binding = self.out.sizes[e.id] = SizeBinding(sym, [])
@@ -256,12 +265,14 @@ class Checker:
                                 f"declare the variable as {dtype.compute}", t.dtype_loc)
         if t.kind == "scalar":
             return ScalarType(dtype)
-        return TileType(dtype, tuple(self.extent(e) for e in t.dims))
+        shape = tuple(self.extent(e) for e in t.dims)
+        self.check_size(shape, t.loc)
+        return TileType(dtype, shape)
 
     def extent(self, e: ast.Expr) -> int:
         value = self.const_int(e, "a tile extent")
         if value <= 0:
-            raise SemanticError(f"a tile extent must be positive, got {value}", e.loc)
+            raise SemanticError(f"a tile extent must be positive, got {value}", start_loc(e))
         return value
 
     def const_int(self, e: ast.Expr, what: str) -> int:
@@ -269,7 +280,7 @@ class Checker:
         value = self.out.consts.get(e)
         if not (isinstance(t, ScalarType) and t.dtype.is_int) or value is None:
             raise SemanticError(f"{what} must be a compile-time integer constant "
-                                f"(literals, autotune parameters and arithmetic on them)", e.loc)
+                                f"(literals, autotune parameters and arithmetic on them)", start_loc(e))
         return value
 
     # ------------------------------------------------------------ statements
@@ -293,8 +304,7 @@ class Checker:
             self.scopes.pop()
 
     def stmt(self, s: ast.Stmt) -> None:
-        method = getattr(self, "stmt_" + type(s).__name__)
-        method(s)
+        _RULES[type(s)](self, s)
 
     def stmt_Let(self, s: ast.Let) -> None:
         sym = Symbol(s.name, "var" if s.mutable else "let", None, s.name_loc)
@@ -303,8 +313,12 @@ class Checker:
             declared = self.value_type(s.type) if s.type is not None else None
             vt = self.expr(s.value)
             if isinstance(vt, TensorType):
-                raise SemanticError("a tensor cannot be bound to a name; index it to load a tile", s.value.loc)
-            sym.type = self.assignable(declared, s.value, vt, s.value.loc) if declared else self.concrete(s.value, vt)
+                raise SemanticError("a tensor cannot be bound to a name; index it to load a tile",
+                                    start_loc(s.value))
+            if declared is not None:
+                sym.type = self.assignable(declared, s.value, vt, start_loc(s.value))
+            else:
+                sym.type = self.concrete(s.value, vt)
         except (SemanticError, _Poisoned):
             self.scopes[-1].setdefault(s.name, sym)  # poisoned: later uses are skipped, not reported
             raise
@@ -317,7 +331,8 @@ class Checker:
         """The type a value keeps when nothing around it asks for another (literals: i32/f32)."""
         if e in self.weak and isinstance(t, ScalarType) and t.dtype is DType.I32:
             value = self.out.consts.get(e)
-            if value is not None and not I32_MIN <= value <= I32_MAX:
+            low, high = int_range(DType.I32)
+            if value is not None and not low <= value <= high:
                 return ScalarType(DType.I64)
         return t
 
@@ -334,24 +349,24 @@ class Checker:
                        "loop": "it is a loop variable", "const": "it is an autotune parameter",
                        "size": "it is a tensor size", "scalar": "it is a kernel parameter",
                        "tensor": "it is a tensor; assign to a slice of it, like x[i :+ 4] = ..."}[sym.kind]
-                raise SemanticError(f"cannot assign to '{sym.name}': {why}", target.loc)
+                raise SemanticError(f"cannot assign to '{sym.name}': {why}", start_loc(target))
             value_t = self.rhs_type(s, sym.type)
-            self.assignable(sym.type, s.value, value_t, s.value.loc)
+            self.assignable(sym.type, s.value, value_t, start_loc(s.value))
             self.types_set(target, sym.type)
             self.note_assigned(sym)
             return
         base = target.base
         if not isinstance(base, ast.Name):
-            raise SemanticError("can only assign to a slice of a tensor parameter", target.loc)
+            raise SemanticError("can only assign to a slice of a tensor parameter", start_loc(target))
         bt = self.expr(base)
         if not isinstance(bt, TensorType):
             raise SemanticError(f"cannot assign to an element of '{base.id}': only tensor slices can be "
-                                f"assigned (tiles are values; build a new one)", target.loc)
+                                f"assigned (tiles are values; build a new one)", start_loc(target))
         slice_t = self.index(target, bt)
         value_t = self.rhs_type(s, slice_t)
         if isinstance(value_t, TensorType):
-            raise SemanticError("cannot store a tensor; index it to load a tile", s.value.loc)
-        self.storable(bt.dtype, slice_t, s.value, value_t, s.value.loc)
+            raise SemanticError("cannot store a tensor; index it to load a tile", start_loc(s.value))
+        self.storable(bt.dtype, slice_t, s.value, value_t, start_loc(s.value))
         self.out.written.add(base.id)
 
     def rhs_type(self, s: ast.Assign, target_t: ValueType) -> ValueType:
@@ -360,7 +375,7 @@ class Checker:
         if s.op == "=":
             return vt
         if isinstance(vt, TensorType):
-            raise SemanticError("a tensor cannot be used as a value; index it to load a tile", s.value.loc)
+            raise SemanticError("a tensor cannot be used as a value; index it to load a tile", start_loc(s.value))
         return self.arith(s.op[0], target_t, s.value, vt, s.loc, lhs_node=None)
 
     def note_assigned(self, sym: Symbol) -> None:
@@ -376,18 +391,21 @@ class Checker:
         e = s.expr
         if not (isinstance(e, ast.Call) and e.func in BUILTINS and BUILTINS[e.func].effect):
             self.expr(e)
-            raise SemanticError("this expression's value is unused; bind it with 'let' or assign it", e.loc)
+            raise SemanticError("this expression's value is unused; bind it with 'let' or assign it", start_loc(e))
         self.statement_calls.add(e)
         self.expr(e)
 
     def stmt_For(self, s: ast.For) -> None:
         start_t = self.scalar_int(s.start, "a loop bound")
         end_t = self.scalar_int(s.end, "a loop bound")
-        dtype = self.unify_dtypes(s.start, start_t.dtype, s.end, end_t.dtype, s.end.loc)
+        dtype = self.unify_dtypes(s.start, start_t.dtype, s.end, end_t.dtype, start_loc(s.end))
+        for bound in (s.start, s.end):  # literal bounds take the loop variable's dtype
+            self.settle(bound, dtype)
         if s.step is not None:
             step = self.const_int(s.step, "the step of range()")
             if step == 0:
-                raise SemanticError("the step of range() cannot be zero", s.step.loc)
+                raise SemanticError("the step of range() cannot be zero", start_loc(s.step))
+            self.settle(s.step, dtype)
         self.loop_stack.append((s, len(self.scopes)))
         self.scopes.append({})
         try:
@@ -402,7 +420,7 @@ class Checker:
         ct = self.expr(s.cond)
         if not (isinstance(ct, ScalarType) and ct.dtype is DType.BOOL):
             hint = "; use where(cond, a, b) to choose between tiles" if isinstance(ct, TileType) else ""
-            raise SemanticError(f"an if condition must be a scalar bool, not {ct}{hint}", s.cond.loc)
+            raise SemanticError(f"an if condition must be a scalar bool, not {ct}{hint}", start_loc(s.cond))
         self.loop_stack.append((s, len(self.scopes)))
         try:
             self.block(s.then)
@@ -417,8 +435,9 @@ class Checker:
         if isinstance(vt, TensorType):
             raise SemanticError("a tensor cannot be used as a value; index it to load a tile", loc)
         if vt.dtype != target.dtype and not self.adapts(e, vt.dtype, target.dtype):
-            raise SemanticError(f"cannot assign a {vt.dtype} value to a {target.dtype} variable; "
+            raise SemanticError(f"cannot assign {_a(vt.dtype)} value to {_a(target.dtype)} variable; "
                                 f"convert it with {target.dtype}(...)", loc)
+        self.settle(e, target.dtype)
         self.fits_shape(shape_of(target), shape_of(vt), loc, "variable")
         return target
 
@@ -426,8 +445,9 @@ class Checker:
         """Check that `vt` may be stored into a tensor slice of element type `dtype`."""
         compute = dtype.compute
         if vt.dtype != compute and not self.adapts(e, vt.dtype, compute):
-            raise SemanticError(f"cannot store a {vt.dtype} value into a tensor of {dtype}; "
+            raise SemanticError(f"cannot store {_a(vt.dtype)} value into a tensor of {dtype}; "
                                 f"convert it with {compute}(...)", loc)
+        self.settle(e, dtype)
         self.fits_shape(shape_of(slice_t), shape_of(vt), loc, "slice")
 
     @staticmethod
@@ -451,26 +471,34 @@ class Checker:
         return (have.is_int and (want.is_int or want.is_float)) or (have.is_float and want.is_float)
 
     def unify_dtypes(self, a: ast.Expr | None, da: DType, b: ast.Expr | None, db: DType, loc: Loc) -> DType:
-        if da == db:
-            return da
-        if b is not None and self.adapts(b, db, da):
-            return da
-        if a is not None and self.adapts(a, da, db):
-            return db
-        raise SemanticError(f"mismatched types {da} and {db}; convert one side, e.g. {da}(...) "
-                            f"or {db}(...)", loc)
+        """The dtype of an operation on `a` and `b`: theirs when equal, else the one that
+        a literal-only side adapts to."""
+        if da == db or (b is not None and self.adapts(b, db, da)):
+            dtype = da
+        elif a is not None and self.adapts(a, da, db):
+            dtype = db
+        else:
+            raise SemanticError(f"mismatched types {da} and {db}; convert one side, e.g. {da}(...) "
+                                f"or {db}(...)", loc)
+        if not (a in self.weak and b in self.weak):  # literal-only operations settle later, as a whole
+            self.settle(a, dtype)
+            self.settle(b, dtype)
+        return dtype
 
     def broadcast(self, sa, sb, loc: Loc):
         try:
-            return broadcast_shapes(sa, sb)
+            shape = broadcast_shapes(sa, sb)
         except ValueError as err:
             raise SemanticError(f"{err}; element-wise operations need equal shapes, a scalar, "
                                 f"or extents of 1 that broadcast", loc) from None
+        if shape is not None:
+            self.check_size(shape, loc)
+        return shape
 
     def scalar_int(self, e: ast.Expr, what: str) -> ScalarType:
         t = self.expr(e)
         if not (isinstance(t, ScalarType) and t.dtype.is_int):
-            raise SemanticError(f"{what} must be an integer scalar, not {t}", e.loc)
+            raise SemanticError(f"{what} must be an integer scalar, not {t}", start_loc(e))
         return t
 
     # ------------------------------------------------------------ expressions
@@ -482,8 +510,8 @@ class Checker:
         cached = self.out.types.get(e)
         if cached is not None:
             return cached
-        method = getattr(self, "expr_" + type(e).__name__)
-        return self.types_set(e, method(e))
+        t = self.out.types[e] = _RULES[type(e)](self, e)
+        return t
 
     def expr_IntLit(self, e: ast.IntLit):
         self.weak.add(e)
@@ -520,7 +548,11 @@ class Checker:
             if t.dtype is DType.BOOL:
                 raise SemanticError("unary '-' needs a number, not bool; use '!' for logical not", e.loc)
             if value is not None:
-                self.out.consts[e] = -value
+                if e.operand in self.weak:
+                    self.check_fits(-value, DType.I64, e.loc)
+                    self.out.consts[e] = -value
+                else:
+                    self.out.consts[e] = cast_value(-value, t.dtype) if t.dtype.is_int else -value
         else:
             if t.dtype is not DType.BOOL:
                 raise SemanticError(f"'!' needs a bool operand, not {t.dtype}", e.loc)
@@ -534,7 +566,7 @@ class Checker:
         t = self.expr(e)
         if isinstance(t, TensorType):
             raise SemanticError(f"a tensor cannot be used as a value; index it to load a tile, "
-                                f"like {getattr(e, 'id', 'x')}[i :+ 64]", e.loc)
+                                f"like {getattr(e, 'id', 'x')}[i :+ 64]", start_loc(e))
         return t
 
     def expr_Binary(self, e: ast.Binary):
@@ -543,7 +575,7 @@ class Checker:
         if op in ("&&", "||"):
             for side, t in ((e.lhs, lt), (e.rhs, rt)):
                 if t.dtype is not DType.BOOL:
-                    raise SemanticError(f"'{op}' needs bool operands, not {t.dtype}", side.loc)
+                    raise SemanticError(f"'{op}' needs bool operands, not {t.dtype}", start_loc(side))
             shape = self.broadcast(shape_of(lt), shape_of(rt), e.loc)
             result = ScalarType(DType.BOOL) if shape is None else TileType(DType.BOOL, shape)
             operand_dtype = DType.BOOL
@@ -567,7 +599,7 @@ class Checker:
                 raise SemanticError(f"'{op}' needs numbers, not bool", loc)
         dtype = self.unify_dtypes(lhs_node, lt.dtype, rhs, rt.dtype, loc)
         if op == "%" and not dtype.is_int:
-            raise SemanticError("'%' needs integer operands", loc)
+            raise SemanticError(f"'%' needs integer operands, not {dtype}", loc)
         shape = self.broadcast(shape_of(lt), shape_of(rt), loc)
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
 
@@ -581,8 +613,9 @@ class Checker:
         a, b = self.out.consts.get(e.lhs), self.out.consts.get(e.rhs)
         if a is None or b is None or not isinstance(result, ScalarType):
             return
-        if e.lhs in self.weak and e.rhs in self.weak:
-            value = fold_binary(e.op, a, b, result.dtype if e.op not in _COMPARE else None)
+        literal_only = e.lhs in self.weak and e.rhs in self.weak
+        if literal_only:
+            value = fold_binary(e.op, a, b, None)
         elif (e.op in ("/", "%")) and operand_dtype.is_int and b == 0:
             value = None
         else:
@@ -592,7 +625,24 @@ class Checker:
             if e.op in ("/", "%"):
                 raise SemanticError("division by zero in a constant expression", e.loc)
             return
+        if literal_only:
+            self.check_fits(value, DType.I64, e.loc)
         self.out.consts[e] = value
+
+    def check_fits(self, value, dtype: DType, loc: Loc) -> None:
+        """An integer constant must be representable in the integer dtype it takes."""
+        if not dtype.is_int or isinstance(value, (bool, float)):
+            return
+        low, high = int_range(dtype)
+        if not low <= value <= high:
+            raise SemanticError(f"the constant {value} does not fit in {dtype} ({low} to {high})", loc)
+
+    def settle(self, e: ast.Expr, dtype: DType) -> None:
+        """A literal-only expression takes `dtype`: its value must fit in it."""
+        if e is not None and e in self.weak:
+            value = self.out.consts.get(e)
+            if value is not None:
+                self.check_fits(value, dtype, start_loc(e))
 
     def expr_Index(self, e: ast.Index):
         bt = self.expr(e.base)
@@ -614,19 +664,22 @@ class Checker:
                 self.scalar_int(sub.start, "a slice start")
                 size = self.const_int(sub.size, "the size of a slice (after ':+')")
                 if size <= 0:
-                    raise SemanticError(f"the size of a slice must be positive, got {size}", sub.size.loc)
+                    raise SemanticError(f"the size of a slice must be positive, got {size}", start_loc(sub.size))
                 if isinstance(dim, int) and size > dim:
                     raise SemanticError(f"a slice of {size} elements is larger than the dimension ({dim})",
-                                        sub.size.loc)
+                                        start_loc(sub.size))
                 shape.append(size)
             else:
                 t = self.expr(sub)
                 if isinstance(t, TileType):
                     raise SemanticError("an index must be a scalar integer; gathers with tile indices "
-                                        "are not supported", sub.loc)
+                                        "are not supported", start_loc(sub))
                 self.scalar_int(sub, "an index")
         dtype = bt.dtype.compute
-        return TileType(dtype, tuple(shape)) if shape else ScalarType(dtype)
+        if not shape:
+            return ScalarType(dtype)
+        self.check_size(shape, e.loc)
+        return TileType(dtype, tuple(shape))
 
     def tile_index(self, e: ast.Index, bt: TileType) -> ValueType:
         """Type of a part of a tile `t[...]`: starts and sizes are compile-time constants."""
@@ -639,10 +692,10 @@ class Checker:
             start = self.const_int(start_e, "an index into a tile")
             size = self.const_int(sub.size, "the size of a slice") if isinstance(sub, ast.Slice) else 1
             if size <= 0:
-                raise SemanticError(f"the size of a slice must be positive, got {size}", sub.loc)
+                raise SemanticError(f"the size of a slice must be positive, got {size}", start_loc(sub))
             if start < 0 or start + size > extent:
                 raise SemanticError(f"index {start}{f' :+ {size}' if size != 1 or isinstance(sub, ast.Slice) else ''}"
-                                    f" is outside the tile's extent {extent}", sub.loc)
+                                    f" is outside the tile's extent {extent}", start_loc(sub))
             if isinstance(sub, ast.Slice):
                 shape.append(size)
         return TileType(bt.dtype, tuple(shape)) if shape else ScalarType(bt.dtype)
@@ -672,7 +725,7 @@ class Checker:
         self.arity(e, 1)
         axis = self.const_int(e.args[0], f"the axis of {e.func}()")
         if axis not in (0, 1, 2):
-            raise SemanticError(f"the axis of {e.func}() must be 0, 1 or 2, got {axis}", e.args[0].loc)
+            raise SemanticError(f"the axis of {e.func}() must be 0, 1 or 2, got {axis}", start_loc(e.args[0]))
         return ScalarType(DType.I32)
 
     def call_dot(self, e: ast.Call):
@@ -680,21 +733,22 @@ class Checker:
         a, b = (self.value(x) for x in e.args)
         for x, t in zip(e.args, (a, b)):
             if not isinstance(t, TileType) or len(t.shape) != 2:
-                raise SemanticError(f"dot() needs 2-D tiles, got {t}", x.loc)
+                raise SemanticError(f"dot() needs 2-D tiles, got {t}", start_loc(x))
             if t.dtype not in (DType.F32, DType.F64):
-                raise SemanticError(f"dot() needs f32 or f64 tiles, got {t.dtype}", x.loc)
+                raise SemanticError(f"dot() needs f32 or f64 tiles, got {t.dtype}", start_loc(x))
         if a.dtype != b.dtype:
             raise SemanticError(f"dot() operands have different types: {a.dtype} and {b.dtype}", e.loc)
         if a.shape[1] != b.shape[0]:
             raise SemanticError(f"dot() needs [M, K] x [K, N]: got [{a.shape[0]}, {a.shape[1]}] x "
                                 f"[{b.shape[0]}, {b.shape[1]}]", e.loc)
+        self.check_size((a.shape[0], b.shape[1]), e.loc)
         return TileType(a.dtype, (a.shape[0], b.shape[1]))
 
     def reduce_axis(self, e: ast.Call) -> tuple[TileType, int | None]:
         self.arity(e, 1, 2)
         t = self.value(e.args[0])
         if not isinstance(t, TileType):
-            raise SemanticError(f"{e.func}() reduces a tile, got a scalar {t}", e.args[0].loc)
+            raise SemanticError(f"{e.func}() reduces a tile, got a scalar {t}", start_loc(e.args[0]))
         axis_e = e.args[1] if len(e.args) == 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
         if len(e.args) == 2 and e.kwargs:
             raise SemanticError(f"{e.func}() got the axis twice", e.kwargs[0].loc)
@@ -703,7 +757,7 @@ class Checker:
         axis = self.const_int(axis_e, f"the axis of {e.func}()")
         rank = len(t.shape)
         if not -rank <= axis < rank:
-            raise SemanticError(f"axis {axis} is out of range for a tile of rank {rank}", axis_e.loc)
+            raise SemanticError(f"axis {axis} is out of range for a tile of rank {rank}", start_loc(axis_e))
         return t, axis % rank
 
     @staticmethod
@@ -715,13 +769,13 @@ class Checker:
     def call_reduce(self, e: ast.Call):
         t, axis = self.reduce_axis(e)
         if t.dtype is DType.BOOL:
-            raise SemanticError(f"{e.func}() needs numbers, not bool", e.args[0].loc)
+            raise SemanticError(f"{e.func}() needs numbers, not bool", start_loc(e.args[0]))
         return self.reduced(t, axis, t.dtype)
 
     def call_reduce_index(self, e: ast.Call):
         t, axis = self.reduce_axis(e)
         if t.dtype is DType.BOOL:
-            raise SemanticError(f"{e.func}() needs numbers, not bool", e.args[0].loc)
+            raise SemanticError(f"{e.func}() needs numbers, not bool", start_loc(e.args[0]))
         return self.reduced(t, axis, DType.I32)
 
     def call_unary_float(self, e: ast.Call):
@@ -731,14 +785,14 @@ class Checker:
             if e.args[0] in self.weak:
                 return with_dtype(t, DType.F32)
             raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
-                                e.args[0].loc)
+                                start_loc(e.args[0]))
         return t
 
     def call_unary_numeric(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
         if t.dtype is DType.BOOL:
-            raise SemanticError(f"{e.func}() needs a number, not bool", e.args[0].loc)
+            raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
         return t
 
     def call_binary_numeric(self, e: ast.Call):
@@ -755,7 +809,7 @@ class Checker:
         x, y = self.out.consts.get(e.args[0]), self.out.consts.get(e.args[1])
         if x is not None and y is not None and isinstance(t, ScalarType):
             if y == 0:
-                raise SemanticError("division by zero in a constant expression", e.args[1].loc)
+                raise SemanticError("division by zero in a constant expression", start_loc(e.args[1]))
             self.out.consts[e] = fold_binary("/", x + y - 1, y, t.dtype)
         return t
 
@@ -763,7 +817,7 @@ class Checker:
         self.arity(e, 3)
         c, a, b = (self.value(x) for x in e.args)
         if c.dtype is not DType.BOOL:
-            raise SemanticError(f"the condition of where() must be bool, got {c.dtype}", e.args[0].loc)
+            raise SemanticError(f"the condition of where() must be bool, got {c.dtype}", start_loc(e.args[0]))
         dtype = self.unify_dtypes(e.args[1], a.dtype, e.args[2], b.dtype, e.loc)
         shape = self.broadcast(self.broadcast(shape_of(c), shape_of(a), e.loc), shape_of(b), e.loc)
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
@@ -798,18 +852,18 @@ class Checker:
         shape = self.shape_arg(e.args[0])
         t = self.value(e.args[1])
         if not isinstance(t, ScalarType):
-            raise SemanticError("the value of full() must be a scalar", e.args[1].loc)
+            raise SemanticError("the value of full() must be a scalar", start_loc(e.args[1]))
         return TileType(self.concrete(e.args[1], t).dtype, shape)
 
     def call_reshape(self, e: ast.Call):
         self.arity(e, 2)
         t = self.value(e.args[0])
         if not isinstance(t, TileType):
-            raise SemanticError("reshape() needs a tile", e.args[0].loc)
+            raise SemanticError("reshape() needs a tile", start_loc(e.args[0]))
         shape = self.shape_arg(e.args[1])
         new = TileType(t.dtype, shape)
         if new.size != t.size:
-            raise SemanticError(f"reshape() cannot turn {t.size} elements into {new.size}", e.args[1].loc)
+            raise SemanticError(f"reshape() cannot turn {t.size} elements into {new.size}", start_loc(e.args[1]))
         return new
 
     def call_cast(self, e: ast.Call):
@@ -818,7 +872,10 @@ class Checker:
         result = with_dtype(t, CAST_DTYPES[e.func])
         value = self.out.consts.get(e.args[0])
         if value is not None and isinstance(t, ScalarType):
-            self.out.consts[e] = cast_value(value, CAST_DTYPES[e.func])
+            dtype = CAST_DTYPES[e.func]
+            if dtype.is_int and isinstance(value, float) and not math.isfinite(value):
+                raise SemanticError(f"the constant {value} has no {dtype} value", start_loc(e.args[0]))
+            self.out.consts[e] = cast_value(value, dtype)
         return result
 
     def call_atomic(self, e: ast.Call):
@@ -826,19 +883,22 @@ class Checker:
         target, x = e.args
         if not (isinstance(target, ast.Index) and isinstance(self.expr(target.base), TensorType)):
             raise SemanticError("the first argument of atomic_add() is a tensor slice, like T[i :+ 64]",
-                                target.loc)
+                                start_loc(target))
         bt = self.expr(target.base)
         slice_t = self.index(target, bt)
         self.types_set(target, slice_t)
         if bt.dtype not in (DType.F32, DType.I32, DType.U32, DType.I64, DType.F64):
             raise SemanticError(f"atomic_add() works on f32, f64, i32, i64 and u32 tensors, not {bt.dtype}",
-                                target.loc)
+                                start_loc(target))
         vt = self.value(x)
-        self.storable(bt.dtype, slice_t, x, vt, x.loc)
+        self.storable(bt.dtype, slice_t, x, vt, start_loc(x))
         self.out.written.add(target.base.id)
         return ScalarType(DType.BOOL)  # no value; never used
 
 
+# The method that checks each kind of node: Checker.stmt_Let for ast.Let, and so on.
+_RULES = {getattr(ast, name.partition("_")[2]): method for name, method in vars(Checker).items()
+          if name.startswith(("stmt_", "expr_"))}
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}
 _FOLD_OPCODES = {
     "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),
@@ -846,6 +906,19 @@ _FOLD_OPCODES = {
     **{op: ("cmp", {"pred": pred}) for op, pred in
        (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
 }
+
+
+def _a(dtype: DType) -> str:
+    """The dtype with its indefinite article as read aloud: 'an f32', 'an i32', 'a u32', 'a bool'."""
+    return f"{'an' if dtype.value[0] in 'fi' else 'a'} {dtype}"
+
+
+def int_range(dtype: DType) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype."""
+    bits = dtype.bits
+    if dtype.is_signed:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
 
 
 def cast_value(value, dtype: DType):
@@ -885,17 +958,19 @@ def check_kernel(kernel: ast.Kernel, config: dict[str, int] | None = None) -> Ch
 
 
 def check_program(program: ast.Program) -> list[PhobosError]:
-    """Every error in a file, under every configuration of every kernel, without duplicates."""
+    """Every error in a file, under every configuration of every kernel, without duplicates.
+
+    An error that only some configurations of its kernel have carries a note
+    naming them: the source alone does not show why it is wrong."""
     errors: list[PhobosError] = []
     seen: set[tuple] = set()
     names: dict[str, ast.Kernel] = {}
 
     def add(err: PhobosError) -> None:
-        for one in err.errors if isinstance(err, ErrorList) else [err]:
-            key = (one.loc, one.message)
-            if key not in seen:
-                seen.add(key)
-                errors.append(one)
+        key = (err.loc, err.message)
+        if key not in seen:
+            seen.add(key)
+            errors.append(err)
 
     if not program.kernels:
         add(SemanticError("the file defines no kernel", program.loc))
@@ -909,9 +984,32 @@ def check_program(program: ast.Program) -> list[PhobosError]:
         except SemanticError as err:
             add(err)
             continue
-        for config in configs:
-            try:
-                Checker(k, config).check()
-            except PhobosError as err:
-                add(err)
+        for err in _errors_by_configuration(k, configs):
+            add(err)
     return errors
+
+
+def _errors_by_configuration(kernel: ast.Kernel, configs: list[dict[str, int]]) -> list[PhobosError]:
+    """The errors of `kernel` under all of `configs`, each once, noting the configurations
+    it is limited to when it is not found under all of them."""
+    found: dict[tuple, tuple[PhobosError, list[dict[str, int]]]] = {}
+    for config in configs:
+        try:
+            Checker(kernel, config).check()
+        except PhobosError as err:
+            for one in err.errors if isinstance(err, ErrorList) else [err]:
+                found.setdefault((one.loc, one.message), (one, []))[1].append(config)
+    out = []
+    for err, failing in found.values():
+        if len(failing) < len(configs):
+            err.notes.append(Note(_configurations_note(failing, len(configs))))
+        out.append(err)
+    return out
+
+
+def _configurations_note(failing: list[dict[str, int]], total: int, shown: int = 3) -> str:
+    texts = [", ".join(f"{name}={value}" for name, value in config.items()) for config in failing]
+    if len(texts) == 1:
+        return f"only in the autotune configuration {texts[0]}"
+    more = f" and {len(texts) - shown} more" if len(texts) > shown else ""
+    return f"only in {len(texts)} of {total} autotune configurations: {'; '.join(texts[:shown])}{more}"

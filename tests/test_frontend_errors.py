@@ -1,0 +1,670 @@
+# Bad programs and the errors the front end must report for them.
+#
+# Each case is a small source with one mistake, the error class it must raise
+# (LexError, ParseError or SemanticError), the line and column of the culprit
+# token and a word of the message; some also name a note (the previous
+# definition, the autotune configuration an error is limited to).  Every case
+# must produce exactly one error: a mistake must not cascade into others.
+#
+# The last tests check how an error prints (`file:line:col: error: message`,
+# the source line, a caret) and what `python -m phobos check` prints.
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+
+import pytest
+
+from phobos.compiler import parse_source
+from phobos.errors import LexError, ParseError, PhobosError, SemanticError
+from phobos.sema import check_program
+
+from .frontend_support import EXAMPLES, REPO, front_end_errors
+
+
+@dataclass
+class Case:
+    name: str
+    source: str
+    error: type[PhobosError]
+    line: int
+    col: int
+    word: str  # must appear in the message
+    note: str | None = None  # must appear in the rendering of the notes
+
+    def __post_init__(self):
+        self.source = textwrap.dedent(self.source)
+
+
+CASES = [
+    # ------------------------------------------------------------- lexer
+    Case("bad character", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1 $ 2
+        }
+        """, LexError, 2, 15, "unexpected character '$'"),
+    Case("non-ASCII character", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1 \u00d7 2
+        }
+        """, LexError, 2, 15, "unexpected character"),
+    Case("control character", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = \x00
+        }
+        """, LexError, 2, 13, "U+0000"),
+    Case("unterminated comment", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1 /* the rest
+            of the file
+        }
+        """, LexError, 2, 15, "unterminated"),
+    Case("letters in a number", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 12abc
+        }
+        """, LexError, 2, 13, "invalid number '12abc'"),
+    Case("suffix on a float", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1.5f
+        }
+        """, LexError, 2, 13, "invalid number '1.5f'"),
+    Case("exponent without digits", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 2e
+        }
+        """, LexError, 2, 13, "invalid number '2e'"),
+    Case("integer literal too large", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 99999999999999999999
+        }
+        """, LexError, 2, 13, "too large"),
+    # ------------------------------------------------------------ parser
+    Case("missing newline between statements", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1 let b = 2
+        }
+        """, ParseError, 2, 15, "newline or ';'"),
+    Case("chained comparison", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            let c = 0 < n < 10
+        }
+        """, ParseError, 2, 19, "chained"),
+    Case("chained equality", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            let c = n == 1 == true
+        }
+        """, ParseError, 2, 20, "chained"),
+    Case("unexpected end of file", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1
+        """, ParseError, 2, 14, "end of file", note="test.phobos:1:29: note: to close the '{'"),
+    Case("end of file in an expression", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = exp(""", ParseError, 2, 17, "')' is missing", note="test.phobos:2:16: note"),
+    Case("parenthesis left open", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = exp(1.0
+            let b = 2
+        }
+        """, ParseError, 3, 5, "')' is missing", note="test.phobos:2:16: note: to close the '('"),
+    Case("bracket left open", """\
+        kernel k(x: tensor<f32>[N]) {
+            let t = x[0 :+ 4
+        }
+        """, ParseError, 3, 1, "']' is missing", note="test.phobos:2:14: note"),
+    Case("stray closing parenthesis", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1)
+        }
+        """, ParseError, 2, 14, "unexpected ')'"),
+    Case("stray closing brace", """\
+        kernel k(x: tensor<f32>[N]) {
+        }
+        }
+        """, ParseError, 3, 1, "expected one of '@', 'kernel', end of file"),
+    Case("else without if", """\
+        kernel k(x: tensor<f32>[N]) {
+            else {
+            }
+        }
+        """, ParseError, 2, 5, "must follow"),
+    Case("operator without right operand", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 2 ** 3
+        }
+        """, ParseError, 2, 16, "expected an expression"),
+    Case("let without value", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a
+        }
+        """, ParseError, 2, 10, "expected one of ':', '='"),
+    Case("block on the next line", """\
+        kernel k(x: tensor<f32>[N]) {
+            for i in range(0, 4)
+            {
+            }
+        }
+        """, ParseError, 2, 25, "expected '{'"),
+    Case("loop over something other than range", """\
+        kernel k(x: tensor<f32>[N]) {
+            for i in steps(0, 4) {
+            }
+        }
+        """, ParseError, 2, 14, "'range'"),
+    Case("range with one argument", """\
+        kernel k(x: tensor<f32>[N]) {
+            for i in range(4) {
+            }
+        }
+        """, ParseError, 2, 14, "range takes"),
+    Case("positional argument after keyword", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = sum(x[0 :+ 4], axis=0, 1)
+        }
+        """, ParseError, 2, 36, "positional"),
+    Case("assignment to an expression", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            (n + 1) = 3
+        }
+        """, ParseError, 2, 6, "cannot assign to this expression"),
+    Case("parameter without colon", """\
+        kernel k(x tensor<f32>[N]) {
+        }
+        """, ParseError, 1, 12, "expected ':'"),
+    Case("autotune values not in a list", """\
+        @autotune(B in 4)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, ParseError, 1, 16, "expected '['"),
+    # ----------------------------------------------------------- checker: names and scopes
+    Case("undefined name", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = b + 1
+        }
+        """, SemanticError, 2, 13, "'b' is not defined"),
+    Case("misspelled name", """\
+        kernel k(x: tensor<f32>[N]) {
+            let total = 1
+            let b = totl + 1
+        }
+        """, SemanticError, 3, 13, "did you mean 'total'?"),
+    Case("name used outside its block", """\
+        kernel k(x: tensor<f32>[N]) {
+            for i in range(0, 4) {
+                let inner = i
+            }
+            let a = inner
+        }
+        """, SemanticError, 5, 13, "'inner' is not defined"),
+    Case("assignment to an undefined name", """\
+        kernel k(x: tensor<f32>[N]) {
+            z = 1
+        }
+        """, SemanticError, 2, 5, "'z' is not defined"),
+    Case("redefinition", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1
+            var a = 2
+        }
+        """, SemanticError, 3, 9, "already defined", note="test.phobos:2:9: note: previous definition"),
+    Case("parameter redefined in the body", """\
+        kernel k(x: tensor<f32>[N], s: f32) {
+            let s = 1.0
+        }
+        """, SemanticError, 2, 9, "already defined", note="test.phobos:1:29: note: previous definition"),
+    Case("size name that is an autotune parameter", """\
+        @autotune(N in [4])
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 2, 25, "autotune parameter", note="test.phobos:1:11: note"),
+    Case("duplicate kernel names", """\
+        kernel k(x: tensor<f32>[N]) {
+        }
+        kernel k(y: tensor<f32>[N]) {
+        }
+        """, SemanticError, 3, 1, "defined twice", note="test.phobos:1:1: note: previous definition"),
+    Case("empty file", "// nothing here\n", SemanticError, 1, 1, "no kernel"),
+    # ----------------------------------------------------------- checker: autotune
+    Case("duplicate autotune names", """\
+        @autotune(B in [4], B in [8])
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 21, "listed twice"),
+    Case("non-integer autotune value", """\
+        @autotune(B in [4, 8.5])
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 20, "integer literals"),
+    Case("unknown decorator", """\
+        @tune(B in [4])
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 1, "'@autotune'"),
+    Case("tile extent zero in one configuration", """\
+        @autotune(B in [128, 64])
+        kernel k(x: tensor<f32>[N]) {
+            var t: tile<f32>[B - 64, 4] = 0.0
+        }
+        """, SemanticError, 3, 22, "must be positive, got 0", note="only in the autotune configuration B=64"),
+    Case("slice too large in one configuration", """\
+        @autotune(B in [8, 32])
+        kernel k(x: tensor<f32>[16]) {
+            let t = x[0 :+ B]
+        }
+        """, SemanticError, 3, 20, "larger than the dimension", note="configuration B=32"),
+    # ----------------------------------------------------------- checker: types
+    Case("unknown dtype", """\
+        kernel k(x: tensor<f23>[N]) {
+        }
+        """, SemanticError, 1, 20, "did you mean 'f32'?"),
+    Case("unknown dtype of a tile", """\
+        kernel k(x: tensor<f32>[N]) {
+            var t: tile<i33>[4] = 0
+        }
+        """, SemanticError, 2, 17, "unknown element type 'i33'"),
+    Case("tile parameter", """\
+        kernel k(t: tile<f32>[4]) {
+        }
+        """, SemanticError, 1, 13, "cannot be a tile"),
+    Case("storage dtype for a scalar parameter", """\
+        kernel k(x: tensor<f32>[N], h: f16) {
+        }
+        """, SemanticError, 1, 32, "scalar parameters"),
+    Case("expression as a tensor dimension", """\
+        kernel k(x: tensor<f32>[N * 2]) {
+        }
+        """, SemanticError, 1, 25, "size name"),
+    Case("storage dtype for a variable", """\
+        kernel k(x: tensor<f32>[N]) {
+            let h: f16 = 1.0
+        }
+        """, SemanticError, 2, 12, "storage type"),
+    Case("tensor variable", """\
+        kernel k(x: tensor<f32>[N]) {
+            let t: tensor<f32>[N] = 1.0
+        }
+        """, SemanticError, 2, 12, "cannot be a tensor"),
+    Case("tile too large", """\
+        kernel k(x: tensor<f32>[N]) {
+            var t: tile<f32>[2048, 1024] = 0.0
+        }
+        """, SemanticError, 2, 12, "too large"),
+    Case("broadcast into a tile too large", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = full([2048, 1], 0.0) * full([1, 1024], 0.0)
+        }
+        """, SemanticError, 2, 34, "too large"),
+    Case("float modulo", """\
+        kernel k(x: tensor<f32>[N], s: f32) {
+            let a = s % 2.0
+        }
+        """, SemanticError, 2, 15, "'%' needs integer"),
+    Case("bool arithmetic", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = true + 1
+        }
+        """, SemanticError, 2, 18, "not bool"),
+    Case("mismatched dtypes", """\
+        kernel k(x: tensor<f32>[N], n: i32, s: f32) {
+            let a = n + s
+        }
+        """, SemanticError, 2, 15, "mismatched types i32 and f32"),
+    Case("float literal into an integer variable", """\
+        kernel k(x: tensor<f32>[N]) {
+            var a: i32 = 1.5
+        }
+        """, SemanticError, 2, 18, "cannot assign an f32 value to an i32 variable"),
+    Case("float literal too large", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1e999
+        }
+        """, LexError, 2, 13, "too large for f64"),
+    Case("constant too large for its variable", """\
+        kernel k(x: tensor<f32>[N]) {
+            var a: i32 = 2147483647 + 1
+        }
+        """, SemanticError, 2, 18, "2147483648 does not fit in i32"),
+    Case("literal too large for the other operand", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            let a = n + 3000000000
+        }
+        """, SemanticError, 2, 17, "does not fit in i32"),
+    Case("negative constant into u32", """\
+        kernel k(x: tensor<f32>[N]) {
+            var a: u32 = -1
+        }
+        """, SemanticError, 2, 18, "does not fit in u32"),
+    Case("literal too large for an i8 tensor", """\
+        kernel k(b: tensor<i8>[N]) {
+            b[0] = 300
+        }
+        """, SemanticError, 2, 12, "does not fit in i8"),
+    Case("literal arithmetic beyond i64", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 9223372036854775807 + 1
+        }
+        """, SemanticError, 2, 33, "does not fit in i64"),
+    Case("infinite constant converted to an integer", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = i32(1e308 * 10.0)
+        }
+        """, SemanticError, 2, 17, "has no i32 value"),
+    Case("not on an integer", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            let a = !n
+        }
+        """, SemanticError, 2, 13, "'!' needs a bool"),
+    Case("and on integers", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            let a = n && true
+        }
+        """, SemanticError, 2, 13, "'&&' needs bool"),
+    Case("tile condition", """\
+        kernel k(x: tensor<f32>[N]) {
+            let t = x[0 :+ 4]
+            if t > 0.0 {
+            }
+        }
+        """, SemanticError, 3, 8, "use where("),
+    Case("integer condition", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            if n {
+            }
+        }
+        """, SemanticError, 2, 8, "scalar bool, not i32"),
+    Case("float loop bound", """\
+        kernel k(x: tensor<f32>[N]) {
+            for i in range(0, 4.5) {
+            }
+        }
+        """, SemanticError, 2, 23, "integer scalar"),
+    Case("zero loop step", """\
+        kernel k(x: tensor<f32>[N]) {
+            for i in range(0, 8, 0) {
+            }
+        }
+        """, SemanticError, 2, 26, "cannot be zero"),
+    # ----------------------------------------------------------- checker: tensors and assignment
+    Case("tensor used as a value", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = x * 2.0
+        }
+        """, SemanticError, 2, 13, "tensor cannot be used as a value"),
+    Case("tensor bound to a name", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = x
+        }
+        """, SemanticError, 2, 13, "cannot be bound"),
+    Case("assignment to a let", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 1
+            a = 2
+        }
+        """, SemanticError, 3, 5, "declared with 'let'"),
+    Case("assignment to a parameter", """\
+        kernel k(x: tensor<f32>[N], s: f32) {
+            s = 2.0
+        }
+        """, SemanticError, 2, 5, "kernel parameter"),
+    Case("assignment to a loop variable", """\
+        kernel k(x: tensor<f32>[N]) {
+            for i in range(0, 4) {
+                i += 1
+            }
+        }
+        """, SemanticError, 3, 9, "loop variable"),
+    Case("assignment to a size", """\
+        kernel k(x: tensor<f32>[N]) {
+            N = 2
+        }
+        """, SemanticError, 2, 5, "tensor size"),
+    Case("assignment to an autotune constant", """\
+        @autotune(B in [4])
+        kernel k(x: tensor<f32>[N]) {
+            B *= 2
+        }
+        """, SemanticError, 3, 5, "autotune parameter"),
+    Case("assignment to a whole tensor", """\
+        kernel k(x: tensor<f32>[N]) {
+            x = 1.0
+        }
+        """, SemanticError, 2, 5, "assign to a slice"),
+    Case("assignment into a tile", """\
+        kernel k(x: tensor<f32>[N]) {
+            var t = x[0 :+ 4]
+            t[0 :+ 2] = 1.0
+        }
+        """, SemanticError, 3, 5, "only tensor slices"),
+    Case("value shape differs from the variable", """\
+        kernel k(m: tensor<f32>[M, K]) {
+            var t: tile<f32>[4, 4] = 0.0
+            t = m[0 :+ 8, 0 :+ 4]
+        }
+        """, SemanticError, 3, 9, "the variable is [4, 4] but the value is [8, 4]"),
+    Case("value shape differs from the slice", """\
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 4] = x[0 :+ 8]
+        }
+        """, SemanticError, 2, 17, "the slice is [4] but the value is [8]"),
+    Case("unused value", """\
+        kernel k(x: tensor<f32>[N], s: f32) {
+            exp(s)
+        }
+        """, SemanticError, 2, 5, "unused"),
+    # ----------------------------------------------------------- checker: slices and indexing
+    Case("non-constant slice size", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            let t = x[0 :+ n]
+        }
+        """, SemanticError, 2, 20, "compile-time integer constant"),
+    Case("slice larger than a literal dimension", """\
+        kernel k(x: tensor<f32>[16]) {
+            let t = x[0 :+ 32]
+        }
+        """, SemanticError, 2, 20, "larger than the dimension (16)"),
+    Case("too few subscripts", """\
+        kernel k(m: tensor<f32>[M, K]) {
+            let t = m[0 :+ 4]
+        }
+        """, SemanticError, 2, 14, "2 dimensions but is indexed with 1"),
+    Case("too many subscripts on a tile", """\
+        kernel k(x: tensor<f32>[N]) {
+            let t = x[0 :+ 4]
+            let u = t[0, 1]
+        }
+        """, SemanticError, 3, 14, "rank 1"),
+    Case("part of a tile out of range", """\
+        kernel k(x: tensor<f32>[N]) {
+            let t = x[0 :+ 4]
+            let u = t[2 :+ 4]
+        }
+        """, SemanticError, 3, 15, "outside the tile"),
+    Case("tile used as an index", """\
+        kernel k(x: tensor<f32>[N]) {
+            let i = arange(0, 4)
+            let t = x[i]
+        }
+        """, SemanticError, 3, 15, "scalar integer"),
+    Case("indexed scalar", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            let a = n[0]
+        }
+        """, SemanticError, 2, 14, "cannot index a scalar"),
+    # ----------------------------------------------------------- checker: calls
+    Case("unknown function", """\
+        kernel k(x: tensor<f32>[N], s: f32) {
+            let a = expp(s)
+        }
+        """, SemanticError, 2, 13, "did you mean 'exp'?"),
+    Case("wrong number of arguments", """\
+        kernel k(x: tensor<f32>[N], s: f32) {
+            let a = exp(s, s)
+        }
+        """, SemanticError, 2, 13, "takes 1 argument, got 2"),
+    Case("unknown keyword argument", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = sum(x[0 :+ 4], axs=0)
+        }
+        """, SemanticError, 2, 28, "no argument named 'axs'"),
+    Case("program_id axis out of range", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = program_id(3)
+        }
+        """, SemanticError, 2, 24, "0, 1 or 2"),
+    Case("dot of mismatched shapes", """\
+        kernel k(m: tensor<f32>[M, K]) {
+            let a = dot(m[0 :+ 4, 0 :+ 8], m[0 :+ 4, 0 :+ 8])
+        }
+        """, SemanticError, 2, 13, "got [4, 8] x [4, 8]"),
+    Case("dot of vectors", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = dot(x[0 :+ 4], x[0 :+ 4])
+        }
+        """, SemanticError, 2, 17, "2-D tiles"),
+    Case("element-wise shapes that do not broadcast", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = x[0 :+ 4] + x[0 :+ 8]
+        }
+        """, SemanticError, 2, 23, "do not broadcast"),
+    Case("reduction axis out of range", """\
+        kernel k(m: tensor<f32>[M, K]) {
+            let a = sum(m[0 :+ 4, 0 :+ 8], axis=2)
+        }
+        """, SemanticError, 2, 41, "axis 2 is out of range"),
+    Case("reduction of a scalar", """\
+        kernel k(x: tensor<f32>[N], s: f32) {
+            let a = max(s, axis=0)
+        }
+        """, SemanticError, 2, 17, "reduces a tile"),
+    Case("arange with a non-constant bound", """\
+        kernel k(x: tensor<f32>[N], n: i32) {
+            let a = arange(0, n)
+        }
+        """, SemanticError, 2, 23, "compile-time integer constant"),
+    Case("where with a non-bool condition", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = where(1, 2.0, 3.0)
+        }
+        """, SemanticError, 2, 19, "must be bool"),
+    Case("reshape to another size", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = reshape(x[0 :+ 8], [3, 3])
+        }
+        """, SemanticError, 2, 32, "8 elements into 9"),
+    Case("constant division by zero", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 4 / 0
+        }
+        """, SemanticError, 2, 15, "division by zero"),
+    Case("atomic_add on a whole tensor", """\
+        kernel k(x: tensor<f32>[N]) {
+            atomic_add(x, 1.0)
+        }
+        """, SemanticError, 2, 16, "tensor slice"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_program(case: Case):
+    errors = front_end_errors(case.source)
+    assert len(errors) == 1, "\n".join(map(str, errors))
+    err = errors[0]
+    assert type(err) is case.error, str(err)
+    assert (err.loc.line, err.loc.col) == (case.line, case.col), str(err)
+    assert err.loc.file == "test.phobos"
+    assert case.word in err.message, str(err)
+    if case.note is not None:
+        notes = "\n".join(str(err).splitlines()[1:])
+        assert case.note in notes, str(err)
+
+
+def test_cases_are_distinct():
+    """Every case exercises its own program (a copy-pasted case tests nothing new)."""
+    assert len({c.source for c in CASES}) == len(CASES)
+    assert len({c.name for c in CASES}) == len(CASES)
+
+
+# ------------------------------------------------------------------ rendering
+def test_error_text_has_location_source_line_and_caret():
+    src = "kernel k(x: tensor<f32>[N]) {\n    let a = 1 + b\n}\n"
+    errors = check_program(parse_source(src, "dir/shown.phobos"))
+    assert [str(e) for e in errors] == [
+        "dir/shown.phobos:2:17: error: 'b' is not defined\n"
+        "        let a = 1 + b\n"
+        "                    ^"
+    ]
+
+
+def test_caret_keeps_tabs_so_it_lines_up():
+    src = "kernel k(x: tensor<f32>[N]) {\n\tlet a =\t$\n}\n"
+    with pytest.raises(LexError) as info:
+        parse_source(src, "tabs.phobos")
+    assert str(info.value) == ("tabs.phobos:2:10: error: unexpected character '$'\n"
+                               "    \tlet a =\t$\n"
+                               "    \t       \t^")
+
+
+def test_quoted_line_is_the_line_the_lexer_counted():
+    """Only newlines end lines: a form feed or a carriage return must not shift the quoted line."""
+    src = "kernel k(x: tensor<f32>[N]) {\x0c\r\n    let a = $\r\n}\r\n"
+    with pytest.raises(LexError) as info:
+        parse_source(src, "feeds.phobos")
+    assert str(info.value).splitlines()[1:] == ["        let a = $", "                ^"]
+
+
+def test_notes_print_like_errors():
+    src = "kernel k(x: tensor<f32>[N]) {\n    let a = 1\n    let a = 2\n}\n"
+    (err,) = check_program(parse_source(src, "notes.phobos"))
+    assert str(err) == ("notes.phobos:3:9: error: 'a' is already defined in this scope\n"
+                        "        let a = 2\n"
+                        "            ^\n"
+                        "notes.phobos:2:9: note: previous definition is here\n"
+                        "        let a = 1\n"
+                        "            ^")
+
+
+# ---------------------------------------------------------------- command line
+def run_check(*paths) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "phobos", "check", *map(str, paths)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_check_prints_every_error_of_a_file(tmp_path):
+    path = tmp_path / "several.phobos"
+    path.write_text(textwrap.dedent("""\
+        kernel first(x: tensor<f32>[N], n: i32) {
+            let a = undefined_name
+            n = 3
+        }
+
+        @autotune(B in [4, 8])
+        kernel second(x: tensor<f32>[16]) {
+            let t = x[0 :+ B * 4]
+            let u = t + x[0 :+ 2]
+        }
+        """))
+    result = run_check(path)
+    assert result.returncode == 1
+    located = [line.split(" error: ")[0] for line in result.stderr.splitlines() if " error: " in line]
+    assert located == [f"{path}:2:13:", f"{path}:3:5:", f"{path}:9:15:", f"{path}:8:20:"]
+    assert "only in the autotune configuration B=8" in result.stderr
+    assert result.stdout == ""
+
+
+def test_check_says_ok_for_the_examples():
+    result = run_check(*(p.relative_to(REPO) for p in EXAMPLES))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{p.relative_to(REPO)}: ok" for p in EXAMPLES]
+    assert result.stderr == ""
+
+
+def test_check_reports_a_syntax_error_and_goes_on_to_the_next_file(tmp_path):
+    bad = tmp_path / "bad.phobos"
+    bad.write_text("kernel k(x: tensor<f32>[N]) {\n    let a = (1\n")
+    result = run_check(bad, EXAMPLES[0].relative_to(REPO))
+    assert result.returncode == 1
+    assert f"{bad}:2:15: error: unexpected end of file; a ')' is missing" in result.stderr
+    assert f"{EXAMPLES[0].relative_to(REPO)}: ok" in result.stdout
