@@ -39,7 +39,7 @@ def test_global_overrun_names_ptx_line_thread_address_and_source():
     assert err.loc == Loc("vadd.phobos", 4, 9)
     text = str(err)
     assert text.startswith(f"vadd.phobos:4:9: error: vadd.ptx:{line}: out-of-bounds global load of 4 bytes")
-    assert "0 bytes past the end of vadd_unchecked_x" in text
+    assert "just past the end of vadd_unchecked_x (0x10000000000, 4000 bytes)" in text
     assert "thread (232,0,0) of CTA (3,0,0)" in text  # the first of the 24 threads past the end
     assert "out[i] = x[i] + y[i]" in text  # the source line is quoted
 
@@ -260,3 +260,9 @@ def test_location_comes_from_the_last_loc_of_the_same_kernel():
     with pytest.raises(BarrierError) as info:
         data_module("shared.ptx").launch("split_barrier", 1, 64, [0])
     assert info.value.loc is None
+
+
+def test_vector_load_straddling_the_end_of_an_allocation():
+    x = np.zeros(1002, np.float32)
+    with pytest.raises(MemoryFault, match=r"load of 16 bytes .* overrunning by 8 bytes the end of scale_v4_in"):
+        data_module("memory.ptx").launch("scale_v4", 2, 128, [x, np.zeros(1024, np.float32), 1.0])

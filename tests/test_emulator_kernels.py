@@ -228,3 +228,62 @@ def test_module_parses_once_and_launches_many_times():
         out = np.zeros(32, np.float32)
         module.launch("vadd", 1, 32, [x * k, x, out, 32])
         np.testing.assert_array_equal(out, x * (k + 1))
+
+
+SYNTAX_FORMS = """
+.version 8.5
+.target sm_90
+.address_size 64
+/* A block comment
+   over lines. */
+.visible .entry forms(
+	.param .u64 .ptr .global .align 16 forms_out,
+	.param .align 8 .b8 forms_pair[8],
+	.param .f64 forms_scale
+)
+.reqntid 32, 1, 1
+.minnctapersm 2
+.maxnreg 64
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<4>;
+	.reg .f64 	%fd<3>;
+	.reg .b64 	%rd<4>;
+	.pragma "nounroll";
+	ld.param.u64 	%rd1, [forms_out];   // a trailing comment
+	ld.param.u32 	%r1, [forms_pair];
+	ld.param.u32 	%r2, [forms_pair+4];
+	ld.param.f64 	%fd1, [forms_scale];
+	mov.u32 	%r3, %tid.x;
+	{
+	.reg .b32 %r<2>;
+	add.s32 	%r1, %r3, 100;
+	mov.u32 	%r3, %r1;
+	}
+	mad.lo.s32 	%r3, %r3, %r1, %r2;
+	cvt.rn.f64.s32 	%fd2, %r3;
+	mul.f64 	%fd2, %fd2, %fd1;
+	mov.u32 	%r1, %tid.x;
+	mul.wide.u32 	%rd2, %r1, 8;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.f64 	[%rd3], %fd2;
+	ret;
+}
+"""
+
+
+def test_parameter_qualifiers_directives_scopes_and_comments():
+    from .emulator_support import assert_valid_ptx
+    assert_valid_ptx(SYNTAX_FORMS)
+    module = Module(SYNTAX_FORMS, "forms.ptx")
+    out = np.zeros(32)
+    pair = np.array([3, 5], np.int32)
+    module.launch("forms", 1, 32, [out, pair.tobytes(), 0.5])
+    tid = np.arange(32)
+    np.testing.assert_array_equal(out, ((tid + 100) * 3 + 5) * 0.5)  # the inner %r1 shadows the outer one
+    assert module.kernel("forms").program.directives == {"reqntid": (32, 1, 1), "minnctapersm": (2,),
+                                                         "maxnreg": (64,)}
+    with pytest.raises(LaunchError, match="reqntid"):
+        module.launch("forms", 1, 64, [np.zeros(64), pair.tobytes(), 0.5])
+    with pytest.raises(LaunchError, match="needs 8 bytes"):
+        module.launch("forms", 1, 32, [out, b"1234", 0.5])

@@ -178,7 +178,8 @@ class Decoder:
 
     # -- errors
     def text_of(self, line: int) -> str:
-        return self.ptx_lines[line - 1].strip() if 0 < line <= len(self.ptx_lines) else ""
+        """The PTX source line, blanks collapsed, for messages."""
+        return " ".join(self.ptx_lines[line - 1].split()) if 0 < line <= len(self.ptx_lines) else ""
 
     def source_loc(self, sl: syn.SourceLoc | None) -> Loc | None:
         if sl is None or sl.line == 0:

@@ -180,25 +180,30 @@ class GlobalSpace(Space):
             n = int(np.broadcast_to(nbytes, ok.shape)[i])
             raise Fault(MemoryFault,
                         f"out-of-bounds global {access} of {n} bytes at {int(addr[i]):#x}: "
-                        f"{self.describe(int(addr[i]))}",
+                        f"{self.describe(int(addr[i]), n)}",
                         thread=int(_threads(idx, len(addr))[i]))
         _check_alignment(self.name, addr, align or int(nbytes), idx, access)
         return rel.astype(np.int64) + self._offsets[kc]
 
-    def describe(self, address: int) -> str:
-        """Where an address lies relative to the allocations."""
+    def describe(self, address: int, nbytes: int) -> str:
+        """Where an access of nbytes at address lies relative to the allocations."""
         if address < NULL_REGION:
             return "not in any allocation (a null or uninitialised pointer?)"
-        best = None
-        for name, base, size, _ in self.blocks:
-            dist = address - (base + size) if address >= base else base - address
-            if best is None or dist < best[0]:
-                best = (dist, name, base, size)
-        if best is None:
+        if not self.blocks:
             return "no memory is allocated"
-        dist, name, base, size = best
-        where = (f"{dist} bytes past the end of" if address >= base + size
-                 else f"{dist} bytes before the start of")
+
+        def distance(block):
+            _, base, size, _ = block
+            return base - address if address < base else max(0, address - (base + size))
+        name, base, size, _ = min(self.blocks, key=distance)
+        if address < base:
+            where = f"{base - address} bytes before the start of"
+        elif address < base + size:
+            where = f"overrunning by {address + nbytes - base - size} bytes the end of"
+        elif address == base + size:
+            where = "just past the end of"
+        else:
+            where = f"{address - base - size} bytes past the end of"
         return f"{where} {name} ({base:#x}, {size} bytes)"
 
 
