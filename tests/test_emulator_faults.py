@@ -142,7 +142,7 @@ def test_plain_read_racing_an_atomic():
     ret;"""
     text = kernel_text(body)
     assert_valid_ptx(text)
-    with pytest.raises(SharedMemoryRace, match="read by this thread conflicts with a atomic"):
+    with pytest.raises(SharedMemoryRace, match="read by this thread conflicts with an atomic"):
         Module(text).launch("k", 1, 32, [0])
 
 
@@ -216,7 +216,7 @@ def test_trap():
 
 
 @pytest.mark.parametrize("body, error, message", [
-    ("bfind.u32 %r1, %r2;", UnsupportedPtx, "unknown instruction bfind.u32"),
+    ("mul24.lo.u32 %r1, %r2, %r3;", UnsupportedPtx, "unknown instruction mul24.lo.u32"),
     ("add.cc.u32 %r1, %r2, %r3;", UnsupportedPtx, "unsupported modifier .cc on add"),
     ("ld.global.L1::no_allocate.lu.f32 %f1, [%rd1];", None, None),
     ("add.u32 %r1, %r2, %r9;", PtxSyntaxError, "%r9 is not a declared register"),
@@ -237,16 +237,17 @@ def test_unknown_or_malformed_instructions_are_reported_at_load_time(body, error
     assert str(info.value).startswith(f"error: bad.ptx:{info.value.ptx_line}: ")
 
 
-def test_ptxas_agrees_the_bfind_test_is_valid_ptx():
+def test_ptxas_agrees_the_unknown_instruction_is_valid_ptx():
     # The "unknown instruction" above is real PTX the emulator does not implement.
-    assert_valid_ptx(kernel_text(".reg .b32 %r<3>;\nmov.u32 %r2, 5;\nbfind.u32 %r1, %r2;\nret;"))
+    assert_valid_ptx(kernel_text(".reg .b32 %r<4>;\nmov.u32 %r2, 5;\nmov.u32 %r3, 7;\n"
+                                 "mul24.lo.u32 %r1, %r2, %r3;\nret;"))
 
 
 def test_unsupported_directives_and_functions():
     with pytest.raises(UnsupportedPtx, match="device functions"):
         Module(HEADER + ".func f()\n{\nret;\n}\n")
-    with pytest.raises(UnsupportedPtx, match="module-level .global"):
-        Module(HEADER + ".global .align 4 .b8 table[16];\n")
+    with pytest.raises(UnsupportedPtx, match="initialising with the address of table"):
+        Module(HEADER + ".global .align 4 .b8 table[16];\n.global .align 8 .u64 pointer[1] = {table};\n")
 
 
 def test_syntax_errors_name_the_line():
@@ -266,3 +267,28 @@ def test_vector_load_straddling_the_end_of_an_allocation():
     x = np.zeros(1002, np.float32)
     with pytest.raises(MemoryFault, match=r"load of 16 bytes .* overrunning by 8 bytes the end of scale_v4_in"):
         data_module("memory.ptx").launch("scale_v4", 2, 128, [x, np.zeros(1024, np.float32), 1.0])
+
+
+@pytest.mark.parametrize("partner, races", [(1, False), (32, True)])
+def test_warp_barrier_orders_only_its_own_warp(partner, races):
+    body = f"""
+    .reg .b32 %r<6>;
+    .shared .align 4 .b8 slots[256];
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, slots;
+    add.s32 %r4, %r3, %r2;
+    st.shared.u32 [%r4], %r1;
+    bar.warp.sync -1;
+    xor.b32 %r5, %r1, {partner};
+    shl.b32 %r5, %r5, 2;
+    add.s32 %r5, %r3, %r5;
+    ld.shared.u32 %r5, [%r5];
+    ret;"""
+    text = kernel_text(body)
+    assert_valid_ptx(text)
+    if races:
+        with pytest.raises(SharedMemoryRace, match=r"read by this thread conflicts with a write by thread \(32,0,0\)"):
+            Module(text).launch("k", 1, 64, [0])
+    else:
+        Module(text).launch("k", 1, 64, [0])

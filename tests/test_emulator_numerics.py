@@ -436,3 +436,83 @@ def test_predicate_tests_and_logical_not():
                                   [1, 0])
     np.testing.assert_array_equal(run_elementwise("not.pred %d, %a0;", "pred", ("pred", np.array([0, 1], np.uint8))),
                                   [1, 0])
+
+
+# Reference formulas of the PTX ISA for the bit-field instructions, bit by bit.
+
+def reference_bfe(a: int, pos: int, length: int, width: int, signed: bool) -> int:
+    pos, length = pos & 0xFF, length & 0xFF
+    sign = (a >> min(pos + length - 1, width - 1)) & 1 if signed and length else 0
+    return sum((((a >> (pos + i)) & 1) if i < length and pos + i < width else sign) << i for i in range(width))
+
+
+def reference_bfi(f: int, b: int, pos: int, length: int, width: int) -> int:
+    pos, length = pos & 0xFF, length & 0xFF
+    for i in range(length):
+        if pos + i < width:
+            b = (b & ~(1 << (pos + i))) | (((f >> i) & 1) << (pos + i))
+    return b
+
+
+def random_u32(n):
+    return rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+
+
+@pytest.mark.parametrize("t", ["u32", "s32", "u64", "s64"])
+def test_bfe(t):
+    width = int(t[1:])
+    a = rng.integers(0, 2 ** 63, 500, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    a = a.astype(np.uint32) if width == 32 else a
+    pos, length = rng.integers(0, width + 8, 500).astype(np.uint32), rng.integers(0, width + 8, 500).astype(np.uint32)
+    got = run_elementwise(f"bfe.{t} %d, %a0, %a1, %a2;", f"u{width}", (f"u{width}", a), ("u32", pos),
+                          ("u32", length))
+    assert got.tolist() == [reference_bfe(int(x), int(p), int(n), width, t[0] == "s")
+                            for x, p, n in zip(a, pos, length)]
+
+
+def test_bfi():
+    f, b = random_u32(500), random_u32(500)
+    pos, length = rng.integers(0, 40, 500).astype(np.uint32), rng.integers(0, 40, 500).astype(np.uint32)
+    got = run_elementwise("bfi.b32 %d, %a0, %a1, %a2, %a3;", "u32", ("u32", f), ("u32", b), ("u32", pos),
+                          ("u32", length))
+    assert got.tolist() == [reference_bfi(int(w), int(x), int(p), int(n), 32) for w, x, p, n in zip(f, b, pos, length)]
+
+
+@pytest.mark.parametrize("t", ["u32", "s32"])
+@pytest.mark.parametrize("shiftamt", ["", ".shiftamt"])
+def test_bfind(t, shiftamt):
+    x = np.concatenate([random_u32(100), np.array([0, 1, 0xFFFFFFFF, 0x80000000], np.uint32)])
+
+    def reference(v):
+        if t == "s32" and v >= 2 ** 31:
+            v = ~v & 0xFFFFFFFF
+        if v == 0:
+            return 0xFFFFFFFF
+        return 31 - (v.bit_length() - 1) if shiftamt else v.bit_length() - 1
+    got = run_elementwise(f"bfind{shiftamt}.{t} %d, %a0;", "u32", (t, x.view(np.int32) if t == "s32" else x))
+    assert got.tolist() == [reference(int(v)) for v in x]
+
+
+def test_prmt_and_funnel_shifts():
+    a, b = random_u32(300), random_u32(300)
+    selectors = rng.integers(0, 2 ** 16, 300).astype(np.uint32)
+
+    def reference_prmt(x, y, c):
+        pool, out = (y << 32) | x, 0
+        for k in range(4):
+            sel = (c >> (4 * k)) & 0xF
+            byte = (pool >> (8 * (sel & 7))) & 0xFF
+            out |= ((0xFF if byte & 0x80 else 0) if sel & 8 else byte) << (8 * k)
+        return out
+    got = run_elementwise("prmt.b32 %d, %a0, %a1, %a2;", "u32", ("u32", a), ("u32", b), ("u32", selectors))
+    assert got.tolist() == [reference_prmt(int(x), int(y), int(c)) for x, y, c in zip(a, b, selectors)]
+    counts = rng.integers(0, 70, 300).astype(np.uint32)
+    for direction in ("l", "r"):
+        for mode in ("wrap", "clamp"):
+            def reference_shf(x, y, c):
+                n = c & 31 if mode == "wrap" else min(c, 32)
+                pair = (y << 32) | x
+                return ((pair << n) >> 32 if direction == "l" else pair >> n) & 0xFFFFFFFF
+            got = run_elementwise(f"shf.{direction}.{mode}.b32 %d, %a0, %a1, %a2;", "u32", ("u32", a), ("u32", b),
+                                  ("u32", counts))
+            assert got.tolist() == [reference_shf(int(x), int(y), int(c)) for x, y, c in zip(a, b, counts)]

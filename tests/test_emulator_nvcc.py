@@ -69,3 +69,61 @@ def test_f64_int64_and_f16_arithmetic():
     whole = np.trunc(a).astype(np.int64)
     np.testing.assert_array_equal(c, (whole - np.fmod(whole, 3)) // 3 + np.fmod(c0, 7))
     np.testing.assert_array_equal(h, (s.astype(np.float32) * np.float32(0.5)).astype(np.float16))
+
+
+def test_math_library_functions():
+    x = np.concatenate([rng.standard_normal(200) * 3, [1e5, -3e4, 123456.7, 0.0, -0.5]]).astype(np.float32)
+    y = np.zeros(5 * len(x), np.float32)
+    module().launch("math_functions", 1, 256, [x, y, len(x)])
+    y = y.reshape(-1, 5).astype(np.float64)
+    v = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(y[:, 0], np.exp(v) + np.log(np.abs(v) + 1), rtol=2e-6)
+    np.testing.assert_allclose(y[:, 1], np.sin(v) * np.cos(v), rtol=1e-5, atol=1e-6)  # large arguments too
+    np.testing.assert_allclose(y[:, 2], np.sqrt(np.abs(v)) + 1 / np.sqrt(np.abs(v) + 1) + np.minimum(v, 0.5),
+                               rtol=2e-6, atol=1e-6)
+    small = np.abs(v) < 50
+    np.testing.assert_allclose(y[small, 3], np.tanh(v[small]) + np.abs(v[small]) ** 1.5, rtol=2e-6, atol=1e-6)
+    from math import erf
+    np.testing.assert_allclose(y[:, 4], np.rint(v) + [erf(t) for t in v], rtol=2e-6, atol=1e-6)
+
+
+def test_integer_intrinsics():
+    x = np.concatenate([rng.integers(0, 2 ** 32, 300, dtype=np.uint64).astype(np.uint32),
+                        np.array([0, 1, 0x80000000, 0xFFFFFFFF], np.uint32)])
+    y = np.zeros(4 * len(x), np.uint32)
+    module().launch("bit_intrinsics", 2, 256, [x, y, len(x)])
+    y = y.reshape(-1, 4)
+    mask = 0xFFFFFFFF
+    for v, got in zip(x.tolist(), y.tolist()):
+        popc, clz = bin(v).count("1"), 32 - v.bit_length()
+        brev = int(f"{v:032b}"[::-1], 2)
+        ffs = (v & -v).bit_length()
+        assert got[0] == (popc + clz + brev + ffs) & mask
+        assert got[1] == (v // 7 + v % 13 + min(v, 77)) & mask
+        hi, shift = (v * 3) & mask, v & 31
+        funnel = ((((hi << 32) | v) << shift) >> 32) & mask
+        pool = ((v >> 3) << 32) | v
+        perm = sum(((pool >> (8 * ((0x5140 >> (4 * k)) & 7))) & 0xFF) << (8 * k) for k in range(4))
+        assert got[2] == funnel ^ perm
+        assert got[3] == (v * ((v + 12345) & mask)) >> 32
+
+
+def test_pipeline_async_copy():
+    x = rng.standard_normal(4 * 128).astype(np.float32)
+    y = np.zeros_like(x)
+    module().launch("pipeline_copy", 1, 128, [x, y])
+    np.testing.assert_array_equal(y.reshape(128, 4), x.reshape(128, 4)[::-1])
+
+
+def test_warp_primitives_and_syncwarp_ordered_shared_exchange():
+    x = rng.integers(-50, 50, 64).astype(np.int32)
+    y = np.zeros(64, np.int32)
+    module().launch("warp_primitives", 1, 64, [x, y])
+    lane = np.arange(64) % 32
+    v = x + np.where(lane > 0, x[np.arange(64) - (lane > 0)], x)
+    warp = np.arange(64) // 32
+    ballots = np.array([np.count_nonzero(v[warp == w] > 0) for w in range(2)])
+    alls = np.array([int((v[warp == w] > -100).all()) for w in range(2)])
+    sums = np.array([v[warp == w].sum() for w in range(2)])
+    np.testing.assert_array_equal(y, v + ballots[warp] + alls[warp] + sums[warp] + v[np.arange(64) ^ 1])

@@ -162,8 +162,10 @@ def _align(value: int, alignment: int) -> int:
 class Decoder:
     """Decodes one `.entry` of a module into a `Program`."""
 
-    def __init__(self, module: syn.PtxModuleAst, entry: syn.Entry, ptx_name: str, ptx_lines: list[str]):
+    def __init__(self, module: syn.PtxModuleAst, entry: syn.Entry, ptx_name: str, ptx_lines: list[str],
+                 module_data: dict[str, tuple[str, int]] | None = None):
         self.module = module
+        self.module_data = module_data or {}  # .global/.const variable -> (space, address)
         self.entry = entry
         self.ptx_name = ptx_name
         self.ptx_lines = ptx_lines
@@ -204,7 +206,7 @@ class Decoder:
         local = 0
         externs = []
         used = self._referenced_names()
-        module_vars = [v for v in self.module.variables if v.name in used]
+        module_vars = [v for v in self.module.variables if v.name in used and v.space == "shared"]
         for var in module_vars + self.entry.variables:
             if var.space == "local":
                 local = _align(local, var.align)
@@ -279,12 +281,12 @@ class Decoder:
         return slot, self.reg_types[slot]
 
     def variable(self, name: str) -> tuple[str, int] | None:
-        """(state space, address) of a shared or local variable."""
+        """(state space, address) of a shared, local, global or const variable."""
         if name in self.shared_vars:
             return "shared", self.shared_vars[name].offset
         if name in self.local_vars:
             return "local", self.local_vars[name]
-        return None
+        return self.module_data.get(name)
 
     def param(self, name: str) -> tuple[syn.Param, int]:
         if name not in self.params:
@@ -388,7 +390,7 @@ class Decoder:
     def _address_constant(self, name: str, offset: int, t: PtxType) -> Callable:
         found = self.variable(name)
         if found is None:
-            raise self.error(f"{name} is not a shared or local variable", PtxSyntaxError)
+            raise self.error(f"{name} is not a variable", PtxSyntaxError)
         if t.is_float or t.kind == "pred":
             raise self.error(f"the address of {name} needs an integer type", PtxSyntaxError)
         const = np.array((found[1] + offset) & ((1 << t.bits) - 1), t.unsigned).view(t.dtype)[()]
@@ -431,25 +433,10 @@ class Decoder:
 
     def constant(self, imm: syn.Imm, t: PtxType):
         """A literal as a NumPy scalar of type `t`."""
-        if t.kind == "pred":
-            if imm.kind != "int":
-                raise self.error("a predicate literal must be an integer", PtxSyntaxError)
-            return np.bool_(imm.value != 0)
-        if imm.kind == "int":
-            if t.is_float:
-                return _float_constant(float(imm.value), t)
-            return np.array(imm.value & ((1 << t.bits) - 1), t.unsigned).view(t.dtype)[()]
-        if imm.kind == "float":
-            if not t.is_float:
-                raise self.error(f"a floating-point literal used as .{t.name}", PtxSyntaxError)
-            return _float_constant(imm.value, t)
-        width = 32 if imm.kind == "f32bits" else 64
-        if not t.is_float:
-            if t.bits != width:
-                raise self.error(f"a {width}-bit float literal used as .{t.name}", PtxSyntaxError)
-            return np.array(imm.value, t.unsigned).view(t.dtype)[()]
-        value = np.array(imm.value, f"u{width // 8}").view(f"f{width // 8}")[()]
-        return _float_constant(float(value), t)
+        try:
+            return literal(imm, t)
+        except ValueError as problem:
+            raise self.error(str(problem), PtxSyntaxError) from None
 
     def address(self, operand, space: str) -> Callable:
         """A function (m, idx) -> uint64 addresses of a `[...]` operand in `space`."""
@@ -476,11 +463,34 @@ class Decoder:
             raise self.error(f"{name} is not a register or a variable", PtxSyntaxError)
         var_space, var_address = found
         if space == "generic":
-            var_address += SHARED_APERTURE if var_space == "shared" else LOCAL_APERTURE
+            var_address += {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE}.get(var_space, 0)
         elif space != var_space:
             raise self.error(f"{name} is a .{var_space} variable, used with .{space}", PtxSyntaxError)
         const = np.uint64((var_address + operand.offset) & MASK64)
         return lambda m, idx: np.full(lanes(m, idx), const, np.uint64)
+
+
+def literal(imm: syn.Imm, t: PtxType):
+    """A literal as a NumPy scalar of type `t` (ValueError if it cannot be one)."""
+    if t.kind == "pred":
+        if imm.kind != "int":
+            raise ValueError("a predicate literal must be an integer")
+        return np.bool_(imm.value != 0)
+    if imm.kind == "int":
+        if t.is_float:
+            return _float_constant(float(imm.value), t)
+        return np.array(imm.value & ((1 << t.bits) - 1), t.unsigned).view(t.dtype)[()]
+    if imm.kind == "float":
+        if not t.is_float:
+            raise ValueError(f"a floating-point literal used as .{t.name}")
+        return _float_constant(imm.value, t)
+    width = 32 if imm.kind == "f32bits" else 64
+    if not t.is_float:
+        if t.bits != width:
+            raise ValueError(f"a {width}-bit float literal used as .{t.name}")
+        return np.array(imm.value, t.unsigned).view(t.dtype)[()]
+    value = np.array(imm.value, f"u{width // 8}").view(f"f{width // 8}")[()]
+    return _float_constant(float(value), t)
 
 
 def _float_constant(value: float, t: PtxType):

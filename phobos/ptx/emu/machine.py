@@ -31,8 +31,8 @@ import numpy as np
 from ...errors import LaunchError, Note, SourceFile
 from . import ops_arith, ops_control, ops_memory  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
-from .decode import BARRIER, BRANCH, PLAIN, Decoder, Program
-from .errors import BarrierError, Fault, TrapError
+from .decode import BARRIER, BRANCH, PLAIN, Decoder, Program, literal
+from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
 from .memory import AsyncCopies, GenericSpace, GlobalSpace, RaceDetector, WindowSpace
 from .ops_control import NUM_BARRIERS
 from .ptxtypes import TYPES
@@ -105,7 +105,7 @@ class Machine:
         if config.check_races and config.shared_size:
             self.shared.races = RaceDetector(cta_count, self.shared.stride, self.tpc)
         self.local = WindowSpace("local", n, program.local_size, np.arange(n, dtype=np.int64))
-        self.spaces = {"global": self.glob, "shared": self.shared, "local": self.local,
+        self.spaces = {"global": self.glob, "const": self.glob, "shared": self.shared, "local": self.local,
                        "generic": GenericSpace(self.glob, self.shared, self.local)}
         self.async_copies = AsyncCopies(n)
         self.steps = 0
@@ -365,6 +365,8 @@ class Kernel:
         if source_text is not None and prog.files:
             SourceFile.register(prog.files[0], source_text)
         glob = GlobalSpace()
+        for var in self.module.variables:
+            glob.allocate(var.data, var.name, var.address)
         params, arrays = self._pack_arguments(list(args), glob)
         glob.seal()
         base = prog.dynamic_shared_offset if prog.dynamic_shared_offset is not None else prog.static_shared
@@ -384,6 +386,8 @@ class Kernel:
                 finally:
                     steps += machine.steps
         self._copy_back(arrays, glob)
+        for var in self.module.variables:
+            var.data[:] = glob.contents(var.address)
         return LaunchStats(self.name, grid, block, total * tpc, -(-total // batch), steps,
                            time.perf_counter() - start)
 
@@ -463,6 +467,17 @@ class Kernel:
             np.copyto(array, data.view(array.dtype).reshape(array.shape))
 
 
+@dataclass
+class ModuleVariable:
+    """A module-level .global or .const variable: its address in every launch and its
+    current contents (kept from one launch to the next, as device globals are)."""
+
+    name: str
+    space: str
+    address: int
+    data: np.ndarray
+
+
 class Module:
     """A parsed and decoded PTX module; launch its kernels any number of times."""
 
@@ -471,7 +486,29 @@ class Module:
         lines = ptx_text.splitlines()
         self.name = name
         self.target = tree.target
-        self.kernels = {e.name: Kernel(Decoder(tree, e, name, lines).decode(), self) for e in tree.entries}
+        self.variables = self._place_variables(tree)
+        addresses = {v.name: (v.space, v.address) for v in self.variables}
+        self.kernels = {e.name: Kernel(Decoder(tree, e, name, lines, addresses).decode(), self)
+                        for e in tree.entries}
+
+    def _place_variables(self, tree: syn.PtxModuleAst) -> list[ModuleVariable]:
+        """Initial contents and addresses of the .global/.const variables: they are the
+        first allocations of every launch, so their addresses are known now."""
+        placed = []
+        layout = GlobalSpace()
+        for var in tree.variables:
+            if var.space not in ("global", "const"):
+                continue
+            t = TYPES[var.elem]
+            data = np.zeros(var.size, np.uint8)
+            try:
+                values = np.array([literal(v, t) for v in var.init], t.dtype)
+            except ValueError as problem:
+                raise PtxSyntaxError(f"{self.name}:{var.line}: {problem} (initialising {var.name})",
+                                     ptx_file=self.name, ptx_line=var.line) from None
+            data[: values.nbytes] = values.view(np.uint8)
+            placed.append(ModuleVariable(var.name, var.space, layout.allocate(data, var.name), data))
+        return placed
 
     def kernel(self, name: str) -> Kernel:
         if name not in self.kernels:

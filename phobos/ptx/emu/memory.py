@@ -133,12 +133,19 @@ class GlobalSpace(Space):
         self._heap_size = 0
         self._pending: list[tuple[int, bytes | np.ndarray]] = []
 
-    def allocate(self, data, name: str) -> int:
-        """Add an allocation holding a copy of `data` (bytes-like); return its address."""
+    def allocate(self, data, name: str, address: int | None = None) -> int:
+        """Add an allocation holding a copy of `data` (bytes-like); return its address.
+
+        Addresses are handed out in order, so the same sequence of sizes always
+        gets the same addresses; `address`, if given, must be the next one.
+        """
         raw = np.frombuffer(memoryview(data).cast("B"), np.uint8) if not isinstance(data, np.ndarray) \
             else data.reshape(-1).view(np.uint8)
         size = len(raw)
-        address = self._next_address
+        if address is None:
+            address = self._next_address
+        elif address != self._next_address:
+            raise ValueError(f"{name} expected at {address:#x}, the next address is {self._next_address:#x}")
         heap_offset = self._heap_size
         self.blocks.append((name, address, size, heap_offset))
         self._pending.append((heap_offset, raw))
@@ -286,48 +293,84 @@ class GenericSpace(Space):
 
 _NOBODY = np.int32(-1)
 _NOBODY_LOW = np.int32(np.iinfo(np.int32).max)
+WARP = 32
+
+
+class _Accesses:
+    """One kind of access (plain writes, plain reads or atomics) to every shared byte
+    since the CTA's last barrier: the lowest and highest thread ids (linear within
+    the CTA) that made one, so that 'by some other thread' is two comparisons, the
+    last instruction that made one, and the warp-barrier epoch of the access."""
+
+    def __init__(self, n: int, what: str):
+        self.what = what
+        self.lo = np.full(n, _NOBODY_LOW, np.int32)
+        self.hi = np.full(n, _NOBODY, np.int32)
+        self.pc = np.zeros(n, np.int32)
+        self.epoch = np.zeros(n, np.int32)
+
+    def reset(self, rows, stride: int) -> None:
+        for arr, empty in ((self.lo, _NOBODY_LOW), (self.hi, _NOBODY)):
+            if rows is None:
+                arr.fill(empty)
+            else:
+                arr[:-16].reshape(-1, stride)[rows] = empty
+
+    def record(self, b, t, pc: int, epoch, only_this_thread: bool) -> None:
+        """Add accesses of bytes b by threads t (`only_this_thread`: nobody else has
+        touched these bytes, as after a checked write)."""
+        if only_this_thread:
+            self.lo[b] = t
+            self.hi[b] = t
+        else:
+            np.minimum.at(self.lo, b, t)
+            np.maximum.at(self.hi, b, t)
+        self.pc[b] = pc
+        if epoch is not None:
+            np.maximum.at(self.epoch, b, epoch)
+
+    def other_thread(self, i, b, t) -> int:
+        lo = int(self.lo[b[i]])
+        return lo if lo != t[i] else int(self.hi[b[i]])
 
 
 class RaceDetector:
     """Shadow state of shared memory between barriers, one entry per byte.
 
-    For each byte: the thread (linear id within its CTA) that last wrote it and
-    the instruction that did, the lowest and highest ids of the threads that
-    read it (so 'read by some other thread' is one comparison) and the last
-    reading instruction, the same for atomics, and the number of cp.async
-    copies still pending into it.  A barrier clears the CTA's row.
+    An access by thread t conflicts with an earlier one by another thread of
+    the CTA since the last barrier if at least one of them is a plain write, or
+    one is atomic and the other plain.  Threads of one warp that both passed a
+    `bar.warp.sync` between their accesses are ordered too: each warp has an
+    epoch that the warp barrier advances, and accesses remember the epoch they
+    were made in.  Bytes with cp.async copies still pending into them count
+    those copies, so that touching them is reported as a missing wait.
     """
 
     def __init__(self, rows: int, stride: int, threads_per_cta: int):
         n = rows * stride + 16
         self.stride = stride
         self.threads_per_cta = threads_per_cta
-        self.writer = np.full(n, _NOBODY, np.int32)
-        self.write_pc = np.zeros(n, np.int32)
-        self.reader_lo = np.full(n, _NOBODY_LOW, np.int32)
-        self.reader_hi = np.full(n, _NOBODY, np.int32)
-        self.read_pc = np.zeros(n, np.int32)
-        self.atomic_lo: np.ndarray | None = None
-        self.atomic_hi: np.ndarray | None = None
-        self.atomic_pc: np.ndarray | None = None
+        self.writes = _Accesses(n, "write")
+        self.reads = _Accesses(n, "read")
+        self.atomics: _Accesses | None = None  # created by the first shared atomic
+        self.warp_epoch: np.ndarray | None = None  # [cta, warp], created by the first bar.warp.sync
         self.pending = np.zeros(n, np.int16)
         self.pending_total = 0
-
-    def _shadows(self):
-        yield self.writer, _NOBODY
-        yield self.reader_lo, _NOBODY_LOW
-        yield self.reader_hi, _NOBODY
-        if self.atomic_lo is not None:
-            yield self.atomic_lo, _NOBODY_LOW
-            yield self.atomic_hi, _NOBODY
+        self.rows = rows
 
     def reset(self, rows: np.ndarray | None) -> None:
         """Forget all accesses of the CTAs `rows` (None: all) - they passed a barrier."""
-        for arr, empty in self._shadows():
-            if rows is None:
-                arr.fill(empty)
-            else:
-                arr[:-16].reshape(-1, self.stride)[rows] = empty
+        for accesses in (self.writes, self.reads, self.atomics):
+            if accesses is not None:
+                accesses.reset(rows, self.stride)
+
+    def warp_sync(self, m, threads) -> None:
+        """`bar.warp.sync` by `threads`: a new epoch for each of their warps."""
+        if self.warp_epoch is None:
+            self.warp_epoch = np.zeros((self.rows, -(-self.threads_per_cta // WARP)), np.int32)
+        rows, warps = m.cta_of[threads], m.ltid[threads] // WARP
+        keys = np.unique(rows * self.warp_epoch.shape[1] + warps)
+        self.warp_epoch.reshape(-1)[keys] += 1
 
     def check(self, m, idx, flat, nbytes, access, pc):
         tid = m.ltid if idx is None else m.ltid[idx]
@@ -341,20 +384,21 @@ class RaceDetector:
             raise Fault(AsyncCopyHazard,
                         f"shared {access} at {m.describe_shared(int(b[i]) % self.stride)} while a cp.async "
                         f"into it is still pending (missing cp.async.wait_group/wait_all?)",
-                        thread=self._thread(m, b[i], t[i]))
+                        thread=self._thread(b[i], t[i]))
         if access == LOAD:
-            self._check_plain(m, b, t, write=False)
-            np.minimum.at(self.reader_lo, b, t)
-            np.maximum.at(self.reader_hi, b, t)
-            self.read_pc[b] = pc
+            self._check(m, b, t, "read", [self.writes, self.atomics])
+            self.reads.record(b, t, pc, self._epoch(b, t), only_this_thread=False)
         elif access == STORE:
             self.record_write(m, b, t, pc)
         else:
-            self._atomic(m, b, t, pc)
+            self._check(m, b, t, "atomic", [self.writes, self.reads])
+            if self.atomics is None:
+                self.atomics = _Accesses(len(self.pending), "atomic")
+            self.atomics.record(b, t, pc, self._epoch(b, t), only_this_thread=False)
 
     def record_write(self, m, b, t, pc):
         """Check and record plain writes of bytes `b` by threads `t`."""
-        self._check_plain(m, b, t, write=True)
+        self._check(m, b, t, "write", [self.writes, self.reads, self.atomics])
         if len(b) > 1:
             order = np.argsort(b, kind="stable")
             sb = b[order]
@@ -365,64 +409,42 @@ class RaceDetector:
                             f"data race on shared memory at {m.describe_shared(int(b[i]) % self.stride)}: "
                             f"threads {m.describe_local(int(t[i]))} and {m.describe_local(int(t[j]))} "
                             f"write it in the same instruction",
-                            thread=self._thread(m, b[j], t[j]))
-        self.writer[b] = t
-        self.write_pc[b] = pc
+                            thread=self._thread(b[j], t[j]))
+        self.writes.record(b, t, pc, self._epoch(b, t), only_this_thread=True)
 
-    def _check_plain(self, m, b, t, write: bool):
-        w = self.writer[b]
-        clash = (w != _NOBODY) & (w != t)
-        if clash.any():
-            i = int(np.flatnonzero(clash)[0])
-            self._race(m, b[i], t[i], "write" if write else "read", int(w[i]), "write", self.write_pc[b[i]])
-        if write:
-            lo, hi = self.reader_lo[b], self.reader_hi[b]
+    def _epoch(self, b, t):
+        """The warp-barrier epoch of each access (None while no warp barrier was used)."""
+        if self.warp_epoch is None:
+            return None
+        return self.warp_epoch[b // self.stride, t // WARP]
+
+    def _check(self, m, b, t, what: str, earlier: list) -> None:
+        """Raise if any access in `earlier` by another thread conflicts with this one."""
+        for accesses in earlier:
+            if accesses is None:
+                continue
+            lo, hi = accesses.lo[b], accesses.hi[b]
             clash = (hi != _NOBODY) & ((lo != t) | (hi != t))
+            if self.warp_epoch is not None and clash.any():
+                warp = t // WARP
+                same_warp = (lo // WARP == warp) & (hi // WARP == warp)
+                clash &= ~(same_warp & (self._epoch(b, t) > accesses.epoch[b]))
             if clash.any():
                 i = int(np.flatnonzero(clash)[0])
-                other = int(lo[i]) if lo[i] != t[i] else int(hi[i])
-                self._race(m, b[i], t[i], "write", other, "read", self.read_pc[b[i]])
-        if self.atomic_lo is not None:
-            lo, hi = self.atomic_lo[b], self.atomic_hi[b]
-            clash = (hi != _NOBODY) & ((lo != t) | (hi != t))
-            if clash.any():
-                i = int(np.flatnonzero(clash)[0])
-                other = int(lo[i]) if lo[i] != t[i] else int(hi[i])
-                self._race(m, b[i], t[i], "write" if write else "read", other, "atomic",
-                           self.atomic_pc[b[i]])
+                other = accesses.other_thread(i, b, t)
+                other_pc = int(accesses.pc[b[i]])
+                raise Fault(SharedMemoryRace,
+                            f"data race on shared memory at {m.describe_shared(int(b[i]) % self.stride)}: "
+                            f"{what} by this thread conflicts with a{'n' if accesses.what[0] == 'a' else ''} "
+                            f"{accesses.what} by thread {m.describe_local(other)} at "
+                            f"{m.ptx_position(other_pc)} with no barrier in between",
+                            thread=self._thread(b[i], t[i]),
+                            related=[(other_pc, f"the conflicting {accesses.what} by thread "
+                                                f"{m.describe_local(other)}")])
 
-    def _atomic(self, m, b, t, pc):
-        w = self.writer[b]
-        lo, hi = self.reader_lo[b], self.reader_hi[b]
-        clash_w = (w != _NOBODY) & (w != t)
-        clash_r = (hi != _NOBODY) & ((lo != t) | (hi != t))
-        if clash_w.any():
-            i = int(np.flatnonzero(clash_w)[0])
-            self._race(m, b[i], t[i], "atomic", int(w[i]), "write", self.write_pc[b[i]])
-        if clash_r.any():
-            i = int(np.flatnonzero(clash_r)[0])
-            other = int(lo[i]) if lo[i] != t[i] else int(hi[i])
-            self._race(m, b[i], t[i], "atomic", other, "read", self.read_pc[b[i]])
-        if self.atomic_lo is None:
-            self.atomic_lo = np.full(len(self.writer), _NOBODY_LOW, np.int32)
-            self.atomic_hi = np.full(len(self.writer), _NOBODY, np.int32)
-            self.atomic_pc = np.zeros(len(self.writer), np.int32)
-        np.minimum.at(self.atomic_lo, b, t)
-        np.maximum.at(self.atomic_hi, b, t)
-        self.atomic_pc[b] = pc
-
-    def _thread(self, m, byte, tid):
+    def _thread(self, byte, tid) -> int:
+        """The batch index of thread `tid` of the CTA that owns shared byte `byte`."""
         return int(byte) // self.stride * self.threads_per_cta + int(tid)
-
-    def _race(self, m, byte, tid, what, other_tid, other_what, other_pc):
-        offset = int(byte) % self.stride
-        raise Fault(SharedMemoryRace,
-                    f"data race on shared memory at {m.describe_shared(offset)}: {what} by this thread "
-                    f"conflicts with a {other_what} by thread {m.describe_local(other_tid)} at "
-                    f"{m.ptx_position(int(other_pc))} with no barrier in between",
-                    thread=self._thread(m, byte, tid),
-                    related=[(int(other_pc), f"the conflicting {other_what} by thread "
-                                             f"{m.describe_local(other_tid)}")])
 
 
 # ---------------------------------------------------------------- cp.async

@@ -396,6 +396,118 @@ def build_bit_count(d, ins, mods):
     return elementwise(d, ins, U32, [t], _clz(t))
 
 
+def _low_bits(count, width: int):
+    """Masks of `count` low one bits (count may be up to width), as uint64."""
+    count = np.asarray(count, np.uint64)
+    full = np.uint64((1 << width) - 1)
+    return np.where(count >= width, full, (np.uint64(1) << np.minimum(count, 63)) - np.uint64(1))
+
+
+def _field(v):
+    """A bit-field position or length operand: its low 8 bits, as uint64."""
+    return np.asarray(v).astype(np.uint64) & np.uint64(0xFF)
+
+
+@opcode("bfe")
+def build_bfe(d, ins, mods):
+    """Extract len bits at pos, zero- or sign-extended (pos, len: low 8 bits of b, c)."""
+    t = _bit_type(d, mods)
+    require(d, t.bits in (32, 64) and t.kind in ("u", "s"), f"bfe.{t.name} is not supported")
+    w = t.bits
+
+    def bfe(a, b, c):
+        raw = np.asarray(a).view(t.unsigned).astype(np.uint64)
+        pos, length = _field(b), _field(c)
+        take = np.minimum(length, np.where(pos >= w, 0, w - pos).astype(np.uint64))
+        field = np.where(pos >= w, np.uint64(0), raw >> np.minimum(pos, w - 1)) & _low_bits(take, w)
+        if t.is_signed:  # fill with the field's top bit (or the operand's sign bit)
+            top = np.minimum(pos + length - np.uint64(1), np.uint64(w - 1))
+            sign = ((raw >> np.where(length == 0, np.uint64(0), top)) & np.uint64(1)).astype(bool)
+            sign &= length != 0
+            field = np.where(sign, field | (_low_bits(w, w) & ~_low_bits(take, w)), field)
+        return field.astype(t.unsigned).view(t.dtype)
+    return elementwise(d, ins, t, [t, U32, U32], bfe)
+
+
+@opcode("bfi")
+def build_bfi(d, ins, mods):
+    """Insert the len low bits of f into b at pos."""
+    t = _bit_type(d, mods)
+    require(d, t.name in ("b32", "b64"), f"bfi.{t.name} is not supported")
+    w = t.bits
+
+    def bfi(f, b, c, e):
+        pos, length = _field(c), _field(e)
+        take = np.minimum(length, np.where(pos >= w, 0, w - pos).astype(np.uint64))
+        mask = (_low_bits(take, w) << np.minimum(pos, w - 1)) & _low_bits(w, w)
+        f64, b64 = np.asarray(f).astype(np.uint64), np.asarray(b).astype(np.uint64)
+        out = (b64 & ~mask) | ((f64 << np.minimum(pos, w - 1)) & mask)
+        return out.astype(t.dtype)
+    ops = d.operands(ins, 5)
+    write = d.writer(ops[0], t)
+    rf, rb, rc, re = d.reader(ops[1], t), d.reader(ops[2], t), d.reader(ops[3], U32), d.reader(ops[4], U32)
+    return plain(lambda m, idx: write(m, idx, bfi(rf(m, idx), rb(m, idx), rc(m, idx), re(m, idx))))
+
+
+@opcode("bfind")
+def build_bfind(d, ins, mods):
+    """Position of the most significant non-sign bit (0xFFFFFFFF if none); .shiftamt: the
+    left shift that would move it to the top."""
+    shift_amount = mods.flag("shiftamt")
+    t = _bit_type(d, mods)
+    require(d, t.bits in (32, 64) and t.kind in ("u", "s"), f"bfind.{t.name} is not supported")
+    clz = _clz(TYPES[f"b{t.bits}"])
+
+    def bfind(a):
+        raw = np.asarray(a).view(t.unsigned)
+        if t.is_signed:
+            raw = np.where(np.asarray(a) < 0, ~raw, raw)
+        zeros = clz(raw).astype(np.int64)
+        found = np.int64(t.bits - 1) - zeros
+        result = zeros if shift_amount else found
+        return np.where(raw == 0, np.uint32(0xFFFFFFFF), result.astype(np.uint32))
+    return elementwise(d, ins, U32, [t], bfind)
+
+
+@opcode("prmt")
+def build_prmt(d, ins, mods):
+    """Byte permute: each selector nibble of c picks one of the 8 bytes of {b, a}
+    (bit 3 of the nibble: replicate that byte's sign instead)."""
+    t = _bit_type(d, mods)
+    require(d, t.name == "b32", "only prmt.b32 in its default mode is supported")
+
+    def prmt(a, b, c):
+        pool = (np.asarray(b).astype(np.uint64) << np.uint64(32)) | np.asarray(a).astype(np.uint64)
+        c = np.asarray(c).astype(np.uint64)
+        out = np.zeros(np.broadcast(pool, c).shape, np.uint64)
+        for k in range(4):
+            sel = (c >> np.uint64(4 * k)) & np.uint64(0xF)
+            byte = (pool >> ((sel & np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
+            byte = np.where((sel & np.uint64(8)) != 0, np.where(byte & np.uint64(0x80), 0xFF, 0), byte)
+            out |= byte.astype(np.uint64) << np.uint64(8 * k)
+        return out.astype(np.uint32)
+    return elementwise(d, ins, t, [t, t, t], prmt)
+
+
+@opcode("shf")
+def build_shf(d, ins, mods):
+    """Funnel shift of the 64-bit {b, a} by c (.wrap: c mod 32, .clamp: at most 32)."""
+    direction = mods.take("l", "r")
+    mode = mods.take("wrap", "clamp")
+    if direction is None or mode is None:
+        raise d.error("shf needs .l or .r and .wrap or .clamp", PtxSyntaxError)
+    t = _bit_type(d, mods)
+    require(d, t.name == "b32", "shf is .b32")
+
+    def shf(a, b, c):
+        pair = (np.asarray(b).astype(np.uint64) << np.uint64(32)) | np.asarray(a).astype(np.uint64)
+        c = np.asarray(c).astype(np.uint64)
+        n = c & np.uint64(31) if mode == "wrap" else np.minimum(c, np.uint64(32))
+        shifted = (pair << n) >> np.uint64(32) if direction == "l" else pair >> n
+        return (shifted & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    return elementwise(d, ins, t, [t, t, U32], shf)
+
+
 # ------------------------------------------------------------------ setp selp
 
 _INT_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,

@@ -5,11 +5,13 @@
 # machine.py moves the threads.  Memory fences are no-ops: the emulator runs
 # one instruction at a time, so every access is already visible to all.
 #
-# shfl.sync and vote.sync work per warp (32 consecutive threads of a CTA).
-# Their member mask must name exactly lanes that execute the instruction
-# together: a lane in the mask that has exited, diverged elsewhere or does not
-# exist (a partial last warp) is undefined behaviour on the GPU and an error
-# here, as is reading a lane that is not active.
+# shfl.sync, vote.sync, redux.sync and bar.warp.sync work per warp (32
+# consecutive threads of a CTA).  Their member mask must name exactly lanes
+# that execute the instruction together: a lane in the mask that has exited,
+# diverged elsewhere or does not exist (a partial last warp) is undefined
+# behaviour on the GPU and an error here, as is reading a lane that is not
+# active.  bar.warp.sync also tells the race detector that the warp's shared
+# memory accesses before it are ordered with those after it.
 from __future__ import annotations
 
 import numpy as np
@@ -184,6 +186,53 @@ def build_vote(d, ins, mods):
         result = {"ballot": ballot, "any": ballot != 0, "all": ballot == member,
                   "uni": (ballot == 0) | (ballot == member)}[mode]
         write(m, idx, result)
+    return plain(run)
+
+
+@opcode("bar.warp.sync")
+def build_warp_barrier(d, ins, mods):
+    """`bar.warp.sync membermask`: the member lanes meet; their shared-memory
+    accesses before it are ordered with those after it."""
+    (mask,) = d.operands(ins, 1)
+    read_mask = d.reader(mask, U32)
+
+    def run(m, idx):
+        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        _check_members(m, "bar.warp.sync", threads, bit, active,
+                       np.broadcast_to(read_mask(m, idx), (len(threads),)))
+        if m.shared.races is not None:
+            m.shared.races.warp_sync(m, threads)
+    return plain(run)
+
+
+_REDUX = {"add": np.add, "min": np.minimum, "max": np.maximum,
+          "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
+@opcode("redux")
+def build_redux(d, ins, mods):
+    """`redux.sync.op.type d, a, membermask`: every member lane gets op over the members' a."""
+    if not mods.flag("sync"):
+        raise d.error("only redux.sync is supported")
+    op = mods.take(*_REDUX)
+    if op is None:
+        raise d.error("redux.sync needs .add, .min, .max, .and, .or or .xor", PtxSyntaxError)
+    t = mods.type()
+    require(d, t.name in (("b32",) if op in ("and", "or", "xor") else ("u32", "s32")),
+            f"redux.sync.{op}.{t.name} is not supported")
+    dest, a, mask = d.operands(ins, 3)
+    write, read_a, read_mask = d.writer(dest, t), d.reader(a, t), d.reader(mask, U32)
+    combine = _REDUX[op]
+
+    def run(m, idx):
+        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        n = len(threads)
+        _check_members(m, "redux.sync", threads, bit, active, np.broadcast_to(read_mask(m, idx), (n,)))
+        values = np.broadcast_to(read_a(m, idx), (n,))
+        order = np.argsort(first, kind="stable")  # lanes of one warp together
+        warps, starts = np.unique(first[order], return_index=True)
+        totals = combine.reduceat(values[order], starts)
+        write(m, idx, totals[np.searchsorted(warps, first)])
     return plain(run)
 
 

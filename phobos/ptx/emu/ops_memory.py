@@ -26,8 +26,8 @@ from .memory import ASYNC, LOCAL_APERTURE, SHARED_APERTURE
 from .ops_arith import elementwise, require
 from .ptxtypes import TYPES
 
-_SPACES = {"global": "global", "shared": "shared", "shared::cta": "shared", "local": "local",
-           "param": "param"}
+_SPACES = {"global": "global", "const": "const", "shared": "shared", "shared::cta": "shared",
+           "local": "local", "param": "param"}
 _HINTS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "weak", "relaxed", "acquire",
           "release", "acq_rel", "sc", "mmio", "cta", "gpu", "sys", "cluster", "unified"}
 U32 = TYPES["u32"]
@@ -37,7 +37,7 @@ def _is_hint(word: str) -> bool:
     return word in _HINTS or word.startswith(("L1::", "L2::"))
 
 
-def _space(mods, allowed=("global", "shared", "local", "generic", "param")) -> str:
+def _space(mods, allowed=("global", "const", "shared", "local", "generic", "param")) -> str:
     word = mods.take(*_SPACES)
     space = _SPACES[word] if word else "generic"
     require(mods.decoder, space in allowed, f"{mods.base}.{word} is not supported")
@@ -275,16 +275,16 @@ _APERTURES = {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE}
 @opcode("cvta")
 def build_cvta(d, ins, mods):
     to = mods.flag("to")
-    word = mods.take("global", "shared", "shared::cta", "local")
+    word = mods.take("global", "const", "shared", "shared::cta", "local")
     if word is None:
-        raise d.error("cvta needs .global, .shared or .local", PtxSyntaxError)
+        raise d.error("cvta needs .global, .const, .shared or .local", PtxSyntaxError)
     space = _SPACES[word]
     t = mods.type()
     require(d, t.name in ("u64", "u32"), "cvta takes .u32 or .u64")
-    require(d, space == "global" or t.bits == 64 or to, "generic addresses are 64-bit")
+    require(d, space in ("global", "const") or t.bits == 64 or to, "generic addresses are 64-bit")
     d.operands(ins, 2)
-    if space == "global":
-        fn = lambda a: a  # noqa: E731 - generic and global addresses coincide here
+    if space in ("global", "const"):
+        fn = lambda a: a  # noqa: E731 - generic, global and const addresses coincide here
     else:
         base = t.dtype.type(_APERTURES[space] & ((1 << t.bits) - 1))
         fn = (lambda a: a - base) if to else (lambda a: a + base)

@@ -151,13 +151,17 @@ class RegDecl:
 
 @dataclass
 class VarDecl:
-    """A `.shared`/`.local` array; size is None for `.extern` (dynamic) arrays."""
+    """A variable of a state space (.shared, .local, .global, .const): elements of
+    type `elem`, `size` bytes (None for `.extern` dynamic shared arrays), and the
+    initial values of `.global`/`.const` variables (literals, zero-filled)."""
 
     space: str
     name: str
     align: int
     size: int | None
     line: int
+    elem: str = "b8"
+    init: tuple[Imm, ...] = ()
 
 
 @dataclass
@@ -329,10 +333,10 @@ class Parser:
 
     def parse_module_variable(self, module: PtxModuleAst, extern: bool) -> None:
         space_tok = self.next()
-        if space_tok.text != ".shared":
+        if space_tok.text not in (".shared", ".global", ".const"):
             raise self.error(f"module-level {space_tok.text} variables are not supported",
                              space_tok.line, UnsupportedPtx)
-        module.variables.append(self.parse_variable("shared", extern, space_tok.line))
+        module.variables.append(self.parse_variable(space_tok.text[1:], extern, space_tok.line))
 
     def parse_variable(self, space: str, extern: bool, line: int) -> VarDecl:
         """`[.align N] .type name[dims]... ;` after the state space word."""
@@ -359,13 +363,33 @@ class Parser:
             dim = parse_int(self.expect_kind("int", "an array size").text)
             self.expect("]")
             count = None if count is None else count * dim
-        if self.peek().text == "=":
-            raise self.error(f"initialised variables ({name}) are not supported", line, UnsupportedPtx)
+        init: tuple[Imm, ...] = ()
+        if self.accept("="):
+            if space not in ("global", "const"):
+                raise self.error(f"a .{space} variable cannot be initialised", line)
+            init = tuple(self.parse_initializer())
+            count = len(init) if count is None else count
+            if len(init) > count:
+                raise self.error(f"too many initial values for {name}", line)
         self.expect(";")
         if extern != (count is None):
             raise self.error(f"{name}: only .extern arrays may be declared without a size", line)
         size = None if count is None else count * _SCALAR_SIZES[elem]
-        return VarDecl(space, name, align or _SCALAR_SIZES[elem], size, line)
+        return VarDecl(space, name, align or _SCALAR_SIZES[elem], size, line, elem, init)
+
+    def parse_initializer(self) -> list[Imm]:
+        """A literal or a brace list of them (nested braces of arrays flattened)."""
+        if not self.accept("{"):
+            tok = self.peek()
+            if tok.kind == "name":
+                raise self.error(f"initialising with the address of {tok.text} is not supported",
+                                 tok.line, UnsupportedPtx)
+            return [self.parse_literal()]
+        values = self.parse_initializer()
+        while self.accept(","):
+            values += self.parse_initializer()
+        self.expect("}")
+        return values
 
     # -- entries
     def parse_entry(self, line: int) -> Entry:

@@ -74,3 +74,52 @@ extern "C" __global__ void misc(const double* a, double* b, long long* c, const 
     c[i] = (long long)v / 3 + (c[i] % 7);
     h[i] = __float2half((float)s[i] * 0.5f);
 }
+
+// Math library functions (sinf uses a .global table for large arguments).
+extern "C" __global__ void math_functions(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i];
+        y[5 * i] = expf(v) + logf(fabsf(v) + 1.f);
+        y[5 * i + 1] = sinf(v) * cosf(v);
+        y[5 * i + 2] = sqrtf(fabsf(v)) + rsqrtf(fabsf(v) + 1.f) + fminf(v, 0.5f);
+        y[5 * i + 3] = tanhf(v) + powf(fabsf(v), 1.5f);
+        y[5 * i + 4] = (float)__float2int_rn(v) + erff(v);
+    }
+}
+
+// Integer intrinsics: popc, clz, brev, ffs, funnel shift, byte permute, mulhi.
+extern "C" __global__ void bit_intrinsics(const unsigned* x, unsigned* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned v = x[i];
+        y[4 * i] = __popc(v) + __clz(v) + __brev(v) + __ffs(v);
+        y[4 * i + 1] = (v / 7) + (v % 13) + min(v, 77u);
+        y[4 * i + 2] = __funnelshift_l(v, v * 3, v) ^ __byte_perm(v, v >> 3, 0x5140);
+        y[4 * i + 3] = __umulhi(v, v + 12345);
+    }
+}
+
+// cp.async through the pipeline primitives.
+#include <cuda_pipeline.h>
+extern "C" __global__ void pipeline_copy(const float4* x, float4* y) {
+    __shared__ float4 s[128];
+    __pipeline_memcpy_async(&s[threadIdx.x], &x[threadIdx.x], sizeof(float4));
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    y[threadIdx.x] = s[127 - threadIdx.x];
+}
+
+// Warp primitives: shuffle up, ballot, all, __syncwarp, reduce.
+extern "C" __global__ void warp_primitives(const int* x, int* y) {
+    __shared__ int s[64];
+    int v = x[threadIdx.x];
+    v += __shfl_up_sync(0xffffffff, v, 1);
+    unsigned b = __ballot_sync(0xffffffff, v > 0);
+    int a = __all_sync(0xffffffff, v > -100);
+    s[threadIdx.x] = v;
+    __syncwarp();
+    int neighbour = s[threadIdx.x ^ 1];
+    y[threadIdx.x] = v + __popc(b) + a + __reduce_add_sync(0xffffffff, v) + neighbour;
+}
