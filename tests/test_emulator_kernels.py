@@ -287,3 +287,9 @@ def test_parameter_qualifiers_directives_scopes_and_comments():
         module.launch("forms", 1, 64, [np.zeros(64), pair.tobytes(), 0.5])
     with pytest.raises(LaunchError, match="needs 8 bytes"):
         module.launch("forms", 1, 32, [out, b"1234", 0.5])
+
+
+def test_more_shared_memory_than_the_target_has():
+    x = np.zeros(128, np.float32)
+    with pytest.raises(LaunchError, match="needs 240000 bytes of shared memory; sm_90 has 232448"):
+        data_module("shared.ptx").launch("reverse_dynamic", 1, 128, [x, x.copy()], shared_bytes=240000)

@@ -154,6 +154,13 @@ class Program:
     def position(self, pc: int) -> str:
         return f"{self.ptx_name}:{self.ops[pc].line}"
 
+    def shared_size(self, dynamic: int) -> int:
+        """Shared memory per CTA, in bytes, with `dynamic` bytes of dynamic shared memory."""
+        if not dynamic:
+            return self.static_shared
+        base = self.dynamic_shared_offset if self.dynamic_shared_offset is not None else self.static_shared
+        return base + dynamic
+
 
 def _align(value: int, alignment: int) -> int:
     return -(-value // alignment) * alignment

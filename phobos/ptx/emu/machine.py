@@ -369,8 +369,7 @@ class Kernel:
             glob.allocate(var.data, var.name, var.address)
         params, arrays = self._pack_arguments(list(args), glob)
         glob.seal()
-        base = prog.dynamic_shared_offset if prog.dynamic_shared_offset is not None else prog.static_shared
-        shared_size = base + shared_bytes if shared_bytes else prog.static_shared
+        shared_size = prog.shared_size(shared_bytes)
         config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps)
         total = grid[0] * grid[1] * grid[2]
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
@@ -407,9 +406,8 @@ class Kernel:
             raise LaunchError(f"{self.name} allows at most {most} threads per block (.maxntid), "
                               f"launched with {block}")
         limit = next((SHARED_LIMITS[t] for t in self.module.target if t in SHARED_LIMITS), None)
-        base = prog.dynamic_shared_offset if prog.dynamic_shared_offset is not None else prog.static_shared
-        if limit is not None and base + shared_bytes > limit:
-            raise LaunchError(f"{self.name} needs {base + shared_bytes} bytes of shared memory; "
+        if limit is not None and prog.shared_size(shared_bytes) > limit:
+            raise LaunchError(f"{self.name} needs {prog.shared_size(shared_bytes)} bytes of shared memory; "
                               f"{self.module.target[0]} has {limit}")
 
     def _pack_arguments(self, args: list, glob: GlobalSpace):
