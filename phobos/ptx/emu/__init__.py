@@ -1,0 +1,31 @@
+# A PTX emulator: runs the PTX text the Phobos compiler emits on the CPU.
+#
+# CI machines have no GPU; this package lets tests check the numerics of the
+# exact PTX that would run on one.  It parses PTX, decodes each instruction
+# once into a handler with its operands resolved, and executes all threads of
+# a grid at once as NumPy arrays (one element per thread), with per-thread
+# program counters for divergence and per-CTA barriers.  It is exact where PTX
+# is exact (integer wrap-around, IEEE rounding modes, single-rounding fma) and
+# it stops with an `EmulatorError` at what a GPU would silently get wrong:
+# out-of-bounds and misaligned accesses, shared-memory data races between
+# barriers, cp.async data used before its wait, barriers in divergent code,
+# warp-synchronous instructions with absent lanes, and any PTX it does not
+# know.  Errors name the PTX line and, through `.loc`, the Phobos source line.
+#
+#     from phobos.ptx.emu import launch
+#     launch(ptx_text, "add", grid=(n // 256,), block=(256,), args=[x, y, out, n])
+#
+# Modules: syntax (parsing), decode (instructions -> handlers), ops_* (the
+# instruction handlers), numerics (exact rounding), memory (state spaces, race
+# detection, cp.async), machine (scheduler and launches).
+from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, EmulatorError, MemoryFault,
+                     MisalignedAddress, PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx,
+                     WarpSyncError)
+from .machine import Kernel, LaunchStats, Module, launch, load_module
+
+__all__ = [
+    "launch", "load_module", "Module", "Kernel", "LaunchStats",
+    "EmulatorError", "PtxSyntaxError", "UnsupportedPtx", "MemoryFault", "MisalignedAddress",
+    "SharedMemoryRace", "AsyncCopyHazard", "BarrierError", "WarpSyncError", "ArithmeticFault",
+    "TrapError",
+]

@@ -1,0 +1,539 @@
+# Running decoded kernels: modules, launches, thread batches and the scheduler.
+#
+# A launch runs the CTAs of the grid in batches (as many as fit a memory
+# budget, usually all of them) as one array of threads: thread index =
+# cta * threads_per_cta + linear tid.  Registers are NumPy arrays over those
+# threads; shared memory is one row per CTA.
+#
+# Scheduling is the classic minimum-PC scheme.  The threads at the lowest
+# program counter among the runnable ones form the active group and execute
+# together; a branch that splits the group writes per-thread PCs and the next
+# group is chosen again, so diverged paths run one after the other and merge
+# where their PCs meet.  While a group is converged the per-thread PC array is
+# not touched at all: the loop only compares the group's PC with the lowest PC
+# of the threads left behind.
+#
+# `bar.sync` parks the threads that reach it; once every live thread of the
+# CTA (or the barrier's thread count) has arrived they go on, and the CTA's
+# shared-memory race records are cleared.  Exited threads do not count.  A
+# CTA whose remaining threads all wait at barriers that cannot complete is a
+# deadlock, and threads released together from one barrier but coming from
+# different `bar.sync` instructions are reported too (a barrier in divergent
+# code).
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import LaunchError, Note, SourceFile
+from . import ops_arith, ops_control, ops_memory  # noqa: F401  (they fill the opcode table)
+from . import syntax as syn
+from .decode import BARRIER, BRANCH, PLAIN, Decoder, Program, literal
+from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
+from .memory import AsyncCopies, GenericSpace, GlobalSpace, RaceDetector, WindowSpace
+from .ops_control import NUM_BARRIERS
+from .ptxtypes import TYPES
+
+DEFAULT_MAX_STEPS = 10_000_000
+DEFAULT_MAX_THREADS = 1 << 16
+MEMORY_BUDGET = 512 << 20
+RUN, WAIT, DONE = 0, 1, 2
+FAR = np.iinfo(np.int64).max
+
+# Shared memory per block (bytes) on the targets Phobos cares about.
+SHARED_LIMITS = {"sm_70": 96 << 10, "sm_75": 64 << 10, "sm_80": 163 << 10, "sm_86": 99 << 10,
+                 "sm_87": 163 << 10, "sm_89": 99 << 10, "sm_90": 227 << 10, "sm_90a": 227 << 10}
+
+
+@dataclass
+class LaunchStats:
+    """What a launch did: instructions issued (one per active group and step), time taken."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    threads: int
+    batches: int
+    steps: int
+    seconds: float
+
+
+@dataclass
+class LaunchConfig:
+    """Everything a batch needs that is fixed for the whole launch."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    params: np.ndarray
+    glob: GlobalSpace
+    shared_size: int
+    dynamic_shared: int
+    check_races: bool
+    max_steps: int
+
+
+def _dims(value, what: str) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(dims) <= 3 or any(int(x) < 1 for x in dims):
+        raise LaunchError(f"{what} must be 1 to 3 positive sizes, got {value!r}")
+    return tuple(int(x) for x in dims) + (1,) * (3 - len(dims))
+
+
+class Machine:
+    """The threads of one batch of CTAs: registers, memory, and the scheduler."""
+
+    def __init__(self, program: Program, config: LaunchConfig, cta_first: int, cta_count: int):
+        self.program = program
+        self.config = config
+        self.tpc = int(np.prod(config.block))
+        self.cta_first = cta_first
+        self.n = n = cta_count * self.tpc
+        self.cta_of = np.repeat(np.arange(cta_count, dtype=np.int64), self.tpc)
+        ltid = np.tile(np.arange(self.tpc, dtype=np.int64), cta_count)
+        self.ltid = ltid.astype(np.int32)
+        self.lane = ltid % 32
+        in_warp = np.minimum(32, self.tpc - (ltid - self.lane))
+        self.warp_exists = np.where(in_warp == 32, 0xFFFFFFFF, (1 << in_warp) - 1).astype(np.uint32)
+        self.regs = [np.zeros(n, dt) for dt in program.reg_dtypes]
+        self.special = {name: self._special_register(name, ltid) for name in program.specials}
+        self.params = config.params
+        self.glob = config.glob
+        self.shared = WindowSpace("shared", cta_count, config.shared_size, self.cta_of)
+        if config.check_races and config.shared_size:
+            self.shared.races = RaceDetector(cta_count, self.shared.stride, self.tpc)
+        self.local = WindowSpace("local", n, program.local_size, np.arange(n, dtype=np.int64))
+        self.spaces = {"global": self.glob, "const": self.glob, "shared": self.shared, "local": self.local,
+                       "generic": GenericSpace(self.glob, self.shared, self.local)}
+        self.async_copies = AsyncCopies(n)
+        self.steps = 0
+
+    # -- special registers and descriptions
+    def _special_register(self, name: str, ltid: np.ndarray) -> np.ndarray:
+        bx, by, _ = self.config.block
+        gx, gy, _ = self.config.grid
+        cta = self.cta_first + self.cta_of
+        lane = self.lane
+        axis = {"x": 0, "y": 1, "z": 2}
+        if name.startswith(("%tid.", "%ctaid.")):
+            linear, (sx, sy) = (ltid, (bx, by)) if name.startswith("%tid") else (cta, (gx, gy))
+            value = (linear % sx, (linear // sx) % sy, linear // (sx * sy))[axis[name[-1]]]
+        elif name.startswith(("%ntid.", "%nctaid.")):
+            dims = self.config.block if name.startswith("%ntid") else self.config.grid
+            value = np.full(self.n, dims[axis[name[-1]]])
+        else:
+            value = {
+                "%laneid": lambda: lane,
+                "%warpid": lambda: ltid // 32,
+                "%nwarpid": lambda: np.full(self.n, -(-self.tpc // 32)),
+                "%dynamic_smem_size": lambda: np.full(self.n, self.config.dynamic_shared),
+                "%total_smem_size": lambda: np.full(self.n, self.config.shared_size),
+                "%lanemask_eq": lambda: 1 << lane,
+                "%lanemask_lt": lambda: (1 << lane) - 1,
+                "%lanemask_le": lambda: (2 << lane) - 1,
+                "%lanemask_gt": lambda: 0xFFFFFFFF ^ ((2 << lane) - 1),
+                "%lanemask_ge": lambda: 0xFFFFFFFF ^ ((1 << lane) - 1),
+            }[name]()
+        return np.asarray(value, np.int64).astype(np.uint32)
+
+    def describe_local(self, ltid: int) -> str:
+        bx, by, _ = self.config.block
+        return f"({ltid % bx},{ltid // bx % by},{ltid // (bx * by)})"
+
+    def describe_thread(self, t: int) -> str:
+        gx, gy, _ = self.config.grid
+        cta = self.cta_first + t // self.tpc
+        return (f"thread {self.describe_local(t % self.tpc)} of CTA "
+                f"({cta % gx},{cta // gx % gy},{cta // (gx * gy)})")
+
+    def describe_shared(self, offset: int) -> str:
+        for var in reversed(self.program.shared_vars):
+            if var.offset <= offset:
+                return f"{var.name}+{offset - var.offset} (shared offset {offset:#x})"
+        return f"shared offset {offset:#x}"
+
+    def ptx_position(self, pc: int) -> str:
+        return self.program.position(pc)
+
+    # -- the scheduler
+    def run(self) -> None:
+        """Run every thread of the batch to its end."""
+        ops = self.program.ops
+        regs = self.regs
+        self.pc = np.zeros(self.n, np.int64)
+        self.status = np.zeros(self.n, np.int8)
+        self.bar_id = np.zeros(self.n, np.int64)
+        self.bar_count = np.zeros(self.n, np.int64)
+        self.bar_pc = np.zeros(self.n, np.int64)
+        group, gpc, other = None, 0, FAR
+        limit = self.config.max_steps
+        steps = 0
+        try:
+            while True:
+                if gpc >= other:
+                    self._park(group, gpc)
+                    group, gpc, other = self._schedule()
+                    if gpc < 0:
+                        break
+                op = ops[gpc]
+                steps += 1
+                if steps > limit:
+                    raise Fault(TrapError, f"more than {limit} instruction steps: an endless loop?")
+                if op.kind == PLAIN:
+                    if op.guard is None:
+                        op.run(self, group)
+                    else:
+                        g = regs[op.guard] if group is None else regs[op.guard][group]
+                        if op.negated:
+                            g = ~g
+                        if g.all():
+                            op.run(self, group)
+                        elif g.any():
+                            op.run(self, np.flatnonzero(g) if group is None else group[g])
+                    gpc += 1
+                    continue
+                if op.guard is None:
+                    g = None
+                else:
+                    g = regs[op.guard] if group is None else regs[op.guard][group]
+                    if op.negated:
+                        g = ~g
+                    if not g.any():
+                        gpc += 1
+                        continue
+                if g is None or g.all():  # the whole group takes it
+                    if op.kind == BRANCH:
+                        gpc = op.target
+                        continue
+                    lanes = self._all(group)
+                    if op.kind == BARRIER:
+                        self._arrive(op, lanes)
+                    else:
+                        self._exit(lanes)
+                else:
+                    lanes = self._all(group)
+                    taken, rest = lanes[g], lanes[~g]
+                    self.pc[rest] = gpc + 1
+                    if op.kind == BRANCH:
+                        self.pc[taken] = op.target
+                    elif op.kind == BARRIER:
+                        self._arrive(op, taken)
+                    else:
+                        self._exit(taken)
+                group, gpc, other = self._schedule()
+                if gpc < 0:
+                    break
+        except Fault as fault:
+            raise self._error(fault, gpc) from None
+        finally:
+            self.steps = steps
+
+    def _all(self, group):
+        return np.arange(self.n) if group is None else group
+
+    def _park(self, group, pc: int) -> None:
+        """Record the PC of the active group's threads (None: all threads)."""
+        if group is None:
+            self.pc.fill(pc)
+        else:
+            self.pc[group] = pc
+
+    def _exit(self, threads) -> None:
+        """Retire threads, completing their outstanding cp.async copies."""
+        self.status[threads] = DONE
+        self.async_copies.complete(self, threads, None)
+
+    def _arrive(self, op, threads) -> None:
+        ids, counts = op.run(self, threads)
+        self.pc[threads] = op.index + 1
+        self.status[threads] = WAIT
+        self.bar_id[threads] = ids
+        self.bar_count[threads] = counts
+        self.bar_pc[threads] = op.index
+
+    def _schedule(self):
+        """Pick the next active group: (lanes or None for all, its PC, lowest PC of the others).
+        The PC is -1 when every thread has finished."""
+        runnable = self.status == RUN
+        if not runnable.any():
+            if not self._release():
+                if (self.status == DONE).all():
+                    return None, -1, FAR
+                raise self._deadlock()
+            runnable = self.status == RUN
+        candidates = np.where(runnable, self.pc, FAR)
+        gpc = int(candidates.min())
+        here = candidates == gpc
+        if here.all():
+            return None, gpc, FAR
+        group = np.flatnonzero(here)
+        others = candidates[~here]
+        return group, gpc, int(others.min())
+
+    def _release(self) -> bool:
+        """Let go the threads whose barrier is complete; True if any were."""
+        waiting = np.flatnonzero(self.status == WAIT)
+        if not waiting.size:
+            return False
+        ncta = self.n // self.tpc
+        cta = self.cta_of[waiting]
+        live = np.bincount(self.cta_of[self.status != DONE], minlength=ncta)
+        key = cta * NUM_BARRIERS + self.bar_id[waiting]
+        arrived = np.bincount(key, minlength=ncta * NUM_BARRIERS)[key]
+        whole_cta = self.bar_count[waiting] == 0
+        expected = np.where(whole_cta, live[cta], self.bar_count[waiting])
+        ready = arrived >= expected
+        if not ready.any():
+            return False
+        released = waiting[ready]
+        at = self.bar_pc[released]
+        if at.min() != at.max():
+            self._check_same_barrier(released, key[ready], at)
+        self.status[released] = RUN
+        races = self.shared.races
+        if races is not None and whole_cta[ready].any():
+            rows = np.unique(cta[ready & whole_cta])
+            races.reset(None if len(rows) == ncta else rows)
+        return True
+
+    def _check_same_barrier(self, released, keys, at) -> None:
+        lo = np.full(keys.max() + 1, FAR)
+        hi = np.full(keys.max() + 1, -1)
+        np.minimum.at(lo, keys, at)
+        np.maximum.at(hi, keys, at)
+        bad = np.flatnonzero(lo[keys] != hi[keys])
+        if bad.size:
+            i = bad[0]
+            first, second = int(lo[keys[i]]), int(hi[keys[i]])
+            raise Fault(BarrierError,
+                        f"threads of one CTA were released from barrier {int(self.bar_id[released[i]])} "
+                        f"having reached it at different bar.sync instructions "
+                        f"({self.ptx_position(first)} and {self.ptx_position(second)}): "
+                        f"a barrier in divergent code",
+                        thread=int(released[i]), pc=first,
+                        related=[(second, "the other bar.sync")])
+
+    def _deadlock(self) -> Fault:
+        waiting = np.flatnonzero(self.status == WAIT)
+        t = int(waiting[0])
+        cta = self.cta_of[t]
+        mine = waiting[self.cta_of[waiting] == cta]
+        live = int(np.count_nonzero((self.cta_of == cta) & (self.status != DONE)))
+        summary = ", ".join(
+            f"{int(np.count_nonzero(self.bar_id[mine] == b))} at barrier {b}"
+            for b in np.unique(self.bar_id[mine]))
+        want = int(self.bar_count[t]) or live
+        return Fault(BarrierError,
+                     f"barrier deadlock: the {live} live threads of the CTA wait ({summary}) and "
+                     f"barrier {int(self.bar_id[t])} expects {want}",
+                     thread=t, pc=int(self.bar_pc[t]))
+
+    def _error(self, fault: Fault, pc: int):
+        ops = self.program.ops
+        pc = fault.pc if fault.pc is not None else pc
+        op = ops[pc]
+        who = f" [{self.describe_thread(fault.thread)}]" if fault.thread is not None else ""
+        notes = [Note(f"{self.ptx_position(other)}: {what}: `{ops[other].text}`", ops[other].loc)
+                 for other, what in fault.related]
+        return fault.kind(f"{self.ptx_position(pc)}: {fault.message}{who} (in `{op.text}`)",
+                          loc=op.loc, notes=notes, ptx_file=self.program.ptx_name, ptx_line=op.line)
+
+
+class Kernel:
+    """One `.entry` of a module, decoded and ready to launch."""
+
+    def __init__(self, program: Program, module: "Module"):
+        self.program = program
+        self.module = module
+        self.name = program.name
+
+    @property
+    def params(self) -> list[tuple[str, str]]:
+        """(name, PTX type) of each parameter, in order ('bytes' for byte arrays)."""
+        return [(p.name, p.type) for p, _ in self.program.params]
+
+    def launch(self, grid, block, args, shared_bytes: int = 0, source_text: str | None = None, *,
+               check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
+               max_threads: int = DEFAULT_MAX_THREADS) -> LaunchStats:
+        """Run the kernel on `grid` x `block` threads; see `launch` for the arguments."""
+        grid, block = _dims(grid, "grid"), _dims(block, "block")
+        tpc = int(np.prod(block))
+        self._check_config(grid, block, tpc, shared_bytes)
+        prog = self.program
+        if source_text is not None and prog.files:
+            SourceFile.register(prog.files[0], source_text)
+        glob = GlobalSpace()
+        for var in self.module.variables:
+            glob.allocate(var.data, var.name, var.address)
+        params, arrays = self._pack_arguments(list(args), glob)
+        glob.seal()
+        shared_size = prog.shared_size(shared_bytes)
+        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps)
+        total = grid[0] * grid[1] * grid[2]
+        per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
+            + shared_size * (24 if check_races else 1)
+        batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // max(per_cta, 1)))
+        start = time.perf_counter()
+        steps = 0
+        with np.errstate(all="ignore"):
+            for first in range(0, total, batch):
+                machine = Machine(prog, config, first, min(batch, total - first))
+                try:
+                    machine.run()
+                finally:
+                    steps += machine.steps
+        self._copy_back(arrays, glob)
+        for var in self.module.variables:
+            var.data[:] = glob.contents(var.address)
+        return LaunchStats(self.name, grid, block, total * tpc, -(-total // batch), steps,
+                           time.perf_counter() - start)
+
+    def _check_config(self, grid, block, tpc: int, shared_bytes: int) -> None:
+        prog = self.program
+        if tpc > 1024 or block[2] > 64:
+            raise LaunchError(f"block {block} has more than 1024 threads (or z > 64)")
+        if grid[1] > 65535 or grid[2] > 65535 or grid[0] >= 1 << 31:
+            raise LaunchError(f"grid {grid} is too large")
+        if not isinstance(shared_bytes, (int, np.integer)) or shared_bytes < 0:
+            raise LaunchError(f"shared_bytes must be a non-negative integer, got {shared_bytes!r}")
+        req = prog.directives.get("reqntid")
+        if req is not None and tuple(req) + (1,) * (3 - len(req)) != block:
+            raise LaunchError(f"{self.name} requires blocks of {req} threads (.reqntid), launched with {block}")
+        most = prog.directives.get("maxntid")
+        if most is not None and tpc > int(np.prod(most)):
+            raise LaunchError(f"{self.name} allows at most {most} threads per block (.maxntid), "
+                              f"launched with {block}")
+        limit = next((SHARED_LIMITS[t] for t in self.module.target if t in SHARED_LIMITS), None)
+        if limit is not None and prog.shared_size(shared_bytes) > limit:
+            raise LaunchError(f"{self.name} needs {prog.shared_size(shared_bytes)} bytes of shared memory; "
+                              f"{self.module.target[0]} has {limit}")
+
+    def _pack_arguments(self, args: list, glob: GlobalSpace):
+        """The parameter buffer, and the (array, address) pairs to copy back after the run."""
+        prog = self.program
+        if len(args) != len(prog.params):
+            raise LaunchError(f"{self.name} takes {len(prog.params)} arguments, got {len(args)}")
+        buffer = np.zeros(prog.param_size + 8, np.uint8)
+        allocated: dict[int, int] = {}
+        arrays = []
+        for (param, offset), value in zip(prog.params, args):
+            raw = self._param_bytes(param, value, glob, allocated, arrays)
+            buffer[offset: offset + param.size] = raw
+        return buffer, arrays
+
+    def _param_bytes(self, param: syn.Param, value, glob, allocated, arrays) -> np.ndarray:
+        where = f"argument {param.name} of {self.name}"
+        if param.type == "bytes":
+            raw = np.frombuffer(bytes(memoryview(value).cast("B")), np.uint8)
+            if len(raw) != param.size:
+                raise LaunchError(f"{where} needs {param.size} bytes, got {len(raw)}")
+            return raw
+        t = TYPES[param.type]
+        if isinstance(value, np.ndarray) and value.ndim > 0:
+            if t.bits != 64 or t.is_float:
+                raise LaunchError(f"{where} is .{t.name}; an array needs a .u64 pointer parameter")
+            if value.dtype.hasobject:
+                raise LaunchError(f"{where}: arrays of Python objects cannot be copied to the device")
+            address = allocated.get(id(value))
+            if address is None:
+                address = allocated[id(value)] = glob.allocate(np.ascontiguousarray(value), param.name)
+                arrays.append((value, address, param.name))
+            value = address
+        elif value is None and t.bits == 64 and not t.is_float:
+            value = 0
+        if t.is_float:
+            if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+                raise LaunchError(f"{where} is .{t.name}, got {value!r}")
+            return np.array([value], t.dtype).view(np.uint8)
+        if t.kind == "pred" or not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise LaunchError(f"{where} is .{t.name}, got {value!r}")
+        low = -(1 << (t.bits - 1)) if t.kind != "u" else 0
+        high = (1 << t.bits) - 1 if t.kind != "s" else (1 << (t.bits - 1)) - 1
+        if not low <= int(value) <= high:
+            raise LaunchError(f"{where} is .{t.name}; {int(value)} is out of range")
+        return np.array([int(value) & ((1 << t.bits) - 1)], t.unsigned).view(np.uint8)
+
+    def _copy_back(self, arrays, glob: GlobalSpace) -> None:
+        for array, address, name in arrays:
+            data = glob.contents(address)
+            if np.array_equal(data, np.ascontiguousarray(array).reshape(-1).view(np.uint8)):
+                continue
+            if not array.flags.writeable:
+                raise LaunchError(f"{self.name} wrote to the read-only array passed as {name}")
+            np.copyto(array, data.view(array.dtype).reshape(array.shape))
+
+
+@dataclass
+class ModuleVariable:
+    """A module-level .global or .const variable: its address in every launch and its
+    current contents (kept from one launch to the next, as device globals are)."""
+
+    name: str
+    space: str
+    address: int
+    data: np.ndarray
+
+
+class Module:
+    """A parsed and decoded PTX module; launch its kernels any number of times."""
+
+    def __init__(self, ptx_text: str, name: str = "<ptx>"):
+        tree = syn.parse(ptx_text, name)
+        lines = ptx_text.splitlines()
+        self.name = name
+        self.target = tree.target
+        self.variables = self._place_variables(tree)
+        addresses = {v.name: (v.space, v.address) for v in self.variables}
+        self.kernels = {e.name: Kernel(Decoder(tree, e, name, lines, addresses).decode(), self)
+                        for e in tree.entries}
+
+    def _place_variables(self, tree: syn.PtxModuleAst) -> list[ModuleVariable]:
+        """Initial contents and addresses of the .global/.const variables: they are the
+        first allocations of every launch, so their addresses are known now."""
+        placed = []
+        layout = GlobalSpace()
+        for var in tree.variables:
+            if var.space not in ("global", "const"):
+                continue
+            t = TYPES[var.elem]
+            data = np.zeros(var.size, np.uint8)
+            try:
+                values = np.array([literal(v, t) for v in var.init], t.dtype)
+            except ValueError as problem:
+                raise PtxSyntaxError(f"{self.name}:{var.line}: {problem} (initialising {var.name})",
+                                     ptx_file=self.name, ptx_line=var.line) from None
+            data[: values.nbytes] = values.view(np.uint8)
+            placed.append(ModuleVariable(var.name, var.space, layout.allocate(data, var.name), data))
+        return placed
+
+    def kernel(self, name: str) -> Kernel:
+        if name not in self.kernels:
+            raise LaunchError(f"{self.name} has no kernel {name!r} (it has {', '.join(self.kernels) or 'none'})")
+        return self.kernels[name]
+
+    def launch(self, kernel: str, grid, block, args, shared_bytes: int = 0,
+               source_text: str | None = None, **options) -> LaunchStats:
+        return self.kernel(kernel).launch(grid, block, args, shared_bytes, source_text, **options)
+
+
+@functools.lru_cache(maxsize=32)
+def load_module(ptx_text: str, name: str = "<ptx>") -> Module:
+    """Parse and decode a module once; later calls with the same text reuse it."""
+    return Module(ptx_text, name)
+
+
+def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
+           source_text: str | None = None, *, name: str = "<ptx>", **options) -> LaunchStats:
+    """Run `kernel` of the PTX module `ptx_text` on the CPU.
+
+    grid, block: 1 to 3 sizes.  args: one per `.entry` parameter, in order -
+    a NumPy array for a pointer parameter (copied into emulated global memory,
+    and copied back in place after the run), a number for a scalar parameter.
+    shared_bytes: the dynamic shared memory size.  source_text: the Phobos
+    source named by the module's `.file`, so that errors can quote it.
+    name: the PTX file name used in messages.  options: check_races (default
+    True), max_steps, max_threads (see `Kernel.launch`).
+    """
+    return load_module(ptx_text, name).launch(kernel, grid, block, args, shared_bytes, source_text, **options)

@@ -1,0 +1,506 @@
+# Emulated memory: global allocations, shared and local windows, generic
+# addressing, the shared-memory race detector and pending cp.async copies.
+#
+# Global memory is a set of allocations at 256-byte aligned addresses in a
+# fake 64-bit address space, with gaps at least as large as the allocation
+# between them, so that an overrun lands outside every allocation and is
+# reported instead of silently touching a neighbour.  The allocations live in
+# one byte array (the heap) so that a load from many threads is one NumPy
+# gather whatever allocations the addresses fall in.
+#
+# Shared memory is one row of bytes per CTA and local memory one row per
+# thread; an address in those spaces is an offset within the row.  Generic
+# addresses map two apertures onto them (what `cvta.shared`/`cvta.local`
+# produce); everything else in the generic space is global.
+#
+# Every access is checked: bounds, then alignment (an access of n bytes needs
+# an address that is a multiple of n, as on the GPU).  Shared accesses also go
+# through the race detector, which remembers per byte, since the CTA's last
+# barrier, which thread wrote it and which threads read it.
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import AsyncCopyHazard, Fault, MemoryFault, MisalignedAddress, SharedMemoryRace
+
+GLOBAL_BASE = 0x100_0000_0000
+NULL_REGION = 1 << 20  # addresses below this are reported as null pointers
+SHARED_APERTURE = 0x7E00_0000_0000
+LOCAL_APERTURE = 0x7F00_0000_0000
+APERTURE_SIZE = 1 << 32
+ALLOC_ALIGN = 256
+
+# Access kinds; only the first three take part in race detection.
+LOAD, STORE, ATOMIC = "load", "store", "atomic"
+ASYNC = "cp.async write"
+
+
+def _threads(idx, n):
+    return np.arange(n) if idx is None else idx
+
+
+def _check_alignment(space_name, addr, align, idx, access):
+    bad = (addr & np.uint64(align - 1)) != 0
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise Fault(MisalignedAddress,
+                    f"misaligned address: {space_name} {access} at {int(addr[i]):#x}, "
+                    f"which is not a multiple of {align}",
+                    thread=int(_threads(idx, len(addr))[i]))
+
+
+class Space:
+    """A state space; subclasses map addresses to offsets in `self.data`."""
+
+    name = ""
+
+    def __init__(self):
+        self.data = np.zeros(0, np.uint8)
+        self._views: dict[np.dtype, np.ndarray] = {}
+
+    def view(self, dtype: np.dtype) -> np.ndarray:
+        v = self._views.get(dtype)
+        if v is None:
+            v = self._views[dtype] = self.data.view(dtype)
+        return v
+
+    def locate(self, m, idx, addr, nbytes, access: str, pc: int, align: int | None = None) -> np.ndarray:
+        """Offsets into `data` of an access of `nbytes` (an int, or one per lane) at `addr`
+        by the threads `idx`; checks bounds and alignment (to `align`, default nbytes)."""
+        raise NotImplementedError
+
+    def load(self, m, idx, addr, dtype: np.dtype, count: int, pc: int) -> list[np.ndarray]:
+        size = dtype.itemsize
+        pos = self.locate(m, idx, addr, size * count, LOAD, pc) // size
+        view = self.view(dtype)
+        return [view[pos + k] for k in range(count)] if count > 1 else [view[pos]]
+
+    def store(self, m, idx, addr, dtype: np.dtype, values: list, pc: int) -> None:
+        size = dtype.itemsize
+        pos = self.locate(m, idx, addr, size * len(values), STORE, pc) // size
+        view = self.view(dtype)
+        for k, v in enumerate(values):
+            view[pos + k] = v
+
+    def atomic(self, m, idx, addr, dtype: np.dtype, update, b, c, pc: int) -> np.ndarray:
+        """Apply `old -> update(old, b, c)` for every lane, in thread order; return the old values."""
+        size = dtype.itemsize
+        pos = self.locate(m, idx, addr, size, ATOMIC, pc) // size
+        return apply_atomic(self.view(dtype), pos, update, b, c)
+
+
+def apply_atomic(view, pos, update, b, c):
+    """Atomic read-modify-write of view[pos] by every lane, serialised in lane order.
+
+    Lanes hitting distinct elements are done together; lanes sharing an
+    element are done in rounds (the k-th lane of every element in round k), so
+    every contribution counts and float sums round in thread order.
+    """
+    n = len(pos)
+    b = np.broadcast_to(b, (n,))
+    c = None if c is None else np.broadcast_to(c, (n,))
+    order = np.argsort(pos, kind="stable")
+    spos = pos[order]
+    starts = np.empty(n, bool)
+    starts[:1] = True
+    np.not_equal(spos[1:], spos[:-1], out=starts[1:])
+    old = np.empty(n, view.dtype)
+    if starts.all():
+        old[:] = view[pos]
+        view[pos] = update(old, b, c)
+        return old
+    first = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - first
+    for r in range(int(rank.max()) + 1):
+        sel = np.flatnonzero(rank == r)
+        p = pos[sel]
+        o = view[p]
+        old[sel] = o
+        view[p] = update(o, b[sel], None if c is None else c[sel])
+    return old
+
+
+class GlobalSpace(Space):
+    """Global memory: allocations in a fake 64-bit address space, backed by one heap."""
+
+    name = "global"
+
+    def __init__(self):
+        super().__init__()
+        self.blocks: list[tuple[str, int, int, int]] = []  # (name, address, size, heap offset)
+        self._next_address = GLOBAL_BASE
+        self._heap_size = 0
+        self._pending: list[tuple[int, bytes | np.ndarray]] = []
+
+    def allocate(self, data, name: str, address: int | None = None) -> int:
+        """Add an allocation holding a copy of `data` (bytes-like); return its address.
+
+        Addresses are handed out in order, so the same sequence of sizes always
+        gets the same addresses; `address`, if given, must be the next one.
+        """
+        raw = np.frombuffer(memoryview(data).cast("B"), np.uint8) if not isinstance(data, np.ndarray) \
+            else data.reshape(-1).view(np.uint8)
+        size = len(raw)
+        if address is None:
+            address = self._next_address
+        elif address != self._next_address:
+            raise ValueError(f"{name} expected at {address:#x}, the next address is {self._next_address:#x}")
+        heap_offset = self._heap_size
+        self.blocks.append((name, address, size, heap_offset))
+        self._pending.append((heap_offset, raw))
+        span = -(-max(size, 1) // ALLOC_ALIGN) * ALLOC_ALIGN
+        self._next_address = address + span + max(span, 1 << 16)
+        self._heap_size = heap_offset + span
+        return address
+
+    def seal(self) -> None:
+        """Lay the allocations out in the heap; call after the last `allocate`."""
+        heap = np.zeros(self._heap_size + 16, np.uint8)
+        for offset, raw in self._pending:
+            heap[offset: offset + len(raw)] = raw
+        self._pending = []
+        self.data = heap
+        self._views = {}
+        self._bases = np.array([b[1] for b in self.blocks], np.uint64)
+        self._sizes = np.array([b[2] for b in self.blocks], np.uint64)
+        self._offsets = np.array([b[3] for b in self.blocks], np.int64)
+
+    def contents(self, address: int) -> np.ndarray:
+        """The bytes of the allocation at `address` (a view into the heap)."""
+        for _, base, size, offset in self.blocks:
+            if base == address:
+                return self.data[offset: offset + size]
+        raise KeyError(hex(address))
+
+    def locate(self, m, idx, addr, nbytes, access, pc, align=None):
+        addr = np.asarray(addr, np.uint64)
+        nbytes = np.asarray(nbytes, np.uint64) if not isinstance(nbytes, int) else np.uint64(nbytes)
+        bases, sizes = (self._bases, self._sizes) if self.blocks else (np.zeros(1, np.uint64),) * 2
+        k = np.searchsorted(bases, addr, side="right") - 1
+        kc = np.maximum(k, 0)
+        rel = addr - bases[kc]
+        size = sizes[kc]
+        ok = (k >= 0) & (rel < size) & (rel + nbytes <= size)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            n = int(np.broadcast_to(nbytes, ok.shape)[i])
+            raise Fault(MemoryFault,
+                        f"out-of-bounds global {access} of {n} bytes at {int(addr[i]):#x}: "
+                        f"{self.describe(int(addr[i]), n)}",
+                        thread=int(_threads(idx, len(addr))[i]))
+        _check_alignment(self.name, addr, align or int(nbytes), idx, access)
+        return rel.astype(np.int64) + self._offsets[kc]
+
+    def describe(self, address: int, nbytes: int) -> str:
+        """Where an access of nbytes at address lies relative to the allocations."""
+        if address < NULL_REGION:
+            return "not in any allocation (a null or uninitialised pointer?)"
+        if not self.blocks:
+            return "no memory is allocated"
+
+        def distance(block):
+            _, base, size, _ = block
+            return base - address if address < base else max(0, address - (base + size))
+        name, base, size, _ = min(self.blocks, key=distance)
+        if address < base:
+            where = f"{base - address} bytes before the start of"
+        elif address < base + size:
+            where = f"overrunning by {address + nbytes - base - size} bytes the end of"
+        elif address == base + size:
+            where = "just past the end of"
+        else:
+            where = f"{address - base - size} bytes past the end of"
+        return f"{where} {name} ({base:#x}, {size} bytes)"
+
+
+class WindowSpace(Space):
+    """Shared (one row per CTA) or local (one row per thread) memory."""
+
+    def __init__(self, name: str, rows: int, size: int, row_of_thread: np.ndarray):
+        super().__init__()
+        self.name = name
+        self.size = size
+        self.stride = max(16, -(-size // 16) * 16)  # rows stay 16-byte aligned
+        self.data = np.zeros(rows * self.stride + 16, np.uint8)
+        self.row_of_thread = row_of_thread
+        self.races: RaceDetector | None = None  # set for shared memory when races are checked
+
+    def locate(self, m, idx, addr, nbytes, access, pc, align=None):
+        off = np.asarray(addr, np.uint64)
+        bad = (off >= np.uint64(self.size)) | (off + np.uint64(nbytes) > np.uint64(self.size))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise Fault(MemoryFault,
+                        f"out-of-bounds {self.name} {access} of {nbytes} bytes at {self.name} address "
+                        f"{int(off[i]):#x}: only {self.size} bytes of {self.name} memory are declared",
+                        thread=int(_threads(idx, len(off))[i]))
+        _check_alignment(self.name, off, align or nbytes, idx, access)
+        rows = self.row_of_thread if idx is None else self.row_of_thread[idx]
+        flat = rows * self.stride + off.astype(np.int64)
+        if self.races is not None and access != ASYNC:
+            self.races.check(m, idx, flat, nbytes, access, pc)
+        return flat
+
+
+class GenericSpace(Space):
+    """The generic space: shared and local apertures, global elsewhere."""
+
+    name = "generic"
+
+    def __init__(self, glob: GlobalSpace, shared: WindowSpace, local: WindowSpace):
+        super().__init__()
+        self.parts = ((shared, SHARED_APERTURE), (local, LOCAL_APERTURE))
+        self.glob = glob
+
+    def _split(self, idx, addr):
+        """Yield (space, lane selector, lane thread indices, space address) per space used."""
+        addr = np.asarray(addr, np.uint64)
+        rest = np.ones(len(addr), bool)
+        for space, base in self.parts:
+            rel = addr - np.uint64(base)
+            inside = rel < np.uint64(APERTURE_SIZE)
+            if inside.any():
+                rest &= ~inside
+                yield space, inside, _threads(idx, len(addr))[inside], rel[inside]
+        if rest.all():
+            yield self.glob, slice(None), idx, addr
+        elif rest.any():
+            yield self.glob, rest, _threads(idx, len(addr))[rest], addr[rest]
+
+    def load(self, m, idx, addr, dtype, count, pc):
+        out = [np.empty(len(addr), dtype) for _ in range(count)]
+        for space, sel, sub, a in self._split(idx, addr):
+            for k, v in enumerate(space.load(m, sub, a, dtype, count, pc)):
+                out[k][sel] = v
+        return out
+
+    def store(self, m, idx, addr, dtype, values, pc):
+        n = len(addr)
+        for space, sel, sub, a in self._split(idx, addr):
+            space.store(m, sub, a, dtype, [np.broadcast_to(v, (n,))[sel] for v in values], pc)
+
+    def atomic(self, m, idx, addr, dtype, update, b, c, pc):
+        n = len(addr)
+        old = np.empty(n, dtype)
+        for space, sel, sub, a in self._split(idx, addr):
+            old[sel] = space.atomic(m, sub, a, dtype, update, np.broadcast_to(b, (n,))[sel],
+                                    None if c is None else np.broadcast_to(c, (n,))[sel], pc)
+        return old
+
+
+# ---------------------------------------------------------------- race detector
+
+_NOBODY = np.int32(-1)
+_NOBODY_LOW = np.int32(np.iinfo(np.int32).max)
+WARP = 32
+
+
+class _Accesses:
+    """One kind of access (plain writes, plain reads or atomics) to every shared byte
+    since the CTA's last barrier: the lowest and highest thread ids (linear within
+    the CTA) that made one, so that 'by some other thread' is two comparisons, the
+    last instruction that made one, and the warp-barrier epoch of the access."""
+
+    def __init__(self, n: int, what: str):
+        self.what = what
+        self.lo = np.full(n, _NOBODY_LOW, np.int32)
+        self.hi = np.full(n, _NOBODY, np.int32)
+        self.pc = np.zeros(n, np.int32)
+        self.epoch = np.zeros(n, np.int32)
+
+    def reset(self, rows, stride: int) -> None:
+        for arr, empty in ((self.lo, _NOBODY_LOW), (self.hi, _NOBODY)):
+            if rows is None:
+                arr.fill(empty)
+            else:
+                arr[:-16].reshape(-1, stride)[rows] = empty
+
+    def record(self, b, t, pc: int, epoch, only_this_thread: bool) -> None:
+        """Add accesses of bytes b by threads t (`only_this_thread`: nobody else has
+        touched these bytes, as after a checked write)."""
+        if only_this_thread:
+            self.lo[b] = t
+            self.hi[b] = t
+        else:
+            np.minimum.at(self.lo, b, t)
+            np.maximum.at(self.hi, b, t)
+        self.pc[b] = pc
+        if epoch is not None:
+            np.maximum.at(self.epoch, b, epoch)
+
+    def other_thread(self, i, b, t) -> int:
+        lo = int(self.lo[b[i]])
+        return lo if lo != t[i] else int(self.hi[b[i]])
+
+
+class RaceDetector:
+    """Shadow state of shared memory between barriers, one entry per byte.
+
+    An access by thread t conflicts with an earlier one by another thread of
+    the CTA since the last barrier if at least one of them is a plain write, or
+    one is atomic and the other plain.  Threads of one warp that both passed a
+    `bar.warp.sync` between their accesses are ordered too: each warp has an
+    epoch that the warp barrier advances, and accesses remember the epoch they
+    were made in.  Bytes with cp.async copies still pending into them count
+    those copies, so that touching them is reported as a missing wait.
+    """
+
+    def __init__(self, rows: int, stride: int, threads_per_cta: int):
+        n = rows * stride + 16
+        self.stride = stride
+        self.threads_per_cta = threads_per_cta
+        self.writes = _Accesses(n, "write")
+        self.reads = _Accesses(n, "read")
+        self.atomics: _Accesses | None = None  # created by the first shared atomic
+        self.warp_epoch: np.ndarray | None = None  # [cta, warp], created by the first bar.warp.sync
+        self.pending = np.zeros(n, np.int16)
+        self.pending_total = 0
+        self.rows = rows
+
+    def reset(self, rows: np.ndarray | None) -> None:
+        """Forget all accesses of the CTAs `rows` (None: all) - they passed a barrier."""
+        for accesses in (self.writes, self.reads, self.atomics):
+            if accesses is not None:
+                accesses.reset(rows, self.stride)
+
+    def warp_sync(self, m, threads) -> None:
+        """`bar.warp.sync` by `threads`: a new epoch for each of their warps."""
+        if self.warp_epoch is None:
+            self.warp_epoch = np.zeros((self.rows, -(-self.threads_per_cta // WARP)), np.int32)
+        rows, warps = m.cta_of[threads], m.ltid[threads] // WARP
+        keys = np.unique(rows * self.warp_epoch.shape[1] + warps)
+        self.warp_epoch.reshape(-1)[keys] += 1
+
+    def check(self, m, idx, flat, nbytes, access, pc):
+        tid = m.ltid if idx is None else m.ltid[idx]
+        if nbytes == 1:
+            b, t = flat, tid
+        else:
+            b = (flat[:, None] + np.arange(nbytes)).ravel()
+            t = np.repeat(tid, nbytes)
+        if self.pending_total and self.pending[b].any():
+            i = int(np.flatnonzero(self.pending[b])[0])
+            raise Fault(AsyncCopyHazard,
+                        f"shared {access} at {m.describe_shared(int(b[i]) % self.stride)} while a cp.async "
+                        f"into it is still pending (missing cp.async.wait_group/wait_all?)",
+                        thread=self._thread(b[i], t[i]))
+        if access == LOAD:
+            self._check(m, b, t, "read", [self.writes, self.atomics])
+            self.reads.record(b, t, pc, self._epoch(b, t), only_this_thread=False)
+        elif access == STORE:
+            self.record_write(m, b, t, pc)
+        else:
+            self._check(m, b, t, "atomic", [self.writes, self.reads])
+            if self.atomics is None:
+                self.atomics = _Accesses(len(self.pending), "atomic")
+            self.atomics.record(b, t, pc, self._epoch(b, t), only_this_thread=False)
+
+    def record_write(self, m, b, t, pc):
+        """Check and record plain writes of bytes `b` by threads `t`."""
+        self._check(m, b, t, "write", [self.writes, self.reads, self.atomics])
+        if len(b) > 1:
+            order = np.argsort(b, kind="stable")
+            sb = b[order]
+            dup = np.flatnonzero(sb[1:] == sb[:-1])
+            if dup.size:
+                i, j = order[dup[0]], order[dup[0] + 1]
+                raise Fault(SharedMemoryRace,
+                            f"data race on shared memory at {m.describe_shared(int(b[i]) % self.stride)}: "
+                            f"threads {m.describe_local(int(t[i]))} and {m.describe_local(int(t[j]))} "
+                            f"write it in the same instruction",
+                            thread=self._thread(b[j], t[j]))
+        self.writes.record(b, t, pc, self._epoch(b, t), only_this_thread=True)
+
+    def _epoch(self, b, t):
+        """The warp-barrier epoch of each access (None while no warp barrier was used)."""
+        if self.warp_epoch is None:
+            return None
+        return self.warp_epoch[b // self.stride, t // WARP]
+
+    def _check(self, m, b, t, what: str, earlier: list) -> None:
+        """Raise if any access in `earlier` by another thread conflicts with this one."""
+        for accesses in earlier:
+            if accesses is None:
+                continue
+            lo, hi = accesses.lo[b], accesses.hi[b]
+            clash = (hi != _NOBODY) & ((lo != t) | (hi != t))
+            if self.warp_epoch is not None and clash.any():
+                warp = t // WARP
+                same_warp = (lo // WARP == warp) & (hi // WARP == warp)
+                clash &= ~(same_warp & (self._epoch(b, t) > accesses.epoch[b]))
+            if clash.any():
+                i = int(np.flatnonzero(clash)[0])
+                other = accesses.other_thread(i, b, t)
+                other_pc = int(accesses.pc[b[i]])
+                raise Fault(SharedMemoryRace,
+                            f"data race on shared memory at {m.describe_shared(int(b[i]) % self.stride)}: "
+                            f"{what} by this thread conflicts with a{'n' if accesses.what[0] == 'a' else ''} "
+                            f"{accesses.what} by thread {m.describe_local(other)} at "
+                            f"{m.ptx_position(other_pc)} with no barrier in between",
+                            thread=self._thread(b[i], t[i]),
+                            related=[(other_pc, f"the conflicting {accesses.what} by thread "
+                                                f"{m.describe_local(other)}")])
+
+    def _thread(self, byte, tid) -> int:
+        """The batch index of thread `tid` of the CTA that owns shared byte `byte`."""
+        return int(byte) // self.stride * self.threads_per_cta + int(tid)
+
+
+# ---------------------------------------------------------------- cp.async
+
+class AsyncCopies:
+    """cp.async copies issued but not yet waited for, by thread and group.
+
+    A copy is performed when a wait covers its group (or its thread exits);
+    until then the destination bytes are marked pending, so that touching
+    them is reported as a missing wait.
+    """
+
+    def __init__(self, nthreads: int):
+        self.committed = np.zeros(nthreads, np.int64)  # groups committed so far, per thread
+        self.records: list[dict] = []
+
+    def issue(self, threads, dst, src, src_size, cp_size, pc, races):
+        self.records.append(dict(threads=threads, dst=dst, src=src, src_size=src_size,
+                                 cp_size=cp_size, pc=pc, group=self.committed[threads].copy()))
+        if races is not None:
+            b = (dst[:, None] + np.arange(cp_size)).ravel()
+            np.add.at(races.pending, b, 1)
+            races.pending_total += len(b)
+
+    def commit(self, threads) -> None:
+        self.committed[threads] += 1
+
+    def complete(self, m, threads, keep: int | None) -> None:
+        """Perform the copies of `threads` in all but their `keep` most recent
+        committed groups (keep=None: all copies, committed or not)."""
+        if not self.records:
+            return
+        limit = np.full(len(self.committed), -1, np.int64)
+        limit[threads] = np.iinfo(np.int64).max if keep is None else self.committed[threads] - keep
+        remaining = []
+        for rec in self.records:
+            done = rec["group"] < limit[rec["threads"]]
+            if done.any():
+                self._perform(m, rec, done)
+            if not done.all():
+                keep_sel = ~done
+                remaining.append({k: (v[keep_sel] if isinstance(v, np.ndarray) else v)
+                                  for k, v in rec.items()})
+        self.records = remaining
+
+    def _perform(self, m, rec, sel):
+        cp = rec["cp_size"]
+        heap = m.glob.data
+        src = rec["src"][sel]
+        cols = np.arange(cp)
+        idx = np.minimum(src[:, None] + cols, len(heap) - 1)
+        data = np.where(cols < rec["src_size"][sel][:, None], heap[idx], 0).astype(np.uint8)
+        dst = (rec["dst"][sel][:, None] + cols).ravel()
+        races = m.shared.races
+        if races is not None:
+            np.add.at(races.pending, dst, -1)
+            races.pending_total -= len(dst)
+            races.record_write(m, dst, np.repeat(m.ltid[rec["threads"][sel]], cp), rec["pc"])
+        m.shared.data[dst] = data.ravel()

@@ -1,0 +1,405 @@
+# Exact arithmetic for the PTX emulator.
+#
+# PTX arithmetic is IEEE 754: every `.rn/.rz/.rm/.rp` operation returns the
+# exact result rounded once.  NumPy gives round-to-nearest for float32 and
+# float64 `+ - * / sqrt`; everything else is built here, vectorised:
+#
+# * f32 operations with a directed rounding mode, and f32 `fma`: the exact
+#   result is held as a float64 `r` plus the sign of the error `x - r`
+#   (products of two f32 are exact in float64; sums come with TwoSum's error;
+#   quotients and square roots with the sign of a residual computed exactly
+#   with Dekker's product).  `round_to_format` then rounds `r (+ error)` to the
+#   narrow format correctly, which a plain float64 -> float32 cast would not
+#   do for an `r` that lies exactly half way between two float32 numbers.
+# * f64 `fma.rn`: Boldo and Melquiond's emulation with round-to-odd
+#   (Dekker product, TwoSum, an odd-rounded correction, one final rounding);
+#   lanes whose operands are so large or small that the error terms could
+#   overflow or underflow take the exact scalar path below instead.
+# * f64 operations with a directed rounding mode, and conversions of 64-bit
+#   integers too wide for float64: exact rational arithmetic per lane with
+#   `fractions.Fraction`, rounded by `round_fraction`.  Slow, but such
+#   operations are rare in generated code.
+#
+# The `.approx` transcendentals are not here: they are computed in float64 and
+# rounded to the result type, which is closer than the GPU's approximations.
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+MODES = ("rn", "rz", "rm", "rp")
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format: explicit mantissa bits and exponent range."""
+
+    name: str
+    man: int
+    emin: int
+    emax: int
+
+    @property
+    def max_value(self) -> float:
+        return math.ldexp(2.0 - 2.0 ** -self.man, self.emax)
+
+
+F16 = FloatFormat("f16", 10, -14, 15)
+BF16 = FloatFormat("bf16", 7, -126, 127)
+F32 = FloatFormat("f32", 23, -126, 127)
+F64 = FloatFormat("f64", 52, -1022, 1023)
+
+_SPLITTER = 134217729.0  # 2**27 + 1, Veltkamp's splitting constant for float64
+
+
+def two_sum(a, b):
+    """(s, e) with s = fl(a + b) and a + b = s + e exactly (Knuth)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def two_prod(a, b):
+    """(p, e) with p = fl(a * b) and a * b = p + e exactly (Dekker), barring over/underflow."""
+    p = a * b
+    ca = _SPLITTER * a
+    ahi = ca - (ca - a)
+    alo = a - ahi
+    cb = _SPLITTER * b
+    bhi = cb - (cb - b)
+    blo = b - bhi
+    return p, ((ahi * bhi - p) + ahi * blo + alo * bhi) + alo * blo
+
+
+def round_to_format(r: np.ndarray, err: np.ndarray | None, fmt: FloatFormat, mode: str) -> np.ndarray:
+    """Round x = r + (tiny error of sign `err`) to `fmt`; the result is float64.
+
+    `r` must be float64 and the round-to-nearest float64 value of x (or x itself
+    when err is None or 0).  Works on the quantum of `fmt` at |r|, so it handles
+    subnormals and overflow of the narrow format.
+    """
+    r = np.asarray(r, np.float64)
+    out = r.copy()
+    fin = np.isfinite(r) & (r != 0)
+    if not fin.any():
+        return out
+    rv = r[fin]
+    neg = rv < 0
+    a = np.abs(rv)
+    if err is None:
+        e = np.zeros(a.shape, np.int8)
+    else:
+        e = np.sign(np.broadcast_to(err, r.shape)[fin]).astype(np.int8)
+        e = np.where(neg, -e, e)  # the error's sign relative to the magnitude
+    _, k = np.frexp(a)
+    expo = np.maximum(k - 1, fmt.emin)
+    ulp = np.ldexp(1.0, expo - fmt.man)
+    q = a / ulp
+    n = np.floor(q)
+    frac = q - n
+    if mode == "rn":
+        odd = np.fmod(n, 2) == 1
+        up = (frac > 0.5) | ((frac == 0.5) & ((e > 0) | ((e == 0) & odd)))
+        down = np.zeros_like(up)
+        toward_zero = np.zeros_like(up)
+    else:
+        away = {"rz": np.zeros_like(neg), "rm": neg, "rp": ~neg}[mode]
+        up = away & ((frac > 0) | (e > 0))
+        down = ~away & (frac == 0) & (e < 0)
+        toward_zero = ~away
+    mag = (n + up) * ulp
+    if down.any():
+        below = np.where((n == 2.0 ** fmt.man) & (expo > fmt.emin), ulp / 2, ulp)
+        mag = np.where(down, mag - below, mag)
+    over = mag > fmt.max_value
+    if over.any():
+        mag = np.where(over, np.where(toward_zero, fmt.max_value, np.inf), mag)
+    out[fin] = np.where(neg, -mag, mag)
+    return out
+
+
+def round_fraction(x: Fraction, fmt: FloatFormat, mode: str) -> float:
+    """Round an exact rational to `fmt` (result as a Python float; a zero keeps no sign)."""
+    if x == 0:
+        return 0.0
+    neg = x < 0
+    a = -x if neg else x
+    num, den = a.numerator, a.denominator
+    expo = num.bit_length() - den.bit_length()
+    if (num << max(-expo, 0)) < (den << max(expo, 0)):
+        expo -= 1
+    away = (mode == "rp" and not neg) or (mode == "rm" and neg)
+    toward_zero = mode != "rn" and not away
+    if expo > fmt.emax:
+        return math.copysign(fmt.max_value if toward_zero else math.inf, -1.0 if neg else 1.0)
+    qe = max(expo, fmt.emin) - fmt.man
+    if qe >= 0:
+        den <<= qe
+    else:
+        num <<= -qe
+    q, rem = divmod(num, den)
+    if mode == "rn":
+        q += 2 * rem > den or (2 * rem == den and q & 1)
+    elif away and rem:
+        q += 1
+    if q == 1 << (fmt.man + 1) and qe == fmt.emax - fmt.man:
+        value = fmt.max_value if toward_zero else math.inf
+    else:
+        value = math.ldexp(q, qe)
+    return -value if neg else value
+
+
+def exact_lanes(fn, *arrays: np.ndarray, fmt: FloatFormat, mode: str, fallback=None,
+                zero=None) -> np.ndarray:
+    """Round `fn(*lane values)`, an exact Fraction, to `fmt` lane by lane (float64 result).
+
+    Where `fn` returns None the lane takes `fallback` (an array of results
+    computed otherwise, e.g. IEEE arithmetic on infinities); an exact zero
+    becomes `zero` (per lane, +0 by default).
+    """
+    shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
+    cols = [np.broadcast_to(a, shape).ravel() for a in arrays]
+    out = np.zeros(shape, np.float64).ravel() if fallback is None \
+        else np.array(np.broadcast_to(fallback, shape), np.float64).ravel()
+    zeros = np.broadcast_to(0.0 if zero is None else zero, shape).ravel()
+    for i, vals in enumerate(zip(*cols)):
+        exact = fn(*vals)
+        if exact is not None:
+            out[i] = zeros[i] if exact == 0 else round_fraction(exact, fmt, mode)
+    return out.reshape(shape)
+
+
+# ------------------------------------------------------------------ float32 ops
+
+def flush(x):
+    """`.ftz`: subnormal values become zeros of the same sign (float32 or float64)."""
+    x = np.asarray(x)
+    return np.where(np.abs(x) < np.finfo(x.dtype).tiny, np.copysign(x.dtype.type(0), x), x).astype(x.dtype)
+
+
+def saturate(x):
+    """`.sat`: clamp to [0, 1], NaN to +0."""
+    return np.where(np.isnan(x), x.dtype.type(0), np.clip(x, 0, 1)).astype(x.dtype)
+
+
+def _directed_f32(r, err, mode):
+    """Round float64 `r` (+ an error of sign `err`) to float32 in a directed mode."""
+    return round_to_format(r, err, F32, mode).astype(np.float32)
+
+
+def _f32_suspect(r):
+    """float64 values whose rounding to float32 could depend on a tiny error:
+    those exactly half way between two float32s, and those in the float32
+    subnormal range."""
+    bits = r.view(np.uint64)
+    return ((bits & 0x1FFFFFFF) == 0x10000000) | (np.abs(r) < 2.0 ** -126)
+
+
+def ieee_zero_sum(x, y, mode):
+    """The signed zero IEEE gives for an exact zero sum x + y: under round-down
+    -0 unless both addends are +0; otherwise +0 unless both are -0."""
+    both_zero = (x == 0) & (y == 0)
+    if mode == "rm":
+        negative = ~both_zero | np.signbit(x) | np.signbit(y)
+    else:
+        negative = both_zero & np.signbit(x) & np.signbit(y)
+    return np.where(negative, -0.0, 0.0)
+
+
+def _sign_of_difference(x, y):
+    """sign(x - y) from an exact comparison, as int8."""
+    return np.where(x > y, 1, np.where(x < y, -1, 0)).astype(np.int8)
+
+
+def add_f32(a, b, mode):
+    if mode == "rn":
+        return a + b
+    r, e = two_sum(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    out = _directed_f32(r, e, mode)
+    return np.where(r == 0, ieee_zero_sum(a, b, mode), out).astype(np.float32)
+
+
+def mul_f32(a, b, mode):
+    if mode == "rn":
+        return a * b
+    return _directed_f32(np.asarray(a, np.float64) * np.asarray(b, np.float64), None, mode)
+
+
+def fma_f32(a, b, c, mode):
+    """a * b + c with a single rounding (the product is exact in float64)."""
+    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+    c64 = np.asarray(c, np.float64)
+    if mode != "rn":
+        r, e = two_sum(p, c64)
+        out = _directed_f32(r, e, mode)
+        return np.where(r == 0, ieee_zero_sum(p, c64, mode), out).astype(np.float32)
+    r = p + c64
+    shape = r.shape
+    r = np.atleast_1d(r)
+    out = r.astype(np.float32)
+    suspect = _f32_suspect(r)
+    if suspect.any():
+        rr, ee = two_sum(np.broadcast_to(p, r.shape)[suspect], np.broadcast_to(c64, r.shape)[suspect])
+        out[suspect] = round_to_format(rr, ee, F32, "rn")
+    return out.reshape(shape)
+
+
+def div_f32(a, b, mode):
+    if mode == "rn":
+        return a / b
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    q = a64 / b64
+    p, pe = two_prod(q, b64)
+    # a - p is exact (Sterbenz), so sign(a - q*b) = sign((a - p) - pe).
+    err = _sign_of_difference(a64 - p, pe) * np.sign(b64).astype(np.int8)
+    err = np.where(np.isfinite(q) & (q != 0), err, 0)
+    return _directed_f32(q, err, mode)
+
+
+def sqrt_f32(a, mode):
+    if mode == "rn":
+        return np.sqrt(a)
+    a64 = np.asarray(a, np.float64)
+    r = np.sqrt(a64)
+    p, pe = two_prod(r, r)
+    err = np.where(np.isfinite(r) & (r > 0), _sign_of_difference(a64 - p, pe), 0)
+    return _directed_f32(r, err, mode)
+
+
+# ------------------------------------------------------------------ float64 ops
+
+def _f64_exact(exact, ieee, *arrays, mode: str, zero=None) -> np.ndarray:
+    """A float64 operation rounded in `mode` through exact rationals, lane by lane.
+
+    `exact` maps Fractions to the exact result, or to None where the IEEE
+    result `ieee(*arrays)` applies (a zero divisor, a negative square root);
+    lanes with an infinite or NaN operand always take the IEEE result.
+    """
+    arrays = np.broadcast_arrays(*(np.asarray(x, np.float64) for x in arrays))
+    with np.errstate(all="ignore"):
+        fallback = ieee(*arrays)
+
+    def lane(*vals):
+        if not all(math.isfinite(v) for v in vals):
+            return None
+        return exact(*(Fraction(v) for v in vals))
+    return exact_lanes(lane, *arrays, fmt=F64, mode=mode, fallback=fallback, zero=zero)
+
+
+def _sqrt_fraction(a: Fraction) -> Fraction:
+    """A rational with the same rounding as sqrt(a) in any format of <= 53 bits.
+
+    Scales a by 4**k so that the integer square root has at least 64 bits;
+    a root that is not exact gets a half added (a sticky bit), which keeps it
+    strictly between the same two neighbouring integers as the true root.
+    """
+    k = max(0, 64 - (a.numerator.bit_length() - a.denominator.bit_length()) // 2)
+    scaled = a * 4 ** k
+    v = scaled.numerator // scaled.denominator
+    root = math.isqrt(v)
+    if scaled.denominator == 1 and root * root == v:
+        return Fraction(root, 2 ** k)
+    return Fraction(2 * root + 1, 2 ** (k + 1))
+
+
+def _fma_ieee(a, b, c):
+    """IEEE fma for infinite and NaN operands (a finite product plus an infinity is that infinity)."""
+    return np.where(np.isfinite(a) & np.isfinite(b) & np.isinf(c), c, a * b + c)
+
+
+def add_f64(a, b, mode):
+    if mode == "rn":
+        return a + b
+    return _f64_exact(lambda x, y: x + y, np.add, a, b, mode=mode, zero=ieee_zero_sum(a, b, mode))
+
+
+def mul_f64(a, b, mode):
+    if mode == "rn":
+        return a * b
+    with np.errstate(all="ignore"):
+        zero = np.copysign(0.0, np.asarray(a) * np.asarray(b))
+    return _f64_exact(lambda x, y: x * y, np.multiply, a, b, mode=mode, zero=zero)
+
+
+def div_f64(a, b, mode):
+    if mode == "rn":
+        return a / b
+    with np.errstate(all="ignore"):
+        zero = np.copysign(0.0, np.asarray(a) * np.asarray(b))
+    return _f64_exact(lambda x, y: x / y if y else None, np.divide, a, b, mode=mode, zero=zero)
+
+
+def sqrt_f64(a, mode):
+    if mode == "rn":
+        return np.sqrt(a)
+    return _f64_exact(lambda x: _sqrt_fraction(x) if x > 0 else None, np.sqrt, a, mode=mode)
+
+
+def fma_f64(a, b, c, mode):
+    """a * b + c with a single rounding for float64."""
+    a, b, c = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                  np.asarray(c, np.float64))
+    if mode != "rn":
+        with np.errstate(all="ignore"):
+            zero = ieee_zero_sum(a * b, c, mode)
+        return _f64_exact(lambda x, y, z: x * y + z, _fma_ieee, a, b, c, mode=mode, zero=zero)
+    with np.errstate(all="ignore"):
+        prod = np.abs(a * b)
+        finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+        trivial = finite & ((a == 0) | (b == 0))
+        safe = (finite & ~trivial & (prod > 2.0 ** -900) & (prod < 2.0 ** 1000)
+                & (np.abs(a) < 2.0 ** 995) & (np.abs(b) < 2.0 ** 995) & (np.abs(c) < 2.0 ** 1000))
+        out = _fma_ieee(a, b, c)  # right for the trivial lanes (an exact zero product) and specials
+        uh, ul = two_prod(a, b)
+        th, tl = two_sum(c, uh)
+        s, e = two_sum(tl, ul)
+        # Round s + e to odd: if inexact and s is even, step to the neighbour towards e.
+        even = (s.view(np.int64) & 1) == 0
+        step = (e != 0) & even
+        v = np.where(step, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+        out = np.where(safe, th + v, out)
+    rest = finite & ~trivial & ~safe
+    if rest.any():
+        out[rest] = _f64_exact(lambda x, y, z: x * y + z, _fma_ieee, a[rest], b[rest], c[rest], mode="rn")
+    return out
+
+
+# ------------------------------------------------------------------ integers
+
+def div_trunc(a, b):
+    """C division (truncating toward zero); b must be non-zero."""
+    if np.asarray(a).dtype.kind == "u":
+        return a // b
+    rem = np.fmod(a, b)
+    return (a - rem) // b
+
+
+def rem_trunc(a, b):
+    """C remainder (sign of the dividend); b must be non-zero."""
+    return np.fmod(a, b)
+
+
+_M32 = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+
+
+def mul_hi_u64(a, b):
+    """High 64 bits of the 128-bit product of two uint64 arrays."""
+    alo, ahi = a & _M32, a >> _S32
+    blo, bhi = b & _M32, b >> _S32
+    ll = alo * blo
+    lh = alo * bhi
+    hl = ahi * blo
+    mid = (ll >> _S32) + (lh & _M32) + (hl & _M32)
+    return ahi * bhi + (lh >> _S32) + (hl >> _S32) + (mid >> _S32)
+
+
+def mul_hi_s64(a, b):
+    """High 64 bits of the 128-bit product of two int64 arrays."""
+    ua, ub = np.asarray(a).view(np.uint64), np.asarray(b).view(np.uint64)
+    hi = mul_hi_u64(ua, ub)
+    hi = hi - np.where(np.asarray(a) < 0, ub, np.uint64(0)) - np.where(np.asarray(b) < 0, ua, np.uint64(0))
+    return hi.view(np.int64)

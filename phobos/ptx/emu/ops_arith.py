@@ -1,0 +1,767 @@
+# Arithmetic, logic, comparison, selection, move and conversion instructions.
+#
+# Integers wrap like the hardware (NumPy fixed-width arithmetic); division and
+# remainder truncate toward zero as in C, and a zero divisor is reported
+# (PTX leaves the result undefined).  Floating-point operations round exactly
+# as PTX specifies through `numerics`; the `.approx` functions (ex2, lg2, sin,
+# cos, tanh, rsqrt, rcp.approx, sqrt.approx, div.approx/.full) are computed in
+# float64 and rounded to the result type, so they are at least as accurate as
+# the GPU's, which may differ from them by a few ulp.
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from . import numerics as nx
+from . import syntax as syn
+from .decode import Semantics, lanes, opcode, plain
+from .errors import ArithmeticFault, Fault, PtxSyntaxError
+from .ptxtypes import TYPES, PtxType
+
+ROUNDING = ("rn", "rz", "rm", "rp")
+INT_ROUNDING = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
+FORMATS = {"f16": nx.F16, "bf16": nx.BF16, "f32": nx.F32, "f64": nx.F64}
+PRED = TYPES["pred"]
+U32 = TYPES["u32"]
+
+
+def elementwise(d, ins, out_t: PtxType, in_ts: list[PtxType], fn) -> Semantics:
+    """d = fn(a, b, ...) with operands read as `in_ts` and the result written as `out_t`."""
+    ops = d.operands(ins, 1 + len(in_ts))
+    write = d.writer(ops[0], out_t)
+    readers = [d.reader(o, t) for o, t in zip(ops[1:], in_ts)]
+    if len(readers) == 1:
+        (ra,) = readers
+        return plain(lambda m, idx: write(m, idx, fn(ra(m, idx))))
+    if len(readers) == 2:
+        ra, rb = readers
+        return plain(lambda m, idx: write(m, idx, fn(ra(m, idx), rb(m, idx))))
+    ra, rb, rc = readers
+    return plain(lambda m, idx: write(m, idx, fn(ra(m, idx), rb(m, idx), rc(m, idx))))
+
+
+def require(d, condition: bool, message: str) -> None:
+    if not condition:
+        raise d.error(message)
+
+
+def float_modifiers(d, mods, t: PtxType, default: str | None = "rn") -> str:
+    """Take a rounding mode (or the default; None: required) for an f32/f64 operation."""
+    require(d, t.name in ("f32", "f64"), f"{mods.base}.{t.name} is not supported (f32 and f64 only)")
+    mode = mods.take(*ROUNDING) or default
+    if mode is None:
+        raise d.error(f"{mods.base}.{t.name} needs a rounding modifier (.rn, .rz, .rm or .rp)",
+                      PtxSyntaxError)
+    return mode
+
+
+def float_only(d, mods, t: PtxType) -> None:
+    require(d, t.name in ("f32", "f64"), f"{mods.base}.{t.name} is not supported (f32 and f64 only)")
+
+
+def with_ftz_sat(mods, fn, sat_allowed: bool = True):
+    """Wrap a float function with the `.ftz` (flush subnormals) and `.sat` modifiers it carries."""
+    ftz = mods.flag("ftz")
+    sat = sat_allowed and mods.flag("sat")
+    if ftz:
+        inner = fn
+        fn = lambda *xs: nx.flush(inner(*(nx.flush(x) for x in xs)))  # noqa: E731
+    if sat:
+        unsat = fn
+        fn = lambda *xs: nx.saturate(np.asarray(unsat(*xs)))  # noqa: E731
+    return fn
+
+
+def int_type(d, t: PtxType, what: str) -> None:
+    require(d, t.kind in ("b", "u", "s") and t.bits >= 16, f"{what}.{t.name} is not supported")
+
+
+def wide_type(t: PtxType) -> PtxType:
+    return TYPES[f"{'s' if t.is_signed else 'u'}{2 * t.bits}"]
+
+
+def widen(v, t: PtxType):
+    return np.asarray(v).astype(wide_type(t).dtype)
+
+
+def mul_hi(t: PtxType):
+    """The high half of the double-width product."""
+    if t.bits == 64:
+        return nx.mul_hi_s64 if t.is_signed else (lambda a, b: nx.mul_hi_u64(np.asarray(a), np.asarray(b)))
+    shift = np.uint8(t.bits)
+    return lambda a, b: ((widen(a, t) * widen(b, t)) >> shift).astype(t.dtype)
+
+
+# ------------------------------------------------------------------ add sub mul mad fma
+
+_ADD = {32: nx.add_f32, 64: nx.add_f64}
+_MUL = {32: nx.mul_f32, 64: nx.mul_f64}
+_FMA = {32: nx.fma_f32, 64: nx.fma_f64}
+_DIV = {32: nx.div_f32, 64: nx.div_f64}
+_SQRT = {32: nx.sqrt_f32, 64: nx.sqrt_f64}
+
+
+def _saturating_s32(op):
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    return lambda a, b: np.clip(op(np.asarray(a, np.int64), np.asarray(b, np.int64)), lo, hi).astype(np.int32)
+
+
+@opcode("add", "sub")
+def build_add_sub(d, ins, mods):
+    t = mods.type()
+    negate = mods.base == "sub"
+    if t.is_float:
+        mode = float_modifiers(d, mods, t)
+        add = _ADD[t.bits]
+        fn = (lambda a, b: add(a, -b, mode)) if negate else (lambda a, b: add(a, b, mode))
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, fn))
+    int_type(d, t, mods.base)
+    op = np.subtract if negate else np.add
+    if mods.flag("sat"):
+        require(d, t.name == "s32", ".sat applies to .s32 only")
+        op = _saturating_s32(op)
+    return elementwise(d, ins, t, [t, t], op)
+
+
+@opcode("mul")
+def build_mul(d, ins, mods):
+    t = mods.type()
+    if t.is_float:
+        mode = float_modifiers(d, mods, t)
+        mul = _MUL[t.bits]
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, lambda a, b: mul(a, b, mode)))
+    int_type(d, t, "mul")
+    part = mods.take("lo", "hi", "wide")
+    if part is None:
+        raise d.error("integer mul needs .lo, .hi or .wide", PtxSyntaxError)
+    if part == "lo":
+        return elementwise(d, ins, t, [t, t], np.multiply)
+    if part == "hi":
+        return elementwise(d, ins, t, [t, t], mul_hi(t))
+    require(d, t.bits <= 32, "mul.wide takes 16- or 32-bit operands")
+    return elementwise(d, ins, wide_type(t), [t, t], lambda a, b: widen(a, t) * widen(b, t))
+
+
+@opcode("mad")
+def build_mad(d, ins, mods):
+    t = mods.type()
+    if t.is_float:
+        return build_fma(d, ins, mods, t)
+    int_type(d, t, "mad")
+    part = mods.take("lo", "hi", "wide")
+    if part is None:
+        raise d.error("integer mad needs .lo, .hi or .wide", PtxSyntaxError)
+    if part == "lo":
+        return elementwise(d, ins, t, [t, t, t], lambda a, b, c: a * b + c)
+    if part == "hi":
+        hi = mul_hi(t)
+        return elementwise(d, ins, t, [t, t, t], lambda a, b, c: hi(a, b) + c)
+    require(d, t.bits <= 32, "mad.wide takes 16- or 32-bit operands")
+    w = wide_type(t)
+    return elementwise(d, ins, w, [t, t, w], lambda a, b, c: widen(a, t) * widen(b, t) + c)
+
+
+@opcode("fma")
+def build_fma(d, ins, mods, t: PtxType | None = None):
+    t = t or mods.type()
+    mode = float_modifiers(d, mods, t, default=None)
+    fma = _FMA[t.bits]
+    return elementwise(d, ins, t, [t, t, t], with_ftz_sat(mods, lambda a, b, c: fma(a, b, c, mode)))
+
+
+# ------------------------------------------------------------------ div rem
+
+def _integer_division(d, ins, t: PtxType, op) -> Semantics:
+    ops = d.operands(ins, 3)
+    write = d.writer(ops[0], t)
+    ra, rb = d.reader(ops[1], t), d.reader(ops[2], t)
+    name = ins.opcode
+
+    def run(m, idx):
+        a, b = ra(m, idx), rb(m, idx)
+        zero = np.asarray(b) == 0
+        if zero.any():
+            lane = int(np.flatnonzero(np.broadcast_to(zero, (lanes(m, idx),)))[0])
+            raise Fault(ArithmeticFault, f"{name}: division by zero",
+                        thread=lane if idx is None else int(idx[lane]))
+        write(m, idx, op(a, b))
+    return plain(run)
+
+
+@opcode("div")
+def build_div(d, ins, mods):
+    t = mods.type()
+    if not t.is_float:
+        int_type(d, t, "div")
+        return _integer_division(d, ins, t, nx.div_trunc)
+    approx = mods.take("approx", "full")
+    if approx:
+        require(d, t.name == "f32", f"div.{approx} is for .f32")
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, np.divide, sat_allowed=False))
+    mode = float_modifiers(d, mods, t, default=None)
+    div = _DIV[t.bits]
+    return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, lambda a, b: div(a, b, mode),
+                                                         sat_allowed=False))
+
+
+@opcode("rem")
+def build_rem(d, ins, mods):
+    t = mods.type()
+    int_type(d, t, "rem")
+    return _integer_division(d, ins, t, nx.rem_trunc)
+
+
+# ------------------------------------------------------------------ unary, min/max
+
+@opcode("abs", "neg")
+def build_abs_neg(d, ins, mods):
+    t = mods.type()
+    fn = np.abs if mods.base == "abs" else np.negative
+    if t.is_float:
+        float_only(d, mods, t)
+        return elementwise(d, ins, t, [t], with_ftz_sat(mods, fn, sat_allowed=False))
+    require(d, t.kind == "s", f"{mods.base} takes a signed integer type")
+    return elementwise(d, ins, t, [t], fn)
+
+
+@opcode("min", "max")
+def build_min_max(d, ins, mods):
+    t = mods.type()
+    is_min = mods.base == "min"
+    if t.is_float:
+        float_only(d, mods, t)
+        if mods.flag("NaN"):
+            fn = np.minimum if is_min else np.maximum
+        else:  # PTX: a NaN operand is ignored unless both are NaN
+            fn = np.fmin if is_min else np.fmax
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, fn, sat_allowed=False))
+    int_type(d, t, mods.base)
+    return elementwise(d, ins, t, [t, t], np.minimum if is_min else np.maximum)
+
+
+@opcode("copysign")
+def build_copysign(d, ins, mods):
+    t = mods.type()
+    float_only(d, mods, t)
+    return elementwise(d, ins, t, [t, t], lambda a, b: np.copysign(b, a))
+
+
+_TESTP = {
+    "finite": np.isfinite, "infinite": np.isinf, "number": lambda x: ~np.isnan(x),
+    "notanumber": np.isnan,
+    "normal": lambda x: np.isfinite(x) & (np.abs(x) >= np.finfo(x.dtype).tiny),
+    "subnormal": lambda x: (x != 0) & (np.abs(x) < np.finfo(x.dtype).tiny),
+}
+
+
+@opcode("testp")
+def build_testp(d, ins, mods):
+    test = mods.take(*_TESTP)
+    if test is None:
+        raise d.error("testp needs a test (.finite, .infinite, .number, ...)", PtxSyntaxError)
+    t = mods.type()
+    float_only(d, mods, t)
+    fn = _TESTP[test]
+    return elementwise(d, ins, PRED, [t], lambda a: fn(np.asarray(a)))
+
+
+# ------------------------------------------------------------------ rcp sqrt and approximations
+
+@opcode("rcp")
+def build_rcp(d, ins, mods):
+    t = mods.type()
+    if mods.flag("approx"):
+        float_only(d, mods, t)
+        return elementwise(d, ins, t, [t], with_ftz_sat(mods, lambda a: t.dtype.type(1) / a,
+                                                         sat_allowed=False))
+    mode = float_modifiers(d, mods, t, default=None)
+    div = _DIV[t.bits]
+    one = t.dtype.type(1)
+    return elementwise(d, ins, t, [t], with_ftz_sat(mods, lambda a: div(one, a, mode),
+                                                     sat_allowed=False))
+
+
+@opcode("sqrt")
+def build_sqrt(d, ins, mods):
+    t = mods.type()
+    if mods.flag("approx"):
+        require(d, t.name == "f32", "sqrt.approx is for .f32")
+        return elementwise(d, ins, t, [t], with_ftz_sat(mods, np.sqrt, sat_allowed=False))
+    mode = float_modifiers(d, mods, t, default=None)
+    sqrt = _SQRT[t.bits]
+    return elementwise(d, ins, t, [t], with_ftz_sat(mods, lambda a: sqrt(a, mode), sat_allowed=False))
+
+
+_APPROX = {
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+}
+
+
+@opcode(*_APPROX)
+def build_approx(d, ins, mods):
+    t = mods.type()
+    if not mods.flag("approx"):
+        raise d.error(f"{mods.base} needs .approx", PtxSyntaxError)
+    require(d, t.name == "f32" or (t.name == "f64" and mods.base == "rsqrt"),
+            f"{mods.base}.approx.{t.name} is not supported")
+    fn = _APPROX[mods.base]
+    dtype = t.dtype
+    return elementwise(d, ins, t, [t], with_ftz_sat(
+        mods, lambda a: fn(np.asarray(a, np.float64)).astype(dtype), sat_allowed=False))
+
+
+# ------------------------------------------------------------------ bits
+
+def _bit_type(d, mods, allow_pred: bool = False) -> PtxType:
+    t = mods.type()
+    require(d, (t.kind == "pred" and allow_pred) or (t.kind in ("b", "u", "s") and t.bits >= 16),
+            f"{mods.base}.{t.name} is not supported")
+    return t
+
+
+@opcode("and", "or", "xor")
+def build_logic(d, ins, mods):
+    t = _bit_type(d, mods, allow_pred=True)
+    fn = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[mods.base]
+    return elementwise(d, ins, t, [t, t], fn)
+
+
+@opcode("not")
+def build_not(d, ins, mods):
+    t = _bit_type(d, mods, allow_pred=True)
+    return elementwise(d, ins, t, [t], np.invert)
+
+
+@opcode("cnot")
+def build_cnot(d, ins, mods):
+    t = _bit_type(d, mods)
+    return elementwise(d, ins, t, [t], lambda a: (np.asarray(a) == 0).astype(t.dtype))
+
+
+@opcode("shl", "shr")
+def build_shift(d, ins, mods):
+    t = _bit_type(d, mods)
+    left = mods.base == "shl"
+    require(d, not left or t.kind == "b", "shl takes a .b type")
+    bits = t.bits
+    zero = t.dtype.type(0)
+
+    def shift(a, b):
+        b = np.asarray(b)
+        amount = np.minimum(b, bits - 1).astype(t.dtype)
+        if left:
+            return np.where(b >= bits, zero, np.left_shift(a, amount))
+        if t.is_signed:  # arithmetic: large shifts fill with the sign
+            return np.right_shift(a, amount)
+        return np.where(b >= bits, zero, np.right_shift(a, amount))
+    return elementwise(d, ins, t, [t, U32], shift)
+
+
+def _clz32(v):
+    v = np.asarray(v, np.uint32)
+    _, e = np.frexp(v.astype(np.float64))
+    return (32 - e).astype(np.uint32)
+
+
+def _clz(t):
+    if t.bits == 32:
+        return _clz32
+    mask = np.uint64(0xFFFFFFFF)
+    return lambda v: np.where((np.asarray(v) >> np.uint64(32)) != 0,
+                              _clz32((np.asarray(v) >> np.uint64(32)).astype(np.uint32)),
+                              32 + _clz32((np.asarray(v) & mask).astype(np.uint32))).astype(np.uint32)
+
+
+_BIT_REVERSED_BYTES = np.array([int(f"{i:08b}"[::-1], 2) for i in range(256)], np.uint8)
+
+
+def _brev(t):
+    def brev(v):
+        a = np.ascontiguousarray(np.atleast_1d(v))
+        rev = _BIT_REVERSED_BYTES[a.view(np.uint8).reshape(-1, t.bits // 8)[:, ::-1]]
+        return np.ascontiguousarray(rev).view(t.dtype).reshape(np.shape(v))
+    return brev
+
+
+@opcode("popc", "clz", "brev")
+def build_bit_count(d, ins, mods):
+    t = _bit_type(d, mods)
+    require(d, t.bits in (32, 64), f"{mods.base}.{t.name} is not supported")
+    if mods.base == "brev":
+        return elementwise(d, ins, t, [t], _brev(t))
+    if mods.base == "popc":
+        return elementwise(d, ins, U32, [t], lambda v: np.bitwise_count(v).astype(np.uint32))
+    return elementwise(d, ins, U32, [t], _clz(t))
+
+
+def _low_bits(count, width: int):
+    """Masks of `count` low one bits (count may be up to width), as uint64."""
+    count = np.asarray(count, np.uint64)
+    full = np.uint64((1 << width) - 1)
+    return np.where(count >= width, full, (np.uint64(1) << np.minimum(count, 63)) - np.uint64(1))
+
+
+def _field(v):
+    """A bit-field position or length operand: its low 8 bits, as uint64."""
+    return np.asarray(v).astype(np.uint64) & np.uint64(0xFF)
+
+
+@opcode("bfe")
+def build_bfe(d, ins, mods):
+    """Extract len bits at pos, zero- or sign-extended (pos, len: low 8 bits of b, c)."""
+    t = _bit_type(d, mods)
+    require(d, t.bits in (32, 64) and t.kind in ("u", "s"), f"bfe.{t.name} is not supported")
+    w = t.bits
+
+    def bfe(a, b, c):
+        raw = np.asarray(a).view(t.unsigned).astype(np.uint64)
+        pos, length = _field(b), _field(c)
+        take = np.minimum(length, np.where(pos >= w, 0, w - pos).astype(np.uint64))
+        field = np.where(pos >= w, np.uint64(0), raw >> np.minimum(pos, w - 1)) & _low_bits(take, w)
+        if t.is_signed:  # fill with the field's top bit (or the operand's sign bit)
+            top = np.minimum(pos + length - np.uint64(1), np.uint64(w - 1))
+            sign = ((raw >> np.where(length == 0, np.uint64(0), top)) & np.uint64(1)).astype(bool)
+            sign &= length != 0
+            field = np.where(sign, field | (_low_bits(w, w) & ~_low_bits(take, w)), field)
+        return field.astype(t.unsigned).view(t.dtype)
+    return elementwise(d, ins, t, [t, U32, U32], bfe)
+
+
+@opcode("bfi")
+def build_bfi(d, ins, mods):
+    """Insert the len low bits of f into b at pos."""
+    t = _bit_type(d, mods)
+    require(d, t.name in ("b32", "b64"), f"bfi.{t.name} is not supported")
+    w = t.bits
+
+    def bfi(f, b, c, e):
+        pos, length = _field(c), _field(e)
+        take = np.minimum(length, np.where(pos >= w, 0, w - pos).astype(np.uint64))
+        mask = (_low_bits(take, w) << np.minimum(pos, w - 1)) & _low_bits(w, w)
+        f64, b64 = np.asarray(f).astype(np.uint64), np.asarray(b).astype(np.uint64)
+        out = (b64 & ~mask) | ((f64 << np.minimum(pos, w - 1)) & mask)
+        return out.astype(t.dtype)
+    ops = d.operands(ins, 5)
+    write = d.writer(ops[0], t)
+    rf, rb, rc, re = d.reader(ops[1], t), d.reader(ops[2], t), d.reader(ops[3], U32), d.reader(ops[4], U32)
+    return plain(lambda m, idx: write(m, idx, bfi(rf(m, idx), rb(m, idx), rc(m, idx), re(m, idx))))
+
+
+@opcode("bfind")
+def build_bfind(d, ins, mods):
+    """Position of the most significant non-sign bit (0xFFFFFFFF if none); .shiftamt: the
+    left shift that would move it to the top."""
+    shift_amount = mods.flag("shiftamt")
+    t = _bit_type(d, mods)
+    require(d, t.bits in (32, 64) and t.kind in ("u", "s"), f"bfind.{t.name} is not supported")
+    clz = _clz(TYPES[f"b{t.bits}"])
+
+    def bfind(a):
+        raw = np.asarray(a).view(t.unsigned)
+        if t.is_signed:
+            raw = np.where(np.asarray(a) < 0, ~raw, raw)
+        zeros = clz(raw).astype(np.int64)
+        found = np.int64(t.bits - 1) - zeros
+        result = zeros if shift_amount else found
+        return np.where(raw == 0, np.uint32(0xFFFFFFFF), result.astype(np.uint32))
+    return elementwise(d, ins, U32, [t], bfind)
+
+
+@opcode("prmt")
+def build_prmt(d, ins, mods):
+    """Byte permute: each selector nibble of c picks one of the 8 bytes of {b, a}
+    (bit 3 of the nibble: replicate that byte's sign instead)."""
+    t = _bit_type(d, mods)
+    require(d, t.name == "b32", "only prmt.b32 in its default mode is supported")
+
+    def prmt(a, b, c):
+        pool = (np.asarray(b).astype(np.uint64) << np.uint64(32)) | np.asarray(a).astype(np.uint64)
+        c = np.asarray(c).astype(np.uint64)
+        out = np.zeros(np.broadcast(pool, c).shape, np.uint64)
+        for k in range(4):
+            sel = (c >> np.uint64(4 * k)) & np.uint64(0xF)
+            byte = (pool >> ((sel & np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
+            byte = np.where((sel & np.uint64(8)) != 0, np.where(byte & np.uint64(0x80), 0xFF, 0), byte)
+            out |= byte.astype(np.uint64) << np.uint64(8 * k)
+        return out.astype(np.uint32)
+    return elementwise(d, ins, t, [t, t, t], prmt)
+
+
+@opcode("shf")
+def build_shf(d, ins, mods):
+    """Funnel shift of the 64-bit {b, a} by c (.wrap: c mod 32, .clamp: at most 32)."""
+    direction = mods.take("l", "r")
+    mode = mods.take("wrap", "clamp")
+    if direction is None or mode is None:
+        raise d.error("shf needs .l or .r and .wrap or .clamp", PtxSyntaxError)
+    t = _bit_type(d, mods)
+    require(d, t.name == "b32", "shf is .b32")
+
+    def shf(a, b, c):
+        pair = (np.asarray(b).astype(np.uint64) << np.uint64(32)) | np.asarray(a).astype(np.uint64)
+        c = np.asarray(c).astype(np.uint64)
+        n = c & np.uint64(31) if mode == "wrap" else np.minimum(c, np.uint64(32))
+        shifted = (pair << n) >> np.uint64(32) if direction == "l" else pair >> n
+        return (shifted & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    return elementwise(d, ins, t, [t, t, U32], shf)
+
+
+# ------------------------------------------------------------------ setp selp
+
+_INT_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+                "gt": np.greater, "ge": np.greater_equal}
+_UNSIGNED_COMPARE = {"lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal}
+_FLOAT_COMPARE = {
+    "eq": np.equal, "ne": lambda a, b: (a < b) | (a > b), "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal,
+    "equ": lambda a, b: ~((a < b) | (a > b)), "neu": np.not_equal,
+    "ltu": lambda a, b: ~(a >= b), "leu": lambda a, b: ~(a > b),
+    "gtu": lambda a, b: ~(a <= b), "geu": lambda a, b: ~(a < b),
+    "num": lambda a, b: ~(np.isnan(a) | np.isnan(b)), "nan": lambda a, b: np.isnan(a) | np.isnan(b),
+}
+_BOOL_OPS = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
+
+
+def comparison(d, mods, t: PtxType):
+    cmp = mods.take(*_FLOAT_COMPARE, *_UNSIGNED_COMPARE)
+    if cmp is None:
+        raise d.error(f"{mods.base} needs a comparison (.eq, .lt, ...)", PtxSyntaxError)
+    if t.is_float:
+        require(d, cmp in _FLOAT_COMPARE, f"{mods.base}.{cmp} is not a floating-point comparison")
+        fn = _FLOAT_COMPARE[cmp]
+        if mods.flag("ftz"):
+            return lambda a, b: fn(nx.flush(a), nx.flush(b))
+        return fn
+    require(d, t.kind != "pred", f"{mods.base}.pred is not supported")
+    if cmp in _UNSIGNED_COMPARE:
+        require(d, t.kind in ("u", "b"), f"{mods.base}.{cmp} needs an unsigned type")
+        return _UNSIGNED_COMPARE[cmp]
+    require(d, cmp in _INT_COMPARE, f"{mods.base}.{cmp} is not an integer comparison")
+    require(d, t.kind != "b" or cmp in ("eq", "ne"), f"{mods.base}.{cmp}.{t.name}: use .u or .s types")
+    return _INT_COMPARE[cmp]
+
+
+@opcode("setp")
+def build_setp(d, ins, mods):
+    bool_name = mods.take(*_BOOL_OPS)
+    t = mods.type()
+    cmp = comparison(d, mods, t)
+    ops = d.operands(ins, 4 if bool_name else 3)
+    dest = ops[0]
+    if isinstance(dest, syn.Pair):
+        write_p, write_q = d.writer(dest.first, PRED), d.writer(dest.second, PRED)
+    else:
+        write_p, write_q = d.writer(dest, PRED), None
+    ra, rb = d.reader(ops[1], t), d.reader(ops[2], t)
+    rc = d.reader(ops[3], PRED) if bool_name else None
+    combine = _BOOL_OPS.get(bool_name)
+
+    def run(m, idx):
+        r = cmp(ra(m, idx), rb(m, idx))
+        if combine is None:
+            p, q = r, ~r
+        else:
+            c = rc(m, idx)
+            p, q = combine(r, c), combine(~r, c)
+        write_p(m, idx, p)
+        if write_q is not None:
+            write_q(m, idx, q)
+    return plain(run)
+
+
+@opcode("selp")
+def build_selp(d, ins, mods):
+    t = mods.type()
+    return elementwise(d, ins, t, [t, t, PRED], lambda a, b, c: np.where(c, a, b).astype(t.dtype))
+
+
+# ------------------------------------------------------------------ mov
+
+@opcode("mov")
+def build_mov(d, ins, mods):
+    t = mods.type()
+    dst, src = d.operands(ins, 2)
+    if isinstance(dst, syn.Vector) or isinstance(src, syn.Vector):
+        return _pack_unpack(d, t, dst, src)
+    return elementwise(d, ins, t, [t], lambda a: a)
+
+
+def _pack_unpack(d, t: PtxType, dst, src) -> Semantics:
+    """`mov.b64 d, {a, b}` packs (first element least significant); `mov.b64 {a, b}, d` unpacks."""
+    packing = isinstance(src, syn.Vector)
+    items = (src if packing else dst).items
+    require(d, t.kind == "b" and len(items) in (2, 4) and t.bits // len(items) >= 8,
+            "vector mov needs a .b type split into 2 or 4 parts")
+    width = t.bits // len(items)
+    part = TYPES[f"b{width}"]
+    shifts = [np.uint8(k * width) for k in range(len(items))]
+    if packing:
+        readers = [d.reader(x, part) for x in items]
+        write = d.writer(dst, t)
+
+        def pack(m, idx):
+            value = t.dtype.type(0)
+            for r, s in zip(readers, shifts):
+                value = value | (np.asarray(r(m, idx)).astype(t.dtype) << s)
+            write(m, idx, value)
+        return plain(pack)
+    read = d.reader(src, t)
+    writers = [d.writer(x, part) for x in items]
+
+    def unpack(m, idx):
+        value = np.asarray(read(m, idx))
+        for w, s in zip(writers, shifts):
+            w(m, idx, (value >> s).astype(part.dtype))
+    return plain(unpack)
+
+
+# ------------------------------------------------------------------ cvt
+
+def _to_f64(t: PtxType, ftz: bool):
+    """Exact float64 value of a float operand (`.ftz`: f32 subnormals read as zero)."""
+    if t.kind == "bf":
+        return lambda v: (np.asarray(v).astype(np.uint32) << np.uint8(16)).view(np.float32).astype(np.float64)
+    if ftz and t.name == "f32":
+        return lambda v: nx.flush(v).astype(np.float64)
+    return lambda v: np.asarray(v).astype(np.float64)
+
+
+_CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
+
+
+def _encode(t: PtxType):
+    """float64 values representable in t -> t's storage, NaNs made canonical."""
+    if t.name == "f64":
+        return lambda x: np.asarray(x)
+    if t.kind == "bf":
+        def encode_bf16(x):
+            bits = (np.asarray(x).astype(np.float32).view(np.uint32) >> np.uint8(16)).astype(np.uint16)
+            return np.where(np.isnan(x), np.uint16(0x7FFF), bits)
+        return encode_bf16
+    nan_bits = t.unsigned.type(_CANONICAL_NAN[t.name])
+
+    def encode(x):
+        out = np.asarray(x).astype(t.dtype)
+        return np.where(np.isnan(x), nan_bits, out.view(t.unsigned)).view(t.dtype)
+    return encode
+
+
+def _round_exact(x, t: PtxType, mode: str):
+    """Round exact float64 values to t's format (the result is float64)."""
+    if t.name == "f64":
+        return x
+    if t.name == "f32" and mode == "rn":
+        return np.asarray(x).astype(np.float32).astype(np.float64)
+    return nx.round_to_format(np.asarray(x, np.float64), None, FORMATS[t.name], mode)
+
+
+def _int_to_float(src: PtxType, dst: PtxType, mode: str):
+    """Integers -> rounded float64 values of dst's format."""
+    if src.bits <= 32:
+        return lambda v: _round_exact(np.asarray(v).astype(np.float64), dst, mode)
+    fmt = FORMATS[dst.name]
+
+    def convert(v):
+        v = np.atleast_1d(v)
+        x = v.astype(np.float64)
+        big = np.abs(x) >= 2.0 ** 53  # not exact in float64: round the integer itself
+        out = np.array(_round_exact(np.where(big, 0.0, x), dst, mode), np.float64)
+        if big.any():
+            out[big] = nx.exact_lanes(lambda i: Fraction(int(i)), v[big], fmt=fmt, mode=mode)
+        return out
+    return convert
+
+
+def _float_to_int(src: PtxType, dst: PtxType, irnd: str, ftz: bool):
+    """Floats -> integers, rounded as irnd says and saturated to dst's range (NaN -> 0)."""
+    to_f64 = _to_f64(src, ftz)
+    rnd = INT_ROUNDING[irnd]
+    info = np.iinfo(dst.dtype)
+    if dst.bits < 64:
+        return lambda v: np.clip(np.nan_to_num(rnd(to_f64(v)), nan=0.0), info.min, info.max).astype(dst.dtype)
+    top = 2.0 ** 64 if dst.kind == "u" else 2.0 ** 63  # the first value out of range
+    bottom = 0.0 if dst.kind == "u" else -(2.0 ** 63)
+
+    def convert(v):
+        x = np.nan_to_num(rnd(to_f64(v)), nan=0.0, posinf=top, neginf=bottom)
+        inside = np.clip(x, bottom, np.nextafter(top, 0)).astype(dst.dtype)
+        return np.where(x >= top, dst.dtype.type(info.max), inside)
+    return convert
+
+
+def _saturate_int(src: PtxType, dst: PtxType):
+    s, t = np.iinfo(src.dtype), np.iinfo(dst.dtype)
+    lo, hi = src.dtype.type(max(s.min, t.min)), src.dtype.type(min(s.max, t.max))
+    return lambda v: np.clip(v, lo, hi).astype(dst.dtype)
+
+
+def _float_value(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool):
+    """Floats -> float64 values of dst's format (before .relu/.sat)."""
+    to_f64 = _to_f64(src, ftz)
+    if irnd is not None:
+        require(d, src == dst and frnd is None, "integer rounding of a float keeps its type")
+        rnd = INT_ROUNDING[irnd]
+        return lambda v: rnd(to_f64(v))
+    if dst.bits > src.bits:
+        require(d, frnd is None, "a widening conversion is exact and takes no rounding modifier")
+        return to_f64
+    mode = frnd or "rn"
+    return lambda v: _round_exact(to_f64(v), dst, mode)
+
+
+def _to_float(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool, sat: bool, relu: bool,
+              satfinite: bool):
+    """The conversion of src values to dst's (float) storage, with its modifiers applied."""
+    if src.is_float:
+        value = _float_value(d, src, dst, frnd, irnd, ftz)
+    else:
+        require(d, irnd is None and not ftz, "bad modifier for an integer-to-float cvt")
+        value = _int_to_float(src, dst, frnd or "rn")
+    require(d, not (relu or satfinite) or dst.bits == 16, ".relu and .satfinite apply to .f16/.bf16 results")
+    encode = _encode(dst)
+    flush = ftz and dst.name == "f32"
+    largest = FORMATS[dst.name].max_value
+
+    def convert(v):
+        x = value(v)
+        if relu:
+            x = np.where(x < 0, 0.0, x)
+        if satfinite:
+            x = np.clip(x, -largest, largest)
+        if sat:
+            x = nx.saturate(np.asarray(x))
+        out = encode(x)
+        return nx.flush(out) if flush else out
+    return convert
+
+
+@opcode("cvt")
+def build_cvt(d, ins, mods):
+    dst, src = mods.types(2)
+    irnd = mods.take(*INT_ROUNDING)
+    frnd = mods.take(*ROUNDING)
+    ftz, sat, relu, satfinite = (mods.flag(f) for f in ("ftz", "sat", "relu", "satfinite"))
+    require(d, dst.kind != "pred" and src.kind != "pred", "cvt does not take .pred")
+    require(d, not ftz or "f32" in (src.name, dst.name), ".ftz applies to .f32 conversions")
+    if dst.name in ("f16x2", "bf16x2"):
+        require(d, src.name == "f32", f"cvt.{dst.name} converts pairs of .f32")
+        half = TYPES[dst.name[:-2]]
+        convert = _to_float(d, src, half, frnd, irnd, ftz, sat, relu, satfinite)
+        # d = {cvt(a) in the upper half, cvt(b) in the lower half}
+        return elementwise(d, ins, dst, [src, src], lambda a, b: (
+            (np.asarray(convert(a)).view(np.uint16).astype(np.uint32) << np.uint8(16))
+            | np.asarray(convert(b)).view(np.uint16).astype(np.uint32)))
+    require(d, all(x.name in FORMATS for x in (src, dst) if x.is_float),
+            "cvt between packed float types is not supported")
+    if dst.is_float:
+        return elementwise(d, ins, dst, [src], _to_float(d, src, dst, frnd, irnd, ftz, sat, relu, satfinite))
+    require(d, frnd is None and not relu and not satfinite, "bad rounding modifier for an integer result")
+    if src.is_float:
+        if irnd is None:
+            raise d.error("a float-to-integer cvt needs .rni, .rzi, .rmi or .rpi", PtxSyntaxError)
+        return elementwise(d, ins, dst, [src], _float_to_int(src, dst, irnd, ftz))
+    require(d, irnd is None and not ftz, "an integer-to-integer cvt takes no rounding modifier")
+    fn = _saturate_int(src, dst) if sat else (lambda v: np.asarray(v).astype(dst.dtype))
+    return elementwise(d, ins, dst, [src], fn)

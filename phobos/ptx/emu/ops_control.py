@@ -1,0 +1,245 @@
+# Control flow, barriers and warp-synchronous instructions.
+#
+# Branches, exits and barriers only describe themselves here (their kind and,
+# for barriers, the barrier id and expected count); the scheduler in
+# machine.py moves the threads.  Memory fences are no-ops: the emulator runs
+# one instruction at a time, so every access is already visible to all.
+#
+# shfl.sync, vote.sync, redux.sync and bar.warp.sync work per warp (32
+# consecutive threads of a CTA).  Their member mask must name exactly lanes
+# that execute the instruction together: a lane in the mask that has exited,
+# diverged elsewhere or does not exist (a partial last warp) is undefined
+# behaviour on the GPU and an error here, as is reading a lane that is not
+# active.  bar.warp.sync also tells the race detector that the warp's shared
+# memory accesses before it are ordered with those after it.
+from __future__ import annotations
+
+import numpy as np
+
+from . import syntax as syn
+from .decode import BARRIER, BRANCH, EXIT, Semantics, opcode, plain
+from .errors import BarrierError, Fault, PtxSyntaxError, TrapError, WarpSyncError
+from .ops_arith import require
+from .ptxtypes import TYPES
+
+NUM_BARRIERS = 16
+U32 = TYPES["u32"]
+B32 = TYPES["b32"]
+PRED = TYPES["pred"]
+
+
+@opcode("bra")
+def build_bra(d, ins, mods):
+    mods.flag("uni")
+    (target,) = d.operands(ins, 1)
+    if not isinstance(target, syn.Name):
+        raise d.error("bra needs a label (indirect branches are not supported)")
+    return Semantics(BRANCH, None, target.text)
+
+
+@opcode("exit", "ret")
+def build_exit(d, ins, mods):
+    mods.flag("uni")
+    d.operands(ins, 0)
+    return Semantics(EXIT, None)
+
+
+@opcode("bar", "barrier")
+def build_barrier(d, ins, mods):
+    if not mods.flag("sync"):
+        raise d.error(f"only {mods.base}.sync is supported")
+    mods.flag("cta")
+    mods.flag("aligned")
+    ops = d.operands(ins, 1, 2)
+    read_id = d.reader(ops[0], U32)
+    read_count = d.reader(ops[1], U32) if len(ops) == 2 else None
+
+    def run(m, idx):
+        ids = np.asarray(read_id(m, idx))
+        if (ids >= NUM_BARRIERS).any():
+            raise Fault(BarrierError, f"barrier id {int(ids.max())} is not below {NUM_BARRIERS}")
+        return ids, (0 if read_count is None else read_count(m, idx))
+    return Semantics(BARRIER, run)
+
+
+@opcode("membar", "fence", "nanosleep")
+def build_no_op(d, ins, mods):
+    mods.drop(lambda word: True)
+    return plain(lambda m, idx: None)
+
+
+@opcode("trap")
+def build_trap(d, ins, mods):
+    d.operands(ins, 0)
+
+    def run(m, idx):
+        raise Fault(TrapError, "trap executed", thread=0 if idx is None else int(idx[0]))
+    return plain(run)
+
+
+# ------------------------------------------------------------------ warps
+
+def _warp_lanes(m, idx):
+    """(threads, lane ids, lane-0 thread of each lane's warp, lane bits, active lanes per warp)."""
+    threads = np.arange(m.n) if idx is None else idx
+    lane = m.lane[threads]
+    first = threads - lane
+    bit = np.left_shift(np.uint32(1), lane.astype(np.uint32))
+    active = np.zeros(m.n, np.uint32)
+    np.bitwise_or.at(active, first, bit)
+    return threads, lane, first, bit, active[first]
+
+
+def _check_members(m, what, threads, bit, active, member):
+    """Every executing lane is in the member mask, and every member lane executes."""
+    outside = (member & bit) == 0
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise Fault(WarpSyncError, f"{what}: the executing lane is not in the member mask "
+                                   f"{int(member[i]):#010x}", thread=int(threads[i]))
+    missing = member & ~active
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        absent = int(missing[i])
+        lane = (absent & -absent).bit_length() - 1
+        exists = int(m.warp_exists[threads[i]])
+        why = ("does not exist (partial warp)" if not exists >> lane & 1
+               else "has exited or is not at this instruction (divergence)")
+        raise Fault(WarpSyncError, f"{what}: lane {lane} of the member mask {int(member[i]):#010x} "
+                                   f"{why}", thread=int(threads[i]))
+
+
+_SHFL_SOURCE = {
+    "up": lambda lane, b, lo, hi: (lane - b, lane - b >= hi),
+    "down": lambda lane, b, lo, hi: (lane + b, lane + b <= hi),
+    "bfly": lambda lane, b, lo, hi: (lane ^ b, (lane ^ b) <= hi),
+    "idx": None,
+}
+
+
+@opcode("shfl")
+def build_shfl(d, ins, mods):
+    if not mods.flag("sync"):
+        raise d.error("only shfl.sync is supported")
+    mode = mods.take(*_SHFL_SOURCE)
+    if mode is None:
+        raise d.error("shfl.sync needs .up, .down, .bfly or .idx", PtxSyntaxError)
+    t = mods.type()
+    require(d, t.name == "b32", "shfl.sync moves .b32 values")
+    dest, a, b, c, mask = d.operands(ins, 5)
+    if isinstance(dest, syn.Pair):
+        write_d, write_p = d.writer(dest.first, B32), d.writer(dest.second, PRED)
+    else:
+        write_d, write_p = d.writer(dest, B32), None
+    read_a, read_b, read_c, read_mask = (d.reader(a, B32), d.reader(b, U32), d.reader(c, U32),
+                                         d.reader(mask, U32))
+    source = _SHFL_SOURCE[mode]
+
+    def run(m, idx):
+        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        n = len(threads)
+        member = np.broadcast_to(read_mask(m, idx), (n,))
+        _check_members(m, "shfl.sync", threads, bit, active, member)
+        bval = (np.broadcast_to(read_b(m, idx), (n,)) & np.uint32(31)).astype(np.int64)
+        cval = np.broadcast_to(read_c(m, idx), (n,)).astype(np.int64)
+        segment = (cval >> 8) & 31
+        lo = lane & segment
+        hi = lo | (cval & 31 & ~segment)
+        if source is None:
+            j = lo | (bval & ~segment)
+            ok = j <= hi
+        else:
+            j, ok = source(lane, bval, lo, hi)
+        j = np.where(ok, j, lane)
+        inactive = (active >> j.astype(np.uint32)) & np.uint32(1) == 0
+        if inactive.any():
+            i = int(np.flatnonzero(inactive)[0])
+            raise Fault(WarpSyncError, f"shfl.sync reads lane {int(j[i])}, which is not active",
+                        thread=int(threads[i]))
+        write_d(m, idx, read_a(m, first + j))
+        if write_p is not None:
+            write_p(m, idx, ok)
+    return plain(run)
+
+
+@opcode("vote")
+def build_vote(d, ins, mods):
+    if not mods.flag("sync"):
+        raise d.error("only vote.sync is supported")
+    mode = mods.take("all", "any", "uni", "ballot")
+    if mode is None:
+        raise d.error("vote.sync needs .all, .any, .uni or .ballot", PtxSyntaxError)
+    t = mods.type()
+    require(d, t.name == ("b32" if mode == "ballot" else "pred"), f"vote.sync.{mode}.{t.name} is not valid")
+    dest, a, mask = d.operands(ins, 3)
+    write = d.writer(dest, t)
+    read_a, read_mask = d.reader(a, PRED), d.reader(mask, U32)
+
+    def run(m, idx):
+        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        n = len(threads)
+        member = np.broadcast_to(read_mask(m, idx), (n,))
+        _check_members(m, "vote.sync", threads, bit, active, member)
+        votes = np.zeros(m.n, np.uint32)
+        np.bitwise_or.at(votes, first, np.where(np.broadcast_to(read_a(m, idx), (n,)), bit, np.uint32(0)))
+        ballot = votes[first] & member
+        result = {"ballot": ballot, "any": ballot != 0, "all": ballot == member,
+                  "uni": (ballot == 0) | (ballot == member)}[mode]
+        write(m, idx, result)
+    return plain(run)
+
+
+@opcode("bar.warp.sync")
+def build_warp_barrier(d, ins, mods):
+    """`bar.warp.sync membermask`: the member lanes meet; their shared-memory
+    accesses before it are ordered with those after it."""
+    (mask,) = d.operands(ins, 1)
+    read_mask = d.reader(mask, U32)
+
+    def run(m, idx):
+        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        _check_members(m, "bar.warp.sync", threads, bit, active,
+                       np.broadcast_to(read_mask(m, idx), (len(threads),)))
+        if m.shared.races is not None:
+            m.shared.races.warp_sync(m, threads)
+    return plain(run)
+
+
+_REDUX = {"add": np.add, "min": np.minimum, "max": np.maximum,
+          "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
+@opcode("redux")
+def build_redux(d, ins, mods):
+    """`redux.sync.op.type d, a, membermask`: every member lane gets op over the members' a."""
+    if not mods.flag("sync"):
+        raise d.error("only redux.sync is supported")
+    op = mods.take(*_REDUX)
+    if op is None:
+        raise d.error("redux.sync needs .add, .min, .max, .and, .or or .xor", PtxSyntaxError)
+    t = mods.type()
+    require(d, t.name in (("b32",) if op in ("and", "or", "xor") else ("u32", "s32")),
+            f"redux.sync.{op}.{t.name} is not supported")
+    dest, a, mask = d.operands(ins, 3)
+    write, read_a, read_mask = d.writer(dest, t), d.reader(a, t), d.reader(mask, U32)
+    combine = _REDUX[op]
+
+    def run(m, idx):
+        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        n = len(threads)
+        _check_members(m, "redux.sync", threads, bit, active, np.broadcast_to(read_mask(m, idx), (n,)))
+        values = np.broadcast_to(read_a(m, idx), (n,))
+        order = np.argsort(first, kind="stable")  # lanes of one warp together
+        warps, starts = np.unique(first[order], return_index=True)
+        totals = combine.reduceat(values[order], starts)
+        write(m, idx, totals[np.searchsorted(warps, first)])
+    return plain(run)
+
+
+@opcode("activemask")
+def build_activemask(d, ins, mods):
+    t = mods.type()
+    require(d, t.name == "b32", "activemask.b32")
+    (dest,) = d.operands(ins, 1)
+    write = d.writer(dest, t)
+    return plain(lambda m, idx: write(m, idx, _warp_lanes(m, idx)[4]))

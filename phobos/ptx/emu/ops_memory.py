@@ -1,0 +1,300 @@
+# Memory instructions: ld, st, atom, red, cp.async, cvta and prefetch.
+#
+# Loads and stores go through the state space objects of `memory`, which
+# check bounds and alignment and feed the shared-memory race detector.
+# Cache and ordering qualifiers (.nc, .cg, .L2::128B, .relaxed.gpu, ...) do not
+# change results on a CPU that runs one instruction at a time and are accepted
+# and dropped; anything else unknown is an error.
+#
+# Atomics run lane by lane in thread order (see memory.apply_atomic), so that
+# every contribution counts and float sums round as if threads arrived in
+# order.  `atom.add.f32` flushes subnormal inputs and results, as PTX says.
+#
+# cp.async copies are recorded when issued and performed when a
+# `cp.async.wait_group`/`wait_all` covers them (or their thread exits); the
+# bytes of the destination are marked pending in between, so that reading
+# them early is reported instead of seeing stale data.
+from __future__ import annotations
+
+import numpy as np
+
+from . import numerics as nx
+from . import syntax as syn
+from .decode import opcode, plain
+from .errors import Fault, MemoryFault, PtxSyntaxError
+from .memory import ASYNC, LOCAL_APERTURE, SHARED_APERTURE
+from .ops_arith import elementwise, require
+from .ptxtypes import TYPES
+
+_SPACES = {"global": "global", "const": "const", "shared": "shared", "shared::cta": "shared",
+           "local": "local", "param": "param"}
+_HINTS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "weak", "relaxed", "acquire",
+          "release", "acq_rel", "sc", "mmio", "cta", "gpu", "sys", "cluster", "unified"}
+U32 = TYPES["u32"]
+
+
+def _is_hint(word: str) -> bool:
+    return word in _HINTS or word.startswith(("L1::", "L2::"))
+
+
+def _space(mods, allowed=("global", "const", "shared", "local", "generic", "param")) -> str:
+    word = mods.take(*_SPACES)
+    space = _SPACES[word] if word else "generic"
+    require(mods.decoder, space in allowed, f"{mods.base}.{word} is not supported")
+    return space
+
+
+def _vector_count(mods) -> int:
+    word = mods.take("v2", "v4", "v8")
+    return int(word[1:]) if word else 1
+
+
+def _value_items(d, operand, count: int):
+    items = operand.items if isinstance(operand, syn.Vector) else (operand,)
+    if len(items) != count:
+        raise d.error(f"expected {count} value operand(s), found {len(items)}", PtxSyntaxError)
+    return items
+
+
+def _access_operands(d, ins, mods) -> list:
+    """The address and value operands (`.L2::cache_hint` adds a cache-policy operand)."""
+    count = 3 if "L2::cache_hint" in mods.words else 2
+    return d.operands(ins, count)[:2]
+
+
+@opcode("ld", "ldu")
+def build_ld(d, ins, mods):
+    space = _space(mods)
+    count = _vector_count(mods)
+    ops = _access_operands(d, ins, mods)
+    mods.drop(_is_hint)
+    t = mods.type()
+    require(d, t.kind != "pred", "ld.pred is not valid")
+    writers = [d.writer(x, t) for x in _value_items(d, ops[0], count)]
+    dtype = t.dtype
+    if space == "param":
+        return _ld_param(d, ops[1], t, writers)
+    address = d.address(ops[1], space)
+    pc = d.index
+
+    def run(m, idx):
+        values = m.spaces[space].load(m, idx, address(m, idx), dtype, count, pc)
+        for write, value in zip(writers, values):
+            write(m, idx, value)
+    return plain(run)
+
+
+def _ld_param(d, operand, t, writers):
+    """ld.param of a kernel parameter: the same value for every thread."""
+    if not isinstance(operand, syn.Address) or operand.base is None:
+        raise d.error("ld.param needs [parameter] or [parameter+offset]", PtxSyntaxError)
+    param, base = d.param(operand.base.text)
+    size = t.size
+    offset = base + operand.offset
+    if operand.offset < 0 or operand.offset + size * len(writers) > param.size:
+        raise d.error(f"ld.param reads outside parameter {param.name} ({param.size} bytes)", PtxSyntaxError)
+    if operand.offset % size:
+        raise d.error("misaligned ld.param", PtxSyntaxError)
+    dtype = t.dtype
+
+    def run(m, idx):
+        for k, write in enumerate(writers):
+            at = offset + k * size
+            write(m, idx, m.params[at: at + size].view(dtype)[0])
+    return plain(run)
+
+
+@opcode("st")
+def build_st(d, ins, mods):
+    space = _space(mods, allowed=("global", "shared", "local", "generic"))
+    count = _vector_count(mods)
+    ops = _access_operands(d, ins, mods)
+    mods.drop(_is_hint)
+    t = mods.type()
+    require(d, t.kind != "pred", "st.pred is not valid")
+    readers = [d.reader(x, t) for x in _value_items(d, ops[1], count)]
+    address = d.address(ops[0], space)
+    dtype = t.dtype
+    pc = d.index
+
+    def run(m, idx):
+        values = [r(m, idx) for r in readers]
+        m.spaces[space].store(m, idx, address(m, idx), dtype, values, pc)
+    return plain(run)
+
+
+# ------------------------------------------------------------------ atomics
+
+def _float_add(t):
+    if t.name == "f32":  # atom.add.f32 flushes subnormal inputs and results to zero
+        return lambda old, b, c: nx.flush(nx.flush(old) + nx.flush(b))
+    return lambda old, b, c: old + b
+
+
+_ATOMIC_TYPES = {
+    "add": ("u32", "s32", "u64", "s64", "f32", "f64"),
+    "min": ("u32", "s32", "u64", "s64"), "max": ("u32", "s32", "u64", "s64"),
+    "inc": ("u32",), "dec": ("u32",),
+    "and": ("b32", "b64"), "or": ("b32", "b64"), "xor": ("b32", "b64"),
+    "exch": ("b32", "b64"), "cas": ("b32", "b64"),
+}
+
+
+def _atomic_update(op: str, t):
+    """old, b, c -> new value stored by one atomic."""
+    zero = t.dtype.type(0)
+    one = t.dtype.type(1)
+    return {
+        "add": _float_add(t) if t.is_float else (lambda old, b, c: old + b),
+        "min": lambda old, b, c: np.minimum(old, b),
+        "max": lambda old, b, c: np.maximum(old, b),
+        "inc": lambda old, b, c: np.where(old >= b, zero, old + one),
+        "dec": lambda old, b, c: np.where((old == zero) | (old > b), b, old - one),
+        "and": lambda old, b, c: old & b,
+        "or": lambda old, b, c: old | b,
+        "xor": lambda old, b, c: old ^ b,
+        "exch": lambda old, b, c: b,
+        "cas": lambda old, b, c: np.where(old == b, c, old),
+    }[op]
+
+
+@opcode("atom", "red")
+def build_atomic(d, ins, mods):
+    returns = mods.base == "atom"
+    space = _space(mods, allowed=("global", "shared", "generic"))
+    op = mods.take(*_ATOMIC_TYPES)
+    if op is None:
+        raise d.error(f"{mods.base} needs an operation (.add, .min, .cas, ...)", PtxSyntaxError)
+    require(d, returns or op not in ("exch", "cas"), f"red.{op} is not valid")
+    mods.drop(_is_hint)
+    t = mods.type()
+    require(d, t.name in _ATOMIC_TYPES[op], f"{mods.base}.{op}.{t.name} is not supported")
+    ops = d.operands(ins, (4 if op == "cas" else 3) - (0 if returns else 1))
+    if returns:
+        write, ops = d.writer(ops[0], t), ops[1:]
+    address = d.address(ops[0], space)
+    rb = d.reader(ops[1], t)
+    rc = d.reader(ops[2], t) if op == "cas" else None
+    update = _atomic_update(op, t)
+    dtype = t.dtype
+    pc = d.index
+
+    def run(m, idx):
+        b = rb(m, idx)
+        c = rc(m, idx) if rc is not None else None
+        old = m.spaces[space].atomic(m, idx, address(m, idx), dtype, update, b, c, pc)
+        if returns:
+            write(m, idx, old)
+    return plain(run)
+
+
+# ------------------------------------------------------------------ cp.async
+
+@opcode("cp.async")
+def build_cp_async(d, ins, mods):
+    level = mods.take("ca", "cg")
+    dst_space, src_space = mods.take("shared", "shared::cta"), mods.take("global")
+    if level is None or dst_space is None or src_space is None:
+        raise d.error("expected cp.async.ca/.cg.shared.global", PtxSyntaxError)
+    with_policy = "L2::cache_hint" in mods.words
+    mods.drop(lambda w: w.startswith("L2::"))
+    ops = list(ins.operands)
+    if with_policy:
+        ops = ops[:-1]
+    if len(ops) not in (3, 4) or not isinstance(ops[2], syn.Imm) or ops[2].kind != "int":
+        raise d.error("expected cp.async [dst], [src], cp-size{, src-size | ignore-src}", PtxSyntaxError)
+    cp_size = ops[2].value
+    require(d, cp_size in (4, 8, 16), f"cp-size must be 4, 8 or 16, not {cp_size}")
+    require(d, level == "ca" or cp_size == 16, "cp.async.cg copies 16 bytes")
+    dst_address = d.address(ops[0], "shared")
+    src_address = d.address(ops[1], "global")
+    src_size = _source_size(d, ops[3] if len(ops) == 4 else None, cp_size)
+    pc = d.index
+
+    def run(m, idx):
+        threads = np.arange(m.n) if idx is None else idx
+        n = len(threads)
+        sizes = np.broadcast_to(np.asarray(src_size(m, idx), np.uint64), (n,)).copy()
+        if (sizes > cp_size).any():
+            lane = int(np.flatnonzero(sizes > cp_size)[0])
+            raise Fault(MemoryFault, f"cp.async src-size {int(sizes[lane])} exceeds cp-size {cp_size}",
+                        thread=int(threads[lane]))
+        dst = m.shared.locate(m, idx, dst_address(m, idx), cp_size, ASYNC, pc)
+        src = np.zeros(n, np.int64)
+        reads = np.flatnonzero(sizes > 0)
+        if reads.size:
+            src[reads] = m.glob.locate(m, threads[reads], src_address(m, idx)[reads], sizes[reads],
+                                       "cp.async source read", pc, align=cp_size)
+        m.async_copies.issue(threads, dst, src, sizes.astype(np.int64), cp_size, pc, m.shared.races)
+    return plain(run)
+
+
+def _source_size(d, operand, cp_size: int):
+    """src-size as a function of the lanes: an integer operand, or `ignore-src` (a predicate)."""
+    if operand is None:
+        return lambda m, idx: cp_size
+    if isinstance(operand, syn.Name):
+        slot = d.lookup(operand.text)
+        if slot is not None and d.reg_types[slot].kind == "pred":
+            ignore = d.reader(operand, TYPES["pred"])
+            return lambda m, idx: np.where(ignore(m, idx), 0, cp_size)
+    return d.reader(operand, U32)
+
+
+@opcode("cp.async.commit_group")
+def build_cp_async_commit(d, ins, mods):
+    d.operands(ins, 0)
+    return plain(lambda m, idx: m.async_copies.commit(np.arange(m.n) if idx is None else idx))
+
+
+@opcode("cp.async.wait_group")
+def build_cp_async_wait(d, ins, mods):
+    (count,) = d.operands(ins, 1)
+    if not isinstance(count, syn.Imm) or count.kind != "int":
+        raise d.error("cp.async.wait_group takes an integer constant", PtxSyntaxError)
+    keep = count.value
+    return plain(lambda m, idx: m.async_copies.complete(m, np.arange(m.n) if idx is None else idx, keep))
+
+
+@opcode("cp.async.wait_all")
+def build_cp_async_wait_all(d, ins, mods):
+    d.operands(ins, 0)
+
+    def run(m, idx):
+        threads = np.arange(m.n) if idx is None else idx
+        m.async_copies.commit(threads)
+        m.async_copies.complete(m, threads, 0)
+    return plain(run)
+
+
+# ------------------------------------------------------------------ addresses
+
+_APERTURES = {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE}
+
+
+@opcode("cvta")
+def build_cvta(d, ins, mods):
+    to = mods.flag("to")
+    word = mods.take("global", "const", "shared", "shared::cta", "local")
+    if word is None:
+        raise d.error("cvta needs .global, .const, .shared or .local", PtxSyntaxError)
+    space = _SPACES[word]
+    t = mods.type()
+    require(d, t.name in ("u64", "u32"), "cvta takes .u32 or .u64")
+    require(d, space in ("global", "const") or t.bits == 64 or to, "generic addresses are 64-bit")
+    d.operands(ins, 2)
+    if space in ("global", "const"):
+        fn = lambda a: a  # noqa: E731 - generic, global and const addresses coincide here
+    else:
+        base = t.dtype.type(_APERTURES[space] & ((1 << t.bits) - 1))
+        fn = (lambda a: a - base) if to else (lambda a: a + base)
+    return elementwise(d, ins, t, [t], fn)
+
+
+@opcode("prefetch", "prefetchu")
+def build_prefetch(d, ins, mods):
+    space = _space(mods, allowed=("global", "local", "generic"))
+    mods.drop(lambda w: w in ("L1", "L2") or _is_hint(w))
+    (operand,) = d.operands(ins, 1)
+    d.address(operand, space)
+    return plain(lambda m, idx: None)

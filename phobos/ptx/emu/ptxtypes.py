@@ -1,0 +1,60 @@
+# PTX scalar types and the NumPy dtypes that hold them.
+#
+# Registers and memory keep raw bits; an instruction reinterprets them as its
+# own type.  `.b` types are unsigned bit containers, `.f16` values are held as
+# numpy float16 and `.bf16` as their 16-bit pattern (NumPy has no bfloat16).
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PtxType:
+    """One PTX fundamental type: kind is 'b', 'u', 's', 'f', 'bf' or 'pred'."""
+
+    name: str
+    kind: str
+    bits: int
+    dtype: np.dtype
+
+    @property
+    def size(self) -> int:
+        return max(self.bits // 8, 1)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind in ("f", "bf")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind == "s"
+
+    @property
+    def unsigned(self) -> np.dtype:
+        """The unsigned integer dtype of the same width (the raw-bits view)."""
+        return UINT[self.bits]
+
+
+UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
+SINT = {8: np.dtype(np.int8), 16: np.dtype(np.int16), 32: np.dtype(np.int32), 64: np.dtype(np.int64)}
+
+
+def _table() -> dict[str, PtxType]:
+    types = {"pred": PtxType("pred", "pred", 1, np.dtype(np.bool_))}
+    for bits in (8, 16, 32, 64):
+        types[f"b{bits}"] = PtxType(f"b{bits}", "b", bits, UINT[bits])
+        types[f"u{bits}"] = PtxType(f"u{bits}", "u", bits, UINT[bits])
+        types[f"s{bits}"] = PtxType(f"s{bits}", "s", bits, SINT[bits])
+    types["f16"] = PtxType("f16", "f", 16, np.dtype(np.float16))
+    types["bf16"] = PtxType("bf16", "bf", 16, UINT[16])
+    types["f32"] = PtxType("f32", "f", 32, np.dtype(np.float32))
+    types["f64"] = PtxType("f64", "f", 64, np.dtype(np.float64))
+    # Packed pairs only ever travel as bits here.
+    types["f16x2"] = PtxType("f16x2", "b", 32, UINT[32])
+    types["bf16x2"] = PtxType("bf16x2", "b", 32, UINT[32])
+    return types
+
+
+TYPES: dict[str, PtxType] = _table()

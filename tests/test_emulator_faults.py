@@ -1,0 +1,294 @@
+# The PTX emulator stops at what a GPU would hide: out-of-bounds and
+# misaligned accesses, shared-memory races, cp.async data read before its wait,
+# barriers in divergent code, deadlocks, shuffles with absent lanes, division
+# by zero, endless loops - and any PTX it does not know.  Errors name the PTX
+# line, the thread, and the Phobos source position from `.loc`.
+import numpy as np
+import pytest
+
+from phobos.errors import ExecutionError, Loc, PhobosError
+from phobos.ptx.emu import (ArithmeticFault, AsyncCopyHazard, BarrierError, EmulatorError, MemoryFault,
+                            MisalignedAddress, Module, PtxSyntaxError, SharedMemoryRace, TrapError,
+                            UnsupportedPtx, WarpSyncError)
+
+from .emulator_support import assert_valid_ptx, data_module, source_text
+
+HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
+
+
+def kernel_text(body: str, params: str = ".param .u64 k_p") -> str:
+    return f"{HEADER}\n.visible .entry k({params})\n{{\n{body}\n}}\n"
+
+
+def ptx_line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_emulator_errors_are_execution_errors():
+    assert issubclass(EmulatorError, ExecutionError) and issubclass(EmulatorError, PhobosError)
+
+
+def test_global_overrun_names_ptx_line_thread_address_and_source():
+    x = np.zeros(1000, np.float32)
+    with pytest.raises(MemoryFault) as info:
+        data_module("vadd.ptx").launch("vadd_unchecked", 4, 256, [x, x, x.copy()],
+                                       source_text=source_text("vadd.phobos"))
+    err = info.value
+    line = ptx_line_of(source_text("vadd.ptx"), "ld.global.f32 \t%f1, [%rd5]")
+    assert err.ptx_line == line and err.ptx_file == "vadd.ptx"
+    assert err.loc == Loc("vadd.phobos", 4, 9)
+    text = str(err)
+    assert text.startswith(f"vadd.phobos:4:9: error: vadd.ptx:{line}: out-of-bounds global load of 4 bytes")
+    assert "just past the end of vadd_unchecked_x (0x10000000000, 4000 bytes)" in text
+    assert "thread (232,0,0) of CTA (3,0,0)" in text  # the first of the 24 threads past the end
+    assert "out[i] = x[i] + y[i]" in text  # the source line is quoted
+
+
+def test_null_pointer():
+    body = ".reg .f32 %f1;\n.reg .b64 %rd1;\nld.param.u64 %rd1, [k_p];\nld.global.f32 %f1, [%rd1+8];\nret;"
+    text = kernel_text(body)
+    assert_valid_ptx(text)
+    with pytest.raises(MemoryFault, match="load of 4 bytes at 0x8: not in any allocation .a null"):
+        Module(text).launch("k", 1, 1, [None])
+
+
+def test_shared_overrun():
+    with pytest.raises(MemoryFault, match=r"shared store of 4 bytes at shared address 0x80: only 128 bytes") as info:
+        data_module("shared.ptx").launch("shared_overrun", 1, 32, [np.zeros(1, np.float32)])
+    assert info.value.loc == Loc("shared.phobos", 22, 9)
+    assert "thread (31,0,0)" in str(info.value)
+
+
+def test_dynamic_shared_overrun_when_launched_with_too_little():
+    x = np.zeros(128, np.float32)
+    with pytest.raises(MemoryFault, match="only 256 bytes of shared"):
+        data_module("shared.ptx").launch("reverse_dynamic", 1, 128, [x, x.copy()], shared_bytes=256)
+
+
+def test_misaligned_vector_load():
+    x = np.zeros(16, np.float32)
+    with pytest.raises(MisalignedAddress, match="not a multiple of 16"):
+        data_module("memory.ptx").launch("misaligned", 1, 1, [x, x.copy()])
+
+
+def test_read_after_write_race_reports_both_accesses():
+    x = np.ones(1024, np.float32)
+    with pytest.raises(SharedMemoryRace) as info:
+        data_module("shared.ptx").launch("block_sum_racy", 4, 256, [x, np.zeros(4, np.float32)])
+    err = info.value
+    text = source_text("shared.ptx")
+    read_line = ptx_line_of(text, "ld.shared.f32 \t%f2, [%r9];")
+    assert err.ptx_line > ptx_line_of(text, "block_sum_racy(") and err.loc == Loc("shared.phobos", 14, 17)
+    assert "read by this thread conflicts with a write by thread (64,0,0)" in err.message
+    assert "partial+256" in err.message and "thread (0,0,0) of CTA (0,0,0)" in err.message
+    assert err.ptx_line == ptx_line_of(text[text.index("block_sum_racy("):], "ld.shared.f32 \t%f2") \
+        + text[:text.index("block_sum_racy(")].count("\n")
+    assert read_line < err.ptx_line
+    (note,) = err.notes
+    assert note.loc == Loc("shared.phobos", 15, 13) and "st.shared.f32" in note.message
+
+
+def test_write_write_race_in_one_instruction():
+    with pytest.raises(SharedMemoryRace, match=r"threads \(0,0,0\) and \(1,0,0\) write it in the same instruction"):
+        data_module("shared.ptx").launch("same_word", 1, 64, [np.zeros(1, np.uint32)])
+
+
+def test_write_after_read_race():
+    with pytest.raises(SharedMemoryRace, match=r"write by this thread conflicts with a read by thread \(0,0,0\)"):
+        data_module("shared.ptx").launch("shift_left", 1, 32, [np.zeros(32, np.uint32)])
+
+
+def test_race_checking_can_be_turned_off():
+    out = np.zeros(1, np.uint32)
+    data_module("shared.ptx").launch("same_word", 1, 64, [out], check_races=False)
+    assert out[0] == 63  # the last writer wins
+
+
+def test_own_writes_then_reads_and_atomics_are_not_races():
+    # Thread t writes slot t and reads it back, and all threads add to one
+    # shared word atomically: neither is a race.
+    body = """
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<3>;
+    .shared .align 4 .b8 slots[132];
+    ld.param.u64 %rd1, [k_p];
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, slots;
+    add.s32 %r3, %r3, %r2;
+    st.shared.u32 [%r3+4], %r1;
+    ld.shared.u32 %r4, [%r3+4];
+    atom.shared.add.u32 %r5, [slots], %r4;
+    bar.sync 0;
+    ld.shared.u32 %r5, [slots];
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd1, %rd1, %rd2;
+    st.global.u32 [%rd1], %r5;
+    ret;"""
+    text = kernel_text(body)
+    assert_valid_ptx(text)
+    out = np.zeros(32, np.uint32)
+    Module(text).launch("k", 1, 32, [out])
+    np.testing.assert_array_equal(out, sum(range(32)))
+
+
+def test_plain_read_racing_an_atomic():
+    body = """
+    .reg .b32 %r<3>;
+    .shared .align 4 .b8 word[4];
+    mov.u32 %r1, %tid.x;
+    atom.shared.add.u32 %r2, [word], 1;
+    ld.shared.u32 %r2, [word];
+    ret;"""
+    text = kernel_text(body)
+    assert_valid_ptx(text)
+    with pytest.raises(SharedMemoryRace, match="read by this thread conflicts with an atomic"):
+        Module(text).launch("k", 1, 32, [0])
+
+
+def test_cp_async_destination_read_before_wait():
+    with pytest.raises(AsyncCopyHazard, match="pending"):
+        data_module("memory.ptx").launch("async_no_wait", 1, 32, [np.zeros(512, np.uint8),
+                                                                  np.zeros(512, np.uint8)])
+
+
+def test_barrier_in_divergent_code():
+    with pytest.raises(BarrierError, match="different bar.sync instructions") as info:
+        data_module("shared.ptx").launch("split_barrier", 1, 64, [0])
+    assert len(info.value.notes) == 1
+
+
+def test_barrier_deadlock():
+    with pytest.raises(BarrierError, match=r"deadlock.*32 at barrier 1, 32 at barrier 2"):
+        data_module("shared.ptx").launch("barrier_deadlock", 1, 64, [0])
+
+
+def test_exited_threads_do_not_block_a_barrier():
+    body = """
+    .reg .pred %p1;
+    .reg .b32 %r<3>;
+    mov.u32 %r1, %tid.x;
+    setp.ge.u32 %p1, %r1, 40;
+    @%p1 exit;
+    bar.sync 0;
+    ret;"""
+    text = kernel_text(body)
+    assert_valid_ptx(text)
+    assert Module(text).launch("k", 1, 64, [0]).steps > 0
+
+
+def test_shuffle_over_a_partial_warp():
+    x = np.zeros(48, np.float32)
+    with pytest.raises(WarpSyncError, match="lane 16 of the member mask 0xffffffff does not exist"):
+        data_module("warp.ptx").launch("warp_sum", 1, 48, [x, x.copy()])
+
+
+def test_shuffle_in_divergent_code():
+    with pytest.raises(WarpSyncError, match="lane 1 .* has exited or is not at this instruction"):
+        data_module("warp.ptx").launch("shfl_divergent", 1, 32, [np.zeros(32, np.uint32)])
+
+
+def test_integer_division_by_zero():
+    body = """
+    .reg .b32 %r<4>;
+    mov.u32 %r1, %tid.x;
+    sub.s32 %r2, %r1, 3;
+    div.s32 %r3, 100, %r2;
+    ret;"""
+    text = kernel_text(body)
+    assert_valid_ptx(text)
+    with pytest.raises(ArithmeticFault, match=r"division by zero \[thread \(3,0,0\)"):
+        Module(text).launch("k", 1, 8, [0])
+
+
+def test_endless_loop_hits_the_step_limit():
+    text = kernel_text("$L__spin:\nbra.uni $L__spin;")
+    assert_valid_ptx(text)
+    with pytest.raises(TrapError, match="more than 1000 instruction steps"):
+        Module(text).launch("k", 1, 1, [0], max_steps=1000)
+
+
+def test_trap():
+    text = kernel_text("trap;")
+    assert_valid_ptx(text)
+    with pytest.raises(TrapError, match="trap executed"):
+        Module(text).launch("k", 1, 1, [0])
+
+
+@pytest.mark.parametrize("body, error, message", [
+    ("mul24.lo.u32 %r1, %r2, %r3;", UnsupportedPtx, "unknown instruction mul24.lo.u32"),
+    ("add.cc.u32 %r1, %r2, %r3;", UnsupportedPtx, "unsupported modifier .cc on add"),
+    ("ld.global.L1::no_allocate.lu.f32 %f1, [%rd1];", None, None),
+    ("add.u32 %r1, %r2, %r9;", PtxSyntaxError, "%r9 is not a declared register"),
+    ("add.u64 %rd1, %rd1, %r2;", PtxSyntaxError, "a .b32 register is too narrow for .u64"),
+    ("ld.global.f32 %f1, [16];", PtxSyntaxError, "immediate addresses"),
+    ("bar.arrive 0, 32;", UnsupportedPtx, "only bar.sync"),
+    ("bra $L__nowhere;", PtxSyntaxError, "undefined label"),
+])
+def test_unknown_or_malformed_instructions_are_reported_at_load_time(body, error, message):
+    text = kernel_text(".reg .b32 %r<4>;\n.reg .f32 %f<2>;\n.reg .b64 %rd<2>;\n"
+                       f"mov.u64 %rd1, 0;\n{body}\nret;")
+    if error is None:
+        Module(text)
+        return
+    with pytest.raises(error, match=message) as info:
+        Module(text, "bad.ptx")
+    assert info.value.ptx_line == ptx_line_of(text, body)
+    assert str(info.value).startswith(f"error: bad.ptx:{info.value.ptx_line}: ")
+
+
+def test_ptxas_agrees_the_unknown_instruction_is_valid_ptx():
+    # The "unknown instruction" above is real PTX the emulator does not implement.
+    assert_valid_ptx(kernel_text(".reg .b32 %r<4>;\nmov.u32 %r2, 5;\nmov.u32 %r3, 7;\n"
+                                 "mul24.lo.u32 %r1, %r2, %r3;\nret;"))
+
+
+def test_unsupported_directives_and_functions():
+    with pytest.raises(UnsupportedPtx, match="device functions"):
+        Module(HEADER + ".func f()\n{\nret;\n}\n")
+    with pytest.raises(UnsupportedPtx, match="initialising with the address of table"):
+        Module(HEADER + ".global .align 4 .b8 table[16];\n.global .align 8 .u64 pointer[1] = {table};\n")
+
+
+def test_syntax_errors_name_the_line():
+    text = kernel_text("#")
+    with pytest.raises(PtxSyntaxError, match=rf"<ptx>:{ptx_line_of(text, '#')}: unexpected character '#'"):
+        Module(text)
+
+
+def test_location_comes_from_the_last_loc_of_the_same_kernel():
+    # split_barrier follows kernels with .loc lines but has none of its own.
+    with pytest.raises(BarrierError) as info:
+        data_module("shared.ptx").launch("split_barrier", 1, 64, [0])
+    assert info.value.loc is None
+
+
+def test_vector_load_straddling_the_end_of_an_allocation():
+    x = np.zeros(1002, np.float32)
+    with pytest.raises(MemoryFault, match=r"load of 16 bytes .* overrunning by 8 bytes the end of scale_v4_in"):
+        data_module("memory.ptx").launch("scale_v4", 2, 128, [x, np.zeros(1024, np.float32), 1.0])
+
+
+@pytest.mark.parametrize("partner, races", [(1, False), (32, True)])
+def test_warp_barrier_orders_only_its_own_warp(partner, races):
+    body = f"""
+    .reg .b32 %r<6>;
+    .shared .align 4 .b8 slots[256];
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 2;
+    mov.u32 %r3, slots;
+    add.s32 %r4, %r3, %r2;
+    st.shared.u32 [%r4], %r1;
+    bar.warp.sync -1;
+    xor.b32 %r5, %r1, {partner};
+    shl.b32 %r5, %r5, 2;
+    add.s32 %r5, %r3, %r5;
+    ld.shared.u32 %r5, [%r5];
+    ret;"""
+    text = kernel_text(body)
+    assert_valid_ptx(text)
+    if races:
+        with pytest.raises(SharedMemoryRace, match=r"read by this thread conflicts with a write by thread \(32,0,0\)"):
+            Module(text).launch("k", 1, 64, [0])
+    else:
+        Module(text).launch("k", 1, 64, [0])
