@@ -18,7 +18,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from phobos.ptx.emu import Module  # noqa: E402
+from phobos.ptx.emulator import Module  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "emulator"
 
