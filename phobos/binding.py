@@ -38,6 +38,8 @@ from .sema import int_range
 from .types import DType
 
 I32_MAX = int_range(DType.I32)[1]
+# NumPy has no bfloat16: a bf16 tensor may be an ml_dtypes.bfloat16 array or its bits as uint16.
+ACCEPTED_DTYPES = {DType.BF16: ("bfloat16", "uint16")}
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,8 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
         raise fail(refusal.description, f" ({refusal.reason})") from None
     if view is None:
         raise fail(describe(value))
-    if view.dtype_name != param.dtype.numpy_name or len(view.shape) != len(param.dims):
+    if view.dtype_name not in ACCEPTED_DTYPES.get(param.dtype, (param.dtype.numpy_name,)) \
+            or len(view.shape) != len(param.dims):
         raise fail(view.description)
     if not view.contiguous:
         raise fail(f"a non-contiguous {view.description}",

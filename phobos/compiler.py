@@ -204,17 +204,19 @@ def _grid_hint(func) -> list[tuple[str, int] | None]:
         for dim, index, size in zip(dims, op.operands[1:], op.attrs["sizes"]):
             axis = _program_id_times(index, size)
             if axis is not None and isinstance(dim, str) and hints[axis] is None:
-                hints[axis] = (dim, size)
+                hints[axis] = (dim, size or 1)
     return hints
 
 
 def _program_id_times(v, size) -> int | None:
-    """The axis d when `v` is program_id(d) * size (or program_id(d) with size 1)."""
+    """The axis d when `v` is program_id(d) * size, or program_id(d) as a single index (size None or 1)."""
     op = getattr(v, "owner", None)
-    if op is None or size is None:
+    if op is None:
         return None
-    if op.opcode == "program_id" and size == 1:
+    if op.opcode == "program_id" and size in (None, 1):
         return op.attrs["axis"]
+    if size is None:
+        return None
     if op.opcode != "mul":
         return None
     a, b = (x.owner for x in op.operands)

@@ -1,0 +1,204 @@
+# Every example and test kernel, run and compared with NumPy in each way Phobos
+# can run it: the interpreter (the language's meaning), the PTX emulator (the
+# code the compiler actually generates, on the CPU), and the GPU (marked `gpu`).
+# One table of cases; each gives the source, inputs drawn fresh from a seeded
+# generator, a float64 reference and a tolerance.
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import phobos
+
+ROOT = Path(__file__).parent.parent
+KERNELS = Path(__file__).parent / "kernels"
+
+
+@dataclass
+class Case:
+    id: str
+    path: Path
+    kernel: str
+    make: Callable  # rng -> (args, expected outputs as {arg index: array})
+    config: dict | None = None  # forced autotune values (else the first configuration)
+    grid: tuple | Callable | None = None
+    rtol: float = 1e-6
+    atol: float = 1e-6
+
+
+def f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def case_add(n):
+    def make(rng):
+        a, b = f32(rng, n), f32(rng, n)
+        c = np.full(n, np.nan, np.float32)
+        return [a, b, c], {2: a.astype(np.float64) + b}
+    return make
+
+
+def case_sgemm(m, n, k, alpha=1.5, beta=0.5):
+    def make(rng):
+        a, b, c = f32(rng, m, k), f32(rng, k, n), f32(rng, m, n)
+        return [a, b, c, alpha, beta], {2: alpha * (a.astype(np.float64) @ b) + beta * c}
+    return make
+
+
+def softmax_rows(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def case_softmax(m, n):
+    def make(rng):
+        x = f32(rng, m, n) * 3
+        return [x, np.full((m, n), np.nan, np.float32)], {1: softmax_rows(x.astype(np.float64))}
+    return make
+
+
+def layernorm_rows(x, w, b, eps):
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def case_layernorm(m, n, eps=1e-5):
+    def make(rng):
+        x, w, b = f32(rng, m, n) + 2, f32(rng, n), f32(rng, n)
+        y = np.full((m, n), np.nan, np.float32)
+        return [x, w, b, y, eps], {3: layernorm_rows(x.astype(np.float64), w, b, eps)}
+    return make
+
+
+def case_vector_sum(n):
+    def make(rng):
+        x = f32(rng, n)
+        return [x, np.zeros(1, np.float32)], {1: np.array([x.astype(np.float64).sum()])}
+    return make
+
+
+def case_attention(length, head=64):
+    def make(rng):
+        q, k, v = f32(rng, length, head), f32(rng, length, head), f32(rng, length, head)
+        scale = 1.0 / np.sqrt(head)
+        s = (q.astype(np.float64) @ k.T.astype(np.float64)) * scale
+        s[np.triu_indices(length, 1)] = -np.inf
+        out = softmax_rows(s) @ v
+        return [q, np.ascontiguousarray(k.T), v, np.full((length, head), np.nan, np.float32), scale], {3: out}
+    return make
+
+
+def case_ew2d(m, n):
+    def make(rng):
+        x, y = f32(rng, m, n), f32(rng, m, n)
+        return [x, y, np.full((m, n), np.nan, np.float32), 0.25], {2: x.astype(np.float64) * y + 0.25}
+    return make
+
+
+def case_loops(n):
+    def make(rng):
+        x = f32(rng, n)
+        y = rng.integers(-50, 50, n).astype(np.int32)
+        acc = x.astype(np.float32) * np.float32(10 + 7 + 4 + 1) + 1  # i in 10, 7, 4, 1; count == 4
+        q = np.trunc(y / 3).astype(np.int32)
+        out = acc.astype(np.float64) + q + (y - 3 * q)
+        return [x, y, np.full(n, np.nan, np.float32)], {2: out}
+    return make
+
+
+def case_rowstats(m, n):
+    def make(rng):
+        x = f32(rng, m, n)
+        x[0, 3] = x[0, 7] = x[0].max() + 1  # a tie: argmax takes the first
+        return ([x, np.zeros(m, np.int32), np.zeros(m, np.float32), np.zeros(m, np.float32),
+                 np.zeros(m, np.float32)],
+                {1: x.argmax(axis=1), 2: x.min(axis=1), 3: x.max(axis=1), 4: x[:, 0]})
+    return make
+
+
+def case_half(n):
+    def make(rng):
+        a = f32(rng, n).astype(np.float16)
+        c = rng.integers(-128, 127, n).astype(np.int8)
+        b = np.zeros(n, np.uint16)
+        expected_b = (a.astype(np.float32) * 2 + 0.5).astype(np.float32)
+        return [a, b, c, np.zeros(n, np.int32)], {1: ("bf16", expected_b), 3: c.astype(np.int64) * 3}
+    return make
+
+
+def case_reduce_sum(n):
+    return case_vector_sum(n)
+
+
+CASES = [
+    Case("add-1", ROOT / "examples/add.phobos", "add", case_add(1)),
+    Case("add-3000", ROOT / "examples/add.phobos", "add", case_add(3000)),
+    # dot products: an f32 sum of K terms of size ~1 is good to about K * 2^-24 absolutely
+    Case("sgemm-128", ROOT / "examples/sgemm.phobos", "sgemm", case_sgemm(128, 128, 128), rtol=1e-5, atol=1e-4),
+    Case("sgemm-ragged", ROOT / "examples/sgemm.phobos", "sgemm", case_sgemm(100, 70, 33), rtol=1e-5,
+         atol=3e-5),
+    Case("sgemm-1x1x1", ROOT / "examples/sgemm.phobos", "sgemm", case_sgemm(1, 1, 1), rtol=1e-5),
+    Case("sgemm-128x64x16", ROOT / "examples/sgemm.phobos", "sgemm", case_sgemm(130, 70, 40, 1.0, 0.0),
+         config={"TILE_M": 128, "TILE_N": 64, "TILE_K": 16}, rtol=1e-5, atol=3e-5),
+    Case("softmax", ROOT / "examples/softmax.phobos", "softmax", case_softmax(3, 1000),
+         config={"BN": 1024, "WARPS": 4}),
+    Case("layernorm", ROOT / "examples/layernorm.phobos", "layernorm", case_layernorm(3, 1000),
+         config={"BN": 1024, "WARPS": 4}, rtol=1e-5, atol=1e-5),
+    Case("vector_sum", ROOT / "examples/vector_sum.phobos", "vector_sum", case_vector_sum(10000), rtol=1e-5,
+         grid=lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),)),
+    Case("attention", ROOT / "examples/attention.phobos", "attention", case_attention(100), rtol=1e-4,
+         atol=1e-5),
+    Case("ew2d", KERNELS / "ew2d.phobos", "ew2d", case_ew2d(37, 100)),
+    Case("ew2d-30", KERNELS / "ew2d.phobos", "ew2d", case_ew2d(20, 61), config={"BM": 32, "BN": 30}),
+    Case("softmax-128", KERNELS / "softmax.phobos", "softmax", case_softmax(9, 100), config={"BM": 4}),
+    Case("layernorm-256", KERNELS / "layernorm.phobos", "layernorm", case_layernorm(5, 200), rtol=1e-5,
+         atol=1e-5),
+    Case("reduce_sum", KERNELS / "reduce_sum.phobos", "reduce_sum", case_reduce_sum(5000), rtol=1e-5,
+         grid=(5,)),
+    Case("reduce_sum-100", KERNELS / "reduce_sum.phobos", "reduce_sum", case_reduce_sum(777),
+         config={"BLOCK": 100}, rtol=1e-5, grid=(8,)),
+    Case("loops", KERNELS / "loops.phobos", "loops", case_loops(200), grid=(4,)),
+    Case("rowstats", KERNELS / "rowstats.phobos", "rowstats", case_rowstats(20, 32), grid=(3,)),
+    Case("half", KERNELS / "half.phobos", "half", case_half(300), grid=(3,)),
+]
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def run_case(case: Case, mode: str) -> None:
+    rng = np.random.default_rng(abs(hash(case.id)) % 2**32)
+    args, expected = case.make(rng)
+    fn = getattr(phobos.load(str(case.path), mode=mode), case.kernel)
+    if case.config:
+        fn = fn.configure(**case.config)
+    (fn[case.grid] if case.grid else fn)(*args)
+    for index, want in expected.items():
+        got = args[index]
+        if isinstance(want, tuple):  # bf16 bit patterns: compare within bf16's precision
+            np.testing.assert_allclose(bf16_to_f32(got), want[1], rtol=2**-8, atol=0)
+            continue
+        assert np.all(np.isfinite(got)) or not np.all(np.isfinite(want)), f"{case.id}: unwritten elements"
+        np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol, err_msg=case.id)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_interpreter(case):
+    run_case(case, "interpret")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_emulator(case):
+    run_case(case, "emulate")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_gpu(case):
+    run_case(case, "gpu")
