@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from .errors import ResourceError, UnsupportedError
 from .ir import Block, Builder, Function, Op, Value, uses
 from .passes.cse import freeze
-from .passes.fold import evaluate
+from .passes.fold import evaluate, identity
 from .layout import WARP, Layout, Term, blocked, dot_layout
 from .types import DType, ScalarType, TensorType, TileType
 
@@ -223,6 +223,8 @@ class Lowering:
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
         self.memo: dict[Block, dict] = {}
         self.parents: dict[Block, Block] = {}
+        self.const_values: dict[tuple, Value] = {}  # (dtype, value) -> the const op's value, at entry
+        self.constants: dict[int, object] = {}  # value id -> constant, for folding as ops are built
         self.group_m = self.program_grouping(func)
 
     @staticmethod
@@ -250,31 +252,38 @@ class Lowering:
         Lowering writes the same index arithmetic for many elements; sharing and
         folding it as it is built keeps the IR - and the passes' work - small.
         """
-        key = (opcode, tuple(v.id for v in operands), freeze(attrs), type_)
+        key = (opcode, type_.dtype, freeze(attrs) if attrs else None, *[v.id for v in operands])
         scope = self.b.block
+        memo = self.memo
         while scope is not None:
-            hit = self.memo.get(scope, {}).get(key)
-            if hit is not None:
-                return hit
+            table = memo.get(scope)
+            if table is not None:
+                hit = table.get(key)
+                if hit is not None:
+                    return hit
             scope = self.parents.get(scope)
         value = None
-        if operands and all(v.owner.opcode == "const" for v in operands if isinstance(v.owner, Op)) \
-                and all(isinstance(v.owner, Op) for v in operands):
-            known = [v.owner.attrs["value"] for v in operands]
+        constants = self.constants
+        known = [constants.get(v.id) for v in operands]
+        if operands and None not in known:
             folded = evaluate(opcode, attrs, known, [v.dtype for v in operands], type_.dtype)
             if folded is not None:
                 value = self.const(folded, type_.dtype)
+        elif any(k is not None for k in known):
+            same = identity(opcode, operands, known, type_.dtype)
+            if same is not None and same.type == type_:
+                value = same
         if value is None:
             value = self.b.value(opcode, operands, type_, **attrs)
-        self.memo.setdefault(self.b.block, {})[key] = value
+        memo.setdefault(self.b.block, {})[key] = value
         return value
 
     def const(self, value, dtype: DType = DType.I32) -> Value:
-        key = ("const", (), freeze({"value": value}), ScalarType(dtype))
-        top = self.memo.setdefault(self.out.body, {})
-        hit = top.get(key)
+        key = (dtype, value if not isinstance(value, float) else value.hex(), type(value))
+        hit = self.const_values.get(key)
         if hit is None:
-            hit = top[key] = self.entry.value("const", [], ScalarType(dtype), value=value)
+            hit = self.const_values[key] = self.entry.value("const", [], ScalarType(dtype), value=value)
+            self.constants[hit.id] = value
         return hit
 
     def builder_for(self, region: Block, parent: Block, loc=None) -> Builder:
@@ -521,8 +530,16 @@ class Lowering:
             self.b.op("cp_async_commit", [], [])
             self.vals.update(saved)
 
-        for s in range(stages - 1):
-            request(self.op("add", [lo, self.const(s * step, lo.dtype)], lo.type), self.const(s))
+        # the prologue: requests for iterations 0 .. STAGES-2, as a loop (one copy of the code)
+        prologue = Block()
+        self.b.op("for", [self.const(0), self.const(stages - 1)], [], {"step": 1}, [prologue])
+        outer = self.b
+        self.b = self.builder_for(prologue, outer.block, outer.loc)
+        s_arg = self.b.block_arg(prologue, I32, "stage")
+        s_kt = self.op("cast", [s_arg], lo.type) if lo.dtype is not DType.I32 else s_arg
+        request(self.op("add", [lo, self.op("mul", [s_kt, self.const(step, lo.dtype)], lo.type)], lo.type), s_arg)
+        self.b.op("yield", [], [])
+        self.b = outer
 
         def body(ops: list[Op], extra: list[Value]) -> list[Value]:
             (read,) = extra

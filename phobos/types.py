@@ -30,6 +30,8 @@ class DType(Enum):
     F32 = "f32"
     F64 = "f64"
 
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash is slow Python code
+
     @property
     def bits(self) -> int:
         return _BITS[self]

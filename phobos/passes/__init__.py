@@ -25,7 +25,7 @@ PASSES: dict[str, Callable[[Function], None]] = {
 }
 
 TILE_PIPELINE = ["fold", "licm", "cse", "fuse-dot", "dce"]
-THREAD_PIPELINE = ["fold", "cse", "licm", "fold", "cse", "dce"]
+THREAD_PIPELINE = ["licm", "dce"]  # lowering folds and shares values as it builds them
 
 
 def run_pipeline(func: Function, names: list[str], *, stage: str, verify_each: bool = False,

@@ -124,7 +124,7 @@ def _fold_op(op: Op, consts: dict, replace: dict) -> None:
         if value is not None:
             _make_const(op, value, consts)
             return
-    same = _identity(op, known, dtype)
+    same = identity(op.opcode, op.operands, known, dtype)
     if same is not None and same.type == op.result.type:
         replace[op.result] = same
 
@@ -149,9 +149,8 @@ def evaluate(opcode: str, attrs: dict, known: list, dtypes: list[DType], result:
     return _scalar(out.astype(_NP[result]))
 
 
-def _identity(op: Op, known: list, dtype: DType) -> Value | None:
-    """The operand that `op` equals, when an identity makes it one."""
-    code, ops = op.opcode, op.operands
+def identity(code: str, ops: list[Value], known: list, dtype: DType) -> Value | None:
+    """The operand that `code(ops)` equals, when an identity makes it one (known: constant operands)."""
     if code == "select":
         if known[0] is not None:
             return ops[1] if known[0] else ops[2]

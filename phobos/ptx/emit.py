@@ -95,16 +95,22 @@ class Instr:
     ndefs: int = 0
     guard: VReg | None = None
     guard_negated: bool = False
+    _defs: list | None = field(default=None, repr=False)  # computed once: operands do not change
+    _uses: list | None = field(default=None, repr=False)
 
     def defs(self) -> list[VReg]:
-        return [r for o in self.operands[:self.ndefs] for r in _regs(o)]
+        if self._defs is None:
+            self._defs = _regs(self.operands[:self.ndefs])
+        return self._defs
 
     def uses(self) -> list[VReg]:
-        regs = [r for o in self.operands[self.ndefs:] for r in _regs(o)]
-        if self.guard is not None:
-            regs.append(self.guard)
-            regs += self.defs()  # a guarded write keeps the old value where the guard is false
-        return regs
+        if self._uses is None:
+            regs = _regs(self.operands[self.ndefs:])
+            if self.guard is not None:
+                regs.append(self.guard)
+                regs += self.defs()  # a guarded write keeps the old value where the guard is false
+            self._uses = regs
+        return self._uses
 
     @property
     def is_branch(self) -> bool:
@@ -120,14 +126,18 @@ class Instr:
         return f"{guard}{self.opcode}{' ' + ops if ops else ''};"
 
 
-def _regs(o) -> list[VReg]:
-    if isinstance(o, VReg):
-        return [o]
-    if isinstance(o, Vec):
-        return [r for r in o.regs if isinstance(r, VReg)]
-    if isinstance(o, Addr) and isinstance(o.base, VReg):
-        return [o.base]
-    return []
+def _regs(operands) -> list[VReg]:
+    """The registers among operands (inside vectors and addresses too)."""
+    out = []
+    for o in operands:
+        kind = type(o)
+        if kind is VReg:
+            out.append(o)
+        elif kind is Vec:
+            out += [r for r in o.regs if type(r) is VReg]
+        elif kind is Addr and type(o.base) is VReg:
+            out.append(o.base)
+    return out
 
 
 @dataclass(eq=False)

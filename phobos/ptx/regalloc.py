@@ -112,35 +112,33 @@ def peak_pressure(items: list[Item], live: Liveness) -> int:
 
 
 def live_intervals(items: list[Item], live: Liveness | None = None) -> dict[VReg, tuple[int, int]]:
-    """For each register, the first and last instruction position where it is live or written."""
+    """For each register, the first and last instruction position where it is live or written.
+
+    An interval is only the hull of those points, so it is enough to visit each
+    block's live-in set at its start, every def and use where it happens, and
+    the live-out set at its end.  Blocks come in position order, so the first
+    visit of a register gives its start and the last its end.
+    """
     live = live or liveness(items)
-    blocks, live_in, live_out = live.blocks, live.live_in, live.live_out
-    span: dict[VReg, list[int]] = {}
+    start: dict[VReg, int] = {}
+    end: dict[VReg, int] = {}
 
-    def touch(r: VReg, i: int) -> None:
-        s = span.get(r)
-        if s is None:
-            span[r] = [i, i]
-        else:
-            s[0], s[1] = min(s[0], i), max(s[1], i)
+    def visit(regs, i: int) -> None:
+        for r in regs:
+            if r not in start:
+                start[r] = i
+            end[r] = i
 
-    # An interval is only the hull of the points where a register is live, so
-    # it is enough to touch each block's live-out set at its end, its live-in
-    # set at its start, and every def and use where it happens.
-    for b, positions in enumerate(blocks):
+    for b, positions in enumerate(live.blocks):
         if not positions:
             continue
-        for r in live_out[b]:
-            touch(r, positions[-1])
-        for r in live_in[b]:
-            touch(r, positions[0])
+        visit(live.live_in[b], positions[0])
         for i in positions:
             ins = items[i]
-            for r in ins.defs():
-                touch(r, i)
-            for r in ins.uses():
-                touch(r, i)
-    return {r: (s[0], s[1]) for r, s in span.items()}
+            visit(ins.defs(), i)
+            visit(ins.uses(), i)
+        visit(live.live_out[b], positions[-1])
+    return {r: (start[r], end[r]) for r in start}
 
 
 def allocate(items: list[Item]) -> Allocation:
