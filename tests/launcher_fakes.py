@@ -37,7 +37,7 @@ kernel axpy(x: tensor<f32>[N], y: tensor<f32>[N], alpha: f32, offset: i32, on: b
 # program_id(1) indexes a single row, so nothing says how many rows programs there are.
 FILL_ROWS = """\
 kernel fill_rows(x: tensor<f32>[M, N]) {
-    let r = program_id(1)
+    let r = program_id(1) * 2
     x[r, program_id(0) * 64 :+ 64] = full([64], 1.0)
 }
 """

@@ -448,6 +448,12 @@ def test_an_axis_without_a_hint_needs_an_explicit_grid(gpu):
     assert gpu.runs[0].grid == (2, 3, 1)
 
 
+def test_a_single_index_program_id_gives_one_program_per_row(gpu):
+    rows = phobos.kernel(FILL_ROWS.replace("program_id(1) * 2", "program_id(1)"), mode=gpu)
+    rows(np.zeros((3, 130), np.float32))
+    assert gpu.runs[0].grid == (3, 3, 1)
+
+
 def test_unused_axes_get_one_program(gpu):
     phobos.kernel(AXPY, mode=gpu)(*random_vectors(1000), 1.0, 0, True)
     assert gpu.runs[0].grid == (8, 1, 1)
