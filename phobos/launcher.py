@@ -156,8 +156,8 @@ class KernelFunction:
     `f[grid]` is the same kernel with an explicit grid (1 to 3 ints, or a
     function `grid(config, sizes) -> tuple`); `f.configure(NAME=value, ...)`
     the same kernel with those autotune parameters fixed (the rest are still
-    tuned).  After a call, `.config`, `.compiled`, `.ptx`, `.ptxas` and
-    `.timings` describe what ran and what the autotuner saw.
+    tuned).  After a call, `.config`, `.grid`, `.compiled`, `.ptx`, `.ptxas`
+    and `.timings` describe what ran and what the autotuner saw.
     """
 
     def __init__(self, kernel: _Kernel, forced: Config | None = None, grid: GridSpec = None):
@@ -196,6 +196,12 @@ class KernelFunction:
         """The configuration of the last launch (None before the first)."""
         last = self._kernel.last
         return dict(last.config) if last is not None else None
+
+    @property
+    def grid(self) -> tuple[int, int, int] | None:
+        """The grid of the last launch (None before the first)."""
+        last = self._kernel.last
+        return last.grid if last is not None else None
 
     @property
     def compiled(self) -> CompiledKernel:
@@ -305,6 +311,7 @@ class _LastLaunch:
     config: Config
     compiled: CompiledKernel | None
     timings: dict[str, float | str]
+    grid: tuple[int, int, int]
 
 
 #: Compiled kernels of this process, by (source digest, file, kernel, configuration, target).
@@ -416,7 +423,7 @@ class _Kernel:
         config, timings = self.choose(call, backend, forced, spec)
         compiled = self.compiled(config, backend.arch()) if backend.compiles else None
         grid = self.grid_for(config, compiled, call, spec)
-        self.last = _LastLaunch(config, compiled, timings)
+        self.last = _LastLaunch(config, compiled, timings, grid)
         if 0 in grid:
             return  # an empty tensor: nothing to do
         device = backend.device()

@@ -503,9 +503,23 @@ def time_launch(
     are copied to the GPU once and not copied back.
     """
     _check_timing_counts(f"kernel '{kernel_name}'", warmup, repeat)
+    with prepared_launch(ptx_or_module, kernel_name, grid, block, args, shared_bytes) as run:
+        return time_calls(run, warmup, repeat)
+
+
+@contextlib.contextmanager
+def prepared_launch(
+    ptx_or_module: PtxOrModule, kernel_name: str, grid: Any, block: Any, args: Sequence[Any], shared_bytes: int = 0
+) -> Iterator[Callable[[], None]]:
+    """A function that queues the launch and returns at once (no copies back, no waiting).
+
+    For timing and benchmarks: arguments are bound and numpy arrays copied to
+    the GPU once, when the `with` block starts; the copies live until it ends.
+    """
     bound, shape = _bind(ptx_or_module, kernel_name, grid, block, args, shared_bytes)
     with _on_gpu(ptx_or_module, kernel_name, bound, shape) as run:
-        return time_calls(run.run, warmup, repeat, synchronize=run.synchronize)
+        yield run.run
+        run.synchronize()
 
 
 def time_calls(

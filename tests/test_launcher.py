@@ -451,7 +451,7 @@ def test_an_axis_without_a_hint_needs_an_explicit_grid(gpu):
 def test_a_single_index_program_id_gives_one_program_per_row(gpu):
     rows = phobos.kernel(FILL_ROWS.replace("program_id(1) * 2", "program_id(1)"), mode=gpu)
     rows(np.zeros((3, 130), np.float32))
-    assert gpu.runs[0].grid == (3, 3, 1)
+    assert gpu.runs[0].grid == (3, 3, 1) == rows.grid
 
 
 def test_unused_axes_get_one_program(gpu):

@@ -1,0 +1,111 @@
+"""Shared helpers of the GPU benchmarks: fair timing, tables, JSON and plots.
+
+Timing: every measured call (Phobos's kernel or the reference) is bracketed by
+CUDA events, and before the start event the GPU is given ~100 microseconds of
+busy work (`torch.cuda._sleep`), so the host's time to queue the call is hidden
+and what is measured is GPU time alone, the same way for both.  The figure is
+the median of the repeats, after warm-up.  Phobos kernels are timed on the
+configuration the autotuner chose, launched directly (no argument checking or
+copies in the timed region), since the reference is a bare library call too.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from datetime import date
+from pathlib import Path
+
+import torch
+
+import phobos
+from phobos import runtime
+
+SPIN_CYCLES = 200_000  # about 100 microseconds at 2 GHz
+
+
+def gpu_ms(fn, warmup: int = 3, repeat: int = 20) -> float:
+    """Median GPU milliseconds of `fn()` (host queueing hidden behind a busy GPU)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SPIN_CYCLES)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def ptx_arguments(compiled, values: dict) -> list:
+    """The kernel's PTX arguments in order: tensors and scalars by name, sizes from tensor shapes."""
+    sizes = {}
+    args = []
+    for p in compiled.params:
+        if p.kind == "tensor":
+            t = values[p.name]
+            sizes.update({d: n for d, n in zip(p.dims, t.shape) if isinstance(d, str)})
+    for p in compiled.params:
+        args.append(sizes[p.name] if p.kind == "size" else values[p.name])
+    return args
+
+
+def time_phobos(fn, values: dict, grid: tuple, repeat: int = 20) -> float:
+    """GPU milliseconds of the configuration the kernel callable `fn` last ran, launched directly."""
+    compiled = fn.compiled
+    with runtime.prepared_launch(runtime.load_module(compiled.ptx), compiled.kernel_name, grid,
+                                 (compiled.threads,), ptx_arguments(compiled, values),
+                                 compiled.shared_bytes) as launch:
+        return gpu_ms(launch, repeat=repeat)
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name(0)
+
+
+def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """Rows as a text table; columns are (key, heading, format)."""
+    heads = [h for _, h, _ in columns]
+    cells = [[format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def save(name: str, rows: list[dict], meta: dict, out_dir: str) -> Path:
+    path = Path(out_dir) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"benchmark": name, "date": date.today().isoformat(), "device": device_name(),
+               "phobos": phobos.__version__, "torch": torch.__version__, **meta, "rows": rows}
+    path.write_text(json.dumps(payload, indent=2))
+    return path
+
+
+def plot(name: str, rows: list[dict], x: str, series: list[tuple[str, str]], ylabel: str, out_dir: str) -> Path | None:
+    """A PNG of each series against x (skipped, with a note, where matplotlib is missing)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = [str(r[x]) for r in rows]
+    width = 0.8 / len(series)
+    for i, (key, label) in enumerate(series):
+        ax.bar([j + i * width for j in range(len(rows))], [r[key] for r in rows], width, label=label)
+    ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(rows))], labels, rotation=20)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{name} on {device_name()}")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(out_dir) / f"{name}.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
