@@ -293,7 +293,7 @@ def test_benchmark_measures_milliseconds(add):
 @pytest.mark.parametrize("script", ["add.py", "sgemm.py"])
 def test_examples_run_on_the_gpu(script):
     done = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "mode = gpu" in done.stdout and "ok" in done.stdout and "time:" in done.stdout
     print("\n" + done.stdout)
