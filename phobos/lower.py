@@ -445,8 +445,15 @@ class Lowering:
             pos = self.unflat(v, new.results, pos)
 
     def lower_ops(self, ops: list[Op]) -> None:
+        fused = self.fusion_plan(ops)
+        deferred = {o for plan in fused.values() for o in plan.ops + plan.loads}
         for op in ops:
+            if op in deferred:
+                continue  # computed with the store it feeds, a vector at a time
             self.b.loc = op.loc
+            if op in fused:
+                self.store_like(op, "st_global", fused[op])
+                continue
             handler = getattr(self, "op_" + op.opcode, None)
             if handler is None:
                 if op.opcode in ELEMENTWISE:
@@ -454,6 +461,53 @@ class Lowering:
                 else:
                     raise UnsupportedError(f"the back end cannot lower '{op.opcode}' yet", op.loc)
             handler(op)
+
+    def fusion_plan(self, ops: list[Op]) -> dict[Op, "FusedStore"]:
+        """Stores whose tile is an element-wise function of loads that nothing else uses.
+
+        Such a store is lowered as load, compute, store one vector of registers
+        at a time, so only a few of the loaded values are live at once - the
+        epilogue `C = alpha * acc + beta * C` of a matrix product would
+        otherwise hold all of C beside all of acc.  The loads move down to the
+        store, which is only allowed when no store or atomic lies between.
+        """
+        index = {op: i for i, op in enumerate(ops)}
+        producers = {r: op for op in ops for r in op.results}
+        plans = {}
+        for store in ops:
+            if store.opcode != "store" or not isinstance(store.operands[-1].type, TileType):
+                continue
+            value = store.operands[-1]
+            plan = FusedStore(self.layouts[value], [], [])
+            if not self.fusable(value, producers, plan, top=True) or not plan.loads:
+                continue
+            first = min(index[ld] for ld in plan.loads)
+            if any(self.writes_memory(o) for o in ops[first:index[store]]):
+                continue
+            plan.ops.sort(key=index.get)
+            plans[store] = plan
+        return plans
+
+    def fusable(self, v: Value, producers: dict, plan: "FusedStore", top: bool = False) -> bool:
+        """Add the loads and element-wise ops that compute v to the plan (always True: the rest are leaves)."""
+        op = producers.get(v)
+        if op is None or (not top and self.use_count[v] != 1) or not isinstance(v.type, TileType) \
+                or self.layouts[v] != plan.layout:
+            return True  # a leaf: computed before, in registers (moved to the store's layout if need be)
+        if op.opcode == "load":
+            plan.loads.append(op)
+            return True
+        if op.opcode in ELEMENTWISE or op.opcode == "const" or (
+                op.opcode == "broadcast" and not isinstance(op.operands[0].type, TileType)):
+            plan.ops.append(op)
+            return all(self.fusable(x, producers, plan) for x in op.operands)
+        return True
+
+    @staticmethod
+    def writes_memory(op: Op) -> bool:
+        from .ir import walk
+        inner = [op] + [o for region in op.regions for o in walk(region)]
+        return any(o.opcode in ("store", "atomic_add") for o in inner)
 
     # ---------------------------------------------------------- software pipelining
     def pipeline_plan(self, op: Op):
@@ -953,39 +1007,82 @@ class Lowering:
         else:
             self.vals[op.result] = TileRegs(layout, list(branch.results))
 
-    def store_like(self, op: Op, opcode: str) -> None:
+    def store_like(self, op: Op, opcode: str, fused: "FusedStore | None" = None) -> None:
+        """A store (or atomic add) of a slice: vector accesses when the slice - and, for a fused
+        store, every slice it loads - is inside its tensor and aligned; masked ones otherwise."""
         tensor = self.vals[op.operands[0]]
         value = op.operands[-1]
         starts, sizes, tile_dims = self.slice_geometry(op, tensor, 1)
+        leaves: dict[Value, list[Value]] = {}
         if isinstance(value.type, TileType):
             layout = self.layouts[value]
-            regs = self.tile(value).regs
             owner = self.owner(layout)
+            if fused is None:
+                leaves[value] = self.tile(value).regs
         else:
-            layout, regs = None, [self.vals[value]]
+            layout, leaves[value] = None, [self.vals[value]]
             owner = self.entry_value(("thread0",), lambda b: b.value(
                 "cmp", [self.tid(), b.const(0, I32)], BOOL, pred="eq"))
-        addrs = self.row_addresses(tensor, starts, tile_dims, layout)
+        accesses = [(op, tensor, starts, sizes, tile_dims)]
+        if fused is not None:
+            for ld in fused.loads:
+                t = self.vals[ld.operands[0]]
+                accesses.append((ld, t, *self.slice_geometry(ld, t, 0)))
+            for o in fused.ops:
+                for x in o.operands:
+                    if isinstance(x.type, TileType) and x.owner not in fused.ops and x.owner not in fused.loads:
+                        leaves[x] = self.in_layout(x, layout).regs
         width = self.vector_ok(tensor, starts, tile_dims, layout) if opcode == "st_global" else 1
-        fast = self.in_bounds(tensor, starts, sizes)
-        if width > 1:
-            fast = self.all_of([fast, self.aligned(tensor, starts, width)])
+        for _, t, st, _, dims in accesses[1:]:
+            width = min(width, self.vector_ok(t, st, dims, layout))
+        conditions = []
+        for _, t, st, sz, _ in accesses:
+            conditions.append(self.in_bounds(t, st, sz))
+            if width > 1:
+                conditions.append(self.aligned(t, st, width))
+        fast = self.all_of(conditions)
+        addrs = {a[0]: self.row_addresses(a[1], a[2], a[4], layout) for a in accesses}
         regions = [Block(), Block()]
         self.b.op("if", [fast], [], {}, regions)
         outer = self.b
         for region, vec in ((regions[0], width), (regions[1], 1)):
             self.b = self.builder_for(region, outer.block, outer.loc)
             for group in self.access_groups(layout, vec):
-                addr, off = addrs[group[0]]
-                if region is regions[0]:
-                    valid = self.slot_valid(layout, group[0]) if layout is not None else None
-                else:
-                    valid = self.element_valid(tensor, starts, sizes, tile_dims, layout, group[0])
-                pred = self.all_of([valid, owner])
-                self.b.op(opcode, [addr, *(regs[r] for r in group)] + ([pred] if pred is not None else []), [],
-                          {"dtype": tensor.dtype, "vec": len(group), "offset": off, "masked": pred is not None})
+                def valid(access):
+                    if region is regions[0]:
+                        return self.slot_valid(layout, group[0]) if layout is not None else None
+                    return self.element_valid(access[1], access[2], access[3], access[4], layout, group[0])
+                values = dict(((v, r), regs[r]) for v, regs in leaves.items() for r in group)
+                if fused is not None:
+                    self.fused_values(fused, accesses[1:], addrs, group, valid, values)
+                addr, off = addrs[op][group[0]]
+                pred = self.all_of([valid(accesses[0]), owner])
+                self.b.op(opcode, [addr, *(values[(value, r)] for r in group)] + ([pred] if pred is not None else []),
+                          [], {"dtype": tensor.dtype, "vec": len(group), "offset": off, "masked": pred is not None})
             self.b.op("yield", [], [])
         self.b = outer
+
+    def fused_values(self, fused: "FusedStore", loads, addrs, group: list[int], valid, values: dict) -> None:
+        """Load one group of registers of a fused store's slices and compute its value from them."""
+        for access in loads:
+            ld, tensor = access[0], access[1]
+            addr, off = addrs[ld][group[0]]
+            pred = valid(access)
+            results = self.b.op("ld_global", [addr] + ([pred] if pred is not None else []),
+                                [ScalarType(tensor.dtype.compute)] * len(group),
+                                {"dtype": tensor.dtype, "vec": len(group), "offset": off, "masked": pred is not None,
+                                 "read_only": tensor.read_only}).results
+            values.update(((ld.result, r), v) for r, v in zip(group, results))
+        for o in fused.ops:
+            t = ScalarType(o.result.dtype)
+            for r in group:
+                if o.opcode == "const":
+                    values[(o.result, r)] = self.const(o.attrs["value"], o.result.dtype)
+                elif o.opcode == "broadcast":
+                    values[(o.result, r)] = self.vals[o.operands[0]]
+                else:
+                    operands = [values[(x, r)] if (x, r) in values else self.vals[x] for x in o.operands]
+                    values[(o.result, r)] = self.op(o.opcode, operands, t, **o.attrs)
 
     def op_store(self, op: Op) -> None:
         self.store_like(op, "st_global")
@@ -1197,6 +1294,15 @@ class Lowering:
                 acc = (v, idx) if acc is None else combine(self, acc, (v, idx), dtype)
             out[s] = acc
         return out
+
+
+@dataclass
+class FusedStore:
+    """A store lowered together with the element-wise ops and loads that compute its tile."""
+
+    layout: Layout
+    ops: list[Op]  # element-wise ops, consts and scalar broadcasts, in program order
+    loads: list[Op]
 
 
 @dataclass
