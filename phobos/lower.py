@@ -1056,6 +1056,7 @@ class Lowering:
                 if fused is not None:
                     self.fused_values(fused, accesses[1:], addrs, group, valid, values)
                 addr, off = addrs[op][group[0]]
+                self.b.loc = op.loc
                 pred = self.all_of([valid(accesses[0]), owner])
                 self.b.op(opcode, [addr, *(values[(value, r)] for r in group)] + ([pred] if pred is not None else []),
                           [], {"dtype": tensor.dtype, "vec": len(group), "offset": off, "masked": pred is not None})
@@ -1066,6 +1067,7 @@ class Lowering:
         """Load one group of registers of a fused store's slices and compute its value from them."""
         for access in loads:
             ld, tensor = access[0], access[1]
+            self.b.loc = ld.loc
             addr, off = addrs[ld][group[0]]
             pred = valid(access)
             results = self.b.op("ld_global", [addr] + ([pred] if pred is not None else []),
@@ -1075,6 +1077,7 @@ class Lowering:
             values.update(((ld.result, r), v) for r, v in zip(group, results))
         for o in fused.ops:
             t = ScalarType(o.result.dtype)
+            self.b.loc = o.loc
             for r in group:
                 if o.opcode == "const":
                     values[(o.result, r)] = self.const(o.attrs["value"], o.result.dtype)
