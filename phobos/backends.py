@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
@@ -216,8 +217,8 @@ def select_backend(mode: Any) -> Backend:
     """The backend for `mode`: a name, a backend object, or None.
 
     None: PHOBOS_INTERPRET=1 in the environment picks the interpreter,
-    otherwise the GPU if there is one; without one, a ToolchainError says what
-    to do instead.
+    otherwise the GPU if there is one, otherwise the PTX emulator - the same
+    generated code, run on the CPU - with a one-line notice saying so.
     """
     check_mode(mode)
     if mode is None:
@@ -225,10 +226,10 @@ def select_backend(mode: Any) -> Backend:
             mode = "interpret"
         else:
             available, reason = runtime.gpu_available()
-            if not available:
-                raise ToolchainError(f"no GPU to run kernels on ({reason}); pass mode='interpret' or "
-                                     f"mode='emulate' to run them on the CPU (or set PHOBOS_INTERPRET=1)")
-            mode = "gpu"
+            mode = "gpu" if available else "emulate"
+            if not available and "emulate" not in _instances:
+                print(f"phobos: no GPU ({reason}); running kernels in the PTX emulator, on the CPU",
+                      file=sys.stderr)
     if not isinstance(mode, str):
         return mode
     if mode not in _instances:

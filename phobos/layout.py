@@ -229,7 +229,7 @@ def dot_layout(shape: tuple[int, int], threads: int) -> Layout:
             ty, tx = lanes[0] * warps[0], lanes[1] * warps[1]
             rm, rn = _cdiv(m, ty), _cdiv(n, tx * fn) * fn
             waste = rm * ty * rn * tx - m * n
-            cost = (waste, _cdiv(rm, 4) + rn // fn, abs(rm - rn))
+            cost = (waste, _cdiv(rm, 4) + rn // fn, abs(rm - rn), rm)  # ties: fewer rows (A fragments)
             if best is None or cost < best[0]:
                 best = (cost, lanes, warps)
     _, lanes, warps = best

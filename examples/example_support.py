@@ -1,0 +1,65 @@
+# What the example scripts share: choosing where to run, timing a call, and
+# reporting errors the way a user of Phobos sees them.
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import phobos
+from phobos import runtime
+from phobos.launcher import benchmark
+
+MODES = ["gpu", "interpret", "emulate"]
+
+
+def arguments(description: str, **size_options) -> argparse.Namespace:
+    """--mode (default: the GPU if there is one) and the script's own size options."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--mode", choices=MODES, help="default: the GPU if there is one, else the PTX emulator")
+    for name, options in size_options.items():
+        parser.add_argument(f"--{name}", **options)
+    return parser.parse_args()
+
+
+def pick_mode(requested: str | None) -> str:
+    """The requested mode, else the GPU if there is one, else the emulator (saying so)."""
+    if requested is not None:
+        return requested
+    available, why = runtime.gpu_available()
+    if available:
+        return "gpu"
+    print(f"no GPU here ({why}); running the generated PTX on the CPU with mode='emulate'")
+    return "emulate"
+
+
+def time_on_gpu(fn, arrays: list[np.ndarray], **scalars) -> float:
+    """Milliseconds per call of fn(*arrays, **scalars): on torch tensors when torch is there (no copies),
+    else on the numpy arrays (copies to and from the GPU included)."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        on_gpu = [torch.from_numpy(x).cuda() for x in arrays]
+        print("timing on torch tensors")
+        return benchmark(lambda: fn(*on_gpu, **scalars))
+    print("timing on numpy arrays, copies to and from the GPU included")
+    return benchmark(lambda: fn(*arrays, **scalars))
+
+
+def report(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> bool:
+    error = float(np.max(np.abs(got - expected))) if got.size else 0.0
+    ok = bool(np.allclose(got, expected, rtol=rtol, atol=atol))
+    print(f"{name}: max |error| = {error:.3g}: {'ok' if ok else 'WRONG'}")
+    return ok
+
+
+def run(main) -> None:
+    """Run main() as a script: its return code, or a Phobos error printed as Phobos prints it."""
+    try:
+        sys.exit(main())
+    except phobos.PhobosError as error:
+        print(f"{sys.argv[0]}: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,38 @@
+# Row softmax with the kernel of softmax.phobos, checked against numpy.
+#
+#   python examples/softmax.py [--size M N] [--mode gpu|interpret|emulate]
+#
+# The kernel keeps a whole row in registers, so its BN must cover the row:
+# the script fixes BN to the next power of two at least N and lets the
+# autotuner choose the number of warps.
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import phobos
+from example_support import arguments, pick_mode, report, run, time_on_gpu
+
+
+def main() -> int:
+    args = arguments("row softmax with the kernel of softmax.phobos, checked against numpy",
+                     size={"type": int, "nargs": 2, "metavar": ("M", "N")})
+    mode = pick_mode(args.mode)
+    m, n = args.size or ((8192, 4096) if mode == "gpu" else (7, 1000))
+    x = (np.random.default_rng().standard_normal((m, n)) * 4).astype(np.float32)
+    y = np.empty_like(x)
+    softmax = phobos.load(Path(__file__).with_name("softmax.phobos"), mode=mode).softmax
+    softmax = softmax.configure(BN=max(1024, 1 << (n - 1).bit_length()))
+    softmax(x, y)
+    e = np.exp(x - x.max(axis=1, keepdims=True).astype(np.float64))
+    print(f"softmax: {m} x {n}, mode = {mode}, configuration {softmax.config}")
+    ok = report("y - softmax(x)", y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    if mode == "gpu" and ok:
+        ms = time_on_gpu(softmax, [x, y])
+        print(f"time: {ms:.3f} ms per call, {2 * x.nbytes / ms / 1e6:.0f} GB/s (one read, one write)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    run(main)
