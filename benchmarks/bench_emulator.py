@@ -1,7 +1,8 @@
-# Times the PTX emulator on a few kernels: a vector add, an nvcc-generated
-# shared-memory SGEMM (with and without race detection), a block reduction, a
-# warp-shuffle reduction, a tiled transpose and a divergent loop.  Prints a
-# table and writes the figures as JSON.
+# Times the PTX emulator on a few kernels: the SGEMM and add that the Phobos
+# compiler generates (examples/), a vector add, an nvcc-generated shared-memory
+# SGEMM (with and without race detection), a block reduction, a warp-shuffle
+# reduction, a tiled transpose and a divergent loop.  Prints a table and writes
+# the figures as JSON.
 #
 #     python benchmarks/bench_emulator.py [--repeat N] [--json PATH]
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from phobos.compiler import compile  # noqa: E402
 from phobos.ptx.emulator import Module  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "emulator"
@@ -50,7 +52,26 @@ def cases(rng: np.random.Generator):
     def collatz_args():
         return [rng.integers(1, 10000, 65536).astype(np.uint32), np.zeros(65536, np.uint32), 65536]
 
+    def phobos_kernel(name: str, config: dict) -> tuple[Module, object]:
+        k = compile((ROOT / "examples" / f"{name}.phobos").read_text(), config=config,
+                    filename=f"examples/{name}.phobos")
+        return Module(k.ptx, f"{name}.ptx"), k
+
+    def phobos_sgemm(size, config):
+        mod, k = phobos_kernel("sgemm", config)
+        grid = (-(-size // config["TILE_M"]), -(-size // config["TILE_N"]))
+
+        def make():
+            a, b, c = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(3))
+            return [a, b, c, 1.5, 0.5, size, size, size]
+        return (f"phobos sgemm {size}^3 {config['TILE_M']}x{config['TILE_N']}x{config['TILE_K']}", mod, "sgemm",
+                grid, k.threads, make, {"shared_bytes": k.shared_bytes})
+
+    add_mod, add_k = phobos_kernel("add", {"BLOCK": 1024})
     return [
+        phobos_sgemm(128, {"TILE_M": 32, "TILE_N": 64, "TILE_K": 16}),
+        phobos_sgemm(128, {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}),
+        ("phobos add 1M", add_mod, "add", n // 1024, add_k.threads, lambda: vadd_args()[:3] + [n], {}),
         ("vadd 1M", vadd, "vadd", n // 256, 256, vadd_args, {}),
         ("sgemm 128^3 (nvcc)", nvcc, "sgemm", (2, 2), 256, sgemm_args(128), {}),
         ("sgemm 128^3, no race check", nvcc, "sgemm", (2, 2), 256, sgemm_args(128), {"check_races": False}),
