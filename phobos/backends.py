@@ -151,10 +151,10 @@ def arch_for(compute_capability: tuple[int, int]) -> str:
     return max(runnable, key=lambda arch: int(arch.removeprefix("sm_")))
 
 
-class InterpretBackend:
-    """phobos.interpreter: runs the checked kernel on numpy arrays, in source-parameter order."""
+class CpuBackend:
+    """What the CPU backends share: numpy arrays only, no device, no autotuning."""
 
-    name = "interpret"
+    name = ""
     compiles = False
     host_only = True
     tunes = False
@@ -165,24 +165,22 @@ class InterpretBackend:
     def device(self) -> None:
         return None
 
+
+class InterpretBackend(CpuBackend):
+    """phobos.interpreter: runs the checked kernel on numpy arrays, in source-parameter order."""
+
+    name = "interpret"
+
     def run(self, launch: Launch) -> None:
         interpreter = _cpu_module("phobos.interpreter", self.name)
         interpreter.run(launch.checked, launch.grid, launch.source_arguments())
 
 
-class EmulateBackend:
+class EmulateBackend(CpuBackend):
     """phobos.ptx.emulator: runs the PTX on numpy arrays, in PTX-parameter order."""
 
     name = "emulate"
     compiles = True
-    host_only = True
-    tunes = False
-
-    def arch(self) -> str:
-        return DEFAULT_ARCH
-
-    def device(self) -> None:
-        return None
 
     def run(self, launch: Launch) -> None:
         emulator = _cpu_module("phobos.ptx.emulator", self.name)

@@ -52,10 +52,10 @@ def test_example_checks_under_every_configuration(path):
 
 def test_configurations_are_the_product_of_the_autotune_lists():
     configs = configurations(example_kernel("sgemm"))
-    assert len(configs) == 3 * 3 * 2
+    assert len(configs) == 3 * 3 * 3
     assert configs[0] == {"TILE_M": 32, "TILE_N": 64, "TILE_K": 16}
     assert configs[1] == {"TILE_M": 32, "TILE_N": 64, "TILE_K": 64}
-    assert configs[-1] == {"TILE_M": 64, "TILE_N": 128, "TILE_K": 64}
+    assert configs[-1] == {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32}
 
 
 def test_add_example_types():
