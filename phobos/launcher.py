@@ -332,6 +332,7 @@ class _Kernel:
         self.size_names = [p.name for p in signature if p.kind == "size"]
         self._checked: dict[tuple, CheckedKernel] = {}
         self._tile_hints: dict[tuple, list] = {}
+        self._axes_used: dict[tuple, set[int]] = {}  # per configuration: grid axes the kernel reads
         self._choices: dict[tuple, autotune.TuneResult] = {}
         self.last: _LastLaunch | None = None
 
@@ -394,8 +395,12 @@ class _Kernel:
 
     # --- grids
     def axes_used(self, config: Config) -> set[int]:
-        checked = self.checked(config)
-        return {checked.const_of(c.args[0]) for c in _calls(self.node.body) if c.func in GRID_BUILTINS}
+        key = tuple(config.items())
+        if key not in self._axes_used:
+            checked = self.checked(config)
+            self._axes_used[key] = {checked.const_of(c.args[0]) for c in _calls(self.node.body)
+                                    if c.func in GRID_BUILTINS}
+        return self._axes_used[key]
 
     def grid_hint(self, config: Config, compiled: CompiledKernel | None) -> list:
         """CompiledKernel.grid_hint; for backends that run the checked kernel, the same hint from its tile IR."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import importlib.util
 import numbers
 import re
@@ -358,7 +357,7 @@ def load_module(ptx_text: str) -> Module:
     Raises PtxasError when the driver's JIT rejects the text, ToolchainError
     without PyCUDA or a GPU.
     """
-    key = hashlib.sha256(ptx_text.encode()).hexdigest()
+    key = ptx_text  # a str caches its own hash: repeated launches of one text cost a dict lookup
     if key not in _modules:
         params = parse_entry_params(ptx_text)
         driver = _driver()
