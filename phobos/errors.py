@@ -29,9 +29,6 @@ class Loc:
         return f"{self.file}:{self.line}:{self.col}"
 
 
-UNKNOWN_LOC = Loc("<unknown>", 0, 0)
-
-
 class SourceFile:
     """Source texts by file name, so that errors can quote the offending line."""
 

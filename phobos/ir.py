@@ -119,7 +119,6 @@ class Op:
     attrs: dict = field(default_factory=dict)
     regions: list[Block] = field(default_factory=list)
     loc: Loc | None = None
-    source_line: str | None = None  # the Phobos source line, for comments in the PTX
 
     @property
     def result(self) -> Value:

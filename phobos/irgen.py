@@ -21,7 +21,6 @@ from .types import DType, ScalarType, TensorType, TileType, broadcast_shapes, sh
 
 BINARY_OPCODES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "&&": "and", "||": "or"}
 COMPARE_PREDICATES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
-REDUCE_KINDS = {"sum", "max", "min", "argmax", "argmin"}
 
 
 def kernel_signature(ck: CheckedKernel) -> list[KernelParam]:

@@ -196,13 +196,6 @@ def _drop_leading(layout: Layout, n: int) -> Layout:
                   layout.replicas)
 
 
-def _add_leading(layout: Layout, n: int) -> Layout:
-    if n == 0:
-        return layout
-    return Layout((1,) * n + layout.shape, layout.threads, ((),) * n + layout.terms,
-                  tuple((0,) * n + o for o in layout.offsets), layout.replicas)
-
-
 # ------------------------------------------------------------------ lowering
 class Lowering:
     def __init__(self, func: Function, smem_limit: int, cp_async: bool):
@@ -621,7 +614,7 @@ class Lowering:
         zero-filled outside the tensor (the edge contract).
         """
         tensor = self.vals[load.operands[0]]
-        starts, sizes, tile_dims = self.slice_geometry(load, tensor, 0)
+        starts, sizes, tile_dims = self.slice_geometry(load, tensor)
         layout = blocked(load.result.type.shape, self.threads)
         eb = tensor.dtype.nbytes
         addrs = self.row_addresses(tensor, starts, tile_dims, layout)
@@ -854,8 +847,8 @@ class Lowering:
             self.vals[op.result] = self.relayout(src, scalar_layout, op.result.dtype, source_index)[0]
 
     # ---------------------------------------------------------- global memory
-    def slice_geometry(self, op: Op, tensor: TensorRef, value_count: int):
-        """Tile dim -> tensor dim mapping, starts, and the tensor's strides (elements)."""
+    def slice_geometry(self, op: Op, tensor: TensorRef):
+        """(starts as i32 values, sizes per tensor dim - None for a single index, the sliced tensor dims)."""
         indices = op.operands[1:1 + len(tensor.dims)]
         sizes = op.attrs["sizes"]
         starts = [self.vals[v] for v in indices]
@@ -975,7 +968,7 @@ class Lowering:
         tensor = self.vals[op.operands[0]]
         result_t = op.result.type
         layout = self.layouts.get(op.result) if isinstance(result_t, TileType) else None
-        starts, sizes, tile_dims = self.slice_geometry(op, tensor, 0)
+        starts, sizes, tile_dims = self.slice_geometry(op, tensor)
         addrs = self.row_addresses(tensor, starts, tile_dims, layout)
         dtype = tensor.dtype.compute
         width = self.vector_ok(tensor, starts, tile_dims, layout)
@@ -1012,7 +1005,7 @@ class Lowering:
         store, every slice it loads - is inside its tensor and aligned; masked ones otherwise."""
         tensor = self.vals[op.operands[0]]
         value = op.operands[-1]
-        starts, sizes, tile_dims = self.slice_geometry(op, tensor, 1)
+        starts, sizes, tile_dims = self.slice_geometry(op, tensor)
         leaves: dict[Value, list[Value]] = {}
         if isinstance(value.type, TileType):
             layout = self.layouts[value]
@@ -1027,7 +1020,7 @@ class Lowering:
         if fused is not None:
             for ld in fused.loads:
                 t = self.vals[ld.operands[0]]
-                accesses.append((ld, t, *self.slice_geometry(ld, t, 0)))
+                accesses.append((ld, t, *self.slice_geometry(ld, t)))
             for o in fused.ops:
                 for x in o.operands:
                     if isinstance(x.type, TileType) and x.owner not in fused.ops and x.owner not in fused.loads:
