@@ -3,8 +3,9 @@
     python benchmarks/bench_add.py [--out bench_results]
 
 c = a + b in fp32 for 2^24, 2^26 and 2^28 elements, counting 12 bytes per
-element (two reads, one write); the same run measures a device-to-device copy
-(8 bytes per element) as the bandwidth ceiling.  Prints a table, writes JSON and
+element (two reads, one write); the same run measures the hand-written
+handwritten_ptx/add.ptx (one element per thread, 256 threads per CTA) and a
+device-to-device copy (8 bytes per element) as the bandwidth ceiling.  Prints a table, writes JSON and
 a PNG plot.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 import phobos
 from common import gpu_ms, plot, save, table, time_phobos
+from phobos import runtime
 
 ROOT = Path(__file__).parent.parent
 
@@ -26,6 +28,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     add = phobos.load(str(ROOT / "examples" / "add.phobos")).add
+    handwritten = runtime.load_module((ROOT / "handwritten_ptx" / "add.ptx").read_text())
     rows = []
     for log2 in (24, 26, 28):
         n = 1 << log2
@@ -36,12 +39,16 @@ def main() -> None:
         ph = time_phobos(add, {"a": a, "b": b, "c": c}, add.grid, args.repeat)
         th = gpu_ms(lambda: torch.add(a, b, out=c), repeat=args.repeat)
         cp = gpu_ms(lambda: c.copy_(a), repeat=args.repeat)
+        with runtime.prepared_launch(handwritten, "add", (n + 255) // 256, 256, [a, b, c, n]) as launch:
+            hw = gpu_ms(launch, repeat=args.repeat)
         rows.append({"elements": f"2^{log2}", "phobos_gbs": 12 * n / ph / 1e6, "torch_gbs": 12 * n / th / 1e6,
-                     "copy_gbs": 8 * n / cp / 1e6, "ratio": th / ph, "config": add.config})
+                     "copy_gbs": 8 * n / cp / 1e6, "handwritten_gbs": 12 * n / hw / 1e6, "ratio": th / ph,
+                     "config": add.config})
     for r in rows:
         r["bandwidth_percent"] = 100 * r["phobos_gbs"] / r["copy_gbs"]
     print(table(rows, [("elements", "elements", ""), ("phobos_gbs", "Phobos GB/s", ".0f"),
-                       ("torch_gbs", "torch.add GB/s", ".0f"), ("ratio", "Phobos/torch", ".2f"),
+                       ("torch_gbs", "torch.add GB/s", ".0f"), ("ratio", "Phobos/torch", ".3f"),
+                       ("handwritten_gbs", "add.ptx GB/s", ".0f"),
                        ("copy_gbs", "copy GB/s", ".0f"), ("bandwidth_percent", "% of copy", ".0f")]))
     print(f"wrote {save('add', rows, {}, args.out)}")
     plot("add", rows, "elements", [("phobos_gbs", "Phobos"), ("torch_gbs", "torch.add"), ("copy_gbs", "copy")],
