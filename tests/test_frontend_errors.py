@@ -564,6 +564,26 @@ CASES = [
             atomic_add(x, 1.0)
         }
         """, SemanticError, 2, 16, "tensor slice"),
+    Case("atomic_add used as a value", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = atomic_add(x[0 :+ 4], 1.0)
+        }
+        """, SemanticError, 2, 13, "no value"),
+    Case("atomic_add on an f16 tensor", """\
+        kernel k(x: tensor<f16>[N]) {
+            atomic_add(x[0 :+ 4], 1.0)
+        }
+        """, SemanticError, 2, 16, "f16"),
+    Case("assigning to inf", """\
+        kernel k(x: tensor<f32>[N]) {
+            inf = 1.0
+        }
+        """, SemanticError, 2, 5, "constant"),
+    Case("full with a tile value", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = full([4], x[0 :+ 4])
+        }
+        """, SemanticError, 2, 23, "scalar"),
 ]
 
 
