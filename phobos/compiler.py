@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from . import __version__, ast
 from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
-from .ir import KernelParam, format_function, verify
+from .ir import KernelParam, format_function, verify, walk
 from .irgen import generate
 from .lower import lower
 from .mathlib import expand_math
@@ -188,12 +188,11 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     return CompiledKernel(
         ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(func.attrs["params"]), arch=tgt.arch,
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
-        registers_estimate=alloc.peak_pressure, grid_hint=_grid_hint(func), timings=times)
+        registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times)
 
 
-def _grid_hint(func) -> list[tuple[str, int] | None]:
+def grid_hints(func) -> list[tuple[str, int] | None]:
     """Per grid axis: (size name, tile) when a store is indexed `program_id(d) * T :+ T` over that size."""
-    from .ir import walk
     hints: list[tuple[str, int] | None] = [None, None, None]
     params = func.attrs["params"]
     for op in walk(func.body):

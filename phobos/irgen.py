@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from . import ast
 from .builtins import BUILTINS, CAST_DTYPES
-from .errors import SourceFile
 from .ir import Block, Builder, Function, KernelParam, Value
 from .sema import CheckedKernel, Symbol, cast_value
 from .types import DType, ScalarType, TensorType, TileType, broadcast_shapes, shape_of
@@ -319,7 +318,4 @@ class IRGen:
 
 def generate(ck: CheckedKernel) -> Function:
     """Tile-level IR for one checked kernel configuration."""
-    func = IRGen(ck).run()
-    func.attrs["source_file"] = ck.kernel.loc.file
-    func.attrs["has_source"] = SourceFile.line(ck.kernel.loc.file, ck.kernel.loc.line) is not None
-    return func
+    return IRGen(ck).run()

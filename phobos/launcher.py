@@ -41,7 +41,7 @@ from . import ast, autotune, cache, runtime, toolchain
 from .autotune import config_text
 from .backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind
-from .compiler import CompiledKernel, _grid_hint, compile_kernel, parse_source
+from .compiler import CompiledKernel, grid_hints, compile_kernel, parse_source
 from .errors import ErrorList, LaunchError, PhobosError, ToolchainError
 from .irgen import generate, kernel_signature
 from .ptxcheck import Report
@@ -408,7 +408,7 @@ class _Kernel:
             return compiled.grid_hint
         key = tuple(config.items())
         if key not in self._tile_hints:
-            self._tile_hints[key] = _grid_hint(generate(self.checked(config)))
+            self._tile_hints[key] = grid_hints(generate(self.checked(config)))
         return self._tile_hints[key]
 
     def grid_for(self, config: Config, compiled: CompiledKernel | None, call: BoundCall,

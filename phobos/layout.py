@@ -113,14 +113,6 @@ class Layout:
                  for off in self.offsets]
         return small, index
 
-    def describe(self) -> str:
-        parts = []
-        for d, ts in enumerate(self.terms):
-            tt = " + ".join(f"((tid/{t.div})%{t.mod})*{t.scale}" for t in ts) or "0"
-            parts.append(f"d{d}: {tt}")
-        return (f"layout{list(self.shape)} threads={self.threads} regs={self.nregs} "
-                f"{'; '.join(parts)} replicas={list(self.replicas)}")
-
 
 def _sorted(replicas) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(r for r in replicas if r[1] > 1))

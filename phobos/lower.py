@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ResourceError, UnsupportedError
-from .ir import Block, Builder, Function, Op, Value, uses
+from .ir import Block, Builder, Function, Op, Value, uses, walk
 from .passes.cse import freeze
 from .passes.fold import evaluate, identity
 from .layout import WARP, Layout, Term, blocked, dot_layout
@@ -84,7 +84,6 @@ def choose_threads(func: Function) -> int:
             raise UnsupportedError(f"WARPS must be a power of two from 1 to {MAX_THREADS // WARP}, got {warps}",
                                    func.attrs["loc"])
         return warps * WARP
-    from .ir import walk
     dots = [op.result.type.size for op in walk(func.body) if op.opcode == "dot"]
     if dots:
         want = max(dots) // 64
@@ -121,7 +120,6 @@ class _Groups:
 
 def assign_layouts(func: Function, threads: int) -> dict[Value, Layout]:
     """A layout for every tile value; see the module header for the rules."""
-    from .ir import walk
     groups = _Groups()
     ops = list(walk(func.body))
     tiles: list[Value] = []
@@ -228,7 +226,6 @@ class Lowering:
             if config["GROUP_M"] < 1:
                 raise UnsupportedError(f"GROUP_M must be at least 1, got {config['GROUP_M']}", func.attrs["loc"])
             return config["GROUP_M"]
-        from .ir import walk
         ops = list(walk(func.body))
         axes = {op.attrs["axis"] for op in ops if op.opcode == "program_id"}
         return DEFAULT_GROUP_M if {0, 1} <= axes and any(op.opcode == "dot" for op in ops) else 1
@@ -498,7 +495,6 @@ class Lowering:
 
     @staticmethod
     def writes_memory(op: Op) -> bool:
-        from .ir import walk
         inner = [op] + [o for region in op.regions for o in walk(region)]
         return any(o.opcode in ("store", "atomic_add") for o in inner)
 

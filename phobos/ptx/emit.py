@@ -168,7 +168,6 @@ class Kernel:
     body: list[Item]
     threads: int
     register_counts: dict[str, int] = field(default_factory=dict)  # class -> registers to declare
-    min_blocks_per_sm: int | None = None
     shared_bytes: int = 0
     header_comment: list[str] = field(default_factory=list)
 
@@ -188,8 +187,6 @@ def emit_module(kernel: Kernel, arch: str, source_file: str | None) -> str:
     out.append(",\n".join(params))
     out.append(")")
     out.append(f".maxntid {kernel.threads}, 1, 1")
-    if kernel.min_blocks_per_sm:
-        out.append(f".minnctapersm {kernel.min_blocks_per_sm}")
     out.append("{")
     for cls, (ptx_type, prefix) in REG_CLASSES.items():
         n = kernel.register_counts.get(cls, 0)

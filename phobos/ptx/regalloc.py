@@ -26,7 +26,6 @@ REG_WIDTH = {"pred": 0, "b16": 1, "b32": 1, "f32": 1, "b64": 2, "f64": 2}  # 32-
 class Allocation:
     counts: dict[str, int]  # registers to declare per class
     peak_pressure: int  # most 32-bit registers live at one instruction
-    peak_by_class: dict[str, int]  # most registers of each class held at once by the allocation
 
 
 def _blocks(items: list[Item]) -> tuple[list[list[int]], dict[int, list[int]]]:
@@ -149,13 +148,10 @@ def allocate(items: list[Item]) -> Allocation:
     free: dict[str, list[int]] = {}
     next_number: dict[str, int] = {}
     active: list[tuple[int, int, VReg]] = []  # heap of (end, id, register)
-    by_class: dict[str, int] = {}
-    peak_by_class: dict[str, int] = {}
     for reg, (start, end) in order:
         while active and active[0][0] < start:
             _, _, done = heapq.heappop(active)
             heapq.heappush(free.setdefault(done.cls, []), done.number)
-            by_class[done.cls] -= 1
         pool = free.get(reg.cls)
         if pool:
             reg.number = heapq.heappop(pool)
@@ -163,10 +159,8 @@ def allocate(items: list[Item]) -> Allocation:
             reg.number = next_number.get(reg.cls, 1)
             next_number[reg.cls] = reg.number + 1
         heapq.heappush(active, (end, reg.id, reg))
-        by_class[reg.cls] = by_class.get(reg.cls, 0) + 1
-        peak_by_class[reg.cls] = max(peak_by_class.get(reg.cls, 0), by_class[reg.cls])
     counts = {cls: n for cls, n in next_number.items()}
-    return Allocation(counts, peak_pressure(items, live), peak_by_class)
+    return Allocation(counts, peak_pressure(items, live))
 
 
 def number_in_order(items: list[Item]) -> dict[str, int]:
