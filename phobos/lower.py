@@ -76,7 +76,9 @@ def choose_threads(func: Function) -> int:
     """Threads per CTA: 32 * WARPS when the kernel has that autotune parameter, else a guess.
 
     The guess aims at 8x8 dot products per thread when the kernel has a dot, and
-    at about 8 elements per thread otherwise, between one warp and 256 threads.
+    otherwise at about 4 elements per thread (one 128-bit vector of f32), between
+    one warp and 256 threads: for memory-bound kernels more threads with one
+    vector each keep more requests in flight than fewer threads with several.
     """
     warps = func.attrs.get("config", {}).get("WARPS")
     if warps is not None:
@@ -89,7 +91,7 @@ def choose_threads(func: Function) -> int:
         want = max(dots) // 64
     else:
         sizes = [r.type.size for op in walk(func.body) for r in op.results if isinstance(r.type, TileType)]
-        want = max(sizes, default=0) // 8
+        want = max(sizes, default=0) // 4
     threads = WARP
     while threads < want and threads < DEFAULT_MAX_THREADS:
         threads *= 2
@@ -1165,8 +1167,10 @@ class Lowering:
                 a_vals[(row, k0 + j)] = v
         for kk in range(k0, k0 + count):
             b_vals = self.read_runs(b_base, plan.cols, plan.a_bytes + kk * plan.ldb * plan.eb, plan)
-            acc = [self.op("fma", [a_vals[(i, kk)], b_vals[j], acc[r]], t)
-                   for r, (i, j) in enumerate(plan.layout.offsets)]
+            acc = list(acc)
+            for r in plan.fma_order:
+                i, j = plan.layout.offsets[r]
+                acc[r] = self.op("fma", [a_vals[(i, kk)], b_vals[j], acc[r]], t)
         return acc
 
     def read_runs(self, base: Value, offsets: list[int], start: int, plan: "DotPlan") -> dict[int, Value]:
@@ -1312,6 +1316,7 @@ class DotPlan:
     eb: int
     dtype: DType
     kgroup: int  # k steps read from A at once (a vector along K)
+    fma_order: list[int]  # the order of the result registers' FMAs in one k step
 
 
 def dot_plan(a_shape: tuple[int, int], n: int, dtype: DType, threads: int) -> DotPlan:
@@ -1327,7 +1332,21 @@ def dot_plan(a_shape: tuple[int, int], n: int, dtype: DType, threads: int) -> Do
     stage = _align(a_bytes + k * ldb * eb, SMEM_ALIGN)
     rows = sorted({off[0] for off in layout.offsets})
     cols = sorted({off[1] for off in layout.offsets})
-    return DotPlan(layout, k, rows, cols, lda, ldb, a_bytes, stage, eb, dtype, kgroup)
+    return DotPlan(layout, k, rows, cols, lda, ldb, a_bytes, stage, eb, dtype, kgroup, _serpentine(layout))
+
+
+def _serpentine(layout: Layout) -> list[int]:
+    """Registers row by row, every other row backwards: consecutive FMAs always share an
+    operand (A's value along a row, B's at the turn), which the hardware's operand
+    reuse cache then supplies instead of a register-file read."""
+    by_row: dict[int, list[tuple[int, int]]] = {}
+    for r, (i, j) in enumerate(layout.offsets):
+        by_row.setdefault(i, []).append((j, r))
+    order = []
+    for n, i in enumerate(sorted(by_row)):
+        cells = sorted(by_row[i], reverse=n % 2 == 1)
+        order += [r for _, r in cells]
+    return order
 
 
 def _combine_value(opcode: str):

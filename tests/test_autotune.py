@@ -130,7 +130,7 @@ def test_configuration_names():
 
 @pytest.fixture(scope="module")
 def add_1024():
-    return compile(ADD4, config={"BLOCK": 1024})  # 128 threads
+    return compile(ADD4, config={"BLOCK": 1024})  # 256 threads
 
 
 def report(registers=32, spill_stores=0, spill_loads=0, ok=True, errors=()) -> Report:
@@ -154,12 +154,12 @@ def test_shared_memory_and_threads_beyond_the_device(add_1024):
     needy = replace(add_1024, shared_bytes=200_000)
     small = replace(FAKE_DEVICE, max_shared_bytes_per_block=100_000, max_threads_per_block=64)
     assert screened(needy, small) == "needs 200000 bytes of shared memory; Fake GPU allows 100000 per block"
-    assert screened(add_1024, small) == "needs 128 threads per block; Fake GPU allows 64"
+    assert screened(add_1024, small) == "needs 256 threads per block; Fake GPU allows 64"
 
 
 def test_registers_from_ptxas(add_1024):
     assert screened(add_1024, ptxas=report(registers=600)) == (
-        "uses 600 registers per thread; 128 threads may use at most 512")
+        "uses 600 registers per thread; 256 threads may use at most 256")
     assert screened(add_1024, ptxas=report(ok=False, errors=[PtxasDiagnostic("add", 3, "syntax error")])) == (
         "ptxas rejected it: syntax error")
 
@@ -173,9 +173,9 @@ def test_spills_leave_a_fallback(add_1024):
 
 def test_registers_from_the_compiler_estimate_without_ptxas(add_1024):
     budget = add_1024.registers_estimate - 1
-    tiny = replace(FAKE_DEVICE, max_registers_per_block=128 * budget)
+    tiny = replace(FAKE_DEVICE, max_registers_per_block=256 * budget)
     assert screened(add_1024, tiny) == (
-        f"the compiler estimates {add_1024.registers_estimate} registers per thread; 128 threads may use at most "
+        f"the compiler estimates {add_1024.registers_estimate} registers per thread; 256 threads may use at most "
         f"{budget}")
 
 
@@ -300,8 +300,9 @@ def test_configurations_that_cannot_run_are_skipped_with_the_reason():
     gpu = FakeGpu(TIMES, props=replace(FAKE_DEVICE, max_threads_per_block=64))
     add = phobos.kernel(ADD4, mode=gpu)
     call_add(add)
-    assert gpu.timed_configs() == CONFIGS[:3]
-    assert add.timings["BLOCK=1024"] == "needs 128 threads per block; Fake GPU allows 64"
+    assert gpu.timed_configs() == CONFIGS[:2]
+    assert add.timings["BLOCK=512"] == "needs 128 threads per block; Fake GPU allows 64"
+    assert add.timings["BLOCK=1024"] == "needs 256 threads per block; Fake GPU allows 64"
     assert add.config == {"BLOCK": 256}
 
 
@@ -317,7 +318,7 @@ def test_register_reports_come_from_ptxas_when_there_is_one(monkeypatch):
 
     def fake_report(self, compiled, required=False):
         reports.append(compiled.config)
-        registers = 600 if compiled.config["BLOCK"] == 512 else 20  # 64 threads may use 1024
+        registers = 600 if compiled.config["BLOCK"] == 512 else 20  # 128 threads may use 256
         return Report("sm_90", "add", True, [KernelReport("add", registers, 0, 0)])
 
     monkeypatch.setattr(launcher._Kernel, "ptxas_report", fake_report)
@@ -325,7 +326,7 @@ def test_register_reports_come_from_ptxas_when_there_is_one(monkeypatch):
     add = phobos.kernel(ADD4, mode=gpu)
     call_add(add)
     assert reports == CONFIGS
-    assert add.timings["BLOCK=512"] == "uses 600 registers per thread; 64 threads may use at most 512"
+    assert add.timings["BLOCK=512"] == "uses 600 registers per thread; 128 threads may use at most 256"
 
 
 def test_an_empty_launch_tunes_nothing():

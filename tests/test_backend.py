@@ -93,6 +93,27 @@ def test_generated_add_does_the_work_of_the_handwritten_one():
     assert any(i.startswith("setp.le.s32") and i.endswith(f"{n_reg};") for i in fast)
 
 
+@pytest.mark.parametrize("config", [{"TILE_M": 64, "TILE_N": 128, "TILE_K": 32},
+                                    {"TILE_M": 32, "TILE_N": 64, "TILE_K": 16}])
+def test_consecutive_fmas_of_a_dot_share_an_operand(config):
+    """The inner product walks each thread's block of C row by row, every other row
+    backwards, so each FMA repeats the A or the B value of the one before it (the
+    operand the hardware's reuse cache then supplies)."""
+    fmas = [re.match(r"fma\.rn\.f32 %f\d+, (%f\d+), (%f\d+), %f\d+;", ins)
+            for ins in _instructions(compiled("sgemm", config).ptx)]
+    runs, run = [], []
+    for m in fmas:  # runs of back-to-back FMAs: one k step's outer product each
+        if m:
+            run.append(m.groups())
+        elif run:
+            runs.append(run)
+            run = []
+    runs = [r for r in runs if len(r) >= 16]
+    assert runs
+    for run in runs:
+        assert all(prev[0] == cur[0] or prev[1] == cur[1] for prev, cur in zip(run, run[1:]))
+
+
 @pytest.mark.parametrize("name,config", [("add", None), ("sgemm", {"TILE_M": 32, "TILE_N": 64, "TILE_K": 16}),
                                          ("sgemm", {"TILE_M": 128, "TILE_N": 64, "TILE_K": 16})])
 def test_register_allocation_does_not_change_ptxas_result(name, config):

@@ -381,7 +381,7 @@ def test_the_grid_is_inferred_per_configuration(gpu):
     add.configure(BLOCK=256)(a, b, c)
     add.configure(BLOCK=1024)(a, b, c)
     assert [launch.grid for launch in gpu.runs] == [(4, 1, 1), (1, 1, 1)]
-    assert [launch.block for launch in gpu.runs] == [(32, 1, 1), (128, 1, 1)]
+    assert [launch.block for launch in gpu.runs] == [(64, 1, 1), (256, 1, 1)]
 
 
 def test_an_explicit_grid(gpu):
@@ -535,7 +535,7 @@ def test_a_configuration_the_gpu_cannot_launch_is_an_error_before_launching():
     a, b = random_vectors(2048)
     with pytest.raises(LaunchError) as error:
         phobos.kernel(ADD4, mode=small).configure(BLOCK=1024)(a, b, np.empty_like(a))
-    assert message(error) == ("add: configuration BLOCK=1024 cannot run on this GPU: needs 128 threads per block; "
+    assert message(error) == ("add: configuration BLOCK=1024 cannot run on this GPU: needs 256 threads per block; "
                               "Small GPU allows 64")
     assert small.runs == []
 

@@ -125,7 +125,7 @@ def test_tuning_picks_the_fastest_on_scratch_copies_then_runs_on_the_callers_arr
     assert len(timing) == 4 * (backends.TIMING_WARMUP + backends.TIMING_REPEAT)
     scratch_c = {launch["c"] for launch in timing}
     assert len(scratch_c) == 1 and final["c"] not in scratch_c  # one scratch copy of c for every timing run
-    assert final["grid"] == (4, 1, 1) and final["block"] == (32, 1, 1)
+    assert final["grid"] == (4, 1, 1) and final["block"] == (64, 1, 1)
     assert sorted(gpu.freed) == sorted(gpu.memory)  # scratch copies and launch copies alike
     assert "tuning add over 4 configurations... 4/4, best BLOCK=256: 0.5 ms" in capsys.readouterr().err
 
