@@ -486,6 +486,10 @@ def _copy_to_host(array: np.ndarray, allocation: Any) -> None:
         array[...] = staging
 
 
+MIN_SAMPLE_MS = 1.0  # a timed sample runs short kernels back to back for at least this long
+MAX_CALLS_PER_SAMPLE = 64
+
+
 def time_launch(
     ptx_or_module: PtxOrModule,
     kernel_name: str,
@@ -524,10 +528,14 @@ def prepared_launch(
 def time_calls(
     work: Callable[[], Any], warmup: int = 3, repeat: int = 20, synchronize: Callable[[], None] | None = None
 ) -> float:
-    """Median time in milliseconds of `repeat` calls of `work`, after `warmup` untimed ones.
+    """Median milliseconds per call of `work` over `repeat` timed samples, after `warmup` untimed calls.
 
-    Each call is bracketed by a pair of CUDA events, so what is measured is
-    the GPU work `work` queues (and any host work it waits for).
+    Each sample is bracketed by a pair of CUDA events, so what is measured is
+    the GPU work `work` queues (and any host work it waits for).  A call
+    shorter than MIN_SAMPLE_MS is repeated back to back inside each sample (how
+    many times is set by one first timed call), so that the host's time to
+    queue a launch overlaps the GPU's work instead of adding to it and the
+    events' resolution is not felt; a sample's time is divided by its calls.
     """
     _check_timing_counts("timing", warmup, repeat)
     driver = _driver()
@@ -535,14 +543,18 @@ def time_calls(
         work()
     (synchronize or driver.Context.synchronize)()
     start, end = driver.Event(), driver.Event()
-    times = []
-    for _ in range(repeat):
+
+    def sample(calls: int) -> float:
         start.record()
-        work()
+        for _ in range(calls):
+            work()
         end.record()
         end.synchronize()
-        times.append(start.time_till(end))
-    return statistics.median(times)
+        return start.time_till(end) / calls
+
+    first = sample(1)
+    calls = MAX_CALLS_PER_SAMPLE if first <= 0 else max(1, min(MAX_CALLS_PER_SAMPLE, int(MIN_SAMPLE_MS / first)))
+    return statistics.median(sample(calls) for _ in range(repeat))
 
 
 def _check_timing_counts(what: str, warmup: int, repeat: int) -> None:
