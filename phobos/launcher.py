@@ -101,7 +101,8 @@ def kernel(src: str, filename: str | None = None, mode: Any = None) -> KernelFun
 
 
 def benchmark(fn: Callable[[], Any], warmup: int = 3, repeat: int = 20) -> float:
-    """Median milliseconds of `repeat` calls of `fn` (after `warmup`), measured with CUDA events."""
+    """Median milliseconds per call of `fn` over `repeat` samples (after `warmup`), measured with CUDA
+    events; see runtime.time_calls for how short calls are grouped into samples."""
     return runtime.time_calls(fn, warmup, repeat)
 
 

@@ -500,10 +500,9 @@ def time_launch(
     warmup: int = 3,
     repeat: int = 20,
 ) -> float:
-    """Median time in milliseconds of `repeat` launches, after `warmup` untimed ones.
+    """Median milliseconds per launch, timed by `time_calls` (`repeat` samples after `warmup` launches).
 
-    Each launch is timed on the GPU with a pair of CUDA events.  numpy arrays
-    are copied to the GPU once and not copied back.
+    numpy arrays are copied to the GPU once and not copied back.
     """
     _check_timing_counts(f"kernel '{kernel_name}'", warmup, repeat)
     with prepared_launch(ptx_or_module, kernel_name, grid, block, args, shared_bytes) as run:
