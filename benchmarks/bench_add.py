@@ -17,7 +17,7 @@ import torch
 
 import phobos
 from common import gpu_ms, plot, save, table, time_phobos
-from phobos import runtime
+from phobos.run import runtime
 
 ROOT = Path(__file__).parent.parent
 

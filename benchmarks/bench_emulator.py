@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from phobos.compiler import compile  # noqa: E402
-from phobos.ptx.emulator import Module  # noqa: E402
+from phobos.run.emulator import Module  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "emulator"
 

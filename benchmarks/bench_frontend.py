@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from phobos.compiler import parse_source  # noqa: E402
-from phobos.lexer import tokenize  # noqa: E402
-from phobos.sema import check_program, configurations  # noqa: E402
+from phobos.frontend.lexer import tokenize  # noqa: E402
+from phobos.frontend.sema import check_program, configurations  # noqa: E402
 
 # Kernel templates: `{name}` is replaced by a unique kernel name, `{op}`,
 # `{fn}` and `{scale}` by choices that vary the expressions.

@@ -19,8 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from phobos.compiler import parse_source, pick_kernel  # noqa: E402
-from phobos.interpreter import prepare  # noqa: E402
-from phobos.sema import check_kernel  # noqa: E402
+from phobos.run.interpreter import prepare  # noqa: E402
+from phobos.frontend.sema import check_kernel  # noqa: E402
 
 SOFTMAX = """
 @autotune(ROWS in [8], COLS in [256])

@@ -26,7 +26,7 @@ SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 819
 
 def fp32_peak_tflops() -> float:
     """SMs x 128 FP32 lanes x 2 flops x the boost clock."""
-    from phobos import runtime
+    from phobos.run import runtime
     driver = runtime._driver()
     device = driver.Device(0)
     clock_khz = device.get_attribute(driver.device_attribute.CLOCK_RATE)

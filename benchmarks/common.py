@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 import phobos
-from phobos import runtime
+from phobos.run import runtime
 
 SPIN_CYCLES = 200_000  # about 100 microseconds at 2 GHz
 

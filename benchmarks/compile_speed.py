@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from phobos.compiler import compile_kernel, parse_source
-from phobos.sema import check_kernel, configurations
+from phobos.frontend.sema import check_kernel, configurations
 from phobos.toolchain import run_ptxas
 
 ROOT = Path(__file__).parent.parent

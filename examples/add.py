@@ -3,7 +3,7 @@
 #   python examples/add.py [--size N] [--mode gpu|interpret|emulate]
 #
 # On a machine with a GPU the kernel runs there and the script prints how long
-# a call takes (CUDA events, through phobos.launcher.benchmark); without one it
+# a call takes (CUDA events, through phobos.launch.launcher.benchmark); without one it
 # says so and runs a small size of the same generated code in the PTX emulator.
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 
 import phobos
-from phobos import runtime
-from phobos.launcher import benchmark
+from phobos.run import runtime
+from phobos.launch.launcher import benchmark
 
 MODES = ["gpu", "interpret", "emulate"]
 

@@ -13,9 +13,9 @@ from .errors import PhobosError  # noqa: E402
 
 #: Public names and the modules that define them, imported on first use.
 _LAZY_EXPORTS = {
-    "jit": "launcher",
-    "load": "launcher",
-    "kernel": "launcher",
+    "jit": "launch.launcher",
+    "load": "launch.launcher",
+    "kernel": "launch.launcher",
     "compile": "compiler",
     "compile_to_ptx": "compiler",
 }

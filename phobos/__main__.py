@@ -13,7 +13,7 @@ import sys
 
 from .compiler import PASS_NAMES, TARGETS, Dumps, compile
 from .errors import PhobosError
-from .sema import check_program
+from .frontend.sema import check_program
 
 
 def _read(path: str) -> str:

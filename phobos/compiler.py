@@ -15,18 +15,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from . import __version__, ast
+from . import __version__
+from .frontend import ast
 from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
-from .ir import KernelParam, format_function, verify, walk
-from .irgen import generate
-from .lower import lower
-from .mathlib import expand_math
-from .parser import parse
-from .passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
+from .middle.ir import KernelParam, format_function, verify, walk
+from .middle.irgen import generate
+from .lower.lowering import lower
+from .lower.mathlib import expand_math
+from .frontend.parser import parse
+from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
 from .ptx.emit import Kernel, emit_module
 from .ptx.isel import entry_params, select
 from .ptx.regalloc import allocate, number_in_order
-from .sema import check_kernel, configurations, resolve_config
+from .frontend.sema import check_kernel, configurations, resolve_config
 
 
 @dataclass(frozen=True)

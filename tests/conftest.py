@@ -1,7 +1,7 @@
 # Test machinery shared by the whole suite.
 #
 # - Tests marked `gpu` are skipped, with the reason, where kernels cannot be
-#   launched (no PyCUDA, no driver, no GPU): `phobos.runtime.gpu_available`.
+#   launched (no PyCUDA, no driver, no GPU): `phobos.run.runtime.gpu_available`.
 # - The `golden` fixture compares a text with a file under tests/golden/;
 #   `pytest --update-golden` (re)writes those files instead.
 # - The `no_ptxas` fixture hides every ptxas on the machine from
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from phobos import runtime, toolchain
+from phobos.run import runtime
+from phobos import toolchain
 
 pytest_plugins = ["pytester"]
 

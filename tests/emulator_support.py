@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from phobos.ptx.emulator import Module
-from phobos.ptx.emulator.ptxtypes import TYPES
+from phobos.run.emulator import Module
+from phobos.run.emulator.ptxtypes import TYPES
 
 DATA = Path(__file__).parent / "data" / "emulator"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from phobos.compiler import parse_source
 from phobos.errors import PhobosError
-from phobos.sema import check_program
+from phobos.frontend.sema import check_program
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO / "examples"

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from phobos.autotune import config_text
-from phobos.backends import Launch
-from phobos.binding import TensorArgument
-from phobos.runtime import DeviceProperties
+from phobos.launch.autotune import config_text
+from phobos.run.backends import Launch
+from phobos.launch.binding import TensorArgument
+from phobos.run.runtime import DeviceProperties
 
 ADD4 = """\
 // c = a + b with four block sizes to choose from
@@ -119,7 +119,7 @@ class DeviceArray:
 
 
 class CpuModule(types.ModuleType):
-    """phobos.interpreter or phobos.ptx.emulator: records each call's arguments."""
+    """phobos.run.interpreter or phobos.run.emulator: records each call's arguments."""
 
     def __init__(self, name: str, entry: str):
         super().__init__(name)
@@ -139,7 +139,7 @@ def install_cpu_module(monkeypatch, name: str, entry: str) -> CpuModule:
 
 def forget_memory(monkeypatch) -> None:
     """Empty the per-process layers above the disk cache, as in a new process."""
-    from phobos import cache, launcher
+    from phobos.launch import cache, launcher
     monkeypatch.setattr(cache, "_caches", {})
     monkeypatch.setattr(launcher, "_compiled_kernels", {})
 

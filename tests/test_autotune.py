@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import phobos
-from phobos import cache, launcher
-from phobos.autotune import Skipped, config_text, screen, tune
+from phobos.launch import cache, launcher
+from phobos.launch.autotune import Skipped, config_text, screen, tune
 from phobos.compiler import compile
 from phobos.errors import LaunchError, ResourceError
 from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
@@ -337,7 +337,7 @@ def test_an_empty_launch_tunes_nothing():
 
 
 def test_cpu_backends_do_not_tune(monkeypatch):
-    interpreter = install_cpu_module(monkeypatch, "phobos.interpreter", "run")
+    interpreter = install_cpu_module(monkeypatch, "phobos.run.interpreter", "run")
     add = phobos.kernel(ADD4, mode="interpret")
     call_add(add)
     assert add.config == {"BLOCK": 128} and add.timings == {} and len(interpreter.calls) == 1

@@ -12,7 +12,7 @@ from phobos import compiler
 from phobos.compiler import compile, compile_all, compile_kernel, parse_source, pick_kernel
 from phobos.errors import PhobosError, ResourceError, UnsupportedError
 from phobos.ptxcheck import check
-from phobos.sema import configurations
+from phobos.frontend.sema import configurations
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.phobos"))

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import phobos
-from phobos import __version__, cache, launcher
-from phobos.cache import DiskCache
+from phobos import __version__
+from phobos.launch import cache, launcher
+from phobos.launch.cache import DiskCache
 from phobos.compiler import compile
 from phobos.errors import ToolchainError
 from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
@@ -200,7 +201,7 @@ def counted_compiles(monkeypatch):
     return compiled
 
 
-def run_add(mode) -> phobos.launcher.KernelFunction:
+def run_add(mode) -> phobos.launch.launcher.KernelFunction:
     add = phobos.kernel(ADD4, mode=mode).configure(BLOCK=256)
     a, b = random_vectors(100)
     add(a, b, np.empty_like(a))
@@ -209,7 +210,7 @@ def run_add(mode) -> phobos.launcher.KernelFunction:
 
 def test_compiled_kernels_are_reused_across_processes(monkeypatch, isolated_cache, counted_compiles):
     forget_memory(monkeypatch)
-    install_cpu_module(monkeypatch, "phobos.ptx.emulator", "launch")
+    install_cpu_module(monkeypatch, "phobos.run.emulator", "launch")
     first = run_add("emulate").ptx
     assert counted_compiles == [{"BLOCK": 256}]
     run_add("emulate")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from phobos.errors import ExecutionError, Loc, PhobosError
-from phobos.ptx.emulator import (ArithmeticFault, AsyncCopyHazard, BarrierError, EmulatorError, MemoryFault,
+from phobos.run.emulator import (ArithmeticFault, AsyncCopyHazard, BarrierError, EmulatorError, MemoryFault,
                             MisalignedAddress, Module, PtxSyntaxError, SharedMemoryRace, TrapError,
                             UnsupportedPtx, WarpSyncError)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from phobos.errors import LaunchError
-from phobos.ptx.emulator import Module, launch, load_module
+from phobos.run.emulator import Module, launch, load_module
 
 from .emulator_support import DATA, data_module
 

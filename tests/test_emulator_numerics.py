@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phobos.ptx.emulator import numerics as nx
+from phobos.run.emulator import numerics as nx
 
 from .emulator_support import run_elementwise
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from phobos.errors import Loc
-from phobos.ptx.emulator import MemoryFault
-from phobos.ptx.emulator import numerics as nx
+from phobos.run.emulator import MemoryFault
+from phobos.run.emulator import numerics as nx
 
 from .emulator_support import data_module
 

@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from phobos import ast
+from phobos.frontend import ast
 from phobos.compiler import parse_source
 from phobos.errors import SemanticError
-from phobos.sema import CheckedKernel, check_kernel, check_program, configurations
+from phobos.frontend.sema import CheckedKernel, check_kernel, check_program, configurations
 from phobos.types import DType, ScalarType, TileType, broadcast_shapes
 
 from .frontend_support import EXAMPLES, EXAMPLES_DIR, front_end_errors

@@ -19,7 +19,7 @@ import pytest
 
 from phobos.compiler import parse_source
 from phobos.errors import LexError, ParseError, PhobosError, SemanticError
-from phobos.sema import check_program
+from phobos.frontend.sema import check_program
 
 from .frontend_support import EXAMPLES, REPO, front_end_errors
 

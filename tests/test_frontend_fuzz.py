@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from phobos.builtins import BUILTINS
+from phobos.frontend.builtins import BUILTINS
 from phobos.compiler import parse_source
 from phobos.errors import ParseError, PhobosError
-from phobos.parser import MAX_NESTING
-from phobos.sema import check_program
+from phobos.frontend.parser import MAX_NESTING
+from phobos.frontend.sema import check_program
 
 from .frontend_support import EXAMPLES, front_end_errors
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phobos import interpreter
-from phobos.builtins import BUILTINS
+from phobos.run import interpreter
+from phobos.frontend.builtins import BUILTINS
 from phobos.compiler import parse_source, pick_kernel
 from phobos.errors import ExecutionError, LaunchError, SemanticError
-from phobos.interpreter import interpret, prepare, run
-from phobos.sema import check_kernel
+from phobos.run.interpreter import interpret, prepare, run
+from phobos.frontend.sema import check_kernel
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 FILE = "test.phobos"

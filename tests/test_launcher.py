@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import phobos
-from phobos import backends, launcher, runtime
-from phobos.binding import bind
+from phobos.run import backends, runtime
+from phobos.launch import launcher
+from phobos.launch.binding import bind
 from phobos.compiler import CompiledKernel
 from phobos.errors import LaunchError, PhobosError, ToolchainError
 from phobos.ptxcheck import Report
@@ -33,12 +34,12 @@ def gpu() -> FakeGpu:
 
 @pytest.fixture
 def interpreter(monkeypatch):
-    return install_cpu_module(monkeypatch, "phobos.interpreter", "run")
+    return install_cpu_module(monkeypatch, "phobos.run.interpreter", "run")
 
 
 @pytest.fixture
 def emulator(monkeypatch):
-    return install_cpu_module(monkeypatch, "phobos.ptx.emulator", "launch")
+    return install_cpu_module(monkeypatch, "phobos.run.emulator", "launch")
 
 
 # --- loading
@@ -54,8 +55,8 @@ def test_public_names_come_from_their_modules():
     assert phobos.jit is launcher.jit and phobos.load is launcher.load and phobos.kernel is launcher.kernel
     from phobos import compiler
     assert phobos.compile is compiler.compile and phobos.compile_to_ptx is compiler.compile_to_ptx
-    with pytest.raises(AttributeError, match="no attribute 'launch'"):
-        phobos.launch
+    with pytest.raises(AttributeError, match="no attribute 'run_kernel'"):
+        phobos.run_kernel
 
 
 def test_jit_gives_one_callable_per_kernel(gpu):
@@ -148,9 +149,9 @@ def test_a_gpu_is_used_when_there_is_one(monkeypatch):
 
 
 def test_a_missing_cpu_backend_module_is_a_toolchain_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "phobos.interpreter", None)
+    monkeypatch.setitem(sys.modules, "phobos.run.interpreter", None)
     a, b = random_vectors(8)
-    with pytest.raises(ToolchainError, match="mode 'interpret' needs phobos.interpreter, which this installation"):
+    with pytest.raises(ToolchainError, match="mode 'interpret' needs phobos.run.interpreter, which this installation"):
         phobos.kernel(ADD4, mode="interpret")(a, b, np.empty_like(a))
 
 

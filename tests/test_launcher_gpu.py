@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 import phobos
-from phobos import cache, runtime
+from phobos.launch import cache
+from phobos.run import runtime
 from phobos.errors import ToolchainError
-from phobos.launcher import benchmark
-from phobos.sema import configurations
+from phobos.launch.launcher import benchmark
+from phobos.frontend.sema import configurations
 from phobos.toolchain import find_ptxas
 
 from .launcher_fakes import forget_memory
@@ -214,7 +215,8 @@ SECOND_PROCESS = """
 import json, sys, time
 import numpy as np
 import phobos
-from phobos import launcher, runtime
+from phobos.launch import launcher
+from phobos.run import runtime
 
 def refuse(*args, **kwargs):
     raise AssertionError("a process that finds the choice in the cache must not compile or time anything")

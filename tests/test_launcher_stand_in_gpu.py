@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import phobos
-from phobos import backends, runtime
-from phobos.launcher import benchmark
+from phobos.run import backends, runtime
+from phobos.launch.launcher import benchmark
 
 from .launcher_fakes import ADD4, random_vectors
 from .test_runtime_stand_in_driver import StandInDriver

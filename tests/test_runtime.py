@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phobos import runtime
+from phobos.run import runtime
 from phobos.errors import LaunchError, ToolchainError
-from phobos.runtime import PtxParam
+from phobos.run.runtime import PtxParam
 
 ADD_PARAMS = [PtxParam("a_ptr", "u64"), PtxParam("b_ptr", "u64"), PtxParam("c_ptr", "u64"), PtxParam("n", "u32")]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phobos import runtime
+from phobos.run import runtime
 from phobos.errors import LaunchError, PtxasError
 
 pytestmark = pytest.mark.gpu

@@ -13,12 +13,12 @@ import types
 import numpy as np
 import pytest
 
-from phobos import runtime
+from phobos.run import runtime
 from phobos.errors import LaunchError, PtxasError
 
 
 class StandInDriver(types.ModuleType):
-    """Just enough of pycuda.driver for phobos.runtime, with the add kernel built in."""
+    """Just enough of pycuda.driver for phobos.run.runtime, with the add kernel built in."""
 
     class Error(Exception):
         pass

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 
 from ..errors import UnsupportedError
-from ..ir import Function, Op, Value
+from ..middle.ir import Function, Op, Value
 from ..types import DType
 from .emit import CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item, Label, SourceLine, Sym, Vec, VReg
 

@@ -12,7 +12,7 @@
 # warp-synchronous instructions with absent lanes, and any PTX it does not
 # know.  Errors name the PTX line and, through `.loc`, the Phobos source line.
 #
-#     from phobos.ptx.emulator import launch
+#     from phobos.run.emulator import launch
 #     launch(ptx_text, "add", grid=(n // 256,), block=(256,), args=[x, y, out, n])
 #
 # Modules: syntax (parsing), decode (instructions -> handlers), ops_* (the

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
-from .errors import ErrorList, Loc, Note, PhobosError, SemanticError
-from .passes.fold import evaluate
-from .types import (DType, ScalarType, TensorType, TileType, ValueType, broadcast_shapes,
+from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
+from ..middle.passes.fold import evaluate
+from ..types import (DType, ScalarType, TensorType, TileType, ValueType, broadcast_shapes,
                     shape_of, with_dtype)
 
 MAX_TILE_ELEMENTS = 1 << 20

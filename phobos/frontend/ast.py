@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from .errors import Loc
+from ..errors import Loc
 
 node = dataclass(eq=False)
 

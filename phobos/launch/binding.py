@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LaunchError
-from .ir import KernelParam
-from .sema import int_range
-from .types import DType
+from ..errors import LaunchError
+from ..middle.ir import KernelParam
+from ..frontend.sema import int_range
+from ..types import DType
 
 I32_MAX = int_range(DType.I32)[1]
 # NumPy has no bfloat16: a bf16 tensor may be an ml_dtypes.bfloat16 array or its bits as uint16.

@@ -50,12 +50,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import ast
-from .builtins import BUILTINS, CAST_DTYPES
-from .compiler import parse_source, pick_kernel
-from .errors import ExecutionError, LaunchError, Loc, Note, PhobosError, SemanticError
-from .sema import CheckedKernel, Symbol, cast_value, check_kernel
-from .types import DType, ScalarType, TensorType, TileType, shape_of
+from ..frontend import ast
+from ..frontend.builtins import BUILTINS, CAST_DTYPES
+from ..compiler import parse_source, pick_kernel
+from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError, SemanticError
+from ..frontend.sema import CheckedKernel, Symbol, cast_value, check_kernel
+from ..types import DType, ScalarType, TensorType, TileType, shape_of
 
 try:
     from ml_dtypes import bfloat16 as _ML_BFLOAT16

@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .compiler import CompiledKernel
-from .errors import LaunchError, PhobosError
-from .ptxcheck import Report
-from .runtime import DeviceProperties
+from ..compiler import CompiledKernel
+from ..errors import LaunchError, PhobosError
+from ..ptxcheck import Report
+from ..run.runtime import DeviceProperties
 
 #: Tuning more configurations than this shows a progress line on stderr.
 PROGRESS_THRESHOLD = 3

@@ -20,8 +20,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from .errors import Loc
-from .types import DType, ScalarType, TensorType, TileType
+from ..errors import Loc
+from ..types import DType, ScalarType, TensorType, TileType
 
 IRType = ScalarType | TileType | TensorType
 

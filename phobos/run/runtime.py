@@ -33,7 +33,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .errors import LaunchError, PtxasError, ToolchainError
+from ..errors import LaunchError, PtxasError, ToolchainError
 
 PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos[cuda]'"
 

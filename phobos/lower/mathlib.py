@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from .errors import UnsupportedError
-from .ir import Block, Builder, Function, Op, Value, replace_uses
-from .types import DType, ScalarType
+from ..errors import UnsupportedError
+from ..middle.ir import Block, Builder, Function, Op, Value, replace_uses
+from ..types import DType, ScalarType
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453

@@ -19,7 +19,7 @@ import re
 
 import ply.lex as lex
 
-from .errors import LexError, Loc
+from ..errors import LexError, Loc
 
 KEYWORDS = {
     "kernel": "KERNEL", "let": "LET", "var": "VAR", "for": "FOR", "in": "IN",

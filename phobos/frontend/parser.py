@@ -20,7 +20,7 @@ from functools import partial
 import ply.yacc as yacc
 
 from . import ast
-from .errors import Loc, Note, ParseError
+from ..errors import Loc, Note, ParseError
 from .lexer import Lexer, Token, scan
 
 TOKEN_TEXT = {

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ResourceError, UnsupportedError
-from .ir import Block, Builder, Function, Op, Value, uses, walk
-from .passes.cse import freeze
-from .passes.fold import evaluate, identity
+from ..errors import ResourceError, UnsupportedError
+from ..middle.ir import Block, Builder, Function, Op, Value, uses, walk
+from ..middle.passes.cse import freeze
+from ..middle.passes.fold import evaluate, identity
 from .layout import WARP, Layout, Term, blocked, dot_layout
-from .types import DType, ScalarType, TensorType, TileType
+from ..types import DType, ScalarType, TensorType, TileType
 
 ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "neg", "not", "abs",
                "cmp", "select", "cast", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh",

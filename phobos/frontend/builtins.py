@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .types import DType
+from ..types import DType
 
 
 @dataclass(frozen=True)

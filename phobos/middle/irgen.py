@@ -12,11 +12,11 @@
 # KernelParam) and `config`.
 from __future__ import annotations
 
-from . import ast
-from .builtins import BUILTINS, CAST_DTYPES
+from ..frontend import ast
+from ..frontend.builtins import BUILTINS, CAST_DTYPES
 from .ir import Block, Builder, Function, KernelParam, Value
-from .sema import CheckedKernel, Symbol, cast_value
-from .types import DType, ScalarType, TensorType, TileType, broadcast_shapes, shape_of
+from ..frontend.sema import CheckedKernel, Symbol, cast_value
+from ..types import DType, ScalarType, TensorType, TileType, broadcast_shapes, shape_of
 
 BINARY_OPCODES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "&&": "and", "||": "or"}
 COMPARE_PREDICATES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Block, Function, Op, Value, replace_uses
-from ..types import DType
+from ...types import DType
 
 _NP = {d: np.dtype(d.numpy_name) for d in (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.F32, DType.F64)}
 

@@ -1,9 +1,9 @@
 # Where a launched kernel runs: the GPU, or one of two CPU stand-ins.
 #
-#   gpu        the PTX through the CUDA driver (phobos.runtime / PyCUDA); the
+#   gpu        the PTX through the CUDA driver (phobos.run.runtime / PyCUDA); the
 #              only backend that can time launches, so the only one that tunes
-#   interpret  the checked kernel, run by phobos.interpreter on numpy arrays
-#   emulate    the PTX, run by phobos.ptx.emulator on numpy arrays
+#   interpret  the checked kernel, run by phobos.run.interpreter on numpy arrays
+#   emulate    the PTX, run by phobos.run.emulator on numpy arrays
 #
 # The launcher talks to every backend through the same few members (see
 # `Backend`), handing over a `Launch`: the kernel, the grid, and the bound
@@ -23,10 +23,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import runtime
-from .binding import BoundCall, TensorArgument
-from .compiler import TARGETS, CompiledKernel
-from .errors import PhobosError, ToolchainError
-from .sema import CheckedKernel
+from ..launch.binding import BoundCall, TensorArgument
+from ..compiler import TARGETS, CompiledKernel
+from ..errors import PhobosError, ToolchainError
+from ..frontend.sema import CheckedKernel
 
 #: The target PTX is generated for when no GPU says otherwise.
 DEFAULT_ARCH = "sm_90"
@@ -105,7 +105,7 @@ class Backend(Protocol):
 
 
 class GpuBackend:
-    """The GPU, through phobos.runtime: PTX modules are loaded once per process and text."""
+    """The GPU, through phobos.run.runtime: PTX modules are loaded once per process and text."""
 
     name = "gpu"
     compiles = True
@@ -167,23 +167,23 @@ class CpuBackend:
 
 
 class InterpretBackend(CpuBackend):
-    """phobos.interpreter: runs the checked kernel on numpy arrays, in source-parameter order."""
+    """phobos.run.interpreter: runs the checked kernel on numpy arrays, in source-parameter order."""
 
     name = "interpret"
 
     def run(self, launch: Launch) -> None:
-        interpreter = _cpu_module("phobos.interpreter", self.name)
+        interpreter = _cpu_module("phobos.run.interpreter", self.name)
         interpreter.run(launch.checked, launch.grid, launch.source_arguments())
 
 
 class EmulateBackend(CpuBackend):
-    """phobos.ptx.emulator: runs the PTX on numpy arrays, in PTX-parameter order."""
+    """phobos.run.emulator: runs the PTX on numpy arrays, in PTX-parameter order."""
 
     name = "emulate"
     compiles = True
 
     def run(self, launch: Launch) -> None:
-        emulator = _cpu_module("phobos.ptx.emulator", self.name)
+        emulator = _cpu_module("phobos.run.emulator", self.name)
         compiled = launch.compiled
         emulator.launch(compiled.ptx, compiled.kernel_name, launch.grid, launch.block, launch.ptx_arguments(),
                         shared_bytes=compiled.shared_bytes)

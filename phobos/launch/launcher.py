@@ -8,17 +8,17 @@
 # A source is parsed and checked, under every autotune configuration, when it
 # is loaded, so its errors show up there, with their locations; a kernel is
 # compiled only when it is first called, one configuration at a time.  A call
-# binds its arguments (phobos.binding: shapes give the sizes, every mismatch
+# binds its arguments (phobos.launch.binding: shapes give the sizes, every mismatch
 # is a LaunchError before any GPU work), picks a configuration, works out the
-# grid and hands the launch to a backend (phobos.backends: the GPU, or the
+# grid and hands the launch to a backend (phobos.run.backends: the GPU, or the
 # interpreter or PTX emulator on the CPU).
 #
 # The configuration: the forced one, if any; otherwise, on the GPU, the first
 # call for a new combination of sizes (and device, source and Phobos build)
 # compiles every configuration, skips those that cannot run, times the rest on
 # scratch copies of the tensors the kernel writes, and keeps the fastest
-# (phobos.autotune).  The choice, the compiled kernels and ptxas's reports are
-# kept in memory and on disk (phobos.cache), so the next process starts where
+# (phobos.launch.autotune).  The choice, the compiled kernels and ptxas's reports are
+# kept in memory and on disk (phobos.launch.cache), so the next process starts where
 # this one left off.
 #
 # The grid: given by the caller as a tuple or as `grid(config, sizes)`, or
@@ -37,16 +37,19 @@ from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from . import ast, autotune, cache, runtime, toolchain
+from ..frontend import ast
+from . import autotune, cache
+from ..run import runtime
+from .. import toolchain
 from .autotune import config_text
-from .backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
+from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind
-from .compiler import CompiledKernel, grid_hints, compile_kernel, parse_source
-from .errors import ErrorList, LaunchError, PhobosError, ToolchainError
-from .irgen import generate, kernel_signature
-from .ptxcheck import Report
-from .ptxcheck import check as ptxas_check
-from .sema import CheckedKernel, autotune_space, check_kernel, check_program
+from ..compiler import CompiledKernel, grid_hints, compile_kernel, parse_source
+from ..errors import ErrorList, LaunchError, PhobosError, ToolchainError
+from ..middle.irgen import generate, kernel_signature
+from ..ptxcheck import Report
+from ..ptxcheck import check as ptxas_check
+from ..frontend.sema import CheckedKernel, autotune_space, check_kernel, check_program
 
 #: The most programs a grid may have along x, y and z.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)

@@ -34,11 +34,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .compiler import CompiledKernel
-from .ir import KernelParam
-from .ptxcheck import KernelReport, PtxasDiagnostic, Report
-from .types import DType
+from .. import __version__
+from ..compiler import CompiledKernel
+from ..middle.ir import KernelParam
+from ..ptxcheck import KernelReport, PtxasDiagnostic, Report
+from ..types import DType
 
 ENTRY_FORMAT = 1
 DEFAULT_CACHE_DIR = Path("~/.cache/phobos")

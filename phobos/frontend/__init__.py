@@ -1,0 +1,11 @@
+# The front end: source text -> checked kernel.
+#
+#   lexer.py     text -> tokens (each with its Loc)
+#   parser.py    tokens -> ast.Program (PLY LALR grammar, EBNF in each rule)
+#   ast.py       the syntax tree; every node carries a Loc
+#   builtins.py  the one registry of builtin functions that the checker, the
+#                interpreter and the docs read
+#   sema.py      names, types, shapes and constants under one autotune
+#                configuration -> CheckedKernel (errors: PhobosError with a Loc)
+#
+# Nothing here imports a later stage.

@@ -1,0 +1,9 @@
+# Running kernels: on the GPU through PyCUDA, or on the CPU.
+#
+#   runtime.py      PyCUDA: load PTX, bind arguments, launch, time, copy
+#   interpreter.py  the checked kernel run on NumPy with the language's meaning
+#   emulator/       the generated PTX executed on the CPU, with bounds and race checks
+#   backends.py     one interface over the three (run, time, scratch copies)
+#
+# What enters is a compiled or checked kernel and bound arguments; what leaves
+# is the tensors written.
