@@ -222,20 +222,22 @@ class Operand:
         if self.major == "K" and w:
             assert self.k * e == w, "one swizzle row holds the whole k range"
             return TensorMap.tiled(array, (self.rows, self.k), dtype=dtype, swizzle=sw)
-        if self.major == "K":   # (t, rows, k/t): 16-byte core-matrix rows, k chunks LBO apart
-            return TensorMap(array, dtype, (t, self.rows, self.k // t), (self.k * e, 16),
-                             (t, self.rows, self.k // t))
+        if self.major == "K":   # one 16-byte column of k per copy: the core matrices of a k chunk
+            return TensorMap.tiled(array, (self.rows, t), dtype=dtype)
         if w:                   # boxes of w/e columns, all k rows
             return TensorMap.tiled(array, (self.k, w // e), dtype=dtype, swizzle=sw)
-        return TensorMap(array, dtype, (t, self.k, self.rows // t), (self.rows * e, 16),
-                         (t, self.k, self.rows // t))
+        return TensorMap.tiled(array, (self.k, t), dtype=dtype)     # one 16-byte column of rows per copy
 
-    def copies(self) -> list[tuple[int, tuple[int, ...]]]:
+    def copies(self) -> list[tuple[int, tuple[int, int]]]:
         """(shared offset, box coordinates) of each TMA copy."""
-        if self.major == "MN" and self.swizzle:
-            c = self.swizzle // self.esize
-            return [(q * self.k * self.swizzle, (q * c, 0)) for q in range(self.rows // c)]
-        return [(0, (0, 0, 0) if not self.swizzle else (0, 0))]
+        t = 16 // self.esize
+        if self.major == "K" and self.swizzle:
+            return [(0, (0, 0))]
+        if self.major == "K":   # k chunk c: rows x 16 bytes, LBO = rows * 16 apart
+            return [(c * self.rows * 16, (c * t, 0)) for c in range(self.k // t)]
+        c = self.swizzle // self.esize if self.swizzle else t
+        pitch = self.swizzle or 16
+        return [(q * self.k * pitch, (q * c, 0)) for q in range(self.rows // c)]
 
     def descriptor(self) -> tuple[int, int]:
         """(descriptor without start address, start advance per wgmma k step in 16-byte units)."""

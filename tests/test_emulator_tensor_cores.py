@@ -378,6 +378,17 @@ def test_tma_box_with_out_of_bound_zeros_and_swizzle(swizzle):
         assert ptxas_errors(TMA_PTX.format(size=size), "sm_90a") is None
 
 
+def test_tma_box_of_rank_three():
+    text = (TMA_PTX.format(size=256).replace(".2d.", ".3d.").replace("{%x, %y}", "{%x, %y, %y}")
+            .replace(".param .s32 y)", ".param .s32 y, .param .s32 unused)"))
+    src = rng.integers(1, 1 << 16, (6, 10, 16)).astype(np.uint16)        # planes, rows, 16 columns
+    out = np.zeros(128, np.uint16)
+    Module(text, "tma3.ptx").launch("tma", 1, 64, [TensorMap.tiled(src, (4, 4, 8)), out, 8, 1, 0])
+    np.testing.assert_array_equal(out.reshape(4, 4, 8), src[1:5, 1:5, 8:16])   # coordinates {8, 1, 1}
+    if PTXAS is not None:
+        assert ptxas_errors(text, "sm_90a") is None
+
+
 TMA_STORE_PTX = """\
 .version 8.0
 .target sm_90a
