@@ -584,6 +584,57 @@ CASES = [
             let a = full([4], x[0 :+ 4])
         }
         """, SemanticError, 2, 23, "scalar"),
+    # ----------------------------------------------------------- checker: literals out of range
+    Case("f32 literal beyond f32 stored", """\
+        kernel k(x: tensor<f32>[N]) {
+            x[0] = 3.4e39
+        }
+        """, SemanticError, 2, 12, "does not fit in f32"),
+    Case("f32 literal beyond f32 bound by let", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = -3.4e39
+        }
+        """, SemanticError, 2, 13, "does not fit in f32"),
+    Case("f32 literal beyond f32 in a math function", """\
+        kernel k(x: tensor<f32>[N]) {
+            x[0] = exp(1e39)
+        }
+        """, SemanticError, 2, 16, "does not fit in f32"),
+    Case("float literal beyond f16 stored", """\
+        kernel k(h: tensor<f16>[N]) {
+            h[0] = 70000.0
+        }
+        """, SemanticError, 2, 12, "does not fit in f16"),
+    Case("literal beyond i32 in maximum", """\
+        kernel k(x: tensor<i32>[N]) {
+            x[0] = maximum(3000000000, 1)
+        }
+        """, SemanticError, 2, 20, "does not fit in i32"),
+    Case("literal beyond i32 in cdiv", """\
+        kernel k(x: tensor<i32>[N]) {
+            x[0] = cdiv(1, 5000000000)
+        }
+        """, SemanticError, 2, 20, "does not fit in i32"),
+    Case("literal beyond i32 in where", """\
+        kernel k(x: tensor<i32>[N], c: bool) {
+            x[0] = where(c, 1, 3000000000)
+        }
+        """, SemanticError, 2, 24, "does not fit in i32"),
+    Case("literal index beyond i32", """\
+        kernel k(x: tensor<f32>[N]) {
+            x[4294967296] = 1.0
+        }
+        """, SemanticError, 2, 7, "does not fit in i32"),
+    Case("literal slice start beyond i32", """\
+        kernel k(x: tensor<f32>[N]) {
+            let t = x[-2147483649 :+ 4]
+        }
+        """, SemanticError, 2, 15, "does not fit in i32"),
+    Case("arange beyond i32", """\
+        kernel k(x: tensor<i32>[N]) {
+            x[0 :+ 4] = arange(2147483646, 2147483650)
+        }
+        """, SemanticError, 2, 17, "do not fit in i32"),
 ]
 
 

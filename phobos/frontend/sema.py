@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
+from ..constants import OPERATORS, convert, evaluate, exact, fits, range_text
 from ..dispatch import Dispatch
 from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
-from ..middle.passes.fold import evaluate
 from ..types import (DType, ScalarType, TensorType, TileType, ValueType, broadcast_shapes,
                     shape_of, with_dtype)
 
@@ -333,16 +333,17 @@ class Checker:
             raise
         value = self.out.consts.get(s.value)
         if not s.mutable and value is not None and isinstance(sym.type, ScalarType):
-            sym.value = cast_value(value, sym.type.dtype)
+            sym.value = convert(value, sym.type.dtype)
         self.define(sym)
 
     def concrete(self, e: ast.Expr, t: ValueType) -> ValueType:
-        """The type a value keeps when nothing around it asks for another (literals: i32/f32)."""
+        """The type a value keeps when nothing around it asks for another (literals: i32, or i64
+        when the value needs it; f32)."""
         if e in self.weak and isinstance(t, ScalarType) and t.dtype is DType.I32:
             value = self.out.consts.get(e)
-            low, high = int_range(DType.I32)
-            if value is not None and not low <= value <= high:
+            if value is not None and not fits(value, DType.I32):
                 return ScalarType(DType.I64)
+        self.settle(e, t.dtype)
         return t
 
     @STATEMENTS.on(ast.Assign)
@@ -571,7 +572,7 @@ class Checker:
                     self.check_fits(-value, DType.I64, e.loc)
                     self.out.consts[e] = -value
                 else:
-                    self.out.consts[e] = cast_value(-value, t.dtype) if t.dtype.is_int else -value
+                    self.out.consts[e] = evaluate("neg", {}, [value], [t.dtype], t.dtype)
         else:
             if t.dtype is not DType.BOOL:
                 raise SemanticError(f"'!' needs a bool operand, not {t.dtype}", e.loc)
@@ -633,29 +634,25 @@ class Checker:
         a, b = self.out.consts.get(e.lhs), self.out.consts.get(e.rhs)
         if a is None or b is None or not isinstance(result, ScalarType):
             return
-        literal_only = e.lhs in self.weak and e.rhs in self.weak
-        if literal_only:
-            value = fold_binary(e.op, a, b, None)
-        elif (e.op in ("/", "%")) and operand_dtype.is_int and b == 0:
-            value = None
-        else:
-            opcode, attrs = _FOLD_OPCODES[e.op]
-            value = evaluate(opcode, attrs, [a, b], [operand_dtype, operand_dtype], result.dtype)
-        if value is None:
-            if e.op in ("/", "%"):
-                raise SemanticError("division by zero in a constant expression", e.loc)
-            return
-        if literal_only:
+        opcode, attrs = OPERATORS[e.op]
+        if e.lhs in self.weak and e.rhs in self.weak:
+            try:
+                value = exact(opcode, attrs, a, b)
+            except ZeroDivisionError:
+                raise SemanticError("division by zero in a constant expression", e.loc) from None
             self.check_fits(value, DType.I64, e.loc)
+        elif opcode in ("div", "rem") and operand_dtype.is_int and b == 0:
+            raise SemanticError("division by zero in a constant expression", e.loc)
+        else:
+            value = evaluate(opcode, attrs, [a, b], [operand_dtype, operand_dtype], result.dtype)
         self.out.consts[e] = value
 
     def check_fits(self, value, dtype: DType, loc: Loc) -> None:
-        """An integer constant must be representable in the integer dtype it takes."""
-        if not dtype.is_int or isinstance(value, (bool, float)):
+        """A constant must be representable in the dtype it takes: an integer in range, a
+        finite float that does not round to infinity."""
+        if isinstance(value, bool) or (dtype.is_int and isinstance(value, float)) or fits(value, dtype):
             return
-        low, high = int_range(dtype)
-        if not low <= value <= high:
-            raise SemanticError(f"the constant {value} does not fit in {dtype} ({low} to {high})", loc)
+        raise SemanticError(f"the constant {value} does not fit in {dtype} ({range_text(dtype)})", loc)
 
     def settle(self, e: ast.Expr, dtype: DType) -> None:
         """A literal-only expression takes `dtype`: its value must fit in it."""
@@ -663,6 +660,11 @@ class Checker:
             value = self.out.consts.get(e)
             if value is not None:
                 self.check_fits(value, dtype, start_loc(e))
+
+    def settle_all(self, args, dtype: DType) -> None:
+        """The literal-only arguments of a builtin take the dtype it computes in."""
+        for arg in args:
+            self.settle(arg, dtype)
 
     @EXPRESSIONS.on(ast.Index)
     def expr_index(self, e: ast.Index):
@@ -683,6 +685,7 @@ class Checker:
         for dim, sub in zip(bt.dims, e.subscripts):
             if isinstance(sub, ast.Slice):
                 self.scalar_int(sub.start, "a slice start")
+                self.settle(sub.start, DType.I32)
                 size = self.const_int(sub.size, "the size of a slice (after ':+')")
                 if size <= 0:
                     raise SemanticError(f"the size of a slice must be positive, got {size}", start_loc(sub.size))
@@ -696,6 +699,7 @@ class Checker:
                     raise SemanticError("an index must be a scalar integer; gathers with tile indices "
                                         "are not supported", start_loc(sub))
                 self.scalar_int(sub, "an index")
+                self.settle(sub, DType.I32)
         dtype = bt.dtype.compute
         if not shape:
             return ScalarType(dtype)
@@ -808,9 +812,10 @@ class Checker:
     def call_unary_float(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
+        if e.args[0] in self.weak:
+            self.settle(e.args[0], DType.F32)
+            return with_dtype(t, DType.F32)
         if not t.dtype.is_float:
-            if e.args[0] in self.weak:
-                return with_dtype(t, DType.F32)
             raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                                 start_loc(e.args[0]))
         return t
@@ -821,13 +826,15 @@ class Checker:
         t = self.value(e.args[0])
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
-        return t
+        return self.concrete(e.args[0], t)
 
     @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
-        return self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
+        t = self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
+        self.settle_all(e.args, t.dtype)
+        return t
 
     @BUILTIN_RULES.on("binary_int")
     def call_binary_int(self, e: ast.Call):
@@ -836,11 +843,14 @@ class Checker:
         t = self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
         if not t.dtype.is_int:
             raise SemanticError(f"{e.func}() needs integers, got {t.dtype}", e.loc)
+        self.settle_all(e.args, t.dtype)
         x, y = self.out.consts.get(e.args[0]), self.out.consts.get(e.args[1])
         if x is not None and y is not None and isinstance(t, ScalarType):
             if y == 0:
                 raise SemanticError("division by zero in a constant expression", start_loc(e.args[1]))
-            self.out.consts[e] = fold_binary("/", x + y - 1, y, t.dtype)
+            dtypes = [t.dtype, t.dtype]
+            total = evaluate("sub", {}, [evaluate("add", {}, [x, y], dtypes, t.dtype), 1], dtypes, t.dtype)
+            self.out.consts[e] = evaluate("div", {}, [total, y], dtypes, t.dtype)
         return t
 
     @BUILTIN_RULES.on("where")
@@ -850,6 +860,7 @@ class Checker:
         if c.dtype is not DType.BOOL:
             raise SemanticError(f"the condition of where() must be bool, got {c.dtype}", start_loc(e.args[0]))
         dtype = self.unify_dtypes(e.args[1], a.dtype, e.args[2], b.dtype, e.loc)
+        self.settle_all(e.args[1:], dtype)
         shape = self.broadcast(self.broadcast(shape_of(c), shape_of(a), e.loc), shape_of(b), e.loc)
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
 
@@ -861,6 +872,9 @@ class Checker:
         if end <= start:
             raise SemanticError(f"arange() needs end > start, got arange({start}, {end})", e.loc)
         self.check_size(end - start, e.loc)
+        if not (fits(start, DType.I32) and fits(end - 1, DType.I32)):
+            raise SemanticError(f"the values of arange({start}, {end}) do not fit in i32 "
+                                f"({range_text(DType.I32)})", e.loc)
         return TileType(DType.I32, (end - start,))
 
     def shape_arg(self, e: ast.Expr) -> tuple[int, ...]:
@@ -910,7 +924,7 @@ class Checker:
             dtype = CAST_DTYPES[e.func]
             if dtype.is_int and isinstance(value, float) and not math.isfinite(value):
                 raise SemanticError(f"the constant {value} has no {dtype} value", start_loc(e.args[0]))
-            self.out.consts[e] = cast_value(value, dtype)
+            self.out.consts[e] = convert(value, dtype)
         return result
 
     @BUILTIN_RULES.on("atomic")
@@ -932,55 +946,9 @@ class Checker:
         return ScalarType(DType.BOOL)  # no value; never used
 
 
-_COMPARE = {"==", "!=", "<", "<=", ">", ">="}
-_FOLD_OPCODES = {
-    "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),
-    "&&": ("and", {}), "||": ("or", {}),
-    **{op: ("cmp", {"pred": pred}) for op, pred in
-       (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
-}
-
-
 def _a(dtype: DType) -> str:
     """The dtype with its indefinite article as read aloud: 'an f32', 'an i32', 'a u32', 'a bool'."""
     return f"{'an' if dtype.value[0] in 'fi' else 'a'} {dtype}"
-
-
-def int_range(dtype: DType) -> tuple[int, int]:
-    """The smallest and largest value of an integer dtype."""
-    bits = dtype.bits
-    if dtype.is_signed:
-        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    return 0, (1 << bits) - 1
-
-
-def cast_value(value, dtype: DType):
-    if dtype.is_float:
-        return float(value)
-    if dtype is DType.BOOL:
-        return bool(value)
-    v = int(value)
-    bits = dtype.bits
-    v &= (1 << bits) - 1
-    if dtype.is_signed and v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return v
-
-
-def fold_binary(op: str, a, b, dtype: DType | None):
-    """Constant value of `a op b` with C semantics (truncating division); None for x/0."""
-    if op in ("/", "%") and b == 0:
-        return None
-    if op in ("/", "%") and isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
-        q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
-        value = q if op == "/" else a - q * b
-    else:
-        value = {
-            "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
-            "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b, "<=": lambda: a <= b,
-            ">": lambda: a > b, ">=": lambda: a >= b, "&&": lambda: a and b, "||": lambda: a or b,
-        }[op]()
-    return cast_value(value, dtype) if dtype is not None and dtype.is_int else value
 
 
 # ------------------------------------------------------------------- driver
