@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import phobos
 from phobos import compiler
 from phobos.compiler import compile, compile_all, compile_kernel, parse_source, pick_kernel
 from phobos.errors import PhobosError, ResourceError, UnsupportedError
@@ -172,6 +174,17 @@ def test_bad_warps_value_is_a_located_error():
     with pytest.raises(UnsupportedError) as info:
         compile(src, filename="w.phobos")
     assert info.value.loc.line == 2 and "power of two" in info.value.message
+
+
+@pytest.mark.parametrize("loop", ["range(0, N, 4)", "range(N - 1, -1, -2147483648)"])
+def test_stores_indexed_by_a_loop_variable_compile_and_run(loop):
+    # the grid hints once took the loop variable (a block argument) for an op: an internal error
+    src = f"kernel k(x: tensor<f32>[N]) {{\n    for i in {loop} {{\n        x[i] = x[i] + 1.0\n    }}\n}}\n"
+    assert compile(src).grid_hint == [None, None, None]
+    x = np.arange(10, dtype=np.float32)
+    phobos.kernel(src, mode="emulate")(x)
+    stepped = np.arange(10) % 4 == 0 if "0, N, 4" in loop else np.arange(10) == 9
+    np.testing.assert_array_equal(x, np.arange(10) + stepped)
 
 
 def test_compile_to_ptx_uses_the_first_configuration_by_default():

@@ -635,6 +635,43 @@ CASES = [
             x[0 :+ 4] = arange(2147483646, 2147483650)
         }
         """, SemanticError, 2, 17, "do not fit in i32"),
+    # ----------------------------------------------------------- checker: values beyond i32
+    Case("tensor dimension beyond i32", """\
+        kernel k(x: tensor<f32>[2147483648]) {
+            x[0] = 1.0
+        }
+        """, SemanticError, 1, 25, "does not fit in i32"),
+    Case("tensor of more elements than i32 indexes", """\
+        kernel k(x: tensor<f32>[65536, N, 65536]) {
+            x[0, 0, 0] = 1.0
+        }
+        """, SemanticError, 1, 13, "4294967296 elements"),
+    Case("autotune range step beyond i32", """\
+        @autotune(S in [64, 2147483648])
+        kernel k(x: tensor<f32>[N]) {
+            for i in range(0, N, S) {
+                x[i] = 1.0
+            }
+        }
+        """, SemanticError, 1, 21, "does not fit in i32"),
+    Case("autotune value beyond i32 in arithmetic", """\
+        @autotune(B in [4294967295])
+        kernel k(x: tensor<i32>[N]) {
+            x[0] = B * 2
+        }
+        """, SemanticError, 1, 17, "does not fit in i32"),
+    Case("autotune value that would wrap", """\
+        @autotune(B in [4294967297])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 4] = f32(arange(4) + B)
+        }
+        """, SemanticError, 1, 17, "does not fit in i32"),
+    Case("autotune value below i32", """\
+        @autotune(B in [-2147483649])
+        kernel k(x: tensor<f32>[N]) {
+            x[0] = f32(B)
+        }
+        """, SemanticError, 1, 17, "does not fit in i32"),
 ]
 
 
@@ -656,6 +693,30 @@ def test_cases_are_distinct():
     """Every case exercises its own program (a copy-pasted case tests nothing new)."""
     assert len({c.source for c in CASES}) == len(CASES)
     assert len({c.name for c in CASES}) == len(CASES)
+
+
+OVERFLOWING_SOURCES = [c.source for c in CASES if "beyond i32" in c.name or "would wrap" in c.name
+                       or "beyond f32" in c.name]
+
+
+@pytest.mark.parametrize("source", OVERFLOWING_SOURCES)
+def test_values_beyond_their_dtype_are_semantic_errors_when_loading_and_compiling(source):
+    """What the checker refuses never reaches a later stage as an OverflowError or an internal error."""
+    import phobos
+    from phobos.compiler import compile
+
+    with pytest.raises(SemanticError):
+        phobos.jit(source, mode="interpret")
+    with pytest.raises(SemanticError):
+        compile(source)
+
+
+def test_a_forced_configuration_value_must_fit_i32():
+    from phobos.compiler import compile
+
+    src = "@autotune(B in [4])\nkernel k(x: tensor<f32>[N]) {\n    x[0 :+ B] = 1.0\n}\n"
+    with pytest.raises(SemanticError, match="'B' is an i32 constant: 4294967296 does not fit"):
+        compile(src, config={"B": 2**32})
 
 
 # ------------------------------------------------------------------ rendering

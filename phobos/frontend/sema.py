@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
-from ..constants import OPERATORS, convert, evaluate, exact, fits, range_text
+from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
 from ..dispatch import Dispatch
 from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
 from ..types import (DType, ScalarType, TensorType, TileType, ValueType, broadcast_shapes,
@@ -124,6 +124,9 @@ def autotune_space(kernel: ast.Kernel) -> dict[str, list[int]]:
                 if value is None:
                     raise SemanticError(f"autotune values must be integer literals, e.g. {p.name} in [64, 128]",
                                         v.loc)
+                if not fits(value, DType.I32):
+                    raise SemanticError(f"autotune parameters are i32 constants: {value} does not fit in i32 "
+                                        f"({range_text(DType.I32)})", start_loc(v))
                 values.append(value)
             if len(set(values)) != len(values):
                 raise SemanticError(f"autotune parameter '{p.name}' lists a value twice", p.loc)
@@ -157,6 +160,9 @@ def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[st
                                 kernel.loc)
         if not isinstance(value, int) or isinstance(value, bool):
             raise SemanticError(f"autotune parameter '{name}' must be an integer, got {value!r}", kernel.loc)
+        if not fits(value, DType.I32):
+            raise SemanticError(f"autotune parameter '{name}' is an i32 constant: {value} does not fit in i32 "
+                                f"({range_text(DType.I32)})", kernel.loc)
     return {name: config.get(name, values[0]) for name, values in space.items()}
 
 
@@ -209,7 +215,12 @@ class Checker:
             loc = next(p.loc for d in k.decorators for p in d.params if p.name == name)
             self.define(Symbol(name, "const", ScalarType(DType.I32), loc, value))
         for index, param in enumerate(k.params):
-            self._attempt(self.check_param, index, param)
+            try:
+                self.check_param(index, param)
+            except SemanticError as err:  # its uses are skipped, not reported again
+                self.errors.append(err)
+                kind = "scalar" if param.type.kind == "scalar" else "tensor"
+                self.scopes[KERNEL_SCOPE].setdefault(param.name, Symbol(param.name, kind, None, param.loc))
         self._attempt_block_stmts(k.body)
         if self.errors:
             raise self.errors[0] if len(self.errors) == 1 else ErrorList(self.errors)
@@ -231,6 +242,9 @@ class Checker:
                 if isinstance(e, ast.IntLit):
                     if e.value <= 0:
                         raise SemanticError("a tensor dimension must be positive", e.loc)
+                    if not fits(e.value, DType.I32):
+                        raise SemanticError(f"a tensor dimension is an i32: {e.value} does not fit in i32 "
+                                            f"({range_text(DType.I32)})", e.loc)
                     dims.append(e.value)
                 elif isinstance(e, ast.Name):
                     dims.append(e.id)
@@ -238,6 +252,10 @@ class Checker:
                 else:
                     raise SemanticError("a tensor dimension is a size name (like N) or an integer literal",
                                         start_loc(e))
+            elements = math.prod(d for d in dims if isinstance(d, int))
+            if not fits(elements, DType.I32):
+                raise SemanticError(f"a tensor of {elements} elements is too large: kernels index tensors "
+                                    f"with i32, so at most {int_range(DType.I32)[1]} elements", t.loc)
             sym = self.define(Symbol(param.name, "tensor", TensorType(dtype, tuple(dims)), param.loc))
         self.out.params.append(sym)
         self.out.symbols[param] = sym
