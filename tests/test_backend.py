@@ -169,11 +169,28 @@ def test_unsupported_math_is_a_located_error():
     assert "f32 only" in info.value.message
 
 
-def test_bad_warps_value_is_a_located_error():
-    src = "@autotune(WARPS in [3])\nkernel k(x: tensor<f32>[N]) {\n    x[0 :+ 32] = x[0 :+ 32] + 1.0\n}\n"
-    with pytest.raises(UnsupportedError) as info:
-        compile(src, filename="w.phobos")
-    assert info.value.loc.line == 2 and "power of two" in info.value.message
+KNOBS_SOURCE = """\
+@autotune(TILE in [32], WARPS in [1, 2], STAGES in [2, 4], GROUP_M in [1, 8])
+kernel mm(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {
+    var acc: tile<f32>[TILE, TILE] = 0.0
+    for k in range(0, K, TILE) {
+        acc += dot(A[program_id(0) * TILE :+ TILE, k :+ TILE], B[k :+ TILE, program_id(1) * TILE :+ TILE])
+    }
+    C[program_id(0) * TILE :+ TILE, program_id(1) * TILE :+ TILE] = acc
+}
+"""
+
+
+def test_knobs_reach_lowering():
+    def ptx(**config):
+        return compile(KNOBS_SOURCE, config={"WARPS": 1, "STAGES": 2, "GROUP_M": 1, **config}).ptx
+
+    assert ".maxntid 32, 1, 1" in ptx() and ".maxntid 64, 1, 1" in ptx(WARPS=2)
+    deepest = {stages: max(map(int, re.findall(r"cp\.async\.wait_group (\d+)", ptx(STAGES=stages))))
+               for stages in (2, 4)}
+    assert deepest == {2: 0, 4: 2}  # the pipeline keeps up to STAGES - 2 copies in flight
+    grouped = ptx(GROUP_M=8)
+    assert "num_programs" not in ptx() and "%nctaid" not in ptx() and "%nctaid" in grouped
 
 
 @pytest.mark.parametrize("loop", ["range(0, N, 4)", "range(N - 1, -1, -2147483648)"])

@@ -315,6 +315,20 @@ def test_a_let_constant_holds_its_dtypes_value():
     assert a.value == b.value == float(np.float32(0.1))  # not the double 0.1: a is an f32
 
 
+def test_the_checked_kernel_carries_the_knobs_of_its_configuration():
+    from phobos.configuration import Knobs
+
+    kernel = only_kernel("""\
+        @autotune(WARPS in [4, 8], GROUP_M in [8], BLOCK in [64])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ BLOCK] = f32(WARPS * GROUP_M)
+        }
+        """)
+    assert check_kernel(kernel).knobs == Knobs(warps=4, stages=None, group_m=8)
+    assert check_kernel(kernel, {"WARPS": 8}).knobs.warps == 8
+    assert check_kernel(only_kernel("kernel k(x: tensor<f32>[N]) {\n    x[0] = 1.0\n}\n")).knobs == Knobs()
+
+
 def test_constants_size_slices():
     kernel = only_kernel("""\
         @autotune(B in [4, 8])

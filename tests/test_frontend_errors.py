@@ -672,6 +672,49 @@ CASES = [
             x[0] = f32(B)
         }
         """, SemanticError, 1, 17, "does not fit in i32"),
+    # ----------------------------------------------------------- checker: knobs
+    Case("WARPS not a power of two", """\
+        @autotune(WARPS in [4, 3])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 24, "WARPS must be a power of two from 1 to 32, got 3"),
+    Case("WARPS beyond a CTA", """\
+        @autotune(WARPS in [64])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 21, "got 64"),
+    Case("WARPS zero", """\
+        @autotune(BLOCK in [32], WARPS in [0])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 36, "got 0"),
+    Case("STAGES below two", """\
+        @autotune(STAGES in [1])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 22, "STAGES must be from 2 to 8, got 1"),
+    Case("STAGES too deep", """\
+        @autotune(STAGES in [3, 16])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 25, "got 16"),
+    Case("GROUP_M zero", """\
+        @autotune(GROUP_M in [0])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 23, "GROUP_M must be from 1 to 64, got 0"),
+    Case("GROUP_M negative", """\
+        @autotune(GROUP_M in [-8])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 23, "got -8"),
 ]
 
 
@@ -709,6 +752,24 @@ def test_values_beyond_their_dtype_are_semantic_errors_when_loading_and_compilin
         phobos.jit(source, mode="interpret")
     with pytest.raises(SemanticError):
         compile(source)
+
+
+def test_knob_errors_stop_loading_not_the_first_call():
+    import phobos
+
+    src = next(c.source for c in CASES if c.name == "WARPS not a power of two")
+    with pytest.raises(SemanticError, match="WARPS must be a power of two"):
+        phobos.jit(src, mode="emulate")
+
+
+def test_a_forced_knob_value_is_checked_at_its_parameter():
+    from phobos.compiler import compile
+
+    src = "@autotune(BLOCK in [32], WARPS in [4])\nkernel k(x: tensor<f32>[N]) {\n    x[0 :+ BLOCK] = 1.0\n}\n"
+    with pytest.raises(SemanticError) as info:
+        compile(src, config={"WARPS": 48})
+    assert (info.value.loc.line, info.value.loc.col) == (1, 26)
+    assert "WARPS must be a power of two from 1 to 32, got 48" in info.value.message
 
 
 def test_a_forced_configuration_value_must_fit_i32():

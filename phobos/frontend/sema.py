@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
+from ..configuration import Knobs, config_text, knob_problem
 from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
 from ..dispatch import Dispatch
 from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
@@ -81,6 +82,7 @@ class CheckedKernel:
     carried: dict[object, list[Symbol]] = field(default_factory=dict)  # For/If -> outer vars assigned
     written: set[str] = field(default_factory=set)  # tensor parameters the kernel stores into
     weak: set[object] = field(default_factory=set)  # literal-only expressions; their dtype follows context
+    knobs: Knobs = field(default_factory=Knobs)  # what the configuration's WARPS, STAGES, GROUP_M set
 
     @property
     def name(self) -> str:
@@ -127,6 +129,9 @@ def autotune_space(kernel: ast.Kernel) -> dict[str, list[int]]:
                 if not fits(value, DType.I32):
                     raise SemanticError(f"autotune parameters are i32 constants: {value} does not fit in i32 "
                                         f"({range_text(DType.I32)})", start_loc(v))
+                problem = knob_problem(p.name, value)
+                if problem is not None:
+                    raise SemanticError(problem, start_loc(v))
                 values.append(value)
             if len(set(values)) != len(values):
                 raise SemanticError(f"autotune parameter '{p.name}' lists a value twice", p.loc)
@@ -160,9 +165,13 @@ def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[st
                                 kernel.loc)
         if not isinstance(value, int) or isinstance(value, bool):
             raise SemanticError(f"autotune parameter '{name}' must be an integer, got {value!r}", kernel.loc)
+        declared = next(p.loc for d in kernel.decorators for p in d.params if p.name == name)
         if not fits(value, DType.I32):
             raise SemanticError(f"autotune parameter '{name}' is an i32 constant: {value} does not fit in i32 "
-                                f"({range_text(DType.I32)})", kernel.loc)
+                                f"({range_text(DType.I32)})", declared)
+        problem = knob_problem(name, value)
+        if problem is not None:
+            raise SemanticError(problem, declared)
     return {name: config.get(name, values[0]) for name, values in space.items()}
 
 
@@ -175,7 +184,7 @@ class Checker:
         self.errors: list[PhobosError] = []
         # the outermost scope holds the named float constants; the kernel's scope comes next
         self.scopes: list[dict[str, Symbol]] = [dict(NAMED_CONSTANTS), {}]
-        self.out = CheckedKernel(kernel, config, [], {})
+        self.out = CheckedKernel(kernel, config, [], {}, knobs=Knobs.of(config))
         self.weak = self.out.weak
         self.statement_calls: set[ast.Call] = set()  # effect builtins standing as statements
         self.loop_stack: list[tuple[object, int]] = []  # (For/If node, scope depth outside it)
@@ -1027,7 +1036,7 @@ def _errors_by_configuration(kernel: ast.Kernel, configs: list[dict[str, int]]) 
 
 
 def _configurations_note(failing: list[dict[str, int]], total: int, shown: int = 3) -> str:
-    texts = [", ".join(f"{name}={value}" for name, value in config.items()) for config in failing]
+    texts = [config_text(config) for config in failing]
     if len(texts) == 1:
         return f"only in the autotune configuration {texts[0]}"
     more = f" and {len(texts) - shown} more" if len(texts) > shown else ""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..configuration import Knobs
 from ..errors import ResourceError, UnsupportedError
 from ..middle.ir import Block, Builder, Function, Op, Value, uses, walk
 from ..middle.passes.cse import freeze
@@ -40,7 +41,6 @@ from ..types import DType, ScalarType, TensorType, TileType
 ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "neg", "not", "abs",
                "cmp", "select", "cast", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh",
                "sigmoid", "erf", "gelu", "sin", "cos"}
-MAX_THREADS = 1024
 DEFAULT_MAX_THREADS = 256
 DOT_UNROLL_LIMIT = 64  # a dot's K up to this is fully unrolled; beyond, a loop of DOT_STEP steps
 DOT_STEP = 16
@@ -80,11 +80,8 @@ def choose_threads(func: Function) -> int:
     one warp and 256 threads: for memory-bound kernels more threads with one
     vector each keep more requests in flight than fewer threads with several.
     """
-    warps = func.attrs.get("config", {}).get("WARPS")
+    warps = func.attrs.get("knobs", Knobs()).warps
     if warps is not None:
-        if warps < 1 or warps > MAX_THREADS // WARP or warps & (warps - 1):
-            raise UnsupportedError(f"WARPS must be a power of two from 1 to {MAX_THREADS // WARP}, got {warps}",
-                                   func.attrs["loc"])
         return warps * WARP
     dots = [op.result.type.size for op in walk(func.body) if op.opcode == "dot"]
     if dots:
@@ -223,11 +220,9 @@ class Lowering:
     @staticmethod
     def program_grouping(func: Function) -> int:
         """GROUP_M when given; else 8 for kernels with a dot that use program_id(0) and (1); else 1."""
-        config = func.attrs.get("config", {})
-        if "GROUP_M" in config:
-            if config["GROUP_M"] < 1:
-                raise UnsupportedError(f"GROUP_M must be at least 1, got {config['GROUP_M']}", func.attrs["loc"])
-            return config["GROUP_M"]
+        group_m = func.attrs.get("knobs", Knobs()).group_m
+        if group_m is not None:
+            return group_m
         ops = list(walk(func.body))
         axes = {op.attrs["axis"] for op in ops if op.opcode == "program_id"}
         return DEFAULT_GROUP_M if {0, 1} <= axes and any(op.opcode == "dot" for op in ops) else 1
@@ -547,9 +542,7 @@ class Lowering:
         """
         plan = dot_plan(loads[0].result.type.shape, loads[1].result.type.shape[1], dot.result.dtype,
                         self.threads)
-        stages = self.src.attrs["config"].get("STAGES", DEFAULT_STAGES)
-        if stages < 2:
-            raise UnsupportedError(f"STAGES must be at least 2, got {stages}", op.loc)
+        stages = self.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES
         while stages > 2 and stages * plan.stage_bytes > self.smem_limit:
             stages -= 1
         base = self.smem(stages * plan.stage_bytes)

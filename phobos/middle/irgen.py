@@ -9,7 +9,7 @@
 #
 # Before: a CheckedKernel whose every expression has a type.  After: a Function
 # that `ir.verify` accepts, with attrs `params` (the PTX signature, as
-# KernelParam) and `config`.
+# KernelParam), `config` and `knobs` (the configuration's Knobs, for lowering).
 from __future__ import annotations
 
 from ..constants import OPERATORS, UNARY_OPERATORS, convert
@@ -43,8 +43,8 @@ class IRGen:
     def __init__(self, ck: CheckedKernel):
         self.ck = ck
         self.params = kernel_signature(ck)
-        self.func = Function(ck.name, Block(), {"config": dict(ck.config), "params": self.params,
-                                                "loc": ck.kernel.loc})
+        self.func = Function(ck.name, Block(), {"config": dict(ck.config), "knobs": ck.knobs,
+                                                "params": self.params, "loc": ck.kernel.loc})
         self.b = Builder(self.func)
         self.env: dict[Symbol, Value] = {}
 
