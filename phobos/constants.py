@@ -69,9 +69,9 @@ def largest_float(dtype: DType) -> float:
 
 def _overflows(x: float, dtype: DType) -> bool:
     """Whether a finite double rounds to infinity in `dtype` (round to nearest even)."""
-    precision, emax = _FLOAT_FORMATS[dtype]
     if dtype is DType.F64:
         return False
+    precision, emax = _FLOAT_FORMATS[dtype]
     return abs(x) >= math.ldexp(2.0 - math.ldexp(1.0, -precision), emax)  # halfway past the largest
 
 
@@ -79,8 +79,8 @@ def fits(value: Constant, dtype: DType) -> bool:
     """Whether `dtype` can represent `value`: an integer within its range; a finite
     number that does not round to infinity (infinities and NaN fit every float)."""
     if dtype.is_int:
-        return isinstance(value, int) and not isinstance(value, bool) and \
-            int_range(dtype)[0] <= value <= int_range(dtype)[1]
+        low, high = int_range(dtype)
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
     if dtype.is_float:
         x = float(value)
         return not math.isfinite(x) or not _overflows(x, dtype)
@@ -92,7 +92,9 @@ def range_text(dtype: DType) -> str:
     if dtype.is_int:
         low, high = int_range(dtype)
         return f"{low} to {high}"
-    return f"largest finite value {largest_float(dtype)!r}"
+    if dtype.is_float:
+        return f"largest finite value {largest_float(dtype)!r}"
+    return "true or false"
 
 
 # ------------------------------------------------------------------ operations on arrays
