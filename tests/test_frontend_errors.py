@@ -279,7 +279,7 @@ CASES = [
         """, SemanticError, 1, 25, "size name"),
     Case("storage dtype for a variable", """\
         kernel k(x: tensor<f32>[N]) {
-            let h: f16 = 1.0
+            let h: i8 = 1
         }
         """, SemanticError, 2, 12, "storage type"),
     Case("tensor variable", """\

@@ -31,8 +31,9 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     Builtin("num_programs", "num_programs(axis)",
             "Number of program instances along grid axis 0, 1 or 2 (i32).", "grid_index"),
     Builtin("dot", "dot(a, b)",
-            "Matrix product of tiles [M, K] and [K, N]: a [M, N] tile, computed in exact f32 "
-            "(or f64) arithmetic, one fused multiply-add per term.", "dot"),
+            "Matrix product of tiles [M, K] and [K, N]: a [M, N] tile.  f32 (or f64) tiles: exact "
+            "arithmetic, one fused multiply-add per term.  bf16 or f16 tiles: an f32 tile, each element "
+            "the exact products summed in f32 (on the tensor cores).", "dot"),
     Builtin("sum", "sum(x, axis=None)",
             "Sum of the elements of a tile along `axis` (kept with extent 1), or of all of them (a scalar).",
             "reduce"),
@@ -76,6 +77,9 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "elements outside the tensor are skipped.", "atomic", effect=True),
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}.", "cast")
       for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32)],
+    *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: to f32, then rounded to nearest even "
+              f"in the 16-bit format (arithmetic on the result is computed in f32).", "cast")
+      for dt in (DType.BF16, DType.F16)],
 ]}
 
 CAST_DTYPES = {b.name: DType(b.name) for b in BUILTINS.values() if b.rule == "cast"}

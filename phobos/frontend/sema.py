@@ -38,6 +38,7 @@ from ..types import (DType, ScalarType, TensorType, TileType, ValueType, broadca
 
 MAX_TILE_ELEMENTS = 1 << 20
 SCALAR_PARAM_DTYPES = (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.BOOL)
+DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16)  # 16-bit floats: products exact, f32 sums
 
 
 @dataclass(eq=False)
@@ -475,7 +476,7 @@ class Checker:
         """Check that a value of type `vt` may be stored in a variable of type `target`."""
         if isinstance(vt, TensorType):
             raise SemanticError("a tensor cannot be used as a value; index it to load a tile", loc)
-        if vt.dtype != target.dtype and not self.adapts(e, vt.dtype, target.dtype):
+        if not widens(vt.dtype, target.dtype) and not self.adapts(e, vt.dtype, target.dtype):
             raise SemanticError(f"cannot assign {_a(vt.dtype)} value to {_a(target.dtype)} variable; "
                                 f"convert it with {target.dtype}(...)", loc)
         self.settle(e, target.dtype)
@@ -485,7 +486,7 @@ class Checker:
     def storable(self, dtype: DType, slice_t: ValueType, e: ast.Expr, vt: ValueType, loc: Loc) -> None:
         """Check that `vt` may be stored into a tensor slice of element type `dtype`."""
         compute = dtype.compute
-        if vt.dtype != compute and not self.adapts(e, vt.dtype, compute):
+        if not widens(vt.dtype, compute) and not self.adapts(e, vt.dtype, compute):
             raise SemanticError(f"cannot store {_a(vt.dtype)} value into a tensor of {dtype}; "
                                 f"convert it with {compute}(...)", loc)
         self.settle(e, dtype)
@@ -513,7 +514,8 @@ class Checker:
 
     def unify_dtypes(self, a: ast.Expr | None, da: DType, b: ast.Expr | None, db: DType, loc: Loc) -> DType:
         """The dtype of an operation on `a` and `b`: theirs when equal, else the one that
-        a literal-only side adapts to."""
+        a literal-only side adapts to.  16-bit floats take part as f32 (their compute dtype)."""
+        da, db = da.compute, db.compute
         if da == db or (b is not None and self.adapts(b, db, da)):
             dtype = da
         elif a is not None and self.adapts(a, da, db):
@@ -594,6 +596,7 @@ class Checker:
         if e.op == "-":
             if t.dtype is DType.BOOL:
                 raise SemanticError("unary '-' needs a number, not bool; use '!' for logical not", e.loc)
+            t = with_dtype(t, t.dtype.compute)
             if value is not None:
                 if e.operand in self.weak:
                     self.check_fits(-value, DType.I64, e.loc)
@@ -727,7 +730,7 @@ class Checker:
                                         "are not supported", start_loc(sub))
                 self.scalar_int(sub, "an index")
                 self.settle(sub, DType.I32)
-        dtype = bt.dtype.compute
+        dtype = bt.dtype.loaded
         if not shape:
             return ScalarType(dtype)
         self.check_size(shape, e.loc)
@@ -789,15 +792,17 @@ class Checker:
         for x, t in zip(e.args, (a, b)):
             if not isinstance(t, TileType) or len(t.shape) != 2:
                 raise SemanticError(f"dot() needs 2-D tiles, got {t}", start_loc(x))
-            if t.dtype not in (DType.F32, DType.F64):
-                raise SemanticError(f"dot() needs f32 or f64 tiles, got {t.dtype}", start_loc(x))
+            if t.dtype not in DOT_DTYPES:
+                raise SemanticError(f"dot() needs tiles of {', '.join(map(str, DOT_DTYPES))}, got {t.dtype}",
+                                    start_loc(x))
         if a.dtype != b.dtype:
-            raise SemanticError(f"dot() operands have different types: {a.dtype} and {b.dtype}", e.loc)
+            raise SemanticError(f"dot() operands have different types: {a.dtype} and {b.dtype}; convert one, "
+                                f"e.g. {a.dtype}(...) or {b.dtype}(...)", e.loc)
         if a.shape[1] != b.shape[0]:
             raise SemanticError(f"dot() needs [M, K] x [K, N]: got [{a.shape[0]}, {a.shape[1]}] x "
                                 f"[{b.shape[0]}, {b.shape[1]}]", e.loc)
         self.check_size((a.shape[0], b.shape[1]), e.loc)
-        return TileType(a.dtype, (a.shape[0], b.shape[1]))
+        return TileType(a.dtype.compute, (a.shape[0], b.shape[1]))
 
     def reduce_axis(self, e: ast.Call) -> tuple[TileType, int | None]:
         self.arity(e, 1, 2)
@@ -826,7 +831,7 @@ class Checker:
         t, axis = self.reduce_axis(e)
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs numbers, not bool", start_loc(e.args[0]))
-        return self.reduced(t, axis, t.dtype)
+        return self.reduced(t, axis, t.dtype.compute)
 
     @BUILTIN_RULES.on("reduce_index")
     def call_reduce_index(self, e: ast.Call):
@@ -845,7 +850,7 @@ class Checker:
         if not t.dtype.is_float:
             raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                                 start_loc(e.args[0]))
-        return t
+        return with_dtype(t, t.dtype.compute)
 
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call):
@@ -853,7 +858,7 @@ class Checker:
         t = self.value(e.args[0])
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
-        return self.concrete(e.args[0], t)
+        return self.concrete(e.args[0], with_dtype(t, t.dtype.compute))
 
     @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call):
@@ -971,6 +976,12 @@ class Checker:
         self.storable(bt.dtype, slice_t, x, vt, start_loc(x))
         self.out.written.add(target.base.id)
         return ScalarType(DType.BOOL)  # no value; never used
+
+
+def widens(have: DType, want: DType) -> bool:
+    """Whether a value of dtype `have` is taken where `want` is asked for: the same dtype, or a
+    16-bit float where an f32 is (exact, so no conversion needs writing)."""
+    return have == want or (have.is_half and want is DType.F32)
 
 
 def _a(dtype: DType) -> str:

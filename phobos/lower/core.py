@@ -5,7 +5,8 @@
 # layout (chosen beforehand by placement.py) and becomes one scalar SSA value
 # per register slot of a thread (`TileRegs`); a tensor parameter becomes its
 # base address and dims (`TensorRef`); a scalar stays one value.  `vals` maps
-# each tile-level value to what it became.
+# each tile-level value to what it became.  A value of a 16-bit float dtype is
+# held in f32 registers (its compute dtype), which hold it exactly.
 #
 # Each tile-level op is lowered by the handler registered for its opcode in
 # HANDLERS, a `phobos.dispatch.Dispatch` table.  A handler is a function
@@ -49,6 +50,7 @@ from ..middle.passes.fold import identity
 from ..types import DType, ScalarType, TileType
 from .fusion import FusedStore, fusion_plan
 from .layout import Layout, Term
+from .mma_plan import describe, plan_dots
 from .placement import assign_layouts, choose_threads, program_grouping
 
 SMEM_ALIGN = 16
@@ -81,13 +83,15 @@ class TensorRef:
 class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
-    def __init__(self, func: Function, smem_limit: int, cp_async: bool):
+    def __init__(self, func: Function, smem_limit: int, cp_async: bool, tensor_cores: bool = False):
         self.src = func
         self.smem_limit = smem_limit
         self.cp_async = cp_async
         self.use_count = uses(func)
         self.threads = choose_threads(func)
-        self.layouts = assign_layouts(func, self.threads)
+        self.plans = plan_dots(func, self.threads, tensor_cores)  # dot -> MmaPlan, or why not
+        self.layouts = assign_layouts(func, self.threads, self.plans)
+        self.notes = [describe(op, plan) for op, plan in self.plans.items()]  # for the compiled kernel's report
         attrs = dict(func.attrs, threads=self.threads)
         self.out = Function(func.name, Block(), attrs)
         self.entry = Builder(self.out, self.out.body)
@@ -295,7 +299,7 @@ class Lowering:
         t = self.vals[v]
         if t.layout == layout:
             return t
-        return TileRegs(layout, self.relayout(t, layout, v.dtype))
+        return TileRegs(layout, self.relayout(t, layout, v.dtype.compute))
 
     def flat(self, v: Value) -> list[Value]:
         """The registers of v (a tile's slots, or the one value of a scalar)."""
@@ -313,8 +317,8 @@ class Lowering:
 
     def lowered_types(self, v: Value) -> list[ScalarType]:
         if isinstance(v.type, TileType):
-            return [ScalarType(v.dtype)] * self.layouts[v].nregs
-        return [v.type]
+            return [ScalarType(v.dtype.compute)] * self.layouts[v].nregs
+        return [ScalarType(v.dtype.compute)]
 
     # ---------------------------------------------------------- the walk
     def lower_block(self, block: Block, out: Block) -> None:
@@ -370,6 +374,45 @@ class Lowering:
 
 
 # ------------------------------------------------------------------ plain helpers
+
+def scalar_op(low: "Lowering", op: Op, operands: list[Value]) -> Value:
+    """One element of element-wise `op`, on the registers of its operands' elements."""
+    dtype = op.result.dtype
+    if op.opcode == "cast" and (dtype.is_half or op.operands[0].dtype.is_half):
+        return convert_register(low, operands[0], dtype)
+    return low.op(op.opcode, operands, ScalarType(dtype), **op.attrs)
+
+
+def convert_register(low: "Lowering", x: Value, to: DType) -> Value:
+    """Register `x` converted to a value of dtype `to`, in a register of its compute dtype.
+
+    A 16-bit float is held in an f32 register: widening one to f32 is nothing,
+    and a conversion to one goes to f32, then rounds through the 16-bit format
+    (what the language says a conversion does) back into f32.
+    """
+    if to.is_half:
+        if x.dtype is not DType.F32:
+            x = low.op("cast", [x], ScalarType(DType.F32))
+        return low.op("cast", [low.op("cast", [x], ScalarType(to))], ScalarType(DType.F32))
+    return x if to is x.dtype else low.op("cast", [x], ScalarType(to))
+
+
+def write_tile(low: "Lowering", t: TileRegs, base: Value, start: int, ld: int, eb: int, dtype: DType) -> None:
+    """Store a 2-D tile row-major into shared memory at byte `start`, rows `ld` elements apart."""
+    layout = t.layout
+    owner = low.owner(layout)
+    c0, c1 = low.thread_coord(layout.terms[0]), low.thread_coord(layout.terms[1])
+    thread_index = low.op("add", [low.op("mul", [c0, low.const(ld)], I32), c1], I32)
+    width = layout.vector_width()
+    while width * eb > 16:
+        width //= 2
+    for group in access_groups(layout, width):
+        i, j = layout.offsets[group[0]]
+        pred = low.all_of([low.slot_valid(layout, group[0]), owner])
+        low.st_shared(base, thread_index, eb, [t.regs[r] for r in group], dtype, pred,
+                      offset=start + (i * ld + j) * eb)
+
+
 def access_groups(layout: Layout | None, width: int) -> list[list[int]]:
     """The register slots in runs of `width`, one run per vector access (one slot for a scalar)."""
     nregs = layout.nregs if layout is not None else 1

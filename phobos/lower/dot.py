@@ -1,4 +1,5 @@
-# Dot: C[M, N] (+)= A[M, K] @ B[K, N] on the CUDA cores.
+# Dot: C[M, N] (+)= A[M, K] @ B[K, N] on the CUDA cores (products that their
+# plan puts on the tensor cores go to mma.py).
 #
 # The result lives in the register-blocked dot layout (layout.dot_layout):
 # each thread holds a block of rows x cols of C.  The operands are staged in
@@ -21,8 +22,10 @@ from dataclasses import dataclass
 
 from ..middle.ir import Block, Op, Value
 from ..types import DType, ScalarType
-from .core import HANDLERS, I32, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align
+from . import mma
+from .core import HANDLERS, I32, SMEM_ALIGN, U32, Lowering, TileRegs, align, write_tile
 from .layout import Layout, dot_layout
+from .mma_plan import MmaPlan
 
 DOT_UNROLL_LIMIT = 64  # a dot's K up to this is fully unrolled; beyond, a loop of DOT_STEP steps
 DOT_STEP = 16
@@ -83,7 +86,12 @@ def _cover(layout: Layout, d: int) -> int:
 
 @HANDLERS.on("dot")
 def dot(low: Lowering, op: Op) -> None:
-    """A dot whose operands are in registers: stage them in shared memory, then multiply."""
+    """A dot whose operands are in registers: stage them in shared memory, then multiply (on the
+    tensor cores when its plan says so, mma.py)."""
+    plan = low.plans.get(op)
+    if isinstance(plan, MmaPlan):
+        mma.lower_dot(low, op, plan)
+        return
     a_v, b_v = op.operands[0], op.operands[1]
     plan = dot_plan(a_v.type.shape, b_v.type.shape[1], op.result.dtype, low.threads)
     base = low.smem(plan.stage_bytes)
@@ -106,22 +114,6 @@ def finish_dot(low: Lowering, op: Op, plan: DotPlan, stage: Value) -> None:
     if layout != plan.layout:
         result = TileRegs(layout, low.relayout(result, layout, plan.dtype))
     low.vals[op.result] = result
-
-
-def write_tile(low: Lowering, t: TileRegs, base: Value, start: int, ld: int, eb: int, dtype: DType) -> None:
-    """Store a 2-D tile row-major into shared memory at byte `start`, rows `ld` elements apart."""
-    layout = t.layout
-    owner = low.owner(layout)
-    c0, c1 = low.thread_coord(layout.terms[0]), low.thread_coord(layout.terms[1])
-    thread_index = low.op("add", [low.op("mul", [c0, low.const(ld)], I32), c1], I32)
-    width = layout.vector_width()
-    while width * eb > 16:
-        width //= 2
-    for group in access_groups(layout, width):
-        i, j = layout.offsets[group[0]]
-        pred = low.all_of([low.slot_valid(layout, group[0]), owner])
-        low.st_shared(base, thread_index, eb, [t.regs[r] for r in group], dtype, pred,
-                      offset=start + (i * ld + j) * eb)
 
 
 def dot_compute(low: Lowering, plan: DotPlan, stage: Value, acc: list[Value]) -> list[Value]:

@@ -8,20 +8,23 @@
 from __future__ import annotations
 
 from ..middle.ir import Function
-from . import control, dot, memory, pipeline, reduce, values  # each registers its handlers
+from . import control, dot, memory, mma, pipeline, reduce, values  # each registers its handlers
 from .core import Lowering
 
 
-def lower(func: Function, smem_limit: int, cp_async: bool = False) -> Function:
+def lower(func: Function, smem_limit: int, cp_async: bool = False, tensor_cores: bool = False) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
-    After: a Function of scalar ops only, with attrs `threads` (per CTA) and
-    `shared_bytes` (the scratch buffer), ready for math expansion and
+    After: a Function of scalar ops only, with attrs `threads` (per CTA),
+    `shared_bytes` (the scratch buffer) and `notes` (what the compiled
+    kernel's report says about the code chosen), ready for math expansion and
     instruction selection.  `smem_limit` is the target's shared memory per
-    CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops.
+    CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
+    `tensor_cores` allows mma.sync (sm_80 and newer).
     """
-    low = Lowering(func, smem_limit, cp_async)
+    low = Lowering(func, smem_limit, cp_async, tensor_cores)
     low.lower_block(func.body, low.out.body)
     low.out.attrs["shared_bytes"] = low.smem_bytes
+    low.out.attrs["notes"] = list(low.notes)
     return low.out

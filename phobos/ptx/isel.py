@@ -32,6 +32,7 @@ PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.F32
 MEMORY_TYPE = {DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32", DType.I64: "s64",
                DType.F32: "f32", DType.F64: "f64", DType.F16: "b16", DType.BF16: "b16", DType.BOOL: "u8"}
 SPECIAL_AXIS = "xyz"
+MMA_FRAGMENT_REGISTERS = {"m16n8k16": (4, 2), "m16n8k8": (4, 2)}  # b32 registers of A and B per lane
 FLOAT_ROUNDED = {"add", "sub", "mul", "div", "fma"}
 COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 FLOAT_COMPARE = dict(COMPARE, ne="neu")  # NaN != x is true, as in C and numpy
@@ -378,6 +379,42 @@ def _cp_async_wait(s: Selector, op: Op) -> None:
     s.emit("cp.async.wait_group", Imm(op.attrs["pending"], DType.I32), ndefs=0)
 
 
+def _ldmatrix(s: Selector, op: Op) -> None:
+    count = op.attrs["count"]
+    trans = ".trans" if op.attrs["trans"] else ""
+    dsts = Vec(tuple(s.define(r) for r in op.results))
+    s.emit(f"ldmatrix.sync.aligned.m8n8.x{count}{trans}.shared.b16", dsts,
+           Addr(s.reg(op.operands[0]), op.attrs.get("offset", 0)))
+
+
+def _mma(s: Selector, op: Op) -> None:
+    """mma.sync of one 16 x 8 tile: the operands are A's registers, B's, then the four of C."""
+    shape, kind = op.attrs["shape"], op.attrs["type"]
+    na, nb = MMA_FRAGMENT_REGISTERS[shape]
+    regs = [s.reg(v) for v in op.operands]
+    a, b, c = regs[:na], regs[na:na + nb], regs[na + nb:]
+    dsts = Vec(tuple(s.define(r) for r in op.results))
+    s.emit(f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32", dsts, Vec(tuple(a)), Vec(tuple(b)),
+           Vec(tuple(c)))
+
+
+def _pack_half2(s: Selector, op: Op) -> None:
+    lo, hi = op.operands
+    s.emit(f"cvt.rn.{TYPE_SUFFIX[op.attrs['dtype']]}x2.f32", s.define(op.result), s.reg(hi), s.reg(lo))
+
+
+def _tf32(s: Selector, op: Op) -> None:
+    s.emit("cvt.rna.tf32.f32", s.define(op.result), s.reg(op.operands[0]))
+
+
+def _tf32_low(s: Selector, op: Op) -> None:
+    x, high = op.operands
+    rest = s.new(DType.F32)
+    s.emit("mov.b32", rest, s.reg(high))
+    s.emit("sub.rn.f32", rest, s.reg(x), rest)
+    s.emit("cvt.rna.tf32.f32", s.define(op.result), rest)
+
+
 def _barrier(s: Selector, op: Op) -> None:
     s.emit("bar.sync", Imm(0, DType.I32), ndefs=0)
 
@@ -491,6 +528,11 @@ SELECT = {
     "ld_shared": _load("shared"),
     "st_shared": _store("shared"),
     "barrier": _barrier,
+    "ldmatrix": _ldmatrix,
+    "mma": _mma,
+    "pack_half2": _pack_half2,
+    "tf32": _tf32,
+    "tf32_low": _tf32_low,
     "cp_async": _cp_async,
     "cp_async_commit": _cp_async_commit,
     "cp_async_wait": _cp_async_wait,

@@ -143,12 +143,21 @@ class GpuBackend:
 
 
 def arch_for(compute_capability: tuple[int, int]) -> str:
-    """The newest target Phobos has that a GPU of this compute capability runs (PTX runs on newer GPUs)."""
+    """The newest target Phobos has that a GPU of this compute capability runs: portable PTX
+    runs on newer GPUs, an architecture-specific target (sm_90a) only on its own, and is
+    preferred there (it has wgmma)."""
     major, minor = compute_capability
-    runnable = [arch for arch in TARGETS if int(arch.removeprefix("sm_")) <= major * 10 + minor]
+    here = major * 10 + minor
+
+    def rank(arch: str) -> tuple[int, bool]:
+        number = arch.removeprefix("sm_")
+        return int(number.rstrip("a")), number.endswith("a")
+
+    runnable = [arch for arch in TARGETS
+                if (rank(arch)[0] == here if rank(arch)[1] else rank(arch)[0] <= here)]
     if not runnable:
         raise ToolchainError(f"this GPU is sm_{major}{minor}; Phobos generates code for {', '.join(TARGETS)}")
-    return max(runnable, key=lambda arch: int(arch.removeprefix("sm_")))
+    return max(runnable, key=rank)
 
 
 class CpuBackend:
