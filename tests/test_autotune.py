@@ -13,7 +13,7 @@ import phobos
 from phobos.launch import cache, launcher
 from phobos.launch.autotune import Skipped, config_text, screen, tune
 from phobos.compiler import compile
-from phobos.errors import LaunchError, ResourceError
+from phobos.errors import LaunchError, PtxasTimeout, ResourceError
 from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
 
 from .launcher_fakes import (ADD4, FAKE_DEVICE, TWO_PARAMETERS, DeviceArray, FakeGpu, forget_memory,
@@ -139,7 +139,7 @@ def report(registers=32, spill_stores=0, spill_loads=0, ok=True, errors=()) -> R
 
 def screened(kernel, device=FAKE_DEVICE, ptxas=None) -> str | None:
     try:
-        screen(kernel, device, ptxas)
+        screen(kernel, device, lambda: ptxas)
     except Skipped as skipped:
         return skipped.reason
     return None
@@ -166,7 +166,7 @@ def test_registers_from_ptxas(add_1024):
 
 def test_spills_leave_a_fallback(add_1024):
     with pytest.raises(Skipped) as skipped:
-        screen(add_1024, FAKE_DEVICE, report(spill_stores=8, spill_loads=16))
+        screen(add_1024, FAKE_DEVICE, lambda: report(spill_stores=8, spill_loads=16))
     assert skipped.value.reason == "spills registers (8 bytes stored, 16 bytes loaded)"
     assert skipped.value.fallback is add_1024
 
@@ -177,6 +177,31 @@ def test_registers_from_the_compiler_estimate_without_ptxas(add_1024):
     assert screened(add_1024, tiny) == (
         f"the compiler estimates {add_1024.registers_estimate} registers per thread; 256 threads may use at most "
         f"{budget}")
+
+
+def test_estimates_far_beyond_the_limits_are_skipped_without_asking_ptxas(add_1024):
+    asked = []
+
+    def ptxas():
+        asked.append(True)
+        return report()
+
+    def reason(kernel, device=FAKE_DEVICE):
+        try:
+            screen(kernel, device, ptxas)
+        except Skipped as skipped:
+            return skipped.reason
+
+    assert reason(replace(add_1024, registers_estimate=510)) is None and len(asked) == 1
+    assert reason(replace(add_1024, registers_estimate=1555)) == (
+        "the compiler estimates 1555 registers per thread, more than 2 times the 255 a thread can have; "
+        "not assembled")
+    small = replace(FAKE_DEVICE, max_registers_per_block=256 * 100)
+    assert reason(replace(add_1024, registers_estimate=201), small) == (
+        "the compiler estimates 201 registers per thread, more than 2 times the 100 each of 256 threads may "
+        "use; not assembled")
+    assert reason(replace(add_1024, shared_bytes=10**6)).startswith("needs 1000000 bytes of shared memory")
+    assert len(asked) == 1
 
 
 # --- tuning inside the launcher
@@ -327,6 +352,37 @@ def test_register_reports_come_from_ptxas_when_there_is_one(monkeypatch):
     call_add(add)
     assert reports == CONFIGS
     assert add.timings["BLOCK=512"] == "uses 600 registers per thread; 128 threads may use at most 256"
+
+
+def test_a_ptxas_that_takes_too_long_skips_its_configuration(monkeypatch, tmp_path, fresh_ptxas_lookup):
+    slow = tmp_path / "ptxas"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("PHOBOS_PTXAS", str(slow))
+    monkeypatch.setenv("PHOBOS_PTXAS_TIMEOUT", "0.2")
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    with pytest.raises(LaunchError) as error:
+        call_add(add)
+    assert gpu.runs == []
+    for config in CONFIGS:
+        assert f"  {config_text(config)}: ptxas took longer than 0.2 s on " in error.value.message
+    assert error.value.message.count("; not assembled (PHOBOS_PTXAS_TIMEOUT sets the limit, in seconds)") == 4
+    assert not list((cache.cache_dir() / cache.PTXAS).glob("*.json"))  # a timeout is not remembered
+
+
+def test_a_slow_ptxas_on_one_configuration_leaves_the_others(monkeypatch):
+    def fake_report(self, compiled, required=False):
+        if compiled.config["BLOCK"] == 256:
+            raise PtxasTimeout("ptxas took longer than 60 s on add.phobos [add: BLOCK=256]; not assembled")
+        return Report("sm_90", "add", True, [KernelReport("add", 20, 0, 0)])
+
+    monkeypatch.setattr(launcher._Kernel, "ptxas_report", fake_report)
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    assert add.timings["BLOCK=256"] == "ptxas took longer than 60 s on add.phobos [add: BLOCK=256]; not assembled"
+    assert add.config == {"BLOCK": 512}
 
 
 def test_an_empty_launch_tunes_nothing():

@@ -369,7 +369,11 @@ class _Kernel:
         return compiled
 
     def ptxas_report(self, compiled: CompiledKernel, required: bool = False) -> Report | None:
-        """ptxas's report on `compiled` (cached); None without ptxas, unless `required` (then ToolchainError)."""
+        """ptxas's report on `compiled` (cached); None without ptxas, unless `required` (then ToolchainError).
+
+        ptxas runs under toolchain.ptxas_timeout(); a run that takes longer raises PtxasTimeout and
+        is not cached (a less busy machine may finish it).
+        """
         try:
             ptxas = toolchain.find_ptxas()
         except ToolchainError:
@@ -382,7 +386,7 @@ class _Kernel:
         report = _decoded(store.load(cache.PTXAS, key), cache.decode_report)
         if report is None:
             label = f"{self.module.filename} [{self.name}: {config_text(compiled.config)}]"
-            report = ptxas_check(compiled.ptx, compiled.arch, name=label)
+            report = ptxas_check(compiled.ptx, compiled.arch, name=label, timeout=toolchain.ptxas_timeout())
             store.store(cache.PTXAS, key, cache.encode_report(report))
         return report
 
@@ -473,7 +477,7 @@ class _Kernel:
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
             compiled = self.compiled(config, arch)
-            autotune.screen(compiled, device, self.ptxas_report(compiled))
+            autotune.screen(compiled, device, lambda: self.ptxas_report(compiled))
             return config, compiled
 
         def measure(prepared: tuple[Config, CompiledKernel]) -> float:
