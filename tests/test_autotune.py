@@ -285,6 +285,26 @@ def test_a_different_device_is_tuned_anew():
     assert len(other.timed) == 4 and add.config == {"BLOCK": 1024}
 
 
+def test_grid_functions_are_told_apart_by_the_grids_they_give(monkeypatch):
+    def tuned_with(grid, gpu, n=1000):
+        add = phobos.kernel(ADD4, mode=gpu)
+        a, b = random_vectors(n)
+        add[grid](a, b, np.empty_like(a))
+        return add.config
+
+    ceil = FakeGpu(TIMES)
+    assert tuned_with(lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),), ceil) == {"BLOCK": 256}
+    one = FakeGpu({"BLOCK=1024": 0.1})  # another lambda, another grid: its own choice, in memory and on disk
+    assert tuned_with(lambda config, sizes: (1,), one) == {"BLOCK": 1024} and len(one.timed) == 4
+    forget_memory(monkeypatch)
+    again = FakeGpu({"BLOCK=128": 0.1})  # a new lambda giving the first one's grids: the same work
+    assert tuned_with(lambda c, s: ((s["N"] + c["BLOCK"] - 1) // c["BLOCK"],), again) == {"BLOCK": 256}
+    assert again.timed == []
+    assert tuned_with(lambda c, s: (1,), again) == {"BLOCK": 1024} and again.timed == []
+    assert tuned_with(lambda c, s: (1,), again, n=2000) == {"BLOCK": 128} and len(again.timed) == 4
+    assert len(list((cache.cache_dir() / cache.AUTOTUNE).iterdir())) == 3
+
+
 def test_a_corrupt_choice_on_disk_is_ignored_and_replaced(isolated_cache, monkeypatch):
     call_add(phobos.kernel(ADD4, mode=FakeGpu(TIMES)))
     (entry,) = (isolated_cache / cache.AUTOTUNE).iterdir()

@@ -19,7 +19,8 @@
 # scratch copies of the tensors the kernel writes, and keeps the fastest
 # (phobos.launch.autotune).  The choice, the compiled kernels and ptxas's reports are
 # kept in memory and on disk (phobos.launch.cache), so the next process starts where
-# this one left off.
+# this one left off.  A choice is keyed by the grid too: by the grids a grid
+# function gives for every candidate, never by the function's name.
 #
 # The grid: given by the caller as a tuple or as `grid(config, sizes)`, or
 # inferred per configuration from CompiledKernel.grid_hint: a store indexed
@@ -285,15 +286,6 @@ def infer_grid(kernel_name: str, hints: Sequence[tuple[str, int] | None], axes_u
     return normalize_grid(kernel_name, grid, f"inferred {tuple(grid)}")
 
 
-def _grid_key(spec: GridSpec) -> Any:
-    """How a grid specification enters the autotune key."""
-    if spec is None:
-        return "inferred"
-    if callable(spec):
-        return f"function {getattr(spec, '__qualname__', type(spec).__qualname__)}"
-    return list(spec)
-
-
 def _calls(node: Any) -> Iterator[ast.Call]:
     """Every call in an AST subtree."""
     if isinstance(node, list):
@@ -419,6 +411,20 @@ class _Kernel:
             self._tile_hints[key] = grid_hints(generate(self.checked(config)))
         return self._tile_hints[key]
 
+    def grid_key(self, configs: list[Config], call: BoundCall, spec: GridSpec) -> Any:
+        """How the grid enters the autotune key: "inferred", the explicit grid, or what a grid function gives.
+
+        A grid function is known by the grids it returns for every candidate at
+        these sizes, not by its name (every lambda is called `<lambda>`): two
+        functions that give the same grids launch the same work, and share a
+        choice; two that differ anywhere do not.
+        """
+        if spec is None:
+            return "inferred"
+        if callable(spec):
+            return {"function": [list(self.grid_for(config, None, call, spec)) for config in configs]}
+        return list(spec)
+
     def grid_for(self, config: Config, compiled: CompiledKernel | None, call: BoundCall,
                  spec: GridSpec) -> tuple[int, int, int]:
         if spec is None:
@@ -452,13 +458,14 @@ class _Kernel:
         if len(configs) == 1 or not backend.tunes or not autotune_enabled():
             return configs[0], {}
         device, arch = backend.device(), backend.arch()
-        memory_key = (tuple(call.sizes.items()), tuple(forced.items()), str(_grid_key(spec)), device.name, arch)
+        grid_key = self.grid_key(configs, call, spec)
+        memory_key = (tuple(call.sizes.items()), tuple(forced.items()), str(grid_key), device.name, arch)
         if memory_key in self._choices:
             choice = self._choices[memory_key]
             return choice.config, choice.timings
         disk_key = {"source": self.source_digest, "kernel": self.name, "sizes": call.sizes,
                     "dtypes": {p.name: p.dtype.value for p in self.params}, "candidates": configs,
-                    "grid": _grid_key(spec), "device": device.name, "arch": arch, "build": cache.phobos_build()}
+                    "grid": grid_key, "device": device.name, "arch": arch, "build": cache.phobos_build()}
         store = cache.default_cache()
         choice = _decoded(store.load(cache.AUTOTUNE, disk_key), lambda payload: _decode_choice(payload, configs))
         if choice is None:
