@@ -14,8 +14,9 @@
 # of the threads left behind.
 #
 # `bar.sync` parks the threads that reach it; once every live thread of the
-# CTA (or the barrier's thread count) has arrived they go on, and the CTA's
-# shared-memory race records are cleared.  Exited threads do not count.  A
+# CTA (or the barrier's thread count) has arrived they go on, the CTA's
+# shared-memory race records are cleared and its epoch (the barriers it has
+# passed, which the global race detector compares) goes up.  Exited threads do not count.  A
 # CTA whose remaining threads all wait at barriers that cannot complete is a
 # deadlock, and threads released together from one barrier but coming from
 # different `bar.sync` instructions are reported too (a barrier in divergent
@@ -33,7 +34,8 @@ from . import ops_arith, ops_control, ops_memory  # noqa: F401  (they fill the o
 from . import syntax as syn
 from .decode import BARRIER, BRANCH, PLAIN, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
-from .memory import AsyncCopies, GenericSpace, GlobalSpace, RaceDetector, WindowSpace
+from .memory import (GLOBAL_RACE_LIMIT, AsyncCopies, GenericSpace, GlobalRaceDetector, GlobalSpace, RaceDetector,
+                     WindowSpace)
 from .ops_control import NUM_BARRIERS
 from .ptxtypes import TYPES
 
@@ -108,6 +110,7 @@ class Machine:
         self.spaces = {"global": self.glob, "const": self.glob, "shared": self.shared, "local": self.local,
                        "generic": GenericSpace(self.glob, self.shared, self.local)}
         self.async_copies = AsyncCopies(n)
+        self.epoch = np.zeros(cta_count, np.int32)  # whole-CTA barriers passed, per CTA
         self.steps = 0
 
     # -- special registers and descriptions
@@ -215,6 +218,8 @@ class Machine:
                 else:
                     lanes = self._all(group)
                     taken, rest = lanes[g], lanes[~g]
+                    if op.kind == BRANCH and op.run is not None:
+                        op.run(self, taken, rest)  # bra.uni: the split must not cut a warp
                     self.pc[rest] = gpc + 1
                     if op.kind == BRANCH:
                         self.pc[taken] = op.target
@@ -292,10 +297,12 @@ class Machine:
         if at.min() != at.max():
             self._check_same_barrier(released, key[ready], at)
         self.status[released] = RUN
-        races = self.shared.races
-        if races is not None and whole_cta[ready].any():
+        if whole_cta[ready].any():
             rows = np.unique(cta[ready & whole_cta])
-            races.reset(None if len(rows) == ncta else rows)
+            self.epoch[rows] += 1
+            races = self.shared.races
+            if races is not None:
+                races.reset(None if len(rows) == ncta else rows)
         return True
 
     def _check_same_barrier(self, released, keys, at) -> None:
@@ -369,9 +376,11 @@ class Kernel:
             glob.allocate(var.data, var.name, var.address)
         params, arrays = self._pack_arguments(list(args), glob)
         glob.seal()
+        total = grid[0] * grid[1] * grid[2]
+        if check_races and len(glob.data) <= GLOBAL_RACE_LIMIT and total * tpc < 1 << 31:
+            glob.races = GlobalRaceDetector(len(glob.data), tpc)
         shared_size = prog.shared_size(shared_bytes)
         config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps)
-        total = grid[0] * grid[1] * grid[2]
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (24 if check_races else 1)
         batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // max(per_cta, 1)))
