@@ -58,6 +58,20 @@ def test_the_build_names_the_version_and_a_digest_of_the_sources():
     assert version == __version__ and len(digest) == 16
 
 
+def test_the_build_digest_covers_every_stage_of_the_compiler(monkeypatch):
+    read = []
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda path: read.append(path) or original(path))
+    cache.phobos_build.cache_clear()
+    try:
+        cache.phobos_build()
+    finally:
+        cache.phobos_build.cache_clear()
+    package = Path(phobos.__file__).resolve().parent
+    covered = {path.relative_to(package).as_posix() for path in read}
+    assert {"compiler.py", "lower/memory.py", "ptx/emit.py", "frontend/sema.py", "launch/cache.py"} <= covered
+
+
 # --- storing and loading
 
 

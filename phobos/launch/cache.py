@@ -62,8 +62,8 @@ def cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def phobos_build() -> str:
-    """The version and a digest of the package's sources: what produced an entry."""
-    package = Path(__file__).parent
+    """The version and a digest of the package's sources (all of phobos/, not only this folder)."""
+    package = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")

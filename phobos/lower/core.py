@@ -26,6 +26,8 @@
 # * thread coordinates: `digit`, `thread_coord` and `coord` compute a layout's
 #   coordinates (layout.py's terms) once per kernel at its entry; `slot_valid`
 #   and `owner` are the predicates for padding slots and replicated threads.
+# * global memory: `global_barriers` (ordering.py) names the tensor accesses
+#   that a barrier must separate from earlier ones of other threads.
 # * shared memory: one scratch buffer, reused by every op that needs one
 #   (`smem` records the largest use and checks it against the target); each
 #   such op starts with a barrier (no thread still reads the previous
@@ -48,6 +50,7 @@ from ..middle.passes.fold import evaluate, identity
 from ..types import DType, ScalarType, TileType
 from .fusion import FusedStore, fusion_plan
 from .layout import Layout, Term
+from .ordering import global_barriers
 from .placement import assign_layouts, choose_threads, program_grouping
 
 SMEM_ALIGN = 16
@@ -102,6 +105,7 @@ class Lowering:
         self.constants: dict[int, object] = {}  # value id -> constant, for folding as ops are built
         self.group_m = program_grouping(func)
         self.fused_stores: dict[Op, FusedStore] = {}  # filled by lower_ops from fusion.fusion_plan
+        self.global_barriers = global_barriers(func, self.layouts, self.use_count)  # accesses after a barrier
 
     # ---------------------------------------------------------- building
     def op(self, opcode: str, operands: list[Value], type_, **attrs) -> Value:
