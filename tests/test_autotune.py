@@ -204,6 +204,39 @@ def test_estimates_far_beyond_the_limits_are_skipped_without_asking_ptxas(add_10
     assert len(asked) == 1
 
 
+HUGE_ROW = """\
+@autotune(BN in [1048576, 1024], WARPS in [4])
+kernel rownorm(x: tensor<f32>[M, N], y: tensor<f32>[M, N]) {
+    let xs = x[program_id(0), 0 :+ BN]
+    y[program_id(0), 0 :+ BN] = xs / sum(xs)
+}
+"""
+
+
+def test_a_tile_of_absurd_register_need_is_refused_before_any_code_is_written():
+    with pytest.raises(ResourceError) as error:
+        compile(HUGE_ROW, config={"BN": 1048576}, filename="rownorm.phobos")
+    assert error.value.message == (
+        "a tile<f32>[1048576] takes 8192 registers per thread with 128 threads; a thread has 255, and at most "
+        "1024 (the rest spilled to memory) are accepted: use more WARPS or a smaller tile")
+    assert (error.value.loc.line, error.value.loc.col) == (3, 15)
+    assert compile(HUGE_ROW, config={"BN": 1024}).threads == 128
+
+
+def test_the_tuner_skips_such_a_tile_without_running_ptxas(monkeypatch):
+    assembled = []
+
+    def fake_report(self, compiled, required=False):
+        assembled.append(compiled.config["BN"])
+        return Report("sm_90", "rownorm", True, [KernelReport("rownorm", 40, 0, 0)])
+
+    monkeypatch.setattr(launcher._Kernel, "ptxas_report", fake_report)
+    rownorm = phobos.kernel(HUGE_ROW, mode=FakeGpu())
+    rownorm(np.ones((2, 100), np.float32), np.zeros((2, 100), np.float32))
+    assert assembled == [1024] and rownorm.config == {"BN": 1024, "WARPS": 4}
+    assert rownorm.timings["BN=1048576, WARPS=4"].startswith("a tile<f32>[1048576] takes 8192 registers")
+
+
 # --- tuning inside the launcher
 
 

@@ -470,7 +470,7 @@ class _Kernel:
         choice = _decoded(store.load(cache.AUTOTUNE, disk_key), lambda payload: _decode_choice(payload, configs))
         if choice is None:
             first = configs[0]
-            if 0 in self.grid_for(first, self.compiled(first, arch), call, spec):
+            if 0 in self.grid_for(first, None, call, spec):  # from the tile IR: the first may not compile
                 return first, {}  # nothing would run, so there is nothing to time
             choice = self.tune(call, backend, configs, spec)
             store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})

@@ -51,7 +51,7 @@ from ..types import DType, ScalarType, TileType
 from .fusion import FusedStore, fusion_plan
 from .layout import Layout, Term
 from .ordering import global_barriers
-from .placement import assign_layouts, choose_threads, program_grouping
+from .placement import assign_layouts, check_register_need, choose_threads, program_grouping
 
 SMEM_ALIGN = 16
 I32 = ScalarType(DType.I32)
@@ -90,6 +90,7 @@ class Lowering:
         self.use_count = uses(func)
         self.threads = choose_threads(func)
         self.layouts = assign_layouts(func, self.threads)
+        check_register_need(func, self.layouts, self.threads)
         attrs = dict(func.attrs, threads=self.threads)
         self.out = Function(func.name, Block(), attrs)
         self.entry = Builder(self.out, self.out.body)
