@@ -14,7 +14,7 @@ import phobos
 from phobos.compiler import compile
 from phobos.run.emulator import MemoryFault, Module
 
-MODES = ("interpret", "emulate")
+MODES = ("interpret", "emulate", pytest.param("gpu", marks=pytest.mark.gpu))
 I32_MAX = 2**31 - 1
 
 #: A store and a load of the same slice; `y` shows what the load read.
@@ -101,6 +101,20 @@ def test_a_block_ending_past_i32_takes_the_masked_path():
     with pytest.raises(MemoryFault) as fault:
         Module(kernel.ptx).launch("k", 1, kernel.threads, [np.zeros(8, np.float32), last_block, I32_MAX])
     assert "store of 4 bytes" in str(fault.value) and "st.global.f32" in str(fault.value)
+
+
+@pytest.mark.gpu
+def test_the_largest_tensor_the_binder_accepts_on_the_gpu():
+    """2^31 - 1 elements, blocks of 1024: the last block ends past 2^31 - 1 and must not write past the
+    tensor, whose end is followed here by a guard that must stay zero (8.6 GB of device memory)."""
+    torch = pytest.importorskip("torch")
+    n = I32_MAX
+    memory = torch.zeros(n + 4096, dtype=torch.float32, device="cuda")
+    x = memory[:n]
+    phobos.kernel("kernel k(x: tensor<f32>[N]) { x[program_id(0) * 1024 :+ 1024] = 1.0 }", mode="gpu")(x)
+    torch.cuda.synchronize()
+    assert int((x == 1.0).sum()) == n
+    assert int(memory[n:].count_nonzero()) == 0
 
 
 # --- ordering within a program instance
