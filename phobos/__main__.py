@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .compiler import PASS_NAMES, TARGETS, Dumps, compile
+from .compiler import INDEX_WIDTHS, PASS_NAMES, TARGETS, Dumps, compile
 from .errors import PhobosError
 from .frontend.sema import check_program
 
@@ -66,7 +66,7 @@ def cmd_compile(args) -> int:
     dumps = Dumps(ast=args.dump_ast, ir=args.dump_ir, after=after, thread_ir=args.dump_thread_ir)
     try:
         kernel = compile(src, arch=args.arch, config=dict(args.define) or None, kernel=args.kernel,
-                         filename=args.file, dumps=dumps)
+                         filename=args.file, dumps=dumps, index_bits=args.index_bits)
     except PhobosError as err:
         print(err, file=sys.stderr)
         return 1
@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="set an autotune parameter (default: its first value)")
     comp.add_argument("--kernel", help="which kernel, when the file has several")
     comp.add_argument("--arch", default="sm_90", choices=sorted(TARGETS))
+    comp.add_argument("--index-bits", type=int, default=32, choices=INDEX_WIDTHS,
+                      help="width of tensor dims and element indices (64: dims of 2^31 or more)")
     comp.add_argument("-o", "--output", metavar="OUT.ptx", help="write the PTX here (default: stdout)")
     comp.add_argument("--dump-ast", action="store_true", help="print the AST")
     comp.add_argument("--dump-ir", action="store_true", help="print the tile-level IR before the passes")

@@ -200,6 +200,7 @@ def encode_compiled(kernel: CompiledKernel) -> dict:
         "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype.value, "dims": list(p.dims),
                     "written": p.written} for p in kernel.params],
         "grid_hint": [list(hint) if hint is not None else None for hint in kernel.grid_hint],
+        "index_bits": kernel.index_bits,
     }
 
 
@@ -214,7 +215,8 @@ def decode_compiled(payload: Any) -> CompiledKernel:
             ptx=_typed(payload["ptx"], str), kernel_name=_typed(payload["kernel_name"], str), config=config,
             params=params, arch=_typed(payload["arch"], str), threads=_typed(payload["threads"], int),
             shared_bytes=_typed(payload["shared_bytes"], int),
-            registers_estimate=_typed(payload["registers_estimate"], int), grid_hint=hints)
+            registers_estimate=_typed(payload["registers_estimate"], int), grid_hint=hints,
+            index_bits=_typed(payload["index_bits"], int))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         raise MalformedEntry(f"not a compiled kernel: {error}") from None
 

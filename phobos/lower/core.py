@@ -58,6 +58,8 @@ I32 = ScalarType(DType.I32)
 I64 = ScalarType(DType.I64)
 U32 = ScalarType(DType.U32)
 BOOL = ScalarType(DType.BOOL)
+#: The integer type of tensor dims and element coordinates, by index width (see memory.py).
+INDEX_TYPES = {32: I32, 64: I64}
 
 HANDLERS = Dispatch("IR opcode")  # opcode -> handler(low: Lowering, op: Op) -> None
 
@@ -72,7 +74,7 @@ class TileRegs:
 
 @dataclass
 class TensorRef:
-    """A lowered tensor: base address (global, i64), dims (i32 values), element type."""
+    """A lowered tensor: base address (global, i64), dims (values of the index type), element type."""
 
     ptr: Value
     dims: list[Value]
@@ -83,15 +85,16 @@ class TensorRef:
 class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
-    def __init__(self, func: Function, smem_limit: int, cp_async: bool):
+    def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32):
         self.src = func
         self.smem_limit = smem_limit
         self.cp_async = cp_async
+        self.index_type = INDEX_TYPES[index_bits]  # tensor dims, bounds tests and element coordinates
         self.use_count = uses(func)
         self.threads = choose_threads(func)
         self.layouts = assign_layouts(func, self.threads)
         check_register_need(func, self.layouts, self.threads)
-        attrs = dict(func.attrs, threads=self.threads)
+        attrs = dict(func.attrs, threads=self.threads, index_bits=index_bits)
         self.out = Function(func.name, Block(), attrs)
         self.entry = Builder(self.out, self.out.body)
         self.entry.index = 0

@@ -24,6 +24,11 @@
 # for every element that is accessed: such an element is inside the tensor,
 # so its start lies in (-size, dim).
 #
+# With 64-bit indices (`Lowering.index_type` i64, for tensors with a dim of
+# 2^31 or more) dims and element coordinates are i64 throughout: every start
+# is widened to i64, the tests are the i64 ones and addresses are computed
+# from i64 coordinates.
+#
 # Addresses are computed per row (`row_addresses`): the part of an element's
 # address that depends on the thread and the row is arithmetic, and the
 # register's constant offset along the last dim becomes the access's
@@ -58,18 +63,26 @@ def slice_geometry(low: Lowering, op: Op, tensor: TensorRef):
 
 
 def index_value(low: Lowering, v: Value) -> Value:
-    """A start or single index as a value the bounds tests are exact in: i32 or i64 (u32 zero-extended)."""
-    return low.op("cast", [v], I64) if v.dtype is DType.U32 else v
+    """A start or single index as a value the bounds tests are exact in: i32 or i64 (u32 zero-extended),
+    at least as wide as the index type."""
+    if v.dtype is DType.U32 or low.index_type == I64:
+        return as_type(low, v, I64)
+    return v
 
 
 def address_index(low: Lowering, v: Value) -> Value:
-    """An index value as the i32 that addresses are computed from (exact for every element accessed)."""
-    return v if v.dtype is DType.I32 else low.op("cast", [v], I32)
+    """An index value in the index type, which addresses are computed in (exact for every element accessed)."""
+    return as_type(low, v, low.index_type)
 
 
 def dim_as(low: Lowering, dim: Value, like: Value) -> Value:
-    """A tensor dim (i32) in the width of the index `like`."""
-    return dim if like.dtype is dim.dtype else low.op("cast", [dim], ScalarType(like.dtype))
+    """A tensor dim in the width of the index `like`."""
+    return as_type(low, dim, ScalarType(like.dtype))
+
+
+def as_type(low: Lowering, v: Value, t: ScalarType) -> Value:
+    """`v` converted to the integer type `t` (sign- or zero-extended, or truncated), if it is not of it."""
+    return v if v.dtype is t.dtype else low.op("cast", [v], t)
 
 
 def index_inside(low: Lowering, index: Value, dim: Value) -> Value:
@@ -87,8 +100,7 @@ def strides_of(low: Lowering, tensor: TensorRef) -> list[Value]:
     for d in reversed(range(len(tensor.dims))):
         strides[d] = acc
         if d:
-            dim64 = low.op("cast", [tensor.dims[d]], I64)
-            acc = low.op("mul", [acc, dim64], I64)
+            acc = low.op("mul", [acc, as_type(low, tensor.dims[d], I64)], I64)
     return strides
 
 
@@ -129,8 +141,8 @@ def aligned(low: Lowering, tensor: TensorRef, starts, width: int) -> Value:
     low_bits = low.op("and", [tensor.ptr, low.const(nbytes - 1, DType.I64)], I64)
     preds = [low.op("cmp", [low_bits, low.const(0, DType.I64)], BOOL, pred="eq")]
     for v in (address_index(low, starts[-1]), tensor.dims[-1]):
-        low_bits = low.op("and", [v, low.const(width - 1)], I32)
-        preds.append(low.op("cmp", [low_bits, low.const(0)], BOOL, pred="eq"))
+        low_bits = low.op("and", [v, low.const(width - 1, v.dtype)], v.type)
+        preds.append(low.op("cmp", [low_bits, low.const(0, v.dtype)], BOOL, pred="eq"))
     return low.all_of(preds)
 
 
@@ -146,19 +158,22 @@ def row_addresses(low: Lowering, tensor: TensorRef, starts, tile_dims, layout: L
     last = len(tensor.dims) - 1
     nregs = layout.nregs if layout is not None else 1
     starts = [address_index(low, start) for start in starts]
+    index_t = low.index_type
     thread_c = {}
     for k, d in enumerate(tile_dims):
-        thread_c[d] = low.op("add", [starts[d], low.thread_coord(layout.terms[k])], I32)
+        thread_c[d] = low.op("add", [starts[d], as_type(low, low.thread_coord(layout.terms[k]), index_t)], index_t)
     base = tensor.ptr
     for d in range(len(tensor.dims)):
         c = thread_c.get(d, starts[d])
         if d == last:
-            term = low.op("mul_wide", [c, low.const(eb)], I64)
-        elif d == last - 1:  # the stride is the last dim, an i32
-            term = low.op("mul", [low.op("mul_wide", [c, tensor.dims[last]], I64),
-                                  low.const(eb, DType.I64)], I64)
+            term = low.op("mul_wide", [c, low.const(eb)], I64) if index_t == I32 else \
+                low.op("mul", [c, low.const(eb, DType.I64)], I64)
+        elif d == last - 1:  # the stride is the last dim
+            row = low.op("mul_wide", [c, tensor.dims[last]], I64) if index_t == I32 else \
+                low.op("mul", [c, tensor.dims[last]], I64)
+            term = low.op("mul", [row, low.const(eb, DType.I64)], I64)
         else:
-            term = low.op("mul", [low.op("cast", [c], I64), strides[d]], I64)
+            term = low.op("mul", [as_type(low, c, I64), strides[d]], I64)
             term = low.op("mul", [term, low.const(eb, DType.I64)], I64)
         base = low.op("add", [base, term], I64)
     out = []
