@@ -131,7 +131,9 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
 
     `index_bits` is 32 or 64: the width of tensor dims, of the size parameters
     in the PTX and of element coordinates.  32 serves every tensor whose dims
-    are below 2^31 (addresses are 64-bit either way); 64 serves any.
+    are below 2^31 (addresses are 64-bit either way); 64 serves any.  The
+    size names a kernel reads stay the language's i32 (the parameter's low
+    half), exact while the size fits.
     """
     tgt = target(arch)
     if index_bits not in INDEX_WIDTHS:
