@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from . import __version__
 from .frontend import ast
 from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
-from .middle.ir import KernelParam, format_function, verify, walk
+from .middle.ir import KernelParam, Op, format_function, verify, walk
 from .middle.irgen import generate
 from .lower.driver import lower
 from .lower.mathlib import expand_math
@@ -210,8 +210,8 @@ def grid_hints(func) -> list[tuple[str, int] | None]:
 
 def _program_id_times(v, size) -> int | None:
     """The axis d when `v` is program_id(d) * size, or program_id(d) as a single index (size None or 1)."""
-    op = getattr(v, "owner", None)
-    if op is None:
+    op = v.owner
+    if not isinstance(op, Op):  # a block argument: a loop variable, say
         return None
     if op.opcode == "program_id" and size in (None, 1):
         return op.attrs["axis"]
