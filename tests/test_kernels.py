@@ -186,13 +186,18 @@ def run_case(case: Case, mode: str) -> None:
     if case.config:
         fn = fn.configure(**case.config)
     (fn[case.grid] if case.grid else fn)(*args)
+    check_outputs(case.id, args, expected, case.rtol, case.atol)
+
+
+def check_outputs(name: str, args: list, expected: dict, rtol: float, atol: float) -> None:
+    """The arguments a kernel wrote against their float64 references (bf16 bits within bf16's precision)."""
     for index, want in expected.items():
         got = args[index]
         if isinstance(want, tuple):  # bf16 bit patterns: compare within bf16's precision
-            np.testing.assert_allclose(bf16_to_f32(got), want[1], rtol=2**-8, atol=0)
+            np.testing.assert_allclose(bf16_to_f32(got), want[1], rtol=2**-8, atol=0, err_msg=name)
             continue
-        assert np.all(np.isfinite(got)) or not np.all(np.isfinite(want)), f"{case.id}: unwritten elements"
-        np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol, err_msg=case.id)
+        assert np.all(np.isfinite(got)) or not np.all(np.isfinite(want)), f"{name}: unwritten elements"
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

@@ -52,7 +52,7 @@ from ..errors import ErrorList, LaunchError, PhobosError, ToolchainError
 from ..middle.irgen import generate, kernel_signature
 from ..ptxcheck import Report
 from ..ptxcheck import check as ptxas_check
-from ..frontend.launch_rules import Rejection, sizes_text, term_text
+from ..frontend.launch_rules import LaunchRules, Rejection, sizes_text, term_text
 from ..frontend.sema import CheckedKernel, check_kernel, check_program, launch_rules
 
 #: The most programs a grid may have along x, y and z.
@@ -221,6 +221,11 @@ class KernelFunction:
         return KernelFunction(self._kernel, self._forced, self._grid, autotune.Tuning(key, cost, keep))
 
     # --- inspection
+    @property
+    def rules(self) -> LaunchRules:
+        """The kernel's launch rules: autotune space, derived constants, conditions, tuning key."""
+        return self._kernel.rules
+
     @property
     def config(self) -> Config | None:
         """The configuration of the last launch (None before the first)."""
