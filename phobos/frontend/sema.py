@@ -165,8 +165,8 @@ def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[st
     for name, value in config.items():
         if name not in space and name not in rules.derived_names:
             known = ", ".join([*space, *rules.derived_names]) or "none"
-            raise SemanticError(f"kernel '{kernel.name}' has no autotune parameter or derived constant '{name}' "
-                                f"(it has: {known})", kernel.loc)
+            what = "autotune parameter or derived constant" if rules.derived else "autotune parameter"
+            raise SemanticError(f"kernel '{kernel.name}' has no {what} '{name}' (it has: {known})", kernel.loc)
         if not isinstance(value, int) or isinstance(value, bool):
             raise SemanticError(f"autotune parameter '{name}' must be an integer, got {value!r}", kernel.loc)
     resolved = {name: config.get(name, values[0]) for name, values in space.items()}
