@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import phobos
 from phobos.compiler import parse_source
 from phobos.errors import LaunchError, PhobosError
-from phobos.frontend.launch_rules import next_pow2, term_text
+from phobos.frontend.launch_rules import Condition, LaunchRules, Term, next_pow2, term_text
 from phobos.frontend.sema import configurations, launch_rules
 
 from .frontend_support import front_end_errors
@@ -328,3 +330,42 @@ def test_repr_shows_the_rules():
     text = repr(phobos.jit(DERIVED, "derived.phobos", mode=FakeGpu()).rows)
     assert "2 configurations (WARPS in [4, 8]); derives BN = minimum(next_pow2(N), 256); " \
            "derives PASSES = minimum(cdiv(N, BN), 2)" in text
+
+
+# --- interval reasoning is sound: the bounds hold every value, so "can never hold" is never wrong
+
+_INT_OPS = ["add", "sub", "mul", "div", "rem", "cdiv", "minimum", "maximum"]
+_COMPARISONS = ["lt", "le", "gt", "ge", "eq", "ne"]
+
+
+def _int_terms():
+    leaves = st.one_of(st.sampled_from(["N", "M"]).map(lambda n: Term("name", "int", value=n)),
+                       st.integers(-70, 70).map(lambda v: Term("const", "int", value=v)))
+    return st.recursive(leaves, lambda inner: st.one_of(
+        st.tuples(st.sampled_from(_INT_OPS), inner, inner).map(lambda t: Term(t[0], "int", (t[1], t[2]))),
+        inner.map(lambda a: Term("next_pow2", "int", (a,))),
+        inner.map(lambda a: Term("neg", "int", (a,)))), max_leaves=6)
+
+
+def _conditions():
+    comparisons = st.tuples(st.sampled_from(_COMPARISONS), _int_terms(), _int_terms()).map(
+        lambda t: Term(t[0], "bool", (t[1], t[2])))
+    return st.recursive(comparisons, lambda inner: st.one_of(
+        st.tuples(st.sampled_from(["and", "or"]), inner, inner).map(lambda t: Term(t[0], "bool", (t[1], t[2]))),
+        inner.map(lambda a: Term("not", "bool", (a,)))), max_leaves=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_conditions(), st.integers(0, 3000), st.integers(0, 3000), st.integers(0, 3000), st.integers(0, 3000))
+def test_bounds_contain_every_value(condition, n, m, a, b):
+    ranges = {"N": (min(n, a), max(n, a)), "M": (min(m, b), max(m, b))}
+    try:
+        value = condition.evaluate({"N": n, "M": m})
+    except ZeroDivisionError:
+        return
+    assert value in condition.bounds(ranges)
+    rules = LaunchRules("k", {}, ["N", "M"], conditions=[Condition(condition, None)])
+    narrowed, never = rules.ranges({})
+    if value:
+        assert never is None
+        assert narrowed["N"][0] <= n <= narrowed["N"][1] and narrowed["M"][0] <= m <= narrowed["M"][1]
