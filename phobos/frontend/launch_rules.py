@@ -9,8 +9,9 @@
 # before anything is compiled or run: integer and bool literals, the kernel's
 # size names, autotune parameters and derived constants (those derived before,
 # within @derive), `+ - * / %` (C division), comparisons, `&& || !`, and the
-# functions next_pow2, cdiv, minimum and maximum.  Integers are exact (no
-# wrap-around: a product of two sizes does not overflow); a derived constant
+# functions next_pow2, cdiv, minimum and maximum.  They compute as expressions
+# of literals alone do (phobos.constants.exact): exact integers, no
+# wrap-around (a product of two sizes does not overflow); a derived constant
 # must fit i32, since the kernel sees it as an i32 constant.
 #
 # `rules_of(kernel, space)` checks the decorators, with located errors, and
@@ -32,8 +33,10 @@ from dataclasses import dataclass, field
 
 from . import ast
 from .ast import start_loc
+from ..constants import OPERATORS, exact, int_range
 from ..dispatch import Dispatch
 from ..errors import ErrorList, LaunchError, Loc, Note, PhobosError, SemanticError
+from ..types import DType
 
 Config = dict[str, int]
 
@@ -44,7 +47,7 @@ RULE_DECORATORS = ("derive", "require", "key")
 #: (moved into the range its conditions allow), wherever its conditions hold.
 SAMPLE_SIZES = (1000, 1, 100000)
 
-I32_MAX = 2**31 - 1
+I32_MIN, I32_MAX = int_range(DType.I32)
 UNBOUNDED = math.inf
 
 #: The functions a launch expression may call: name -> number of arguments.
@@ -93,26 +96,26 @@ def next_pow2(x: int) -> int:
 
 
 def _divide(a: int, b: int) -> int:
-    """C division: truncates toward zero."""
-    if b == 0:
-        raise ZeroDivisionError("division by zero")
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
+    """C division: truncates toward zero; ZeroDivisionError for b == 0."""
+    return exact("div", {}, a, b)
 
+
+def _exactly(symbol: str) -> Callable:
+    """The language's binary operator `symbol` on exact values (phobos.constants)."""
+    opcode, attrs = OPERATORS[symbol]
+    return lambda a, b: exact(opcode, attrs, a, b)
+
+
+# The binary operators of launch expressions, as Term ops: a comparison's predicate, else the IR opcode.
+_BINARY = {symbol: OPERATORS[symbol][1].get("pred", OPERATORS[symbol][0])
+           for symbol in ("+", "-", "*", "/", "%", "&&", "||", "==", "!=", "<", "<=", ">", ">=")}
 
 EVALUATE: dict[str, Callable] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": _divide, "rem": lambda a, b: a - _divide(a, b) * b,
+    **{op: _exactly(symbol) for symbol, op in _BINARY.items()},
     "neg": lambda a: -a, "not": lambda a: not a,
-    "and": lambda a, b: a and b, "or": lambda a, b: a or b,
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
     "next_pow2": next_pow2, "cdiv": lambda a, b: _divide(a + b - 1, b),
     "minimum": min, "maximum": max,
 }
-
-_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "&&": "and", "||": "or",
-           "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 _ARITHMETIC = {"add", "sub", "mul", "div", "rem"}
 _LOGIC = {"and", "or"}
 _SYMBOLS = {op: symbol for symbol, op in _BINARY.items()}
@@ -294,7 +297,7 @@ class LaunchRules:
             except ZeroDivisionError:
                 raise LaunchError(f"{self.kernel_name}: @derive({d.name} = {term_text(d.term)}) at {d.loc} "
                                   f"divides by zero for {sizes_text(sizes)}") from None
-            if not -I32_MAX - 1 <= value <= I32_MAX:
+            if not I32_MIN <= value <= I32_MAX:
                 raise LaunchError(f"{self.kernel_name}: @derive({d.name} = {term_text(d.term)}) at {d.loc} "
                                   f"is {value} for {sizes_text(sizes)}, which does not fit the i32 constant "
                                   f"{d.name}")
