@@ -307,6 +307,9 @@ def test_a_cost_model_prunes_before_timing(tmp_path, monkeypatch):
     assert {tuple(c.items()) for c in gpu.timed_configs()} == {(("BN", 256), ("WARPS", 4)),
                                                              (("BN", 256), ("WARPS", 8))}
     assert all(sizes == {"M": 3, "N": 200} and config["BN"] >= 200 for config, sizes in seen)
+    assert len(seen) == 4
+    fn(x, x.copy())  # the same key: the choice is remembered, the model is not asked again
+    assert len(seen) == 4 and len(gpu.timed) == 2
 
 
 @pytest.mark.parametrize("options, expected", [

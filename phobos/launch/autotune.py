@@ -136,6 +136,10 @@ class Tuning:
                               f"JSON value (numbers, strings, lists, dicts)") from None
         return value, f"function {getattr(self.key, '__qualname__', type(self.key).__qualname__)}"
 
+    def pruning_key(self) -> tuple | None:
+        """What tells this pruning apart from another in the process (None: nothing is pruned)."""
+        return None if self.cost is None else (id(self.cost), self.keep)
+
     def prune(self, configs: list[dict[str, int]], sizes: dict[str, int]) -> list[dict[str, int]]:
         """The configurations to time: all of them, or the `keep` the cost model rates cheapest."""
         if self.cost is None or len(configs) <= self.keep:

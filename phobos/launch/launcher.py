@@ -21,9 +21,9 @@
 # for a new tuning key (by default the sizes rounded up to powers of two; and
 # device, source and Phobos build) compiles every candidate, skips those that
 # cannot run, times the rest on scratch copies of the tensors the kernel
-# writes, and keeps the fastest (phobos.launch.autotune).  The choice, the compiled kernels and ptxas's reports are
-# kept in memory and on disk (phobos.launch.cache), so the next process starts where
-# this one left off.
+# writes, and keeps the fastest (phobos.launch.autotune).  The choice, the
+# compiled kernels and ptxas's reports are kept in memory and on disk
+# (phobos.launch.cache), so the next process starts where this one left off.
 #
 # The grid: given by the caller as a tuple or as `grid(config, sizes)`, or
 # inferred per configuration from CompiledKernel.grid_hint: a store indexed
@@ -523,16 +523,17 @@ class _Kernel:
         configs = self.serving(call.sizes, forced)
         if len(configs) == 1 or not backend.tunes or not autotune_enabled():
             return configs[0], {}
-        configs = tuning.prune(configs, call.sizes)
-        if len(configs) == 1:
-            return configs[0], {}
         device, arch = backend.device(), backend.arch()
         key, keying = tuning.key_for(self.rules, call.sizes)
         memory_key = (cache.canonical_json(key), keying, tuple(tuple(c.items()) for c in configs),
-                      str(_grid_key(spec)), device.name, arch)
+                      tuning.pruning_key(), str(_grid_key(spec)), device.name, arch)
         if memory_key in self._choices:
             choice = self._choices[memory_key]
             return choice.config, choice.timings
+        configs = tuning.prune(configs, call.sizes)
+        if len(configs) == 1:
+            self._choices[memory_key] = autotune.TuneResult(configs[0])
+            return configs[0], {}
         disk_key = {"source": self.source_digest, "kernel": self.name, "key": key, "keying": keying,
                     "dtypes": {p.name: p.dtype.value for p in self.params}, "candidates": configs,
                     "grid": _grid_key(spec), "device": device.name, "arch": arch, "build": cache.phobos_build()}
