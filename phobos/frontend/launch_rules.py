@@ -252,7 +252,7 @@ class Condition:
         return term_text(self.term)
 
     def describe(self) -> str:
-        """`BN >= N (examples/softmax.phobos:4:11)`: how messages name a condition."""
+        """`@require(BN >= N) at examples/rows.phobos:2:10`: how messages name a condition."""
         return f"@require({self.text}) at {self.loc}"
 
 
@@ -395,9 +395,10 @@ class LaunchRules:
                 sizes = {n: int(min(max(sample, ranges[n][0]), ranges[n][1])) for n in self.sizes}
                 try:
                     full = self.complete(config, sizes)
-                except LaunchError:
+                    served = self.failing(full, sizes) is None
+                except LaunchError:  # a derived constant beyond i32, a division by zero: not a sample
                     continue
-                if self.failing(full, sizes) is None and full not in out:
+                if served and full not in out:
                     out.append(full)
         return out
 
