@@ -319,24 +319,50 @@ def test_a_different_device_is_tuned_anew():
     assert len(other.timed) == 4 and add.config == {"BLOCK": 1024}
 
 
-def test_grid_functions_are_told_apart_by_the_grids_they_give(monkeypatch):
-    def tuned_with(grid, gpu, n=1000):
-        add = phobos.kernel(ADD4, mode=gpu)
-        a, b = random_vectors(n)
-        add[grid](a, b, np.empty_like(a))
-        return add.config
+def tuned_with(grid, gpu, n=1000):
+    add = phobos.kernel(ADD4, mode=gpu)
+    a, b = random_vectors(n)
+    add[grid](a, b, np.empty_like(a))
+    return add.config
 
+
+def blocks_of(width):
+    return lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]) * width,)
+
+
+def test_grid_functions_are_told_apart_by_their_code_and_values_not_their_name(monkeypatch):
     ceil = FakeGpu(TIMES)
     assert tuned_with(lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),), ceil) == {"BLOCK": 256}
-    one = FakeGpu({"BLOCK=1024": 0.1})  # another lambda, another grid: its own choice, in memory and on disk
+    one = FakeGpu({"BLOCK=1024": 0.1})  # another lambda: its own choice, in memory and on disk
     assert tuned_with(lambda config, sizes: (1,), one) == {"BLOCK": 1024} and len(one.timed) == 4
+    twice = FakeGpu({"BLOCK=512": 0.1})  # the same code reading another value from its closure
+    assert tuned_with(blocks_of(2), twice) == {"BLOCK": 512} and len(twice.timed) == 4
     forget_memory(monkeypatch)
-    again = FakeGpu({"BLOCK=128": 0.1})  # a new lambda giving the first one's grids: the same work
-    assert tuned_with(lambda c, s: ((s["N"] + c["BLOCK"] - 1) // c["BLOCK"],), again) == {"BLOCK": 256}
-    assert again.timed == []
-    assert tuned_with(lambda c, s: (1,), again) == {"BLOCK": 1024} and again.timed == []
-    assert tuned_with(lambda c, s: (1,), again, n=2000) == {"BLOCK": 128} and len(again.timed) == 4
-    assert len(list((cache.cache_dir() / cache.AUTOTUNE).iterdir())) == 3
+    again = FakeGpu({"BLOCK=128": 0.1})  # the same functions made anew, as in another process: found on disk
+    assert tuned_with(lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),), again) == {"BLOCK": 256}
+    assert tuned_with(lambda config, sizes: (1,), again) == {"BLOCK": 1024}
+    assert tuned_with(blocks_of(2), again) == {"BLOCK": 512} and again.timed == []
+    assert tuned_with(blocks_of(3), again) == {"BLOCK": 128} and len(again.timed) == 4
+    assert len(list((cache.cache_dir() / cache.AUTOTUNE).iterdir())) == 4
+
+
+def test_a_grid_function_reading_an_object_is_known_by_its_grids_and_not_kept_on_disk():
+    widths = np.array([1, 2])
+    reads_an_array = lambda config, sizes: (int(widths[0]) * -(-sizes["N"] // config["BLOCK"]),)  # noqa: E731
+    assert launcher.function_digest(reads_an_array) is None
+    assert launcher.function_digest(blocks_of(2)) != launcher.function_digest(blocks_of(3))
+    assert launcher.function_digest(blocks_of(2)) == launcher.function_digest(blocks_of(2))
+    gpu = FakeGpu({"BLOCK=512": 0.1})
+    add = phobos.kernel(ADD4, mode=gpu)[reads_an_array]
+    a, b = random_vectors(1000)
+    add(a, b, np.empty_like(a))
+    assert add.config == {"BLOCK": 512} and len(gpu.timed) == 4
+    add(a, b, np.empty_like(a))
+    assert len(gpu.timed) == 4  # remembered in memory
+    widths[0] = 2  # now it gives other grids: chosen anew
+    add(a, b, np.empty_like(a))
+    assert len(gpu.timed) == 8
+    assert not (cache.cache_dir() / cache.AUTOTUNE).exists()
 
 
 def test_a_corrupt_choice_on_disk_is_ignored_and_replaced(isolated_cache, monkeypatch):
