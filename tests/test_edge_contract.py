@@ -176,3 +176,25 @@ def test_barriers_only_where_threads_could_overtake_each_other():
         x[0 :+ 64] = f32(arange(64))
         y[0 :+ 64] = x[0 :+ 64] * 2.0
     }""") == 0  # the same slice in the same layout: each element stays with its thread
+    walk = """kernel k(x: tensor<f32>[N], y: tensor<f32>[N]) {{
+        for c in range(0, N, {step}) {{
+            y[c :+ 64] = f32(arange(64)) + x[c :+ 64]
+        }}
+    }}"""
+    assert barriers(walk.format(step=64)) == 0  # each iteration stores past the last one's slice
+    assert barriers(walk.format(step=32)) == 1  # overlapping slices, each element in another thread
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_overlapping_stores_in_a_loop_land_in_order(mode):
+    src = """kernel k(y: tensor<f32>[N]) {
+        for c in range(0, 96, 32) {
+            y[c :+ 64] = f32(arange(64)) + f32(c)
+        }
+    }"""
+    y = np.zeros(160, np.float32)
+    run(src, mode, y)
+    want = np.zeros(160, np.float32)
+    for c in range(0, 96, 32):
+        want[c:c + 64] = np.arange(64) + c
+    np.testing.assert_array_equal(y, want)

@@ -23,8 +23,11 @@
 # the accesses made since the last barrier.  A loop's body is walked again,
 # starting from the accesses before the loop and those its end leaves, until
 # that start stops growing (it only grows, and there are finitely many
-# accesses); those carried over from an earlier iteration never count as the
-# same slice (their start values were that iteration's).  Both branches of an `if` start from the accesses
+# accesses).  An access carried over from an earlier iteration never counts
+# as the same slice (its start values were that iteration's), but the same
+# slice expression is apart from itself when it starts at the loop variable
+# (plus a constant) along a dim whose size the step reaches: `y[r, c :+ BN]`
+# in `for c in range(0, N, BN)` touches other elements in every iteration.  Both branches of an `if` start from the accesses
 # before it, and after it either may have run.  The loads that a fused store
 # computes (fusion.py) happen at the store.  Barriers that other ops emit for
 # shared memory are not counted: at worst a barrier is one too many.
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..middle.ir import Block, Function, Op, Value
+from ..middle.ir import Block, Function, Op, Value, walk
 from .fusion import fusion_plan
 from .layout import Layout
 
@@ -46,22 +49,50 @@ class Access:
     sizes: tuple[int | None, ...]
     layout: Layout | None  # None: a scalar
     first_replica_only: bool  # only the first of each element's replicas makes it
-    carried: bool = False  # made in an earlier iteration of an enclosing loop
+    carried: Value | None = None  # made in an earlier iteration of the loop with this induction variable
 
 
-def conflict(a: Access, b: Access) -> bool:
-    """Whether `b`, after `a` with no barrier between, may touch an element of `a` in another thread, one writing."""
+def conflict(a: Access, b: Access, steps: dict[Value, int]) -> bool:
+    """Whether `b`, after `a` with no barrier between, may touch an element of `a` in another thread, one writing.
+
+    `steps` gives the step of each loop by its induction variable."""
     if a.tensor is not b.tensor or {a.kind, b.kind} in ({"load"}, {"atomic_add"}):
         return False
-    same_slice = not a.carried and a.starts == b.starts and a.sizes == b.sizes
+    if a.carried is not None:
+        return not (a.starts == b.starts and a.sizes == b.sizes and _apart_each_iteration(a, steps))
+    same_slice = a.starts == b.starts and a.sizes == b.sizes
     one_thread = a.layout == b.layout and (
         (a.first_replica_only and b.first_replica_only) or (a.layout is not None and not a.layout.replicas))
     return not (same_slice and one_thread)
 
 
+def _apart_each_iteration(a: Access, steps: dict[Value, int]) -> bool:
+    """Whether the slice `a`, made anew in each iteration of the loop that carried it, moves past itself:
+    along some dim it starts at the induction variable (plus a constant) and the step is at least its size."""
+    step = abs(steps[a.carried])
+    for start, size in zip(a.starts, a.sizes):
+        if _offset_from(start, a.carried) is not None and step >= (size or 1):
+            return True
+    return False
+
+
+def _offset_from(v: Value, iv: Value) -> int | None:
+    """c when `v` is `iv + c` (or `iv` itself: 0), else None."""
+    if v is iv:
+        return 0
+    op = v.owner
+    if isinstance(op, Op) and op.opcode == "add":
+        a, b = op.operands
+        for x, c in ((a, b), (b, a)):
+            if x is iv and isinstance(c.owner, Op) and c.owner.opcode == "const":
+                return c.owner.attrs["value"]
+    return None
+
+
 def global_barriers(func: Function, layouts: dict[Value, Layout], use_count: dict[Value, int]) -> set[Op]:
     """The loads, stores and atomic adds of `func` that need a barrier before them (see the header)."""
     marked: set[Op] = set()
+    steps = {op.regions[0].args[0]: op.attrs["step"] for op in walk(func.body) if op.opcode == "for"}
 
     def access(op: Op, fused_load: bool = False) -> Access:
         value = op.result if op.opcode == "load" else op.operands[-1]
@@ -76,7 +107,7 @@ def global_barriers(func: Function, layouts: dict[Value, Layout], use_count: dic
             if op.opcode in ("load", "store", "atomic_add") and op not in at_store:
                 group = [access(ld, fused_load=True) for ld in plans[op].loads] if op in plans else []
                 group.append(access(op))
-                if any(conflict(a, b) for a in made for b in group):
+                if any(conflict(a, b, steps) for a in made for b in group):
                     marked.add(op)
                     made = frozenset()
                 made = made | frozenset(group)
@@ -91,7 +122,7 @@ def global_barriers(func: Function, layouts: dict[Value, Layout], use_count: dic
         start = before
         while True:
             end = walk_block(body, start)
-            grown = start | frozenset(replace(a, carried=True) for a in end)
+            grown = start | frozenset(replace(a, carried=body.args[0]) for a in end)
             if grown == start:
                 return end
             start = grown
