@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compiler import CompiledKernel
+from ..configuration import config_text
 from ..errors import LaunchError, PhobosError
-from ..ptxcheck import Report
 from ..log import Progress
+from ..ptxcheck import Report
 from ..run.runtime import DeviceProperties
 
 #: Tuning more configurations than this logs progress lines from the start.
@@ -46,11 +47,6 @@ class Skipped(Exception):
         super().__init__(reason)
         self.reason = reason
         self.fallback = fallback
-
-
-def config_text(config: dict[str, int]) -> str:
-    """`TILE_M=64, TILE_N=128`: how configurations are named in timings and messages."""
-    return ", ".join(f"{name}={value}" for name, value in config.items()) or "no autotune parameters"
 
 
 def launch_problem(kernel: CompiledKernel, device: DeviceProperties) -> str | None:
