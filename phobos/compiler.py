@@ -12,11 +12,13 @@
 # names the kernel and configuration, never as a bare traceback.
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
 from . import __version__
 from .configuration import config_text
+from .log import Progress
 from .frontend import ast
 from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
 from .middle.ir import KernelParam, Op, format_function, verify, walk
@@ -38,7 +40,18 @@ class Target:
     cp_async: bool
     tensor_cores: bool  # mma.sync of bf16, f16 and tf32 (m16n8k16, m16n8k8)
 
+    @property
+    def compute_capability(self) -> int:
+        """90 for sm_90 and sm_90a."""
+        return int(self.arch.removeprefix("sm_").rstrip("a"))
 
+    @property
+    def arch_specific(self) -> bool:
+        """sm_90a and the like: code for exactly that GPU generation, not for later ones."""
+        return self.arch.endswith("a")
+
+
+#: The targets Phobos generates code for (and ptxcheck accepts).
 TARGETS = {
     "sm_75": Target("sm_75", 64 * 1024, False, False),
     "sm_80": Target("sm_80", 163 * 1024, True, True),
@@ -46,8 +59,14 @@ TARGETS = {
     "sm_87": Target("sm_87", 163 * 1024, True, True),
     "sm_89": Target("sm_89", 99 * 1024, True, True),
     "sm_90": Target("sm_90", 227 * 1024, True, True),
-    "sm_90a": Target("sm_90a", 227 * 1024, True, True),  # sm_90 plus wgmma and setmaxnreg: runs on 9.0 only
+    "sm_90a": Target("sm_90a", 227 * 1024, True, True),
 }
+
+
+#: The widths tensor indices can be compiled with (compile_kernel's index_bits).
+INDEX_WIDTHS = (32, 64)
+
+logger = logging.getLogger(__name__)
 
 
 class InternalError(PhobosError):
@@ -78,6 +97,7 @@ class CompiledKernel:
     grid_hint: list[tuple[str, int] | None]  # per grid axis: (size name, tile) when stores make it clear
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     notes: list[str] = field(default_factory=list)  # the code chosen where it matters (tensor cores or not)
+    index_bits: int = 32  # width of tensor dims and size parameters (compile_kernel)
 
     @property
     def config_text(self) -> str:
@@ -115,20 +135,30 @@ def pick_kernel(program: ast.Program, kernel: str | None) -> ast.Kernel:
 
 
 def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None, kernel: str | None = None,
-            filename: str = "<source>", dumps: Dumps | None = None) -> CompiledKernel:
+            filename: str = "<source>", dumps: Dumps | None = None, index_bits: int = 32) -> CompiledKernel:
     """Compile one kernel of `src` for one autotune configuration (first values when None)."""
     program = parse_source(src, filename)
-    return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps)
+    return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps,
+                          index_bits=index_bits)
 
 
 def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int] | None = None,
                    dumps: Dumps | None = None, verify_each: bool = False,
-                   allocate_registers: bool = True) -> CompiledKernel:
+                   allocate_registers: bool = True, index_bits: int = 32) -> CompiledKernel:
     """Compile one parsed kernel; `verify_each` checks the IR after every pass,
-    `allocate_registers=False` keeps one PTX register per value (for comparison)."""
+    `allocate_registers=False` keeps one PTX register per value (for comparison).
+
+    `index_bits` is 32 or 64: the width of tensor dims, of the size parameters
+    in the PTX and of element coordinates.  32 serves every tensor whose dims
+    are below 2^31 (addresses are 64-bit either way); 64 serves any.  The
+    size names a kernel reads stay the language's i32 (the parameter's low
+    half), exact while the size fits.
+    """
     tgt = target(arch)
+    if index_bits not in INDEX_WIDTHS:
+        raise PhobosError(f"index_bits must be 32 or 64, got {index_bits!r}")
     try:
-        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers)
+        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers, index_bits)
     except PhobosError as err:
         resolved = resolve_config(k, config) if not isinstance(err, SemanticError) or config else {}
         if resolved:
@@ -142,7 +172,7 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
 
 
 def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool,
-              allocate_registers: bool) -> CompiledKernel:
+              allocate_registers: bool, index_bits: int) -> CompiledKernel:
     times: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -165,7 +195,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     after = dumps.after if dumps is not None else None
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
-    thread = lower(func, tgt.shared_bytes, tgt.cp_async, tgt.tensor_cores)
+    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits, tgt.tensor_cores)
     expand_math(thread)
     if verify_each:
         verify(thread, thread_level=True)
@@ -182,7 +212,8 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         name=k.name, params=entry_params(thread), body=items, threads=thread.attrs["threads"],
         register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
         header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
-                        + (f", configuration {config_text(ck.config)}" if ck.config else ""),
+                        + (f", configuration {config_text(ck.config)}" if ck.config else "")
+                        + (f", {index_bits}-bit indices" if index_bits != 32 else ""),
                         f"{thread.attrs['threads']} threads per CTA, {thread.attrs['shared_bytes']} bytes of "
                         f"shared memory, peak register pressure {alloc.peak_pressure}",
                         *thread.attrs["notes"]])
@@ -193,7 +224,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(func.attrs["params"]), arch=tgt.arch,
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
         registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times,
-        notes=list(thread.attrs["notes"]))
+        notes=list(thread.attrs["notes"]), index_bits=index_bits)
 
 
 def grid_hints(func) -> list[tuple[str, int] | None]:
@@ -242,15 +273,19 @@ def compile_all(src: str, *, arch: str = "sm_90", filename: str = "<source>") ->
 
     A configuration that does not fit the target (too much shared memory, say)
     is given as its ResourceError instead of a kernel; any other error is raised.
+    A long run logs progress lines (phobos.log.Progress).
     """
     program = parse_source(src, filename)
+    jobs = [(k, config) for k in program.kernels for config in configurations(k)]
+    progress = Progress(logger, f"compiling {filename} for {arch}", len(jobs), "configurations")
     out: list[CompiledKernel | ResourceError] = []
-    for k in program.kernels:
-        for config in configurations(k):
-            try:
-                out.append(compile_kernel(k, arch=arch, config=config))
-            except ResourceError as err:
-                out.append(err)
+    for k, config in jobs:
+        try:
+            out.append(compile_kernel(k, arch=arch, config=config))
+        except ResourceError as err:
+            out.append(err)
+        progress.update(len(out))
+    progress.finish(f"{len(out)} configurations compiled")
     return out
 
 

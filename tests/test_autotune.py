@@ -3,7 +3,8 @@
 # tuning with a fake GPU that records which buffers each launch was given.
 from __future__ import annotations
 
-import io
+import logging
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -14,7 +15,7 @@ from phobos.launch import cache, launcher
 from phobos.configuration import config_text
 from phobos.launch.autotune import Skipped, screen, tune
 from phobos.compiler import compile
-from phobos.errors import LaunchError, ResourceError
+from phobos.errors import LaunchError, PtxasTimeout, ResourceError
 from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
 
 from .launcher_fakes import (ADD4, FAKE_DEVICE, TWO_PARAMETERS, DeviceArray, FakeGpu, forget_memory,
@@ -28,22 +29,17 @@ def fake_timer(times: dict[int, float]):
     return lambda config: times[config["BLOCK"]]
 
 
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
 # --- the choice
 
 
 def test_the_fastest_configuration_wins():
-    result = tune("add", CONFIGS, lambda c: c, fake_timer({128: 3.0, 256: 1.5, 512: 0.5, 1024: 2.0}), io.StringIO())
+    result = tune("add", CONFIGS, lambda c: c, fake_timer({128: 3.0, 256: 1.5, 512: 0.5, 1024: 2.0}))
     assert result.config == {"BLOCK": 512}
     assert result.timings == {"BLOCK=128": 3.0, "BLOCK=256": 1.5, "BLOCK=512": 0.5, "BLOCK=1024": 2.0}
 
 
 def test_ties_go_to_the_first_listed():
-    assert tune("add", CONFIGS, lambda c: c, lambda c: 1.0, io.StringIO()).config == {"BLOCK": 128}
+    assert tune("add", CONFIGS, lambda c: c, lambda c: 1.0).config == {"BLOCK": 128}
 
 
 def test_skipped_configurations_are_recorded_with_their_reasons():
@@ -54,7 +50,7 @@ def test_skipped_configurations_are_recorded_with_their_reasons():
             raise ResourceError("the tile needs more registers than a thread has")
         return config
 
-    result = tune("add", CONFIGS, evaluate, fake_timer({256: 2.0, 512: 3.0}), io.StringIO())
+    result = tune("add", CONFIGS, evaluate, fake_timer({256: 2.0, 512: 3.0}))
     assert result.config == {"BLOCK": 256}
     assert result.timings == {"BLOCK=128": "needs 300000 bytes of shared memory", "BLOCK=256": 2.0,
                               "BLOCK=512": 3.0, "BLOCK=1024": "the tile needs more registers than a thread has"}
@@ -66,7 +62,7 @@ def test_failures_while_timing_are_reasons_too():
             raise LaunchError("kernel 'add' failed: too many resources requested for launch")
         return 1.0 + config["BLOCK"]
 
-    result = tune("add", CONFIGS, lambda c: c, measure, io.StringIO())
+    result = tune("add", CONFIGS, lambda c: c, measure)
     assert result.config == {"BLOCK": 128}
     assert result.timings["BLOCK=512"] == "kernel 'add' failed: too many resources requested for launch"
 
@@ -83,7 +79,7 @@ def test_spilling_configurations_are_timed_only_when_nothing_else_runs():
             raise Skipped("spills registers", fallback=config)
         return config
 
-    result = tune("add", CONFIGS, spills_above_256, measure, io.StringIO())
+    result = tune("add", CONFIGS, spills_above_256, measure)
     assert result.config == {"BLOCK": 128} and timed == [128, 256]
     assert result.timings["BLOCK=512"] == "spills registers"
 
@@ -91,7 +87,7 @@ def test_spilling_configurations_are_timed_only_when_nothing_else_runs():
         raise Skipped("spills registers", fallback=config)
 
     timed.clear()
-    result = tune("add", CONFIGS, all_spill, measure, io.StringIO())
+    result = tune("add", CONFIGS, all_spill, measure)
     assert result.config == {"BLOCK": 128} and timed == [128, 256, 512, 1024]
     assert result.timings == {"BLOCK=128": 128.0, "BLOCK=256": 256.0, "BLOCK=512": 512.0, "BLOCK=1024": 1024.0}
 
@@ -101,24 +97,40 @@ def test_no_runnable_configuration_is_an_error_listing_every_reason():
         raise Skipped(f"reason {config['BLOCK']}")
 
     with pytest.raises(LaunchError) as error:
-        tune("add", CONFIGS[:2], evaluate, fake_timer({}), io.StringIO())
+        tune("add", CONFIGS[:2], evaluate, fake_timer({}))
     assert error.value.message == ("add: no configuration can run on this device:\n"
                                    "  BLOCK=128: reason 128\n  BLOCK=256: reason 256")
 
 
-def test_progress_is_shown_for_more_than_three_configurations():
-    log = io.StringIO()
-    tune("add", CONFIGS, lambda c: c, fake_timer({128: 4.0, 256: 3.0, 512: 2.0, 1024: 1.0}), log)
-    assert log.getvalue() == "phobos: tuning add over 4 configurations... 4/4, best BLOCK=1024: 1 ms\n"
-    terminal = Terminal()
-    tune("add", CONFIGS, lambda c: c, fake_timer({128: 4.0, 256: 3.0, 512: 2.0, 1024: 0.25}), terminal)
-    assert terminal.getvalue().split("\r")[1:] == [
-        "phobos: tuning add over 4 configurations... 1/4", "phobos: tuning add over 4 configurations... 2/4",
-        "phobos: tuning add over 4 configurations... 3/4", "phobos: tuning add over 4 configurations... 4/4",
-        "phobos: tuning add over 4 configurations... 4/4, best BLOCK=1024: 0.25 ms\n"]
-    quiet = Terminal()
-    tune("add", CONFIGS[:3], lambda c: c, lambda c: 1.0, quiet)
-    assert quiet.getvalue() == ""
+def phobos_messages(caplog, level=logging.DEBUG) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("phobos") and r.levelno >= level]
+
+
+def test_progress_is_logged_for_more_than_three_configurations(caplog):
+    caplog.set_level(logging.INFO, logger="phobos")
+    tune("add", CONFIGS, lambda c: c, fake_timer({128: 4.0, 256: 3.0, 512: 2.0, 1024: 1.0}))
+    first, last = phobos_messages(caplog)
+    assert first == "tuning add over 4 configurations..."
+    assert re.fullmatch(r"tuning add over 4 configurations: best BLOCK=1024: 1 ms \(\d+\.\d s\)", last)
+    caplog.clear()
+    tune("add", CONFIGS[:3], lambda c: c, lambda c: 1.0)
+    assert phobos_messages(caplog) == []
+
+
+def test_the_autotune_report_is_logged_at_debug(caplog):
+    caplog.set_level(logging.DEBUG, logger="phobos")
+
+    def evaluate(config):
+        if config["BLOCK"] == 128:
+            raise Skipped("needs 300000 bytes of shared memory")
+        return config
+
+    tune("add", CONFIGS[:2], evaluate, fake_timer({256: 2.5}))
+    skipped, timed, choice = phobos_messages(caplog)
+    assert skipped == "tuning add: BLOCK=128: skipped: needs 300000 bytes of shared memory"
+    assert timed == "tuning add: BLOCK=256: 2.5 ms"
+    assert choice.startswith("tuning add over 2 configurations: best BLOCK=256: 2.5 ms")
+    assert phobos_messages(caplog, logging.INFO) == []  # two configurations: no progress lines
 
 
 def test_configuration_names():
@@ -140,7 +152,7 @@ def report(registers=32, spill_stores=0, spill_loads=0, ok=True, errors=()) -> R
 
 def screened(kernel, device=FAKE_DEVICE, ptxas=None) -> str | None:
     try:
-        screen(kernel, device, ptxas)
+        screen(kernel, device, lambda: ptxas)
     except Skipped as skipped:
         return skipped.reason
     return None
@@ -167,7 +179,7 @@ def test_registers_from_ptxas(add_1024):
 
 def test_spills_leave_a_fallback(add_1024):
     with pytest.raises(Skipped) as skipped:
-        screen(add_1024, FAKE_DEVICE, report(spill_stores=8, spill_loads=16))
+        screen(add_1024, FAKE_DEVICE, lambda: report(spill_stores=8, spill_loads=16))
     assert skipped.value.reason == "spills registers (8 bytes stored, 16 bytes loaded)"
     assert skipped.value.fallback is add_1024
 
@@ -178,6 +190,64 @@ def test_registers_from_the_compiler_estimate_without_ptxas(add_1024):
     assert screened(add_1024, tiny) == (
         f"the compiler estimates {add_1024.registers_estimate} registers per thread; 256 threads may use at most "
         f"{budget}")
+
+
+def test_estimates_far_beyond_the_limits_are_skipped_without_asking_ptxas(add_1024):
+    asked = []
+
+    def ptxas():
+        asked.append(True)
+        return report()
+
+    def reason(kernel, device=FAKE_DEVICE):
+        try:
+            screen(kernel, device, ptxas)
+        except Skipped as skipped:
+            return skipped.reason
+
+    assert reason(replace(add_1024, registers_estimate=510)) is None and len(asked) == 1
+    assert reason(replace(add_1024, registers_estimate=1555)) == (
+        "the compiler estimates 1555 registers per thread, more than 2 times the 255 a thread can have; "
+        "not assembled")
+    small = replace(FAKE_DEVICE, max_registers_per_block=256 * 100)
+    assert reason(replace(add_1024, registers_estimate=201), small) == (
+        "the compiler estimates 201 registers per thread, more than 2 times the 100 each of 256 threads may "
+        "use; not assembled")
+    assert reason(replace(add_1024, shared_bytes=10**6)).startswith("needs 1000000 bytes of shared memory")
+    assert len(asked) == 1
+
+
+HUGE_ROW = """\
+@autotune(BN in [1048576, 1024], WARPS in [4])
+kernel rownorm(x: tensor<f32>[M, N], y: tensor<f32>[M, N]) {
+    let xs = x[program_id(0), 0 :+ BN]
+    y[program_id(0), 0 :+ BN] = xs / sum(xs)
+}
+"""
+
+
+def test_a_tile_of_absurd_register_need_is_refused_before_any_code_is_written():
+    with pytest.raises(ResourceError) as error:
+        compile(HUGE_ROW, config={"BN": 1048576}, filename="rownorm.phobos")
+    assert error.value.message == (
+        "a tile<f32>[1048576] takes 8192 registers per thread with 128 threads; a thread has 255, and at most "
+        "1024 (the rest spilled to memory) are accepted: use more WARPS or a smaller tile")
+    assert (error.value.loc.line, error.value.loc.col) == (3, 15)
+    assert compile(HUGE_ROW, config={"BN": 1024}).threads == 128
+
+
+def test_the_tuner_skips_such_a_tile_without_running_ptxas(monkeypatch):
+    assembled = []
+
+    def fake_report(self, compiled, required=False):
+        assembled.append(compiled.config["BN"])
+        return Report("sm_90", "rownorm", True, [KernelReport("rownorm", 40, 0, 0)])
+
+    monkeypatch.setattr(launcher._Kernel, "ptxas_report", fake_report)
+    rownorm = phobos.kernel(HUGE_ROW, mode=FakeGpu())
+    rownorm(np.ones((2, 100), np.float32), np.zeros((2, 100), np.float32))
+    assert assembled == [1024] and rownorm.config == {"BN": 1024, "WARPS": 4}
+    assert rownorm.timings["BN=1048576, WARPS=4"].startswith("a tile<f32>[1048576] takes 8192 registers")
 
 
 # --- tuning inside the launcher
@@ -193,7 +263,7 @@ def call_add(add, n: int = 1000):
     return a, b, c
 
 
-def test_the_launcher_tunes_then_launches_the_fastest_on_the_real_arguments(capsys):
+def test_the_launcher_tunes_then_launches_the_fastest_on_the_real_arguments(caplog):
     gpu = FakeGpu(TIMES)
     add = phobos.kernel(ADD4, mode=gpu)
     a, b, c = call_add(add)
@@ -202,7 +272,7 @@ def test_the_launcher_tunes_then_launches_the_fastest_on_the_real_arguments(caps
     (run,) = gpu.runs
     assert run.compiled.config == {"BLOCK": 256} and run.grid == (4, 1, 1)
     assert run.ptx_arguments()[:3] == [a, b, c] and run.replacements == {}
-    assert "phobos: tuning add over 4 configurations... 4/4, best BLOCK=256: 0.5 ms" in capsys.readouterr().err
+    assert any(m.startswith("tuning add over 4 configurations: best BLOCK=256: 0.5 ms") for m in phobos_messages(caplog))
 
 
 def test_timing_runs_use_scratch_copies_never_the_callers_buffers():
@@ -259,6 +329,52 @@ def test_a_different_device_is_tuned_anew():
     add = phobos.kernel(ADD4, mode=other)
     call_add(add)
     assert len(other.timed) == 4 and add.config == {"BLOCK": 1024}
+
+
+def tuned_with(grid, gpu, n=1000):
+    add = phobos.kernel(ADD4, mode=gpu)
+    a, b = random_vectors(n)
+    add[grid](a, b, np.empty_like(a))
+    return add.config
+
+
+def blocks_of(width):
+    return lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]) * width,)
+
+
+def test_grid_functions_are_told_apart_by_their_code_and_values_not_their_name(monkeypatch):
+    ceil = FakeGpu(TIMES)
+    assert tuned_with(lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),), ceil) == {"BLOCK": 256}
+    one = FakeGpu({"BLOCK=1024": 0.1})  # another lambda: its own choice, in memory and on disk
+    assert tuned_with(lambda config, sizes: (1,), one) == {"BLOCK": 1024} and len(one.timed) == 4
+    twice = FakeGpu({"BLOCK=512": 0.1})  # the same code reading another value from its closure
+    assert tuned_with(blocks_of(2), twice) == {"BLOCK": 512} and len(twice.timed) == 4
+    forget_memory(monkeypatch)
+    again = FakeGpu({"BLOCK=128": 0.1})  # the same functions made anew, as in another process: found on disk
+    assert tuned_with(lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),), again) == {"BLOCK": 256}
+    assert tuned_with(lambda config, sizes: (1,), again) == {"BLOCK": 1024}
+    assert tuned_with(blocks_of(2), again) == {"BLOCK": 512} and again.timed == []
+    assert tuned_with(blocks_of(3), again) == {"BLOCK": 128} and len(again.timed) == 4
+    assert len(list((cache.cache_dir() / cache.AUTOTUNE).iterdir())) == 4
+
+
+def test_a_grid_function_reading_an_object_is_known_by_its_grids_and_not_kept_on_disk():
+    widths = np.array([1, 2])
+    reads_an_array = lambda config, sizes: (int(widths[0]) * -(-sizes["N"] // config["BLOCK"]),)  # noqa: E731
+    assert launcher.function_digest(reads_an_array) is None
+    assert launcher.function_digest(blocks_of(2)) != launcher.function_digest(blocks_of(3))
+    assert launcher.function_digest(blocks_of(2)) == launcher.function_digest(blocks_of(2))
+    gpu = FakeGpu({"BLOCK=512": 0.1})
+    add = phobos.kernel(ADD4, mode=gpu)[reads_an_array]
+    a, b = random_vectors(1000)
+    add(a, b, np.empty_like(a))
+    assert add.config == {"BLOCK": 512} and len(gpu.timed) == 4
+    add(a, b, np.empty_like(a))
+    assert len(gpu.timed) == 4  # remembered in memory
+    widths[0] = 2  # now it gives other grids: chosen anew
+    add(a, b, np.empty_like(a))
+    assert len(gpu.timed) == 8
+    assert not (cache.cache_dir() / cache.AUTOTUNE).exists()
 
 
 def test_a_corrupt_choice_on_disk_is_ignored_and_replaced(isolated_cache, monkeypatch):
@@ -328,6 +444,37 @@ def test_register_reports_come_from_ptxas_when_there_is_one(monkeypatch):
     call_add(add)
     assert reports == CONFIGS
     assert add.timings["BLOCK=512"] == "uses 600 registers per thread; 128 threads may use at most 256"
+
+
+def test_a_ptxas_that_takes_too_long_skips_its_configuration(monkeypatch, tmp_path, fresh_ptxas_lookup):
+    slow = tmp_path / "ptxas"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("PHOBOS_PTXAS", str(slow))
+    monkeypatch.setenv("PHOBOS_PTXAS_TIMEOUT", "0.2")
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    with pytest.raises(LaunchError) as error:
+        call_add(add)
+    assert gpu.runs == []
+    for config in CONFIGS:
+        assert f"  {config_text(config)}: ptxas took longer than 0.2 s on " in error.value.message
+    assert error.value.message.count("; not assembled (PHOBOS_PTXAS_TIMEOUT sets the limit, in seconds)") == 4
+    assert not list((cache.cache_dir() / cache.PTXAS).glob("*.json"))  # a timeout is not remembered
+
+
+def test_a_slow_ptxas_on_one_configuration_leaves_the_others(monkeypatch):
+    def fake_report(self, compiled, required=False):
+        if compiled.config["BLOCK"] == 256:
+            raise PtxasTimeout("ptxas took longer than 60 s on add.phobos [add: BLOCK=256]; not assembled")
+        return Report("sm_90", "add", True, [KernelReport("add", 20, 0, 0)])
+
+    monkeypatch.setattr(launcher._Kernel, "ptxas_report", fake_report)
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    assert add.timings["BLOCK=256"] == "ptxas took longer than 60 s on add.phobos [add: BLOCK=256]; not assembled"
+    assert add.config == {"BLOCK": 512}
 
 
 def test_an_empty_launch_tunes_nothing():

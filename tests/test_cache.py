@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import warnings
+import os
+import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +56,20 @@ def test_keys_address_entries_whatever_their_order(tmp_path):
 def test_the_build_names_the_version_and_a_digest_of_the_sources():
     version, digest = cache.phobos_build().split("+")
     assert version == __version__ and len(digest) == 16
+
+
+def test_the_build_digest_covers_every_stage_of_the_compiler(monkeypatch):
+    read = []
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda path: read.append(path) or original(path))
+    cache.phobos_build.cache_clear()
+    try:
+        cache.phobos_build()
+    finally:
+        cache.phobos_build.cache_clear()
+    package = Path(phobos.__file__).resolve().parent
+    covered = {path.relative_to(package).as_posix() for path in read}
+    assert {"compiler.py", "lower/memory.py", "ptx/emit.py", "frontend/sema.py", "launch/cache.py"} <= covered
 
 
 # --- storing and loading
@@ -106,16 +122,87 @@ def test_an_unreadable_entry_is_a_miss(tmp_path):
     assert fresh(tmp_path).load("kernels", KEY) is None
 
 
-def test_a_cache_that_cannot_be_written_is_warned_about_once(tmp_path):
+def load_within(store: DiskCache, seconds: float = 10.0):
+    """store.load(KEY), run in a thread: a read that never ends fails the test instead of hanging it."""
+    outcome = []
+    reader = threading.Thread(target=lambda: outcome.append(store.load("kernels", KEY)), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    assert not reader.is_alive(), "reading the entry did not finish"
+    return outcome[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_in_place_of_an_entry_is_a_miss_without_waiting(tmp_path):
+    path = DiskCache(tmp_path).path_for("kernels", KEY)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    assert load_within(fresh(tmp_path)) is None
+    DiskCache(tmp_path).store("kernels", KEY, {"ptx": "rebuilt"})  # replaced by a regular file
+    assert fresh(tmp_path).load("kernels", KEY) == {"ptx": "rebuilt"}
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_a_link_to_an_endless_device_is_a_miss(tmp_path):
+    path = DiskCache(tmp_path).path_for("kernels", KEY)
+    path.parent.mkdir(parents=True)
+    path.symlink_to("/dev/zero")
+    assert load_within(fresh(tmp_path)) is None
+
+
+def test_entries_beyond_the_size_bound_are_neither_read_nor_written(tmp_path, monkeypatch):
+    path = DiskCache(tmp_path).path_for("kernels", KEY)
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as file:  # hundreds of MB, sparse: a read of the whole would take a while
+        file.truncate(300 * 1024 * 1024)
+    assert load_within(fresh(tmp_path)) is None
+    DiskCache(tmp_path).store("kernels", KEY, {"ptx": "x" * 100})
+    entry_bytes = path.stat().st_size
+    assert fresh(tmp_path).load("kernels", KEY) == {"ptx": "x" * 100}
+    monkeypatch.setattr(cache, "MAX_ENTRY_BYTES", entry_bytes - 1)
+    assert fresh(tmp_path).load("kernels", KEY) is None
+    store = DiskCache(tmp_path)
+    store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "x" * entry_bytes})
+    assert not store.path_for("kernels", {**KEY, "arch": "sm_80"}).exists()
+    assert store.load("kernels", {**KEY, "arch": "sm_80"}) == {"ptx": "x" * entry_bytes}  # in memory only
+
+
+def test_a_cache_that_cannot_be_written_is_warned_about_once(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     store = DiskCache(blocker / "cache")
-    with pytest.warns(RuntimeWarning, match="phobos: cannot write the cache under .*file/cache"):
-        store.store("kernels", KEY, {"ptx": "text"})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "text"})
+    store.store("kernels", KEY, {"ptx": "text"})
+    store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "text"})
+    [record] = caplog.records
+    assert record.name == "phobos.launch.cache" and record.levelname == "WARNING"
+    assert re.fullmatch(r"cannot write the cache under .*file/cache \(.*\); set PHOBOS_CACHE_DIR to a writable "
+                        r"directory", record.getMessage())
     assert store.load("kernels", KEY) == {"ptx": "text"}  # still served from memory
+
+
+def test_info_counts_entries_and_bytes_per_namespace_and_clear_deletes_them(tmp_path):
+    store = DiskCache(tmp_path)
+    store.store("kernels", KEY, {"ptx": "x" * 100})
+    store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "y"})
+    store.store("autotune", KEY, {"config": {}})
+    (tmp_path / "kernels" / ".tmp-left-by-a-killed-writer.json").write_text("{")
+    info = store.info()
+    assert info.root == tmp_path and info.entries == {"kernels": 2, "ptxas": 0, "autotune": 1}
+    kernel_files = [p for p in (tmp_path / "kernels").glob("*.json") if not p.name.startswith(".tmp-")]
+    assert info.bytes["kernels"] == sum(p.stat().st_size for p in kernel_files) and info.bytes["ptxas"] == 0
+    lines = info.summary().splitlines()
+    assert lines[0] == f"cache: {tmp_path}" and lines[1].startswith("  kernels: 2 entries, ")
+    assert lines[-1].startswith("  total: 3 entries, ")
+    assert store.clear() == 3
+    assert list((tmp_path / "kernels").iterdir()) == [] and store.info().entries == {
+        "kernels": 0, "ptxas": 0, "autotune": 0}
+    assert store.load("kernels", KEY) is None  # forgotten in memory too
+
+
+def test_info_of_a_cache_that_does_not_exist_yet(tmp_path):
+    info = DiskCache(tmp_path / "nowhere").info()
+    assert info.entries == {"kernels": 0, "ptxas": 0, "autotune": 0} and sum(info.bytes.values()) == 0
+    assert DiskCache(tmp_path / "nowhere").clear() == 0
 
 
 def write_many(root: str, writer: int, count: int) -> None:

@@ -48,7 +48,7 @@ def emulator(monkeypatch):
 def test_import_phobos_loads_neither_the_compiler_nor_pycuda():
     probe = "import sys, phobos; print(sorted(m for m in sys.modules if m.startswith(('phobos.', 'pycuda'))))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['phobos.errors']"
+    assert out.strip() == "['phobos.errors', 'phobos.log']"
 
 
 def test_public_names_come_from_their_modules():
@@ -123,16 +123,36 @@ def test_unknown_mode_is_an_error_at_jit_time():
         phobos.jit(ADD4, mode=42)
 
 
-def test_no_gpu_means_the_emulator_with_a_notice(monkeypatch, capsys):
+def test_no_gpu_means_the_interpreter_with_a_notice_naming_both_cpu_modes(monkeypatch, caplog):
     monkeypatch.setattr(runtime, "gpu_available", lambda: (False, "PyCUDA is not installed"))
-    monkeypatch.delitem(backends._instances, "emulate", raising=False)
+    monkeypatch.setattr(backends, "_no_gpu_noticed", False)
     add = phobos.kernel(ADD4)
     a, b = random_vectors(8)
     c = np.empty_like(a)
     add(a, b, c)
     np.testing.assert_array_equal(c, a + b)
-    assert capsys.readouterr().err == (
-        "phobos: no GPU (PyCUDA is not installed); running kernels in the PTX emulator, on the CPU\n")
+    assert add._kernel.module.backend() is backends.select_backend("interpret")
+    [record] = [r for r in caplog.records if r.name.startswith("phobos")]
+    assert record.levelname == "WARNING"
+    assert record.getMessage() == (
+        "no GPU (PyCUDA is not installed); running kernels on the CPU in the interpreter (mode='interpret'); "
+        "mode='emulate' or PHOBOS_MODE=emulate runs the generated PTX in the emulator instead "
+        "(slower; checks what a GPU would hide)")
+    phobos.kernel(ADD4)(a, b, c)
+    assert len([r for r in caplog.records if r.name.startswith("phobos")]) == 1  # once per process
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate", "gpu"])
+def test_phobos_mode_names_the_default_mode(monkeypatch, mode):
+    monkeypatch.setenv("PHOBOS_MODE", mode)
+    monkeypatch.setattr(runtime, "gpu_available", lambda: pytest.fail("the GPU must not be probed"))
+    assert backends.select_backend(None) is backends.select_backend(mode)
+
+
+def test_an_unknown_phobos_mode_is_an_error(monkeypatch):
+    monkeypatch.setenv("PHOBOS_MODE", "cuda")
+    with pytest.raises(PhobosError, match=r"PHOBOS_MODE=cuda is not a mode \(modes: gpu, interpret, emulate\)"):
+        backends.select_backend(None)
 
 
 def test_phobos_interpret_picks_the_interpreter(monkeypatch, interpreter):
@@ -244,6 +264,37 @@ def test_non_contiguous_and_read_only_tensors():
     assert sgemm_error(f32(32, 64), f32(64, 16), C) == (
         "sgemm: argument 'C': expected a 2-D f32 tensor [M, N] with M = 32 (from 'A'), N = 16 (from 'B'), "
         "got a read-only float32 array of shape (32, 16); the kernel writes 'C'")
+
+
+def test_arrays_in_a_foreign_byte_order_are_refused_before_anything_runs(gpu):
+    advice = "; pass one in the machine's byte order, e.g. x.astype(x.dtype.newbyteorder('='))"
+    foreign = ">" if np.little_endian else "<"
+    order = "big" if np.little_endian else "little"
+    a = np.arange(4, dtype=f"{foreign}f4")
+    with pytest.raises(LaunchError) as error:
+        phobos.kernel(ADD4, mode=gpu)(a, np.ones(4, np.float32), np.empty(4, np.float32))
+    assert message(error) == (f"add: argument 'a': expected a 1-D f32 tensor [N], got {order}-endian float32 "
+                              f"array of shape (4,){advice}")
+    with pytest.raises(LaunchError) as error:
+        phobos.kernel(ADD4, mode=gpu)(np.ones(4, np.float32), np.ones(4, np.float32),
+                                      DeviceArray((4,), f"{foreign}f4"))
+    assert message(error) == (f"add: argument 'c': expected a 1-D f32 tensor [N] with N = 4 (from 'a'), "
+                              f"got {order}-endian float32 tests.DeviceArray of shape (4,){advice}")
+    assert gpu.runs == []
+    phobos.kernel(ADD4, mode=gpu)(a.astype(a.dtype.newbyteorder("=")), np.ones(4, np.float32),
+                                  np.empty(4, np.float32))
+    assert len(gpu.runs) == 1
+    one_byte = "kernel k(x: tensor<i8>[N], y: tensor<i32>[N]) { y[0 :+ 4] = x[0 :+ 4] }"
+    phobos.kernel(one_byte, mode=gpu)(np.zeros(4, np.int8).view(f"{foreign}i1"), np.zeros(4, np.int32))
+    assert len(gpu.runs) == 2  # one-byte elements have no byte order
+
+
+def test_a_foreign_byte_order_array_never_reaches_the_emulator():
+    c = np.zeros(4, np.float32)
+    with pytest.raises(LaunchError, match="big-endian|little-endian"):
+        phobos.kernel(ADD4, mode="emulate")(np.arange(4, dtype=">f4" if np.little_endian else "<f4"),
+                                            np.ones(4, np.float32), c)
+    assert (c == 0).all()
 
 
 def test_read_only_inputs_are_fine(gpu):
@@ -455,6 +506,22 @@ def test_a_single_index_program_id_gives_one_program_per_row(gpu):
     rows = phobos.kernel(FILL_ROWS.replace("program_id(1) * 2", "program_id(1)"), mode=gpu)
     rows(np.zeros((3, 130), np.float32))
     assert gpu.runs[0].grid == (3, 3, 1) == rows.grid
+
+
+ROW_LOOP = "kernel k(X: tensor<f32>[4, 8]) { for j in range(0, 4) { X[j, 0 :+ 8] = f32(j) } }"
+
+
+def test_a_store_indexed_by_a_loop_variable_gives_no_grid_hint():
+    assert phobos.compile(ROW_LOOP).grid_hint == [None, None, None]
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_a_loop_over_rows_runs_as_one_program(mode):
+    k = phobos.kernel(ROW_LOOP, mode=mode)
+    x = np.full((4, 8), np.nan, np.float32)
+    k(x)
+    assert k.grid == (1, 1, 1)
+    np.testing.assert_array_equal(x, np.repeat(np.arange(4, dtype=np.float32)[:, None], 8, axis=1))
 
 
 def test_unused_axes_get_one_program(gpu):

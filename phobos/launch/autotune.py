@@ -5,30 +5,59 @@
 # report (or, without ptxas, the compiler's register estimate) whether a
 # configuration can run at all: more shared memory or threads than a CTA may
 # have, or more registers than the register file allows for its threads, rule
-# it out.  Spilling registers to local memory does not stop a kernel from
-# running, only slows it, so a spilling configuration is set aside and timed
-# only when every other one is ruled out.
+# it out.  The compiler's own figures come first: a configuration they rule
+# out never reaches ptxas, whose time grows with the square of the PTX's
+# length (a row of a million elements in registers kept it busy for minutes);
+# ptxas itself runs under a time limit (phobos.toolchain.ptxas_timeout), and
+# one that takes longer is skipped with that reason.  Spilling registers to
+# local memory does not stop a kernel from running, only slows it, so a
+# spilling configuration is set aside and timed only when every other one is
+# ruled out.
+#
+# `Tuning` says how a choice is keyed and which configurations are timed:
+# the key (by default every size rounded up to a power of two, or the
+# kernel's @key; per call "exact", "pow2" or a function of the sizes) and an
+# optional cost model that keeps only the configurations it rates cheapest.
+# A choice is stored under the key *and* the list of configurations it was
+# chosen from - those valid for the call's sizes, with their derived
+# constants - so a choice is never reused for sizes it is not valid for.
 #
 # `tune` drives the search.  It knows nothing about GPUs: the launcher hands
 # it `evaluate` (compile and screen one configuration) and `measure` (time it),
 # so the choice logic runs on any machine with a fake timer.  Every
 # configuration ends up in the timings, as milliseconds or as the reason it
-# was skipped.
+# was skipped.  Tuning more than a few configurations logs progress lines
+# (phobos.log.Progress); each configuration's outcome is logged at DEBUG, the
+# report PHOBOS_LOG=debug shows.
 from __future__ import annotations
 
-import sys
+import logging
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 from ..compiler import CompiledKernel
 from ..configuration import config_text
+from ..frontend.launch_rules import LaunchRules, next_pow2, sizes_text
+from .cache import canonical_json
 from ..errors import LaunchError, PhobosError
+from ..log import Progress
 from ..ptxcheck import Report
 from ..run.runtime import DeviceProperties
 
-#: Tuning more configurations than this shows a progress line on stderr.
+#: Tuning more configurations than this logs progress lines from the start.
 PROGRESS_THRESHOLD = 3
+
+#: The most registers one thread can have (every NVIDIA GPU since sm_35).
+MAX_REGISTERS_PER_THREAD = 255
+
+#: How far the compiler's register estimate may exceed a limit before ptxas is not even asked: measured
+#: estimates ran up to 1.6 times ptxas's counts, so beyond twice the limit the kernel cannot fit.
+ESTIMATE_SLACK = 2
+
+logger = logging.getLogger(__name__)
 
 
 class Skipped(Exception):
@@ -54,12 +83,24 @@ def launch_problem(kernel: CompiledKernel, device: DeviceProperties) -> str | No
     return None
 
 
-def screen(kernel: CompiledKernel, device: DeviceProperties, report: Report | None) -> None:
-    """Raise Skipped when `kernel` cannot run on `device`, or spills; `report` None: no ptxas here."""
+def screen(kernel: CompiledKernel, device: DeviceProperties,
+           ptxas: Callable[[], Report | None] = lambda: None) -> None:
+    """Raise Skipped when `kernel` cannot run on `device`, or spills.
+
+    The compiler's figures are screened first; `ptxas()`, ptxas's report (None:
+    no ptxas here), is asked for only when they pass.
+    """
     problem = launch_problem(kernel, device)
     if problem is not None:
         raise Skipped(problem)
     register_budget = device.max_registers_per_block // kernel.threads
+    limit = min(register_budget, MAX_REGISTERS_PER_THREAD)
+    if kernel.registers_estimate > ESTIMATE_SLACK * limit:
+        whose = (f"{limit} a thread can have" if limit == MAX_REGISTERS_PER_THREAD
+                 else f"{limit} each of {kernel.threads} threads may use")
+        raise Skipped(f"the compiler estimates {kernel.registers_estimate} registers per thread, more than "
+                      f"{ESTIMATE_SLACK} times the {whose}; not assembled")
+    report = ptxas()
     if report is None:
         if kernel.registers_estimate > register_budget:
             raise Skipped(f"the compiler estimates {kernel.registers_estimate} registers per thread; "
@@ -77,6 +118,72 @@ def screen(kernel: CompiledKernel, device: DeviceProperties, report: Report | No
                       fallback=kernel)
 
 
+KEY_RULES = ("exact", "pow2")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How autotuning choices are keyed, and which configurations are timed.
+
+    key: None (the kernel's @key, or by default every size rounded up to a
+         power of two), "exact" (every size as it is), "pow2", or a function
+         `key(sizes) -> value` (a JSON value: numbers, strings, lists, dicts).
+    cost, keep: a model `cost(config, sizes) -> float`; only the `keep`
+         configurations it rates cheapest (ties in listed order) are timed.
+    """
+
+    key: str | Callable[[dict[str, int]], Any] | None = None
+    cost: Callable[[dict[str, int], dict[str, int]], float] | None = None
+    keep: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.key is not None and self.key not in KEY_RULES and not callable(self.key):
+            raise PhobosError(f"tuning key must be one of {', '.join(map(repr, KEY_RULES))} or a function "
+                              f"key(sizes); got {self.key!r}")
+        if self.cost is not None and not callable(self.cost):
+            raise PhobosError(f"tuning cost must be a function cost(config, sizes); got {self.cost!r}")
+        if (self.cost is None) != (self.keep is None):
+            raise PhobosError("tuning needs cost and keep together: a model cost(config, sizes) and how many "
+                              "of the configurations it rates cheapest to time")
+        if self.keep is not None and (not isinstance(self.keep, int) or isinstance(self.keep, bool)
+                                      or self.keep < 1):
+            raise PhobosError(f"tuning keep must be a positive integer; got {self.keep!r}")
+
+    def key_for(self, rules: LaunchRules, sizes: dict[str, int]) -> tuple[Any, str]:
+        """The key a choice for `sizes` is kept under, and how it was made (both part of the cache key)."""
+        if self.key is None:
+            return rules.tuning_key(sizes), rules.key_text()
+        if self.key == "exact":
+            return dict(sizes), "exact"
+        if self.key == "pow2":
+            return {name: next_pow2(value) for name, value in sizes.items()}, "pow2"
+        value = self.key(dict(sizes))
+        try:
+            canonical_json(value)
+        except (TypeError, ValueError):
+            raise LaunchError(f"the tuning key function returned {value!r} for {sizes_text(sizes)}; a key is a "
+                              f"JSON value (numbers, strings, lists, dicts)") from None
+        return value, f"function {getattr(self.key, '__qualname__', type(self.key).__qualname__)}"
+
+    def pruning_key(self) -> tuple | None:
+        """What tells this pruning apart from another in the process (None: nothing is pruned)."""
+        return None if self.cost is None else (id(self.cost), self.keep)
+
+    def prune(self, configs: list[dict[str, int]], sizes: dict[str, int]) -> list[dict[str, int]]:
+        """The configurations to time: all of them, or the `keep` the cost model rates cheapest."""
+        if self.cost is None or len(configs) <= self.keep:
+            return configs
+        costs = []
+        for config in configs:
+            cost = self.cost(dict(config), dict(sizes))
+            if not isinstance(cost, numbers.Real) or math.isnan(cost):
+                raise LaunchError(f"the tuning cost model returned {cost!r} for {config_text(config)}; "
+                                  f"it must return a number")
+            costs.append(cost)
+        ranked = sorted(range(len(configs)), key=lambda i: (costs[i], i))[:self.keep]
+        return [configs[i] for i in sorted(ranked)]
+
+
 @dataclass
 class TuneResult:
     config: dict[str, int]
@@ -84,7 +191,7 @@ class TuneResult:
 
 
 def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable[[dict[str, int]], Any],
-         measure: Callable[[Any], float], stream: TextIO | None = None) -> TuneResult:
+         measure: Callable[[Any], float]) -> TuneResult:
     """The fastest of `configs`.
 
     `evaluate(config)` prepares a configuration for timing (compiles it) or
@@ -92,19 +199,23 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
     `measure(prepared)` returns its time in milliseconds or raises the same.
     Raises LaunchError, listing every reason, when no configuration can run.
     """
-    progress = Progress(kernel_name, len(configs), stream if stream is not None else sys.stderr)
+    progress = Progress(logger, f"tuning {kernel_name} over {len(configs)} configurations", len(configs),
+                        "configurations", threshold=PROGRESS_THRESHOLD)
     timings: dict[str, float | str] = {}
     fallbacks: list[tuple[dict[str, int], Any]] = []
 
     def attempt(config: dict[str, int], step: Callable[[], float]) -> None:
+        text = config_text(config)
         try:
-            timings[config_text(config)] = float(step())
+            timings[text] = float(step())
         except Skipped as skipped:
-            timings[config_text(config)] = skipped.reason
+            timings[text] = skipped.reason
             if skipped.fallback is not None:
                 fallbacks.append((config, skipped.fallback))
         except PhobosError as error:
-            timings[config_text(config)] = error.message
+            timings[text] = error.message
+        outcome = f"{timings[text]:.4g} ms" if isinstance(timings[text], float) else f"skipped: {timings[text]}"
+        logger.debug("tuning %s: %s: %s", kernel_name, text, outcome)
 
     for done, config in enumerate(configs, start=1):
         attempt(config, lambda: measure(evaluate(config)))
@@ -124,29 +235,3 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
 
 def _timed(timings: dict[str, float | str]) -> dict[str, float]:
     return {text: value for text, value in timings.items() if isinstance(value, float)}
-
-
-class Progress:
-    """`phobos: tuning sgemm over 8 configurations... 5/8` on stderr, for more than a few configurations.
-
-    On a terminal the line is redrawn in place; elsewhere (a log) only the
-    finished line is written.
-    """
-
-    def __init__(self, kernel_name: str, total: int, stream: TextIO):
-        self.head = f"phobos: tuning {kernel_name} over {total} configurations..."
-        self.total = total
-        self.stream = stream
-        self.shown = total > PROGRESS_THRESHOLD
-        self.live = self.shown and getattr(stream, "isatty", lambda: False)()
-
-    def update(self, done: int) -> None:
-        if self.live:
-            self.stream.write(f"\r{self.head} {done}/{self.total}")
-            self.stream.flush()
-
-    def finish(self, outcome: str) -> None:
-        if self.shown:
-            start = "\r" if self.live else ""
-            self.stream.write(f"{start}{self.head} {self.total}/{self.total}, {outcome}\n")
-            self.stream.flush()

@@ -12,7 +12,8 @@ from . import control, dot, memory, mma, pipeline, reduce, values  # each regist
 from .core import Lowering
 
 
-def lower(func: Function, smem_limit: int, cp_async: bool = False, tensor_cores: bool = False) -> Function:
+def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32,
+          tensor_cores: bool = False) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
@@ -21,9 +22,11 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, tensor_cores:
     kernel's report says about the code chosen), ready for math expansion and
     instruction selection.  `smem_limit` is the target's shared memory per
     CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
-    `tensor_cores` allows mma.sync (sm_80 and newer).
+    `index_bits` 64 makes tensor dims (and the size parameters) and element
+    coordinates 64-bit, for tensors with dims of 2^31 or more (attr
+    `index_bits`); `tensor_cores` allows mma.sync (sm_80 and newer).
     """
-    low = Lowering(func, smem_limit, cp_async, tensor_cores)
+    low = Lowering(func, smem_limit, cp_async, index_bits, tensor_cores)
     low.lower_block(func.body, low.out.body)
     low.out.attrs["shared_bytes"] = low.smem_bytes
     low.out.attrs["notes"] = list(low.notes)

@@ -14,8 +14,9 @@
 # of the threads left behind.
 #
 # `bar.sync` parks the threads that reach it; once every live thread of the
-# CTA (or the barrier's thread count) has arrived they go on, and the CTA's
-# shared-memory race records are cleared.  Exited threads do not count.  A
+# CTA (or the barrier's thread count) has arrived they go on, the CTA's
+# shared-memory race records are cleared and its epoch (the barriers it has
+# passed, which the global race detector compares) goes up.  Exited threads do not count.  A
 # CTA whose remaining threads all wait at barriers that cannot complete is a
 # deadlock, and threads released together from one barrier but coming from
 # different `bar.sync` instructions are reported too (a barrier in divergent
@@ -31,22 +32,29 @@
 # before every other thread goes on: the arrival releases a buffer, and the
 # woken producer refilling it first exposes a consumer that released it too
 # early (see async_state).
+#
+# A launch that runs for more than a couple of seconds logs progress lines
+# (phobos.log.Progress), counted in instruction steps.
 from __future__ import annotations
 
 import functools
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import LaunchError, Note, SourceFile
+from ...log import Progress
 from ..tensor_map import TensorMap
 from . import ops_arith, ops_bulk, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
 from .async_state import AsyncMma, BulkGroups, Mbarriers
 from .decode import BARRIER, BRANCH, PLAIN, WAIT, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
-from .memory import AsyncCopies, GenericSpace, GlobalSpace, ParamSpace, RaceDetector, WindowSpace
+from .memory import (GLOBAL_RACE_LIMIT, AsyncCopies, GenericSpace, GlobalRaceDetector, GlobalSpace, ParamSpace,
+                     RaceDetector, WindowSpace)
 from .numerics import TENSOR_CORE_MODELS, TensorCoreModel
 from .ops_control import NUM_BARRIERS
 from .ptxtypes import TYPES
@@ -57,6 +65,10 @@ MEMORY_BUDGET = 512 << 20
 # PARKED: at a bar.sync; SLEEP: in an mbarrier wait; YIELD: let woken sleepers run first
 RUN, PARKED, DONE, SLEEP, YIELD = 0, 1, 2, 3, 4
 FAR = np.iinfo(np.int64).max
+#: Instruction steps between two looks at the clock for progress lines.
+PROGRESS_STEPS = 256
+
+logger = logging.getLogger(__name__)
 
 # Shared memory per block (bytes) on the targets Phobos cares about.
 SHARED_LIMITS = {"sm_70": 96 << 10, "sm_75": 64 << 10, "sm_80": 163 << 10, "sm_86": 99 << 10,
@@ -89,6 +101,7 @@ class LaunchConfig:
     check_races: bool
     max_steps: int
     tensor_cores: TensorCoreModel
+    progress: Callable[[int], None]  # called with the steps of the batch so far, every PROGRESS_STEPS
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -125,6 +138,7 @@ class Machine:
         self.spaces = {"global": self.glob, "const": self.glob, "shared": self.shared, "local": self.local,
                        "generic": GenericSpace(self.glob, self.shared, self.local, self.param)}
         self.async_copies = AsyncCopies(n)
+        self.epoch = np.zeros(cta_count, np.int32)  # whole-CTA barriers passed, per CTA
         self.async_mma = AsyncMma(n)
         self.bulk_groups = BulkGroups(n)
         self.mbarriers = Mbarriers(n)
@@ -202,6 +216,8 @@ class Machine:
                 steps += 1
                 if steps > limit:
                     raise Fault(TrapError, f"more than {limit} instruction steps: an endless loop?")
+                if steps % PROGRESS_STEPS == 0:
+                    self.config.progress(steps)
                 if op.kind == PLAIN:
                     if op.guard is None:
                         op.run(self, group)
@@ -238,6 +254,8 @@ class Machine:
                 else:
                     lanes = self._all(group)
                     taken, rest = lanes[g], lanes[~g]
+                    if op.kind == BRANCH and op.run is not None:
+                        op.run(self, taken, rest)  # bra.uni: the split must not cut a warp
                     self.pc[rest] = gpc + 1
                     if op.kind == BRANCH:
                         self.pc[taken] = op.target
@@ -346,6 +364,7 @@ class Machine:
         self.status[released] = RUN
         if whole_cta[ready].any():
             rows = np.unique(cta[ready & whole_cta])
+            self.epoch[rows] += 1
             rows = None if len(rows) == ncta else rows
             self.mbarriers.share_observations(self, rows)
             if self.shared.races is not None:
@@ -441,15 +460,20 @@ class Kernel:
             glob.allocate(var.data, var.name, var.address)
         params, arrays = self._pack_arguments(list(args), glob)
         glob.seal()
-        shared_size = prog.shared_size(shared_bytes)
-        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
-                              TENSOR_CORE_MODELS[tensor_cores])
         total = grid[0] * grid[1] * grid[2]
+        if check_races and len(glob.data) <= GLOBAL_RACE_LIMIT and total * tpc < 1 << 31:
+            glob.races = GlobalRaceDetector(len(glob.data), tpc)
+        shared_size = prog.shared_size(shared_bytes)
+        progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads)",
+                            unit="instruction steps")
+        steps = 0
+        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
+                              TENSOR_CORE_MODELS[tensor_cores],
+                              lambda batch_steps: progress.update(steps + batch_steps))
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (24 if check_races else 1)
         batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // max(per_cta, 1)))
         start = time.perf_counter()
-        steps = 0
         with np.errstate(all="ignore"):
             for first in range(0, total, batch):
                 machine = Machine(prog, config, first, min(batch, total - first))
@@ -457,6 +481,7 @@ class Kernel:
                     machine.run()
                 finally:
                     steps += machine.steps
+        progress.finish(f"{steps} instruction steps")
         self._copy_back(arrays, glob)
         for var in self.module.variables:
             var.data[:] = glob.contents(var.address)

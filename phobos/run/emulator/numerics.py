@@ -451,7 +451,7 @@ _INPUT_FORMATS = {"f16": F16, "bf16": BF16, "tf32": TF32}
 def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
     """floor(log2|x|) of float64 values, at least emin (for zeros: emin)."""
     _, e = np.frexp(x)
-    return np.maximum(e - 1, emin)
+    return np.maximum(e.astype(np.int64) - 1, emin)  # frexp's exponents are int32 on some platforms
 
 
 def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
