@@ -37,6 +37,13 @@ class BoolLit(Expr):
 
 
 @node
+class StrLit(Expr):
+    """A string literal: only as an option of a builtin (dot's precision)."""
+
+    value: str
+
+
+@node
 class Name(Expr):
     id: str
 

@@ -29,6 +29,10 @@ KEYWORDS = {
 
 I64_MAX = (1 << 63) - 1
 _INT_TEXT = re.compile(r"\d+")
+_STRING = re.compile(r'"([^"\\\n]|\\.)*"')
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
+_ESCAPE = re.compile(r"\\.")
+_BAD_ESCAPE = re.compile(r'\\[^nt"\\]')
 _FLOAT_TEXT = re.compile(r"(\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+")
 
 # Tokens after which a newline does not end the statement.
@@ -57,7 +61,7 @@ class Token:
 
 class Lexer:
     tokens = (
-        "ID", "INT", "FLOAT",
+        "ID", "INT", "FLOAT", "STRING",
         "PLUS", "MINUS", "TIMES", "DIVIDE", "MOD",
         "EQ", "NE", "LT", "LE", "GT", "GE", "AND", "OR", "NOT",
         "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ",
@@ -142,6 +146,18 @@ class Lexer:
             t.type, t.value = "FLOAT", (float(text), text)
         else:
             raise LexError(f"invalid number '{shown}'", self._loc(t.lexpos))
+        return t
+
+    def t_STRING(self, t):
+        r'"([^"\\\n]|\\.)*"?'
+        if not _STRING.fullmatch(t.value):
+            raise LexError("unterminated string: a string ends with '\"' on the same line", self._loc(t.lexpos))
+        body = t.value[1:-1]
+        bad = _BAD_ESCAPE.search(body)
+        if bad:
+            raise LexError(f"unknown escape '{bad.group()}' in a string; the escapes are \\n \\t \\\" \\\\",
+                           self._loc(t.lexpos + 1 + bad.start()))
+        t.value = _ESCAPE.sub(lambda m: _ESCAPES[m.group()[1]], body)
         return t
 
     def t_ID(self, t):

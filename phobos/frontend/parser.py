@@ -30,14 +30,14 @@ TOKEN_TEXT = {
     "MINUSEQ": "'-='", "TIMESEQ": "'*='", "DIVEQ": "'/='", "LPAREN": "'('", "RPAREN": "')'",
     "LBRACKET": "'['", "RBRACKET": "']'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','",
     "SEMI": "';'", "COLON": "':'", "SLICE": "':+'", "AT": "'@'", "NEWLINE": "a newline",
-    "ID": "a name", "INT": "an integer", "FLOAT": "a number", "$end": "end of file",
+    "ID": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string", "$end": "end of file",
 }
 
 
 COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
 BINARY_OPERATORS = COMPARISONS | {"PLUS", "MINUS", "TIMES", "DIVIDE", "MOD", "AND", "OR"}
-EXPRESSION_STARTS = {"ID", "INT", "FLOAT", "TRUE", "FALSE", "LPAREN", "LBRACKET", "MINUS", "NOT"}
-STATEMENT_STARTS = {"LET", "VAR", "FOR", "IF", "ID", "INT", "FLOAT", "LPAREN", "MINUS", "NOT"}
+EXPRESSION_STARTS = {"ID", "INT", "FLOAT", "STRING", "TRUE", "FALSE", "LPAREN", "LBRACKET", "MINUS", "NOT"}
+STATEMENT_STARTS = {"LET", "VAR", "FOR", "IF", "ID", "INT", "FLOAT", "STRING", "LPAREN", "MINUS", "NOT"}
 CLOSERS = {"LPAREN": "RPAREN", "LBRACKET": "RBRACKET", "LBRACE": "RBRACE"}
 # Tokens that cannot appear inside () or []: meeting one there means a bracket was left open.
 NEVER_IN_BRACKETS = {"LET", "VAR", "FOR", "IF", "ELSE", "KERNEL", "AT", "LBRACE", "RBRACE", "SEMI",
@@ -326,7 +326,7 @@ class Parser:
         else:
             p[0] = p[1]
 
-    # primary ::= INT | FLOAT | 'true' | 'false' | NAME | call | '(' expr ')' | '[' expr {',' expr} ']'
+    # primary ::= INT | FLOAT | STRING | 'true' | 'false' | NAME | call | '(' expr ')' | '[' expr {',' expr} ']'
     def p_primary_int(self, p):
         """primary : INT"""
         p[0] = ast.IntLit(self._loc(p, 1), p[1])
@@ -334,6 +334,10 @@ class Parser:
     def p_primary_float(self, p):
         """primary : FLOAT"""
         p[0] = ast.FloatLit(self._loc(p, 1), p[1][0], p[1][1])
+
+    def p_primary_string(self, p):
+        """primary : STRING"""
+        p[0] = ast.StrLit(self._loc(p, 1), p[1])
 
     def p_primary_bool(self, p):
         """primary : TRUE

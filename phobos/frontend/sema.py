@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from . import ast
 from .ast import start_loc
-from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
+from .builtins import BUILTINS, CAST_DTYPES, DOT_PRECISIONS, KEYWORDS
 from .launch_rules import RULE_DECORATORS, LaunchRules, rules_of
 from ..configuration import Knobs, config_text, knob_problem
 from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
@@ -599,6 +599,10 @@ class Checker:
         self.out.consts[e] = e.value
         return ScalarType(DType.F32)
 
+    @EXPRESSIONS.on(ast.StrLit)
+    def expr_str_lit(self, e: ast.StrLit):
+        raise SemanticError('a string is only an option of a builtin, like dot(a, b, precision="tf32")', e.loc)
+
     @EXPRESSIONS.on(ast.BoolLit)
     def expr_bool_lit(self, e: ast.BoolLit):
         self.out.consts[e] = e.value
@@ -820,6 +824,7 @@ class Checker:
     def call_dot(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
+        self.dot_precision(e, a)
         for x, t in zip(e.args, (a, b)):
             if not isinstance(t, TileType) or len(t.shape) != 2:
                 raise SemanticError(f"dot() needs 2-D tiles, got {t}", start_loc(x))
@@ -834,6 +839,27 @@ class Checker:
                                 f"[{b.shape[0]}, {b.shape[1]}]", e.loc)
         self.check_size((a.shape[0], b.shape[1]), e.loc)
         return TileType(a.dtype.compute, (a.shape[0], b.shape[1]))
+
+    @staticmethod
+    def dot_precision(e: ast.Call, a: ValueType) -> None:
+        """The precision= argument of a dot: a string naming one of DOT_PRECISIONS, for f32 operands."""
+        kw = next((k for k in e.kwargs if k.name == "precision"), None)
+        if kw is None:
+            return
+        names = ", ".join(f'"{p}"' for p in DOT_PRECISIONS)
+        if not isinstance(kw.value, ast.StrLit):
+            raise SemanticError(f"the precision of dot() is a string: {names}", start_loc(kw.value))
+        if kw.value.value not in DOT_PRECISIONS:
+            close = difflib.get_close_matches(kw.value.value, list(DOT_PRECISIONS), n=1)
+            hint = f'; did you mean "{close[0]}"?' if close else ""
+            raise SemanticError(f'unknown precision "{kw.value.value}" of dot(); the precisions are {names}{hint}',
+                                kw.value.loc)
+        dtype = a.dtype if isinstance(a, TileType) else None
+        if kw.value.value != "ieee" and dtype is not DType.F32:
+            what = ("bf16 and f16 products are always exact, with f32 sums, on the tensor cores"
+                    if dtype is not None and dtype.is_half else "only f32 products have TF32 modes")
+            raise SemanticError(f'precision="{kw.value.value}" applies to f32 operands, not {dtype}: {what}',
+                                kw.loc)
 
     def reduce_axis(self, e: ast.Call) -> tuple[TileType, int | None]:
         self.arity(e, 1, 2)

@@ -107,6 +107,8 @@ class Lowering:
         self.b = Builder(self.out, self.out.body)
         self.vals: dict[Value, object] = {}
         self.smem_bytes = 0
+        self.scratch_start = 0  # where the scratch buffer starts (see smem)
+        self.staged: dict[Value, object] = {}  # loaded operands a pipelined loop keeps in shared memory
         self.cache: dict[tuple, Value] = {}
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
         self.memo: dict[Block, dict] = {}
@@ -244,12 +246,17 @@ class Lowering:
 
     # ---------------------------------------------------------- shared memory
     def smem(self, nbytes: int) -> Value:
-        """The scratch buffer's address; records how much of it this op uses."""
-        self.smem_bytes = max(self.smem_bytes, align(nbytes, SMEM_ALIGN))
+        """The scratch buffer's address; records how much of it this op uses.
+
+        The buffer starts `scratch_start` bytes in: a pipelined loop keeps its
+        ring of stages below that while its body runs (pipeline.py).
+        """
+        start = self.scratch_start
+        self.smem_bytes = max(self.smem_bytes, start + align(nbytes, SMEM_ALIGN))
         if self.smem_bytes > self.smem_limit:
             raise ResourceError(f"this needs {self.smem_bytes} bytes of shared memory; the target allows "
                                 f"{self.smem_limit} per CTA (use smaller tiles)", self.b.loc)
-        return self.entry_value(("smem",), lambda b: b.value("smem_addr", [], U32, offset=0))
+        return self.entry_value(("smem", start), lambda b: b.value("smem_addr", [], U32, offset=start))
 
     def barrier(self) -> None:
         self.b.op("barrier", [], [])

@@ -72,7 +72,7 @@ class Layout:
         """Elements each thread holds contiguously along the last dim, aligned (1 when none)."""
         if not self.offsets:
             return 1
-        for v in (4, 2):
+        for v in (8, 4, 2):
             if self.shape[-1] % v == 0 and all(t.scale % v == 0 for t in self.terms[-1]) \
                     and self._runs_of(v):
                 return v

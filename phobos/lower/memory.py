@@ -127,7 +127,7 @@ def vector_ok(tensor: TensorRef, tile_dims, layout: Layout | None) -> int:
     """The vector width (elements) usable when the slice is aligned, 1 if none."""
     if layout is None or not tile_dims or tile_dims[-1] != len(tensor.dims) - 1:
         return 1
-    if tensor.dtype.nbytes < 4:
+    if tensor.dtype.nbytes < 4 and not tensor.dtype.is_half:
         return 1
     width = layout.vector_width()
     while width > 1 and width * tensor.dtype.nbytes > 16:

@@ -89,31 +89,39 @@ def staging(plan: MmaPlan, a_shared: bool) -> Staging:
 
 
 def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
-    """A tensor-core product of operands in registers: B (and A, unless its registers are its
-    fragments) written to shared memory, then multiplied."""
+    """A tensor-core product: operands a pipelined loop staged are read from its stage; others, held
+    in registers, are written to the scratch buffer - except an A operand whose registers are its
+    fragments."""
     a_v, b_v = op.operands[0], op.operands[1]
-    in_regs = a_in_registers(low, plan, a_v)
-    where = staging(plan, not in_regs)
-    base = low.smem(where.nbytes)
-    eb = plan.kind.operand.nbytes
-    low.barrier()
-    if in_regs:
+    a, b = low.staged.get(a_v), low.staged.get(b_v)
+    if a is None and a_in_registers(low, plan, a_v):
         a = RegisterOperand(low.tile(a_v).regs)
-    else:
-        write_tile(low, low.tile(a_v), base, 0, where.a_stride // eb, eb, plan.kind.operand)
-        a = SharedOperand(base, 0, where.a_stride)
-    write_tile(low, low.tile(b_v), base, where.b_start, where.b_stride // eb, eb, plan.kind.operand)
-    low.barrier()
-    finish(low, op, plan, a, SharedOperand(base, where.b_start, where.b_stride))
+    if a is None or b is None:
+        where = staging(plan, a is None)
+        base = low.smem(where.nbytes)
+        eb = plan.kind.operand.nbytes
+        low.barrier()
+        if a is None:
+            write_tile(low, low.tile(a_v), base, 0, where.a_stride // eb, eb, plan.kind.operand)
+            a = SharedOperand(base, 0, where.a_stride)
+        if b is None:
+            write_tile(low, low.tile(b_v), base, where.b_start, where.b_stride // eb, eb, plan.kind.operand)
+            b = SharedOperand(base, where.b_start, where.b_stride)
+        low.barrier()
+    finish(low, op, plan, a, b)
 
 
 def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
     """The product of `op` from its operands into its result (accumulating into a third operand)."""
-    if len(op.operands) == 3:
+    zero = [low.const(0.0, DType.F32)] * plan.layout.nregs
+    if len(op.operands) == 2:
+        product = compute(low, plan, a, b, zero)
+    elif plan.kind.products == 1:
+        product = compute(low, plan, a, b, low.in_layout(op.operands[2], plan.layout).regs)
+    else:  # tf32x3: the tensor cores' sums round toward zero; they stay within one product, added to acc as f32
         acc = low.in_layout(op.operands[2], plan.layout).regs
-    else:
-        acc = [low.const(0.0, DType.F32)] * plan.layout.nregs
-    result = TileRegs(plan.layout, compute(low, plan, a, b, acc))
+        product = [low.op("add", [x, y], F32) for x, y in zip(acc, compute(low, plan, a, b, zero))]
+    result = TileRegs(plan.layout, product)
     layout = low.layouts[op.result]
     if layout != plan.layout:
         result = TileRegs(layout, low.relayout(result, layout, DType.F32))

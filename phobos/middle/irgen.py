@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..constants import OPERATORS, UNARY_OPERATORS, convert
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, dot_precision
 from .ir import Block, Builder, Function, KernelParam, Value
 from ..frontend.sema import CheckedKernel, Symbol
 from ..types import DType, ScalarType, TensorType, TileType, broadcast_shapes, shape_of
@@ -273,7 +273,8 @@ class IRGen:
     def call_dot(self, e: ast.Call) -> Value:
         a, b = self.expr(e.args[0]), self.expr(e.args[1])
         self.at(e)
-        return self.b.value("dot", [a, b], self.ck.types[e])
+        precision = dot_precision(e)
+        return self.b.value("dot", [a, b], self.ck.types[e], **({"precision": precision} if precision != "ieee" else {}))
 
     @BUILTIN_RULES.on("reduce", "reduce_index")
     def call_reduce(self, e: ast.Call) -> Value:

@@ -60,7 +60,7 @@ import numpy as np
 from .. import constants
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, dot_precision
 from ..compiler import parse_source, pick_kernel
 from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
 from ..frontend.sema import CheckedKernel, Symbol, check_kernel
@@ -217,15 +217,31 @@ EXPRESSIONS = Dispatch("expression")
 BUILTIN_RULES = Dispatch("builtin rule")
 
 
-def _dot_product(dtype: DType):
-    """(a, b, x or None) -> x + a @ b: exact in float64, rounded once to f32 (f64: in f64)."""
+def _dot_product(dtype: DType, precision: str):
+    """(a, b, x or None) -> x + a @ b: exact in float64, rounded once to f32 (f64: in f64), the
+    operands first rounded as `precision` says (see the header)."""
     if dtype is DType.F64:
         return lambda a, b, x: a @ b if x is None else x + a @ b
+    split = _PRECISION_TERMS[precision]
 
     def product(a, b, x):
-        total = a.astype(np.float64) @ b.astype(np.float64)
+        total = sum(p.astype(np.float64) @ q.astype(np.float64) for p, q in split(a, b))
         return (total if x is None else x.astype(np.float64) + total).astype(np.float32)
     return product
+
+
+def _tf32x3_terms(a, b):
+    """high x high, high x low, low x high of operands split into a TF32 part and a TF32 rest."""
+    a_hi, b_hi = constants.round_tf32(a), constants.round_tf32(b)
+    a_lo, b_lo = constants.round_tf32(a - a_hi), constants.round_tf32(b - b_hi)
+    return [(a_hi, b_hi), (a_hi, b_lo), (a_lo, b_hi)]
+
+
+_PRECISION_TERMS = {
+    "ieee": lambda a, b: [(a, b)],
+    "tf32": lambda a, b: [(constants.round_tf32(a), constants.round_tf32(b))],
+    "tf32x3": _tf32x3_terms,
+}
 
 
 class _Compiler:
@@ -439,7 +455,8 @@ class _Compiler:
 
     @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call) -> Fn:
-        a, b, product = self.expr(e.args[0]), self.expr(e.args[1]), _dot_product(self.ck.types[e].dtype)
+        a, b = self.expr(e.args[0]), self.expr(e.args[1])
+        product = _dot_product(self.ck.types[e].dtype, dot_precision(e))
         return lambda f: product(a(f), b(f), None)
 
     def fusable_dot(self, e: ast.Expr, sum_t) -> bool:
@@ -448,7 +465,8 @@ class _Compiler:
 
     def fused_dot(self, x: Fn, e: ast.Call) -> Fn:
         """x + dot(a, b) with one rounding."""
-        a, b, product = self.expr(e.args[0]), self.expr(e.args[1]), _dot_product(self.ck.types[e].dtype)
+        a, b = self.expr(e.args[0]), self.expr(e.args[1])
+        product = _dot_product(self.ck.types[e].dtype, dot_precision(e))
         return lambda f: product(a(f), b(f), x(f))
 
     @BUILTIN_RULES.on("reduce", "reduce_index")
