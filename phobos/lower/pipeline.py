@@ -134,8 +134,9 @@ def _staged_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Stag
 def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep (see the header)."""
     loads = [st.load for st in plan.staged]
-    if any(ld in low.global_barriers for ld in loads):
-        low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop
+    if any(ld in low.global_barriers for ld in loads) or low.smem_bytes:
+        low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
+        # and no thread may still read shared memory the ring overwrites
     stages = low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES
     while stages > 2 and stages * plan.stage_bytes > low.smem_limit:
         stages -= 1
