@@ -39,6 +39,7 @@ class Target:
     shared_bytes: int  # the most dynamic shared memory one CTA may have
     cp_async: bool
     tensor_cores: bool  # mma.sync of bf16, f16 and tf32 (m16n8k16, m16n8k8)
+    wgmma: bool = False  # wgmma.mma_async (sm_90a)
 
     @property
     def compute_capability(self) -> int:
@@ -59,7 +60,7 @@ TARGETS = {
     "sm_87": Target("sm_87", 163 * 1024, True, True),
     "sm_89": Target("sm_89", 99 * 1024, True, True),
     "sm_90": Target("sm_90", 227 * 1024, True, True),
-    "sm_90a": Target("sm_90a", 227 * 1024, True, True),
+    "sm_90a": Target("sm_90a", 227 * 1024, True, True, True),
 }
 
 
@@ -195,7 +196,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     after = dumps.after if dumps is not None else None
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
-    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits, tgt.tensor_cores)
+    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits, tgt.tensor_cores, tgt.wgmma)
     expand_math(thread)
     if verify_each:
         verify(thread, thread_level=True)

@@ -202,3 +202,46 @@ def test_the_sm_75_fallback_computes_the_same_product_on_the_cuda_cores():
     emulator.launch(k.ptx, "k", (1,), (k.threads,), [a, b, c, 64, 32, 64], shared_bytes=k.shared_bytes)
     exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
     np.testing.assert_allclose(c, exact, rtol=0, atol=32 * 2.0 ** -23 * np.abs(exact).max())
+
+
+# ------------------------------------------------------------------ wgmma (sm_90a)
+WGMMA_CONFIGS = [
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64, "WARPS": 8, "STAGES": 4}, (150, 300, 200), "2 x 1 warpgroups of 64 x 256"),
+    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 64, "WARPS": 4, "STAGES": 3}, (70, 130, 77), "1 x 1 warpgroups of 64 x 128"),
+    ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 64, "WARPS": 8, "STAGES": 2}, (130, 64, 64), "1 x 2 warpgroups of 64 x 128"),
+]
+
+
+@pytest.mark.parametrize("config,sizes,grid_text", WGMMA_CONFIGS, ids=["128x256-4", "64x128-3", "64x256-2"])
+def test_wgmma_gemm_runs_in_the_emulator_on_ragged_sizes(config, sizes, grid_text):
+    k = compiled(GEMM_BF16, "gemm_bf16", config, "sm_90a")
+    assert len(k.notes) == 1 and f"wgmma m64n{grid_text.split(' x ')[-1]}k16 bf16, {grid_text}" in k.notes[0]
+    in_flight = config["STAGES"] >= 3  # one wgmma group stays in flight into the next iteration
+    assert ("wgmma.wait_group.sync.aligned 1;" in k.ptx) == in_flight
+    assert "fence.proxy.async.shared::cta" in k.ptx and "mma.sync" not in k.ptx
+    m, n, kk = sizes
+    rng = np.random.default_rng(8)
+    a, b = bf16_bits(rng.standard_normal((m, kk), dtype=np.float32)), bf16_bits(rng.standard_normal((kk, n),
+                                                                                                      np.float32))
+    c = np.zeros((m, n), np.uint16)
+    grid = (-(-m // config["TILE_M"]), -(-n // config["TILE_N"]))
+    emulator.launch(k.ptx, "gemm_bf16", grid, (k.threads,), [a, b, c, m, kk, n], shared_bytes=k.shared_bytes)
+    exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
+    np.testing.assert_allclose(bf16_values(c), exact, rtol=2 ** -7, atol=1e-3)
+
+
+def test_wgmma_is_for_sm_90a_and_for_operands_streamed_beside_it():
+    config = WGMMA_CONFIGS[0][0]
+    assert "mma.sync m16n8k16" in compiled(GEMM_BF16, "gemm_bf16", config, "sm_90").notes[0]
+    assert "wgmma" not in compiled(GEMM_BF16, "gemm_bf16", dict(config, TILE_K=32), "sm_90a").ptx
+    attention = compiled(ATTENTION, "attention", {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 2, "HEAD": 64},
+                         "sm_90a")
+    assert "wgmma" not in attention.ptx  # Q and P come from registers: mma.sync
+
+
+def test_ptxas_accepts_the_wgmma_gemm_without_spills():
+    k = compiled(GEMM_BF16, "gemm_bf16", WGMMA_CONFIGS[0][0], "sm_90a")
+    report = check(k.ptx, arch="sm_90a", name="gemm_bf16")
+    report.raise_for_errors()
+    assert report.kernel("gemm_bf16").spill_stores == 0, report.kernel("gemm_bf16")
+    assert not any("C7510" in w or "serializ" in w for w in report.warnings), report.warnings

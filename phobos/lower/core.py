@@ -89,14 +89,14 @@ class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
     def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32,
-                 tensor_cores: bool = False):
+                 tensor_cores: bool = False, wgmma: bool = False):
         self.src = func
         self.smem_limit = smem_limit
         self.cp_async = cp_async
         self.index_type = INDEX_TYPES[index_bits]  # tensor dims, bounds tests and element coordinates
         self.use_count = uses(func)
         self.threads = choose_threads(func)
-        self.plans = plan_dots(func, self.threads, tensor_cores)  # dot -> MmaPlan, or why not
+        self.plans = plan_dots(func, self.threads, tensor_cores, wgmma)  # dot -> MmaPlan, or why not
         self.layouts = assign_layouts(func, self.threads, self.plans)
         self.notes = [describe(op, plan) for op, plan in self.plans.items()]  # for the compiled kernel's report
         check_register_need(func, self.layouts, self.threads)
@@ -109,6 +109,7 @@ class Lowering:
         self.smem_bytes = 0
         self.scratch_start = 0  # where the scratch buffer starts (see smem)
         self.staged: dict[Value, object] = {}  # loaded operands a pipelined loop keeps in shared memory
+        self.wgmma_in_flight: dict[Op, int] = {}  # wgmma products whose group may stay in flight (pipeline.py)
         self.cache: dict[tuple, Value] = {}
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
         self.memo: dict[Block, dict] = {}

@@ -44,7 +44,7 @@ class DotPlan:
     a_bytes: int  # A's region (B follows it)
     stage_bytes: int  # A and B together
     eb: int
-    dtype: DType
+    dtype: DType  # of the operands in shared memory (a 16-bit float's values are f32 in registers)
     kgroup: int  # k steps read from A at once (a vector along K)
     fma_order: list[int]  # the order of the result registers' FMAs in one k step
 
@@ -93,7 +93,7 @@ def dot(low: Lowering, op: Op) -> None:
         mma.lower_dot(low, op, plan)
         return
     a_v, b_v = op.operands[0], op.operands[1]
-    plan = dot_plan(a_v.type.shape, b_v.type.shape[1], op.result.dtype, low.threads)
+    plan = dot_plan(a_v.type.shape, b_v.type.shape[1], a_v.dtype, low.threads)
     base = low.smem(plan.stage_bytes)
     low.barrier()
     write_tile(low, low.tile(a_v), base, 0, plan.lda, plan.eb, plan.dtype)
@@ -107,12 +107,12 @@ def finish_dot(low: Lowering, op: Op, plan: DotPlan, stage: Value) -> None:
     if len(op.operands) == 3:
         acc = low.in_layout(op.operands[2], plan.layout).regs
     else:
-        acc = [low.const(0.0, plan.dtype)] * plan.layout.nregs
+        acc = [low.const(0.0, plan.dtype.compute)] * plan.layout.nregs
     acc = dot_compute(low, plan, stage, acc)
     result = TileRegs(plan.layout, acc)
     layout = low.layouts[op.result]
     if layout != plan.layout:
-        result = TileRegs(layout, low.relayout(result, layout, plan.dtype))
+        result = TileRegs(layout, low.relayout(result, layout, plan.dtype.compute))
     low.vals[op.result] = result
 
 
@@ -128,12 +128,12 @@ def dot_compute(low: Lowering, plan: DotPlan, stage: Value, acc: list[Value]) ->
         return acc
     main = plan.k - plan.k % DOT_STEP
     body = Block()
-    loop = low.b.op("for", [low.const(0), low.const(main), *acc], [ScalarType(plan.dtype)] * len(acc),
+    loop = low.b.op("for", [low.const(0), low.const(main), *acc], [ScalarType(plan.dtype.compute)] * len(acc),
                     {"step": DOT_STEP}, [body])
     outer = low.b
     low.b = low.builder_for(body, outer.block, outer.loc)
     kk = low.b.block_arg(body, I32, "k")
-    carried = [low.b.block_arg(body, ScalarType(plan.dtype)) for _ in acc]
+    carried = [low.b.block_arg(body, ScalarType(plan.dtype.compute)) for _ in acc]
     k_bytes = low.op("mul", [low.op("cast", [kk], U32), low.const(plan.eb, DType.U32)], U32)
     a_k = low.op("add", [a_base, k_bytes], U32)
     b_k = low.op("add", [b_base, low.op("mul", [k_bytes, low.const(plan.ldb, DType.U32)], U32)], U32)
@@ -150,7 +150,7 @@ def dot_compute(low: Lowering, plan: DotPlan, stage: Value, acc: list[Value]) ->
 def dot_steps(low: Lowering, plan: DotPlan, a_base: Value, b_base: Value, k0: int, count: int,
               acc: list[Value]) -> list[Value]:
     """`count` steps of k from k0: read A's rows as vectors along K, B's row pieces, then FMAs."""
-    t = ScalarType(plan.dtype)
+    t = ScalarType(plan.dtype.compute)
     a_vals = {}
     for row in plan.rows:
         ld = low.b.op("ld_shared", [a_base], [t] * count,
@@ -170,7 +170,7 @@ def dot_steps(low: Lowering, plan: DotPlan, a_base: Value, b_base: Value, k0: in
 def read_runs(low: Lowering, base: Value, offsets: list[int], start: int, plan: DotPlan) -> dict[int, Value]:
     """ld.shared the elements at `offsets` from base + start, runs of contiguous ones as vectors."""
     out = {}
-    per_vector = max(1, 16 // plan.eb)
+    per_vector = max(1, min(4, 16 // plan.eb))  # ld.shared vectors have at most 4 elements
     i = 0
     while i < len(offsets):
         run = 1
@@ -179,7 +179,7 @@ def read_runs(low: Lowering, base: Value, offsets: list[int], start: int, plan: 
             run += 1
         while run & (run - 1):
             run -= 1
-        ld = low.b.op("ld_shared", [base], [ScalarType(plan.dtype)] * run,
+        ld = low.b.op("ld_shared", [base], [ScalarType(plan.dtype.compute)] * run,
                       {"dtype": plan.dtype, "vec": run, "offset": start + offsets[i] * plan.eb,
                        "masked": False})
         for j in range(run):

@@ -281,3 +281,31 @@ def copy_layout(shape: tuple[int, ...], threads: int, elem_bytes: int) -> Layout
     lanes = _spread(shape, spt, WARP, (1,) * rank)
     warps = _spread(shape, spt, threads // WARP, lanes)
     return grid_layout(shape, threads, spt, lanes, warps)
+
+
+WARPGROUP = 128  # four warps: what one wgmma runs on
+WGMMA_ROWS = 64
+
+
+def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int) -> Layout:
+    """The layout of the accumulators of `wgmma.mma_async` m64nN (sm_90a).
+
+    The warpgroups (four warps each) form a groups_m x groups_n grid, group g
+    at (g % groups_m, g // groups_m), each holding shape[0] / groups_m rows (a
+    stack of 64-row tiles) by shape[1] / groups_n columns.  Within a 64-row
+    tile, warp w of the group holds rows 16w .. 16w + 15 as mma.sync's
+    accumulators do (lane l: rows l/4 and l/4 + 8, columns 2(l%4) and
+    2(l%4) + 1 of each 8 columns, registers c0 c1 c2 c3), column tile after
+    column tile: the registers of one 64-row tile are one wgmma's, in order.
+    """
+    m, n = shape
+    block_m, block_n = m // groups_m, n // groups_n
+    assert block_m % WGMMA_ROWS == 0 and block_n % MMA_COLS == 0, (shape, groups_m, groups_n)
+    rows = [Term(4, 8, 1), Term(WARP, 4, MMA_ROWS)] + ([Term(WARPGROUP, groups_m, block_m)] if groups_m > 1 else [])
+    cols = [Term(1, 4, 2)] + ([Term(WARPGROUP * groups_m, groups_n, block_n)] if groups_n > 1 else [])
+    used = WARPGROUP * groups_m * groups_n
+    replicas = [(used, threads // used)] if used < threads else []
+    offsets = [(WGMMA_ROWS * i + 8 * half, MMA_COLS * j + c)
+               for i in range(block_m // WGMMA_ROWS) for j in range(block_n // MMA_COLS)
+               for half in (0, 1) for c in (0, 1)]
+    return Layout((m, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))

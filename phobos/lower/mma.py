@@ -17,29 +17,112 @@
 # A layout needs no shared memory: its registers, packed in pairs, are the
 # fragments (a loop-invariant operand is packed once, by LICM).
 #
+# On sm_90a a product whose plan says "wgmma" runs `wgmma.mma_async` instead
+# (`wgmma_compute`): each warpgroup issues one m64nNk16 per 64-row tile and
+# k step, reading both operands from shared memory through 64-bit matrix
+# descriptors - A K-major, B N-major (imm-trans-b) - in the 128-byte swizzled
+# layout (`TileSpace`), then commits the group; the caller waits for it (at
+# once, or, in a pipelined K loop, one iteration later: pipeline.py).  The
+# accumulators are wgmma's registers in place (isel ties them), and every
+# thread fences its shared-memory writes for the asynchronous proxy
+# (fence.proxy.async) before the barrier that precedes the wgmmas.
+#
 # `lower_dot` stages operands held in registers in the scratch buffer;
 # pipeline.py copies loaded operands into its stages with cp.async and calls
-# `compute` on them.  Either way, every k step of the product is unrolled.
+# `finish` on them.  Either way, every k step of the product is unrolled.
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..middle.ir import Op, Value
 from ..types import DType, ScalarType
-from .core import I32, SMEM_ALIGN, U32, Lowering, TileRegs, align, write_tile
-from .layout import MMA_COLS, MMA_ROWS, WARP
+from .core import I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, write_tile
+from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS
 from .mma_plan import MmaPlan
 
 F32 = ScalarType(DType.F32)
 
 
 @dataclass(frozen=True)
+class TileSpace:
+    """How an operand tile of `rows` x `cols` elements of `eb` bytes lies in shared memory.
+
+    Padded (`stride` > 0): row-major, rows `stride` bytes apart (mma.sync).
+    Swizzled (`stride` 0): wgmma's canonical 128-byte-swizzled layout - boxes
+    of 128 bytes of each row (64 16-bit elements), box after box; within a
+    box, row r at 128 r, its 16-byte chunk c at chunk c ^ (r % 8).  A K-major
+    A tile of K = 64 is one box; an N-major B tile is N / 64 boxes.  Starts
+    1024-byte aligned (the swizzle repeats every 8 rows).
+    """
+
+    rows: int
+    cols: int
+    eb: int
+    stride: int
+
+    @property
+    def swizzled(self) -> bool:
+        return self.stride == 0
+
+    @property
+    def box_bytes(self) -> int:
+        return self.rows * SWIZZLE_BYTES
+
+    @property
+    def nbytes(self) -> int:
+        if self.swizzled:
+            return -(-self.cols * self.eb // SWIZZLE_BYTES) * self.box_bytes
+        return self.rows * self.stride
+
+    @property
+    def alignment(self) -> int:
+        return SWIZZLE_ATOM if self.swizzled else SMEM_ALIGN
+
+    def delta(self, i: int, j: int) -> int | None:
+        """offset(row + i, col + j) - offset(row, col) when that is the same for every (row, col) with
+        col a multiple of 8 (a 16-byte chunk's first element); None when it is not."""
+        if not self.swizzled:
+            return i * self.stride + j * self.eb
+        per_box = SWIZZLE_BYTES // self.eb
+        if i % 8 or j % per_box >= 8:
+            return None
+        return j // per_box * self.box_bytes + i * SWIZZLE_BYTES + j % per_box * self.eb
+
+    def offset(self, low: Lowering, row: Value, col: Value) -> Value:
+        """The byte offset of element (row, col) from the tile's start (i32)."""
+        if not self.swizzled:
+            return low.op("add", [low.op("mul", [row, low.const(self.stride)], I32),
+                                  low.op("mul", [col, low.const(self.eb)], I32)], I32)
+        per_box = SWIZZLE_BYTES // self.eb
+        box = low.op("div", [col, low.const(per_box)], I32)
+        within = low.op("rem", [col, low.const(per_box)], I32)
+        chunk = low.op("xor", [low.op("div", [within, low.const(8)], I32), low.op("rem", [row, low.const(8)], I32)],
+                       I32)
+        parts = [low.op("mul", [box, low.const(self.box_bytes)], I32),
+                 low.op("mul", [row, low.const(SWIZZLE_BYTES)], I32),
+                 low.op("mul", [chunk, low.const(16)], I32),
+                 low.op("mul", [low.op("rem", [within, low.const(8)], I32), low.const(self.eb)], I32)]
+        total = parts[0]
+        for part in parts[1:]:
+            total = low.op("add", [total, part], I32)
+        return total
+
+
+SWIZZLE_BYTES = 128  # the width of a swizzled box
+SWIZZLE_ATOM = 1024  # 8 rows of it: where the pattern repeats
+
+
+@dataclass(frozen=True)
 class SharedOperand:
-    """An operand tile in shared memory: row-major from byte `start` of `base`, rows `stride` bytes apart."""
+    """An operand tile in shared memory, from byte `start` of `base`, laid out as `space` says."""
 
     base: Value  # u32 shared address
     start: int
-    stride: int
+    space: TileSpace
+
+    @property
+    def stride(self) -> int:
+        return self.space.stride
 
 
 @dataclass(frozen=True)
@@ -49,43 +132,38 @@ class RegisterOperand:
     regs: list[Value]
 
 
-def operand_stride(plan: MmaPlan, operand: str, cols: int) -> int:
-    """The row stride (bytes) of an operand tile with `cols` columns in shared memory.
+def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpace:
+    """How an operand tile lies in shared memory for the plan's instruction.
 
-    A multiple of 16 bytes (cp.async and ldmatrix move 16-byte rows), padded so
-    that the rows one fragment read touches fall in different banks: eight
-    rows of 16 bytes for ldmatrix and for tf32 A (an odd number of 16-byte
-    units), four rows of 32 bytes for tf32 B (32 or 96 bytes past a multiple
-    of 128).
+    wgmma: swizzled (TileSpace).  mma.sync: row-major with a row stride that
+    is a multiple of 16 bytes (cp.async and ldmatrix move 16-byte rows),
+    padded so that the rows one fragment read touches fall in different
+    banks: eight rows of 16 bytes for ldmatrix and for tf32 A (an odd number
+    of 16-byte units), four rows of 32 bytes for tf32 B (32 or 96 bytes past
+    a multiple of 128).
     """
     eb = plan.kind.operand.nbytes
+    if plan.instruction == "wgmma":
+        return TileSpace(rows, cols, eb, 0)
     stride = align(cols * eb, 16)
     ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit else \
         (lambda s: (s // 16) % 2 == 1)
     while not ok(stride):
         stride += 16
-    return stride
+    return TileSpace(rows, cols, eb, stride)
 
 
 def a_in_registers(low: Lowering, plan: MmaPlan, a: Value) -> bool:
     return plan.a_layout is not None and low.tile(a).layout == plan.a_layout
 
 
-@dataclass(frozen=True)
-class Staging:
-    """Where `lower_dot` puts operands in the scratch buffer: A (unless in registers), then B."""
-
-    a_stride: int | None
-    b_stride: int
-    b_start: int
-    nbytes: int
-
-
-def staging(plan: MmaPlan, a_shared: bool) -> Staging:
-    a_stride = operand_stride(plan, "a", plan.k) if a_shared else None
-    a_bytes = align(plan.m * a_stride, SMEM_ALIGN) if a_shared else 0
-    b_stride = operand_stride(plan, "b", plan.n)
-    return Staging(a_stride, b_stride, a_bytes, a_bytes + plan.k * b_stride)
+def aligned_base(low: Lowering, nbytes: int, alignment: int) -> Value:
+    """The scratch buffer's address rounded up to `alignment` (recording `nbytes` past it)."""
+    base = low.smem(nbytes + (alignment - SMEM_ALIGN if alignment > SMEM_ALIGN else 0))
+    if alignment <= SMEM_ALIGN:
+        return base
+    return low.op("and", [low.op("add", [base, low.const(alignment - 1, DType.U32)], U32),
+                          low.const(-alignment % 2**32, DType.U32)], U32)
 
 
 def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
@@ -97,24 +175,53 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
     if a is None and a_in_registers(low, plan, a_v):
         a = RegisterOperand(low.tile(a_v).regs)
     if a is None or b is None:
-        where = staging(plan, a is None)
-        base = low.smem(where.nbytes)
-        eb = plan.kind.operand.nbytes
+        spaces = {"a": operand_space(plan, "a", plan.m, plan.k) if a is None else None,
+                  "b": operand_space(plan, "b", plan.k, plan.n) if b is None else None}
+        starts, at = {}, 0
+        for name, space in spaces.items():
+            if space is not None:
+                at = align(at, space.alignment)
+                starts[name], at = at, at + space.nbytes
+        base = aligned_base(low, at, max(sp.alignment for sp in spaces.values() if sp is not None))
+        low.barrier()
+        for name, v in (("a", a_v), ("b", b_v)):
+            if spaces[name] is not None:
+                store_tile(low, low.tile(v), base, starts[name], spaces[name], plan.kind.operand)
+        if plan.instruction == "wgmma":
+            low.b.op("fence_proxy_async", [], [])  # the stores, seen by the tensor cores' reads
         low.barrier()
         if a is None:
-            write_tile(low, low.tile(a_v), base, 0, where.a_stride // eb, eb, plan.kind.operand)
-            a = SharedOperand(base, 0, where.a_stride)
+            a = SharedOperand(base, starts["a"], spaces["a"])
         if b is None:
-            write_tile(low, low.tile(b_v), base, where.b_start, where.b_stride // eb, eb, plan.kind.operand)
-            b = SharedOperand(base, where.b_start, where.b_stride)
-        low.barrier()
+            b = SharedOperand(base, starts["b"], spaces["b"])
     finish(low, op, plan, a, b)
+
+
+def store_tile(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, dtype: DType) -> None:
+    """Store a 2-D tile into shared memory at byte `start` of `base`, laid out as `space` says."""
+    if not space.swizzled:
+        write_tile(low, t, base, start, space.stride // space.eb, space.eb, dtype)
+        return
+    layout = t.layout
+    owner = low.owner(layout)
+    width = layout.vector_width()
+    while width * space.eb > 16:
+        width //= 2
+    for group in access_groups(layout, width):
+        row, col = (low.coord(layout, group[0], d) for d in (0, 1))
+        pred = low.all_of([low.slot_valid(layout, group[0]), owner])
+        addr = low.op("add", [base, low.op("cast", [space.offset(low, row, col)], U32)], U32)
+        low.st_shared(addr, low.const(0), space.eb, [t.regs[r] for r in group], dtype, pred, offset=start)
 
 
 def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
     """The product of `op` from its operands into its result (accumulating into a third operand)."""
     zero = [low.const(0.0, DType.F32)] * plan.layout.nregs
-    if len(op.operands) == 2:
+    if plan.instruction == "wgmma":
+        acc = low.in_layout(op.operands[2], plan.layout).regs if len(op.operands) == 3 else zero
+        product = wgmma_compute(low, plan, a, b, acc)
+        low.b.op("wgmma_wait", [], [], {"pending": low.wgmma_in_flight.get(op, 0)})
+    elif len(op.operands) == 2:
         product = compute(low, plan, a, b, zero)
     elif plan.kind.products == 1:
         product = compute(low, plan, a, b, low.in_layout(op.operands[2], plan.layout).regs)
@@ -146,6 +253,47 @@ def compute(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value])
                                       {"shape": kind.shape, "type": kind.ptx}).results)
                 acc[first:first + 4] = c
     return acc
+
+
+def wgmma_compute(low: Lowering, plan: MmaPlan, a: SharedOperand, b: SharedOperand, acc: list[Value]) -> list[Value]:
+    """acc + A @ B with wgmma: each warpgroup its block, one wgmma per 64-row tile and k step, then a
+    commit.  The operands are swizzled tiles (TileSpace): A K-major, B N-major (imm-trans-b).  The
+    caller waits for the group (wgmma_wait) before the result is used."""
+    group_m = low.digit(WARPGROUP, plan.warps_m)
+    group_n = low.digit(WARPGROUP * plan.warps_m, plan.warps_n)
+    block_m = plan.m // plan.warps_m
+    a_row = low.op("mul", [group_m, low.const(block_m * SWIZZLE_BYTES)], I32)
+    b_box = low.op("mul", [group_n, low.const(plan.wgmma_n * plan.kind.operand.nbytes // SWIZZLE_BYTES
+                                              * b.space.box_bytes)], I32)
+    desc_a = _descriptor(low, a, a_row, leading=16)
+    desc_b = _descriptor(low, b, b_box, leading=b.space.box_bytes)
+    acc = list(acc)
+    per_tile = plan.wgmma_n // 2  # accumulators of one 64-row tile, one wgmma's
+    for s in range(plan.k // 16):
+        for i in range(plan.wgmma_m_tiles):
+            da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + 32 * s) >> 4)
+            db = _plus(low, desc_b, (16 * s * SWIZZLE_BYTES) >> 4)
+            tile = acc[i * per_tile:(i + 1) * per_tile]
+            acc[i * per_tile:(i + 1) * per_tile] = low.b.op(
+                "wgmma", [da, db, *tile], [F32] * per_tile,
+                {"n": plan.wgmma_n, "type": plan.kind.ptx, "fence": s == 0 and i == 0}).results
+    low.b.op("wgmma_commit", [], [])
+    return acc
+
+
+def _descriptor(low: Lowering, operand: SharedOperand, offset: Value, leading: int) -> Value:
+    """The 64-bit shared-memory matrix descriptor of a swizzled tile from `offset` bytes into it:
+    start address / 16, the leading byte offset (the next box), the stride byte offset (the next
+    8 rows: 1024) and the 128-byte swizzle mode."""
+    addr = low.op("add", [operand.base, low.op("cast", [low.op("add", [offset, low.const(operand.start)], I32)], U32)],
+                  U32)
+    start = low.op("cast", [low.op("shr", [addr, low.const(4, DType.U32)], U32)], I64)
+    template = (1 << 62) | ((SWIZZLE_ATOM >> 4) << 32) | ((leading >> 4) << 16)
+    return low.op("add", [start, low.const(template, DType.I64)], I64)
+
+
+def _plus(low: Lowering, desc: Value, units: int) -> Value:
+    return desc if units == 0 else low.op("add", [desc, low.const(units, DType.I64)], I64)
 
 
 def _products(a_frags, b_frags):

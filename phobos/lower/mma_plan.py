@@ -11,8 +11,15 @@
 # operands are exact in f32, so the products are exact there too; tf32 kinds
 # are computed in full f32 there, more accurately than asked).
 #
-# The warps of the CTA form a warps_m x warps_n grid over the product
-# (`MmaPlan`); each warp computes its block as 16 x 8 tiles.  The grid is
+# On sm_90a a 16-bit product whose operands are both slices loaded beside it
+# for it alone (a K loop's: the pipeline streams them into shared memory),
+# whose K is 64 (one 128-byte row of an operand in the 128-byte swizzled
+# layout wgmma reads) and whose warps make whole warpgroups that tile it by
+# 64-row blocks and 64-column multiples (at most 256 per instruction) runs
+# `wgmma.mma_async` instead (`instruction` "wgmma"): the warpgroups form a
+# grid over the product.  Otherwise the warps
+# of the CTA form a warps_m x warps_n grid over the product (`MmaPlan`); each
+# warp computes its block as 16 x 8 tiles with mma.sync.  The grid is
 # chosen to load the fewest fragments per k step (balanced warp blocks), or
 # with one warp column when the product's rows matter as a whole: when its A
 # operand is computed in registers (the warps then read it from their own
@@ -23,9 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..middle.ir import Function, Op, Value, walk
+from ..middle.ir import Block, Function, Op, Value, walk
 from ..types import DType
-from .layout import MMA_COLS, MMA_ROWS, WARP, Layout, mma_layout
+from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, mma_layout, wgmma_layout
+
+WGMMA_K = 64  # a wgmma product's K: one 128-byte swizzled row of 16-bit operands
+WGMMA_MAX_N = 256
 
 ELEMENTWISE_LIKE = {"add", "sub", "mul", "div", "min", "max", "neg", "abs", "select", "cast", "exp", "exp2",
                     "broadcast"}
@@ -66,9 +76,10 @@ class MmaPlan:
     m: int
     n: int
     k: int
-    warps_m: int
+    warps_m: int  # for wgmma: warpgroups
     warps_n: int
     threads: int
+    instruction: str = "mma"  # or "wgmma"
 
     @property
     def m_tiles(self) -> int:
@@ -80,15 +91,27 @@ class MmaPlan:
         """8-column tiles per warp."""
         return self.n // self.warps_n // MMA_COLS
 
+    @property
+    def wgmma_m_tiles(self) -> int:
+        """64-row tiles per warpgroup."""
+        return self.m // self.warps_m // WGMMA_ROWS
+
+    @property
+    def wgmma_n(self) -> int:
+        """The N of each warpgroup's wgmma instructions."""
+        return self.n // self.warps_n
+
     @cached_property
     def layout(self) -> Layout:
         """Of the result (the accumulators)."""
+        if self.instruction == "wgmma":
+            return wgmma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
         return mma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
 
     @cached_property
     def a_layout(self) -> Layout | None:
-        """Of an A operand whose registers are its fragments (16-bit kinds only)."""
-        if not self.kind.sixteen_bit:
+        """Of an A operand whose registers are its fragments (16-bit kinds with mma.sync only)."""
+        if not self.kind.sixteen_bit or self.instruction == "wgmma":
             return None
         return mma_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n, share_columns=True)
 
@@ -101,13 +124,14 @@ def kind_of(op: Op) -> MmaKind | None:
     return MMA_KINDS.get(op.attrs.get("precision", "ieee"))
 
 
-def plan_dots(func: Function, threads: int, tensor_cores: bool) -> dict[Op, MmaPlan | str]:
+def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = False) -> dict[Op, MmaPlan | str]:
     """For each dot of a tensor-core kind: its plan, or why it runs on the CUDA cores."""
     ops = list(walk(func.body))
     users: dict[Value, list[Op]] = {}
     for op in ops:
         for v in op.operands:
             users.setdefault(v, []).append(op)
+    block_of = {o: block for block in _blocks(func.body) for o in block.ops}
     out: dict[Op, MmaPlan | str] = {}
     for op in ops:
         if op.opcode != "dot" or (kind := kind_of(op)) is None:
@@ -122,10 +146,31 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool) -> dict[Op, MmaP
         if wrong:
             out[op] = f"the {kind.shape} instruction cannot tile it ({', '.join(wrong)})"
             continue
+        loaded = all(_is_load(v) and block_of.get(v.owner) is block_of[op] and len(users.get(v, [])) == 1
+                     for v in op.operands[:2])
+        groups = wgmma_groups(kind, m, n, k, threads) if wgmma and loaded else None
+        if groups is not None:
+            out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma")
+            continue
         rows_only = not _is_load(op.operands[0]) or _feeds_rows(op.result, users)
         warps_m, warps_n = choose_warps(m, n, threads // WARP, rows_only)
         out[op] = MmaPlan(kind, m, n, k, warps_m, warps_n, threads)
     return out
+
+
+def wgmma_groups(kind: MmaKind, m: int, n: int, k: int, threads: int) -> tuple[int, int] | None:
+    """The warpgroup grid of a product wgmma can run (see the header), the most rows of groups first."""
+    if not kind.sixteen_bit or k != WGMMA_K or threads % WARPGROUP:
+        return None
+    groups = threads // WARPGROUP
+    for gm in reversed(_powers_upto(groups)):
+        gn = groups // gm
+        if m % (gm * WGMMA_ROWS) or n % gn:
+            continue
+        block_n = n // gn
+        if block_n <= WGMMA_MAX_N and (block_n % 64 == 0 or (gn == 1 and block_n < 64 and block_n % MMA_COLS == 0)):
+            return gm, gn
+    return None
 
 
 def describe(op: Op, plan: MmaPlan | str) -> str:
@@ -133,6 +178,9 @@ def describe(op: Op, plan: MmaPlan | str) -> str:
     where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc is not None else "a dot"
     if isinstance(plan, str):
         return f"{where}: dot runs on the CUDA cores: {plan}"
+    if plan.instruction == "wgmma":
+        return (f"{where}: dot runs on the tensor cores: wgmma m64n{plan.wgmma_n}k16 {plan.kind.name}, "
+                f"{plan.warps_m} x {plan.warps_n} warpgroups of {plan.m // plan.warps_m} x {plan.wgmma_n}")
     return (f"{where}: dot runs on the tensor cores: mma.sync {plan.kind.shape} {plan.kind.name}, "
             f"{plan.warps_m} x {plan.warps_n} warps of {plan.m // plan.warps_m} x {plan.n // plan.warps_n}")
 
@@ -161,6 +209,13 @@ def _powers_upto(n: int) -> list[int]:
         out.append(p)
         p *= 2
     return out
+
+
+def _blocks(block: Block):
+    yield block
+    for op in block.ops:
+        for region in op.regions:
+            yield from _blocks(region)
 
 
 def _is_load(v: Value) -> bool:
