@@ -8,9 +8,11 @@
 # converted to the type the kernel declares for that parameter, read off the
 # `.entry` line of the PTX.  A byte-array parameter (`.param .align 64 .b8
 # tmap[128]`) takes a phobos.run.tensor_map.TensorMap, which the driver
-# encodes, or raw bytes of its size.  The parameter buffer is packed here, following the
-# PTX layout, so no argument is ever passed with a type the kernel did not ask
-# for.  `time_launch` times a kernel with CUDA events; `device_properties`
+# encodes, or raw bytes of its size.  The parameter buffer is packed here, so no
+# argument is ever passed with a type the kernel did not ask for, each at the
+# offset the compiled kernel reads it from: where a C struct would put it, or,
+# for kernels with a parameter aligned to more than 16 bytes (tensor maps),
+# where the driver says it put it (libcuda.parameter_layouts explains why).  `time_launch` times a kernel with CUDA events; `device_properties`
 # and `device_copy` give the launcher the device's limits and the scratch
 # copies it times kernels on.
 #
@@ -37,6 +39,7 @@ from typing import Any, Union
 import numpy as np
 
 from ..errors import LaunchError, PtxasError, ToolchainError
+from . import libcuda
 from .tensor_map import TensorMap
 
 PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos-tile[cuda]'"
@@ -54,6 +57,10 @@ PARAM_DTYPES: dict[str, type[np.generic]] = {
 
 #: Parameter types wide enough to hold a device pointer.
 POINTER_TYPES = frozenset({"u64", "s64", "b64"})
+
+#: Parameters aligned to at most this many bytes sit where a C struct would put them on every GPU
+#: (the constant bank's parameters start 16-byte aligned); beyond it the driver is asked.
+NATURAL_ALIGNMENT_LIMIT = 16
 
 
 # ---------------------------------------------------------------------------
@@ -231,26 +238,45 @@ def _describe(arg: Any) -> str:
     return f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}"
 
 
-def pack_parameters(bound: Sequence[BoundArgument], array_pointers: dict[int, int]) -> bytes:
-    """The kernel parameter buffer: each value at an offset aligned to its size (or declared .align).
+def natural_offsets(params: Sequence[PtxParam]) -> list[int]:
+    """Where a C struct of the parameters would put each: at the next multiple of its alignment."""
+    offsets, end = [], 0
+    for param in params:
+        end += -end % param.alignment
+        offsets.append(end)
+        end += param.size
+    return offsets
+
+
+def needs_driver_layout(params: Sequence[PtxParam]) -> bool:
+    """True when the parameter offsets depend on the GPU (a parameter aligned beyond 16 bytes)."""
+    return any(param.alignment > NATURAL_ALIGNMENT_LIMIT for param in params)
+
+
+def pack_parameters(
+    bound: Sequence[BoundArgument], array_pointers: dict[int, int], offsets: Sequence[int] | None = None
+) -> bytes:
+    """The kernel parameter buffer: each value at its offset (`offsets`, else `natural_offsets`).
 
     `array_pointers` maps the index of each "array" argument to the device
     address of its copy.
     """
-    buffer = bytearray()
-    for index, argument in enumerate(bound):
-        buffer += bytes(-len(buffer) % argument.param.alignment)
+    offsets = natural_offsets([argument.param for argument in bound]) if offsets is None else offsets
+    size = max((offset + argument.param.size for offset, argument in zip(offsets, bound)), default=0)
+    buffer = bytearray(size)
+    for index, (offset, argument) in enumerate(zip(offsets, bound)):
         if argument.kind == "bytes":
-            buffer += argument.value
-            continue
-        dtype = np.dtype(PARAM_DTYPES[argument.param.type])
-        if argument.kind == "array":
-            value = dtype.type(array_pointers[index])
-        elif argument.kind == "pointer":
-            value = dtype.type(argument.value)
+            raw = argument.value
         else:
-            value = argument.value
-        buffer += np.asarray(value, dtype=dtype.newbyteorder("<")).tobytes()
+            dtype = np.dtype(PARAM_DTYPES[argument.param.type])
+            if argument.kind == "array":
+                value = dtype.type(array_pointers[index])
+            elif argument.kind == "pointer":
+                value = dtype.type(argument.value)
+            else:
+                value = argument.value
+            raw = np.asarray(value, dtype=dtype.newbyteorder("<")).tobytes()
+        buffer[offset: offset + len(raw)] = raw
     return bytes(buffer)
 
 
@@ -359,11 +385,13 @@ def _release_context(context: Any) -> None:
 
 @dataclass
 class Module:
-    """PTX loaded onto the GPU: its kernels' parameters and driver functions."""
+    """PTX loaded onto the GPU: its kernels' parameters, their offsets in the parameter
+    buffer, and driver functions."""
 
     ptx: str
     params: dict[str, list[PtxParam]]
     handle: Any  # pycuda.driver.Module
+    offsets: dict[str, list[int]] = field(default_factory=dict)
     _functions: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def function(self, kernel_name: str) -> Any:
@@ -397,8 +425,34 @@ def load_module(ptx_text: str) -> Module:
             handle = driver.module_from_buffer(ptx_text.encode() + b"\0")
         except driver.Error as error:
             raise PtxasError(f"the CUDA driver rejected the PTX: {error}") from error
-        _modules[key] = Module(ptx_text, params, handle)
+        _modules[key] = Module(ptx_text, params, handle, parameter_offsets(ptx_text, params))
     return _modules[key]
+
+
+def parameter_offsets(ptx_text: str, params: dict[str, list[PtxParam]]) -> dict[str, list[int]]:
+    """The offset of every parameter of every kernel in the buffer the GPU's kernel reads.
+
+    The natural (C struct) offsets, except for kernels with a parameter aligned
+    beyond 16 bytes, whose offsets the driver gives; LaunchError, naming the
+    parameter, if the driver's sizes disagree with the PTX's.
+    """
+    asked = [name for name, kernel_params in params.items() if needs_driver_layout(kernel_params)]
+    layouts = libcuda.parameter_layouts(ptx_text, asked) if asked else {}
+    offsets = {}
+    for name, kernel_params in params.items():
+        if name not in layouts:
+            offsets[name] = natural_offsets(kernel_params)
+            continue
+        layout = layouts[name]
+        if len(layout) != len(kernel_params):
+            raise LaunchError(f"kernel '{name}': the driver reports {len(layout)} parameters, the PTX declares "
+                              f"{len(kernel_params)}")
+        for param, (_, size) in zip(kernel_params, layout):
+            if size != param.size:
+                raise LaunchError(f"kernel '{name}', parameter {param}: the driver reports {size} bytes, "
+                                  f"the PTX declares {param.size}")
+        offsets[name] = [offset for offset, _ in layout]
+    return offsets
 
 
 PtxOrModule = Union[str, Module]
@@ -471,7 +525,7 @@ def _on_gpu(
             for index, argument in enumerate(bound)
             if argument.kind == "array"
         }
-        launch.parameters = pack_parameters(bound, pointers)
+        launch.parameters = pack_parameters(bound, pointers, module.offsets[kernel_name])
         launch.function.prepare([f"{len(launch.parameters)}s"])
         yield launch
     except driver.Error as error:

@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError, ToolchainError
+from ..errors import LaunchError
+from . import libcuda
 
 # name -> (CUtensorMapDataType, bytes per element)
 DTYPES = {
@@ -52,6 +53,9 @@ L2_PROMOTIONS = {"none": 0, "64B": 1, "128B": 2, "256B": 3}
 OOB_FILLS = {"zero": 0, "nan": 1}  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE / _NAN_REQUEST_ZERO_FMA
 MAX_RANK = 5
 MAGIC = b"PHOBOSTM"
+#: cuTensorMapEncodeTiled writes the map to host memory aligned to 64 bytes (CUDA 12; 128 in CUDA 13's
+#: CUtensorMap type): the larger, so that either driver accepts it.
+MAP_ALIGNMENT = 128
 _LAYOUT = struct.Struct("<8sQ6B2x5Q4Q5H5B")
 
 _NUMPY_NAMES = {"uint8": "u8", "uint16": "u16", "uint32": "u32", "int32": "s32", "uint64": "u64",
@@ -187,17 +191,18 @@ class TensorMap:
         address = self.device_address()
         if address % 16:
             raise LaunchError(f"TensorMap: the device address {address:#x} is not 16-byte aligned")
-        out = (ctypes.c_uint64 * 16)()
+        storage = (ctypes.c_uint8 * (128 + MAP_ALIGNMENT))()
+        out = ctypes.addressof(storage) + -ctypes.addressof(storage) % MAP_ALIGNMENT
         rank = self.rank
         dims = (ctypes.c_uint64 * rank)(*self.shape)
         strides = (ctypes.c_uint64 * max(rank - 1, 1))(*self.strides)
         box = (ctypes.c_uint32 * rank)(*self.box)
         elem = (ctypes.c_uint32 * rank)(*self.element_strides)
-        result = encode(out, DTYPES[self.dtype][0], rank, ctypes.c_void_p(address), dims, strides, box, elem,
-                        0, SWIZZLES[self.swizzle][0], L2_PROMOTIONS[self.l2_promotion], OOB_FILLS[self.oob_fill])
+        result = encode(ctypes.c_void_p(out), DTYPES[self.dtype][0], rank, ctypes.c_void_p(address), dims, strides,
+                        box, elem, 0, SWIZZLES[self.swizzle][0], L2_PROMOTIONS[self.l2_promotion], OOB_FILLS[self.oob_fill])
         if result != 0:
-            raise LaunchError(f"cuTensorMapEncodeTiled rejected {self.describe()}: {_error_name(result)}")
-        return bytes(out)
+            raise LaunchError(f"cuTensorMapEncodeTiled rejected {self.describe()}: {libcuda.error_name(result)}")
+        return ctypes.string_at(out, 128)
 
     def describe(self) -> str:
         return (f"a {self.dtype} tensor map of sizes {self.shape}, byte strides {self.strides}, box {self.box}, "
@@ -266,24 +271,10 @@ def _driver_function():
     """cuTensorMapEncodeTiled from libcuda, typed."""
     global _encode_function
     if _encode_function is None:
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as error:
-            raise ToolchainError(f"cannot load the CUDA driver library libcuda.so.1: {error}") from error
-        fn = lib.cuTensorMapEncodeTiled
+        fn = libcuda.library().cuTensorMapEncodeTiled
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p,
                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_int]
         _encode_function = fn
     return _encode_function
-
-
-def _error_name(code: int) -> str:
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        name = ctypes.c_char_p()
-        lib.cuGetErrorName(ctypes.c_int(code), ctypes.byref(name))
-        return f"{name.value.decode()} ({code})" if name.value else f"CUresult {code}"
-    except OSError:
-        return f"CUresult {code}"

@@ -64,7 +64,15 @@ def build_barrier(d, ins, mods):
 
 @opcode("membar", "fence", "nanosleep")
 def build_no_op(d, ins, mods):
+    """Ordering is a no-op for one instruction at a time, except `fence.proxy.async`, which the
+    race detector records (plain shared stores read by wgmma or TMA need it)."""
+    proxy_async = ins.opcode.split(".")[:3] == ["fence", "proxy", "async"]
     mods.drop(lambda word: True)
+    if proxy_async:
+        def run(m, idx):
+            if m.shared.races is not None:
+                m.shared.races.proxy_fence(m, np.arange(m.n) if idx is None else idx)
+        return plain(run)
     return plain(lambda m, idx: None)
 
 
