@@ -505,7 +505,7 @@ def wgmma_gemm(cfg: WgmmaConfig = WgmmaConfig(), name: str = "gemm_bf16_wgmma") 
         p.raw("//   B (N-major, imm-trans-b = 1): start = B tiles + 2048 * k16 step, SBO = 1024 (next 8 k rows),")
         p.raw("//     LBO = 8192 (next 64 columns)")
     else:
-        p.raw(f"// Stage layout, no swizzle (8x16-byte core matrices): A (K-major) chunk c (k 8c..8c+7) of row r at")
+        p.raw("// Stage layout, no swizzle (8x16-byte core matrices): A (K-major) chunk c (k 8c..8c+7) of row r at")
         p.raw(f"// {bm * 16}c + 16r: {lay['a_desc_note']}, start + {bm * 32} per k16 step, + 1024 for consumer 1;")
         p.raw(f"// B (N-major, imm-trans-b = 1) columns 8c..8c+7 of k row r at {bk * 16}c + 16r: {lay['b_desc_note']},")
         p.raw("// start + 256 per k16 step.")
@@ -813,6 +813,47 @@ def wgmma_gemm(cfg: WgmmaConfig = WgmmaConfig(), name: str = "gemm_bf16_wgmma") 
                 p.ins(f"st.global.b32 [{base}+{8 * j * osize}], %packed;")
             else:
                 p.ins(f"st.global.v2.f32 [{base}+{8 * j * osize}], {{%acc{r0}, %acc{r0 + 1}}};")
+    p.label("DONE")
+    p.ins("ret;")
+    p.raw("}")
+    return p.text()
+
+
+def parameter_probe(name: str = "parameter_probe") -> str:
+    """A kernel with the wgmma GEMM's parameters (the output pointer first): thread 0 copies the
+    bytes of both tensor maps and the three sizes, read with ld.param, to out[0..66], so that the
+    host sees where the kernel finds its parameters, whatever was packed where (tc_bisect)."""
+    p = Ptx()
+    p.raw("// Writes back its parameters as it reads them: out[0..31] a_map, out[32..63] b_map, out[64..66]")
+    p.raw("// m, n, k (32-bit words), written by handwritten_ptx/gemm_ptx.py.")
+    p.raw(".version 8.0")
+    p.raw(".target sm_90")
+    p.raw(".address_size 64")
+    p.raw("")
+    p.raw(f".visible .entry {name}(")
+    p.raw("    .param .u64 out,")
+    p.raw("    .param .align 64 .b8 a_map[128],")
+    p.raw("    .param .align 64 .b8 b_map[128],")
+    p.raw("    .param .u32 m_size,")
+    p.raw("    .param .u32 n_size,")
+    p.raw("    .param .u32 k_size")
+    p.raw(")")
+    p.raw("{")
+    p.ins(".reg .pred %p;")
+    p.ins(".reg .b32 %word;")
+    p.ins(".reg .b64 %out;")
+    p.ins("mov.u32 %word, %tid.x;")
+    p.ins("setp.ne.u32 %p, %word, 0;")
+    p.ins("@%p bra DONE;", "thread 0 only")
+    p.ins("ld.param.u64 %out, [out];")
+    p.ins("cvta.to.global.u64 %out, %out;")
+    for base, param in ((0, "a_map"), (128, "b_map")):
+        for i in range(0, 128, 4):
+            p.ins(f"ld.param.b32 %word, [{param}+{i}];")
+            p.ins(f"st.global.b32 [%out+{base + i}], %word;")
+    for i, param in enumerate(("m_size", "n_size", "k_size")):
+        p.ins(f"ld.param.b32 %word, [{param}];")
+        p.ins(f"st.global.b32 [%out+{256 + 4 * i}], %word;")
     p.label("DONE")
     p.ins("ret;")
     p.raw("}")

@@ -559,6 +559,16 @@ def test_every_step_of_the_wgmma_ladder_is_bit_exact(key, cfg):
     _check(c, a, b, cfg.out)
 
 
+def test_parameter_probe_writes_back_its_parameters():
+    text = gemm.parameter_probe()
+    if PTXAS is not None:
+        assert ptxas_errors(text, "sm_90") is None
+    maps = [bytes(range(128)), bytes(range(255, 127, -1))]
+    out = np.zeros(67, np.uint32)
+    Module(text, "probe.ptx").launch("parameter_probe", 1, 32, [out] + maps + [5, 6, 7])
+    assert out.tobytes() == maps[0] + maps[1] + np.array([5, 6, 7], np.uint32).tobytes()
+
+
 def test_shapes_that_are_not_whole_tiles_are_refused():
     with pytest.raises(ValueError, match="K = 100 is not a positive multiple of the tile size 64"):
         gemm.check_shape(128, 256, 100, 128, 256, 64)

@@ -3,7 +3,10 @@
 # Branches, exits and barriers only describe themselves here (their kind and,
 # for barriers, the barrier id and expected count); the scheduler in
 # machine.py moves the threads.  Memory fences are no-ops: the emulator runs
-# one instruction at a time, so every access is already visible to all.
+# one instruction at a time, so every access is already visible to all.  The
+# exception is `fence.proxy.async`, which the race detector records: the
+# tensor cores and TMA (the async proxy) may not see plain shared stores
+# without it (memory.RaceDetector.check_fenced).
 #
 # shfl.sync, vote.sync, redux.sync, elect.sync and bar.warp.sync work per warp (32
 # consecutive threads of a CTA).  Their member mask must name exactly lanes
