@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import numpy as np
@@ -32,6 +33,15 @@ def pick_mode(requested: str | None) -> str:
         return "gpu"
     print(f"no GPU here ({why}); running the generated PTX on the CPU with mode='emulate'")
     return "emulate"
+
+
+def connect(scheduler: str | None):
+    """A Dask client of the scheduler at that address (closed on leaving the `with`), or None, with which
+    a phobos.dag.Session starts a LocalCluster of its own."""
+    if scheduler is None:
+        return contextlib.nullcontext()
+    from distributed import Client
+    return Client(scheduler)
 
 
 def time_on_gpu(fn, arrays: list[np.ndarray], **scalars) -> float:
