@@ -186,7 +186,7 @@ class Session:
             *(cell_ranges(extent, count) for extent, count in zip(state.shape, counts)))]
         tasks = [Task(f"block {state.name}{box}", [Access(state, box, False, True, state.name)]) for box in boxes]
         self.graph.add(tasks)
-        addresses = list(self.client.scheduler_info()["workers"])
+        addresses = sorted(self.client.nthreads())
         for task, box, where in zip(tasks, boxes, itertools.cycle(addresses)):
             self._futures[task] = self.client.submit(
                 make_block, task.label, self.mode, box.shape, state.dtype.name, data(box), box.slices(),
@@ -300,7 +300,7 @@ class Session:
 def measure_overhead(client: Any, tasks: int = OVERHEAD_PROBE_TASKS) -> float:
     """Seconds per task of a burst of independent no-op tasks on one worker (after a warm-up burst)."""
     from .worker import noop
-    worker = sorted(client.scheduler_info()["workers"])[0]
+    worker = sorted(client.nthreads())[0]
     for _ in range(2):
         start = time.perf_counter()
         client.gather([client.submit(noop, pure=False, workers=[worker]) for _ in range(tasks)])
