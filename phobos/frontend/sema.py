@@ -22,15 +22,17 @@
 from __future__ import annotations
 
 import difflib
-import itertools
 import math
 from dataclasses import dataclass, field
 
 from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
+from .launch_rules import RULE_DECORATORS, LaunchRules, rules_of
+from ..configuration import Knobs, config_text, knob_problem
+from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
+from ..dispatch import Dispatch
 from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
-from ..middle.passes.fold import evaluate
 from ..types import (DType, ScalarType, TensorType, TileType, ValueType, broadcast_shapes,
                     shape_of, with_dtype)
 
@@ -80,6 +82,7 @@ class CheckedKernel:
     carried: dict[object, list[Symbol]] = field(default_factory=dict)  # For/If -> outer vars assigned
     written: set[str] = field(default_factory=set)  # tensor parameters the kernel stores into
     weak: set[object] = field(default_factory=set)  # literal-only expressions; their dtype follows context
+    knobs: Knobs = field(default_factory=Knobs)  # what the configuration's WARPS, STAGES, GROUP_M set
 
     @property
     def name(self) -> str:
@@ -92,6 +95,13 @@ class CheckedKernel:
         return self.consts.get(e)
 
 
+# The checking rule of each kind of statement and expression (keyed by AST
+# class) and the typing rule of each builtin (keyed by `Builtin.rule`).
+STATEMENTS = Dispatch("statement")
+EXPRESSIONS = Dispatch("expression")
+BUILTIN_RULES = Dispatch("builtin typing rule")
+
+
 class _Poisoned(Exception):
     """An expression depends on a declaration that already failed; skip it quietly."""
 
@@ -101,9 +111,14 @@ def autotune_space(kernel: ast.Kernel) -> dict[str, list[int]]:
     """The autotune parameters of a kernel and their values, in source order."""
     space: dict[str, list[int]] = {}
     for deco in kernel.decorators:
+        if deco.name in RULE_DECORATORS:
+            continue  # launch_rules reads these
         if deco.name != "autotune":
-            raise SemanticError(f"unknown decorator '@{deco.name}'; the only decorator is '@autotune'",
-                                deco.loc)
+            raise SemanticError(f"unknown decorator '@{deco.name}'; the decorators are @autotune, "
+                                f"{', '.join('@' + name for name in RULE_DECORATORS)}", deco.loc)
+        if deco.args:
+            raise SemanticError("@autotune lists values as NAME in [v1, v2, ...]; conditions go in "
+                                "@require(...), derived constants in @derive(NAME = ...)", start_loc(deco.args[0]))
         if not deco.params:
             raise SemanticError("@autotune needs at least one parameter, e.g. @autotune(BLOCK in [256])",
                                 deco.loc)
@@ -116,6 +131,12 @@ def autotune_space(kernel: ast.Kernel) -> dict[str, list[int]]:
                 if value is None:
                     raise SemanticError(f"autotune values must be integer literals, e.g. {p.name} in [64, 128]",
                                         v.loc)
+                if not fits(value, DType.I32):
+                    raise SemanticError(f"autotune parameters are i32 constants: {value} does not fit in i32 "
+                                        f"({range_text(DType.I32)})", start_loc(v))
+                problem = knob_problem(p.name, value)
+                if problem is not None:
+                    raise SemanticError(problem, start_loc(v))
                 values.append(value)
             if len(set(values)) != len(values):
                 raise SemanticError(f"autotune parameter '{p.name}' lists a value twice", p.loc)
@@ -131,25 +152,55 @@ def _literal_int(e: ast.Expr) -> int | None:
     return None
 
 
+def launch_rules(kernel: ast.Kernel) -> LaunchRules:
+    """The kernel's autotune space with its @derive, @require and @key, checked."""
+    return rules_of(kernel, autotune_space(kernel))
+
+
 def configurations(kernel: ast.Kernel) -> list[dict[str, int]]:
-    """Every configuration: the cartesian product of the autotune values."""
-    space = autotune_space(kernel)
-    names = list(space)
-    return [dict(zip(names, combo)) for combo in itertools.product(*(space[n] for n in names))]
+    """The configurations a kernel is checked and compiled under before any call: the cartesian
+    product of the autotune values (less those no sizes can serve), with any derived constants
+    at sample sizes (LaunchRules.representative)."""
+    return launch_rules(kernel).representative()
 
 
 def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[str, int]:
-    """The configuration to compile: given values, the first listed value for the rest."""
-    space = autotune_space(kernel)
+    """The configuration to compile: given values, the first listed value for the rest; derived
+    constants not given take their values at the first sample sizes the conditions allow."""
+    rules = launch_rules(kernel)
+    space = rules.space
     config = dict(config or {})
     for name, value in config.items():
-        if name not in space:
-            known = ", ".join(space) or "none"
-            raise SemanticError(f"kernel '{kernel.name}' has no autotune parameter '{name}' (it has: {known})",
-                                kernel.loc)
+        if name not in space and name not in rules.derived_names:
+            known = ", ".join([*space, *rules.derived_names]) or "none"
+            what = "autotune parameter or derived constant" if rules.derived else "autotune parameter"
+            raise SemanticError(f"kernel '{kernel.name}' has no {what} '{name}' (it has: {known})", kernel.loc)
         if not isinstance(value, int) or isinstance(value, bool):
             raise SemanticError(f"autotune parameter '{name}' must be an integer, got {value!r}", kernel.loc)
-    return {name: config.get(name, values[0]) for name, values in space.items()}
+        declared = declaration(kernel, name)
+        if not fits(value, DType.I32):
+            raise SemanticError(f"autotune parameter '{name}' is an i32 constant: {value} does not fit in i32 "
+                                f"({range_text(DType.I32)})", declared)
+        problem = knob_problem(name, value)
+        if problem is not None:
+            raise SemanticError(problem, declared)
+    resolved = {name: config.get(name, values[0]) for name, values in space.items()}
+    missing = [d for d in rules.derived if d.name not in config]
+    if missing:
+        fixed = {name: resolved[name] for name in space}
+        sample = next(iter(rules.representative(fixed)), None)
+        if sample is None:
+            raise SemanticError(f"kernel '{kernel.name}' derives {missing[0].name} from its sizes, and no sample "
+                                f"sizes meet its conditions: give its value (config={{'{missing[0].name}': ...}})",
+                                missing[0].loc)
+        config = {**sample, **config}
+    return {**resolved, **{name: config[name] for name in rules.derived_names}}
+
+
+def declaration(kernel: ast.Kernel, name: str) -> Loc:
+    """Where an autotune parameter (`NAME in [...]`) or a derived constant (`NAME = ...`) is declared."""
+    return next(item.loc for d in kernel.decorators for item in [*d.params, *d.args]
+                if getattr(item, "name", None) == name)
 
 
 # ------------------------------------------------------------------- checker
@@ -161,7 +212,7 @@ class Checker:
         self.errors: list[PhobosError] = []
         # the outermost scope holds the named float constants; the kernel's scope comes next
         self.scopes: list[dict[str, Symbol]] = [dict(NAMED_CONSTANTS), {}]
-        self.out = CheckedKernel(kernel, config, [], {})
+        self.out = CheckedKernel(kernel, config, [], {}, knobs=Knobs.of(config))
         self.weak = self.out.weak
         self.statement_calls: set[ast.Call] = set()  # effect builtins standing as statements
         self.loop_stack: list[tuple[object, int]] = []  # (For/If node, scope depth outside it)
@@ -198,10 +249,18 @@ class Checker:
     def check(self) -> CheckedKernel:
         k = self.kernel
         for name, value in self.out.config.items():
-            loc = next(p.loc for d in k.decorators for p in d.params if p.name == name)
+            loc = declaration(k, name)
+            problem = knob_problem(name, value)  # a derived knob's value is known only now
+            if problem is not None:
+                self.errors.append(SemanticError(problem, loc))
             self.define(Symbol(name, "const", ScalarType(DType.I32), loc, value))
         for index, param in enumerate(k.params):
-            self._attempt(self.check_param, index, param)
+            try:
+                self.check_param(index, param)
+            except SemanticError as err:  # its uses are skipped, not reported again
+                self.errors.append(err)
+                kind = "scalar" if param.type.kind == "scalar" else "tensor"
+                self.scopes[KERNEL_SCOPE].setdefault(param.name, Symbol(param.name, kind, None, param.loc))
         self._attempt_block_stmts(k.body)
         if self.errors:
             raise self.errors[0] if len(self.errors) == 1 else ErrorList(self.errors)
@@ -223,6 +282,9 @@ class Checker:
                 if isinstance(e, ast.IntLit):
                     if e.value <= 0:
                         raise SemanticError("a tensor dimension must be positive", e.loc)
+                    if not fits(e.value, DType.I32):
+                        raise SemanticError(f"a tensor dimension is an i32: {e.value} does not fit in i32 "
+                                            f"({range_text(DType.I32)})", e.loc)
                     dims.append(e.value)
                 elif isinstance(e, ast.Name):
                     dims.append(e.id)
@@ -230,6 +292,10 @@ class Checker:
                 else:
                     raise SemanticError("a tensor dimension is a size name (like N) or an integer literal",
                                         start_loc(e))
+            elements = math.prod(d for d in dims if isinstance(d, int))
+            if not fits(elements, DType.I32):
+                raise SemanticError(f"a tensor of {elements} elements is too large: kernels index tensors "
+                                    f"with i32, so at most {int_range(DType.I32)[1]} elements", t.loc)
             sym = self.define(Symbol(param.name, "tensor", TensorType(dtype, tuple(dims)), param.loc))
         self.out.params.append(sym)
         self.out.symbols[param] = sym
@@ -304,9 +370,10 @@ class Checker:
             self.scopes.pop()
 
     def stmt(self, s: ast.Stmt) -> None:
-        _RULES[type(s)](self, s)
+        STATEMENTS.lookup(type(s))(self, s)
 
-    def stmt_Let(self, s: ast.Let) -> None:
+    @STATEMENTS.on(ast.Let)
+    def stmt_let(self, s: ast.Let) -> None:
         sym = Symbol(s.name, "var" if s.mutable else "let", None, s.name_loc)
         self.out.symbols[s] = sym
         try:
@@ -324,19 +391,21 @@ class Checker:
             raise
         value = self.out.consts.get(s.value)
         if not s.mutable and value is not None and isinstance(sym.type, ScalarType):
-            sym.value = cast_value(value, sym.type.dtype)
+            sym.value = convert(value, sym.type.dtype)
         self.define(sym)
 
     def concrete(self, e: ast.Expr, t: ValueType) -> ValueType:
-        """The type a value keeps when nothing around it asks for another (literals: i32/f32)."""
+        """The type a value keeps when nothing around it asks for another (literals: i32, or i64
+        when the value needs it; f32)."""
         if e in self.weak and isinstance(t, ScalarType) and t.dtype is DType.I32:
             value = self.out.consts.get(e)
-            low, high = int_range(DType.I32)
-            if value is not None and not low <= value <= high:
+            if value is not None and not fits(value, DType.I32):
                 return ScalarType(DType.I64)
+        self.settle(e, t.dtype)
         return t
 
-    def stmt_Assign(self, s: ast.Assign) -> None:
+    @STATEMENTS.on(ast.Assign)
+    def stmt_assign(self, s: ast.Assign) -> None:
         target = s.target
         if isinstance(target, ast.Name):
             sym = self.lookup(target.id, target.loc)
@@ -387,7 +456,8 @@ class Checker:
                 if sym not in carried:
                     carried.append(sym)
 
-    def stmt_ExprStmt(self, s: ast.ExprStmt) -> None:
+    @STATEMENTS.on(ast.ExprStmt)
+    def stmt_expr_stmt(self, s: ast.ExprStmt) -> None:
         e = s.expr
         if not (isinstance(e, ast.Call) and e.func in BUILTINS and BUILTINS[e.func].effect):
             self.expr(e)
@@ -395,7 +465,8 @@ class Checker:
         self.statement_calls.add(e)
         self.expr(e)
 
-    def stmt_For(self, s: ast.For) -> None:
+    @STATEMENTS.on(ast.For)
+    def stmt_for(self, s: ast.For) -> None:
         start_t = self.scalar_int(s.start, "a loop bound")
         end_t = self.scalar_int(s.end, "a loop bound")
         dtype = self.unify_dtypes(s.start, start_t.dtype, s.end, end_t.dtype, start_loc(s.end))
@@ -416,7 +487,8 @@ class Checker:
             self.scopes.pop()
             self.loop_stack.pop()
 
-    def stmt_If(self, s: ast.If) -> None:
+    @STATEMENTS.on(ast.If)
+    def stmt_if(self, s: ast.If) -> None:
         ct = self.expr(s.cond)
         if not (isinstance(ct, ScalarType) and ct.dtype is DType.BOOL):
             hint = "; use where(cond, a, b) to choose between tiles" if isinstance(ct, TileType) else ""
@@ -510,24 +582,28 @@ class Checker:
         cached = self.out.types.get(e)
         if cached is not None:
             return cached
-        t = self.out.types[e] = _RULES[type(e)](self, e)
+        t = self.out.types[e] = EXPRESSIONS.lookup(type(e))(self, e)
         return t
 
-    def expr_IntLit(self, e: ast.IntLit):
+    @EXPRESSIONS.on(ast.IntLit)
+    def expr_int_lit(self, e: ast.IntLit):
         self.weak.add(e)
         self.out.consts[e] = e.value
         return ScalarType(DType.I32)
 
-    def expr_FloatLit(self, e: ast.FloatLit):
+    @EXPRESSIONS.on(ast.FloatLit)
+    def expr_float_lit(self, e: ast.FloatLit):
         self.weak.add(e)
         self.out.consts[e] = e.value
         return ScalarType(DType.F32)
 
-    def expr_BoolLit(self, e: ast.BoolLit):
+    @EXPRESSIONS.on(ast.BoolLit)
+    def expr_bool_lit(self, e: ast.BoolLit):
         self.out.consts[e] = e.value
         return ScalarType(DType.BOOL)
 
-    def expr_Name(self, e: ast.Name):
+    @EXPRESSIONS.on(ast.Name)
+    def expr_name(self, e: ast.Name):
         sym = self.lookup(e.id, e.loc)
         self.out.symbols[e] = sym
         if sym.type is None:
@@ -538,10 +614,12 @@ class Checker:
             self.weak.add(e)
         return sym.type
 
-    def expr_ListLit(self, e: ast.ListLit):
+    @EXPRESSIONS.on(ast.ListLit)
+    def expr_list_lit(self, e: ast.ListLit):
         raise SemanticError("a list can only be a shape argument, as in full([4, 8], 0.0)", e.loc)
 
-    def expr_Unary(self, e: ast.Unary):
+    @EXPRESSIONS.on(ast.Unary)
+    def expr_unary(self, e: ast.Unary):
         t = self.value(e.operand)
         value = self.out.consts.get(e.operand)
         if e.op == "-":
@@ -552,7 +630,7 @@ class Checker:
                     self.check_fits(-value, DType.I64, e.loc)
                     self.out.consts[e] = -value
                 else:
-                    self.out.consts[e] = cast_value(-value, t.dtype) if t.dtype.is_int else -value
+                    self.out.consts[e] = evaluate("neg", {}, [value], [t.dtype], t.dtype)
         else:
             if t.dtype is not DType.BOOL:
                 raise SemanticError(f"'!' needs a bool operand, not {t.dtype}", e.loc)
@@ -569,7 +647,8 @@ class Checker:
                                 f"like {getattr(e, 'id', 'x')}[i :+ 64]", start_loc(e))
         return t
 
-    def expr_Binary(self, e: ast.Binary):
+    @EXPRESSIONS.on(ast.Binary)
+    def expr_binary(self, e: ast.Binary):
         lt, rt = self.value(e.lhs), self.value(e.rhs)
         op = e.op
         if op in ("&&", "||"):
@@ -613,29 +692,25 @@ class Checker:
         a, b = self.out.consts.get(e.lhs), self.out.consts.get(e.rhs)
         if a is None or b is None or not isinstance(result, ScalarType):
             return
-        literal_only = e.lhs in self.weak and e.rhs in self.weak
-        if literal_only:
-            value = fold_binary(e.op, a, b, None)
-        elif (e.op in ("/", "%")) and operand_dtype.is_int and b == 0:
-            value = None
-        else:
-            opcode, attrs = _FOLD_OPCODES[e.op]
-            value = evaluate(opcode, attrs, [a, b], [operand_dtype, operand_dtype], result.dtype)
-        if value is None:
-            if e.op in ("/", "%"):
-                raise SemanticError("division by zero in a constant expression", e.loc)
-            return
-        if literal_only:
+        opcode, attrs = OPERATORS[e.op]
+        if e.lhs in self.weak and e.rhs in self.weak:
+            try:
+                value = exact(opcode, attrs, a, b)
+            except ZeroDivisionError:
+                raise SemanticError("division by zero in a constant expression", e.loc) from None
             self.check_fits(value, DType.I64, e.loc)
+        elif opcode in ("div", "rem") and operand_dtype.is_int and b == 0:
+            raise SemanticError("division by zero in a constant expression", e.loc)
+        else:
+            value = evaluate(opcode, attrs, [a, b], [operand_dtype, operand_dtype], result.dtype)
         self.out.consts[e] = value
 
     def check_fits(self, value, dtype: DType, loc: Loc) -> None:
-        """An integer constant must be representable in the integer dtype it takes."""
-        if not dtype.is_int or isinstance(value, (bool, float)):
+        """A constant must be representable in the dtype it takes: an integer in range, a
+        finite float that does not round to infinity."""
+        if isinstance(value, bool) or (dtype.is_int and isinstance(value, float)) or fits(value, dtype):
             return
-        low, high = int_range(dtype)
-        if not low <= value <= high:
-            raise SemanticError(f"the constant {value} does not fit in {dtype} ({low} to {high})", loc)
+        raise SemanticError(f"the constant {value} does not fit in {dtype} ({range_text(dtype)})", loc)
 
     def settle(self, e: ast.Expr, dtype: DType) -> None:
         """A literal-only expression takes `dtype`: its value must fit in it."""
@@ -644,7 +719,13 @@ class Checker:
             if value is not None:
                 self.check_fits(value, dtype, start_loc(e))
 
-    def expr_Index(self, e: ast.Index):
+    def settle_all(self, args, dtype: DType) -> None:
+        """The literal-only arguments of a builtin take the dtype it computes in."""
+        for arg in args:
+            self.settle(arg, dtype)
+
+    @EXPRESSIONS.on(ast.Index)
+    def expr_index(self, e: ast.Index):
         bt = self.expr(e.base)
         if isinstance(bt, TensorType):
             return self.index(e, bt)
@@ -662,6 +743,7 @@ class Checker:
         for dim, sub in zip(bt.dims, e.subscripts):
             if isinstance(sub, ast.Slice):
                 self.scalar_int(sub.start, "a slice start")
+                self.settle(sub.start, DType.I32)
                 size = self.const_int(sub.size, "the size of a slice (after ':+')")
                 if size <= 0:
                     raise SemanticError(f"the size of a slice must be positive, got {size}", start_loc(sub.size))
@@ -675,6 +757,7 @@ class Checker:
                     raise SemanticError("an index must be a scalar integer; gathers with tile indices "
                                         "are not supported", start_loc(sub))
                 self.scalar_int(sub, "an index")
+                self.settle(sub, DType.I32)
         dtype = bt.dtype.compute
         if not shape:
             return ScalarType(dtype)
@@ -700,7 +783,8 @@ class Checker:
                 shape.append(size)
         return TileType(bt.dtype, tuple(shape)) if shape else ScalarType(bt.dtype)
 
-    def expr_Call(self, e: ast.Call):
+    @EXPRESSIONS.on(ast.Call)
+    def expr_call(self, e: ast.Call):
         b = BUILTINS.get(e.func)
         if b is None:
             close = difflib.get_close_matches(e.func, list(BUILTINS), n=1)
@@ -712,7 +796,7 @@ class Checker:
         for kw in e.kwargs:
             if kw.name not in allowed:
                 raise SemanticError(f"{e.func}() has no argument named '{kw.name}'", kw.loc)
-        return getattr(self, "call_" + b.rule)(e)
+        return BUILTIN_RULES.lookup(b.rule)(self, e)
 
     # --- typing rules of builtins, one per `rule` in builtins.py
     def arity(self, e: ast.Call, *counts: int) -> None:
@@ -721,6 +805,7 @@ class Checker:
             raise SemanticError(f"{e.func}() takes {want} argument{'s' if counts != (1,) else ''}, "
                                 f"got {len(e.args)}: {BUILTINS[e.func].signature}", e.loc)
 
+    @BUILTIN_RULES.on("grid_index")
     def call_grid_index(self, e: ast.Call):
         self.arity(e, 1)
         axis = self.const_int(e.args[0], f"the axis of {e.func}()")
@@ -728,6 +813,7 @@ class Checker:
             raise SemanticError(f"the axis of {e.func}() must be 0, 1 or 2, got {axis}", start_loc(e.args[0]))
         return ScalarType(DType.I32)
 
+    @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
@@ -766,62 +852,77 @@ class Checker:
             return ScalarType(dtype)
         return TileType(dtype, tuple(1 if i == axis else n for i, n in enumerate(t.shape)))
 
+    @BUILTIN_RULES.on("reduce")
     def call_reduce(self, e: ast.Call):
         t, axis = self.reduce_axis(e)
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs numbers, not bool", start_loc(e.args[0]))
         return self.reduced(t, axis, t.dtype)
 
+    @BUILTIN_RULES.on("reduce_index")
     def call_reduce_index(self, e: ast.Call):
         t, axis = self.reduce_axis(e)
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs numbers, not bool", start_loc(e.args[0]))
         return self.reduced(t, axis, DType.I32)
 
+    @BUILTIN_RULES.on("unary_float")
     def call_unary_float(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
+        if e.args[0] in self.weak:
+            self.settle(e.args[0], DType.F32)
+            return with_dtype(t, DType.F32)
         if not t.dtype.is_float:
-            if e.args[0] in self.weak:
-                return with_dtype(t, DType.F32)
             raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                                 start_loc(e.args[0]))
         return t
 
+    @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
-        return t
+        return self.concrete(e.args[0], t)
 
+    @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
-        return self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
+        t = self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
+        self.settle_all(e.args, t.dtype)
+        return t
 
+    @BUILTIN_RULES.on("binary_int")
     def call_binary_int(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
         t = self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
         if not t.dtype.is_int:
             raise SemanticError(f"{e.func}() needs integers, got {t.dtype}", e.loc)
+        self.settle_all(e.args, t.dtype)
         x, y = self.out.consts.get(e.args[0]), self.out.consts.get(e.args[1])
         if x is not None and y is not None and isinstance(t, ScalarType):
             if y == 0:
                 raise SemanticError("division by zero in a constant expression", start_loc(e.args[1]))
-            self.out.consts[e] = fold_binary("/", x + y - 1, y, t.dtype)
+            dtypes = [t.dtype, t.dtype]
+            total = evaluate("sub", {}, [evaluate("add", {}, [x, y], dtypes, t.dtype), 1], dtypes, t.dtype)
+            self.out.consts[e] = evaluate("div", {}, [total, y], dtypes, t.dtype)
         return t
 
+    @BUILTIN_RULES.on("where")
     def call_where(self, e: ast.Call):
         self.arity(e, 3)
         c, a, b = (self.value(x) for x in e.args)
         if c.dtype is not DType.BOOL:
             raise SemanticError(f"the condition of where() must be bool, got {c.dtype}", start_loc(e.args[0]))
         dtype = self.unify_dtypes(e.args[1], a.dtype, e.args[2], b.dtype, e.loc)
+        self.settle_all(e.args[1:], dtype)
         shape = self.broadcast(self.broadcast(shape_of(c), shape_of(a), e.loc), shape_of(b), e.loc)
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
 
+    @BUILTIN_RULES.on("arange")
     def call_arange(self, e: ast.Call):
         self.arity(e, 1, 2)
         bounds = [self.const_int(x, "a bound of arange()") for x in e.args]
@@ -829,6 +930,9 @@ class Checker:
         if end <= start:
             raise SemanticError(f"arange() needs end > start, got arange({start}, {end})", e.loc)
         self.check_size(end - start, e.loc)
+        if not (fits(start, DType.I32) and fits(end - 1, DType.I32)):
+            raise SemanticError(f"the values of arange({start}, {end}) do not fit in i32 "
+                                f"({range_text(DType.I32)})", e.loc)
         return TileType(DType.I32, (end - start,))
 
     def shape_arg(self, e: ast.Expr) -> tuple[int, ...]:
@@ -847,6 +951,7 @@ class Checker:
         if n > MAX_TILE_ELEMENTS:
             raise SemanticError(f"a tile of {n} elements is too large (the limit is {MAX_TILE_ELEMENTS})", loc)
 
+    @BUILTIN_RULES.on("full")
     def call_full(self, e: ast.Call):
         self.arity(e, 2)
         shape = self.shape_arg(e.args[0])
@@ -855,6 +960,7 @@ class Checker:
             raise SemanticError("the value of full() must be a scalar", start_loc(e.args[1]))
         return TileType(self.concrete(e.args[1], t).dtype, shape)
 
+    @BUILTIN_RULES.on("reshape")
     def call_reshape(self, e: ast.Call):
         self.arity(e, 2)
         t = self.value(e.args[0])
@@ -866,6 +972,7 @@ class Checker:
             raise SemanticError(f"reshape() cannot turn {t.size} elements into {new.size}", start_loc(e.args[1]))
         return new
 
+    @BUILTIN_RULES.on("cast")
     def call_cast(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
@@ -875,9 +982,10 @@ class Checker:
             dtype = CAST_DTYPES[e.func]
             if dtype.is_int and isinstance(value, float) and not math.isfinite(value):
                 raise SemanticError(f"the constant {value} has no {dtype} value", start_loc(e.args[0]))
-            self.out.consts[e] = cast_value(value, dtype)
+            self.out.consts[e] = convert(value, dtype)
         return result
 
+    @BUILTIN_RULES.on("atomic")
     def call_atomic(self, e: ast.Call):
         self.arity(e, 2)
         target, x = e.args
@@ -896,58 +1004,9 @@ class Checker:
         return ScalarType(DType.BOOL)  # no value; never used
 
 
-# The method that checks each kind of node: Checker.stmt_Let for ast.Let, and so on.
-_RULES = {getattr(ast, name.partition("_")[2]): method for name, method in vars(Checker).items()
-          if name.startswith(("stmt_", "expr_"))}
-_COMPARE = {"==", "!=", "<", "<=", ">", ">="}
-_FOLD_OPCODES = {
-    "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),
-    "&&": ("and", {}), "||": ("or", {}),
-    **{op: ("cmp", {"pred": pred}) for op, pred in
-       (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
-}
-
-
 def _a(dtype: DType) -> str:
     """The dtype with its indefinite article as read aloud: 'an f32', 'an i32', 'a u32', 'a bool'."""
     return f"{'an' if dtype.value[0] in 'fi' else 'a'} {dtype}"
-
-
-def int_range(dtype: DType) -> tuple[int, int]:
-    """The smallest and largest value of an integer dtype."""
-    bits = dtype.bits
-    if dtype.is_signed:
-        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    return 0, (1 << bits) - 1
-
-
-def cast_value(value, dtype: DType):
-    if dtype.is_float:
-        return float(value)
-    if dtype is DType.BOOL:
-        return bool(value)
-    v = int(value)
-    bits = dtype.bits
-    v &= (1 << bits) - 1
-    if dtype.is_signed and v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return v
-
-
-def fold_binary(op: str, a, b, dtype: DType | None):
-    """Constant value of `a op b` with C semantics (truncating division); None for x/0."""
-    if op in ("/", "%") and b == 0:
-        return None
-    if op in ("/", "%") and isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
-        q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
-        value = q if op == "/" else a - q * b
-    else:
-        value = {
-            "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
-            "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b, "<=": lambda: a <= b,
-            ">": lambda: a > b, ">=": lambda: a >= b, "&&": lambda: a and b, "||": lambda: a or b,
-        }[op]()
-    return cast_value(value, dtype) if dtype is not None and dtype.is_int else value
 
 
 # ------------------------------------------------------------------- driver
@@ -984,6 +1043,10 @@ def check_program(program: ast.Program) -> list[PhobosError]:
         except SemanticError as err:
             add(err)
             continue
+        except ErrorList as errs:
+            for err in errs.errors:
+                add(err)
+            continue
         for err in _errors_by_configuration(k, configs):
             add(err)
     return errors
@@ -1008,7 +1071,7 @@ def _errors_by_configuration(kernel: ast.Kernel, configs: list[dict[str, int]]) 
 
 
 def _configurations_note(failing: list[dict[str, int]], total: int, shown: int = 3) -> str:
-    texts = [", ".join(f"{name}={value}" for name, value in config.items()) for config in failing]
+    texts = [config_text(config) for config in failing]
     if len(texts) == 1:
         return f"only in the autotune configuration {texts[0]}"
     more = f" and {len(texts) - shown} more" if len(texts) > shown else ""

@@ -12,11 +12,12 @@
 #
 # Semantics, exactly those of the language unless noted:
 #   values      numpy scalars or arrays of the exact compute dtype (bool, i32,
-#               i64, u32, f32, f64); every operation rounds or wraps in that
-#               dtype: f32 rounds each step, integers wrap, integer `/`
-#               truncates toward zero and `%` takes the dividend's sign; float
-#               `/` and comparisons are IEEE (NaN != NaN).  Values are never
-#               modified in place, so broadcasts may be read-only views.
+#               i64, u32, f32, f64); every operator and cast is the one
+#               `phobos.constants` defines (the checker folds constants with the
+#               same functions): f32 rounds each step, integers wrap, integer
+#               `/` truncates toward zero and `%` takes the dividend's sign;
+#               float `/` and comparisons are IEEE (NaN != NaN).  Values are
+#               never modified in place, so broadcasts may be read-only views.
 #   loads       a tile of the slice sizes (a single index drops its dimension);
 #               elements outside the tensor read 0.  f16 and bf16 load as f32,
 #               i8 and i16 as i32.
@@ -50,11 +51,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import constants
+from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES
 from ..compiler import parse_source, pick_kernel
-from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError, SemanticError
-from ..frontend.sema import CheckedKernel, Symbol, cast_value, check_kernel
+from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
+from ..frontend.sema import CheckedKernel, Symbol, check_kernel
 from ..types import DType, ScalarType, TensorType, TileType, shape_of
 
 try:
@@ -66,7 +69,6 @@ Fn = Callable[[list], object]  # a compiled expression or statement: frame -> va
 
 NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}
 GRID_SLOTS = 6  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2)
-I32_MAX = (1 << 31) - 1
 
 
 class _Fault(Exception):
@@ -81,7 +83,7 @@ class _Fault(Exception):
 # ------------------------------------------------------------ value helpers
 def _const(value, dtype: DType):
     """A compile-time value as a numpy scalar of `dtype` (wrapped or rounded as the dtype does)."""
-    return NP[dtype](cast_value(value, dtype))
+    return NP[dtype](constants.convert(value, dtype))
 
 
 def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | None) -> Fn:
@@ -91,59 +93,24 @@ def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | Non
     return lambda f: np.broadcast_to(fn(f), want)
 
 
-def _int_division(signed: bool, loc: Loc):
-    """C integer division: truncating toward zero; a zero divisor is a fault at `loc`."""
-    def div(a, b):
-        if not np.all(b):
-            raise _Fault("integer division by zero", loc)
-        q = a // b
-        if signed:  # floor -> truncation: one more where inexact and the signs differ
-            q = q + ((q * b != a) & ((a < 0) != (b < 0)))
-        return q
-    return div
+def _operation(opcode: str, attrs: dict, loc: Loc):
+    """The numpy function of an operation, as `phobos.constants` defines it; an integer
+    division by zero is a fault at `loc`."""
+    fn = constants.operation(opcode, attrs)
+    if opcode not in ("div", "rem"):
+        return fn
+
+    def divide(a, b):
+        try:
+            return fn(a, b)
+        except ZeroDivisionError as err:
+            raise _Fault(str(err), loc) from None
+    return divide
 
 
-def _int_remainder(signed: bool, loc: Loc):
-    """C remainder: a - (a / b) * b, with the dividend's sign."""
-    div = _int_division(signed, loc)
-    return lambda a, b: a - div(a, b) * b
-
-
-_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul,
-          "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-          ">": operator.gt, ">=": operator.ge, "&&": operator.and_, "||": operator.or_}
-
-
-def _binary_function(op: str, dtype: DType, loc: Loc):
-    """The numpy function of `a op b` for operands of `dtype`."""
-    if op == "/":
-        return operator.truediv if dtype.is_float else _int_division(dtype.is_signed, loc)
-    if op == "%":
-        return _int_remainder(dtype.is_signed, loc)
-    return _ARITH[op]
-
-
-def _float_to_int(to: DType):
-    """cvt.rzi: truncate toward zero, saturate at the range of `to`, NaN -> 0."""
-    info = np.iinfo(NP[to])
-    top = 2.0 ** (to.bits - 1 if to.is_signed else to.bits)  # the first value above the range
-
-    def convert(x):
-        t = np.trunc(np.asarray(x, np.float64))
-        over, under = t >= top, t < info.min
-        inside = np.where(over | under | np.isnan(t), 0, t).astype(NP[to])
-        return np.where(over, NP[to](info.max), np.where(under, NP[to](info.min), inside))[()]
-    return convert
-
-
-def _converter(frm: DType, to: DType):
-    """The conversion of values from `frm` to `to`, as the GPU's cvt does it."""
-    if frm == to:
-        return lambda x: x
-    if frm.is_float and to.is_int:
-        return _float_to_int(to)
-    target = NP[to]
-    return lambda x: x.astype(target)
+def _binary_function(op: str, loc: Loc):
+    """The numpy function of the source operator `a op b`."""
+    return _operation(*constants.OPERATORS[op], loc)
 
 
 def _via_f64(fn):
@@ -164,7 +131,7 @@ UNARY_FLOAT = {
     "erf": _erf, "gelu": lambda x: x * (1.0 + _erf(x / math.sqrt(2.0))) / 2.0,
     "sin": np.sin, "cos": np.cos,
 }
-BINARY_NUMERIC = {"maximum": np.fmax, "minimum": np.fmin}  # max.f32 ignores NaN, like fmax
+BINARY_NUMERIC = {"maximum": "max", "minimum": "min"}  # the opcode of each
 
 
 def _reducer(kind: str, axis: int | None):
@@ -247,6 +214,13 @@ def _locator(slot: int, starts: list[Fn], sizes: tuple[int | None, ...]):
 
 
 # ------------------------------------------------------------ compiler
+# The closure of each kind of statement and expression (keyed by AST class)
+# and of each builtin (keyed by `Builtin.rule`; effect builtins are statements).
+STATEMENTS = Dispatch("statement")
+EXPRESSIONS = Dispatch("expression")
+BUILTIN_RULES = Dispatch("builtin rule")
+
+
 class _Compiler:
     """Turns the statements and expressions of one checked kernel into closures over a frame."""
 
@@ -264,7 +238,7 @@ class _Compiler:
 
     # ------------------------------------------------------------ statements
     def block(self, block: ast.Block) -> Fn:
-        steps = [(self.STMT[type(s)](self, s), s.loc) for s in block.stmts]
+        steps = [(STATEMENTS.lookup(type(s))(self, s), s.loc) for s in block.stmts]
 
         def run(f):
             for step, loc in steps:
@@ -280,6 +254,7 @@ class _Compiler:
                                          loc) from err
         return run
 
+    @STATEMENTS.on(ast.Let)
     def stmt_let(self, s: ast.Let) -> Fn:
         sym = self.ck.symbols[s]
         slot = self.slot(sym)
@@ -290,6 +265,7 @@ class _Compiler:
             f[slot] = value(f)
         return run
 
+    @STATEMENTS.on(ast.Assign)
     def stmt_assign(self, s: ast.Assign) -> Fn:
         if isinstance(s.target, ast.Name):
             sym = self.ck.symbols[s.target]
@@ -317,10 +293,11 @@ class _Compiler:
             return _broadcast(self.expr(s.value, dtype), shape_of(self.ck.types[s.value]), shape_of(target_t))
         if s.op == "+=" and self.fusable_dot(s.value, target_t):
             return self.fused_dot(old, s.value)
-        fn, value = _binary_function(s.op[0], dtype, s.loc), self.expr(s.value, dtype)
+        fn, value = _binary_function(s.op[0], s.loc), self.expr(s.value, dtype)
         return lambda f: fn(old(f), value(f))
 
-    def stmt_exprstmt(self, s: ast.ExprStmt) -> Fn:  # atomic_add(T[...], x), the only effect builtin
+    @STATEMENTS.on(ast.ExprStmt)
+    def stmt_expr_stmt(self, s: ast.ExprStmt) -> Fn:  # atomic_add(T[...], x), the only effect builtin
         target, x = s.expr.args
         slot, starts, sizes = self.access(target)
         dtype = self.ck.types[target.base].dtype.compute
@@ -328,6 +305,7 @@ class _Compiler:
         value = _broadcast(self.expr(x, dtype), shape_of(self.ck.types[x]), shape)
         return self.write(slot, starts, sizes, value, accumulate=True)
 
+    @STATEMENTS.on(ast.For)
     def stmt_for(self, s: ast.For) -> Fn:
         sym = self.ck.symbols[s]
         slot, make = self.slot(sym), NP[sym.type.dtype]
@@ -341,6 +319,7 @@ class _Compiler:
                 body(f)
         return run
 
+    @STATEMENTS.on(ast.If)
     def stmt_if(self, s: ast.If) -> Fn:
         cond, then = self.expr(s.cond), self.block(s.then)
         orelse = self.block(s.orelse) if s.orelse is not None else (lambda f: None)
@@ -351,9 +330,6 @@ class _Compiler:
             else:
                 orelse(f)
         return run
-
-    STMT = {ast.Let: stmt_let, ast.Assign: stmt_assign, ast.ExprStmt: stmt_exprstmt,
-            ast.For: stmt_for, ast.If: stmt_if}
 
     # ------------------------------------------------------------ tensors
     def access(self, e: ast.Index) -> tuple[int, list[Fn], tuple[int | None, ...]]:
@@ -409,24 +385,28 @@ class _Compiler:
         if value is not None and isinstance(t, ScalarType):
             c = _const(value, want if want is not None and e in self.ck.weak else t.dtype)
             return lambda f: c
-        return self.EXPR[type(e)](self, e)
+        return EXPRESSIONS.lookup(type(e))(self, e)
 
+    @EXPRESSIONS.on(ast.Name)
     def expr_name(self, e: ast.Name) -> Fn:
         return operator.itemgetter(self.slot(self.ck.symbols[e]))
 
+    @EXPRESSIONS.on(ast.Unary)
     def expr_unary(self, e: ast.Unary) -> Fn:
-        x, fn = self.expr(e.operand), operator.neg if e.op == "-" else operator.invert
+        x, fn = self.expr(e.operand), constants.operation(constants.UNARY_OPERATORS[e.op], {})
         return lambda f: fn(x(f))
 
+    @EXPRESSIONS.on(ast.Binary)
     def expr_binary(self, e: ast.Binary) -> Fn:
         dtype = self.operand_dtype(e.lhs, e.rhs)
         if e.op == "+":
             for dot, other in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
                 if self.fusable_dot(dot, self.ck.types[e]):
                     return self.fused_dot(self.expr(other, dtype), dot)
-        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, dtype, e.loc)
+        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, e.loc)
         return lambda f: fn(a(f), b(f))
 
+    @EXPRESSIONS.on(ast.Index)
     def expr_index(self, e: ast.Index) -> Fn:
         if isinstance(self.ck.types[e.base], TensorType):
             return self.load(*self.access(e), self.ck.types[e].dtype)
@@ -435,21 +415,21 @@ class _Compiler:
         x = self.expr(e.base)
         return lambda f: x(f)[index]
 
+    @EXPRESSIONS.on(ast.Call)
     def expr_call(self, e: ast.Call) -> Fn:
-        return self.CALL[BUILTINS[e.func].rule](self, e)
-
-    EXPR = {ast.Name: expr_name, ast.Unary: expr_unary, ast.Binary: expr_binary, ast.Index: expr_index,
-            ast.Call: expr_call}
+        return BUILTIN_RULES.lookup(BUILTINS[e.func].rule)(self, e)
 
     # ------------------------------------------------------------ builtins, one per typing rule
     def axis_of(self, e: ast.Call) -> int | None:
         axis_e = e.args[1] if len(e.args) == 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
         return None if axis_e is None else self.ck.consts[axis_e] % len(self.ck.types[e.args[0]].shape)
 
+    @BUILTIN_RULES.on("grid_index")
     def call_grid_index(self, e: ast.Call) -> Fn:
         first = 0 if e.func == "program_id" else 3
         return operator.itemgetter(first + self.ck.consts[e.args[0]])
 
+    @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call) -> Fn:
         a, b = self.expr(e.args[0]), self.expr(e.args[1])
         if self.ck.types[e].dtype is DType.F64:
@@ -468,12 +448,12 @@ class _Compiler:
         f64 = np.float64
         return lambda f: (x(f).astype(f64) + a(f).astype(f64) @ b(f).astype(f64)).astype(np.float32)
 
+    @BUILTIN_RULES.on("reduce", "reduce_index")
     def call_reduce(self, e: ast.Call) -> Fn:
         x, fn = self.expr(e.args[0]), _reducer(e.func, self.axis_of(e))
         return lambda f: fn(x(f))
 
-    call_reduce_index = call_reduce
-
+    @BUILTIN_RULES.on("unary_float")
     def call_unary_float(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         x, fn = self.expr(e.args[0], dtype), UNARY_FLOAT[e.func]
@@ -481,57 +461,57 @@ class _Compiler:
             fn = _via_f64(fn)
         return lambda f: fn(x(f))
 
+    @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Fn:  # abs
-        x = self.expr(e.args[0])
-        return lambda f: abs(x(f))
+        x, fn = self.expr(e.args[0], self.ck.types[e].dtype), constants.operation("abs", {})
+        return lambda f: fn(x(f))
 
+    @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call) -> Fn:
         dtype = self.operand_dtype(e.args[0], e.args[1])
-        a, b, fn = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), BINARY_NUMERIC[e.func]
+        a, b, fn = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), constants.operation(BINARY_NUMERIC[e.func], {})
         return lambda f: fn(a(f), b(f))
 
+    @BUILTIN_RULES.on("binary_int")
     def call_binary_int(self, e: ast.Call) -> Fn:  # cdiv(a, b) = (a + b - 1) / b
         dtype = self.ck.types[e].dtype
         a, b, one = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), NP[dtype](1)
-        div = _int_division(dtype.is_signed, e.loc)
+        div = _operation("div", {}, e.loc)
 
         def run(f):
             y = b(f)
             return div(a(f) + y - one, y)
         return run
 
+    @BUILTIN_RULES.on("where")
     def call_where(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         c, a, b = self.expr(e.args[0]), self.expr(e.args[1], dtype), self.expr(e.args[2], dtype)
-        return lambda f: np.where(c(f), a(f), b(f))[()]
+        select = constants.operation("select", {})
+        return lambda f: select(c(f), a(f), b(f))[()]
 
+    @BUILTIN_RULES.on("arange")
     def call_arange(self, e: ast.Call) -> Fn:
         start = self.ck.consts[e.args[0]] if len(e.args) == 2 else 0
         tile = np.arange(start, start + self.ck.types[e].shape[0], dtype=np.int32)
         tile.flags.writeable = False
         return lambda f: tile
 
+    @BUILTIN_RULES.on("full")
     def call_full(self, e: ast.Call) -> Fn:
         t = self.ck.types[e]
         return _broadcast(self.expr(e.args[1], t.dtype), None, t.shape)
 
+    @BUILTIN_RULES.on("reshape")
     def call_reshape(self, e: ast.Call) -> Fn:
         x, shape = self.expr(e.args[0]), self.ck.types[e].shape
         return lambda f: x(f).reshape(shape)
 
+    @BUILTIN_RULES.on("cast")
     def call_cast(self, e: ast.Call) -> Fn:
         x = self.expr(e.args[0])
-        fn = _converter(self.ck.types[e.args[0]].dtype, CAST_DTYPES[e.func])
-        return lambda f: fn(x(f))
-
-    def call_atomic(self, e: ast.Call) -> Fn:
-        raise SemanticError("atomic_add() has no value; call it as a statement", e.loc)
-
-    CALL = {"grid_index": call_grid_index, "dot": call_dot, "reduce": call_reduce,
-            "reduce_index": call_reduce_index, "unary_float": call_unary_float,
-            "unary_numeric": call_unary_numeric, "binary_numeric": call_binary_numeric,
-            "binary_int": call_binary_int, "where": call_where, "arange": call_arange, "full": call_full,
-            "reshape": call_reshape, "cast": call_cast, "atomic": call_atomic}
+        to = CAST_DTYPES[e.func]
+        return lambda f: constants.convert_array(x(f), to)
 
 
 # ------------------------------------------------------------ running
@@ -580,7 +560,7 @@ class InterpretedKernel:
                     sym = self.params[index][0]
                     raise LaunchError(f"argument '{sym.name}': dimension {d} is {other}, but size '{name}' is "
                                       f"{value} from dimension {dim} of '{self.params[first][0].name}'", sym.loc)
-            if value > I32_MAX:
+            if not constants.fits(value, DType.I32):
                 sym = self.params[first][0]
                 raise LaunchError(f"argument '{sym.name}': size '{name}' = {value} does not fit in i32", sym.loc)
             frame[slot] = np.int32(value)
@@ -626,10 +606,8 @@ def _scalar_arg(sym: Symbol, arg):
     if not (is_bool if dtype is DType.BOOL else is_int if dtype.is_int else is_int or is_float):
         raise LaunchError(f"argument '{sym.name}' must be a {dtype} scalar, got {type(arg).__name__} {arg!r}",
                           sym.loc)
-    if dtype.is_int:
-        info = np.iinfo(NP[dtype])
-        if not info.min <= int(arg) <= info.max:
-            raise LaunchError(f"argument '{sym.name}' = {arg} does not fit in {dtype}", sym.loc)
+    if not is_bool and not constants.fits(int(arg) if is_int else float(arg), dtype):
+        raise LaunchError(f"argument '{sym.name}' = {arg} does not fit in {dtype}", sym.loc)
     return NP[dtype](arg)
 
 
