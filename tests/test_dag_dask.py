@@ -151,6 +151,12 @@ def test_bad_arguments_are_refused_on_the_client(client, interpreted):
     other = dag.Session(client, mode="interpret", task_overhead=0.002)
     with pytest.raises(dag.DagError, match="argument 'B' is a tensor of another session"):
         gemm(A, other.zeros((4, 6)), C, 1.0, 0.0)
+    copy = interpreted.jit("@autotune(B in [64, 128])\n@require(M >= B)\n"
+                           "kernel copy(x: tensor<f32>[M], y: tensor<f32>[M]) {\n"
+                           "    y[program_id(0) * B :+ B] = x[program_id(0) * B :+ B]\n}\n", "copy.phobos").copy
+    with pytest.raises(LaunchError, match="copy: no configuration can serve M=10: @require\\(M >= B\\) at "
+                                          "copy.phobos:2:10 does not hold for B=64"):
+        copy(interpreted.zeros((10,)), interpreted.zeros((10,)))
 
 
 def test_kernels_without_an_inferable_grid_take_one_and_run_as_one_task(interpreted):

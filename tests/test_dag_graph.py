@@ -17,7 +17,7 @@ from phobos.dag.access import kernel_access
 from phobos.dag.graph import RAW, WAR, WAW, Access, DagError, Graph, Task, TensorState
 from phobos.dag.region import Box
 from phobos.dag.split import OVERHEAD_SHARE, axis_counts, cell_ranges, explicit_counts, task_count
-from phobos.frontend.sema import configurations
+from phobos.frontend.sema import configurations, launch_rules
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -82,7 +82,7 @@ def test_contiguous_boxes_in_three_dimensions():
 def access_of(source: str, all_configurations: bool = True, name: str = "k"):
     kernel = parse_source(source, name).kernels[0]
     configs = configurations(kernel)
-    return kernel_access(kernel, configs if all_configurations else configs[:1])
+    return kernel_access(kernel, configs if all_configurations else configs[:1], launch_rules(kernel))
 
 
 def example_access(name: str, all_configurations: bool = True):
@@ -136,6 +136,15 @@ def test_tiles_of_different_lengths_are_refused():
                        "    y[p * 64 :+ 64] = x[p * 64 :+ 64] + sum(x[p * 32 :+ 32])\n"
                        "}\n")
     assert access.axes == () and "different lengths" in access.refused[0]
+
+
+def test_sizes_the_launch_rules_use_are_not_split():
+    access = access_of("@autotune(B in [64, 128])\n@require(M >= B)\n"
+                       "kernel k(x: tensor<f32>[M], y: tensor<f32>[M]) {\n"
+                       "    y[program_id(0) * B :+ B] = x[program_id(0) * B :+ B]\n}\n")
+    assert access.axes == () and "size 'M' appears in the kernel's @derive or @require" in access.refused[0]
+    # softmax derives BN from N, the columns every task has whole: its rows still split
+    assert [a.sizes for a in example_access("softmax").axes] == [("M",)]
 
 
 def test_literal_dimensions_are_refused():

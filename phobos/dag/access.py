@@ -4,8 +4,9 @@
 #   checked kernel (one configuration) -> tile IR after the tile passes
 #     -> ConfigAccess: tensors read and written; per grid axis, either the
 #        sizes that follow it and the tile length S, or why it cannot be split
-#   every configuration a worker may pick -> KernelAccess: the axes that can
-#     be split in all of them, with the cell (lcm of S) their cuts fall on
+#   every configuration a worker may pick for the call's sizes -> KernelAccess:
+#     the axes that can be split in all of them (and whose sizes no @derive or
+#     @require uses), with the cell (lcm of S) their cuts fall on
 #
 # A slice of programs along axis d, run on arrays cut out of the tensors along
 # the sizes that follow d, computes what the same programs of the whole launch
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ..compiler import grid_hints
 from ..frontend import ast
+from ..frontend.launch_rules import LaunchRules
 from ..frontend.sema import check_kernel
 from ..middle.ir import Function, Op, Value, walk
 from ..middle.irgen import generate
@@ -76,12 +78,19 @@ class KernelAccess:
         return next((a for a in self.axes if size in a.sizes), None)
 
 
-def kernel_access(node: ast.Kernel, configs: list[dict[str, int]]) -> KernelAccess:
-    """The access pattern common to `configs` (all of them valid configurations of `node`)."""
+def kernel_access(node: ast.Kernel, configs: list[dict[str, int]], rules: LaunchRules | None = None) -> KernelAccess:
+    """The access pattern common to `configs` (complete, valid configurations of `node`); an axis
+    whose sizes the launch `rules` (@derive, @require) use is not split either: a task's smaller
+    sizes could derive other constants, or fail a condition the whole call meets."""
     found = [config_access(tile_ir(node, config)) for config in configs]
     first = found[0]
     axes, refused = [], dict(first.refused)
+    in_rules = sizes_in_rules(rules) if rules is not None else set()
     for axis in first.splittable:
+        named = sorted(first.sizes[axis] & in_rules)
+        if named:
+            refused[axis] = f"size '{named[0]}' appears in the kernel's @derive or @require, and a task sees less of it"
+            continue
         disagreeing = next((c for c in found if axis not in c.splittable or c.sizes[axis] != first.sizes[axis]), None)
         if disagreeing is not None:
             refused[axis] = disagreeing.refused.get(axis, "its configurations index it differently")
@@ -90,6 +99,12 @@ def kernel_access(node: ast.Kernel, configs: list[dict[str, int]]) -> KernelAcce
         axes.append(AxisSplit(axis, tuple(sorted(first.sizes[axis])), cell))
     return KernelAccess(frozenset().union(*(c.reads for c in found)), frozenset().union(*(c.writes for c in found)),
                         tuple(axes), refused, first.grid_problem)
+
+
+def sizes_in_rules(rules: LaunchRules) -> set[str]:
+    """The size names a kernel's @derive and @require expressions use."""
+    terms = [d.term for d in rules.derived] + [c.term for c in rules.conditions]
+    return set().union(*(t.names() for t in terms)) & set(rules.sizes)
 
 
 def tile_ir(node: ast.Kernel, config: dict[str, int]) -> Function:

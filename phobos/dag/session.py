@@ -32,8 +32,10 @@ import numpy as np
 from ..compiler import parse_source
 from ..errors import ErrorList, LaunchError, PhobosError, ToolchainError
 from ..frontend import ast
-from ..frontend.sema import autotune_space, check_kernel, check_program
+from ..frontend.launch_rules import LaunchRules, sizes_text
+from ..frontend.sema import check_kernel, check_program, launch_rules
 from ..launch.binding import ACCEPTED_DTYPES, convert_scalar, describe, match_arguments
+from ..configuration import config_text
 from ..launch.cache import text_digest
 from ..launch.launcher import normalize_grid
 from ..middle.ir import KernelParam
@@ -224,7 +226,7 @@ class Session:
         sizes: dict[str, int] = {}
         tensors = {p.name: self._bind(info.name, p, given[p.name], sizes) for p in info.params if p.kind == "tensor"}
         scalars = {p.name: convert_scalar(info.name, p, given[p.name]) for p in info.params if p.kind == "scalar"}
-        access = info.access(kernel.forced, self.tunes)
+        access = info.access(kernel.forced, self.tunes, sizes)
         plan = _Plan(info, kernel, access, tensors, sizes)
         if kernel.grid is None and not plan.axes and access.grid_problem is not None:
             raise LaunchError(f"{info.name}: {access.grid_problem}; give the grid: kernels.{info.name}[(gx, ...)](...)")
@@ -384,7 +386,8 @@ def _block_counts(shape: tuple[int, ...], blocks: Sequence[int] | None, workers:
 
 @dataclass(eq=False)
 class KernelInfo:
-    """What every callable of one kernel in a session shares: its source, parameters, access patterns."""
+    """What every callable of one kernel in a session shares: its source, parameters, launch rules,
+    access patterns."""
 
     session: Session
     source: str
@@ -392,7 +395,7 @@ class KernelInfo:
     node: ast.Kernel
     params: list[KernelParam] = field(init=False)
     size_names: list[str] = field(init=False)
-    space: dict[str, list[int]] = field(init=False)
+    rules: LaunchRules = field(init=False)
     last_split: tuple[int, ...] | None = field(default=None, init=False)  # tasks per split axis, last call
     last_estimate: float | None = field(default=None, init=False)  # calibrated seconds of the last auto-split call
     _accesses: dict[tuple, KernelAccess] = field(default_factory=dict, init=False)
@@ -401,7 +404,7 @@ class KernelInfo:
         signature = kernel_signature(check_kernel(self.node))
         self.params = [p for p in signature if p.kind != "size"]
         self.size_names = [p.name for p in signature if p.kind == "size"]
-        self.space = autotune_space(self.node)
+        self.rules = launch_rules(self.node)
 
     @property
     def name(self) -> str:
@@ -411,16 +414,29 @@ class KernelInfo:
     def key(self) -> tuple[str, str, str]:
         return text_digest(self.source), self.filename, self.name
 
-    def access(self, forced: dict[str, int], tunes: bool) -> KernelAccess:
-        """The access pattern over the configurations a worker may pick: every candidate if it tunes,
-        else the first (what the CPU backends run)."""
-        key = (tuple(sorted(forced.items())), tunes)
+    def access(self, forced: dict[str, int], tunes: bool, sizes: dict[str, int]) -> KernelAccess:
+        """The access pattern over the configurations a worker may pick for a call of these sizes:
+        every one that serves them if it tunes, else the first (what the CPU backends run)."""
+        configs = self.serving(forced, sizes)
+        configs = configs if tunes else configs[:1]
+        key = tuple(tuple(config.items()) for config in configs)
         if key not in self._accesses:
-            names = list(self.space)
-            choices = [[forced[n]] if n in forced else self.space[n] for n in names]
-            configs = [dict(zip(names, combo)) for combo in itertools.product(*choices)]
-            self._accesses[key] = kernel_access(self.node, configs if tunes else configs[:1])
+            self._accesses[key] = kernel_access(self.node, configs, self.rules)
         return self._accesses[key]
+
+    def serving(self, forced: dict[str, int], sizes: dict[str, int]) -> list[dict[str, int]]:
+        """The complete configurations (derived constants included) that serve these sizes, as the
+        launcher offers them; a LaunchError naming a condition when none does."""
+        configs = self.rules.autotune_configurations(forced)
+        if not self.rules.derived and not self.rules.conditions:
+            return configs
+        valid, rejected = self.rules.serving(configs, sizes)
+        if not valid:
+            first = rejected[0]
+            raise LaunchError(f"{self.name}: no configuration{' with ' + config_text(forced) if forced else ''} "
+                              f"can serve {sizes_text(sizes)}: {first.condition.describe()} does not hold for "
+                              f"{config_text(first.config)}")
+        return valid
 
 
 class DagModule:
@@ -479,14 +495,19 @@ class DagKernel:
         return DagKernel(self.info, self.forced, self.grid, tasks if isinstance(tasks, int) else tuple(tasks))
 
     def configure(self, **values: int) -> DagKernel:
+        """This kernel with autotune parameters fixed, checked now under the configurations left."""
+        rules = self.info.rules
         for name, value in values.items():
-            if name not in self.info.space:
+            if name in rules.derived_names:
+                raise PhobosError(f"{self.name}: '{name}' is derived from the sizes (@derive); it cannot be forced")
+            if name not in rules.space:
                 raise PhobosError(f"{self.name}: no autotune parameter '{name}' "
-                                  f"(it has: {', '.join(self.info.space) or 'none'})")
+                                  f"(it has: {', '.join(rules.space) or 'none'})")
             if not isinstance(value, int) or isinstance(value, bool):
                 raise PhobosError(f"{self.name}: autotune parameter '{name}' must be an integer, got {value!r}")
         forced = {**self.forced, **values}
-        self.info.access(forced, self.info.session.tunes)  # checks the kernel under the configurations left
+        for config in rules.representative(forced):
+            check_kernel(self.info.node, config)
         return DagKernel(self.info, forced, self.grid, self.tasks)
 
 
