@@ -62,7 +62,15 @@ class StandInDriver(types.SimpleNamespace):
                     dst = self.dst - driver.BASE + row * self.dst_pitch
                     memory[dst:dst + self.width_in_bytes] = memory[src:src + self.width_in_bytes]
 
-        super().__init__(memory=memory, state=state, Context=Context, Memcpy2D=Memcpy2D, Allocation=Allocation)
+        class Device:
+            def __init__(self, ordinal: int):
+                self.ordinal = ordinal
+
+            def retain_primary_context(self) -> Context:
+                return Context()
+
+        super().__init__(memory=memory, state=state, Context=Context, Memcpy2D=Memcpy2D, Allocation=Allocation,
+                         Device=Device)
 
     def check_current(self) -> None:
         assert self.state["stack"], "a driver call with no current context"

@@ -70,6 +70,7 @@ def run_spec(spec: TaskSpec, inputs: Sequence[Sequence[Any]], arrays: Any,
     """Assemble the buffers, run `kernel` on them and wait; (output blocks, seconds the kernel took)."""
     buffers = [assemble(arrays, b.shape, np.dtype(b.dtype), b.fragments, inputs, b.written) for b in spec.buffers]
     arguments = {name: buffers[value] if kind == "buffer" else value for name, (kind, value) in spec.arguments.items()}
+    arrays.synchronize()  # the copies are done, whatever stream the launcher runs the kernel on
     start = time.perf_counter()
     kernel(**arguments)
     arrays.synchronize()
