@@ -5,12 +5,11 @@
 # Everything the tile DAG knows about where data is and who touches it is a
 # box: a task's read and write regions, the pieces a distributed tensor's
 # contents are made of, the part of a block a task is sent.  The geometry
-# needed is small: overlap, intersection, containment, a box relative to
-# another's corner, and the difference of two boxes as at most 2 x rank
+# needed is small: overlap, intersection, a box relative to another's
+# corner, and the difference of two boxes as at most 2 x rank
 # disjoint boxes (cutting a piece around a newly written region).
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 Range = tuple[int, int]
@@ -39,10 +38,6 @@ class Box:
         return tuple(lo for lo, _ in self.ranges)
 
     @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
     def empty(self) -> bool:
         return any(hi <= lo for lo, hi in self.ranges)
 
@@ -55,16 +50,9 @@ class Box:
     def overlaps(self, other: Box) -> bool:
         return self.intersect(other) is not None
 
-    def contains(self, other: Box) -> bool:
-        return all(a <= c and d <= b for (a, b), (c, d) in zip(self.ranges, other.ranges))
-
     def relative_to(self, origin: Box) -> Box:
         """This box in the coordinates of `origin`'s lower corner."""
         return Box(tuple((lo - o, hi - o) for (lo, hi), o in zip(self.ranges, origin.lower)))
-
-    def offset(self, origin: Box) -> Box:
-        """This box (in `origin`'s coordinates) in the coordinates `origin` is given in."""
-        return Box(tuple((lo + o, hi + o) for (lo, hi), o in zip(self.ranges, origin.lower)))
 
     def minus(self, other: Box) -> list[Box]:
         """This box without `other`: disjoint boxes, at most two per dimension."""

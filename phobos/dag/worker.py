@@ -2,20 +2,21 @@
 # the session submits as Dask tasks.
 #
 #   PhobosWorker   registered by the session, so every worker of the cluster
-#                  (also one that joins or restarts later) has: for each mode
+#                  (also one that joins or restarts later) has, for each mode
 #                  a session asks for, where kernels run (gpu if the worker
 #                  has a GPU, else the PTX emulator, or what was asked) and
-#                  the arrays blocks are; on a GPU worker one CUDA context - the primary context of
-#                  its device 0, made current in whichever thread runs a task
-#                  or moves a block - and DeviceArrays in it; the kernels of
-#                  each source, parsed and checked once (phobos.jit, keyed by
-#                  the source's hash; the runtime keeps their PTX loaded once
-#                  per process, keyed by the PTX text); and a log of the
-#                  seconds each task's kernel took
+#                  what blocks are (numpy arrays, or DeviceBlocks in one CUDA
+#                  context: the primary context of the worker's device 0,
+#                  made current in whichever thread runs a task or moves a
+#                  block); the kernels of each source, parsed and checked once
+#                  (phobos.jit, keyed by the source's hash; the runtime keeps
+#                  their PTX loaded once per process, keyed by the PTX text);
+#                  and a log of the seconds each task's kernel took
 #   run_task       runs one TaskSpec on the writers' results; any failure is a
 #                  TaskError naming the kernel, call, grid slice and worker
 #   make_block     a block of a tensor, from data or from a function
 #   calibrate      times a task's launch on zeros (the granularity rule)
+#   task_log       a worker's log (through Client.run), for benchmarks
 #   noop           nothing, to measure Dask's overhead per task
 from __future__ import annotations
 
