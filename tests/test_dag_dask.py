@@ -19,7 +19,7 @@ import pytest
 import phobos
 from phobos.errors import LaunchError
 
-distributed = pytest.importorskip("distributed", reason="needs Dask distributed: pip install 'phobos[distributed]'")
+distributed = pytest.importorskip("distributed", reason="needs Dask distributed: pip install 'phobos-tile[distributed]'")
 dag = pytest.importorskip("phobos.dag")
 
 EXAMPLES = Path(__file__).parent.parent / "examples"

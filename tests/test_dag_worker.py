@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-pytest.importorskip("distributed", reason="needs Dask distributed: pip install 'phobos[distributed]'")
+pytest.importorskip("distributed", reason="needs Dask distributed: pip install 'phobos-tile[distributed]'")
 
 from phobos.dag import worker  # noqa: E402
 from phobos.dag.blocks import DeviceArrays, DeviceBlock, FragmentSpec, HostArrays  # noqa: E402

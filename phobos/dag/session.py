@@ -49,7 +49,7 @@ from .region import Box
 from .split import axis_counts, cell_ranges, explicit_counts, task_count
 
 MODES = (None, "gpu", *CPU_MODES)
-DISTRIBUTED_MISSING = "phobos.dag needs Dask distributed: pip install 'phobos[distributed]'"
+DISTRIBUTED_MISSING = "phobos.dag needs Dask distributed: pip install 'phobos-tile[distributed]'"
 
 #: No-op tasks timed, after as many untimed ones, to measure the overhead per task.
 OVERHEAD_PROBE_TASKS = 64
