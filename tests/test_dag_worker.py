@@ -50,7 +50,7 @@ def test_each_mode_gets_its_arrays(gpu_worker, monkeypatch):
     cpu = worker.PhobosWorker()
     cpu.setup(types.SimpleNamespace(address=ADDRESS))
     monkeypatch.setattr(runtime, "gpu_available", lambda: (False, "no driver"))
-    assert cpu.arrays(None)[0] == "emulate"
+    assert cpu.arrays(None)[0] == "interpret"  # what mode=None means without a GPU
     with pytest.raises(ToolchainError, match="mode 'gpu' was asked for, but this worker has no GPU: no driver"):
         cpu.arrays("gpu")
 

@@ -69,7 +69,8 @@ class Session:
     `client`: a distributed.Client to use; None starts a LocalCluster here
     (phobos.dag.cluster: one worker per GPU, or `workers` CPU processes; `gpus`
     picks GPUs).  `mode`: what workers run kernels with - "gpu", "emulate",
-    "interpret", or None (the GPU where a worker has one, else the emulator).
+    "interpret", or None (what mode=None means on each worker: its GPU if it
+    has one).
     `task_overhead`: Dask's seconds per task, measured on first need if None.
     """
 

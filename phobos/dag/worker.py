@@ -3,8 +3,8 @@
 #
 #   PhobosWorker   registered by the session, so every worker of the cluster
 #                  (also one that joins or restarts later) has, for each mode
-#                  a session asks for, where kernels run (gpu if the worker
-#                  has a GPU, else the PTX emulator, or what was asked) and
+#                  a session asks for, where kernels run (what was asked; for
+#                  None what Phobos picks: the GPU if there is one) and
 #                  what blocks are (numpy arrays, or DeviceBlocks in one CUDA
 #                  context: the primary context of the worker's device 0,
 #                  made current in whichever thread runs a task or moves a
@@ -32,6 +32,7 @@ from ..errors import ToolchainError
 from ..launch.cache import text_digest
 from ..launch.launcher import KernelFunction, Module, jit
 from ..run import runtime
+from ..run.backends import default_mode
 from .blocks import DeviceArrays, DeviceBlock, HostArrays
 from .cluster import CPU_MODES
 from .execute import TaskError, TaskSpec, describe_failure, run_spec
@@ -66,16 +67,16 @@ class PhobosWorker(WorkerPlugin):
         return self.modes[requested]
 
     def _choose(self, requested: str | None) -> tuple[str, Any]:
-        if requested in CPU_MODES:
-            return requested, HostArrays()
+        mode = requested if requested is not None else default_mode()  # what mode=None means in Phobos
+        if mode in CPU_MODES:
+            return mode, HostArrays()
         if self.gpu is None:
             available, why = runtime.gpu_available()  # makes the primary context of device 0 current here
-            if available:
-                import pycuda.driver as driver
-                self.gpu = DeviceArrays(driver, driver.Device(0).retain_primary_context())
-            elif requested == "gpu":
+            if not available:
                 raise ToolchainError(f"mode 'gpu' was asked for, but this worker has no GPU: {why}")
-        return ("gpu", self.gpu) if self.gpu is not None else ("emulate", HostArrays())
+            import pycuda.driver as driver
+            self.gpu = DeviceArrays(driver, driver.Device(0).retain_primary_context())
+        return "gpu", self.gpu
 
     def kernel(self, spec: TaskSpec, mode: str) -> Callable[..., None]:
         """The kernel callable of a spec: the source's module (checked once), configured, with its grid."""
