@@ -33,8 +33,8 @@ def main() -> int:
     M, K, N, P = args.size or (GPU_SIZE if mode == "gpu" else CPU_SIZE)
     rng = np.random.default_rng()
     a, b, d = (rng.standard_normal(shape, dtype=np.float32) for shape in ((M, K), (K, N), (N, P)))
-    workers = args.workers or (None if mode == "gpu" else 2)
-    with connect(args.scheduler) as client, dag.Session(client, workers=workers, mode=mode) as session:
+    count = args.workers or (None if mode == "gpu" else 2)
+    with connect(args.scheduler) as client, dag.Session(client, workers=count, mode=mode) as session:
         here = Path(__file__).parent
         sgemm = session.load(here / "sgemm.phobos").sgemm
         softmax = session.load(here / "softmax.phobos").softmax
@@ -51,7 +51,8 @@ def main() -> int:
             if not earlier.label.startswith("block"):
                 pair = (earlier.label.split(",")[0], later.label.split(",")[0], kind)
                 calls[pair] = calls.get(pair, 0) + 1
-        print(f"dag_chain: M, K, N, P = {M}, {K}, {N}, {P}, mode = {mode}, {session.workers} workers; "
+        workers = f"{session.workers} worker{'s' * (session.workers != 1)}"
+        print(f"dag_chain: M, K, N, P = {M}, {K}, {N}, {P}, mode = {mode}, {workers}; "
               f"tasks per call {sgemm.last_split}, {softmax.last_split}; {seconds:.2f} s (first calls included)")
         for (earlier, later, kind), count in calls.items():
             print(f"  {count} {kind} edge{'s' * (count != 1)} from {earlier} to {later}")

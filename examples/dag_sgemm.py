@@ -37,8 +37,8 @@ def main() -> int:
     rng = np.random.default_rng()
     a = rng.standard_normal((M, K), dtype=np.float32)
     b = rng.standard_normal((K, N), dtype=np.float32)
-    workers = args.workers or (None if mode == "gpu" else 2)
-    with connect(args.scheduler) as client, dag.Session(client, workers=workers, mode=mode) as session:
+    count = args.workers or (None if mode == "gpu" else 2)
+    with connect(args.scheduler) as client, dag.Session(client, workers=count, mode=mode) as session:
         rows = cols = 1
         while rows * cols < session.workers:  # a grid of C blocks with one block per worker
             rows, cols = (rows * 2, cols) if rows <= cols else (rows, cols * 2)
@@ -54,7 +54,8 @@ def main() -> int:
         seconds = time.perf_counter() - start
         c = C.gather()
         tasks = sum(t.label.startswith("sgemm") for t in session.graph.tasks)
-        print(f"dag_sgemm: M, K, N = {M}, {K}, {N}, mode = {mode}, {session.workers} workers, "
+        workers = f"{session.workers} worker{'s' * (session.workers != 1)}"
+        print(f"dag_sgemm: M, K, N = {M}, {K}, {N}, mode = {mode}, {workers}, "
               f"{args.panels} panels x {rows} x {cols} blocks of C = {tasks} tasks; {seconds:.2f} s "
               f"({2 * M * N * K / seconds / 1e12:.2f} TFLOP/s, first calls included)")
     return 0 if report("C - A B", c, a.astype(np.float64) @ b, rtol=1e-4, atol=2e-5 * K) else 1
