@@ -351,3 +351,39 @@ def test_a_driver_layout_that_disagrees_with_the_ptx_is_a_launch_error(driver, m
     monkeypatch.setattr(libcuda, "parameter_layouts", lambda text, names: {"k": [(48, 128)]})
     with pytest.raises(LaunchError, match=r"kernel 'k': the driver reports 1 parameters, the PTX declares 2"):
         runtime.load_module(ptx)
+
+
+def test_parameter_layouts_ask_cuFuncGetParamInfo_until_the_last_parameter(monkeypatch):
+    layout = [(0, 8), (48, 128), (176, 128), (304, 4)]
+    calls = []
+
+    class StandInLibcuda:
+        def cuModuleLoadData(self, module, image):
+            calls.append(("load", image.value.endswith(b"}\n")))
+            module._obj.value = 0x1000
+            return 0
+
+        def cuModuleGetFunction(self, function, module, name):
+            calls.append(("function", module.value, name))
+            function._obj.value = 0x2000 if name == b"k" else 0
+            return 0 if name == b"k" else 500  # CUDA_ERROR_NOT_FOUND
+
+        def cuFuncGetParamInfo(self, function, index, offset, size):
+            if index.value >= len(layout):
+                return libcuda.CUDA_ERROR_INVALID_VALUE
+            offset._obj.value, size._obj.value = layout[index.value]
+            return 0
+
+        def cuModuleUnload(self, module):
+            calls.append(("unload", module.value))
+
+        def cuGetErrorName(self, code, name):
+            name._obj.value = b"CUDA_ERROR_NOT_FOUND"
+            return 0
+
+    monkeypatch.setattr(libcuda, "_library", StandInLibcuda())
+    assert libcuda.parameter_layouts(".entry k() {}\n", ["k"]) == {"k": layout}
+    assert calls == [("load", True), ("function", 0x1000, b"k"), ("unload", 0x1000)]
+    with pytest.raises(LaunchError, match=r"cuModuleGetFunction\(nope\) failed: CUDA_ERROR_NOT_FOUND \(500\)"):
+        libcuda.parameter_layouts(".entry k() {}\n", ["nope"])
+    assert calls[-1] == ("unload", 0x1000)  # unloaded on failure too
