@@ -11,15 +11,19 @@ copies in the timed region), since the reference is a bare library call too.
 from __future__ import annotations
 
 import json
+import platform
 import statistics
 import sys
 from datetime import date
 from pathlib import Path
 
-import torch
-
 import phobos
 from phobos.run import runtime
+
+try:  # the GPU benchmarks need torch; the CPU ones use only the table, JSON and plot helpers
+    import torch
+except ImportError:
+    torch = None
 
 SPIN_CYCLES = 200_000  # about 100 microseconds at 2 GHz
 
@@ -77,16 +81,22 @@ def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def save(name: str, rows: list[dict], meta: dict, out_dir: str) -> Path:
+def cpu_name() -> str:
+    return f"CPU ({platform.processor() or platform.machine()}, Python {platform.python_version()})"
+
+
+def save(name: str, rows: list[dict], meta: dict, out_dir: str, device: str | None = None) -> Path:
     path = Path(out_dir) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, "date": date.today().isoformat(), "device": device_name(),
-               "phobos": phobos.__version__, "torch": torch.__version__, **meta, "rows": rows}
+    payload = {"benchmark": name, "date": date.today().isoformat(), "device": device or device_name(),
+               "phobos": phobos.__version__, "torch": torch.__version__ if torch is not None else None, **meta,
+               "rows": rows}
     path.write_text(json.dumps(payload, indent=2))
     return path
 
 
-def plot(name: str, rows: list[dict], x: str, series: list[tuple[str, str]], ylabel: str, out_dir: str) -> Path | None:
+def plot(name: str, rows: list[dict], x: str, series: list[tuple[str, str]], ylabel: str, out_dir: str,
+         device: str | None = None) -> Path | None:
     """A PNG of each series against x (skipped, with a note, where matplotlib is missing)."""
     try:
         import matplotlib
@@ -102,7 +112,7 @@ def plot(name: str, rows: list[dict], x: str, series: list[tuple[str, str]], yla
         ax.bar([j + i * width for j in range(len(rows))], [r[key] for r in rows], width, label=label)
     ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(rows))], labels, rotation=20)
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{name} on {device_name()}")
+    ax.set_title(f"{name} on {device or device_name()}")
     ax.legend()
     fig.tight_layout()
     path = Path(out_dir) / f"{name}.png"

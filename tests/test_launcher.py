@@ -367,7 +367,7 @@ def test_scalar_mismatches(name, value, expected):
 ])
 def test_scalar_conversions(name, value, converted):
     x, y = random_vectors(10)
-    call = bind("axpy", phobos.kernel(AXPY, mode=FakeGpu())._kernel.params, ["N"], (x, y),
+    call = bind("axpy", phobos.kernel(AXPY, mode=FakeGpu())._kernel.info.params, ["N"], (x, y),
                 {"alpha": 1.0, "offset": 0, "on": False, name: value})
     assert call.scalars[name] == converted and call.scalars[name].dtype == converted.dtype
 
@@ -505,9 +505,11 @@ def test_the_emulator_gets_the_ptx_and_ptx_order(emulator):
 
 def test_the_gpu_backend_loads_once_and_copies_back_written_arrays(monkeypatch):
     launches, loads = [], []
-    monkeypatch.setattr(runtime, "device_properties", lambda: FAKE_DEVICE)
-    monkeypatch.setattr(runtime, "load_module", lambda ptx: loads.append(ptx) or f"module of {len(ptx)} chars")
+    monkeypatch.setattr(runtime, "device_properties", lambda index: FAKE_DEVICE)
+    monkeypatch.setattr(runtime, "load_module",
+                        lambda ptx, cubin, device: loads.append(ptx) or f"module of {len(ptx)} chars")
     monkeypatch.setattr(runtime, "launch", lambda *args, **kwargs: launches.append((args, kwargs)))
+    monkeypatch.setattr(runtime, "stream_capturing", lambda stream: False)
     gpu = backends.GpuBackend()
     axpy = phobos.kernel(AXPY, mode=gpu)
     x, y = random_vectors(300)
@@ -516,7 +518,7 @@ def test_the_gpu_backend_loads_once_and_copies_back_written_arrays(monkeypatch):
     assert module == f"module of {len(axpy.ptx)} chars" and loads == [axpy.ptx]
     assert (name, grid, block) == ("axpy", (3, 1, 1), (32, 1, 1))
     assert arguments[:2] == [x, y] and arguments[2:] == [np.float32(2), np.int32(3), 1, 300]
-    assert kwargs == {"shared_bytes": 0, "copy_back": [1]}
+    assert kwargs == {"shared_bytes": 0, "copy_back": [1], "stream": 0}
     assert gpu.arch() == "sm_90"
 
 

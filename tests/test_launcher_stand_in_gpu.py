@@ -43,16 +43,14 @@ class PhobosAdd:
         self.driver = driver
         self.block = block
 
-    def prepare(self, formats: list[str]) -> None:
-        self.format = "".join(formats)
-
-    def prepared_call(self, grid, block, parameters: bytes, shared_size: int = 0) -> None:
+    def launch(self, grid, block, parameters: bytes, shared_size: int, stream: int) -> int:
         a, b, c, n = struct.unpack("<QQQi", parameters)
         count = min(n, grid[0] * self.block)
-        self.driver.launches.append(dict(grid=grid, block=block, c=c))
+        self.driver.launches.append(dict(grid=grid, block=block, c=c, stream=stream))
         self.driver.clock += COSTS[self.block]
         result = self.driver.floats_at(a, count) + self.driver.floats_at(b, count)
         self.driver.memory[c][: 4 * count] = result.tobytes()
+        return 0
 
 
 @pytest.fixture

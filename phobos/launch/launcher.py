@@ -6,12 +6,19 @@
 #   mod.sgemm.configure(TILE_M=64)(A, B, C, 1.5, 0.5)  # a forced configuration
 #
 # A source is parsed and checked, under every autotune configuration, when it
-# is loaded, so its errors show up there, with their locations; a kernel is
-# compiled only when it is first called, one configuration at a time.  A call
-# binds its arguments (phobos.launch.binding: shapes give the sizes, every mismatch
-# is a LaunchError before any GPU work), picks a configuration, works out the
-# grid and hands the launch to a backend (phobos.run.backends: the GPU, or the
-# interpreter or PTX emulator on the CPU).
+# is loaded (phobos.compiler.kernel_infos: one KernelInfo per kernel), so its
+# errors show up there, with their locations; a kernel is compiled only when
+# it is first called.  A call binds its arguments (phobos.launch.binding: shapes
+# give the sizes, every mismatch is a LaunchError before any GPU work), picks a
+# configuration, works out the grid and hands the launch to a backend
+# (phobos.run.backends: the GPU, or the interpreter or PTX emulator on the CPU).
+#
+# On the GPU, a call whose tensors are all device memory is queued on the
+# caller's stream and returns (phobos.launch.fastpath says which stream); the
+# launch its first call prepared is kept per call signature, so that later
+# calls with arguments of the same kinds, dtypes, shapes and devices skip
+# binding, choosing and compiling.  A call with numpy arrays copies them in,
+# waits for the device and copies them back.
 #
 # The configuration: the forced one, if any; otherwise, on the GPU, the first
 # call for a new combination of sizes (and device, source and Phobos build)
@@ -32,30 +39,24 @@ import itertools
 import math
 import numbers
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..frontend import ast
-from . import autotune, cache
+from . import autotune, cache, fastpath
 from ..run import runtime
 from .. import toolchain
 from .autotune import config_text
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
-from .binding import BoundCall, bind
-from ..compiler import CompiledKernel, grid_hints, compile_kernel, parse_source
-from ..errors import ErrorList, LaunchError, PhobosError, ToolchainError
-from ..middle.irgen import generate, kernel_signature
+from .binding import BoundCall, bind, call_device
+from ..compiler import CompiledKernel, KernelInfo, compile_kernel, kernel_infos
+from ..errors import LaunchError, PhobosError, ToolchainError
 from ..ptxcheck import Report
 from ..ptxcheck import check as ptxas_check
-from ..frontend.sema import CheckedKernel, autotune_space, check_kernel, check_program
 
 #: The most programs a grid may have along x, y and z.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
-
-#: Builtins whose argument is a grid axis.
-GRID_BUILTINS = ("program_id", "num_programs")
 
 Config = dict[str, int]
 GridSpec = tuple[int, int, int] | Callable[[Config, dict[str, int]], Any] | None
@@ -127,12 +128,8 @@ class Module:
         self.filename = filename or f"<source {digest[:8]}>"
         self.mode = mode
         self._backend: Backend | None = None
-        program = parse_source(source, self.filename)
-        errors = check_program(program)
-        if errors:
-            raise errors[0] if len(errors) == 1 else ErrorList(errors)
         self.kernels: dict[str, KernelFunction] = {
-            k.name: KernelFunction(_Kernel(k, digest, self)) for k in program.kernels}
+            info.name: KernelFunction(_Kernel(info, digest, self)) for info in kernel_infos(source, self.filename)}
 
     def backend(self) -> Backend:
         """The backend kernels run on, chosen at the first launch (see jit's `mode`)."""
@@ -155,26 +152,30 @@ class Module:
 
 
 class KernelFunction:
-    """One kernel, callable like a function: `f(*args, **kwargs)` launches it and waits.
+    """One kernel, callable like a function: `f(*args, **kwargs)` launches it.
 
-    `f[grid]` is the same kernel with an explicit grid (1 to 3 ints, or a
-    function `grid(config, sizes) -> tuple`); `f.configure(NAME=value, ...)`
-    the same kernel with those autotune parameters fixed (the rest are still
-    tuned).  After a call, `.config`, `.grid`, `.compiled`, `.ptx`, `.ptxas`
-    and `.timings` describe what ran and what the autotuner saw.
+    On the GPU, a call whose tensors are all in device memory is queued on the
+    caller's stream (`stream=` overrides it) and returns; a call with numpy
+    arrays waits and copies the results back.  `f[grid]` is the same kernel
+    with an explicit grid (1 to 3 ints, or a function `grid(config, sizes) ->
+    tuple`); `f.configure(NAME=value, ...)` the same kernel with those autotune
+    parameters fixed (the rest are still tuned).  After a call, `.config`,
+    `.grid`, `.compiled`, `.ptx`, `.ptxas` and `.timings` describe what ran and
+    what the autotuner saw.
     """
 
     def __init__(self, kernel: _Kernel, forced: Config | None = None, grid: GridSpec = None):
         self._kernel = kernel
         self._forced = dict(forced or {})
         self._grid = grid
+        self._variant = kernel.variant(self._forced, grid)
 
     @property
     def name(self) -> str:
         return self._kernel.name
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self._kernel.launch(args, kwargs, self._forced, self._grid)
+        self._kernel.call(self._variant, args, kwargs)
 
     def __getitem__(self, grid: Any) -> KernelFunction:
         spec = grid if callable(grid) else normalize_grid(self.name, grid, f"got {grid!r}")
@@ -191,7 +192,7 @@ class KernelFunction:
                 raise PhobosError(f"{self.name}: autotune parameter '{name}' must be an integer, got {value!r}")
         forced = {**self._forced, **values}
         for config in self._kernel.candidates(forced):
-            self._kernel.checked(config)
+            self._kernel.info.checked(config)
         return KernelFunction(self._kernel, forced, self._grid)
 
     # --- inspection
@@ -230,7 +231,7 @@ class KernelFunction:
     def __repr__(self) -> str:
         kernel = self._kernel
         params = ", ".join(f"{p.name}: " + (f"tensor<{p.dtype}>[{', '.join(map(str, p.dims))}]"
-                                            if p.kind == "tensor" else str(p.dtype)) for p in kernel.params)
+                                            if p.kind == "tensor" else str(p.dtype)) for p in kernel.info.params)
         configs = kernel.candidates(self._forced)
         space = ", ".join(f"{n} in {v}" if n not in self._forced else f"{n} = {self._forced[n]}"
                           for n, v in kernel.space.items())
@@ -294,18 +295,6 @@ def _grid_key(spec: GridSpec) -> Any:
     return list(spec)
 
 
-def _calls(node: Any) -> Iterator[ast.Call]:
-    """Every call in an AST subtree."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _calls(item)
-    elif is_dataclass(node) and not isinstance(node, type):
-        if isinstance(node, ast.Call):
-            yield node
-        for f in fields(node):
-            yield from _calls(getattr(node, f.name))
-
-
 # ---------------------------------------------------------------------------
 # One kernel: its checked forms, compiled configurations, choices and last launch
 
@@ -318,25 +307,35 @@ class _LastLaunch:
     grid: tuple[int, int, int]
 
 
+@dataclass
+class _Variant:
+    """A forced configuration and grid specification, with the fast calls prepared under it, by signature.
+
+    `fast` is None where calls cannot be prepared (a grid function, which may
+    answer differently each time).
+    """
+
+    forced: Config
+    grid: GridSpec
+    fast: dict[tuple, fastpath.FastCall] | None
+
+
 #: Compiled kernels of this process, by (source digest, file, kernel, configuration, target).
 _compiled_kernels: dict[tuple, CompiledKernel] = {}
 
 
 class _Kernel:
-    """What every callable of one kernel shares: checked and compiled forms, tuning choices, the last launch."""
+    """What every callable of one kernel shares: its KernelInfo, compiled forms, tuning choices, the last launch."""
 
-    def __init__(self, node: ast.Kernel, source_digest: str, module: Module):
-        self.node = node
-        self.name = node.name
+    def __init__(self, info: KernelInfo, source_digest: str, module: Module):
+        self.info = info
+        self.name = info.name
         self.source_digest = source_digest
         self.module = module
-        self.space = autotune_space(node)
-        signature = kernel_signature(check_kernel(node))
-        self.params = [p for p in signature if p.kind != "size"]
-        self.size_names = [p.name for p in signature if p.kind == "size"]
-        self._checked: dict[tuple, CheckedKernel] = {}
-        self._tile_hints: dict[tuple, list] = {}
-        self._axes_used: dict[tuple, set[int]] = {}  # per configuration: grid axes the kernel reads
+        self.space = info.space
+        self.stream_keyword = "stream" not in {p.name for p in info.params}  # else `stream=` is the argument
+        self._variants: dict[tuple, _Variant] = {}
+        self._locate: Callable[[int], int | None] = lambda address: None  # the prepared launches' backend's
         self._choices: dict[tuple, autotune.TuneResult] = {}
         self.last: _LastLaunch | None = None
 
@@ -347,11 +346,14 @@ class _Kernel:
         choices = [[forced[n]] if n in forced else self.space[n] for n in names]
         return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
 
-    def checked(self, config: Config) -> CheckedKernel:
-        key = tuple(config.items())
-        if key not in self._checked:
-            self._checked[key] = check_kernel(self.node, config)
-        return self._checked[key]
+    def variant(self, forced: Config, spec: GridSpec) -> _Variant:
+        """The one _Variant of a forced configuration and grid, so that callables made alike share prepared calls."""
+        if callable(spec):
+            return _Variant(forced, spec, None)
+        key = (tuple(sorted(forced.items())), spec)
+        if key not in self._variants:
+            self._variants[key] = _Variant(forced, spec, {})
+        return self._variants[key]
 
     def compiled(self, config: Config, arch: str) -> CompiledKernel:
         """The kernel compiled for `config` and `arch`: from memory, the disk cache, or the compiler."""
@@ -363,7 +365,7 @@ class _Kernel:
         store = cache.default_cache()
         compiled = _decoded(store.load(cache.COMPILED, disk_key), cache.decode_compiled)
         if compiled is None:
-            compiled = compile_kernel(self.node, arch=arch, config=config)
+            compiled = compile_kernel(self.info.kernel, arch=arch, config=config)
             store.store(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
         _compiled_kernels[memory_key] = compiled
         return compiled
@@ -398,62 +400,139 @@ class _Kernel:
         return self.compiled(config, arch)
 
     # --- grids
-    def axes_used(self, config: Config) -> set[int]:
-        key = tuple(config.items())
-        if key not in self._axes_used:
-            checked = self.checked(config)
-            self._axes_used[key] = {checked.const_of(c.args[0]) for c in _calls(self.node.body)
-                                    if c.func in GRID_BUILTINS}
-        return self._axes_used[key]
-
-    def grid_hint(self, config: Config, compiled: CompiledKernel | None) -> list:
-        """CompiledKernel.grid_hint; for backends that run the checked kernel, the same hint from its tile IR."""
-        if compiled is not None:
-            return compiled.grid_hint
-        key = tuple(config.items())
-        if key not in self._tile_hints:
-            self._tile_hints[key] = grid_hints(generate(self.checked(config)))
-        return self._tile_hints[key]
-
     def grid_for(self, config: Config, compiled: CompiledKernel | None, call: BoundCall,
                  spec: GridSpec) -> tuple[int, int, int]:
         if spec is None:
-            return infer_grid(self.name, self.grid_hint(config, compiled), self.axes_used(config), call.sizes)
+            hint = compiled.grid_hint if compiled is not None else self.info.grid_hint(config)
+            return infer_grid(self.name, hint, self.info.axes_used(config), call.sizes)
         if callable(spec):
             result = spec(dict(config), dict(call.sizes))
             return normalize_grid(self.name, result, f"the grid function returned {result!r}")
         return spec
 
-    # --- launching
-    def launch(self, args: Sequence[Any], kwargs: dict[str, Any], forced: Config, spec: GridSpec) -> None:
+    # --- calling
+    def call(self, variant: _Variant, args: tuple, kwargs: dict[str, Any]) -> None:
+        """A call: the prepared launch of its signature when there is one, else the full path."""
+        stream = kwargs.pop("stream", None) if self.stream_keyword and "stream" in kwargs else None
+        fast = variant.fast
+        if fast:  # some signature was prepared, so the backend prepares launches
+            values = args + tuple(kwargs.values()) if kwargs else args
+            try:
+                parts, pointers, hints = fastpath.probe(values, self._locate)
+            except fastpath.Unprobed:
+                pass
+            else:
+                prepared = fast.get((tuple(kwargs), parts))
+                if prepared is not None:
+                    try:
+                        prepared(values, pointers, hints, stream)
+                        self.last = prepared.last
+                        return
+                    except fastpath.ScalarOverflow:
+                        pass  # the full path reports it
+        self.launch(variant, args, kwargs, stream)
+
+    def launch(self, variant: _Variant, args: Sequence[Any], kwargs: dict[str, Any], stream: Any) -> None:
+        """The full path: bind with every check, choose, compile, launch; keep the prepared launch for the
+        call's signature."""
         backend = self.module.backend()
-        call = bind(self.name, self.params, self.size_names, args, kwargs,
+        call = bind(self.name, self.info.params, self.info.size_names, args, kwargs,
                     host_only=backend.name if backend.host_only else None)
-        config, timings = self.choose(call, backend, forced, spec)
-        compiled = self.compiled(config, backend.arch()) if backend.compiles else None
-        grid = self.grid_for(config, compiled, call, spec)
+        device = call_device(call, backend.locate) if hasattr(backend, "locate") else 0
+        stream_of = self._stream_source(call, device)
+        handle = self._stream(backend, stream, stream_of, device, call)
+        self._refuse_during_capture(backend, call, handle, variant)
+        config, timings = self.choose(call, backend, variant.forced, variant.grid, device)
+        compiled = self.compiled(config, backend.arch(device)) if backend.compiles else None
+        grid = self.grid_for(config, compiled, call, variant.grid)
         self.last = _LastLaunch(config, compiled, timings, grid)
         if 0 in grid:
+            if hasattr(backend, "prepare"):
+                self._keep(variant, None, call, stream_of, device)
             return  # an empty tensor: nothing to do
-        device = backend.device()
-        problem = autotune.launch_problem(compiled, device) if compiled is not None and device else None
+        properties = backend.device(device)
+        problem = autotune.launch_problem(compiled, properties) if compiled is not None and properties else None
         if problem is not None:
             raise LaunchError(f"{self.name}: configuration {config_text(config)} cannot run on this GPU: {problem}")
-        backend.run(Launch(self.checked(config), compiled, grid, call))
+        launch = Launch(self.info.checked(config), compiled, grid, call, stream=handle, device=device)
+        queued = backend.prepare(launch) if hasattr(backend, "prepare") else None
+        if queued is None:
+            backend.run(launch)
+            return
+        queued(handle, launch.ptx_arguments())
+        self._keep(variant, queued, call, stream_of, device, launch)
 
-    def choose(self, call: BoundCall, backend: Backend, forced: Config,
-               spec: GridSpec) -> tuple[Config, dict[str, float | str]]:
+    def _stream_source(self, call: BoundCall, device: int) -> Callable[[list], int]:
+        tensors = [name in call.tensors and call.tensors[name].host is None for name in call.given]
+        return fastpath.stream_source(list(call.given.values()), tensors, device)
+
+    def _stream(self, backend: Backend, stream: Any, stream_of: Callable[[list], int], device: int,
+                call: BoundCall) -> int:
+        """The raw stream handle of a call: the `stream=` argument (checked), or the caller's current stream."""
+        if stream is not None:
+            handle = fastpath.stream_handle(stream)
+            if hasattr(backend, "check_stream"):
+                backend.check_stream(handle, device, f"{self.name}: argument 'stream'")
+            return handle
+        if not hasattr(backend, "prepare"):
+            return 0
+        return stream_of([call.tensors[name].stream if name in call.tensors else None for name in call.given])
+
+    def _refuse_during_capture(self, backend: Backend, call: BoundCall, stream: int, variant: _Variant) -> None:
+        """A CUDA graph being captured on the stream allows no copy, allocation, compile or wait."""
+        if not hasattr(backend, "capturing") or not backend.capturing(stream):
+            return
+        for name, tensor in call.tensors.items():
+            if tensor.host is not None:
+                raise LaunchError(f"{self.name}: argument '{name}' is host memory ({type(tensor.source).__name__}), "
+                                  f"which would be copied to the GPU and back; that is not possible while a CUDA "
+                                  f"graph is being captured on the stream: pass device memory (a torch or CuPy "
+                                  f"tensor)")
+        raise LaunchError(f"{self.name}: first call with these argument types, shapes and devices while a CUDA graph "
+                          f"is being captured on the stream; a first call binds, tunes, compiles and loads, which "
+                          f"capture forbids: call the kernel once with the same kinds of arguments before "
+                          f"capturing (a warm-up, as torch.cuda.graph asks)")
+
+    def _keep(self, variant: _Variant, queued: Any, call: BoundCall, stream_of: Callable[[list], int],
+              device: int, launch: Launch | None = None) -> None:
+        """Keep the prepared launch of this call's signature for the next calls (see phobos.launch.fastpath)."""
+        if variant.fast is None:
+            return
+        backend = self.module.backend()
+        self._locate = backend.locate
+        try:
+            parts = fastpath.probe(list(call.given.values()), self._locate)[0]
+        except fastpath.Unprobed:
+            return
+        key = (tuple(call.given)[call.positional:], parts)
+        positions = {name: index for index, name in enumerate(call.given)}
+        recipe = []
+        for param in (launch.compiled.params if launch is not None else ()):
+            if param.kind == "tensor":
+                recipe.append(("pointer", positions[param.name]))
+            elif param.kind == "scalar":
+                kind = type(call.given[param.name])
+                recipe.append(("scalar", positions[param.name], fastpath.scalar_converter(self.name, param, kind)))
+            else:
+                recipe.append(("const", call.sizes[param.name]))
+        check = getattr(backend, "check_stream", lambda handle, device, what: None)
+        variant.fast[key] = fastpath.FastCall(
+            queued, recipe, stream_of, self.last,
+            lambda handle: check(handle, device, f"{self.name}: argument 'stream'"))
+
+    def choose(self, call: BoundCall, backend: Backend, forced: Config, spec: GridSpec,
+               device_index: int = 0) -> tuple[Config, dict[str, float | str]]:
         """The configuration to launch, and the timings it was chosen by (empty when not tuned)."""
         configs = self.candidates(forced)
         if len(configs) == 1 or not backend.tunes or not autotune_enabled():
             return configs[0], {}
-        device, arch = backend.device(), backend.arch()
+        device, arch = backend.device(device_index), backend.arch(device_index)
         memory_key = (tuple(call.sizes.items()), tuple(forced.items()), str(_grid_key(spec)), device.name, arch)
         if memory_key in self._choices:
             choice = self._choices[memory_key]
             return choice.config, choice.timings
         disk_key = {"source": self.source_digest, "kernel": self.name, "sizes": call.sizes,
-                    "dtypes": {p.name: p.dtype.value for p in self.params}, "candidates": configs,
+                    "dtypes": {p.name: p.dtype.value for p in self.info.params}, "candidates": configs,
                     "grid": _grid_key(spec), "device": device.name, "arch": arch, "build": cache.phobos_build()}
         store = cache.default_cache()
         choice = _decoded(store.load(cache.AUTOTUNE, disk_key), lambda payload: _decode_choice(payload, configs))
@@ -461,14 +540,15 @@ class _Kernel:
             first = configs[0]
             if 0 in self.grid_for(first, self.compiled(first, arch), call, spec):
                 return first, {}  # nothing would run, so there is nothing to time
-            choice = self.tune(call, backend, configs, spec)
+            choice = self.tune(call, backend, configs, spec, device_index)
             store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
         self._choices[memory_key] = choice
         return choice.config, choice.timings
 
-    def tune(self, call: BoundCall, backend: Backend, configs: list[Config], spec: GridSpec) -> autotune.TuneResult:
+    def tune(self, call: BoundCall, backend: Backend, configs: list[Config], spec: GridSpec,
+             device_index: int = 0) -> autotune.TuneResult:
         """Time every configuration that can run; tensors the kernel writes are replaced by scratch copies."""
-        device, arch = backend.device(), backend.arch()
+        device, arch = backend.device(device_index), backend.arch(device_index)
         scratch: dict[str, Any] | None = None
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
@@ -487,7 +567,8 @@ class _Kernel:
                 for name, tensor in call.tensors.items():
                     if tensor.param.written or tensor.host is not None:
                         scratch[name] = backend.device_copy(tensor)
-            return backend.time(Launch(self.checked(config), compiled, grid, call, scratch))
+            return backend.time(Launch(self.info.checked(config), compiled, grid, call, scratch,
+                                       device=device_index))
 
         try:
             return autotune.tune(self.name, configs, evaluate, measure)

@@ -52,7 +52,7 @@ import numpy as np
 
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES
-from ..compiler import parse_source, pick_kernel
+from ..frontend.parser import parse_source, pick_kernel
 from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError, SemanticError
 from ..frontend.sema import CheckedKernel, Symbol, cast_value, check_kernel
 from ..types import DType, ScalarType, TensorType, TileType, shape_of
