@@ -25,7 +25,7 @@ from .frontend import ast
 from .errors import ErrorList, Note, PhobosError, ResourceError, SemanticError, SourceFile
 from .middle.ir import KernelParam, format_function, verify, walk
 from .middle.irgen import generate, kernel_signature
-from .lower.lowering import lower
+from .lower.driver import lower
 from .lower.mathlib import expand_math
 from .frontend.parser import parse_source, pick_kernel
 from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
