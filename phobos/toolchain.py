@@ -92,13 +92,14 @@ def check_arch(arch: str) -> str:
 
 
 def run_ptxas(
-    ptx_text: str, arch: str, extra_args: Sequence[str] = (), source_name: str = "input.ptx"
+    ptx_text: str, arch: str, extra_args: Sequence[str] = (), source_name: str = "input.ptx",
+    cubin_path: Path | None = None,
 ) -> tuple[int, str, str]:
     """Assemble `ptx_text` for `arch` with `ptxas -v`; return (returncode, stdout, stderr).
 
-    The text goes through a temporary file and the cubin is thrown away: only
-    the verdict and the resource report matter.  In the output, the temporary
-    file is called `source_name`, so that diagnostics such as
+    The text goes through a temporary file and the cubin is thrown away, unless
+    `cubin_path` says where to keep it.  In the output, the temporary file is
+    called `source_name`, so that diagnostics such as
     `ptxas add.ptx, line 12; error : ...` name the user's file.
     """
     check_arch(arch)
@@ -106,7 +107,8 @@ def run_ptxas(
     with tempfile.TemporaryDirectory(prefix="phobos-ptxas-") as tmp:
         source = Path(tmp) / "input.ptx"
         source.write_text(ptx_text)
-        command = [ptxas, f"-arch={arch}", "-v", *extra_args, "-o", str(Path(tmp) / "out.cubin"), str(source)]
+        output = cubin_path or Path(tmp) / "out.cubin"
+        command = [ptxas, f"-arch={arch}", "-v", *extra_args, "-o", str(output), str(source)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, check=False)
         except OSError as error:

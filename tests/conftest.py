@@ -8,7 +8,8 @@
 #   phobos.toolchain, for testing what users without one see.
 # - Every test gets an empty PHOBOS_CACHE_DIR of its own and none of the
 #   environment switches of the launcher, so no test reads or fills the
-#   user's cache or depends on how the shell that runs it is set up.
+#   user's cache or depends on how the shell that runs it is set up; kernels
+#   compile in the test's process (PHOBOS_COMPILE_WORKERS=1).
 from __future__ import annotations
 
 import difflib
@@ -81,9 +82,11 @@ class Golden:
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE and PHOBOS_INTERPRET unset."""
+    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE and PHOBOS_INTERPRET unset; configurations compiled
+    in the test's own process (PHOBOS_COMPILE_WORKERS=1: tests of the pool set it themselves)."""
     directory = tmp_path_factory.mktemp("phobos-cache")
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(directory))
+    monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "1")
     monkeypatch.delenv("PHOBOS_AUTOTUNE", raising=False)
     monkeypatch.delenv("PHOBOS_INTERPRET", raising=False)
     return directory

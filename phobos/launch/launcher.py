@@ -40,11 +40,12 @@ import math
 import numbers
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import autotune, cache, fastpath
+from . import autotune, cache, fastpath, parallel
 from ..run import runtime
 from .. import toolchain
 from .autotune import config_text
@@ -53,7 +54,7 @@ from .binding import BoundCall, bind, call_device
 from ..compiler import CompiledKernel, KernelInfo, compile_kernel, kernel_infos
 from ..errors import LaunchError, PhobosError, ToolchainError
 from ..ptxcheck import Report
-from ..ptxcheck import check as ptxas_check
+from ..ptxcheck import assemble as ptxas_assemble
 
 #: The most programs a grid may have along x, y and z.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -126,6 +127,7 @@ class Module:
         check_mode(mode)
         digest = cache.text_digest(source)
         self.filename = filename or f"<source {digest[:8]}>"
+        self.source = source
         self.mode = mode
         self._backend: Backend | None = None
         self.kernels: dict[str, KernelFunction] = {
@@ -355,38 +357,109 @@ class _Kernel:
             self._variants[key] = _Variant(forced, spec, {})
         return self._variants[key]
 
+    def _compiled_keys(self, config: Config, arch: str) -> tuple[tuple, dict]:
+        """Where a compiled configuration is kept: in this process's memory and in the disk cache."""
+        return ((self.source_digest, self.module.filename, self.name, tuple(config.items()), arch),
+                {"source": self.source_digest, "filename": self.module.filename, "kernel": self.name,
+                 "config": config, "arch": arch, "build": cache.phobos_build()})
+
     def compiled(self, config: Config, arch: str) -> CompiledKernel:
         """The kernel compiled for `config` and `arch`: from memory, the disk cache, or the compiler."""
-        memory_key = (self.source_digest, self.module.filename, self.name, tuple(config.items()), arch)
-        if memory_key in _compiled_kernels:
-            return _compiled_kernels[memory_key]
-        disk_key = {"source": self.source_digest, "filename": self.module.filename, "kernel": self.name,
-                    "config": config, "arch": arch, "build": cache.phobos_build()}
-        store = cache.default_cache()
-        compiled = _decoded(store.load(cache.COMPILED, disk_key), cache.decode_compiled)
+        compiled = self._cached_compiled(config, arch)
         if compiled is None:
             compiled = compile_kernel(self.info.kernel, arch=arch, config=config)
-            store.store(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
-        _compiled_kernels[memory_key] = compiled
+            self._keep_compiled(config, arch, compiled)
         return compiled
 
+    def _cached_compiled(self, config: Config, arch: str) -> CompiledKernel | None:
+        memory_key, disk_key = self._compiled_keys(config, arch)
+        if memory_key not in _compiled_kernels:
+            compiled = _decoded(cache.default_cache().load(cache.COMPILED, disk_key), cache.decode_compiled)
+            if compiled is None:
+                return None
+            _compiled_kernels[memory_key] = compiled
+        return _compiled_kernels[memory_key]
+
+    def _keep_compiled(self, config: Config, arch: str, compiled: CompiledKernel) -> None:
+        memory_key, disk_key = self._compiled_keys(config, arch)
+        cache.default_cache().store(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
+        _compiled_kernels[memory_key] = compiled
+
+    def _ptxas_key(self, compiled: CompiledKernel, ptxas: str) -> dict:
+        """The key of ptxas's report on a compiled kernel, and of the cubin it made."""
+        return {"ptx": cache.text_digest(compiled.ptx), "arch": compiled.arch, "ptxas": ptxas,
+                "build": cache.phobos_build()}
+
+    def _label(self, config: Config) -> str:
+        return f"{self.module.filename} [{self.name}: {config_text(config)}]"
+
     def ptxas_report(self, compiled: CompiledKernel, required: bool = False) -> Report | None:
-        """ptxas's report on `compiled` (cached); None without ptxas, unless `required` (then ToolchainError)."""
+        """ptxas's report on `compiled` (cached, with the cubin); None without ptxas, unless `required`
+        (then ToolchainError)."""
         try:
             ptxas = toolchain.find_ptxas()
         except ToolchainError:
             if required:
                 raise
             return None
-        key = {"ptx": cache.text_digest(compiled.ptx), "arch": compiled.arch, "ptxas": ptxas,
-               "build": cache.phobos_build()}
+        key = self._ptxas_key(compiled, ptxas)
         store = cache.default_cache()
         report = _decoded(store.load(cache.PTXAS, key), cache.decode_report)
         if report is None:
-            label = f"{self.module.filename} [{self.name}: {config_text(compiled.config)}]"
-            report = ptxas_check(compiled.ptx, compiled.arch, name=label)
-            store.store(cache.PTXAS, key, cache.encode_report(report))
+            report, cubin = ptxas_assemble(compiled.ptx, compiled.arch, name=self._label(compiled.config))
+            self._keep_assembled(key, report, cubin)
         return report
+
+    def _keep_assembled(self, key: dict, report: Report, cubin: bytes | None) -> None:
+        store = cache.default_cache()
+        if cubin is not None:
+            store.store(cache.CUBIN, key, cache.encode_cubin(cubin))
+        store.store(cache.PTXAS, key, cache.encode_report(report))
+
+    def cubin(self, compiled: CompiledKernel, capability: tuple[int, int]) -> bytes | None:
+        """The cubin ptxas already made of `compiled`, when there is one and it is for exactly this GPU."""
+        if compiled.arch != f"sm_{capability[0]}{capability[1]}":
+            return None  # PTX for an older target: the driver compiles it for this GPU
+        try:
+            ptxas = toolchain.find_ptxas()
+        except ToolchainError:
+            return None
+        return _decoded(cache.default_cache().load(cache.CUBIN, self._ptxas_key(compiled, ptxas)), cache.decode_cubin)
+
+    def _compile_ahead(self, configs: list[Config], arch: str) -> dict[tuple, Future]:
+        """Start compiling (and assembling) the configurations not compiled yet, in worker processes."""
+        workers = parallel.pool()
+        missing = [config for config in configs if self._cached_compiled(config, arch) is None]
+        if workers is None or len(missing) < 2:
+            return {}
+        try:
+            toolchain.find_ptxas()
+            assemble = True
+        except ToolchainError:
+            assemble = False
+        return {tuple(config.items()): workers.submit(parallel.CompileJob(
+            self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config)))
+            for config in missing}
+
+    def _collect(self, future: Future | None, config: Config, arch: str) -> None:
+        """Keep what a worker made of `config`; on any failure, nothing (the configuration compiles here)."""
+        if future is None:
+            return
+        try:
+            result = future.result()
+        except Exception:  # a worker that died: compile here
+            return
+        if result is None:
+            return
+        try:
+            compiled = cache.decode_compiled(result["compiled"])
+            report = cache.decode_report(result["report"]) if "report" in result else None
+            cubin = cache.decode_cubin(result["cubin"]) if "cubin" in result else None
+        except (cache.MalformedEntry, TypeError, KeyError):
+            return
+        self._keep_compiled(config, arch, compiled)
+        if report is not None:
+            self._keep_assembled(self._ptxas_key(compiled, toolchain.find_ptxas()), report, cubin)
 
     def inspected(self, forced: Config) -> CompiledKernel:
         """What `.compiled` shows: the last launch's kernel, or the first candidate's."""
@@ -454,7 +527,8 @@ class _Kernel:
         problem = autotune.launch_problem(compiled, properties) if compiled is not None and properties else None
         if problem is not None:
             raise LaunchError(f"{self.name}: configuration {config_text(config)} cannot run on this GPU: {problem}")
-        launch = Launch(self.info.checked(config), compiled, grid, call, stream=handle, device=device)
+        cubin = self.cubin(compiled, properties.compute_capability) if compiled is not None and properties else None
+        launch = Launch(self.info.checked(config), compiled, grid, call, stream=handle, device=device, cubin=cubin)
         queued = backend.prepare(launch) if hasattr(backend, "prepare") else None
         if queued is None:
             backend.run(launch)
@@ -538,7 +612,7 @@ class _Kernel:
         choice = _decoded(store.load(cache.AUTOTUNE, disk_key), lambda payload: _decode_choice(payload, configs))
         if choice is None:
             first = configs[0]
-            if 0 in self.grid_for(first, self.compiled(first, arch), call, spec):
+            if 0 in self.grid_for(first, None, call, spec):  # from the tile IR: nothing compiled yet
                 return first, {}  # nothing would run, so there is nothing to time
             choice = self.tune(call, backend, configs, spec, device_index)
             store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
@@ -550,8 +624,10 @@ class _Kernel:
         """Time every configuration that can run; tensors the kernel writes are replaced by scratch copies."""
         device, arch = backend.device(device_index), backend.arch(device_index)
         scratch: dict[str, Any] | None = None
+        ahead = self._compile_ahead(configs, arch)
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
+            self._collect(ahead.pop(tuple(config.items()), None), config, arch)
             compiled = self.compiled(config, arch)
             autotune.screen(compiled, device, self.ptxas_report(compiled))
             return config, compiled
@@ -568,11 +644,13 @@ class _Kernel:
                     if tensor.param.written or tensor.host is not None:
                         scratch[name] = backend.device_copy(tensor)
             return backend.time(Launch(self.info.checked(config), compiled, grid, call, scratch,
-                                       device=device_index))
+                                       device=device_index, cubin=self.cubin(compiled, device.compute_capability)))
 
         try:
             return autotune.tune(self.name, configs, evaluate, measure)
         finally:
+            for future in ahead.values():
+                future.cancel()
             for copy in (scratch or {}).values():
                 backend.free(copy)
 
