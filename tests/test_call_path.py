@@ -348,3 +348,54 @@ def test_torch_tensors_run_on_torchs_current_stream(gpu, fake_torch, monkeypatch
     add(ta, tb, tc)
     assert [launch["stream"] for launch in gpu.launches] == [0x70, 0x90]
     assert np.array_equal(np.frombuffer(gpu.memory[int(tc.allocation)], np.float32, 500), a + b)
+
+
+# --- DLPack (JAX arrays and others): a numpy array's capsule, presented as GPU memory
+
+
+class DlpackOnGpu:
+    """An array seen only through DLPack, claiming to be on CUDA device `device` (its capsule is numpy's)."""
+
+    def __init__(self, array: np.ndarray, device: int = 0, device_type: int = 2):
+        self.array, self.device, self.device_type = array, device, device_type
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return (self.device_type, self.device)
+
+
+def test_dlpack_arrays_are_read_from_their_capsule():
+    from .launcher_fakes import FakeGpu
+    gpu = FakeGpu()
+    add = phobos.kernel(ADD4, mode=gpu).configure(BLOCK=128)
+    a, b, c = (np.arange(300, dtype=np.float32) for _ in range(3))
+    add(DlpackOnGpu(a), DlpackOnGpu(b), DlpackOnGpu(c))
+    (launch,) = gpu.runs
+    tensors = launch.call.tensors
+    assert tensors["a"].pointer == a.ctypes.data and tensors["b"].pointer == b.ctypes.data
+    assert tensors["c"].shape == (300,) and tensors["c"].device == 0 and launch.call.sizes == {"N": 300}
+
+
+def test_dlpack_offsets_dtypes_and_strides_are_checked():
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=128)
+    a = np.zeros(300, np.float32)
+    with pytest.raises(LaunchError) as error:
+        add(DlpackOnGpu(a), DlpackOnGpu(a), DlpackOnGpu(np.zeros(300, np.float64)))
+    assert message(error) == ("add: argument 'c': expected a 1-D f32 tensor [N] with N = 300 (from 'a'), got "
+                              "float64 tests.DlpackOnGpu of shape (300,) on cuda:0")
+    with pytest.raises(LaunchError, match="got a non-contiguous float32 tests.DlpackOnGpu of shape"):
+        add(DlpackOnGpu(a), DlpackOnGpu(a), DlpackOnGpu(np.zeros(600, np.float32)[::2]))
+    view = binding.tensor_view(DlpackOnGpu(np.zeros(400, np.float32)[100:]))
+    assert view.pointer % 4 == 0 and view.shape == (300,)
+
+
+def test_a_dlpack_array_in_host_memory_is_refused_naming_the_argument():
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=128)
+    a = np.zeros(300, np.float32)
+    with pytest.raises(LaunchError) as error:
+        add(a, a, DlpackOnGpu(a, device_type=1))
+    assert message(error) == ("add: argument 'c': expected a 1-D f32 tensor [N] with N = 300 (from 'a'), got a "
+                              "tests.DlpackOnGpu in host memory (cpu) (kernels read DLPack arrays where they lie; put "
+                              "it on the GPU, or pass np.from_dlpack(x) to have it copied)")

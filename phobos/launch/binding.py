@@ -128,25 +128,31 @@ def _unknown_name(name: str, names: Sequence[str], size_names: Sequence[str]) ->
 
 
 def bind(kernel_name: str, params: Sequence[KernelParam], size_names: Sequence[str], args: Sequence[Any],
-         kwargs: Mapping[str, Any], host_only: str | None = None) -> BoundCall:
-    """Check and convert a call's arguments; `host_only` names a CPU mode that takes numpy arrays only."""
+         kwargs: Mapping[str, Any], host_only: str | None = None,
+         view: Callable[[Any], TensorView | None] | None = None) -> BoundCall:
+    """Check and convert a call's arguments; `host_only` names a CPU mode that takes numpy arrays only.
+
+    `view` says how tensors are seen (default `tensor_view`; torch custom ops
+    check shapes of tensors that have no data).
+    """
     given = match_arguments(kernel_name, params, size_names, args, kwargs)
     call = BoundCall(kernel_name, list(params), given=given, positional=len(args))
     for param in params:
         if param.kind == "tensor":
-            call.tensors[param.name] = _bind_tensor(call, param, given[param.name], host_only)
+            call.tensors[param.name] = _bind_tensor(call, param, given[param.name], host_only, view or tensor_view)
         else:
             call.scalars[param.name] = convert_scalar(kernel_name, param, given[param.name])
     return call
 
 
-def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str | None) -> TensorArgument:
+def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str | None,
+                 view_of: Callable[[Any], TensorView | None]) -> TensorArgument:
     def fail(got: str, advice: str = "") -> LaunchError:
         return LaunchError(f"{call.kernel_name}: argument '{param.name}': expected {_expected(call, param)}, "
                            f"got {got}{advice}")
 
     try:
-        view = tensor_view(value)
+        view = view_of(value)
     except _Refused as refusal:
         raise fail(refusal.description, f" ({refusal.reason})") from None
     if view is None:
