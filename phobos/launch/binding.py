@@ -333,6 +333,8 @@ def _cuda_array_interface_view(value: Any) -> TensorView | None:
         strides = interface.get("strides")
         stream = interface.get("stream") if interface.get("version", 0) >= 3 else None
     except Exception as error:  # whatever the object raises: report it, do not crash
+        if hasattr(value, "__dlpack_device__"):
+            return None  # a JAX array on the CPU, say: DLPack says where it is
         raise _Refused(f"a {_type_name(value)}", f"its __cuda_array_interface__ is unusable: {error}") from None
     contiguous = strides is None or _c_contiguous(shape, tuple(strides), dtype.itemsize)
     device = getattr(getattr(value, "device", None), "id", None)  # CuPy says; others are asked of the driver

@@ -32,6 +32,9 @@ from ..errors import ToolchainError
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_CONTEXT = 201
 
+#: CUresults of calls made while a stream capture forbids them (CUDA_ERROR_STREAM_CAPTURE_*, CAPTURED_EVENT).
+CAPTURE_ERRORS = range(900, 909)
+
 #: Stream handles with a fixed meaning: the NULL stream, the legacy default and per-thread default streams.
 SPECIAL_STREAMS = frozenset({0, 1, 2})
 
@@ -153,8 +156,13 @@ class DriverApi:
 
     # --- streams, pointers, contexts
     def stream_capturing(self, stream: int) -> bool:
+        """Whether `stream` is being captured (asking about the NULL stream while another stream captures
+        in global mode is itself refused: that counts as capturing)."""
         status = ctypes.c_int()
-        self._check(self._lib.cuStreamIsCapturing(stream, ctypes.byref(status)))
+        code = self._lib.cuStreamIsCapturing(stream, ctypes.byref(status))
+        if code in CAPTURE_ERRORS:
+            return True
+        self._check(code)
         return status.value != _STREAM_CAPTURE_STATUS_NONE
 
     def stream_context(self, stream: int) -> int:

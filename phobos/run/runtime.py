@@ -527,9 +527,12 @@ class QueuedKernel:
 
 
 def stream_capturing(stream: int) -> bool:
-    """Whether `stream` is being captured into a CUDA graph."""
+    """Whether `stream` is being captured into a CUDA graph (or, where torch is in use, torch's current one)."""
     _driver()
-    return cuda.api().stream_capturing(stream)
+    if cuda.api().stream_capturing(stream):
+        return True
+    torch_cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    return bool(torch_cuda is not None and torch_cuda.is_initialized() and torch_cuda.is_current_stream_capturing())
 
 
 def check_stream(stream: int, device: int, what: str) -> None:
