@@ -1,7 +1,9 @@
-# Loading PTX onto the GPU and launching its kernels, through PyCUDA.
+# Loading PTX onto the GPU and launching its kernels, through PyCUDA and the
+# driver calls of phobos.run.cuda.
 #
 # The CUDA driver JIT-compiles PTX text itself, so a PTX string is all a launch
-# needs.  `launch` takes the kernel's arguments as the user has them: numpy
+# needs; where ptxas already made the cubin for the device's exact target,
+# `load_module` loads that instead.  `launch` takes the kernel's arguments as the user has them: numpy
 # arrays are copied to the GPU and back, device memory (plain pointers, PyCUDA
 # allocations and GPUArrays, torch/CuPy tensors through
 # `__cuda_array_interface__`) is passed as is, and Python or numpy numbers are
@@ -12,11 +14,18 @@
 # and `device_copy` give the launcher the device's limits and the scratch
 # copies it times kernels on.
 #
+# `QueuedKernel` is a launch prepared once (parameter layout, grid, block,
+# shared memory) and queued many times on a raw stream handle without waiting:
+# what the kernel callables keep per call signature; `launch` builds one,
+# queues it and waits for the device.  A fault of a queued kernel surfaces at
+# the next call that waits or launches on that device.
+#
 # PyCUDA is imported only when something is loaded or launched: parsing
 # parameters and binding arguments work on any machine, and without PyCUDA or a
 # GPU the first launch raises a ToolchainError saying which one is missing.
-# All launches use the primary context of device 0, which torch and CuPy share,
-# so their tensors can be passed straight in.
+# Everything runs in the primary context of the device that holds the tensors
+# (device 0 unless they say otherwise), which torch and CuPy share, so their
+# tensors can be passed straight in; `on_device` makes a device's current.
 from __future__ import annotations
 
 import atexit
