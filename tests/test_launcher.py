@@ -622,3 +622,15 @@ def test_examples_run_on_the_cpu(script, mode):
                           capture_output=True, text=True, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"mode = {mode}" in done.stdout and ": ok" in done.stdout
+
+def test_the_launcher_reads_kernels_through_kernel_info_only():
+    """phobos.launch imports neither the front end nor the middle (the compiler hands it a KernelInfo), and
+    the interpreter does not import the compiler driver."""
+    package = Path(phobos.__file__).parent
+    for path in sorted((package / "launch").glob("*.py")):
+        text = path.read_text()
+        assert "..frontend" not in text and "..middle" not in text, path.name
+    assert "..compiler" not in (package / "run" / "interpreter.py").read_text()
+    (info,) = phobos.compiler.kernel_infos(AXPY, "axpy.phobos")
+    assert [p.name for p in info.params] == ["x", "y", "alpha", "offset", "on"] and info.size_names == ("N",)
+    assert info.axes_used({}) == {0} and info.grid_hint({}) == [("N", 128), None, None]

@@ -35,11 +35,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import LaunchError
-from ..middle.ir import KernelParam
-from ..frontend.sema import int_range
+from ..compiler import KernelParam
 from ..types import DType
 
-I32_MAX = int_range(DType.I32)[1]
+I32_MAX = int(np.iinfo(np.int32).max)
 # NumPy has no bfloat16: a bf16 tensor may be an ml_dtypes.bfloat16 array or its bits as uint16.
 ACCEPTED_DTYPES = {DType.BF16: ("bfloat16", "uint16")}
 

@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..compiler import CompiledKernel
-from ..middle.ir import KernelParam
+from ..compiler import CompiledKernel, KernelParam
 from ..ptxcheck import KernelReport, PtxasDiagnostic, Report
 from ..types import DType
 

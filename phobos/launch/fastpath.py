@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LaunchError
-from ..middle.ir import KernelParam
+from ..compiler import KernelParam
 from ..types import DType
 from .binding import _Refused, convert_scalar, tensor_view
 

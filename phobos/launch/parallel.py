@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import ptxcheck
-from ..compiler import compile_kernel
+from ..compiler import compile_kernel, parse_source, pick_kernel
 from ..errors import PhobosError
-from ..frontend.parser import parse_source, pick_kernel
 from . import cache
 
 
