@@ -109,6 +109,9 @@ class KernelInfo:
     size_names: tuple[str, ...]
     space: dict[str, list[int]]
     kernel: ast.Kernel = field(repr=False)  # handed back to the compiler; launchers do not read it
+    # The widths of index arithmetic compile_kernel can generate (index_bits=); launchers pick 64 only for
+    # tensors past what i32 indexes.
+    index_widths: tuple[int, ...] = (32,)
     _memo: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     def checked(self, config: dict[str, int]) -> CheckedKernel:

@@ -634,3 +634,25 @@ def test_the_launcher_reads_kernels_through_kernel_info_only():
     (info,) = phobos.compiler.kernel_infos(AXPY, "axpy.phobos")
     assert [p.name for p in info.params] == ["x", "y", "alpha", "offset", "on"] and info.size_names == ("N",)
     assert info.axes_used({}) == {0} and info.grid_hint({}) == [("N", 128), None, None]
+
+
+def test_tensors_past_i32_choose_the_64_bit_variant_where_the_kernel_has_one(monkeypatch):
+    import dataclasses
+    from .launcher_fakes import DeviceArray
+    compiles = []
+    real = launcher.compile_kernel
+
+    def recording(kernel, *, arch, config, **options):
+        compiles.append(options)
+        return real(kernel, arch=arch, config=config)  # the compiler's 64-bit variant is not needed here
+
+    monkeypatch.setattr(launcher, "compile_kernel", recording)
+    add = phobos.kernel(ADD4, mode=FakeGpu()).configure(BLOCK=1024)
+    big = [DeviceArray((2**31 + 4099,)) for _ in range(3)]
+    with pytest.raises(LaunchError, match="kernels index tensors with i32, so at most 2147483647 elements"):
+        add(*big)
+    add._kernel.info = dataclasses.replace(add._kernel.info, index_widths=(32, 64))
+    add(*big)
+    assert add.grid == (-(-(2**31 + 4099) // 1024), 1, 1)
+    add(*random_vectors(3000), np.empty(3000, np.float32))
+    assert compiles == [{"index_bits": 64}, {}]  # and each variant is kept under its own key

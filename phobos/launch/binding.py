@@ -77,6 +77,7 @@ class BoundCall:
     size_origins: dict[str, str] = field(default_factory=dict)  # size name -> the tensor it came from
     given: dict[str, Any] = field(default_factory=dict)  # parameter name -> value, in the order given
     positional: int = 0  # how many of them were given by position
+    index_bits: int = 32  # 64 when a tensor has more elements (or a longer dimension) than i32 can index
 
     def value(self, name: str) -> Any:
         """The value of parameter or size `name` as backends pass it."""
@@ -128,24 +129,27 @@ def _unknown_name(name: str, names: Sequence[str], size_names: Sequence[str]) ->
 
 def bind(kernel_name: str, params: Sequence[KernelParam], size_names: Sequence[str], args: Sequence[Any],
          kwargs: Mapping[str, Any], host_only: str | None = None,
-         view: Callable[[Any], TensorView | None] | None = None) -> BoundCall:
+         view: Callable[[Any], TensorView | None] | None = None, index_widths: Sequence[int] = (32,)) -> BoundCall:
     """Check and convert a call's arguments; `host_only` names a CPU mode that takes numpy arrays only.
 
     `view` says how tensors are seen (default `tensor_view`; torch custom ops
-    check shapes of tensors that have no data).
+    check shapes of tensors that have no data).  `index_widths` are the index
+    arithmetic widths the kernel can be compiled with (KernelInfo.index_widths):
+    a tensor past what i32 indexes needs 64, and is refused without it.
     """
     given = match_arguments(kernel_name, params, size_names, args, kwargs)
     call = BoundCall(kernel_name, list(params), given=given, positional=len(args))
     for param in params:
         if param.kind == "tensor":
-            call.tensors[param.name] = _bind_tensor(call, param, given[param.name], host_only, view or tensor_view)
+            call.tensors[param.name] = _bind_tensor(call, param, given[param.name], host_only, view or tensor_view,
+                                                    64 in index_widths)
         else:
             call.scalars[param.name] = convert_scalar(kernel_name, param, given[param.name])
     return call
 
 
 def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str | None,
-                 view_of: Callable[[Any], TensorView | None]) -> TensorArgument:
+                 view_of: Callable[[Any], TensorView | None], wide_index: bool) -> TensorArgument:
     def fail(got: str, advice: str = "") -> LaunchError:
         return LaunchError(f"{call.kernel_name}: argument '{param.name}': expected {_expected(call, param)}, "
                            f"got {got}{advice}")
@@ -167,7 +171,9 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
     if host_only is not None and view.host is None:
         raise fail(view.description, f"; mode '{host_only}' runs on the CPU and takes numpy arrays")
     if math.prod(view.shape) > I32_MAX or any(extent > I32_MAX for extent in view.shape):
-        raise fail(view.description, f"; kernels index tensors with i32, so at most {I32_MAX} elements")
+        if not wide_index:
+            raise fail(view.description, f"; kernels index tensors with i32, so at most {I32_MAX} elements")
+        call.index_bits = 64
     for dim, extent in zip(param.dims, view.shape):
         if isinstance(dim, str) and dim not in call.sizes:
             call.sizes[dim] = extent

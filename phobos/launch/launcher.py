@@ -357,22 +357,25 @@ class _Kernel:
             self._variants[key] = _Variant(forced, spec, {})
         return self._variants[key]
 
-    def _compiled_keys(self, config: Config, arch: str) -> tuple[tuple, dict]:
+    def _compiled_keys(self, config: Config, arch: str, index_bits: int = 32) -> tuple[tuple, dict]:
         """Where a compiled configuration is kept: in this process's memory and in the disk cache."""
-        return ((self.source_digest, self.module.filename, self.name, tuple(config.items()), arch),
+        wide = {"index_bits": index_bits} if index_bits != 32 else {}
+        return ((self.source_digest, self.module.filename, self.name, tuple(config.items()), arch, index_bits),
                 {"source": self.source_digest, "filename": self.module.filename, "kernel": self.name,
-                 "config": config, "arch": arch, "build": cache.phobos_build()})
+                 "config": config, "arch": arch, "build": cache.phobos_build(), **wide})
 
-    def compiled(self, config: Config, arch: str) -> CompiledKernel:
-        """The kernel compiled for `config` and `arch`: from memory, the disk cache, or the compiler."""
-        compiled = self._cached_compiled(config, arch)
+    def compiled(self, config: Config, arch: str, index_bits: int = 32) -> CompiledKernel:
+        """The kernel compiled for `config` and `arch` (and index width): from memory, the disk cache, or the
+        compiler."""
+        compiled = self._cached_compiled(config, arch, index_bits)
         if compiled is None:
-            compiled = compile_kernel(self.info.kernel, arch=arch, config=config)
-            self._keep_compiled(config, arch, compiled)
+            wide = {"index_bits": index_bits} if index_bits != 32 else {}
+            compiled = compile_kernel(self.info.kernel, arch=arch, config=config, **wide)
+            self._keep_compiled(config, arch, compiled, index_bits)
         return compiled
 
-    def _cached_compiled(self, config: Config, arch: str) -> CompiledKernel | None:
-        memory_key, disk_key = self._compiled_keys(config, arch)
+    def _cached_compiled(self, config: Config, arch: str, index_bits: int = 32) -> CompiledKernel | None:
+        memory_key, disk_key = self._compiled_keys(config, arch, index_bits)
         if memory_key not in _compiled_kernels:
             compiled = _decoded(cache.default_cache().load(cache.COMPILED, disk_key), cache.decode_compiled)
             if compiled is None:
@@ -380,8 +383,8 @@ class _Kernel:
             _compiled_kernels[memory_key] = compiled
         return _compiled_kernels[memory_key]
 
-    def _keep_compiled(self, config: Config, arch: str, compiled: CompiledKernel) -> None:
-        memory_key, disk_key = self._compiled_keys(config, arch)
+    def _keep_compiled(self, config: Config, arch: str, compiled: CompiledKernel, index_bits: int = 32) -> None:
+        memory_key, disk_key = self._compiled_keys(config, arch, index_bits)
         cache.default_cache().store(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
         _compiled_kernels[memory_key] = compiled
 
@@ -426,10 +429,10 @@ class _Kernel:
             return None
         return _decoded(cache.default_cache().load(cache.CUBIN, self._ptxas_key(compiled, ptxas)), cache.decode_cubin)
 
-    def _compile_ahead(self, configs: list[Config], arch: str) -> dict[tuple, Future]:
+    def _compile_ahead(self, configs: list[Config], arch: str, index_bits: int) -> dict[tuple, Future]:
         """Start compiling (and assembling) the configurations not compiled yet, in worker processes."""
         workers = parallel.pool()
-        missing = [config for config in configs if self._cached_compiled(config, arch) is None]
+        missing = [config for config in configs if self._cached_compiled(config, arch, index_bits) is None]
         if workers is None or len(missing) < 2:
             return {}
         try:
@@ -438,10 +441,10 @@ class _Kernel:
         except ToolchainError:
             assemble = False
         return {tuple(config.items()): workers.submit(parallel.CompileJob(
-            self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config)))
-            for config in missing}
+            self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
+            index_bits)) for config in missing}
 
-    def _collect(self, future: Future | None, config: Config, arch: str) -> None:
+    def _collect(self, future: Future | None, config: Config, arch: str, index_bits: int) -> None:
         """Keep what a worker made of `config`; on any failure, nothing (the configuration compiles here)."""
         if future is None:
             return
@@ -457,7 +460,7 @@ class _Kernel:
             cubin = cache.decode_cubin(result["cubin"]) if "cubin" in result else None
         except (cache.MalformedEntry, TypeError, KeyError):
             return
-        self._keep_compiled(config, arch, compiled)
+        self._keep_compiled(config, arch, compiled, index_bits)
         if report is not None:
             self._keep_assembled(self._ptxas_key(compiled, toolchain.find_ptxas()), report, cubin)
 
@@ -510,13 +513,13 @@ class _Kernel:
         call's signature."""
         backend = self.module.backend()
         call = bind(self.name, self.info.params, self.info.size_names, args, kwargs,
-                    host_only=backend.name if backend.host_only else None)
+                    host_only=backend.name if backend.host_only else None, index_widths=self.info.index_widths)
         device = call_device(call, backend.locate) if hasattr(backend, "locate") else 0
         stream_of = self._stream_source(call, device)
         handle = self._stream(backend, stream, stream_of, device, call)
         self._refuse_during_capture(backend, call, handle, variant)
         config, timings = self.choose(call, backend, variant.forced, variant.grid, device)
-        compiled = self.compiled(config, backend.arch(device)) if backend.compiles else None
+        compiled = self.compiled(config, backend.arch(device), call.index_bits) if backend.compiles else None
         grid = self.grid_for(config, compiled, call, variant.grid)
         self.last = _LastLaunch(config, compiled, timings, grid)
         if 0 in grid:
@@ -624,11 +627,11 @@ class _Kernel:
         """Time every configuration that can run; tensors the kernel writes are replaced by scratch copies."""
         device, arch = backend.device(device_index), backend.arch(device_index)
         scratch: dict[str, Any] | None = None
-        ahead = self._compile_ahead(configs, arch)
+        ahead = self._compile_ahead(configs, arch, call.index_bits)
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
-            self._collect(ahead.pop(tuple(config.items()), None), config, arch)
-            compiled = self.compiled(config, arch)
+            self._collect(ahead.pop(tuple(config.items()), None), config, arch, call.index_bits)
+            compiled = self.compiled(config, arch, call.index_bits)
             autotune.screen(compiled, device, self.ptxas_report(compiled))
             return config, compiled
 

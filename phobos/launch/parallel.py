@@ -50,6 +50,7 @@ class CompileJob:
     arch: str
     assemble: bool  # also run ptxas, keeping its report and the cubin
     label: str  # what ptxas's diagnostics are labelled with
+    index_bits: int = 32
 
 
 def compile_workers() -> int:
@@ -69,7 +70,8 @@ def run_job(job: CompileJob) -> dict[str, Any] | None:
     """Compile (and assemble) one configuration: cache payloads, or None when it fails."""
     try:
         kernel = pick_kernel(_program(job.source, job.filename), job.kernel)
-        compiled = compile_kernel(kernel, arch=job.arch, config=job.config)
+        wide = {"index_bits": job.index_bits} if job.index_bits != 32 else {}
+        compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **wide)
         result: dict[str, Any] = {"compiled": cache.encode_compiled(compiled)}
         if job.assemble:
             report, cubin = ptxcheck.assemble(compiled.ptx, job.arch, name=job.label)
