@@ -90,6 +90,7 @@ class TorchLike:
     """A CUDA tensor as torch shows it (the attributes the probe reads), in a class of module `torch`."""
 
     __slots__ = ("_pointer", "dtype", "shape")
+    is_cuda = True
 
     def __init__(self, pointer: int, n: int):
         self._pointer, self.dtype, self.shape = pointer, "torch.float32", (n,)
@@ -101,10 +102,6 @@ class TorchLike:
         return 0
 
     def is_contiguous(self) -> bool:
-        return True
-
-    @property
-    def is_cuda(self) -> bool:
         return True
 
     @property

@@ -399,3 +399,13 @@ def test_a_dlpack_array_in_host_memory_is_refused_naming_the_argument():
     assert message(error) == ("add: argument 'c': expected a 1-D f32 tensor [N] with N = 300 (from 'a'), got a "
                               "tests.DlpackOnGpu in host memory (cpu) (kernels read DLPack arrays where they lie; put "
                               "it on the GPU, or pass np.from_dlpack(x) to have it copied)")
+
+
+def test_prepared_calls_are_bounded(gpu, monkeypatch):
+    from phobos.launch import fastpath
+    monkeypatch.setattr(fastpath, "MAX_PREPARED", 2)
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=128)
+    for n in (100, 200, 300):
+        add(*add_inputs(gpu, n)[2:])
+    (variant,) = add._kernel._variants.values()
+    assert [key[1][0][2] for key in variant.fast] == [(200,), (300,)]  # the oldest went

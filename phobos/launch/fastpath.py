@@ -43,6 +43,9 @@ from .binding import _Refused, convert_scalar, tensor_view
 Key = tuple
 Locate = Callable[[int], "int | None"]
 
+#: Prepared calls kept per kernel callable; past this many signatures the oldest is forgotten.
+MAX_PREPARED = 1024
+
 
 class Unprobed(Exception):
     """An argument the fast path does not handle (host memory, an unknown object): take the full path."""
@@ -57,9 +60,9 @@ def _probe_scalar(value: Any, locate: Locate) -> tuple:
 
 
 def _probe_torch(tensor: Any, locate: Locate) -> tuple:
+    if not tensor.is_cuda:
+        raise Unprobed  # a CPU tensor (host memory, copied by the full path), or another kind of device
     device = tensor.get_device()
-    if device < 0:
-        raise Unprobed  # a CPU tensor: host memory, copied by the full path
     pointer = tensor.data_ptr()
     return (type(tensor), tensor.dtype, tensor.shape, tensor.is_contiguous(), device, pointer & 15), pointer, None
 

@@ -593,6 +593,8 @@ class _Kernel:
             else:
                 recipe.append(("const", call.sizes[param.name]))
         check = getattr(backend, "check_stream", lambda handle, device, what: None)
+        if len(variant.fast) >= fastpath.MAX_PREPARED:
+            del variant.fast[next(iter(variant.fast))]
         variant.fast[key] = fastpath.FastCall(
             queued, recipe, stream_of, self.last,
             lambda handle: check(handle, device, f"{self.name}: argument 'stream'"))
