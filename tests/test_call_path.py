@@ -407,5 +407,4 @@ def test_prepared_calls_are_bounded(gpu, monkeypatch):
     add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=128)
     for n in (100, 200, 300):
         add(*add_inputs(gpu, n)[2:])
-    (variant,) = add._kernel._variants.values()
-    assert [key[1][0][2] for key in variant.fast] == [(200,), (300,)]  # the oldest went
+    assert [key[1][0][2] for key in add._variant.fast] == [(200,), (300,)]  # the oldest went
