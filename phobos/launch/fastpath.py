@@ -213,14 +213,37 @@ def _converted(kernel_name: str, param: KernelParam, value: Any) -> Any:
     return int(converted) if isinstance(converted, np.bool_) else converted
 
 
+def assembler(recipe: Sequence[tuple]) -> Callable[[Sequence[Any], list], tuple]:
+    """A function (values, pointers) -> the parameter values, written out for one recipe.
+
+    For add it is `return (pointers[0], pointers[1], pointers[2], 1048576)`:
+    no loop and no branch per call.
+    """
+    names: dict[str, Any] = {}
+    items = []
+    for index, step in enumerate(recipe):
+        if step[0] == "pointer":
+            items.append(f"pointers[{step[1]}]")
+        elif step[0] == "scalar" and step[2] is _same:
+            items.append(f"values[{step[1]}]")
+        elif step[0] == "scalar":
+            names[f"convert{index}"] = step[2]
+            items.append(f"convert{index}(values[{step[1]}])")
+        else:
+            items.append(repr(int(step[1])))
+    exec(f"def assemble(values, pointers):\n    return ({', '.join(items)}{',' if items else ''})\n", names)
+    return names["assemble"]
+
+
 @dataclass
 class FastCall:
     """A prepared launch for one signature, and how each call's values reach it.
 
     `recipe` has one entry per PTX parameter: ("pointer", i) the address of
     argument value i, ("scalar", i, convert) argument value i converted,
-    ("const", v) a size the signature fixes.  `queue(stream, values)` launches
-    (None when the grid is empty: nothing runs).
+    ("const", v) a size the signature fixes; `assembler` writes it out as one
+    function.  `queue(stream, values)` launches (None when the grid is empty:
+    nothing runs).
     """
 
     queue: Callable[[int, Sequence[Any]], None] | None
@@ -230,22 +253,16 @@ class FastCall:
     check_stream: Callable[[int], None]
     checked_streams: set[int] = field(default_factory=set)
 
+    def __post_init__(self) -> None:
+        self.assemble = assembler(self.recipe)
+
     def __call__(self, values: Sequence[Any], pointers: list, hints: list, stream: Any) -> None:
         """Queue the kernel; ScalarOverflow (before any GPU work) when a scalar does not pack."""
         if self.queue is None:
             return
         handle = self.stream_of(hints) if stream is None else self._given(stream)
-        parameters = []
-        for step in self.recipe:
-            kind = step[0]
-            if kind == "pointer":
-                parameters.append(pointers[step[1]])
-            elif kind == "scalar":
-                parameters.append(step[2](values[step[1]]))
-            else:
-                parameters.append(step[1])
         try:
-            self.queue(handle, parameters)
+            self.queue(handle, self.assemble(values, pointers))
         except (OverflowError, struct.error):
             raise ScalarOverflow from None
 
