@@ -638,7 +638,8 @@ def test_the_launcher_reads_kernels_through_kernel_info_only():
 
 def test_tensors_past_i32_choose_the_64_bit_variant_where_the_kernel_has_one(monkeypatch):
     import dataclasses
-    from .launcher_fakes import DeviceArray
+    from .launcher_fakes import DeviceArray, forget_memory
+    forget_memory(monkeypatch)
     compiles = []
     real = launcher.compile_kernel
 
