@@ -269,19 +269,30 @@ def test_during_capture_a_prepared_signature_is_queued_on_the_capturing_stream(g
     assert gpu.launches[-1]["stream"] == 0xCA
 
 
-def test_during_capture_numpy_arguments_and_first_calls_are_clear_errors(gpu):
+def test_during_capture_numpy_arguments_and_first_calls_are_clear_errors(gpu, monkeypatch):
     add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=256)
-    gpu.api.capturing.add(0)
+    torch = types.ModuleType("torch")  # inside torch.cuda.graph(...): torch's current stream captures
+    torch.cuda = types.SimpleNamespace(is_initialized=lambda: True, is_current_stream_capturing=lambda: True)
+    monkeypatch.setitem(sys.modules, "torch", torch)
     a, b = random_vectors(100)
     with pytest.raises(LaunchError) as error:
         add(a, b, np.zeros_like(a))
     assert message(error).startswith("add: argument 'a' is host memory (ndarray), which would be copied to the GPU "
                                      "and back; that is not possible while a CUDA graph is being captured")
+    torch.cuda.is_current_stream_capturing = lambda: False
+    gpu.api.capturing.add(0xCA)  # a stream captured by someone else (CuPy, say)
     with pytest.raises(LaunchError) as error:
-        add(*add_inputs(gpu, 100, version=2)[2:])
+        add(*add_inputs(gpu, 100, stream=0xCA)[2:])
     assert "first call with these argument types, shapes and devices while a CUDA graph is being captured" \
         in message(error)
     assert gpu.launches == []
+
+
+def test_the_null_stream_is_never_asked_whether_it_captures(gpu, monkeypatch):
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=256)
+    monkeypatch.setattr(gpu.api, "stream_capturing", lambda stream: pytest.fail(f"asked about stream {stream}"))
+    add(*add_inputs(gpu, 100, version=2)[2:])  # the NULL stream
+    assert gpu.launches[-1]["stream"] == 0
 
 
 # --- devices

@@ -188,7 +188,7 @@ def test_jax_arrays_through_dlpack(add, torch):
     if not gpus:
         pytest.skip("JAX sees no GPU")
     a = jax.device_put(jax.numpy.arange(4096, dtype=jax.numpy.float32), gpus[0])
-    b = a * 2
+    b = (a * 2).block_until_ready()  # JAX has no current stream to order with
     c = torch.empty(4096, device="cuda")
     add(a, b, c)
     torch.cuda.synchronize()

@@ -327,3 +327,22 @@ def test_time_launch_is_the_median_of_event_timings(driver, add_ptx):
 def test_time_launch_needs_at_least_one_timed_run(driver, add_ptx):
     with pytest.raises(LaunchError, match="need warmup >= 0 and repeat >= 1"):
         runtime.time_launch(add_ptx, "add", 1, 8, [], repeat=0)
+
+
+def test_a_fault_of_an_earlier_kernel_is_reported_as_such(driver, add_ptx, monkeypatch):
+    monkeypatch.setattr(StandInAdd, "launch", lambda self, *args: 700)  # the context holds a sticky fault
+    a, b = inputs(4)
+    with pytest.raises(LaunchError, match=r"kernel 'add' failed \(grid .*\): CUDA_ERROR_ILLEGAL_ADDRESS: an illegal "
+                                          r"memory access was encountered; a kernel queued earlier on this device "
+                                          r"faulted"):
+        runtime.launch(add_ptx, "add", 1, 4, [a, b, np.zeros(4, np.float32), 4])
+
+
+def test_a_thread_without_a_current_context_gets_the_kernels(driver, add_ptx, monkeypatch):
+    codes = iter([201, 0])  # CUDA_ERROR_INVALID_CONTEXT, then success once a context is current
+    launched = []
+    monkeypatch.setattr(StandInAdd, "launch", lambda self, *args: launched.append(args) or next(codes))
+    driver.api.context = 0
+    a, b = inputs(4)
+    runtime.launch(add_ptx, "add", 1, 4, [a, b, np.zeros(4, np.float32), 4])
+    assert len(launched) == 2 and driver.api.context == driver.api.primary_context(0)

@@ -390,7 +390,10 @@ def _dlpack_view(value: Any) -> TensorView | None:
     if device_type not in DLPACK_GPU_DEVICES:
         raise _Refused(f"a {kind} on DLPack device type {device_type}", "only CUDA device memory can be passed")
     try:
-        capsule = value.__dlpack__()
+        try:
+            capsule = value.__dlpack__(stream=1)  # the kernel runs on the legacy default stream: order before it
+        except (TypeError, ValueError, BufferError):
+            capsule = value.__dlpack__()  # a producer without streams
         tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
         shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
         strides = tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides else None

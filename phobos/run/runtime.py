@@ -403,7 +403,10 @@ class Function:
     def allow_shared(self, nbytes: int) -> None:
         """Opt in to `nbytes` of dynamic shared memory (needed above 48 KiB)."""
         if nbytes > self.shared_opt_in:
-            cuda.api().set_max_dynamic_shared(self.handle, nbytes)
+            try:
+                cuda.api().set_max_dynamic_shared(self.handle, nbytes)
+            except cuda.CudaError as error:
+                raise driver_error(error, f"kernel '{self.name}': cannot allow {nbytes} B of shared memory") from None
             self.shared_opt_in = nbytes
 
 
@@ -422,8 +425,11 @@ class Module:
         """The kernel `kernel_name`; LaunchError if the PTX has none."""
         params = _kernel_params(self.params, kernel_name)
         if kernel_name not in self._functions:
-            with on_device(self.device):
-                handle = cuda.api().get_function(self.handle, kernel_name)
+            try:
+                with on_device(self.device):
+                    handle = cuda.api().get_function(self.handle, kernel_name)
+            except cuda.CudaError as error:
+                raise driver_error(error, f"kernel '{kernel_name}'") from None
             self._functions[kernel_name] = Function(handle, kernel_name, params, self.device)
         return self._functions[kernel_name]
 
@@ -454,6 +460,8 @@ def load_module(ptx_text: str, cubin: bytes | None = None, device: int = 0) -> M
             with on_device(device):
                 handle = cuda.api().load_module(image)
         except cuda.CudaError as error:
+            if error.name in STICKY_ERRORS:
+                raise driver_error(error, "cannot load a module") from None
             what = "cubin" if cubin else "PTX"
             raise PtxasError(f"the CUDA driver rejected the {what}: {error}") from error
         _modules[key] = Module(ptx_text, params, handle, device, bool(cubin))
@@ -527,21 +535,35 @@ class QueuedKernel:
                 return
         raise self.error(api.error(code))
 
-    def error(self, cause: Exception) -> LaunchError:
-        note = ""
-        if getattr(cause, "name", "") in STICKY_ERRORS:
-            note = ("; a kernel queued earlier on this device faulted (launches return before their kernels "
-                    "finish, so a fault is reported by the next call that launches or waits)")
-        return LaunchError(f"kernel '{self.name}' failed ({self.shape}): {cause}{note}")
+    def error(self, cause: cuda.CudaError) -> LaunchError:
+        return driver_error(cause, f"kernel '{self.name}' failed ({self.shape})")
 
 
 def stream_capturing(stream: int) -> bool:
-    """Whether `stream` is being captured into a CUDA graph (or, where torch is in use, torch's current one)."""
+    """Whether `stream` is being captured into a CUDA graph, or (where torch is in use) torch's current one.
+
+    The legacy NULL stream is not asked of the driver: asking it while another
+    stream captures in global mode would break that capture.
+    """
     _driver()
-    if cuda.api().stream_capturing(stream):
-        return True
     torch_cuda = getattr(sys.modules.get("torch"), "cuda", None)
-    return bool(torch_cuda is not None and torch_cuda.is_initialized() and torch_cuda.is_current_stream_capturing())
+    if torch_cuda is not None and torch_cuda.is_initialized() and torch_cuda.is_current_stream_capturing():
+        return True
+    if stream in (0, 1):
+        return False
+    try:
+        return cuda.api().stream_capturing(stream)
+    except cuda.CudaError as error:
+        raise driver_error(error, f"cannot ask whether stream {stream:#x} is being captured") from None
+
+
+def driver_error(error: cuda.CudaError, what: str) -> LaunchError:
+    """A LaunchError for a failed driver call; after a kernel's fault, saying so."""
+    note = ""
+    if error.name in STICKY_ERRORS:
+        note = ("; a kernel queued earlier on this device faulted (launches return before their kernels "
+                "finish, so a fault is reported by the next call that launches or waits)")
+    return LaunchError(f"{what}: {error}{note}")
 
 
 def check_stream(stream: int, device: int, what: str) -> None:
