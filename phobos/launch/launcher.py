@@ -440,6 +440,9 @@ class _Kernel:
             assemble = True
         except ToolchainError:
             assemble = False
+        # Largest first (the product of the values stands in for the code's size): the long compiles start
+        # at once instead of trailing behind the short ones.
+        missing.sort(key=lambda config: -math.prod(config.values()))
         return {tuple(config.items()): workers.submit(parallel.CompileJob(
             self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
             index_bits)) for config in missing}
