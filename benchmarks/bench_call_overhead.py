@@ -25,7 +25,6 @@ import timeit
 import types
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT))

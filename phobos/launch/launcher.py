@@ -359,18 +359,16 @@ class _Kernel:
 
     def _compiled_keys(self, config: Config, arch: str, index_bits: int = 32) -> tuple[tuple, dict]:
         """Where a compiled configuration is kept: in this process's memory and in the disk cache."""
-        wide = {"index_bits": index_bits} if index_bits != 32 else {}
         return ((self.source_digest, self.module.filename, self.name, tuple(config.items()), arch, index_bits),
                 {"source": self.source_digest, "filename": self.module.filename, "kernel": self.name,
-                 "config": config, "arch": arch, "build": cache.phobos_build(), **wide})
+                 "config": config, "arch": arch, "build": cache.phobos_build(), **parallel.index_options(index_bits)})
 
     def compiled(self, config: Config, arch: str, index_bits: int = 32) -> CompiledKernel:
         """The kernel compiled for `config` and `arch` (and index width): from memory, the disk cache, or the
         compiler."""
         compiled = self._cached_compiled(config, arch, index_bits)
         if compiled is None:
-            wide = {"index_bits": index_bits} if index_bits != 32 else {}
-            compiled = compile_kernel(self.info.kernel, arch=arch, config=config, **wide)
+            compiled = compile_kernel(self.info.kernel, arch=arch, config=config, **parallel.index_options(index_bits))
             self._keep_compiled(config, arch, compiled, index_bits)
         return compiled
 
@@ -520,7 +518,7 @@ class _Kernel:
         device = call_device(call, backend.locate) if hasattr(backend, "locate") else 0
         stream_of = self._stream_source(call, device)
         handle = self._stream(backend, stream, stream_of, device, call)
-        self._refuse_during_capture(backend, call, handle, variant)
+        self._refuse_during_capture(backend, call, handle)
         config, timings = self.choose(call, backend, variant.forced, variant.grid, device)
         compiled = self.compiled(config, backend.arch(device), call.index_bits) if backend.compiles else None
         grid = self.grid_for(config, compiled, call, variant.grid)
@@ -558,7 +556,7 @@ class _Kernel:
             return 0
         return stream_of([call.tensors[name].stream if name in call.tensors else None for name in call.given])
 
-    def _refuse_during_capture(self, backend: Backend, call: BoundCall, stream: int, variant: _Variant) -> None:
+    def _refuse_during_capture(self, backend: Backend, call: BoundCall, stream: int) -> None:
         """A CUDA graph being captured on the stream allows no copy, allocation, compile or wait."""
         if not hasattr(backend, "capturing") or not backend.capturing(stream):
             return

@@ -53,6 +53,11 @@ class CompileJob:
     index_bits: int = 32
 
 
+def index_options(index_bits: int) -> dict[str, int]:
+    """compile_kernel's keyword for an index width: none for 32 bits, the default."""
+    return {"index_bits": index_bits} if index_bits != 32 else {}
+
+
 def compile_workers() -> int:
     """PHOBOS_COMPILE_WORKERS, or the number of cores; 1 means no pool."""
     text = os.environ.get("PHOBOS_COMPILE_WORKERS", "").strip()
@@ -70,8 +75,7 @@ def run_job(job: CompileJob) -> dict[str, Any] | None:
     """Compile (and assemble) one configuration: cache payloads, or None when it fails."""
     try:
         kernel = pick_kernel(_program(job.source, job.filename), job.kernel)
-        wide = {"index_bits": job.index_bits} if job.index_bits != 32 else {}
-        compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **wide)
+        compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **index_options(job.index_bits))
         result: dict[str, Any] = {"compiled": cache.encode_compiled(compiled)}
         if job.assemble:
             report, cubin = ptxcheck.assemble(compiled.ptx, job.arch, name=job.label)
