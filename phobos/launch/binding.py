@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..constants import convert, fits, int_range
 from ..errors import LaunchError
 from ..compiler import KernelParam
 from ..types import DType
@@ -239,11 +240,9 @@ def _to_float(dtype: DType, value: Any, fail: Callable[..., LaunchError]) -> np.
         wide = float(value)
     except OverflowError:
         raise fail(f" (out of range for {dtype})") from None
-    with np.errstate(over="ignore"):
-        converted = np.dtype(dtype.numpy_name).type(wide)
-    if math.isfinite(wide) and not math.isfinite(converted):
+    if not fits(wide, dtype):
         raise fail(f" (out of range for {dtype})")
-    return converted
+    return np.dtype(dtype.numpy_name).type(convert(wide, dtype))
 
 
 def _to_int(dtype: DType, value: Any, fail: Callable[..., LaunchError]) -> np.generic:
@@ -253,9 +252,9 @@ def _to_int(dtype: DType, value: Any, fail: Callable[..., LaunchError]) -> np.ge
         integer = int(value)
     else:
         raise fail(" (not an integer)")
-    info = np.iinfo(dtype.numpy_name)
-    if not info.min <= integer <= info.max:
-        raise fail(f" (out of range [{info.min}, {info.max}])")
+    if not fits(integer, dtype):
+        low, high = int_range(dtype)
+        raise fail(f" (out of range [{low}, {high}])")
     return np.dtype(dtype.numpy_name).type(integer)
 
 

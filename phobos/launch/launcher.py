@@ -48,10 +48,10 @@ from typing import Any
 from . import autotune, cache, fastpath, parallel
 from ..run import runtime
 from .. import toolchain
-from .autotune import config_text
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind, call_device
 from ..compiler import CompiledKernel, KernelInfo, compile_kernel, kernel_infos
+from ..configuration import config_text
 from ..errors import LaunchError, PhobosError, ToolchainError
 from ..ptxcheck import Report
 from ..ptxcheck import assemble as ptxas_assemble
