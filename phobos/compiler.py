@@ -33,7 +33,8 @@ from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
 from .ptx.emit import Kernel, emit_module
 from .ptx.isel import entry_params, select
 from .ptx.regalloc import allocate, number_in_order
-from .frontend.sema import CheckedKernel, autotune_space, check_kernel, check_program, configurations, resolve_config
+from .frontend.launch_rules import LaunchRules, Rejection, next_pow2, sizes_text, term_text  # noqa: F401 (for launchers)
+from .frontend.sema import CheckedKernel, check_kernel, check_program, configurations, launch_rules, resolve_config
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ class KernelInfo:
     """One checked kernel as a launcher sees it.
 
     `params` are the source's tensors and scalars in order, `size_names` the
-    sizes bound from tensor shapes (passed after them, as i32), `space` the
+    sizes bound from tensor shapes (passed after them, as i32), `rules` the
+    launch rules (the autotune space, @derive, @require, @key), `space` the
     autotune parameters and their values.  Per configuration: `checked` (what
     the interpreter runs), `axes_used` (the grid axes whose program_id or
     num_programs the kernel reads) and `grid_hint` (per axis, (size, tile) when
@@ -108,12 +110,16 @@ class KernelInfo:
     name: str
     params: tuple[KernelParam, ...]
     size_names: tuple[str, ...]
-    space: dict[str, list[int]]
+    rules: LaunchRules
     kernel: ast.Kernel = field(repr=False)  # handed back to the compiler; launchers do not read it
     # The widths of index arithmetic compile_kernel can generate (index_bits=); launchers pick 64 only for
     # tensors past what i32 indexes.
     index_widths: tuple[int, ...] = (32,)
     _memo: dict[tuple, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def space(self) -> dict[str, list[int]]:
+        return self.rules.space
 
     def checked(self, config: dict[str, int]) -> CheckedKernel:
         """The kernel checked under `config`; a PhobosError where that configuration is invalid."""
@@ -148,7 +154,7 @@ def kernel_infos(src: str, filename: str) -> list[KernelInfo]:
     for k in program.kernels:
         signature = kernel_signature(check_kernel(k))
         infos.append(KernelInfo(k.name, tuple(p for p in signature if p.kind != "size"),
-                                tuple(p.name for p in signature if p.kind == "size"), autotune_space(k), k))
+                                tuple(p.name for p in signature if p.kind == "size"), launch_rules(k), k))
     return infos
 
 

@@ -20,13 +20,17 @@
 # binding, choosing and compiling.  A call with numpy arrays copies them in,
 # waits for the device and copies them back.
 #
-# The configuration: the forced one, if any; otherwise, on the GPU, the first
-# call for a new combination of sizes (and device, source and Phobos build)
-# compiles every configuration, skips those that cannot run, times the rest on
-# scratch copies of the tensors the kernel writes, and keeps the fastest
-# (phobos.launch.autotune).  The choice, the compiled kernels and ptxas's reports are
-# kept in memory and on disk (phobos.launch.cache), so the next process starts where
-# this one left off.
+# The configuration: first the candidates for the call's sizes - the autotune
+# space (with the forced values fixed), each with the constants the kernel
+# derives from the sizes, less those a @require rejects (phobos.frontend.
+# launch_rules; none left is a LaunchError naming the conditions and the
+# sizes).  Every backend chooses among these only.  On the GPU, the first call
+# for a new tuning key (by default the sizes rounded up to powers of two; and
+# device, source and Phobos build) compiles every candidate, skips those that
+# cannot run, times the rest on scratch copies of the tensors the kernel
+# writes, and keeps the fastest (phobos.launch.autotune).  The choice, the
+# compiled kernels and ptxas's reports are kept in memory and on disk
+# (phobos.launch.cache), so the next process starts where this one left off.
 #
 # The grid: given by the caller as a tuple or as `grid(config, sizes)`, or
 # inferred per configuration from CompiledKernel.grid_hint: a store indexed
@@ -35,7 +39,6 @@
 # program_id or num_programs: then the caller must give the grid.
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import os
@@ -50,7 +53,8 @@ from ..run import runtime
 from .. import toolchain
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind, call_device
-from ..compiler import CompiledKernel, KernelInfo, compile_kernel, kernel_infos
+from ..compiler import (CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos, sizes_text,
+                        term_text)
 from ..configuration import config_text
 from ..errors import LaunchError, PhobosError, ToolchainError
 from ..ptxcheck import Report
@@ -58,6 +62,9 @@ from ..ptxcheck import assemble as ptxas_assemble
 
 #: The most programs a grid may have along x, y and z.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+#: How many size combinations a kernel remembers its valid configurations for.
+SERVING_MEMO = 1024
 
 Config = dict[str, int]
 GridSpec = tuple[int, int, int] | Callable[[Config, dict[str, int]], Any] | None
@@ -166,11 +173,13 @@ class KernelFunction:
     what the autotuner saw.
     """
 
-    def __init__(self, kernel: _Kernel, forced: Config | None = None, grid: GridSpec = None):
+    def __init__(self, kernel: _Kernel, forced: Config | None = None, grid: GridSpec = None,
+                 tuning: autotune.Tuning | None = None):
         self._kernel = kernel
         self._forced = dict(forced or {})
         self._grid = grid
-        self._variant = kernel.variant(self._forced, grid)
+        self._tuning = tuning or autotune.Tuning()
+        self._variant = kernel.variant(self._forced, grid, self._tuning)
 
     @property
     def name(self) -> str:
@@ -181,23 +190,45 @@ class KernelFunction:
 
     def __getitem__(self, grid: Any) -> KernelFunction:
         spec = grid if callable(grid) else normalize_grid(self.name, grid, f"got {grid!r}")
-        return KernelFunction(self._kernel, self._forced, spec)
+        return KernelFunction(self._kernel, self._forced, spec, self._tuning)
 
     def configure(self, **values: int) -> KernelFunction:
-        """This kernel with the given autotune parameters fixed; checked now, under every remaining configuration."""
+        """This kernel with the given autotune parameters fixed; checked now, under every remaining configuration.
+
+        A call whose sizes the forced values do not serve (a @require that fails) is a LaunchError."""
         space = self._kernel.space
+        rules = self._kernel.rules
         for name, value in values.items():
+            derived = next((d for d in rules.derived if d.name == name), None)
+            if derived is not None:
+                raise PhobosError(f"{self.name}: '{name}' is derived from the sizes (@derive at {derived.loc}); "
+                                  f"it cannot be forced")
             if name not in space:
                 raise PhobosError(f"{self.name}: no autotune parameter '{name}' "
                                   f"(it has: {', '.join(space) or 'none'})")
             if not isinstance(value, int) or isinstance(value, bool):
                 raise PhobosError(f"{self.name}: autotune parameter '{name}' must be an integer, got {value!r}")
         forced = {**self._forced, **values}
+        self._kernel.refuse_impossible(forced)
         for config in self._kernel.candidates(forced):
             self._kernel.info.checked(config)
-        return KernelFunction(self._kernel, forced, self._grid)
+        return KernelFunction(self._kernel, forced, self._grid, self._tuning)
+
+    def tuning(self, key: str | Callable[[dict[str, int]], Any] | None = None,
+               cost: Callable[[Config, dict[str, int]], float] | None = None,
+               keep: int | None = None) -> KernelFunction:
+        """This kernel with its autotuning choices keyed by `key` ("exact", "pow2", or a function of
+        the sizes; None keeps the kernel's @key or the default) and, with a cost model
+        `cost(config, sizes)`, only the `keep` configurations it rates cheapest timed
+        (phobos.launch.autotune.Tuning)."""
+        return KernelFunction(self._kernel, self._forced, self._grid, autotune.Tuning(key, cost, keep))
 
     # --- inspection
+    @property
+    def rules(self) -> LaunchRules:
+        """The kernel's launch rules: autotune space, derived constants, conditions, tuning key."""
+        return self._kernel.rules
+
     @property
     def config(self) -> Config | None:
         """The configuration of the last launch (None before the first)."""
@@ -234,10 +265,12 @@ class KernelFunction:
         kernel = self._kernel
         params = ", ".join(f"{p.name}: " + (f"tensor<{p.dtype}>[{', '.join(map(str, p.dims))}]"
                                             if p.kind == "tensor" else str(p.dtype)) for p in kernel.info.params)
-        configs = kernel.candidates(self._forced)
+        configs = kernel.rules.autotune_configurations(self._forced)
         space = ", ".join(f"{n} in {v}" if n not in self._forced else f"{n} = {self._forced[n]}"
                           for n, v in kernel.space.items())
         parts = [f"{len(configs)} configuration{'s' * (len(configs) != 1)}" + (f" ({space})" if space else "")]
+        parts += [f"derives {d.name} = {term_text(d.term)}" for d in kernel.rules.derived]
+        parts += [f"requires {c.text}" for c in kernel.rules.conditions]
         if self._grid is not None:
             parts.append("grid " + (repr(self._grid) if not callable(self._grid) else "from a function"))
         if kernel.last is not None:
@@ -311,7 +344,7 @@ class _LastLaunch:
 
 @dataclass
 class _Variant:
-    """A forced configuration and grid specification, with the fast calls prepared under it, by signature.
+    """A forced configuration, grid specification and tuning, with the calls prepared under them, by signature.
 
     `fast` is None where calls cannot be prepared (a grid function, which may
     answer differently each time).
@@ -319,6 +352,7 @@ class _Variant:
 
     forced: Config
     grid: GridSpec
+    tuning: autotune.Tuning
     fast: dict[tuple, fastpath.FastCall] | None
 
 
@@ -334,27 +368,67 @@ class _Kernel:
         self.name = info.name
         self.source_digest = source_digest
         self.module = module
+        self.rules = info.rules
         self.space = info.space
         self.stream_keyword = "stream" not in {p.name for p in info.params}  # else `stream=` is the argument
         self._variants: dict[tuple, _Variant] = {}
         self._locate: Callable[[int], int | None] = lambda address: None  # the prepared launches' backend's
         self._choices: dict[tuple, autotune.TuneResult] = {}
+        self._serving: dict[tuple, list[Config]] = {}  # per (sizes, forced values): the valid configurations
         self.last: _LastLaunch | None = None
 
     # --- configurations
     def candidates(self, forced: Config) -> list[Config]:
-        """The configurations to choose from: the autotune space with the forced values fixed."""
-        names = list(self.space)
-        choices = [[forced[n]] if n in forced else self.space[n] for n in names]
-        return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
+        """The configurations checked before any call: the autotune space with the forced values
+        fixed, derived constants at sample sizes (LaunchRules.representative)."""
+        return self.rules.representative(forced)
 
-    def variant(self, forced: Config, spec: GridSpec) -> _Variant:
-        """The one _Variant of a forced configuration and grid, so that callables made alike share prepared calls."""
+    def refuse_impossible(self, forced: Config) -> None:
+        """A PhobosError when no sizes can meet the conditions under the forced values."""
+        blamed = [self.rules.ranges(config)[1] for config in self.rules.autotune_configurations(forced)]
+        if blamed and all(blamed):
+            raise PhobosError(f"{self.name}: with {config_text(forced)}, no sizes meet {blamed[0].describe()}"
+                              + (" together with the other conditions" if len(self.rules.conditions) > 1 else ""))
+
+    def serving(self, sizes: dict[str, int], forced: Config) -> list[Config]:
+        """The configurations that may serve a call with these sizes: the autotune space with the
+        forced values fixed, derived constants computed, those a @require rejects left out; a
+        LaunchError naming the conditions and the sizes when none is left.  Nothing is compiled."""
+        if not self.rules.derived and not self.rules.conditions:
+            return self.rules.autotune_configurations(forced)
+        memo = (tuple(sizes.items()), tuple(forced.items()))
+        valid = self._serving.get(memo)
+        if valid is None:
+            valid, rejected = self.rules.serving(self.rules.autotune_configurations(forced), sizes)
+            if not valid:
+                raise LaunchError(self._unserved(sizes, forced, rejected))
+            if len(self._serving) >= SERVING_MEMO:
+                self._serving.clear()
+            self._serving[memo] = valid
+        return valid
+
+    def _unserved(self, sizes: dict[str, int], forced: Config, rejected: list[Rejection]) -> str:
+        if forced:
+            head = f"{self.name}: configure({config_text(forced)}) cannot serve {sizes_text(sizes)}"
+        else:
+            head = f"{self.name}: no configuration can serve {sizes_text(sizes)}"
+        lines = []
+        for condition in self.rules.conditions:
+            configs = [r.config for r in rejected if r.condition is condition]
+            if configs:
+                shown = "; ".join(config_text(c) for c in configs[:3])
+                more = f" and {len(configs) - 3} more" if len(configs) > 3 else ""
+                lines.append(f"  {condition.describe()} does not hold for {shown}{more}")
+        return head + ":\n" + "\n".join(lines)
+
+    def variant(self, forced: Config, spec: GridSpec, tuning: autotune.Tuning) -> _Variant:
+        """The one _Variant of a forced configuration, grid and tuning, so that callables made alike share
+        prepared calls."""
         if callable(spec):
-            return _Variant(forced, spec, None)
-        key = (tuple(sorted(forced.items())), spec)
+            return _Variant(forced, spec, tuning, None)
+        key = (tuple(sorted(forced.items())), spec, tuning)
         if key not in self._variants:
-            self._variants[key] = _Variant(forced, spec, {})
+            self._variants[key] = _Variant(forced, spec, tuning, {})
         return self._variants[key]
 
     def _compiled_keys(self, config: Config, arch: str, index_bits: int = 32) -> tuple[tuple, dict]:
@@ -519,7 +593,7 @@ class _Kernel:
         stream_of = self._stream_source(call, device)
         handle = self._stream(backend, stream, stream_of, device, call)
         self._refuse_during_capture(backend, call, handle)
-        config, timings = self.choose(call, backend, variant.forced, variant.grid, device)
+        config, timings = self.choose(call, backend, variant.forced, variant.grid, variant.tuning, device)
         compiled = self.compiled(config, backend.arch(device), call.index_bits) if backend.compiles else None
         grid = self.grid_for(config, compiled, call, variant.grid)
         self.last = _LastLaunch(config, compiled, timings, grid)
@@ -601,17 +675,26 @@ class _Kernel:
             lambda handle: check(handle, device, f"{self.name}: argument 'stream'"))
 
     def choose(self, call: BoundCall, backend: Backend, forced: Config, spec: GridSpec,
-               device_index: int = 0) -> tuple[Config, dict[str, float | str]]:
-        """The configuration to launch, and the timings it was chosen by (empty when not tuned)."""
-        configs = self.candidates(forced)
+               tuning: autotune.Tuning, device_index: int = 0) -> tuple[Config, dict[str, float | str]]:
+        """The configuration to launch, and the timings it was chosen by (empty when not tuned).
+
+        Only configurations valid for the call's sizes are candidates; a choice is kept under the
+        tuning key and the candidates it was chosen from, so it is never reused where it is not valid."""
+        configs = self.serving(call.sizes, forced)
         if len(configs) == 1 or not backend.tunes or not autotune_enabled():
             return configs[0], {}
         device, arch = backend.device(device_index), backend.arch(device_index)
-        memory_key = (tuple(call.sizes.items()), tuple(forced.items()), str(_grid_key(spec)), device.name, arch)
+        key, keying = tuning.key_for(self.rules, call.sizes)
+        memory_key = (cache.canonical_json(key), keying, tuple(tuple(c.items()) for c in configs),
+                      tuning.pruning_key(), str(_grid_key(spec)), device.name, arch)
         if memory_key in self._choices:
             choice = self._choices[memory_key]
             return choice.config, choice.timings
-        disk_key = {"source": self.source_digest, "kernel": self.name, "sizes": call.sizes,
+        configs = tuning.prune(configs, call.sizes)
+        if len(configs) == 1:
+            self._choices[memory_key] = autotune.TuneResult(configs[0])
+            return configs[0], {}
+        disk_key = {"source": self.source_digest, "kernel": self.name, "key": key, "keying": keying,
                     "dtypes": {p.name: p.dtype.value for p in self.info.params}, "candidates": configs,
                     "grid": _grid_key(spec), "device": device.name, "arch": arch, "build": cache.phobos_build()}
         store = cache.default_cache()
