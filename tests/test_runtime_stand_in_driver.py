@@ -111,7 +111,7 @@ class StandInDriver(types.ModuleType):
         array.view(np.uint8).reshape(-1)[:] = np.frombuffer(self.memory[int(allocation)], np.uint8)
 
     def module_from_buffer(self, image: bytes):
-        assert image.endswith(b"\0")
+        assert image.endswith(b"\0") or image.startswith(b"\x7fELF")  # PTX text, or a cubin
         return StandInModule(self)
 
     def floats_at(self, address: int, count: int) -> np.ndarray:
@@ -389,3 +389,9 @@ def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver, monkeypatch):
     params = runtime.parse_entry_params(".entry k(.param .align 64 .b8 map[128], .param .u32 n) { ret; }")["k"]
     with pytest.raises(LaunchError, match=r"parameter 'map' \(\.b8\[128\]\): cuTensorMapEncodeTiled rejected"):
         runtime.bind_arguments("k", params, [tmap, 1])
+
+
+def test_a_cubin_the_driver_refuses_falls_back_to_the_ptx(driver, add_ptx):
+    module = runtime.load_module(add_ptx, cubin=b"\x7fELF bogus cubin")  # "bogus": the stand-in refuses it
+    assert not module.from_cubin
+    assert runtime.load_module(add_ptx + " ", cubin=b"\x7fELF fine").from_cubin

@@ -102,6 +102,7 @@ class DriverApi:
             "cuCtxPushCurrent_v2": (p,),
             "cuCtxPopCurrent_v2": (ctypes.POINTER(p),),
             "cuDevicePrimaryCtxRetain": (ctypes.POINTER(p), i),
+            "cuDeviceGet": (ctypes.POINTER(i), i),
             "cuDeviceGetCount": (ctypes.POINTER(i),),
             "cuGetErrorName": (i, ctypes.POINTER(ctypes.c_char_p)),
             "cuGetErrorString": (i, ctypes.POINTER(ctypes.c_char_p)),
@@ -187,8 +188,9 @@ class DriverApi:
 
     def primary_context(self, device: int) -> int:
         """The primary context of `device` (the one torch and CuPy use), retained for the process."""
-        context = ctypes.c_void_p()
-        self._check(self._lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device))
+        handle, context = ctypes.c_int(), ctypes.c_void_p()
+        self._check(self._lib.cuDeviceGet(ctypes.byref(handle), device))
+        self._check(self._lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), handle.value))
         return context.value
 
     def push_context(self, context: int) -> None:

@@ -484,16 +484,18 @@ def load_module(ptx_text: str, cubin: bytes | None = None, device: int = 0) -> M
     if key not in _modules:
         params = parse_entry_params(ptx_text)
         _driver()
-        image = cubin if cubin else ptx_text.encode() + b"\0"
-        try:
-            with on_device(device):
-                handle = cuda.api().load_module(image)
-        except cuda.CudaError as error:
-            if error.name in STICKY_ERRORS:
-                raise driver_error(error, "cannot load a module") from None
-            what = "cubin" if cubin else "PTX"
-            raise PtxasError(f"the CUDA driver rejected the {what}: {error}") from error
-        _modules[key] = Module(ptx_text, params, handle, device, bool(cubin))
+        images = ([cubin] if cubin else []) + [ptx_text.encode() + b"\0"]  # a cubin the driver refuses: the PTX
+        for image in images:
+            try:
+                with on_device(device):
+                    handle = cuda.api().load_module(image)
+                break
+            except cuda.CudaError as error:
+                if error.name in STICKY_ERRORS:
+                    raise driver_error(error, "cannot load a module") from None
+                if image is images[-1]:
+                    raise PtxasError(f"the CUDA driver rejected the PTX: {error}") from error
+        _modules[key] = Module(ptx_text, params, handle, device, image is cubin)
     return _modules[key]
 
 
