@@ -34,6 +34,9 @@ def test_the_schema_declares_what_the_kernel_writes():
     op = phobos.torch_op(phobos.kernel(AXPY, mode="interpret"), name=unique("axpy"))
     schema = str(op._opoverload._schema)
     assert schema.endswith("(Tensor x, Tensor(a1!) y, float alpha, SymInt offset, bool on) -> ()")
+    x, y = torch.ones(256), torch.zeros(256)
+    op(x, y, alpha=2.0, offset=1, on=True)  # scalars by name, as torch passes them on
+    assert torch.equal(y, torch.full((256,), 3.0))
 
 
 def test_an_eager_call_runs_the_kernel_in_place(add_op):

@@ -55,11 +55,11 @@ def torch_op(kernel: Any, name: str | None = None) -> Any:
                                     annotation=torch.Tensor if p.kind == "tensor" else _scalar_annotation(p.dtype))
                   for p in info.params]
 
-    def run(*args: Any) -> None:
-        kernel(*args)
+    def run(*args: Any, **kwargs: Any) -> None:
+        kernel(*args, **kwargs)
 
-    def check(*args: Any) -> None:
-        bind(kernel.name, info.params, info.size_names, args, {}, view=_shape_view)
+    def check(*args: Any, **kwargs: Any) -> None:
+        bind(kernel.name, info.params, info.size_names, args, kwargs, view=_shape_view)
 
     for function in (run, check):
         function.__signature__ = inspect.Signature(parameters, return_annotation=None)
