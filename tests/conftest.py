@@ -82,13 +82,13 @@ class Golden:
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE and PHOBOS_INTERPRET unset; configurations compiled
-    in the test's own process (PHOBOS_COMPILE_WORKERS=1: tests of the pool set it themselves)."""
+    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE, PHOBOS_MODE, PHOBOS_INTERPRET and PHOBOS_LOG unset;
+    configurations compiled in the test's own process (PHOBOS_COMPILE_WORKERS=1: tests of the pool set it)."""
     directory = tmp_path_factory.mktemp("phobos-cache")
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(directory))
     monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "1")
-    monkeypatch.delenv("PHOBOS_AUTOTUNE", raising=False)
-    monkeypatch.delenv("PHOBOS_INTERPRET", raising=False)
+    for name in ("PHOBOS_AUTOTUNE", "PHOBOS_MODE", "PHOBOS_INTERPRET", "PHOBOS_LOG"):
+        monkeypatch.delenv(name, raising=False)
     return directory
 
 

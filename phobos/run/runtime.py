@@ -51,7 +51,7 @@ from . import cuda
 from ..errors import LaunchError, PtxasError, ToolchainError
 from .tensor_map import TensorMap
 
-PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos[cuda]'"
+PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos-tile[cuda]'"
 
 #: Above this much dynamic shared memory a kernel must opt in (cuFuncSetAttribute).
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
