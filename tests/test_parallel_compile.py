@@ -13,12 +13,14 @@ from phobos.errors import ToolchainError
 from phobos.launch import cache, launcher, parallel
 from phobos.toolchain import find_ptxas
 
-from .launcher_fakes import ADD4, FakeGpu, random_vectors
+from .launcher_fakes import ADD4, FakeGpu, forget_memory, random_vectors
 
 
 @pytest.fixture
 def two_workers(monkeypatch):
+    """Two worker processes, and no compiled kernel in this process's memory (so the workers compile)."""
     monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "2")
+    forget_memory(monkeypatch)
 
 
 def test_configurations_compile_in_worker_processes_like_here(two_workers, monkeypatch, isolated_cache):
@@ -53,3 +55,19 @@ def test_the_number_of_workers(monkeypatch):
     assert parallel.pool().workers == 3
     monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "many")
     assert parallel.compile_workers() >= 1
+
+
+def test_a_kernel_past_the_devices_limits_is_not_assembled(two_workers, monkeypatch, isolated_cache):
+    from .launcher_fakes import FAKE_DEVICE
+    small = FAKE_DEVICE.__class__("Small GPU", (9, 0), 227 * 1024, 65536, 64)  # 64 threads: BLOCK 256 and up
+    monkeypatch.setattr(launcher, "ptxas_assemble", lambda *a, **k: pytest.fail("assembled in the caller"))
+    add = phobos.kernel(ADD4, mode=FakeGpu(props=small))
+    a, b = random_vectors(2000)
+    add(a, b, np.empty_like(a))
+    assert add.config == {"BLOCK": 128} or add.config == {"BLOCK": 256}
+    assert all("threads per block" in add.timings[f"BLOCK={block}"] for block in (512, 1024))
+    try:
+        find_ptxas()
+    except ToolchainError:
+        return
+    assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 2  # BLOCK 128 and 256 (64 threads)

@@ -501,7 +501,8 @@ class _Kernel:
             return None
         return _decoded(cache.default_cache().load(cache.CUBIN, self._ptxas_key(compiled, ptxas)), cache.decode_cubin)
 
-    def _compile_ahead(self, configs: list[Config], arch: str, index_bits: int) -> dict[tuple, Future]:
+    def _compile_ahead(self, configs: list[Config], arch: str, index_bits: int,
+                       device: runtime.DeviceProperties) -> dict[tuple, Future]:
         """Start compiling (and assembling) the configurations not compiled yet, in worker processes."""
         workers = parallel.pool()
         missing = [config for config in configs if self._cached_compiled(config, arch, index_bits) is None]
@@ -517,7 +518,7 @@ class _Kernel:
         missing.sort(key=lambda config: -math.prod(config.values()))
         return {tuple(config.items()): workers.submit(parallel.CompileJob(
             self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
-            index_bits)) for config in missing}
+            index_bits, device.max_threads_per_block, device.max_shared_bytes_per_block)) for config in missing}
 
     def _collect(self, future: Future | None, config: Config, arch: str, index_bits: int) -> None:
         """Keep what a worker made of `config`; on any failure, nothing (the configuration compiles here)."""
@@ -713,11 +714,14 @@ class _Kernel:
         """Time every configuration that can run; tensors the kernel writes are replaced by scratch copies."""
         device, arch = backend.device(device_index), backend.arch(device_index)
         scratch: dict[str, Any] | None = None
-        ahead = self._compile_ahead(configs, arch, call.index_bits)
+        ahead = self._compile_ahead(configs, arch, call.index_bits, device)
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
             self._collect(ahead.pop(tuple(config.items()), None), config, arch, call.index_bits)
             compiled = self.compiled(config, arch, call.index_bits)
+            problem = autotune.launch_problem(compiled, device)
+            if problem is not None:
+                raise autotune.Skipped(problem)  # before ptxas: nothing to assemble
             autotune.screen(compiled, device, self.ptxas_report(compiled))
             return config, compiled
 

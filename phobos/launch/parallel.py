@@ -4,7 +4,8 @@
 # runs ptxas on each: pure Python plus one ptxas process per configuration,
 # seconds each for large tiles.  `CompilePool.submit` hands one configuration
 # (the source text, kernel name, configuration and target) to one of a few
-# worker processes, which compiles it and runs ptxas on it, keeping the cubin;
+# worker processes, which compiles it and runs ptxas on it, keeping the cubin
+# (unless the kernel needs more threads or shared memory than the device has);
 # the launcher stores what comes back in its caches and times each
 # configuration as soon as its result is in, while the others still compile.
 #
@@ -51,6 +52,8 @@ class CompileJob:
     assemble: bool  # also run ptxas, keeping its report and the cubin
     label: str  # what ptxas's diagnostics are labelled with
     index_bits: int = 32
+    max_threads: int | None = None  # the device's limits per CTA: a kernel past them is not assembled,
+    max_shared_bytes: int | None = None  # since it cannot run anyway
 
 
 def index_options(index_bits: int) -> dict[str, int]:
@@ -77,7 +80,9 @@ def run_job(job: CompileJob) -> dict[str, Any] | None:
         kernel = pick_kernel(_program(job.source, job.filename), job.kernel)
         compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **index_options(job.index_bits))
         result: dict[str, Any] = {"compiled": cache.encode_compiled(compiled)}
-        if job.assemble:
+        too_big = (job.max_threads is not None and compiled.threads > job.max_threads) or \
+            (job.max_shared_bytes is not None and compiled.shared_bytes > job.max_shared_bytes)
+        if job.assemble and not too_big:
             report, cubin = ptxcheck.assemble(compiled.ptx, job.arch, name=job.label)
             result["report"] = cache.encode_report(report)
             if cubin is not None:
