@@ -102,23 +102,25 @@ class Report:
         raise PtxasError(f"ptxas rejected {self.name} for {self.arch}:\n{details}")
 
 
-def check(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>") -> Report:
+def check(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>", timeout: float | None = None) -> Report:
     """Assemble `ptx_text` for `arch` and report per-kernel resources and diagnostics.
 
     `name` is the file name diagnostics and the report are labelled with.
-    Raises ToolchainError for an unknown target or when ptxas cannot be found.
+    Raises ToolchainError for an unknown target or when ptxas cannot be found,
+    PtxasTimeout when ptxas takes longer than `timeout` seconds.
     """
-    return _report(arch, name, *run_ptxas(ptx_text, arch, source_name=name))
+    return _report(arch, name, *run_ptxas(ptx_text, arch, source_name=name, timeout=timeout))
 
 
-def assemble(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>") -> tuple[Report, bytes | None]:
+def assemble(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>",
+             timeout: float | None = None) -> tuple[Report, bytes | None]:
     """`check`, keeping what ptxas made: the report and the cubin (None when ptxas rejected the text).
 
     The driver loads that cubin as it is, instead of compiling the PTX again.
     """
     with tempfile.TemporaryDirectory(prefix="phobos-cubin-") as tmp:
         path = Path(tmp) / "kernel.cubin"
-        report = _report(arch, name, *run_ptxas(ptx_text, arch, source_name=name, cubin_path=path))
+        report = _report(arch, name, *run_ptxas(ptx_text, arch, source_name=name, timeout=timeout, cubin_path=path))
         cubin = path.read_bytes() if report.ok and path.exists() else None
     return report, cubin
 

@@ -10,7 +10,11 @@
 #            declared element type and rank, C-contiguous (row-major); literal
 #            dimensions must match, and each size name (N, M, K) takes its
 #            value from the first tensor that has it and must agree everywhere
-#            else.  A tensor the kernel writes must be writeable.
+#            else.  A tensor the kernel writes must be writeable.  Elements
+#            must be in the machine's byte order: a big-endian array ('>f4',
+#            from a file or the network) is refused with the call that converts
+#            it, as a non-contiguous one is, rather than copied and converted
+#            behind the caller's back (the GPU reads the bytes as they are).
 #   scalars  converted to the declared type: any real number for a float, an
 #            integer (or an integral float) in range for an integer type, a
 #            bool for a bool.
@@ -164,6 +168,9 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
     if view.dtype_name not in ACCEPTED_DTYPES.get(param.dtype, (param.dtype.numpy_name,)) \
             or len(view.shape) != len(param.dims):
         raise fail(view.description)
+    if not view.native_order:
+        raise fail(view.description, "; pass one in the machine's byte order, e.g. "
+                                     "x.astype(x.dtype.newbyteorder('='))")
     if not view.contiguous:
         raise fail(f"a non-contiguous {view.description}",
                    "; pass a C-contiguous (row-major) one, e.g. np.ascontiguousarray(x) or x.contiguous()")
@@ -279,7 +286,8 @@ class TensorView:
     dtype_name: str  # numpy's name for the element type: float32, bfloat16, ...
     contiguous: bool
     read_only: bool
-    description: str  # e.g. "float32 array of shape (65, 32)"
+    description: str  # e.g. "float32 array of shape (65, 32)", "big-endian float32 array of shape (4,)"
+    native_order: bool = True  # elements in the machine's byte order
     device: int | None = None  # the device index of device memory, where the object says
     stream: int | None = None  # the stream its producer works on, where the object says
 
@@ -297,7 +305,8 @@ def _numpy_view(value: Any) -> TensorView | None:
     if not isinstance(value, np.ndarray):
         return None
     return TensorView(value, None, value.shape, value.dtype.name, value.flags.c_contiguous,
-                      not value.flags.writeable, f"{value.dtype.name} array of shape {value.shape}")
+                      not value.flags.writeable, f"{_element_name(value.dtype)} array of shape {value.shape}",
+                      value.dtype.isnative)
 
 
 def _torch_view(value: Any) -> TensorView | None:
@@ -313,16 +322,16 @@ def _torch_view(value: Any) -> TensorView | None:
             raise _Refused(description, f"cannot view it as a numpy array: {error}") from None
         return TensorView(array, None, shape, dtype_name, value.is_contiguous(), False, description)
     return TensorView(None, value.data_ptr(), shape, dtype_name, value.is_contiguous(), False, description,
-                      value.get_device())
+                      device=value.get_device())
 
 
 def _gpuarray_view(value: Any) -> TensorView | None:
     if not all(hasattr(value, name) for name in ("gpudata", "shape", "dtype", "flags")):
         return None
-    dtype_name = np.dtype(value.dtype).name
+    dtype = np.dtype(value.dtype)
     shape = tuple(value.shape)
-    return TensorView(None, int(value.gpudata), shape, dtype_name, bool(value.flags.c_contiguous), False,
-                      f"{dtype_name} {_type_name(value)} of shape {shape}")
+    return TensorView(None, int(value.gpudata), shape, dtype.name, bool(value.flags.c_contiguous), False,
+                      f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative)
 
 
 def _cuda_array_interface_view(value: Any) -> TensorView | None:
@@ -343,8 +352,9 @@ def _cuda_array_interface_view(value: Any) -> TensorView | None:
     contiguous = strides is None or _c_contiguous(shape, tuple(strides), dtype.itemsize)
     device = getattr(getattr(value, "device", None), "id", None)  # CuPy says; others are asked of the driver
     return TensorView(None, int(pointer or 0), shape, dtype.name, contiguous, bool(read_only),
-                      f"{dtype.name} {_type_name(value)} of shape {shape}",
-                      device if isinstance(device, int) else None, int(stream) if stream is not None else None)
+                      f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative,
+                      device=device if isinstance(device, int) else None,
+                      stream=int(stream) if stream is not None else None)
 
 
 # DLPack (https://dmlc.github.io/dlpack): the C structs a `__dlpack__` capsule points at.
@@ -404,7 +414,14 @@ def _dlpack_view(value: Any) -> TensorView | None:
         raise _Refused(f"a {kind}", f"its DLPack capsule is unusable: {error}") from None
     contiguous = strides is None or _c_contiguous(shape, strides, 1)  # DLPack strides count elements
     return TensorView(None, pointer, shape, dtype_name, contiguous, False,
-                      f"{dtype_name} {kind} of shape {shape} on cuda:{device_id}", int(device_id))
+                      f"{dtype_name} {kind} of shape {shape} on cuda:{device_id}", device=int(device_id))
+
+
+def _element_name(dtype: np.dtype) -> str:
+    """numpy's name for the element type, with the byte order when it is not the machine's."""
+    if dtype.isnative:
+        return dtype.name
+    return f"{'big' if dtype.byteorder == '>' else 'little'}-endian {dtype.name}"
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import ptxcheck
+from .. import ptxcheck, toolchain
 from ..compiler import compile_kernel, parse_source, pick_kernel
-from ..errors import PhobosError
+from ..errors import PhobosError, PtxasTimeout
 from . import cache
 
 
@@ -83,7 +83,12 @@ def run_job(job: CompileJob) -> dict[str, Any] | None:
         too_big = (job.max_threads is not None and compiled.threads > job.max_threads) or \
             (job.max_shared_bytes is not None and compiled.shared_bytes > job.max_shared_bytes)
         if job.assemble and not too_big:
-            report, cubin = ptxcheck.assemble(compiled.ptx, job.arch, name=job.label)
+            try:
+                report, cubin = ptxcheck.assemble(compiled.ptx, job.arch, name=job.label,
+                                                  timeout=toolchain.ptxas_timeout())
+            except PtxasTimeout as timeout:
+                result["ptxas_timeout"] = timeout.message  # the launcher does not run it a second time
+                return result
             result["report"] = cache.encode_report(report)
             if cubin is not None:
                 result["cubin"] = cache.encode_cubin(cubin)
