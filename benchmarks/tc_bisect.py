@@ -31,6 +31,7 @@ Writes bench_results/tc_bisect_<date>.json.  Steps that would start after
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import subprocess
@@ -45,7 +46,7 @@ sys.path.insert(0, str(ROOT / "handwritten_ptx"))
 import gemm_ptx  # noqa: E402  (the generator of the kernels)
 
 from phobos.errors import LaunchError, PhobosError, PtxasError  # noqa: E402
-from phobos.run import runtime  # noqa: E402
+from phobos.run import cuda, runtime  # noqa: E402
 from phobos.run.tensor_map import TensorMap  # noqa: E402
 
 LADDER = {key: (what, cfg) for key, what, cfg in gemm_ptx.WGMMA_LADDER}
@@ -84,20 +85,22 @@ def step_params() -> dict:
     expected = maps[0] + maps[1] + np.array(sizes, np.uint32).tobytes()
     out = np.zeros(len(expected) // 4, np.uint32)
     runtime.launch(module, "parameter_probe", 1, 32, [out] + maps + sizes, timeout_s=KERNEL_TIMEOUT_S)
-    offsets, natural = module.offsets["parameter_probe"], runtime.natural_offsets(params)
+    offsets, natural = module.function("parameter_probe").offsets, runtime.natural_offsets(params)
     detail = f"driver offsets {offsets}, C struct {natural}"
     if out.tobytes() != expected:
         return {"status": "WRONG", "detail": f"{detail}; the kernel read {out.tobytes()[:16].hex()}..."}
     # the old packing: the same values at C-struct offsets (the buffer as long as the kernel's),
-    # launched through PyCUDA directly; the output pointer comes first, where both agree
+    # launched by hand; the output pointer comes first, where both agree
     legacy = np.zeros_like(out)
     device = runtime.device_copy(legacy)
     bound = runtime.bind_arguments("parameter_probe", params, [int(device)] + maps + sizes)
     size = offsets[-1] + params[-1].size
     buffer = runtime.pack_parameters(bound, {}, natural)[:size].ljust(size, b"\0")
-    function = module.function("parameter_probe")
-    function.prepare([f"{len(buffer)}s"])
-    function.prepared_call((1, 1, 1), (32, 1, 1), buffer)
+    launcher = cuda.api().launcher(module.function("parameter_probe").handle, (1, 1, 1), (32, 1, 1), 0, size)
+    ctypes.memmove(launcher.buffer, buffer, size)
+    code = launcher.queue(0)
+    if code:
+        raise LaunchError(f"kernel 'parameter_probe' failed (the C-struct packing): {cuda.api().error(code)}")
     runtime.wait_for_gpu(KERNEL_TIMEOUT_S, "parameter_probe")
     runtime._driver().memcpy_dtoh(legacy, device)
     found = legacy.tobytes().find(maps[0][:32])

@@ -38,8 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError
-from . import libcuda
+from ..errors import LaunchError, ToolchainError
 
 # name -> (CUtensorMapDataType, bytes per element)
 DTYPES = {
@@ -199,9 +198,10 @@ class TensorMap:
         box = (ctypes.c_uint32 * rank)(*self.box)
         elem = (ctypes.c_uint32 * rank)(*self.element_strides)
         result = encode(ctypes.c_void_p(out), DTYPES[self.dtype][0], rank, ctypes.c_void_p(address), dims, strides,
-                        box, elem, 0, SWIZZLES[self.swizzle][0], L2_PROMOTIONS[self.l2_promotion], OOB_FILLS[self.oob_fill])
+                        box, elem, 0, SWIZZLES[self.swizzle][0], L2_PROMOTIONS[self.l2_promotion],
+                        OOB_FILLS[self.oob_fill])
         if result != 0:
-            raise LaunchError(f"cuTensorMapEncodeTiled rejected {self.describe()}: {libcuda.error_name(result)}")
+            raise LaunchError(f"cuTensorMapEncodeTiled rejected {self.describe()}: {_error_name(result)}")
         return ctypes.string_at(out, 128)
 
     def describe(self) -> str:
@@ -271,10 +271,24 @@ def _driver_function():
     """cuTensorMapEncodeTiled from libcuda, typed."""
     global _encode_function
     if _encode_function is None:
-        fn = libcuda.library().cuTensorMapEncodeTiled
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as error:
+            raise ToolchainError(f"cannot load the CUDA driver library libcuda.so.1: {error}") from error
+        fn = lib.cuTensorMapEncodeTiled
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p,
                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_int]
         _encode_function = fn
     return _encode_function
+
+
+def _error_name(code: int) -> str:
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        name = ctypes.c_char_p()
+        lib.cuGetErrorName(ctypes.c_int(code), ctypes.byref(name))
+        return f"{name.value.decode()} ({code})" if name.value else f"CUresult {code}"
+    except OSError:
+        return f"CUresult {code}"
