@@ -173,7 +173,7 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
     a_v, b_v = op.operands[0], op.operands[1]
     a, b = low.staged.get(a_v), low.staged.get(b_v)
     if a is None and a_in_registers(low, plan, a_v):
-        a = RegisterOperand(low.tile(a_v).regs)
+        a = RegisterOperand(_unrounded(low, a_v))
     if a is None or b is None:
         spaces = {"a": operand_space(plan, "a", plan.m, plan.k) if a is None else None,
                   "b": operand_space(plan, "b", plan.k, plan.n) if b is None else None}
@@ -195,6 +195,16 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
         if b is None:
             b = SharedOperand(base, starts["b"], spaces["b"])
     finish(low, op, plan, a, b)
+
+
+def _unrounded(low: Lowering, a: Value) -> list[Value]:
+    """The registers of A operand `a`; for a conversion of an f32 tile to the operand's 16-bit dtype
+    (attention's bf16(P)), those of the f32 tile: packing rounds them alike, and the conversion's
+    own rounding is then left unused (and removed)."""
+    source = a.owner.operands[0] if isinstance(a.owner, Op) and a.owner.opcode == "cast" else None
+    if source is not None and source.dtype is DType.F32 and low.tile(source).layout == low.tile(a).layout:
+        return low.tile(source).regs
+    return low.tile(a).regs
 
 
 def store_tile(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, dtype: DType) -> None:
