@@ -124,7 +124,7 @@ CASES = [
         kernel k(x: tensor<f32>[N]) {
         }
         }
-        """, ParseError, 3, 1, "expected one of '@', 'kernel', end of file"),
+        """, ParseError, 3, 1, "expected one of '@', 'fn', 'kernel', end of file"),
     Case("else without if", """\
         kernel k(x: tensor<f32>[N]) {
             else {

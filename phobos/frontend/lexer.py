@@ -24,11 +24,16 @@ from ..errors import LexError, Loc
 KEYWORDS = {
     "kernel": "KERNEL", "let": "LET", "var": "VAR", "for": "FOR", "in": "IN",
     "if": "IF", "else": "ELSE", "true": "TRUE", "false": "FALSE",
-    "tensor": "TENSOR", "tile": "TILE",
+    "tensor": "TENSOR", "tile": "TILE", "fn": "FN", "return": "RETURN", "while": "WHILE",
+    "break": "BREAK", "continue": "CONTINUE",
 }
 
 I64_MAX = (1 << 63) - 1
 _INT_TEXT = re.compile(r"\d+")
+_STRING = re.compile(r'"([^"\\\n]|\\.)*"')
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
+_ESCAPE = re.compile(r"\\.")
+_BAD_ESCAPE = re.compile(r'\\[^nt"\\]')
 _FLOAT_TEXT = re.compile(r"(\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+")
 
 # Tokens after which a newline does not end the statement.
@@ -36,6 +41,7 @@ CONTINUES = {
     "PLUS", "MINUS", "TIMES", "DIVIDE", "MOD", "EQ", "NE", "LT", "LE", "GT", "GE",
     "AND", "OR", "NOT", "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ", "COMMA",
     "SLICE", "LBRACE", "SEMI", "COLON", "NEWLINE", "AT",
+    "AMP", "PIPE", "CARET", "TILDE", "SHL", "SHR", "ANDEQ", "OREQ", "XOREQ", "SHLEQ", "SHREQ", "ARROW",
 }
 
 
@@ -57,16 +63,26 @@ class Token:
 
 class Lexer:
     tokens = (
-        "ID", "INT", "FLOAT",
+        "ID", "INT", "FLOAT", "STRING",
         "PLUS", "MINUS", "TIMES", "DIVIDE", "MOD",
         "EQ", "NE", "LT", "LE", "GT", "GE", "AND", "OR", "NOT",
-        "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ",
+        "AMP", "PIPE", "CARET", "TILDE", "SHL", "SHR",
+        "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ", "ANDEQ", "OREQ", "XOREQ", "SHLEQ", "SHREQ",
+        "ARROW",
         "LPAREN", "RPAREN", "LBRACKET", "RBRACKET", "LBRACE", "RBRACE",
         "COMMA", "SEMI", "COLON", "SLICE", "AT", "NEWLINE",
     ) + tuple(KEYWORDS.values())
 
     t_ignore = " \t\r\f\v"  # whitespace; only \n ends a line
     t_SLICE = r":\+"
+    t_SHLEQ = r"<<="
+    t_SHREQ = r">>="
+    t_SHL = r"<<"
+    t_SHR = r">>"
+    t_ANDEQ = r"&="
+    t_OREQ = r"\|="
+    t_XOREQ = r"\^="
+    t_ARROW = r"->"
     t_PLUSEQ = r"\+="
     t_MINUSEQ = r"-="
     t_TIMESEQ = r"\*="
@@ -85,6 +101,10 @@ class Lexer:
     t_LT = r"<"
     t_GT = r">"
     t_NOT = r"!"
+    t_AMP = r"&"
+    t_PIPE = r"\|"
+    t_CARET = r"\^"
+    t_TILDE = r"~"
     t_ASSIGN = r"="
     t_LPAREN = r"\("
     t_RPAREN = r"\)"
@@ -142,6 +162,18 @@ class Lexer:
             t.type, t.value = "FLOAT", (float(text), text)
         else:
             raise LexError(f"invalid number '{shown}'", self._loc(t.lexpos))
+        return t
+
+    def t_STRING(self, t):
+        r'"([^"\\\n]|\\.)*"?'
+        if not _STRING.fullmatch(t.value):
+            raise LexError("unterminated string: a string ends with '\"' on the same line", self._loc(t.lexpos))
+        body = t.value[1:-1]
+        bad = _BAD_ESCAPE.search(body)
+        if bad:
+            raise LexError(f"unknown escape '{bad.group()}' in a string; the escapes are \\n \\t \\\" \\\\",
+                           self._loc(t.lexpos + 1 + bad.start()))
+        t.value = _ESCAPE.sub(lambda m: _ESCAPES[m.group()[1]], body)
         return t
 
     def t_ID(self, t):
