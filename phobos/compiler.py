@@ -20,7 +20,7 @@ from .frontend import ast
 from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
 from .middle.ir import KernelParam, format_function, verify, walk
 from .middle.irgen import generate
-from .lower.lowering import lower
+from .lower.driver import lower
 from .lower.mathlib import expand_math
 from .frontend.parser import parse
 from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline

@@ -390,3 +390,24 @@ def test_assigned_values_broadcast_to_the_target(target, value, ok):
     else:
         (err,) = errors
         assert "shape mismatch" in err.message
+
+
+def test_every_node_and_builtin_has_a_handler_in_each_tree_walk():
+    from phobos.frontend import builtins, sema
+    from phobos.middle import irgen
+    from phobos.run import interpreter
+
+    def subclasses(base):
+        return {c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, base) and c is not base}
+
+    rules = {b.rule for b in builtins.BUILTINS.values()}
+    value_rules = {b.rule for b in builtins.BUILTINS.values() if not b.effect}
+    assert set(sema.STATEMENTS) == subclasses(ast.Stmt)
+    assert set(sema.EXPRESSIONS) == subclasses(ast.Expr)
+    assert set(sema.BUILTIN_RULES) == rules
+    # literals and lists are constants (or errors) by the time the checked tree is walked again
+    walked = subclasses(ast.Expr) - {ast.IntLit, ast.FloatLit, ast.BoolLit, ast.ListLit}
+    for module in (irgen, interpreter):
+        assert set(module.STATEMENTS) == subclasses(ast.Stmt), module.__name__
+        assert set(module.EXPRESSIONS) == walked, module.__name__
+        assert set(module.BUILTIN_RULES) == value_rules, module.__name__

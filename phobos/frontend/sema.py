@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
+from ..dispatch import Dispatch
 from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
 from ..middle.passes.fold import evaluate
 from ..types import (DType, ScalarType, TensorType, TileType, ValueType, broadcast_shapes,
@@ -90,6 +91,13 @@ class CheckedKernel:
 
     def const_of(self, e):
         return self.consts.get(e)
+
+
+# The checking rule of each kind of statement and expression (keyed by AST
+# class) and the typing rule of each builtin (keyed by `Builtin.rule`).
+STATEMENTS = Dispatch("statement")
+EXPRESSIONS = Dispatch("expression")
+BUILTIN_RULES = Dispatch("builtin typing rule")
 
 
 class _Poisoned(Exception):
@@ -304,9 +312,10 @@ class Checker:
             self.scopes.pop()
 
     def stmt(self, s: ast.Stmt) -> None:
-        _RULES[type(s)](self, s)
+        STATEMENTS.lookup(type(s))(self, s)
 
-    def stmt_Let(self, s: ast.Let) -> None:
+    @STATEMENTS.on(ast.Let)
+    def stmt_let(self, s: ast.Let) -> None:
         sym = Symbol(s.name, "var" if s.mutable else "let", None, s.name_loc)
         self.out.symbols[s] = sym
         try:
@@ -336,7 +345,8 @@ class Checker:
                 return ScalarType(DType.I64)
         return t
 
-    def stmt_Assign(self, s: ast.Assign) -> None:
+    @STATEMENTS.on(ast.Assign)
+    def stmt_assign(self, s: ast.Assign) -> None:
         target = s.target
         if isinstance(target, ast.Name):
             sym = self.lookup(target.id, target.loc)
@@ -387,7 +397,8 @@ class Checker:
                 if sym not in carried:
                     carried.append(sym)
 
-    def stmt_ExprStmt(self, s: ast.ExprStmt) -> None:
+    @STATEMENTS.on(ast.ExprStmt)
+    def stmt_expr_stmt(self, s: ast.ExprStmt) -> None:
         e = s.expr
         if not (isinstance(e, ast.Call) and e.func in BUILTINS and BUILTINS[e.func].effect):
             self.expr(e)
@@ -395,7 +406,8 @@ class Checker:
         self.statement_calls.add(e)
         self.expr(e)
 
-    def stmt_For(self, s: ast.For) -> None:
+    @STATEMENTS.on(ast.For)
+    def stmt_for(self, s: ast.For) -> None:
         start_t = self.scalar_int(s.start, "a loop bound")
         end_t = self.scalar_int(s.end, "a loop bound")
         dtype = self.unify_dtypes(s.start, start_t.dtype, s.end, end_t.dtype, start_loc(s.end))
@@ -416,7 +428,8 @@ class Checker:
             self.scopes.pop()
             self.loop_stack.pop()
 
-    def stmt_If(self, s: ast.If) -> None:
+    @STATEMENTS.on(ast.If)
+    def stmt_if(self, s: ast.If) -> None:
         ct = self.expr(s.cond)
         if not (isinstance(ct, ScalarType) and ct.dtype is DType.BOOL):
             hint = "; use where(cond, a, b) to choose between tiles" if isinstance(ct, TileType) else ""
@@ -510,24 +523,28 @@ class Checker:
         cached = self.out.types.get(e)
         if cached is not None:
             return cached
-        t = self.out.types[e] = _RULES[type(e)](self, e)
+        t = self.out.types[e] = EXPRESSIONS.lookup(type(e))(self, e)
         return t
 
-    def expr_IntLit(self, e: ast.IntLit):
+    @EXPRESSIONS.on(ast.IntLit)
+    def expr_int_lit(self, e: ast.IntLit):
         self.weak.add(e)
         self.out.consts[e] = e.value
         return ScalarType(DType.I32)
 
-    def expr_FloatLit(self, e: ast.FloatLit):
+    @EXPRESSIONS.on(ast.FloatLit)
+    def expr_float_lit(self, e: ast.FloatLit):
         self.weak.add(e)
         self.out.consts[e] = e.value
         return ScalarType(DType.F32)
 
-    def expr_BoolLit(self, e: ast.BoolLit):
+    @EXPRESSIONS.on(ast.BoolLit)
+    def expr_bool_lit(self, e: ast.BoolLit):
         self.out.consts[e] = e.value
         return ScalarType(DType.BOOL)
 
-    def expr_Name(self, e: ast.Name):
+    @EXPRESSIONS.on(ast.Name)
+    def expr_name(self, e: ast.Name):
         sym = self.lookup(e.id, e.loc)
         self.out.symbols[e] = sym
         if sym.type is None:
@@ -538,10 +555,12 @@ class Checker:
             self.weak.add(e)
         return sym.type
 
-    def expr_ListLit(self, e: ast.ListLit):
+    @EXPRESSIONS.on(ast.ListLit)
+    def expr_list_lit(self, e: ast.ListLit):
         raise SemanticError("a list can only be a shape argument, as in full([4, 8], 0.0)", e.loc)
 
-    def expr_Unary(self, e: ast.Unary):
+    @EXPRESSIONS.on(ast.Unary)
+    def expr_unary(self, e: ast.Unary):
         t = self.value(e.operand)
         value = self.out.consts.get(e.operand)
         if e.op == "-":
@@ -569,7 +588,8 @@ class Checker:
                                 f"like {getattr(e, 'id', 'x')}[i :+ 64]", start_loc(e))
         return t
 
-    def expr_Binary(self, e: ast.Binary):
+    @EXPRESSIONS.on(ast.Binary)
+    def expr_binary(self, e: ast.Binary):
         lt, rt = self.value(e.lhs), self.value(e.rhs)
         op = e.op
         if op in ("&&", "||"):
@@ -644,7 +664,8 @@ class Checker:
             if value is not None:
                 self.check_fits(value, dtype, start_loc(e))
 
-    def expr_Index(self, e: ast.Index):
+    @EXPRESSIONS.on(ast.Index)
+    def expr_index(self, e: ast.Index):
         bt = self.expr(e.base)
         if isinstance(bt, TensorType):
             return self.index(e, bt)
@@ -700,7 +721,8 @@ class Checker:
                 shape.append(size)
         return TileType(bt.dtype, tuple(shape)) if shape else ScalarType(bt.dtype)
 
-    def expr_Call(self, e: ast.Call):
+    @EXPRESSIONS.on(ast.Call)
+    def expr_call(self, e: ast.Call):
         b = BUILTINS.get(e.func)
         if b is None:
             close = difflib.get_close_matches(e.func, list(BUILTINS), n=1)
@@ -712,7 +734,7 @@ class Checker:
         for kw in e.kwargs:
             if kw.name not in allowed:
                 raise SemanticError(f"{e.func}() has no argument named '{kw.name}'", kw.loc)
-        return getattr(self, "call_" + b.rule)(e)
+        return BUILTIN_RULES.lookup(b.rule)(self, e)
 
     # --- typing rules of builtins, one per `rule` in builtins.py
     def arity(self, e: ast.Call, *counts: int) -> None:
@@ -721,6 +743,7 @@ class Checker:
             raise SemanticError(f"{e.func}() takes {want} argument{'s' if counts != (1,) else ''}, "
                                 f"got {len(e.args)}: {BUILTINS[e.func].signature}", e.loc)
 
+    @BUILTIN_RULES.on("grid_index")
     def call_grid_index(self, e: ast.Call):
         self.arity(e, 1)
         axis = self.const_int(e.args[0], f"the axis of {e.func}()")
@@ -728,6 +751,7 @@ class Checker:
             raise SemanticError(f"the axis of {e.func}() must be 0, 1 or 2, got {axis}", start_loc(e.args[0]))
         return ScalarType(DType.I32)
 
+    @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
@@ -766,18 +790,21 @@ class Checker:
             return ScalarType(dtype)
         return TileType(dtype, tuple(1 if i == axis else n for i, n in enumerate(t.shape)))
 
+    @BUILTIN_RULES.on("reduce")
     def call_reduce(self, e: ast.Call):
         t, axis = self.reduce_axis(e)
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs numbers, not bool", start_loc(e.args[0]))
         return self.reduced(t, axis, t.dtype)
 
+    @BUILTIN_RULES.on("reduce_index")
     def call_reduce_index(self, e: ast.Call):
         t, axis = self.reduce_axis(e)
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs numbers, not bool", start_loc(e.args[0]))
         return self.reduced(t, axis, DType.I32)
 
+    @BUILTIN_RULES.on("unary_float")
     def call_unary_float(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
@@ -788,6 +815,7 @@ class Checker:
                                 start_loc(e.args[0]))
         return t
 
+    @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
@@ -795,11 +823,13 @@ class Checker:
             raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
         return t
 
+    @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
         return self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
 
+    @BUILTIN_RULES.on("binary_int")
     def call_binary_int(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
@@ -813,6 +843,7 @@ class Checker:
             self.out.consts[e] = fold_binary("/", x + y - 1, y, t.dtype)
         return t
 
+    @BUILTIN_RULES.on("where")
     def call_where(self, e: ast.Call):
         self.arity(e, 3)
         c, a, b = (self.value(x) for x in e.args)
@@ -822,6 +853,7 @@ class Checker:
         shape = self.broadcast(self.broadcast(shape_of(c), shape_of(a), e.loc), shape_of(b), e.loc)
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
 
+    @BUILTIN_RULES.on("arange")
     def call_arange(self, e: ast.Call):
         self.arity(e, 1, 2)
         bounds = [self.const_int(x, "a bound of arange()") for x in e.args]
@@ -847,6 +879,7 @@ class Checker:
         if n > MAX_TILE_ELEMENTS:
             raise SemanticError(f"a tile of {n} elements is too large (the limit is {MAX_TILE_ELEMENTS})", loc)
 
+    @BUILTIN_RULES.on("full")
     def call_full(self, e: ast.Call):
         self.arity(e, 2)
         shape = self.shape_arg(e.args[0])
@@ -855,6 +888,7 @@ class Checker:
             raise SemanticError("the value of full() must be a scalar", start_loc(e.args[1]))
         return TileType(self.concrete(e.args[1], t).dtype, shape)
 
+    @BUILTIN_RULES.on("reshape")
     def call_reshape(self, e: ast.Call):
         self.arity(e, 2)
         t = self.value(e.args[0])
@@ -866,6 +900,7 @@ class Checker:
             raise SemanticError(f"reshape() cannot turn {t.size} elements into {new.size}", start_loc(e.args[1]))
         return new
 
+    @BUILTIN_RULES.on("cast")
     def call_cast(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
@@ -878,6 +913,7 @@ class Checker:
             self.out.consts[e] = cast_value(value, dtype)
         return result
 
+    @BUILTIN_RULES.on("atomic")
     def call_atomic(self, e: ast.Call):
         self.arity(e, 2)
         target, x = e.args
@@ -896,9 +932,6 @@ class Checker:
         return ScalarType(DType.BOOL)  # no value; never used
 
 
-# The method that checks each kind of node: Checker.stmt_Let for ast.Let, and so on.
-_RULES = {getattr(ast, name.partition("_")[2]): method for name, method in vars(Checker).items()
-          if name.startswith(("stmt_", "expr_"))}
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}
 _FOLD_OPCODES = {
     "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),

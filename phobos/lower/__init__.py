@@ -1,8 +1,27 @@
 # Lowering: tile-level Function -> thread-level Function.
 #
-#   lowering.py  tiles onto the threads of a CTA: layouts, masks and the edge
-#                contract, dot through shared memory, reductions, pipelines
-#   layout.py    where each element of a tile lives (thread digits + registers)
-#   mathlib.py   math builtins expanded into PTX-level operations
+#   driver.py     lower(func, smem_limit, cp_async): the entry point
+#   core.py       the state of one lowering, the HANDLERS table (IR opcode ->
+#                 handler), thread coordinates, the shared-memory scratch
+#                 buffer and relayout, the loop builder, the walk over ops
+#   placement.py  threads per CTA, a layout per tile value, program order
+#   fusion.py     which stores are lowered together with their loads
+#   values.py     params, constants, program ids, arange, element-wise ops,
+#                 broadcast, reshape, extract
+#   control.py    for, if, yield
+#   memory.py     loads, stores, atomics: the edge contract, bounds and
+#                 alignment tests, vector accesses, fused stores
+#   dot.py        dot through shared memory: DotPlan, staging, FMA order
+#   pipeline.py   cp.async pipelining of a matrix product's K loop
+#   reduce.py     reductions: in thread, butterfly shuffles, across warps
+#   layout.py     where each element of a tile lives (thread digits + registers)
+#   mathlib.py    math builtins expanded into PTX-level operations
+#
+# The concern modules (values ... reduce) register their handlers in
+# core.HANDLERS and import core, placement, fusion and layout; of each other,
+# only pipeline.py imports memory.py and dot.py, and control.py imports
+# pipeline.py.  A new op: a function `handler(low, op)` decorated with
+# `@HANDLERS.on("opcode")` in the module of its concern (a new module is
+# imported by driver.py).
 #
 # What leaves holds scalars only, ready for instruction selection (phobos.ptx).

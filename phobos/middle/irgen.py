@@ -12,11 +12,18 @@
 # KernelParam) and `config`.
 from __future__ import annotations
 
+from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES
 from .ir import Block, Builder, Function, KernelParam, Value
 from ..frontend.sema import CheckedKernel, Symbol, cast_value
 from ..types import DType, ScalarType, TensorType, TileType, broadcast_shapes, shape_of
+
+# The IR of each kind of statement and expression (keyed by AST class) and of
+# each builtin (keyed by `Builtin.rule`; effect builtins are statements).
+STATEMENTS = Dispatch("statement")
+EXPRESSIONS = Dispatch("expression")
+BUILTIN_RULES = Dispatch("builtin rule")
 
 BINARY_OPCODES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "&&": "and", "||": "or"}
 COMPARE_PREDICATES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
@@ -84,9 +91,10 @@ class IRGen:
     def block(self, block: ast.Block) -> None:
         for s in block.stmts:
             self.at(s)
-            getattr(self, "stmt_" + type(s).__name__)(s)
+            STATEMENTS.lookup(type(s))(self, s)
 
-    def stmt_Let(self, s: ast.Let) -> None:
+    @STATEMENTS.on(ast.Let)
+    def stmt_let(self, s: ast.Let) -> None:
         sym = self.ck.symbols[s]
         v = self.expr(s.value, sym.type.dtype)
         v = self.coerce(v, shape_of(sym.type))
@@ -94,7 +102,8 @@ class IRGen:
             v.name = sym.name
         self.env[sym] = v
 
-    def stmt_Assign(self, s: ast.Assign) -> None:
+    @STATEMENTS.on(ast.Assign)
+    def stmt_assign(self, s: ast.Assign) -> None:
         target = s.target
         if isinstance(target, ast.Name):
             sym = self.ck.symbols[target]
@@ -119,7 +128,8 @@ class IRGen:
         value = self.coerce(value, slice_shape)
         self.b.op("store", [tensor, *indices, value], [], {"sizes": sizes})
 
-    def stmt_ExprStmt(self, s: ast.ExprStmt) -> None:
+    @STATEMENTS.on(ast.ExprStmt)
+    def stmt_expr_stmt(self, s: ast.ExprStmt) -> None:
         call = s.expr
         target, x = call.args
         tensor = self.env[self.ck.symbols[target.base]]
@@ -129,7 +139,8 @@ class IRGen:
         self.at(call)
         self.b.op("atomic_add", [tensor, *indices, value], [], {"sizes": sizes})
 
-    def stmt_For(self, s: ast.For) -> None:
+    @STATEMENTS.on(ast.For)
+    def stmt_for(self, s: ast.For) -> None:
         iv_sym = self.ck.symbols[s]
         dtype = iv_sym.type.dtype
         lo = self.expr(s.start, dtype)
@@ -154,7 +165,8 @@ class IRGen:
             r.name = c.name
             self.env[c] = r
 
-    def stmt_If(self, s: ast.If) -> None:
+    @STATEMENTS.on(ast.If)
+    def stmt_if(self, s: ast.If) -> None:
         cond = self.expr(s.cond)
         carried = self.ck.carried.get(s, [])
         self.at(s)
@@ -182,22 +194,25 @@ class IRGen:
             dtype = want if (want is not None and e in self.ck.weak) else t.dtype
             self.at(e)
             return self.b.const(cast_value(value, dtype), ScalarType(dtype))
-        if isinstance(e, ast.Name):
-            return self.env[self.ck.symbols[e]]
-        v = getattr(self, "expr_" + type(e).__name__)(e)
-        return v
+        return EXPRESSIONS.lookup(type(e))(self, e)
+
+    @EXPRESSIONS.on(ast.Name)
+    def expr_name(self, e: ast.Name) -> Value:
+        return self.env[self.ck.symbols[e]]
 
     def binary(self, opcode: str, a: Value, b: Value, dtype: DType) -> Value:
         shape = broadcast_shapes(shape_of(a.type), shape_of(b.type))
         a, b = self.coerce(a, shape), self.coerce(b, shape)
         return self.b.value(opcode, [a, b], self.typed(dtype, shape))
 
-    def expr_Unary(self, e: ast.Unary) -> Value:
+    @EXPRESSIONS.on(ast.Unary)
+    def expr_unary(self, e: ast.Unary) -> Value:
         x = self.expr(e.operand)
         self.at(e)
         return self.b.value("neg" if e.op == "-" else "not", [x], x.type)
 
-    def expr_Binary(self, e: ast.Binary) -> Value:
+    @EXPRESSIONS.on(ast.Binary)
+    def expr_binary(self, e: ast.Binary) -> Value:
         dtype = self.operand_dtype(e.lhs, e.rhs)
         a, b = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype)
         self.at(e)
@@ -218,7 +233,8 @@ class IRGen:
                 sizes.append(None)
         return indices, sizes
 
-    def expr_Index(self, e: ast.Index) -> Value:
+    @EXPRESSIONS.on(ast.Index)
+    def expr_index(self, e: ast.Index) -> Value:
         base_t = self.ck.types[e.base]
         if isinstance(base_t, TensorType):
             tensor = self.expr(e.base)
@@ -237,19 +253,22 @@ class IRGen:
         self.at(e)
         return self.b.value("extract", [tile], self.ck.types[e], starts=starts, sizes=sizes)
 
-    def expr_Call(self, e: ast.Call) -> Value:
-        rule = BUILTINS[e.func].rule
-        return getattr(self, "call_" + rule)(e)
+    @EXPRESSIONS.on(ast.Call)
+    def expr_call(self, e: ast.Call) -> Value:
+        return BUILTIN_RULES.lookup(BUILTINS[e.func].rule)(self, e)
 
+    @BUILTIN_RULES.on("grid_index")
     def call_grid_index(self, e: ast.Call) -> Value:
         self.at(e)
         return self.b.value(e.func, [], ScalarType(DType.I32), axis=self.ck.consts[e.args[0]])
 
+    @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call) -> Value:
         a, b = self.expr(e.args[0]), self.expr(e.args[1])
         self.at(e)
         return self.b.value("dot", [a, b], self.ck.types[e])
 
+    @BUILTIN_RULES.on("reduce", "reduce_index")
     def call_reduce(self, e: ast.Call) -> Value:
         x = self.expr(e.args[0])
         axis_e = e.args[1] if len(e.args) == 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
@@ -259,25 +278,27 @@ class IRGen:
         self.at(e)
         return self.b.value("reduce", [x], self.ck.types[e], kind=e.func, axis=axis)
 
-    call_reduce_index = call_reduce
-
+    @BUILTIN_RULES.on("unary_float")
     def call_unary_float(self, e: ast.Call) -> Value:
         t = self.ck.types[e]
         x = self.expr(e.args[0], t.dtype)
         self.at(e)
         return self.b.value(e.func, [x], t)
 
+    @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Value:
         x = self.expr(e.args[0])
         self.at(e)
         return self.b.value(e.func, [x], x.type)
 
+    @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call) -> Value:
         dtype = self.operand_dtype(e.args[0], e.args[1])
         a, b = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype)
         self.at(e)
         return self.binary({"maximum": "max", "minimum": "min"}[e.func], a, b, dtype)
 
+    @BUILTIN_RULES.on("binary_int")
     def call_binary_int(self, e: ast.Call) -> Value:  # cdiv(a, b) = (a + b - 1) / b
         dtype = self.ck.types[e].dtype
         a, b = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype)
@@ -286,6 +307,7 @@ class IRGen:
         num = self.binary("sub", self.binary("add", a, b, dtype), one, dtype)
         return self.binary("div", num, b, dtype)
 
+    @BUILTIN_RULES.on("where")
     def call_where(self, e: ast.Call) -> Value:
         t = self.ck.types[e]
         c = self.expr(e.args[0])
@@ -294,22 +316,26 @@ class IRGen:
         self.at(e)
         return self.b.value("select", [self.coerce(c, shape), self.coerce(a, shape), self.coerce(b, shape)], t)
 
+    @BUILTIN_RULES.on("arange")
     def call_arange(self, e: ast.Call) -> Value:
         start = self.ck.consts[e.args[0]] if len(e.args) == 2 else 0
         self.at(e)
         return self.b.value("arange", [], self.ck.types[e], start=start)
 
+    @BUILTIN_RULES.on("full")
     def call_full(self, e: ast.Call) -> Value:
         t = self.ck.types[e]
         v = self.expr(e.args[1], t.dtype)
         self.at(e)
         return self.coerce(v, t.shape)
 
+    @BUILTIN_RULES.on("reshape")
     def call_reshape(self, e: ast.Call) -> Value:
         x = self.expr(e.args[0])
         self.at(e)
         return self.b.value("reshape", [x], self.ck.types[e])
 
+    @BUILTIN_RULES.on("cast")
     def call_cast(self, e: ast.Call) -> Value:
         x = self.expr(e.args[0])
         self.at(e)

@@ -50,10 +50,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES
 from ..compiler import parse_source, pick_kernel
-from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError, SemanticError
+from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
 from ..frontend.sema import CheckedKernel, Symbol, cast_value, check_kernel
 from ..types import DType, ScalarType, TensorType, TileType, shape_of
 
@@ -247,6 +248,13 @@ def _locator(slot: int, starts: list[Fn], sizes: tuple[int | None, ...]):
 
 
 # ------------------------------------------------------------ compiler
+# The closure of each kind of statement and expression (keyed by AST class)
+# and of each builtin (keyed by `Builtin.rule`; effect builtins are statements).
+STATEMENTS = Dispatch("statement")
+EXPRESSIONS = Dispatch("expression")
+BUILTIN_RULES = Dispatch("builtin rule")
+
+
 class _Compiler:
     """Turns the statements and expressions of one checked kernel into closures over a frame."""
 
@@ -264,7 +272,7 @@ class _Compiler:
 
     # ------------------------------------------------------------ statements
     def block(self, block: ast.Block) -> Fn:
-        steps = [(self.STMT[type(s)](self, s), s.loc) for s in block.stmts]
+        steps = [(STATEMENTS.lookup(type(s))(self, s), s.loc) for s in block.stmts]
 
         def run(f):
             for step, loc in steps:
@@ -280,6 +288,7 @@ class _Compiler:
                                          loc) from err
         return run
 
+    @STATEMENTS.on(ast.Let)
     def stmt_let(self, s: ast.Let) -> Fn:
         sym = self.ck.symbols[s]
         slot = self.slot(sym)
@@ -290,6 +299,7 @@ class _Compiler:
             f[slot] = value(f)
         return run
 
+    @STATEMENTS.on(ast.Assign)
     def stmt_assign(self, s: ast.Assign) -> Fn:
         if isinstance(s.target, ast.Name):
             sym = self.ck.symbols[s.target]
@@ -320,7 +330,8 @@ class _Compiler:
         fn, value = _binary_function(s.op[0], dtype, s.loc), self.expr(s.value, dtype)
         return lambda f: fn(old(f), value(f))
 
-    def stmt_exprstmt(self, s: ast.ExprStmt) -> Fn:  # atomic_add(T[...], x), the only effect builtin
+    @STATEMENTS.on(ast.ExprStmt)
+    def stmt_expr_stmt(self, s: ast.ExprStmt) -> Fn:  # atomic_add(T[...], x), the only effect builtin
         target, x = s.expr.args
         slot, starts, sizes = self.access(target)
         dtype = self.ck.types[target.base].dtype.compute
@@ -328,6 +339,7 @@ class _Compiler:
         value = _broadcast(self.expr(x, dtype), shape_of(self.ck.types[x]), shape)
         return self.write(slot, starts, sizes, value, accumulate=True)
 
+    @STATEMENTS.on(ast.For)
     def stmt_for(self, s: ast.For) -> Fn:
         sym = self.ck.symbols[s]
         slot, make = self.slot(sym), NP[sym.type.dtype]
@@ -341,6 +353,7 @@ class _Compiler:
                 body(f)
         return run
 
+    @STATEMENTS.on(ast.If)
     def stmt_if(self, s: ast.If) -> Fn:
         cond, then = self.expr(s.cond), self.block(s.then)
         orelse = self.block(s.orelse) if s.orelse is not None else (lambda f: None)
@@ -351,9 +364,6 @@ class _Compiler:
             else:
                 orelse(f)
         return run
-
-    STMT = {ast.Let: stmt_let, ast.Assign: stmt_assign, ast.ExprStmt: stmt_exprstmt,
-            ast.For: stmt_for, ast.If: stmt_if}
 
     # ------------------------------------------------------------ tensors
     def access(self, e: ast.Index) -> tuple[int, list[Fn], tuple[int | None, ...]]:
@@ -409,15 +419,18 @@ class _Compiler:
         if value is not None and isinstance(t, ScalarType):
             c = _const(value, want if want is not None and e in self.ck.weak else t.dtype)
             return lambda f: c
-        return self.EXPR[type(e)](self, e)
+        return EXPRESSIONS.lookup(type(e))(self, e)
 
+    @EXPRESSIONS.on(ast.Name)
     def expr_name(self, e: ast.Name) -> Fn:
         return operator.itemgetter(self.slot(self.ck.symbols[e]))
 
+    @EXPRESSIONS.on(ast.Unary)
     def expr_unary(self, e: ast.Unary) -> Fn:
         x, fn = self.expr(e.operand), operator.neg if e.op == "-" else operator.invert
         return lambda f: fn(x(f))
 
+    @EXPRESSIONS.on(ast.Binary)
     def expr_binary(self, e: ast.Binary) -> Fn:
         dtype = self.operand_dtype(e.lhs, e.rhs)
         if e.op == "+":
@@ -427,6 +440,7 @@ class _Compiler:
         a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, dtype, e.loc)
         return lambda f: fn(a(f), b(f))
 
+    @EXPRESSIONS.on(ast.Index)
     def expr_index(self, e: ast.Index) -> Fn:
         if isinstance(self.ck.types[e.base], TensorType):
             return self.load(*self.access(e), self.ck.types[e].dtype)
@@ -435,21 +449,21 @@ class _Compiler:
         x = self.expr(e.base)
         return lambda f: x(f)[index]
 
+    @EXPRESSIONS.on(ast.Call)
     def expr_call(self, e: ast.Call) -> Fn:
-        return self.CALL[BUILTINS[e.func].rule](self, e)
-
-    EXPR = {ast.Name: expr_name, ast.Unary: expr_unary, ast.Binary: expr_binary, ast.Index: expr_index,
-            ast.Call: expr_call}
+        return BUILTIN_RULES.lookup(BUILTINS[e.func].rule)(self, e)
 
     # ------------------------------------------------------------ builtins, one per typing rule
     def axis_of(self, e: ast.Call) -> int | None:
         axis_e = e.args[1] if len(e.args) == 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
         return None if axis_e is None else self.ck.consts[axis_e] % len(self.ck.types[e.args[0]].shape)
 
+    @BUILTIN_RULES.on("grid_index")
     def call_grid_index(self, e: ast.Call) -> Fn:
         first = 0 if e.func == "program_id" else 3
         return operator.itemgetter(first + self.ck.consts[e.args[0]])
 
+    @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call) -> Fn:
         a, b = self.expr(e.args[0]), self.expr(e.args[1])
         if self.ck.types[e].dtype is DType.F64:
@@ -468,12 +482,12 @@ class _Compiler:
         f64 = np.float64
         return lambda f: (x(f).astype(f64) + a(f).astype(f64) @ b(f).astype(f64)).astype(np.float32)
 
+    @BUILTIN_RULES.on("reduce", "reduce_index")
     def call_reduce(self, e: ast.Call) -> Fn:
         x, fn = self.expr(e.args[0]), _reducer(e.func, self.axis_of(e))
         return lambda f: fn(x(f))
 
-    call_reduce_index = call_reduce
-
+    @BUILTIN_RULES.on("unary_float")
     def call_unary_float(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         x, fn = self.expr(e.args[0], dtype), UNARY_FLOAT[e.func]
@@ -481,15 +495,18 @@ class _Compiler:
             fn = _via_f64(fn)
         return lambda f: fn(x(f))
 
+    @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Fn:  # abs
         x = self.expr(e.args[0])
         return lambda f: abs(x(f))
 
+    @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call) -> Fn:
         dtype = self.operand_dtype(e.args[0], e.args[1])
         a, b, fn = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), BINARY_NUMERIC[e.func]
         return lambda f: fn(a(f), b(f))
 
+    @BUILTIN_RULES.on("binary_int")
     def call_binary_int(self, e: ast.Call) -> Fn:  # cdiv(a, b) = (a + b - 1) / b
         dtype = self.ck.types[e].dtype
         a, b, one = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), NP[dtype](1)
@@ -500,38 +517,34 @@ class _Compiler:
             return div(a(f) + y - one, y)
         return run
 
+    @BUILTIN_RULES.on("where")
     def call_where(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         c, a, b = self.expr(e.args[0]), self.expr(e.args[1], dtype), self.expr(e.args[2], dtype)
         return lambda f: np.where(c(f), a(f), b(f))[()]
 
+    @BUILTIN_RULES.on("arange")
     def call_arange(self, e: ast.Call) -> Fn:
         start = self.ck.consts[e.args[0]] if len(e.args) == 2 else 0
         tile = np.arange(start, start + self.ck.types[e].shape[0], dtype=np.int32)
         tile.flags.writeable = False
         return lambda f: tile
 
+    @BUILTIN_RULES.on("full")
     def call_full(self, e: ast.Call) -> Fn:
         t = self.ck.types[e]
         return _broadcast(self.expr(e.args[1], t.dtype), None, t.shape)
 
+    @BUILTIN_RULES.on("reshape")
     def call_reshape(self, e: ast.Call) -> Fn:
         x, shape = self.expr(e.args[0]), self.ck.types[e].shape
         return lambda f: x(f).reshape(shape)
 
+    @BUILTIN_RULES.on("cast")
     def call_cast(self, e: ast.Call) -> Fn:
         x = self.expr(e.args[0])
         fn = _converter(self.ck.types[e.args[0]].dtype, CAST_DTYPES[e.func])
         return lambda f: fn(x(f))
-
-    def call_atomic(self, e: ast.Call) -> Fn:
-        raise SemanticError("atomic_add() has no value; call it as a statement", e.loc)
-
-    CALL = {"grid_index": call_grid_index, "dot": call_dot, "reduce": call_reduce,
-            "reduce_index": call_reduce_index, "unary_float": call_unary_float,
-            "unary_numeric": call_unary_numeric, "binary_numeric": call_binary_numeric,
-            "binary_int": call_binary_int, "where": call_where, "arange": call_arange, "full": call_full,
-            "reshape": call_reshape, "cast": call_cast, "atomic": call_atomic}
 
 
 # ------------------------------------------------------------ running

@@ -1,0 +1,49 @@
+# Control flow: `for`, `if` and `yield` of tile-level IR.
+#
+# Structured control flow stays structured: a tile-level loop or branch
+# becomes a thread-level one whose carried values and results are the
+# registers of the tile-level ones, flattened in order (Lowering.flat and
+# unflat in core.py; placement.py gave init, block argument, result and next
+# value one layout, so no conversion is needed at the edges).  Conditions and
+# bounds are scalars, uniform for the CTA.
+#
+# A `for` that is the K loop of a matrix product is software-pipelined with
+# cp.async when the target has it (pipeline.py); any other uses the plain
+# loop builder (Lowering.build_for).
+from __future__ import annotations
+
+from ..middle.ir import Block, Op
+from .core import HANDLERS, Lowering
+from .pipeline import lower_pipelined, pipeline_plan
+
+
+@HANDLERS.on("for")
+def for_loop(low: Lowering, op: Op) -> None:
+    plan = pipeline_plan(low, op)
+    if plan is not None:
+        lower_pipelined(low, op, *plan)
+        return
+
+    def body(ops: list[Op], extra: list) -> list:
+        low.lower_ops(ops)
+        return []  # the plain loop carries nothing beyond the tile-level values
+
+    low.build_for(op, [], body)
+
+
+@HANDLERS.on("if")
+def if_else(low: Lowering, op: Op) -> None:
+    cond = low.vals[op.operands[0]]
+    types = [t for v in op.results for t in low.lowered_types(v)]
+    regions = [Block(), Block()]
+    new = low.b.op("if", [cond], types, {}, regions)
+    for src, dst in zip(op.regions, regions):
+        low.lower_block(src, dst)
+    pos = 0
+    for v in op.results:
+        pos = low.unflat(v, new.results, pos)
+
+
+@HANDLERS.on("yield")
+def yield_(low: Lowering, op: Op) -> None:
+    low.b.op("yield", [r for v in op.operands for r in low.flat(v)], [])

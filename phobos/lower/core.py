@@ -1,0 +1,392 @@
+# The core of lowering: the state of one lowering, the table of op handlers,
+# and the helpers every concern uses.
+#
+# Lowering turns tile-level IR into thread-level IR.  Every tile value has a
+# layout (chosen beforehand by placement.py) and becomes one scalar SSA value
+# per register slot of a thread (`TileRegs`); a tensor parameter becomes its
+# base address and dims (`TensorRef`); a scalar stays one value.  `vals` maps
+# each tile-level value to what it became.
+#
+# Each tile-level op is lowered by the handler registered for its opcode in
+# HANDLERS, a `phobos.dispatch.Dispatch` table.  A handler is a function
+# `handler(low: Lowering, op: Op) -> None` that writes thread-level ops at
+# `low.b` and records the op's results in `low.vals`.  The concern modules
+# (values, control, memory, dot, pipeline, reduce) register their handlers on
+# import; driver.py imports them all.  They import this module, never the
+# other way round.
+#
+# What lives here is what more than one concern needs:
+#
+# * building: `op` writes a pure scalar op, shared with an identical one in
+#   scope and folded when its operands are constants (lowering writes the same
+#   index arithmetic for many elements, and sharing it as it is built keeps
+#   the IR - and the passes' work - small); `const` puts constants at the
+#   kernel's entry; `builder_for` opens a nested region; `build_for` writes a
+#   loop carrying a tile-level loop's values as registers.
+# * thread coordinates: `digit`, `thread_coord` and `coord` compute a layout's
+#   coordinates (layout.py's terms) once per kernel at its entry; `slot_valid`
+#   and `owner` are the predicates for padding slots and replicated threads.
+# * shared memory: one scratch buffer, reused by every op that needs one
+#   (`smem` records the largest use and checks it against the target); each
+#   such op starts with a barrier (no thread still reads the previous
+#   contents) and puts a barrier between its writes and its reads.
+#   `relayout` moves a tile to another layout through it; `in_layout` does so
+#   only when the layouts differ.
+# * the walk: `lower_block` and `lower_ops` lower a list of ops through the
+#   table, leaving out the loads and element-wise ops that a fused store
+#   (fusion.py) computes itself.
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..dispatch import Dispatch
+from ..errors import ResourceError, UnsupportedError
+from ..middle.ir import Block, Builder, Function, Op, Value, uses
+from ..middle.passes.cse import freeze
+from ..middle.passes.fold import evaluate, identity
+from ..types import DType, ScalarType, TileType
+from .fusion import FusedStore, fusion_plan
+from .layout import Layout, Term
+from .placement import assign_layouts, choose_threads, program_grouping
+
+SMEM_ALIGN = 16
+I32 = ScalarType(DType.I32)
+I64 = ScalarType(DType.I64)
+U32 = ScalarType(DType.U32)
+BOOL = ScalarType(DType.BOOL)
+
+HANDLERS = Dispatch("IR opcode")  # opcode -> handler(low: Lowering, op: Op) -> None
+
+
+@dataclass
+class TileRegs:
+    """A lowered tile: its layout and one value per register slot."""
+
+    layout: Layout
+    regs: list[Value]
+
+
+@dataclass
+class TensorRef:
+    """A lowered tensor: base address (global, i64), dims (i32 values), element type."""
+
+    ptr: Value
+    dims: list[Value]
+    dtype: DType
+    read_only: bool
+
+
+class Lowering:
+    """The state of lowering one tile-level function, and the helpers on it."""
+
+    def __init__(self, func: Function, smem_limit: int, cp_async: bool):
+        self.src = func
+        self.smem_limit = smem_limit
+        self.cp_async = cp_async
+        self.use_count = uses(func)
+        self.threads = choose_threads(func)
+        self.layouts = assign_layouts(func, self.threads)
+        attrs = dict(func.attrs, threads=self.threads)
+        self.out = Function(func.name, Block(), attrs)
+        self.entry = Builder(self.out, self.out.body)
+        self.entry.index = 0
+        self.b = Builder(self.out, self.out.body)
+        self.vals: dict[Value, object] = {}
+        self.smem_bytes = 0
+        self.cache: dict[tuple, Value] = {}
+        self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
+        self.memo: dict[Block, dict] = {}
+        self.parents: dict[Block, Block] = {}
+        self.const_values: dict[tuple, Value] = {}  # (dtype, value) -> the const op's value, at entry
+        self.constants: dict[int, object] = {}  # value id -> constant, for folding as ops are built
+        self.group_m = program_grouping(func)
+        self.fused_stores: dict[Op, FusedStore] = {}  # filled by lower_ops from fusion.fusion_plan
+
+    # ---------------------------------------------------------- building
+    def op(self, opcode: str, operands: list[Value], type_, **attrs) -> Value:
+        """A pure scalar op, shared with an identical one in scope and folded when constant."""
+        key = (opcode, type_.dtype, freeze(attrs) if attrs else None, *[v.id for v in operands])
+        scope = self.b.block
+        memo = self.memo
+        while scope is not None:
+            table = memo.get(scope)
+            if table is not None:
+                hit = table.get(key)
+                if hit is not None:
+                    return hit
+            scope = self.parents.get(scope)
+        value = None
+        constants = self.constants
+        known = [constants.get(v.id) for v in operands]
+        if operands and None not in known:
+            folded = evaluate(opcode, attrs, known, [v.dtype for v in operands], type_.dtype)
+            if folded is not None:
+                value = self.const(folded, type_.dtype)
+        elif any(k is not None for k in known):
+            same = identity(opcode, operands, known, type_.dtype)
+            if same is not None and same.type == type_:
+                value = same
+        if value is None:
+            value = self.b.value(opcode, operands, type_, **attrs)
+        memo.setdefault(self.b.block, {})[key] = value
+        return value
+
+    def const(self, value, dtype: DType = DType.I32) -> Value:
+        key = (dtype, value if not isinstance(value, float) else value.hex(), type(value))
+        hit = self.const_values.get(key)
+        if hit is None:
+            hit = self.const_values[key] = self.entry.value("const", [], ScalarType(dtype), value=value)
+            self.constants[hit.id] = value
+        return hit
+
+    def builder_for(self, region: Block, parent: Block, loc=None) -> Builder:
+        """A builder for a region nested in `parent` (its values see the enclosing ones)."""
+        self.parents[region] = parent
+        return Builder(self.out, region, loc)
+
+    def entry_value(self, key: tuple, make) -> Value:
+        """A value that depends only on the thread, computed once at the kernel's start."""
+        v = self.cache.get(key)
+        if v is None:
+            saved_loc = self.entry.loc
+            self.entry.loc = self.b.loc
+            v = self.cache[key] = make(self.entry)
+            self.entry.loc = saved_loc
+        return v
+
+    def all_of(self, preds: list[Value | None]) -> Value | None:
+        preds = [p for p in preds if p is not None]
+        if not preds:
+            return None
+        acc = preds[0]
+        for p in preds[1:]:
+            acc = self.op("and", [acc, p], BOOL)
+        return acc
+
+    def dot_product(self, coords: list[Value], strides: list[int]) -> Value:
+        """sum of coords[d] * strides[d] (i32)."""
+        acc = None
+        for c, s in zip(coords, strides):
+            term = c if s == 1 else self.op("mul", [c, self.const(s)], I32)
+            acc = term if acc is None else self.op("add", [acc, term], I32)
+        return acc if acc is not None else self.const(0)
+
+    # ---------------------------------------------------------- thread coordinates
+    def tid(self) -> Value:
+        return self.entry_value(("tid",), lambda b: b.value("tid", [], I32))
+
+    def digit(self, div: int, mod: int) -> Value:
+        """(tid // div) % mod, once per kernel."""
+        def make(b: Builder) -> Value:  # div and mod are powers of two, tid is never negative
+            t = self.tid()
+            q = t if div == 1 else b.value("shr", [t, b.const(div.bit_length() - 1, I32)], I32)
+            return q if div * mod >= self.threads else b.value("and", [q, b.const(mod - 1, I32)], I32)
+        return self.entry_value(("digit", div, mod), make)
+
+    def thread_coord(self, terms: tuple[Term, ...]) -> Value:
+        """The thread part of a coordinate: sum of digit * scale over the terms (i32)."""
+        def make(b: Builder) -> Value:
+            acc = b.const(0, I32)
+            for t in terms:
+                d = self.digit(t.div, t.mod)
+                part = d if t.scale == 1 else b.value("mul", [d, b.const(t.scale, I32)], I32)
+                acc = part if acc.owner.opcode == "const" else b.value("add", [acc, part], I32)
+            return acc
+        return self.entry_value(("coord", terms), make)
+
+    def coord(self, layout: Layout, r: int, d: int) -> Value:
+        """Coordinate d of the element in register slot r of `layout` (i32)."""
+        base = self.thread_coord(layout.terms[d])
+        off = layout.offsets[r][d]
+        return base if off == 0 else self.op("add", [base, self.const(off)], I32)
+
+    def linear(self, layout: Layout, r: int, strides, starts) -> Value:
+        """The index of register slot r's element, coordinates offset by `starts`, along `strides`."""
+        coords = [self.coord(layout, r, d) for d in range(layout.rank)]
+        if any(starts):
+            coords = [c if s == 0 else self.op("add", [c, self.const(s)], I32) for c, s in zip(coords, starts)]
+        return self.dot_product(coords, strides)
+
+    def slot_valid(self, layout: Layout, r: int, dims=None) -> Value | None:
+        """Predicate: register r holds a real element (not padding) along `dims`; None if always."""
+        preds = []
+        for d in (range(layout.rank) if dims is None else dims):
+            if not layout.always_valid(r, d):
+                def make(b: Builder, d=d) -> Value:
+                    c = b.value("add", [self.thread_coord(layout.terms[d]), b.const(layout.offsets[r][d], I32)], I32)
+                    return b.value("cmp", [c, b.const(layout.shape[d], I32)], BOOL, pred="lt")
+                preds.append(self.entry_value(("valid", layout.terms[d], layout.offsets[r][d], layout.shape[d]),
+                                              make))
+        return self.all_of(preds)
+
+    def owner(self, layout: Layout, extra: tuple[tuple[int, int], ...] = ()) -> Value | None:
+        """Predicate: this thread is the first of its replicas (None if the layout has none)."""
+        preds = []
+        for div, mod in layout.replicas + extra:
+            preds.append(self.entry_value(("first", div, mod), lambda b, div=div, mod=mod: b.value(
+                "cmp", [self.digit(div, mod), b.const(0, I32)], BOOL, pred="eq")))
+        return self.all_of(preds)
+
+    # ---------------------------------------------------------- shared memory
+    def smem(self, nbytes: int) -> Value:
+        """The scratch buffer's address; records how much of it this op uses."""
+        self.smem_bytes = max(self.smem_bytes, align(nbytes, SMEM_ALIGN))
+        if self.smem_bytes > self.smem_limit:
+            raise ResourceError(f"this needs {self.smem_bytes} bytes of shared memory; the target allows "
+                                f"{self.smem_limit} per CTA (use smaller tiles)", self.b.loc)
+        return self.entry_value(("smem",), lambda b: b.value("smem_addr", [], U32, offset=0))
+
+    def barrier(self) -> None:
+        self.b.op("barrier", [], [])
+
+    def smem_address(self, base: Value, index: Value, eb: int) -> Value:
+        off = self.op("mul", [self.op("cast", [index], U32), self.const(eb, DType.U32)], U32)
+        return self.op("add", [base, off], U32)
+
+    def st_shared(self, base: Value, index: Value, eb: int, values: list[Value], dtype: DType,
+                  pred: Value | None, offset: int = 0) -> None:
+        addr = self.smem_address(base, index, eb)
+        self.b.op("st_shared", [addr, *values] + ([pred] if pred is not None else []), [],
+                  {"dtype": dtype, "vec": len(values), "offset": offset, "masked": pred is not None})
+
+    def ld_shared(self, base: Value, index: Value, eb: int, dtype: DType, pred: Value | None,
+                  offset: int = 0) -> Value:
+        addr = self.smem_address(base, index, eb)
+        return self.b.op("ld_shared", [addr] + ([pred] if pred is not None else []), [ScalarType(dtype)],
+                         {"dtype": dtype, "vec": 1, "offset": offset, "masked": pred is not None}).result
+
+    def relayout(self, t: TileRegs, dst: Layout, dtype: DType,
+                 source_index: Callable[[list[Value]], Value] | None = None) -> list[Value]:
+        """Move a tile to another layout through shared memory.
+
+        `source_index(coords)` gives, for an element of the destination, the
+        row-major index of the source element it copies (default: the same
+        coordinates; reshape and extract pass their own).
+        """
+        src = t.layout
+        eb = smem_bytes(dtype)
+        size = 1
+        for n in src.shape:
+            size *= n
+        base = self.smem(size * eb)
+        strides = row_major_strides(src.shape)
+        self.barrier()
+        owner = self.owner(src)
+        for r in range(src.nregs):
+            index = self.linear(src, r, strides, [0] * src.rank)
+            pred = self.all_of([self.slot_valid(src, r), owner])
+            self.st_shared(base, index, eb, [t.regs[r]], dtype, pred)
+        self.barrier()
+        regs = []
+        for r in range(dst.nregs):
+            coords = [self.coord(dst, r, d) for d in range(dst.rank)]
+            index = source_index(coords) if source_index else self.dot_product(coords, strides)
+            regs.append(self.ld_shared(base, index, eb, dtype, self.slot_valid(dst, r)))
+        return regs
+
+    # ---------------------------------------------------------- values
+    def tile(self, v: Value) -> TileRegs:
+        return self.vals[v]
+
+    def in_layout(self, v: Value, layout: Layout) -> TileRegs:
+        """The registers of tile `v` in `layout`, moving data through shared memory if needed."""
+        t = self.vals[v]
+        if t.layout == layout:
+            return t
+        return TileRegs(layout, self.relayout(t, layout, v.dtype))
+
+    def flat(self, v: Value) -> list[Value]:
+        """The registers of v (a tile's slots, or the one value of a scalar)."""
+        x = self.vals[v]
+        return x.regs if isinstance(x, TileRegs) else [x]
+
+    def unflat(self, v: Value, regs: list[Value], pos: int) -> int:
+        """Record regs[pos:...] as what v became; returns the position after its registers."""
+        if isinstance(v.type, TileType):
+            layout = self.layouts[v]
+            self.vals[v] = TileRegs(layout, regs[pos:pos + layout.nregs])
+            return pos + layout.nregs
+        self.vals[v] = regs[pos]
+        return pos + 1
+
+    def lowered_types(self, v: Value) -> list[ScalarType]:
+        if isinstance(v.type, TileType):
+            return [ScalarType(v.dtype)] * self.layouts[v].nregs
+        return [v.type]
+
+    # ---------------------------------------------------------- the walk
+    def lower_block(self, block: Block, out: Block) -> None:
+        saved = self.b
+        self.b = self.builder_for(out, saved.block) if out is not self.out.body else Builder(self.out, out)
+        self.lower_ops(block.ops)
+        self.b = saved
+
+    def lower_ops(self, ops: list[Op]) -> None:
+        fused = fusion_plan(ops, self.layouts, self.use_count)
+        self.fused_stores.update(fused)
+        deferred = {o for plan in fused.values() for o in plan.ops + plan.loads}
+        for op in ops:
+            if op in deferred:
+                continue  # computed with the store it feeds, a vector at a time
+            self.b.loc = op.loc
+            handler = HANDLERS.get(op.opcode)
+            if handler is None:
+                raise UnsupportedError(f"the back end cannot lower '{op.opcode}' yet", op.loc)
+            handler(self, op)
+
+    def build_for(self, op: Op, extra_inits: list[Value],
+                  lower_body: Callable[[list[Op], list[Value]], list[Value]]) -> None:
+        """The thread-level loop of tile-level `op`.
+
+        It carries `extra_inits` first, then op's carried values, flattened to
+        registers; `lower_body(ops, extra_args)` lowers the body's ops (all but
+        the yield) and returns the next values of the extra ones.
+        """
+        lo, hi = self.vals[op.operands[0]], self.vals[op.operands[1]]
+        inits = extra_inits + [r for v in op.operands[2:] for r in self.flat(v)]
+        src_body = op.regions[0]
+        body = Block()
+        types = [v.type for v in extra_inits] + [t for v in op.results for t in self.lowered_types(v)]
+        new = self.b.op("for", [lo, hi, *inits], types, dict(op.attrs), [body])
+        outer = self.b
+        self.b = self.builder_for(body, outer.block, outer.loc)
+        self.vals[src_body.args[0]] = self.b.block_arg(body, src_body.args[0].type, src_body.args[0].name)
+        extra_args = [self.b.block_arg(body, v.type) for v in extra_inits]
+        for v in src_body.args[1:]:
+            for t in self.lowered_types(v):
+                self.b.block_arg(body, t, v.name)
+        pos = 1 + len(extra_inits)
+        for v in src_body.args[1:]:
+            pos = self.unflat(v, body.args, pos)
+        extra_next = lower_body(src_body.ops[:-1], extra_args)
+        self.b.loc = src_body.ops[-1].loc
+        self.b.op("yield", extra_next + [r for v in src_body.ops[-1].operands for r in self.flat(v)], [])
+        self.b = outer
+        pos = len(extra_inits)
+        for v in op.results:
+            pos = self.unflat(v, new.results, pos)
+
+
+# ------------------------------------------------------------------ plain helpers
+def access_groups(layout: Layout | None, width: int) -> list[list[int]]:
+    """The register slots in runs of `width`, one run per vector access (one slot for a scalar)."""
+    nregs = layout.nregs if layout is not None else 1
+    return [list(range(i, i + width)) for i in range(0, nregs, width)]
+
+
+def row_major_strides(shape) -> list[int]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return strides[::-1]
+
+
+def align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def smem_bytes(dtype: DType) -> int:
+    """Bytes per element of `dtype` in shared memory (a bool takes a word)."""
+    return 4 if dtype is DType.BOOL else dtype.nbytes

@@ -1,0 +1,27 @@
+# The lowering driver: tile-level Function -> thread-level Function.
+#
+# `lower` makes the state (core.Lowering: threads per CTA, a layout per tile
+# value, the program order - placement.py), lowers the body op by op through
+# the handler table, and records the shared memory the kernel needs.  The
+# imports below fill that table: each concern module registers its handlers
+# when imported.
+from __future__ import annotations
+
+from ..middle.ir import Function
+from . import control, dot, memory, pipeline, reduce, values  # each registers its handlers
+from .core import Lowering
+
+
+def lower(func: Function, smem_limit: int, cp_async: bool = False) -> Function:
+    """Thread-level IR for a tile-level function.
+
+    Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
+    After: a Function of scalar ops only, with attrs `threads` (per CTA) and
+    `shared_bytes` (the scratch buffer), ready for math expansion and
+    instruction selection.  `smem_limit` is the target's shared memory per
+    CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops.
+    """
+    low = Lowering(func, smem_limit, cp_async)
+    low.lower_block(func.body, low.out.body)
+    low.out.attrs["shared_bytes"] = low.smem_bytes
+    return low.out

@@ -1,0 +1,71 @@
+# Store fusion: which stores of a block are lowered together with the loads
+# and element-wise ops that compute their tile.
+#
+# Such a store is lowered as load, compute, store one vector of registers at a
+# time (memory.py's store handler), so only a few of the loaded values are
+# live at once - the epilogue `C = alpha * acc + beta * C` of a matrix product
+# would otherwise hold all of C beside all of acc.  The loads move down to the
+# store, which is only allowed when no store or atomic lies between.
+#
+# Only the plan is made here, from the tile-level ops, the layouts and the use
+# counts; core.lower_ops consults it to skip the ops that a fused store will
+# compute, and memory.py writes the code.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..middle.ir import Op, Value, walk
+from ..types import TileType
+from .layout import Layout
+from .placement import ELEMENTWISE
+
+
+@dataclass
+class FusedStore:
+    """A store lowered together with the element-wise ops and loads that compute its tile."""
+
+    layout: Layout
+    ops: list[Op]  # element-wise ops, consts and scalar broadcasts, in program order
+    loads: list[Op]
+
+
+def fusion_plan(ops: list[Op], layouts: dict[Value, Layout], use_count: dict[Value, int]) -> dict[Op, FusedStore]:
+    """Stores of `ops` whose tile is an element-wise function of loads that nothing else uses."""
+    index = {op: i for i, op in enumerate(ops)}
+    producers = {r: op for op in ops for r in op.results}
+    plans = {}
+    for store in ops:
+        if store.opcode != "store" or not isinstance(store.operands[-1].type, TileType):
+            continue
+        value = store.operands[-1]
+        plan = FusedStore(layouts[value], [], [])
+        _collect(value, producers, plan, layouts, use_count, top=True)
+        if not plan.loads:
+            continue
+        first = min(index[ld] for ld in plan.loads)
+        if any(_writes_memory(o) for o in ops[first:index[store]]):
+            continue
+        plan.ops.sort(key=index.get)
+        plans[store] = plan
+    return plans
+
+
+def _collect(v: Value, producers: dict, plan: FusedStore, layouts: dict[Value, Layout],
+             use_count: dict[Value, int], top: bool = False) -> None:
+    """Add the loads and element-wise ops that compute v to the plan; anything else is a leaf."""
+    op = producers.get(v)
+    if op is None or (not top and use_count[v] != 1) or not isinstance(v.type, TileType) \
+            or layouts[v] != plan.layout:
+        return  # a leaf: computed before, in registers (moved to the store's layout if need be)
+    if op.opcode == "load":
+        plan.loads.append(op)
+    elif op.opcode in ELEMENTWISE or op.opcode == "const" or (
+            op.opcode == "broadcast" and not isinstance(op.operands[0].type, TileType)):
+        plan.ops.append(op)
+        for x in op.operands:
+            _collect(x, producers, plan, layouts, use_count)
+
+
+def _writes_memory(op: Op) -> bool:
+    inner = [op] + [o for region in op.regions for o in walk(region)]
+    return any(o.opcode in ("store", "atomic_add") for o in inner)

@@ -1,0 +1,180 @@
+# Placement: the choices lowering makes from the whole tile-level function
+# before it writes any code - how many threads a CTA has, which layout each
+# tile value takes, and in which order the CTAs walk the program ids.
+#
+# Layouts are assigned by grouping, then anchoring, then propagating:
+#
+# * values joined by element-wise ops, loop-carried values (init, block
+#   argument, result, next value) and branch results form one group, which
+#   shares one layout (union-find over values);
+# * a dot's result anchors its group to the register-blocked dot layout;
+# * a reduction's result takes the collapsed layout of its operand, and a
+#   broadcast's operand the collapsed layout of its result, so that
+#   `x - max(x, axis=1)` and the row maxima of softmax live where the row
+#   elements are;
+# * any group still undecided gets the blocked layout of its shape, and the
+#   propagation runs again from it.
+#
+# So `acc`, the C tile loaded for `beta * c_old` and the stored result of
+# sgemm all live in the dot layout.  Only a genuine conflict costs a trip
+# through shared memory (Lowering.relayout in core.py).
+#
+# Nothing here writes IR: what enters is the tile-level Function, what leaves
+# is plain values (a thread count, {Value: Layout}, a group size).
+from __future__ import annotations
+
+from ..errors import UnsupportedError
+from ..middle.ir import Function, Value, walk
+from ..types import TileType
+from .layout import WARP, Layout, blocked, dot_layout
+
+# The opcodes lowered one register slot at a time (the same op on each slot of
+# its operands, all in the result's layout).
+ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "neg", "not", "abs",
+               "cmp", "select", "cast", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh",
+               "sigmoid", "erf", "gelu", "sin", "cos"}
+MAX_THREADS = 1024
+DEFAULT_MAX_THREADS = 256
+DEFAULT_GROUP_M = 8  # row blocks per group in the grouped order of program ids (autotune parameter GROUP_M)
+
+
+# ------------------------------------------------------------------ threads
+def choose_threads(func: Function) -> int:
+    """Threads per CTA: 32 * WARPS when the kernel has that autotune parameter, else a guess.
+
+    The guess aims at 8x8 dot products per thread when the kernel has a dot, and
+    otherwise at about 4 elements per thread (one 128-bit vector of f32), between
+    one warp and 256 threads: for memory-bound kernels more threads with one
+    vector each keep more requests in flight than fewer threads with several.
+    """
+    warps = func.attrs.get("config", {}).get("WARPS")
+    if warps is not None:
+        if warps < 1 or warps > MAX_THREADS // WARP or warps & (warps - 1):
+            raise UnsupportedError(f"WARPS must be a power of two from 1 to {MAX_THREADS // WARP}, got {warps}",
+                                   func.attrs["loc"])
+        return warps * WARP
+    dots = [op.result.type.size for op in walk(func.body) if op.opcode == "dot"]
+    if dots:
+        want = max(dots) // 64
+    else:
+        sizes = [r.type.size for op in walk(func.body) for r in op.results if isinstance(r.type, TileType)]
+        want = max(sizes, default=0) // 4
+    threads = WARP
+    while threads < want and threads < DEFAULT_MAX_THREADS:
+        threads *= 2
+    return threads
+
+
+# ------------------------------------------------------------------ program order
+def program_grouping(func: Function) -> int:
+    """GROUP_M when given; else 8 for kernels with a dot that use program_id(0) and (1); else 1.
+
+    values.py's program_id handler uses it (see grouped_program_ids there).
+    """
+    config = func.attrs.get("config", {})
+    if "GROUP_M" in config:
+        if config["GROUP_M"] < 1:
+            raise UnsupportedError(f"GROUP_M must be at least 1, got {config['GROUP_M']}", func.attrs["loc"])
+        return config["GROUP_M"]
+    ops = list(walk(func.body))
+    axes = {op.attrs["axis"] for op in ops if op.opcode == "program_id"}
+    return DEFAULT_GROUP_M if {0, 1} <= axes and any(op.opcode == "dot" for op in ops) else 1
+
+
+# ------------------------------------------------------------------ layouts
+class _Groups:
+    """Union-find over tile values."""
+
+    def __init__(self):
+        self.parent: dict[Value, Value] = {}
+
+    def find(self, v: Value) -> Value:
+        self.parent.setdefault(v, v)
+        while self.parent[v] is not v:
+            self.parent[v] = self.parent[self.parent[v]]
+            v = self.parent[v]
+        return v
+
+    def union(self, *vs: Value) -> None:
+        vs = [v for v in vs if isinstance(v.type, TileType)]
+        for v in vs[1:]:
+            a, b = self.find(vs[0]), self.find(v)
+            if a is not b:
+                self.parent[b] = a
+
+
+def assign_layouts(func: Function, threads: int) -> dict[Value, Layout]:
+    """A layout for every tile value; see the module header for the rules."""
+    groups = _Groups()
+    ops = list(walk(func.body))
+    tiles: list[Value] = []
+    for op in ops:
+        for r in op.results:
+            if isinstance(r.type, TileType):
+                tiles.append(r)
+                groups.find(r)
+        for region in op.regions:
+            for a in region.args:
+                if isinstance(a.type, TileType):
+                    tiles.append(a)
+        if op.opcode in ELEMENTWISE:
+            groups.union(op.result, *op.operands)
+        elif op.opcode == "dot" and len(op.operands) == 3:
+            groups.union(op.result, op.operands[2])
+        elif op.opcode == "for":
+            body = op.regions[0]
+            for init, arg, res, nxt in zip(op.operands[2:], body.args[1:], op.results, body.ops[-1].operands):
+                groups.union(init, arg, res, nxt)
+        elif op.opcode == "if":
+            for i, res in enumerate(op.results):
+                groups.union(res, *(region.ops[-1].operands[i] for region in op.regions))
+
+    chosen: dict[Value, Layout] = {}
+    for op in ops:
+        if op.opcode == "dot":
+            root = groups.find(op.result)
+            chosen.setdefault(root, dot_layout(op.result.type.shape, threads))
+
+    def propagate() -> bool:
+        changed = False
+        for op in ops:
+            if op.opcode == "reduce" and op.attrs["axis"] is not None:
+                src, dst = groups.find(op.operands[0]), groups.find(op.result)
+                if src in chosen and dst not in chosen:
+                    chosen[dst] = chosen[src].collapse([op.attrs["axis"]])
+                    changed = True
+            elif op.opcode == "broadcast" and isinstance(op.operands[0].type, TileType):
+                src, dst = groups.find(op.operands[0]), groups.find(op.result)
+                if dst in chosen and src not in chosen:
+                    chosen[src] = broadcast_source_layout(chosen[dst], op.operands[0].type.shape)
+                    changed = True
+        return changed
+
+    while True:
+        while propagate():
+            pass
+        undecided = next((t for t in tiles if groups.find(t) not in chosen), None)
+        if undecided is None:
+            break
+        chosen[groups.find(undecided)] = blocked(undecided.type.shape, threads)
+    return {t: chosen[groups.find(t)] for t in tiles}
+
+
+def broadcast_dims(small: tuple[int, ...], big: tuple[int, ...]) -> list[int]:
+    """The dims of `big` along which a tile of shape `small` is repeated by a broadcast."""
+    ext = (1,) * (len(big) - len(small)) + tuple(small)
+    return [d for d in range(len(big)) if ext[d] == 1 and big[d] != 1]
+
+
+def broadcast_source_layout(big: Layout, small_shape: tuple[int, ...]) -> Layout:
+    """The layout of a tile of `small_shape` that broadcasts onto `big` with no data movement."""
+    collapsed = big.collapse(broadcast_dims(small_shape, big.shape))
+    return drop_leading(collapsed, len(big.shape) - len(small_shape))
+
+
+def drop_leading(layout: Layout, n: int) -> Layout:
+    """Remove `n` leading dims of extent 1 (rank reduction for broadcasts like [N] -> [M, N])."""
+    if n == 0:
+        return layout
+    return Layout(layout.shape[n:], layout.threads, layout.terms[n:], tuple(o[n:] for o in layout.offsets),
+                  layout.replicas)

@@ -1,0 +1,160 @@
+# Values in registers: the ops whose lowering touches no global memory -
+# parameters, constants, program ids, arange, element-wise ops, broadcast,
+# reshape and extract.
+#
+# An element-wise op is the same scalar op on each register slot of its
+# operands, all in the result's layout (placement.py put them in one group, so
+# a conversion happens only where groups meet).  A constant tile is the one
+# constant in every slot; arange adds each slot's offset to the thread's
+# coordinate.  A broadcast whose operand has the collapsed layout of its
+# result (what placement.py chooses) copies registers and moves no data;
+# reshape and extract change which element sits where, so they go through
+# shared memory (Lowering.relayout) with their own index map.
+#
+# program_id(0) and program_id(1) of a kernel with a dot are renumbered in
+# grouped order (GROUP_M) so that the CTAs running at one time share operand
+# blocks in L2; see grouped_program_ids.
+from __future__ import annotations
+
+from ..middle.ir import Builder, Op, Value
+from ..types import ScalarType, TensorType, TileType
+from .core import HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides
+from .layout import Layout
+from .placement import ELEMENTWISE, broadcast_dims, drop_leading
+
+
+@HANDLERS.on("param")
+def param(low: Lowering, op: Op) -> None:
+    t = op.result.type
+    if isinstance(t, TensorType):
+        ptr = low.op("param", [], I64, **op.attrs)
+        p = low.src.attrs["params"][op.attrs["index"]]
+        dims = [param_size(low, d) if isinstance(d, str) else low.const(d) for d in t.dims]
+        low.vals[op.result] = TensorRef(ptr, dims, t.dtype, not p.written)
+    else:
+        low.vals[op.result] = low.op("param", [], t, **op.attrs)
+
+
+def param_size(low: Lowering, name: str) -> Value:
+    """The value of the size parameter `name`, read once at the kernel's start."""
+    return low.entry_value(("size", name), lambda b: b.value(
+        "param", [], I32, index=low.params[name], name=name))
+
+
+@HANDLERS.on("const")
+def const(low: Lowering, op: Op) -> None:
+    t = op.result.type
+    if isinstance(t, TileType):
+        v = low.const(op.attrs["value"], t.dtype)
+        low.vals[op.result] = TileRegs(low.layouts[op.result], [v] * low.layouts[op.result].nregs)
+    else:
+        low.vals[op.result] = low.const(op.attrs["value"], t.dtype)
+
+
+@HANDLERS.on("program_id")
+def program_id(low: Lowering, op: Op) -> None:
+    axis = op.attrs["axis"]
+    if low.group_m > 1 and axis in (0, 1):
+        low.vals[op.result] = grouped_program_ids(low)[axis]
+    else:
+        low.vals[op.result] = low.op("program_id", [], I32, axis=axis)
+
+
+@HANDLERS.on("num_programs")
+def num_programs(low: Lowering, op: Op) -> None:
+    low.vals[op.result] = low.op("num_programs", [], I32, **op.attrs)
+
+
+def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
+    """program_id(0) and program_id(1) in grouped order, for kernels whose CTAs share operands.
+
+    The hardware starts CTAs in order of their linear index (x fastest).  A
+    matrix product whose program_id(0) walks the rows of C would then have
+    the CTAs running at one time touch every row block of A; taking them
+    instead in groups of GROUP_M row blocks, column after column, keeps the
+    A and B blocks that run together few enough to stay in L2.  The map is
+    a bijection of the grid onto itself, so each program id pair still
+    occurs exactly once, as the language promises (instances run in no
+    particular order).
+    """
+    def make(b: Builder) -> tuple[Value, Value]:
+        x, y = (b.value("program_id", [], I32, axis=a) for a in (0, 1))
+        nx, ny = (b.value("num_programs", [], I32, axis=a) for a in (0, 1))
+        linear = b.value("add", [x, b.value("mul", [y, nx], I32)], I32)
+        group = b.const(low.group_m, I32)
+        per_group = b.value("mul", [group, ny], I32)
+        first = b.value("mul", [b.value("div", [linear, per_group], I32), group], I32)
+        rest = b.value("sub", [nx, first], I32)
+        size = b.value("min", [rest, group], I32)
+        within = b.value("rem", [linear, per_group], I32)
+        pid0 = b.value("add", [first, b.value("rem", [within, size], I32)], I32)
+        pid1 = b.value("div", [within, size], I32)
+        return pid0, pid1
+    return low.entry_value(("grouped program ids",), make)
+
+
+@HANDLERS.on(*ELEMENTWISE)
+def elementwise(low: Lowering, op: Op) -> None:
+    if not isinstance(op.result.type, TileType):
+        low.vals[op.result] = low.op(op.opcode, [low.vals[v] for v in op.operands], op.result.type, **op.attrs)
+        return
+    layout = low.layouts[op.result]
+    operands = [low.in_layout(v, layout).regs for v in op.operands]
+    t = ScalarType(op.result.dtype)
+    regs = [low.op(op.opcode, [o[r] for o in operands], t, **op.attrs) for r in range(layout.nregs)]
+    low.vals[op.result] = TileRegs(layout, regs)
+
+
+@HANDLERS.on("broadcast")
+def broadcast(low: Lowering, op: Op) -> None:
+    layout = low.layouts[op.result]
+    src = op.operands[0]
+    if not isinstance(src.type, TileType):
+        low.vals[op.result] = TileRegs(layout, [low.vals[src]] * layout.nregs)
+        return
+    dims = broadcast_dims(src.type.shape, layout.shape)
+    small, index = layout.collapse_map(dims)
+    lead = len(layout.shape) - len(src.type.shape)
+    regs = low.in_layout(src, drop_leading(small, lead)).regs
+    low.vals[op.result] = TileRegs(layout, [regs[i] for i in index])
+
+
+@HANDLERS.on("arange")
+def arange(low: Lowering, op: Op) -> None:
+    layout = low.layouts[op.result]
+    start = op.attrs["start"]
+    base = low.thread_coord(layout.terms[0])
+    regs = [low.op("add", [base, low.const(start + off[0])], I32) for off in layout.offsets]
+    low.vals[op.result] = TileRegs(layout, regs)
+
+
+@HANDLERS.on("reshape")
+def reshape(low: Lowering, op: Op) -> None:
+    src = low.tile(op.operands[0])
+    layout = low.layouts[op.result]
+    strides = row_major_strides(layout.shape)
+    regs = low.relayout(src, layout, op.result.dtype, lambda coords: low.dot_product(coords, strides))
+    low.vals[op.result] = TileRegs(layout, regs)
+
+
+@HANDLERS.on("extract")
+def extract(low: Lowering, op: Op) -> None:
+    src = low.tile(op.operands[0])
+    starts, sizes = op.attrs["starts"], op.attrs["sizes"]
+    strides = row_major_strides(src.layout.shape)
+    result_t = op.result.type
+
+    def source_index(coords: list[Value]) -> Value:
+        it = iter(coords)
+        full = []
+        for s, n in zip(starts, sizes):
+            c = next(it) if n is not None else low.const(0)
+            full.append(c if s == 0 else low.op("add", [c, low.const(s)], I32))
+        return low.dot_product(full, strides)
+
+    if isinstance(result_t, TileType):
+        layout = low.layouts[op.result]
+        low.vals[op.result] = TileRegs(layout, low.relayout(src, layout, op.result.dtype, source_index))
+    else:
+        scalar_layout = Layout((), low.threads, (), ((),), ((1, low.threads),))
+        low.vals[op.result] = low.relayout(src, scalar_layout, op.result.dtype, source_index)[0]
