@@ -19,10 +19,11 @@ class Builtin:
     doc: str
     rule: str  # the typing rule the checker applies
     effect: bool = False  # called for its effect (a statement), not its value
+    dtypes: tuple[DType, ...] = ()  # the compute dtypes its operands may have, where the rule asks
 
 
-def _unary_float(name: str, doc: str) -> Builtin:
-    return Builtin(name, f"{name}(x)", doc, "unary_float")
+def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32,)) -> Builtin:
+    return Builtin(name, f"{name}(x)", doc, "unary_float", dtypes=dtypes)
 
 
 BUILTINS: dict[str, Builtin] = {b.name: b for b in [
@@ -49,7 +50,7 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     _unary_float("exp2", "2 to the power x."),
     _unary_float("log", "Natural logarithm."),
     _unary_float("log2", "Base-2 logarithm."),
-    _unary_float("sqrt", "Square root, correctly rounded."),
+    _unary_float("sqrt", "Square root, correctly rounded.", (DType.F32, DType.F64)),
     _unary_float("rsqrt", "1 / sqrt(x)."),
     _unary_float("tanh", "Hyperbolic tangent."),
     _unary_float("sigmoid", "1 / (1 + exp(-x))."),

@@ -813,6 +813,11 @@ class Checker:
                 return with_dtype(t, DType.F32)
             raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                                 start_loc(e.args[0]))
+        allowed = BUILTINS[e.func].dtypes
+        if t.dtype not in allowed:
+            names = " and ".join(str(d) for d in allowed)
+            raise SemanticError(f"{e.func}() is implemented for {names} only, not {t.dtype}; convert the "
+                                f"argument with {allowed[0]}(...)", start_loc(e.args[0]))
         return t
 
     @BUILTIN_RULES.on("unary_numeric")

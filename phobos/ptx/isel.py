@@ -164,8 +164,22 @@ def _arith(opcode: str):
         operands = [s.src(v) for v in op.operands]
         if opcode in ("neg", "not", "abs"):
             operands = [s.reg(op.operands[0])]
+        if dtype is DType.U32 and opcode in UNSIGNED_UNARY:  # PTX has abs and neg for signed types only
+            UNSIGNED_UNARY[opcode](s, op)
+            return
         s.emit(f"{name}.{suffix}", s.define(op.result), *operands)
     return select
+
+
+def _unsigned_abs(s: Selector, op: Op) -> None:
+    s.regs[op.result] = s.src(op.operands[0])  # every unsigned value is its own absolute value
+
+
+def _unsigned_neg(s: Selector, op: Op) -> None:
+    s.emit("sub.u32", s.define(op.result), Imm(0, DType.U32), s.reg(op.operands[0]))
+
+
+UNSIGNED_UNARY = {"abs": _unsigned_abs, "neg": _unsigned_neg}
 
 
 def _cmp(s: Selector, op: Op) -> None:
@@ -335,12 +349,12 @@ def _store(space: str, opcode: str = "st"):
         vec = op.attrs["vec"]
         sources = []
         for v in values:
-            if v.dtype == mem or (mem.compute == v.dtype and mem in (DType.I8, DType.I16)):
-                sources.append(s.src(v) if mem not in (DType.I8, DType.I16) else s.reg(v))
-            elif mem is DType.BOOL:
+            if mem is DType.BOOL:  # a predicate is stored as the byte 0 or 1
                 w = s.new(DType.I32)
                 s.emit("selp.u32", w, Imm(1, DType.U32), Imm(0, DType.U32), s.reg(v))
                 sources.append(w)
+            elif v.dtype == mem or (mem.compute == v.dtype and mem in (DType.I8, DType.I16)):
+                sources.append(s.src(v) if mem not in (DType.I8, DType.I16) else s.reg(v))
             else:
                 t = s.new(mem)
                 convert(s, t, s.src(v), v.dtype, mem)
