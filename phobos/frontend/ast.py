@@ -298,6 +298,13 @@ def children(obj) -> list:
     return out
 
 
+def walk(node):
+    """`node` and every node below it, in source order."""
+    yield node
+    for child in children(node):
+        yield from walk(child)
+
+
 def start_loc(e) -> Loc:
     """Where an expression's text begins (its leftmost token), for errors about the whole value.
 

@@ -20,6 +20,7 @@ from functools import partial
 import ply.yacc as yacc
 
 from . import ast
+from .builtins import BUILTINS
 from ..errors import Loc, Note, ParseError
 from .lexer import Lexer, Token, scan
 
@@ -138,7 +139,12 @@ class Parser:
         functions = [x for x in p[1] if isinstance(x, ast.Function)]
         by_name: dict[str, ast.Function] = {}
         for f in functions:
-            by_name.setdefault(f.name, f)  # a second definition is the checker's error to report
+            if f.name in BUILTINS:
+                raise ParseError(f"'{f.name}' is a builtin function; give the device function another name", f.loc)
+            if f.name in by_name:
+                raise ParseError(f"function '{f.name}' is defined twice", f.loc,
+                                 [Note("previous definition is here", by_name[f.name].loc)])
+            by_name[f.name] = f
         for k in kernels:
             k.functions = by_name
         p[0] = ast.Program(Loc(self.filename, 1, 1), kernels, functions)

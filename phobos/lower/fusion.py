@@ -72,4 +72,4 @@ def _collect(v: Value, producers: dict, plan: FusedStore, layouts: dict[Value, L
 
 def _writes_memory(op: Op) -> bool:
     inner = [op] + [o for region in op.regions for o in walk(region)]
-    return any(o.opcode in ("store", "atomic_add") for o in inner)
+    return any(o.opcode in ("store", "scatter", "atomic") for o in inner)
