@@ -141,3 +141,372 @@ def test_gather_errors_are_located():
             continue
         with pytest.raises(PhobosError, match=message):
             phobos.jit(src, mode="interpret")
+
+
+# ------------------------------------------------------------ device functions
+FUNCTIONS = """
+fn clamp01(x) { return minimum(maximum(x, 0.0), 1.0) }
+
+fn scaled_row(X, r, n, s: f32) {
+    let v: tile<f32>[n] = X[r, 0 :+ n]      // n is a constant argument: it sizes the tile
+    if s < 0.0 { return -v }
+    return v * s
+}
+
+fn moments(v) { return (sum(v, axis=0), sum(v * v, axis=0)) }
+
+fn store_twice(Y, r, v) {
+    Y[r, 0 :+ 8] = v
+    Y[r + 1, 0 :+ 8] = v + v
+}
+
+kernel k(X: tensor<f32>[M, 8], Y: tensor<f32>[M, 8], S: tensor<f32>[M, 2], s: f32) {
+    let r = program_id(0) * 2
+    let v = clamp01(scaled_row(X, r, 8, s))
+    let (a, b) = moments(v)
+    S[r, 0 :+ 2] = join(a, b)[0, 0 :+ 2]
+    store_twice(Y, r, v)
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("s", [0.5, -2.0])
+def test_device_functions_are_inlined_with_their_arguments(mode, s):
+    x = RNG.standard_normal((6, 8)).astype(np.float32)
+    _, y, st, _ = run(FUNCTIONS, mode, x, np.zeros((6, 8), np.float32), np.zeros((6, 2), np.float32), s, grid=(3,))
+    v = np.clip(x[0::2] * np.float32(s) if s >= 0 else -x[0::2], 0, 1)
+    np.testing.assert_allclose(y[0::2], v, rtol=1e-6)
+    np.testing.assert_allclose(y[1::2], v + v, rtol=1e-6)
+    np.testing.assert_allclose(st[0::2, 0], v.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(st[0::2, 1], (v * v).sum(axis=1), rtol=1e-5)
+
+
+def test_device_function_errors_are_located_with_the_call():
+    cases = {
+        "fn f(x) { return f(x) }\nkernel k(X: tensor<f32>[N]) { X[0] = f(1.0) }": ("recursive call", 1),
+        "fn f(x) { return x + y }\nkernel k(X: tensor<f32>[N]) { X[0] = f(1.0) }": ("'y' is not defined", 1),
+        "fn f(x) { if x > 0.0 { return 1.0 }\n}\nkernel k(X: tensor<f32>[N]) { X[0] = f(X[0]) }":
+            ("without returning", 1),
+        "kernel k(X: tensor<f32>[N]) { return 1 }": ("returns no value", 1),
+        "fn f(x: i32) { return x }\nkernel k(X: tensor<f32>[N]) { X[0] = f32(f(X[0])) }": ("cannot assign", 2),
+        "fn f(a, b) { return a }\nkernel k(X: tensor<f32>[N]) { X[0] = f(1.0) }": ("missing the argument 'b'", 2),
+    }
+    for src, (message, line) in cases.items():
+        with pytest.raises(PhobosError, match=message) as info:
+            phobos.jit(src, filename="test.phobos", mode="interpret")
+        assert info.value.loc.line == line, str(info.value)
+        if "fn" in src and line == 1:
+            assert any("in the call of" in n.message for n in info.value.notes), str(info.value)
+
+
+# ------------------------------------------------------------ control flow
+@pytest.mark.parametrize("mode", MODES)
+def test_while_break_continue_and_early_return(mode):
+    src = """
+    kernel k(x: tensor<i32>[N], out: tensor<i32>[4], limit: i32) {
+        if program_id(0) > 0 { return }
+        var i = 0
+        var total = 0
+        while true {
+            i += 1
+            if i > limit { break }
+            if i % 3 == 0 { continue }
+            total += x[i]
+        }
+        out[0] = total
+        out[1] = i
+        var first = -1
+        for j in range(0, N) {
+            if x[j] < 0 {
+                first = j
+                break
+            }
+        }
+        out[2] = first
+        if first >= 0 { return }
+        out[3] = 99
+    }"""
+    x = RNG.integers(0, 100, 40).astype(np.int32)
+    for limit, negative in ((10, 7), (25, None)):
+        xs = x.copy()
+        if negative is not None:
+            xs[negative] = -1
+        _, out, _ = run(src, mode, xs, np.zeros(4, np.int32), limit, grid=(3,))
+        want_total = sum(int(xs[i]) for i in range(1, limit + 1) if i % 3)
+        first = negative if negative is not None else -1
+        assert list(out) == [want_total, limit + 1, first, 0 if negative is not None else 99]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_persistent_loop_over_tiles_with_a_run_time_step(mode):
+    src = """
+    kernel k(x: tensor<f32>[N], y: tensor<f32>[N]) {
+        let tiles = cdiv(N, 32)
+        for t in range(program_id(0), tiles, num_programs(0)) {
+            y[t * 32 :+ 32] = x[t * 32 :+ 32] * 3.0
+        }
+    }"""
+    x = RNG.standard_normal(300).astype(np.float32)
+    _, y = run(src, mode, x, np.zeros(300, np.float32), grid=(4,))
+    np.testing.assert_array_equal(y, x * 3)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_range_with_a_negative_and_a_zero_run_time_step(mode):
+    src = """
+    kernel k(out: tensor<i32>[8], step: i32) {
+        var n = 0
+        for i in range(7, -1, step) {
+            out[n] = i
+            n += 1
+        }
+    }"""
+    out, _ = run(src, mode, np.full(8, -9, np.int32), -2, grid=(1,))
+    np.testing.assert_array_equal(out, [7, 5, 3, 1, -9, -9, -9, -9])
+    out, _ = run(src, mode, np.full(8, -9, np.int32), 0, grid=(1,))
+    np.testing.assert_array_equal(out, np.full(8, -9))
+
+
+def test_jump_errors_are_located():
+    cases = {
+        "kernel k(X: tensor<f32>[N]) { break }": "outside a loop",
+        "kernel k(X: tensor<f32>[N]) { while true { continue\nX[0] = 1.0 } }": "never reached",
+        "kernel k(X: tensor<f32>[N]) { while X[0 :+ 4] > 0.0 { } }": "scalar bool",
+        "kernel k(X: tensor<f32>[N]) { for i in range(0, 4, 0) { } }": "cannot be zero",
+    }
+    for src, message in cases.items():
+        with pytest.raises(PhobosError, match=message):
+            phobos.jit(src, mode="interpret")
+
+
+# ------------------------------------------------------------ scans and custom reductions
+SCANS = """
+fn running_max(a, b) { return maximum(a, b) }
+
+fn welford(m1, s1, n1, m2, s2, n2) {
+    let n = n1 + n2
+    let d = m2 - m1
+    let w = where(n > 0.0, n2 / n, 0.0)
+    return (m1 + d * w, s1 + s2 + d * d * n1 * w, n)
+}
+
+kernel k(x: tensor<f32>[M, N], c0: tensor<f32>[M, N], c1: tensor<i32>[M, N], mx: tensor<f32>[M, N],
+         stats: tensor<f32>[M, 2], p: tensor<f32>[N]) {
+    let t = x[0 :+ 8, 0 :+ 64]
+    c0[0 :+ 8, 0 :+ 64] = cumsum(t, axis=0)
+    c1[0 :+ 8, 0 :+ 64] = cumsum(i32(t * 4.0), axis=1)
+    mx[0 :+ 8, 0 :+ 64] = scan(t, 1, running_max)
+    let valid = reshape(arange(64), [1, 64]) < N
+    let ones = where(valid, 1.0, 0.0)
+    let (mean, m2, n) = reduce((t, t * 0.0, ones), 1, welford)
+    stats[0 :+ 8, 0 :+ 2] = concat(mean, m2 / n, axis=1)
+    p[0 :+ 64] = cumprod(1.0 + t[0, 0 :+ 64] * 0.01)
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scans_and_a_welford_reduction(mode):
+    m, n = 8, 50
+    x = RNG.standard_normal((m, n)).astype(np.float32)
+    outs = [np.zeros((m, n), np.float32), np.zeros((m, n), np.int32), np.zeros((m, n), np.float32),
+            np.zeros((m, 2), np.float32), np.zeros(n, np.float32)]
+    _, c0, c1, mx, stats, p = run(SCANS, mode, x, *outs)
+    np.testing.assert_allclose(c0, np.cumsum(x.astype(np.float64), axis=0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(c1, np.cumsum(np.trunc(x * 4).astype(np.int32), axis=1))
+    np.testing.assert_array_equal(mx, np.maximum.accumulate(x, axis=1))
+    np.testing.assert_allclose(stats[:, 0], x.mean(axis=1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(stats[:, 1], x.var(axis=1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(p, np.cumprod(1 + x[0].astype(np.float64) * 0.01), rtol=1e-5)
+
+
+def test_combine_function_errors():
+    cases = {
+        "fn c(a, b) { if a > b { return a }\nreturn b }\n"
+        "kernel k(X: tensor<f32>[N]) { X[0 :+ 4] = scan(X[0 :+ 4], 0, c) }": "straight-line",
+        "fn c(a, b, d) { return a }\nkernel k(X: tensor<f32>[N]) { X[0 :+ 4] = scan(X[0 :+ 4], 0, c) }":
+            "must take 2 parameters",
+        "kernel k(X: tensor<f32>[N]) { X[0 :+ 4] = scan(X[0 :+ 4], 0, max) }": "name of a device function",
+        "fn c(a, b) { return i32(a) }\nkernel k(X: tensor<f32>[N]) { X[0 :+ 4] = scan(X[0 :+ 4], 0, c) }":
+            "must return f32",
+        "kernel k(X: tensor<f32>[N, M]) { X[0 :+ 4, 0 :+ 4] = cumsum(X[0 :+ 4, 0 :+ 4]) }": "needs an axis",
+    }
+    for src, message in cases.items():
+        with pytest.raises(PhobosError, match=message):
+            phobos.jit(src, mode="interpret")
+
+
+# ------------------------------------------------------------ bits
+PHILOX = """
+// Philox-4x32-10, one counter per element, key (k0, k1): the counter-based generator of
+// Salmon et al. (SC'11), the one behind curand and torch's dropout.
+fn philox_round(c0, c1, c2, c3, k0, k1) {
+    let m0 = u32(0xD2511F53)
+    let m1 = u32(0xCD9E8D57)
+    return (mulhi(m1, c2) ^ c1 ^ k0, m1 * c2, mulhi(m0, c0) ^ c3 ^ k1, m0 * c0)
+}
+
+kernel philox(out: tensor<u32>[N, 4], seed0: u32, seed1: u32) {
+    let i = u32(program_id(0) * 64 + arange(64))
+    var c0 = i
+    var c1 = i * 0
+    var c2 = c1
+    var c3 = c1
+    var k0 = seed0
+    var k1 = seed1
+    for r in range(0, 10) {
+        let (a, b, c, d) = philox_round(c0, c1, c2, c3, k0, k1)
+        c0 = a
+        c1 = b
+        c2 = c
+        c3 = d
+        k0 += u32(0x9E3779B9)
+        k1 += u32(0xBB67AE85)
+    }
+    out[program_id(0) * 64 :+ 64, 0 :+ 4] = reshape(join(join(c0, c2), join(c1, c3)), [64, 4])
+}
+"""
+
+
+def philox_reference(counters: np.ndarray, k0: int, k1: int) -> np.ndarray:
+    """Philox-4x32-10 of counters (i, 0, 0, 0) in Python integers."""
+    out = []
+    for i in counters:
+        c, k = [int(i), 0, 0, 0], [k0, k1]
+        for _ in range(10):
+            p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+            c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & 0xFFFFFFFF, (p0 >> 32) ^ c[3] ^ k[1], p0 & 0xFFFFFFFF]
+            k = [(k[0] + 0x9E3779B9) & 0xFFFFFFFF, (k[1] + 0xBB67AE85) & 0xFFFFFFFF]
+        out.append(c)
+    return np.array(out, np.uint32)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_philox_with_bit_operations_and_mulhi(mode):
+    out, _, _ = run(PHILOX, mode, np.zeros((100, 4), np.uint32), 0, 0, grid=(2,))
+    # the known answer of Random123's kat_vectors for counter 0 and key 0
+    assert [hex(v) for v in out[0]] == ["0x6627e8d5", "0xe169c58d", "0xbc57ac4c", "0x9b00dbd8"]
+    np.testing.assert_array_equal(out, philox_reference(np.arange(100), 0, 0))
+    out, _, _ = run(PHILOX, mode, np.zeros((64, 4), np.uint32), 0x12345678, 0x9ABCDEF0, grid=(1,))
+    np.testing.assert_array_equal(out, philox_reference(np.arange(64), 0x12345678, 0x9ABCDEF0))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_packing_and_unpacking_4_bit_values(mode):
+    src = """
+    kernel k(q: tensor<i32>[N, 8], packed: tensor<u32>[N], back: tensor<i32>[N, 8], shift: u32) {
+        let shifts = u32(reshape(arange(8), [1, 8]) * 4)
+        let nibbles = u32(q[0 :+ 16, 0 :+ 8]) & 0xF
+        let word = sum(nibbles << shifts, axis=1)           // the nibbles do not overlap: sum = or
+        packed[0 :+ 16] = reshape(word, [16])
+        let signed = i32((word >> shifts) << 28) >> 28          // sign-extend each nibble
+        back[0 :+ 16, 0 :+ 8] = signed
+        packed[16] = (packed[0] << shift) | (~packed[1] >> shift)   // shift >= 32 gives 0
+    }"""
+    q = RNG.integers(-8, 8, (17, 8)).astype(np.int32)
+    for shift in (4, 32, 40):
+        _, packed, back, _ = run(src, mode, q, np.zeros(17, np.uint32), np.zeros((17, 8), np.int32), shift)
+        words = [sum((int(v) & 0xF) << (4 * j) for j, v in enumerate(row)) for row in q[:16]]
+        np.testing.assert_array_equal(packed[:16], np.array(words, np.uint32))
+        np.testing.assert_array_equal(back[:16], q[:16])
+        want = ((words[0] << shift) | ((~words[1] & 0xFFFFFFFF) >> shift)) & 0xFFFFFFFF if shift < 32 else 0
+        assert packed[16] == want
+
+
+def test_shift_and_bit_errors():
+    cases = {
+        "kernel k(X: tensor<u32>[N]) { X[0] = X[0] << 32 }": "from 0 to 31",
+        "kernel k(X: tensor<i64>[N]) { X[0] = X[0] >> 64 }": "from 0 to 63",
+        "kernel k(X: tensor<u32>[N]) { X[0] = X[0] << -1 }": "does not fit",
+        "kernel k(X: tensor<f32>[N]) { X[0] = X[0] | 1.0 }": "bits of integers",
+        "kernel k(X: tensor<f32>[N]) { X[0] = ~X[0] }": "flips the bits of an integer",
+        "kernel k(X: tensor<f32>[N]) { X[0] = mulhi(X[0], X[0]) }": "works on i32",
+    }
+    for src, message in cases.items():
+        with pytest.raises(PhobosError, match=message):
+            phobos.jit(src, mode="interpret")
+
+
+# ------------------------------------------------------------ atomics
+@pytest.mark.parametrize("mode", MODES)
+def test_atomic_max_min_exchange_and_compare_and_swap_give_the_old_values(mode):
+    src = """
+    kernel k(fmax: tensor<f32>[N], imin: tensor<i32>[N], x: tensor<f32>[K], olds: tensor<f32>[4, N],
+             lock: tensor<i32>[2], swapped: tensor<i32>[4]) {
+        let v = x[0 :+ 16]
+        olds[0, 0 :+ 16] = atomic_max(fmax[0 :+ 16], v)
+        olds[1, 0 :+ 16] = f32(atomic_min(imin[0 :+ 16], i32(v * 10.0)))
+        olds[2, 0 :+ 16] = atomic_xchg(fmax[16 :+ 16], v)
+        // a lock: one program instance at a time holds it; each records what it saw
+        while atomic_cas(lock[0], 0, 1) != 0 { }
+        lock[1] += 1
+        swapped[program_id(0)] = lock[1]
+        atomic_xchg(lock[0], 0)
+    }"""
+    x = (RNG.standard_normal(16) * 3).astype(np.float32)
+    x[0], x[1] = -0.0, np.float32(-5.0)
+    fmax = np.concatenate([RNG.standard_normal(16).astype(np.float32), np.full(16, 7.0, np.float32)])
+    fmax[0] = 0.0
+    imin = RNG.integers(-20, 20, 32).astype(np.int32)
+    out = run(src, mode, fmax, imin, x, np.zeros((4, 32), np.float32), np.zeros(2, np.int32),
+              np.zeros(4, np.int32), grid=(4,))
+    fmax2, imin2, _, olds, lock, swapped = out
+    # four instances: the first to come sees the initial values
+    first = np.maximum(fmax[:16], x)
+    np.testing.assert_array_equal(fmax2[:16], first)
+    assert np.signbit(fmax2[0]) == False  # noqa: E712  (+0 is above -0)
+    np.testing.assert_array_equal(imin2[:16], np.minimum(imin[:16], np.trunc(x * 10).astype(np.int32)))
+    np.testing.assert_array_equal(fmax2[16:], x)
+    assert lock[0] == 0 and lock[1] == 4 and sorted(swapped) == [1, 2, 3, 4]
+    assert set(np.unique(olds[2, :16])) <= set(x) | {7.0}
+
+
+# ------------------------------------------------------------ tile reshaping
+@pytest.mark.parametrize("mode", MODES)
+def test_transpose_permute_join_split_and_concat(mode):
+    src = """
+    kernel k(a: tensor<f32>[16, 8], b: tensor<f32>[16, 8], t: tensor<f32>[8, 16], p: tensor<f32>[2, 4, 8],
+             s: tensor<f32>[16, 8], c: tensor<f32>[32, 8], d: tensor<f32>[8, 8]) {
+        let x = a[0 :+ 16, 0 :+ 8]
+        let y = b[0 :+ 16, 0 :+ 8]
+        t[0 :+ 8, 0 :+ 16] = trans(x)
+        p[0 :+ 2, 0 :+ 4, 0 :+ 8] = permute(reshape(x[0 :+ 8, 0 :+ 8], [4, 2, 8]), [1, 0, 2])
+        let (lo, hi) = split(join(x, y))
+        s[0 :+ 16, 0 :+ 8] = lo * 2.0 + hi
+        c[0 :+ 32, 0 :+ 8] = concat(x, y)
+        d[0 :+ 8, 0 :+ 8] = dot(trans(x), y)
+    }"""
+    a, b = RNG.standard_normal((16, 8)).astype(np.float32), RNG.standard_normal((16, 8)).astype(np.float32)
+    outs = [np.zeros((8, 16), np.float32), np.zeros((2, 4, 8), np.float32), np.zeros((16, 8), np.float32),
+            np.zeros((32, 8), np.float32), np.zeros((8, 8), np.float32)]
+    _, _, t, p, s, c, d = run(src, mode, a, b, *outs)
+    np.testing.assert_array_equal(t, a.T)
+    np.testing.assert_array_equal(p, a[:8].reshape(4, 2, 8).transpose(1, 0, 2))
+    np.testing.assert_array_equal(s, a * 2 + b)
+    np.testing.assert_array_equal(c, np.concatenate([a, b]))
+    np.testing.assert_allclose(d, a.T.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------ math and bits
+@pytest.mark.parametrize("mode", MODES)
+def test_rounding_fma_and_bitcast(mode):
+    src = """
+    kernel k(x: tensor<f32>[N], r: tensor<f32>[4, N], bits: tensor<u32>[N], back: tensor<f32>[N],
+             y: tensor<f64>[N]) {
+        let v = x[0 :+ 32]
+        r[0 :+ 4, 0 :+ 32] = reshape(concat(concat(floor(v), ceil(v)), concat(round(v), trunc(v))), [4, 32])
+        bits[0 :+ 32] = bitcast(v, u32) ^ 0x80000000
+        back[0 :+ 32] = fma(v, v, -1.0) + bitcast(bits[0 :+ 32] ^ 0x80000000, f32) * 0.0
+        y[0 :+ 32] = fma(f64(v), 3.0, 0.5)
+    }"""
+    x = np.concatenate([[0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 1e8, 1 + 2.0**-23],
+                        RNG.standard_normal(24) * 10]).astype(np.float32)
+    _, r, bits, back, y = run(src, mode, x, np.zeros((4, 32), np.float32), np.zeros(32, np.uint32),
+                              np.zeros(32, np.float32), np.zeros(32, np.float64))
+    np.testing.assert_array_equal(r, [np.floor(x), np.ceil(x), np.rint(x), np.trunc(x)])
+    np.testing.assert_array_equal(bits, x.view(np.uint32) ^ np.uint32(0x80000000))
+    exact = x.astype(np.float64) * x - 1  # fma: one rounding of the exact value
+    np.testing.assert_array_equal(back, exact.astype(np.float32))
+    np.testing.assert_array_equal(y, x.astype(np.float64) * 3 + 0.5)
+

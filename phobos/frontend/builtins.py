@@ -136,6 +136,13 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
       for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32)],
 ]}
 
+def argument(call, position: int, name: str):
+    """The argument of a builtin's call (an ast.Call) at `position`, or given as `name=`; None if left out."""
+    if position < len(call.args):
+        return call.args[position]
+    return next((k.value for k in call.kwargs if k.name == name), None)
+
+
 CAST_DTYPES = {b.name: DType(b.name) for b in BUILTINS.values() if b.rule == "cast"}
 
 # Keyword arguments each builtin accepts.

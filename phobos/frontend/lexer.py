@@ -29,7 +29,9 @@ KEYWORDS = {
 }
 
 I64_MAX = (1 << 63) - 1
+U64_MAX = (1 << 64) - 1
 _INT_TEXT = re.compile(r"\d+")
+_HEX_TEXT = re.compile(r"0[xX][0-9a-fA-F]+")
 _STRING = re.compile(r'"([^"\\\n]|\\.)*"')
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 _ESCAPE = re.compile(r"\\.")
@@ -150,12 +152,18 @@ class Lexer:
         r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[A-Za-z_0-9.]*"
         text = t.value
         shown = text if len(text) <= 24 else text[:20] + "..."
-        if _INT_TEXT.fullmatch(text):
+        if _INT_TEXT.fullmatch(text) or _HEX_TEXT.fullmatch(text):
+            hex_digits = text[2:].lstrip("0") if text[:2].lower() == "0x" else None
             digits = text.lstrip("0") or "0"
-            if len(digits) > len(str(I64_MAX)) or int(digits) > I64_MAX:
-                raise LexError(f"integer literal {shown} is too large; the largest is {I64_MAX} (i64)",
+            too_long = len(hex_digits) > 16 if hex_digits is not None else len(digits) > len(str(I64_MAX))
+            value = int(text, 16) if hex_digits is not None else (0 if too_long else int(digits))
+            if too_long or value > U64_MAX or (hex_digits is None and value > I64_MAX):
+                raise LexError(f"integer literal {shown} is too large; the largest is {I64_MAX} (i64)"
+                               + (f" or 0x{U64_MAX:X} in hexadecimal" if hex_digits is not None else ""),
                                self._loc(t.lexpos))
-            t.type, t.value = "INT", int(digits)
+            if value > I64_MAX:  # a 64-bit pattern written in hexadecimal: the i64 with those bits
+                value -= 1 << 64
+            t.type, t.value = "INT", value
         elif _FLOAT_TEXT.fullmatch(text):
             if math.isinf(float(text)):
                 raise LexError(f"float literal {shown} is too large for f64", self._loc(t.lexpos))

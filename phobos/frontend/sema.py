@@ -1383,13 +1383,13 @@ class Checker:
         """The tiles a scan or reduce combines: one, or a tuple of tiles of one shape."""
         items = x_e.items if isinstance(x_e, ast.TupleLit) else [x_e]
         types = [self.value(x) for x in items]
+        shape = None
         for x, t in zip(items, types):
-            if not isinstance(t, TileType):
-                raise SemanticError(f"{e.func}() combines tiles, got {t}", start_loc(x))
-            if t.shape != types[0].shape:
-                raise SemanticError(f"the tiles {e.func}() combines must have one shape: "
-                                    f"{types[0]} and {t}", start_loc(x))
-        self.types_set(x_e, TupleType(tuple(types)) if isinstance(x_e, ast.TupleLit) else types[0])
+            shape = self.broadcast(shape, shape_of(t), start_loc(x))
+        if shape is None:
+            raise SemanticError(f"{e.func}() combines tiles, got {types[0]}", start_loc(items[0]))
+        types = [TileType(self.concrete(x, t).dtype, shape) for x, t in zip(items, types)]
+        self.out.types[x_e] = TupleType(tuple(types)) if isinstance(x_e, ast.TupleLit) else types[0]
         return types
 
     def combine_function(self, e: ast.Call, f_e: ast.Expr, dtypes: list[DType]) -> Inlined:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument
 from .ir import Block, Builder, Function, KernelParam, Value
 from ..frontend.sema import CheckedKernel, Inlined, Symbol, cast_value
 from ..types import DType, ScalarType, TensorType, TileType, TupleType, broadcast_shapes, shape_of
@@ -615,13 +615,13 @@ class IRGen:
 
     @BUILTIN_RULES.on("scan_op")
     def call_scan_op(self, e: ast.Call) -> Value:
-        x = self.expr(e.args[0] if e.args else next(k.value for k in e.kwargs if k.name == "x"))
+        x = self.expr(argument(e, 0, "x"))
         self.at(e)
         return self.b.value("scan", [x], x.type, kind=SCAN_KINDS[e.func], axis=self.axis(e, len(x.type.shape)))
 
-    def axis(self, e: ast.Call, rank: int, default: int | None = 0) -> int | None:
-        """The constant axis argument of `e` (second positional or `axis=`), in 0..rank-1."""
-        axis_e = e.args[1] if len(e.args) > 1 else next((k.value for k in e.kwargs if k.name == "axis"), None)
+    def axis(self, e: ast.Call, rank: int, default: int | None = 0, position: int = 1) -> int | None:
+        """The constant axis argument of `e` (positional, or `axis=`), in 0..rank-1."""
+        axis_e = argument(e, position, "axis")
         return default if axis_e is None else self.ck.consts[axis_e] % rank
 
     def combine_region(self, e: ast.Call, dtypes: list[DType]) -> Block:
@@ -638,9 +638,11 @@ class IRGen:
         return region
 
     def combined(self, e: ast.Call) -> list[Value]:
-        x_e = e.args[0] if e.args else next(k.value for k in e.kwargs if k.name == "x")
-        x = self.expr(x_e)
-        return list(x) if isinstance(x, tuple) else [x]
+        """The tiles a scan or reduce combines, broadcast to one shape (the checker's type of them)."""
+        x_e = argument(e, 0, "x")
+        t = self.ck.types[x_e]
+        items, types = (x_e.items, t.items) if isinstance(x_e, ast.TupleLit) else ([x_e], [t])
+        return [self.coerce(self.expr(x, xt.dtype), xt.shape) for x, xt in zip(items, types)]
 
     @BUILTIN_RULES.on("scan", "reduce_with")
     def call_scan_reduce(self, e: ast.Call) -> Value | tuple[Value, ...]:
@@ -681,9 +683,8 @@ class IRGen:
     @BUILTIN_RULES.on("concat")
     def call_concat(self, e: ast.Call) -> Value:
         t = self.ck.types[e]
-        a = self.expr(e.args[0], t.dtype)
-        b = self.expr(e.args[1] if len(e.args) > 1 else next(k.value for k in e.kwargs if k.name == "b"), t.dtype)
-        axis = self.axis(e, len(t.shape)) if len(e.args) != 2 or e.kwargs else 0
+        a, b = self.expr(argument(e, 0, "a"), t.dtype), self.expr(argument(e, 1, "b"), t.dtype)
+        axis = self.axis(e, len(t.shape), position=2)
         self.at(e)
         return self.b.value("concat", [a, b], t, axis=axis)
 

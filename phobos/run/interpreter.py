@@ -69,7 +69,7 @@ import numpy as np
 
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument
 from ..compiler import parse_source, pick_kernel
 from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
 from ..frontend.sema import CheckedKernel, Inlined, Symbol, cast_value, check_kernel
@@ -674,8 +674,9 @@ class _Compiler:
 
     # ------------------------------------------------------------ builtins, one per typing rule
     def axis_of(self, e: ast.Call) -> int | None:
-        axis_e = e.args[1] if len(e.args) == 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
-        return None if axis_e is None else self.ck.consts[axis_e] % len(self.ck.types[e.args[0]].shape)
+        axis_e, x_t = argument(e, 1, "axis"), self.ck.types[argument(e, 0, "x")]
+        rank = len((x_t.items[0] if isinstance(x_t, TupleType) else x_t).shape)
+        return None if axis_e is None else self.ck.consts[axis_e] % rank
 
     @BUILTIN_RULES.on("grid_index")
     def call_grid_index(self, e: ast.Call) -> Fn:
@@ -786,8 +787,7 @@ class _Compiler:
 
     @BUILTIN_RULES.on("scan_op")
     def call_scan_op(self, e: ast.Call) -> Fn:
-        x_e = e.args[0] if e.args else next(k.value for k in e.kwargs if k.name == "x")
-        x, axis = self.expr(x_e), self.axis_of(e) or 0
+        x, axis = self.expr(argument(e, 0, "x")), self.axis_of(e) or 0
         fn = np.cumsum if e.func == "cumsum" else np.cumprod
         return lambda f: (lambda v: fn(v, axis=axis, dtype=v.dtype))(x(f))
 
@@ -806,11 +806,12 @@ class _Compiler:
         return combine
 
     def combined(self, e: ast.Call) -> tuple[Fn, bool]:
-        x_e = e.args[0] if e.args else next(k.value for k in e.kwargs if k.name == "x")
-        x = self.expr(x_e)
-        if isinstance(x_e, ast.TupleLit):
-            return x, True
-        return (lambda f: (x(f),)), False
+        """frame -> the tiles a scan or reduce combines (broadcast to one shape); and whether a tuple."""
+        x_e = argument(e, 0, "x")
+        t = self.ck.types[x_e]
+        items, types = (x_e.items, t.items) if isinstance(x_e, ast.TupleLit) else ([x_e], [t])
+        fns = [_broadcast(self.expr(x, xt.dtype), shape_of(self.ck.types[x]), xt.shape) for x, xt in zip(items, types)]
+        return (lambda f: tuple(fn(f) for fn in fns)), isinstance(x_e, ast.TupleLit)
 
     @BUILTIN_RULES.on("scan")
     def call_scan(self, e: ast.Call) -> Fn:
@@ -867,9 +868,8 @@ class _Compiler:
     @BUILTIN_RULES.on("concat")
     def call_concat(self, e: ast.Call) -> Fn:
         t = self.ck.types[e]
-        a_e, b_e = e.args[0], e.args[1] if len(e.args) > 1 else next(k.value for k in e.kwargs if k.name == "b")
-        a, b = self.expr(a_e, t.dtype), self.expr(b_e, t.dtype)
-        axis_e = e.args[2] if len(e.args) > 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
+        a, b = self.expr(argument(e, 0, "a"), t.dtype), self.expr(argument(e, 1, "b"), t.dtype)
+        axis_e = argument(e, 2, "axis")
         axis = 0 if axis_e is None else self.ck.consts[axis_e] % len(t.shape)
         return lambda f: np.concatenate([a(f), b(f)], axis=axis)
 
