@@ -211,7 +211,7 @@ def grid_hints(func) -> list[tuple[str, int] | None]:
 def _program_id_times(v, size) -> int | None:
     """The axis d when `v` is program_id(d) * size, or program_id(d) as a single index (size None or 1)."""
     op = getattr(v, "owner", None)
-    if op is None:
+    if not hasattr(op, "opcode"):  # a block argument (a loop variable), or no op at all
         return None
     if op.opcode == "program_id" and size in (None, 1):
         return op.attrs["axis"]
@@ -219,7 +219,7 @@ def _program_id_times(v, size) -> int | None:
         return None
     if op.opcode != "mul":
         return None
-    a, b = (x.owner for x in op.operands)
+    a, b = (getattr(x, "owner", None) for x in op.operands)
     for pid, c in ((a, b), (b, a)):
         if getattr(pid, "opcode", None) == "program_id" and getattr(c, "opcode", None) == "const" \
                 and c.attrs["value"] == size:

@@ -20,7 +20,11 @@ ARCHS = ("sm_75", "sm_90")
 
 
 def run(src: str, mode: str, *args, grid=None, config=None, kernel=None):
-    """Launch `kernel` of `src` in `mode` on copies of `args`; the copies, after the launch."""
+    """Launch `kernel` of `src` in `mode` on copies of `args`; the copies, after the launch.
+
+    In the emulator's mode the PTX is also checked with ptxas for sm_75 and sm_90."""
+    if mode == "emulate":
+        assert_ptxas_accepts(src, config, kernel)
     mod = phobos.jit(src, filename="test.phobos", mode=mode)
     fn = mod.kernels[kernel] if kernel else next(iter(mod.kernels.values()))
     if config:

@@ -37,6 +37,7 @@
 #   (fusion.py) computes itself.
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -264,25 +265,33 @@ class Lowering:
         row-major index of the source element it copies (default: the same
         coordinates; reshape and extract pass their own).
         """
-        src = t.layout
+        strides = row_major_strides(t.layout.shape)
+        return self.relayout_from([t], dst, dtype, source_index or (lambda coords: self.dot_product(coords, strides)))
+
+    def relayout_from(self, sources: list[TileRegs], dst: Layout, dtype: DType,
+                      source_index: Callable[[list[Value]], Value]) -> list[Value]:
+        """A tile in layout `dst` made of the elements of several tiles: the sources are stored
+        row-major one after the other in shared memory, and `source_index(coords)` gives, for each
+        element of the result, the index of its source element in that sequence."""
         eb = smem_bytes(dtype)
-        size = 1
-        for n in src.shape:
-            size *= n
-        base = self.smem(size * eb)
-        strides = row_major_strides(src.shape)
+        sizes = [math.prod(t.layout.shape) for t in sources]
+        base = self.smem(sum(sizes) * eb)
         self.barrier()
-        owner = self.owner(src)
-        for r in range(src.nregs):
-            index = self.linear(src, r, strides, [0] * src.rank)
-            pred = self.all_of([self.slot_valid(src, r), owner])
-            self.st_shared(base, index, eb, [t.regs[r]], dtype, pred)
+        start = 0
+        for t, size in zip(sources, sizes):
+            src = t.layout
+            strides = row_major_strides(src.shape)
+            owner = self.owner(src)
+            for r in range(src.nregs):
+                index = self.linear(src, r, strides, [0] * src.rank)
+                pred = self.all_of([self.slot_valid(src, r), owner])
+                self.st_shared(base, index, eb, [t.regs[r]], dtype, pred, offset=start * eb)
+            start += size
         self.barrier()
         regs = []
         for r in range(dst.nregs):
             coords = [self.coord(dst, r, d) for d in range(dst.rank)]
-            index = source_index(coords) if source_index else self.dot_product(coords, strides)
-            regs.append(self.ld_shared(base, index, eb, dtype, self.slot_valid(dst, r)))
+            regs.append(self.ld_shared(base, source_index(coords), eb, dtype, self.slot_valid(dst, r)))
         return regs
 
     # ---------------------------------------------------------- values

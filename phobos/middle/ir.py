@@ -85,7 +85,11 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "shfl_bfly", "shfl_bfly(x, lane_mask): x of lane (laneid ^ lane_mask)"),
     **_ops(False, "ld_global", "ld_global(addr[, pred]) -> vec values; attrs dtype, vec (masked: 0 where !pred)"),
     **_ops(False, "st_global", "st_global(addr, values...[, pred]); attrs dtype, vec"),
-    **_ops(False, "atom_add_global", "atom_add_global(addr, value[, pred]); attrs dtype"),
+    **_ops(False, "atom_global", "atom_global(addr, value[, value2][, pred]) [-> old]; attrs op, type (PTX), "
+                                 "ordered (acquire-release at GPU scope)"),
+    **_ops(True, "shfl_up", "shfl_up(x, delta): x of lane (laneid - delta), this lane's own below 0"),
+    **_ops(False, "printf", "printf(values...[, pred]): vprintf of attrs format"),
+    **_ops(False, "trap", "trap(pred): stops the kernel with an error where pred is true"),
     **_ops(False, "ld_shared", "ld_shared(addr) -> vec values; attrs dtype, vec"),
     **_ops(False, "st_shared", "st_shared(addr, values...[, pred]); attrs dtype, vec"),
     **_ops(False, "cp_async", "cp_async(smem_addr, gaddr[, src_bytes]) copies attrs bytes global->shared"),

@@ -225,7 +225,7 @@ class IRGen:
         lo = self.expr(s.start, dtype)
         hi = self.expr(s.end, dtype)
         step = self.ck.consts.get(s.step, 1) if s.step is not None else 1
-        if (s.step is not None and s.step not in self.ck.consts) or self.jumps_out(s):
+        if (s.step is not None and s.step not in self.ck.consts) or self.exits(s):
             self.while_loop(s, lo, hi, self.expr(s.step, dtype) if s.step is not None else step)
             return
         carried = self.ck.carried.get(s, [])
