@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import LaunchError, Note, SourceFile
-from . import ops_arith, ops_control, ops_memory  # noqa: F401  (they fill the opcode table)
+from . import ops_arith, ops_call, ops_control, ops_memory  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
 from .decode import BARRIER, BRANCH, PLAIN, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError

@@ -106,7 +106,9 @@ def _ld_param(d, operand, t, writers):
 
 @opcode("st")
 def build_st(d, ins, mods):
-    space = _space(mods, allowed=("global", "shared", "local", "generic"))
+    space = _space(mods, allowed=("global", "shared", "local", "generic", "param"))
+    if space == "param":  # an argument of a call: a .param variable of the body, kept in local memory
+        space = "local"
     count = _vector_count(mods)
     ops = _access_operands(d, ins, mods)
     mods.drop(_is_hint)
