@@ -19,6 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from phobos.compiler import parse_source, pick_kernel  # noqa: E402
+from phobos.configuration import config_text  # noqa: E402
 from phobos.run.interpreter import prepare  # noqa: E402
 from phobos.frontend.sema import check_kernel  # noqa: E402
 
@@ -76,8 +77,7 @@ def main(argv=None) -> int:
                      "grid": [grid] if isinstance(grid, int) else list(grid), "seconds": best})
     print(f"{'kernel':<10} {'size':<14} {'configuration':<36} {'seconds':>9}")
     for r in rows:
-        config = ", ".join(f"{k}={v}" for k, v in r["config"].items())
-        print(f"{r['kernel']:<10} {r['size']:<14} {config:<36} {r['seconds']:>9.4f}")
+        print(f"{r['kernel']:<10} {r['size']:<14} {config_text(r['config']):<36} {r['seconds']:>9.4f}")
     with open(opts.json, "w") as f:
         json.dump({"interpreter": rows}, f, indent=2)
     print(f"wrote {opts.json}")

@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import __version__
+from .configuration import config_text
 from .frontend import ast
 from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
-from .middle.ir import KernelParam, format_function, verify, walk
+from .middle.ir import KernelParam, Op, format_function, verify, walk
 from .middle.irgen import generate
 from .lower.driver import lower
 from .lower.mathlib import expand_math
@@ -77,7 +78,7 @@ class CompiledKernel:
 
     @property
     def config_text(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.config.items()) or "no autotune parameters"
+        return config_text(self.config)
 
 
 def target(arch: str) -> Target:
@@ -128,8 +129,7 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
     except PhobosError as err:
         resolved = resolve_config(k, config) if not isinstance(err, SemanticError) or config else {}
         if resolved:
-            text = ", ".join(f"{n}={v}" for n, v in resolved.items())
-            err.notes.append(Note(f"in configuration {text} of kernel '{k.name}' for {arch}"))
+            err.notes.append(Note(f"in configuration {config_text(resolved)} of kernel '{k.name}' for {arch}"))
         raise
     except RecursionError:
         raise PhobosError("the program is nested too deeply", k.loc) from None
@@ -175,12 +175,11 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     if not allocate_registers:
         alloc.counts = number_in_order(items)
     lap("isel+regalloc")
-    config_text = ", ".join(f"{n}={v}" for n, v in ck.config.items())
     ptx_kernel = Kernel(
         name=k.name, params=entry_params(thread), body=items, threads=thread.attrs["threads"],
         register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
         header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
-                        + (f", configuration {config_text}" if config_text else ""),
+                        + (f", configuration {config_text(ck.config)}" if ck.config else ""),
                         f"{thread.attrs['threads']} threads per CTA, {thread.attrs['shared_bytes']} bytes of "
                         f"shared memory, peak register pressure {alloc.peak_pressure}"])
     source_file = k.loc.file if SourceFile.line(k.loc.file, k.loc.line) is not None else None
@@ -210,8 +209,8 @@ def grid_hints(func) -> list[tuple[str, int] | None]:
 
 def _program_id_times(v, size) -> int | None:
     """The axis d when `v` is program_id(d) * size, or program_id(d) as a single index (size None or 1)."""
-    op = getattr(v, "owner", None)
-    if not hasattr(op, "opcode"):  # a block argument (a loop variable), or no op at all
+    op = v.owner
+    if not isinstance(op, Op):  # a block argument: a loop variable, say
         return None
     if op.opcode == "program_id" and size in (None, 1):
         return op.attrs["axis"]
@@ -219,7 +218,7 @@ def _program_id_times(v, size) -> int | None:
         return None
     if op.opcode != "mul":
         return None
-    a, b = (getattr(x, "owner", None) for x in op.operands)
+    a, b = (x.owner for x in op.operands)
     for pid, c in ((a, b), (b, a)):
         if getattr(pid, "opcode", None) == "program_id" and getattr(c, "opcode", None) == "const" \
                 and c.attrs["value"] == size:

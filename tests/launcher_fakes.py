@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from phobos.launch.autotune import config_text
+from phobos.configuration import config_text
 from phobos.run.backends import Launch
 from phobos.launch.binding import TensorArgument
 from phobos.run.runtime import DeviceProperties

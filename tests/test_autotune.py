@@ -11,7 +11,8 @@ import pytest
 
 import phobos
 from phobos.launch import cache, launcher
-from phobos.launch.autotune import Skipped, config_text, screen, tune
+from phobos.configuration import config_text
+from phobos.launch.autotune import Skipped, screen, tune
 from phobos.compiler import compile
 from phobos.errors import LaunchError, ResourceError
 from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report

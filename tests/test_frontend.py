@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
 import pytest
 
 from phobos.frontend import ast
@@ -280,6 +281,14 @@ def test_tile_extents_fold_per_configuration():
     ("i32(2.75)", 2),
     ("TM * 268435456", -2147483648),  # arithmetic on an i32 constant wraps
     ("2147483647 + 1", 2147483648),  # literal-only arithmetic is exact (and the result an i64)
+    ("i32(3e9)", 2147483647),  # a float converted to an integer saturates, as on the GPU
+    ("i32(-1e10)", -2147483648),
+    ("u32(-1)", 4294967295),  # an integer converted to an integer keeps its low bits
+    ("i32(3000000000)", -1294967296),
+    ("f32(16777217)", 16777216.0),  # to a float: rounded to nearest even
+    ("f32(1e39)", float("inf")),
+    ("f64(f32(0.1))", 0.10000000149011612),
+    ("cdiv(i32(2147483647), 2)", -1073741824),  # (a + b - 1) / b in i32, wrapping as at run time
 ])
 def test_constant_expressions(expr, value):
     kernel = only_kernel(f"""\
@@ -292,6 +301,32 @@ def test_constant_expressions(expr, value):
     checked = check_kernel(kernel)
     assert checked.consts[decl.value] == value
     assert checked.symbols[decl].value == value
+
+
+def test_a_let_constant_holds_its_dtypes_value():
+    kernel = only_kernel("""\
+        kernel k(x: tensor<f32>[N]) {
+            let a = 0.1
+            let b = f64(a)
+        }
+        """)
+    checked = check_kernel(kernel)
+    a, b = (checked.symbols[s] for s in kernel.body.stmts)
+    assert a.value == b.value == float(np.float32(0.1))  # not the double 0.1: a is an f32
+
+
+def test_the_checked_kernel_carries_the_knobs_of_its_configuration():
+    from phobos.configuration import Knobs
+
+    kernel = only_kernel("""\
+        @autotune(WARPS in [4, 8], GROUP_M in [8], BLOCK in [64])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ BLOCK] = f32(WARPS * GROUP_M)
+        }
+        """)
+    assert check_kernel(kernel).knobs == Knobs(warps=4, stages=None, group_m=8)
+    assert check_kernel(kernel, {"WARPS": 8}).knobs.warps == 8
+    assert check_kernel(only_kernel("kernel k(x: tensor<f32>[N]) {\n    x[0] = 1.0\n}\n")).knobs == Knobs()
 
 
 def test_constants_size_slices():
@@ -319,6 +354,7 @@ ADAPTATION_HEADER = "kernel k(x: tensor<f32>[N], n: i32, s: f32) {\n    let acc 
     ("let a = 1", ScalarType(I32)),
     ("let a = 1.0", ScalarType(F32)),
     ("let a = 3000000000", ScalarType(I64)),
+    ("let a = abs(3000000000)", ScalarType(I64)),
     ("let a = 2147483647 + 1", ScalarType(I64)),
     ("var a: f32 = 1", ScalarType(F32)),
     ("var a: i64 = 1 + 2", ScalarType(I64)),

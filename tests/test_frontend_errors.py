@@ -584,6 +584,137 @@ CASES = [
             let a = full([4], x[0 :+ 4])
         }
         """, SemanticError, 2, 23, "scalar"),
+    # ----------------------------------------------------------- checker: literals out of range
+    Case("f32 literal beyond f32 stored", """\
+        kernel k(x: tensor<f32>[N]) {
+            x[0] = 3.4e39
+        }
+        """, SemanticError, 2, 12, "does not fit in f32"),
+    Case("f32 literal beyond f32 bound by let", """\
+        kernel k(x: tensor<f32>[N]) {
+            let a = -3.4e39
+        }
+        """, SemanticError, 2, 13, "does not fit in f32"),
+    Case("f32 literal beyond f32 in a math function", """\
+        kernel k(x: tensor<f32>[N]) {
+            x[0] = exp(1e39)
+        }
+        """, SemanticError, 2, 16, "does not fit in f32"),
+    Case("float literal beyond f16 stored", """\
+        kernel k(h: tensor<f16>[N]) {
+            h[0] = 70000.0
+        }
+        """, SemanticError, 2, 12, "does not fit in f16"),
+    Case("literal beyond i32 in maximum", """\
+        kernel k(x: tensor<i32>[N]) {
+            x[0] = maximum(3000000000, 1)
+        }
+        """, SemanticError, 2, 20, "does not fit in i32"),
+    Case("literal beyond i32 in cdiv", """\
+        kernel k(x: tensor<i32>[N]) {
+            x[0] = cdiv(1, 5000000000)
+        }
+        """, SemanticError, 2, 20, "does not fit in i32"),
+    Case("literal beyond i32 in where", """\
+        kernel k(x: tensor<i32>[N], c: bool) {
+            x[0] = where(c, 1, 3000000000)
+        }
+        """, SemanticError, 2, 24, "does not fit in i32"),
+    Case("literal index beyond i32", """\
+        kernel k(x: tensor<f32>[N]) {
+            x[4294967296] = 1.0
+        }
+        """, SemanticError, 2, 7, "does not fit in i32"),
+    Case("literal slice start beyond i32", """\
+        kernel k(x: tensor<f32>[N]) {
+            let t = x[-2147483649 :+ 4]
+        }
+        """, SemanticError, 2, 15, "does not fit in i32"),
+    Case("arange beyond i32", """\
+        kernel k(x: tensor<i32>[N]) {
+            x[0 :+ 4] = arange(2147483646, 2147483650)
+        }
+        """, SemanticError, 2, 17, "do not fit in i32"),
+    # ----------------------------------------------------------- checker: values beyond i32
+    Case("tensor dimension beyond i32", """\
+        kernel k(x: tensor<f32>[2147483648]) {
+            x[0] = 1.0
+        }
+        """, SemanticError, 1, 25, "does not fit in i32"),
+    Case("tensor of more elements than i32 indexes", """\
+        kernel k(x: tensor<f32>[65536, N, 65536]) {
+            x[0, 0, 0] = 1.0
+        }
+        """, SemanticError, 1, 13, "4294967296 elements"),
+    Case("autotune range step beyond i32", """\
+        @autotune(S in [64, 2147483648])
+        kernel k(x: tensor<f32>[N]) {
+            for i in range(0, N, S) {
+                x[i] = 1.0
+            }
+        }
+        """, SemanticError, 1, 21, "does not fit in i32"),
+    Case("autotune value beyond i32 in arithmetic", """\
+        @autotune(B in [4294967295])
+        kernel k(x: tensor<i32>[N]) {
+            x[0] = B * 2
+        }
+        """, SemanticError, 1, 17, "does not fit in i32"),
+    Case("autotune value that would wrap", """\
+        @autotune(B in [4294967297])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 4] = f32(arange(4) + B)
+        }
+        """, SemanticError, 1, 17, "does not fit in i32"),
+    Case("autotune value below i32", """\
+        @autotune(B in [-2147483649])
+        kernel k(x: tensor<f32>[N]) {
+            x[0] = f32(B)
+        }
+        """, SemanticError, 1, 17, "does not fit in i32"),
+    # ----------------------------------------------------------- checker: knobs
+    Case("WARPS not a power of two", """\
+        @autotune(WARPS in [4, 3])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 24, "WARPS must be a power of two from 1 to 32, got 3"),
+    Case("WARPS beyond a CTA", """\
+        @autotune(WARPS in [64])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 21, "got 64"),
+    Case("WARPS zero", """\
+        @autotune(BLOCK in [32], WARPS in [0])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 36, "got 0"),
+    Case("STAGES below two", """\
+        @autotune(STAGES in [1])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 22, "STAGES must be from 2 to 8, got 1"),
+    Case("STAGES too deep", """\
+        @autotune(STAGES in [3, 16])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 25, "got 16"),
+    Case("GROUP_M zero", """\
+        @autotune(GROUP_M in [0])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 23, "GROUP_M must be from 1 to 64, got 0"),
+    Case("GROUP_M negative", """\
+        @autotune(GROUP_M in [-8])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 23, "got -8"),
 ]
 
 
@@ -605,6 +736,48 @@ def test_cases_are_distinct():
     """Every case exercises its own program (a copy-pasted case tests nothing new)."""
     assert len({c.source for c in CASES}) == len(CASES)
     assert len({c.name for c in CASES}) == len(CASES)
+
+
+OVERFLOWING_SOURCES = [c.source for c in CASES if "beyond i32" in c.name or "would wrap" in c.name
+                       or "beyond f32" in c.name]
+
+
+@pytest.mark.parametrize("source", OVERFLOWING_SOURCES)
+def test_values_beyond_their_dtype_are_semantic_errors_when_loading_and_compiling(source):
+    """What the checker refuses never reaches a later stage as an OverflowError or an internal error."""
+    import phobos
+    from phobos.compiler import compile
+
+    with pytest.raises(SemanticError):
+        phobos.jit(source, mode="interpret")
+    with pytest.raises(SemanticError):
+        compile(source)
+
+
+def test_knob_errors_stop_loading_not_the_first_call():
+    import phobos
+
+    src = next(c.source for c in CASES if c.name == "WARPS not a power of two")
+    with pytest.raises(SemanticError, match="WARPS must be a power of two"):
+        phobos.jit(src, mode="emulate")
+
+
+def test_a_forced_knob_value_is_checked_at_its_parameter():
+    from phobos.compiler import compile
+
+    src = "@autotune(BLOCK in [32], WARPS in [4])\nkernel k(x: tensor<f32>[N]) {\n    x[0 :+ BLOCK] = 1.0\n}\n"
+    with pytest.raises(SemanticError) as info:
+        compile(src, config={"WARPS": 48})
+    assert (info.value.loc.line, info.value.loc.col) == (1, 26)
+    assert "WARPS must be a power of two from 1 to 32, got 48" in info.value.message
+
+
+def test_a_forced_configuration_value_must_fit_i32():
+    from phobos.compiler import compile
+
+    src = "@autotune(B in [4])\nkernel k(x: tensor<f32>[N]) {\n    x[0 :+ B] = 1.0\n}\n"
+    with pytest.raises(SemanticError, match="'B' is an i32 constant: 4294967296 does not fit"):
+        compile(src, config={"B": 2**32})
 
 
 # ------------------------------------------------------------------ rendering

@@ -12,6 +12,7 @@ import operator
 
 import pytest
 
+from phobos.configuration import Knobs
 from phobos.errors import Loc, UnsupportedError
 from phobos.lower.core import HANDLERS, Lowering
 from phobos.lower.driver import lower
@@ -32,7 +33,8 @@ class Kernel:
                  config: dict[str, int] | None = None):
         params = [KernelParam(name, "tensor", F32, dims, written) for name, (dims, written) in tensors.items()]
         params += [KernelParam(name, "size", DType.I32) for name in sizes]
-        self.func = Function("unit", Block(), {"config": config or {}, "params": params, "loc": LOC})
+        self.func = Function("unit", Block(), {"config": config or {}, "knobs": Knobs.of(config or {}),
+                                               "params": params, "loc": LOC})
         self.b = Builder(self.func, loc=LOC)
         self.args: dict[str, Value] = {}
         for i, p in enumerate(params):

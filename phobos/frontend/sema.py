@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
+from ..configuration import Knobs, config_text, knob_problem
+from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
 from ..dispatch import Dispatch
 from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
-from ..middle.passes.fold import evaluate
 from ..types import (VOID, DType, ScalarType, TensorType, TileType, TupleType, ValueType, broadcast_shapes,
                     shape_of, with_dtype)
 
@@ -124,6 +125,7 @@ class CheckedKernel:
     carried: dict[object, list[Symbol]] = field(default_factory=dict)  # For/While/If/guard -> outer vars assigned
     written: set[str] = field(default_factory=set)  # tensor parameters the kernel stores into
     weak: set[object] = field(default_factory=set)  # literal-only expressions; their dtype follows context
+    knobs: Knobs = field(default_factory=Knobs)  # what the configuration's WARPS, STAGES, GROUP_M set
     frame: Frame | None = None  # the kernel's: `return` sets its flag
     loops: dict[object, Loop] = field(default_factory=dict)  # For/While -> its break/continue flags
     jumps: dict[object, Symbol] = field(default_factory=dict)  # Break/Continue/Return -> the flag it sets
@@ -173,6 +175,12 @@ def autotune_space(kernel: ast.Kernel) -> dict[str, list[int]]:
                 if value is None:
                     raise SemanticError(f"autotune values must be integer literals, e.g. {p.name} in [64, 128]",
                                         v.loc)
+                if not fits(value, DType.I32):
+                    raise SemanticError(f"autotune parameters are i32 constants: {value} does not fit in i32 "
+                                        f"({range_text(DType.I32)})", start_loc(v))
+                problem = knob_problem(p.name, value)
+                if problem is not None:
+                    raise SemanticError(problem, start_loc(v))
                 values.append(value)
             if len(set(values)) != len(values):
                 raise SemanticError(f"autotune parameter '{p.name}' lists a value twice", p.loc)
@@ -206,6 +214,13 @@ def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[st
                                 kernel.loc)
         if not isinstance(value, int) or isinstance(value, bool):
             raise SemanticError(f"autotune parameter '{name}' must be an integer, got {value!r}", kernel.loc)
+        declared = next(p.loc for d in kernel.decorators for p in d.params if p.name == name)
+        if not fits(value, DType.I32):
+            raise SemanticError(f"autotune parameter '{name}' is an i32 constant: {value} does not fit in i32 "
+                                f"({range_text(DType.I32)})", declared)
+        problem = knob_problem(name, value)
+        if problem is not None:
+            raise SemanticError(problem, declared)
     return {name: config.get(name, values[0]) for name, values in space.items()}
 
 
@@ -218,7 +233,7 @@ class Checker:
         self.errors: list[PhobosError] = []
         # the outermost scope holds the named float constants; the kernel's scope comes next
         self.scopes: list[dict[str, Symbol]] = [dict(NAMED_CONSTANTS), {}]
-        self.out = CheckedKernel(kernel, config, [], {})
+        self.out = CheckedKernel(kernel, config, [], {}, knobs=Knobs.of(config))
         self.weak = self.out.weak
         self.statement_calls: set[ast.Call] = set()  # effect builtins standing as statements
         self.loop_stack: list[tuple[object, int]] = []  # (For/While/If node or guard, scope depth outside it)
@@ -262,7 +277,12 @@ class Checker:
             loc = next(p.loc for d in k.decorators for p in d.params if p.name == name)
             self.define(Symbol(name, "const", ScalarType(DType.I32), loc, value))
         for index, param in enumerate(k.params):
-            self._attempt(self.check_param, index, param)
+            try:
+                self.check_param(index, param)
+            except SemanticError as err:  # its uses are skipped, not reported again
+                self.errors.append(err)
+                kind = "scalar" if param.type.kind == "scalar" else "tensor"
+                self.scopes[KERNEL_SCOPE].setdefault(param.name, Symbol(param.name, kind, None, param.loc))
         self.frame = self.out.frame = Frame(k.name, self.define(self.flag("$return", k.loc)))
         self._attempt_block_stmts(k.body)
         if self.errors:
@@ -285,6 +305,9 @@ class Checker:
                 if isinstance(e, ast.IntLit):
                     if e.value <= 0:
                         raise SemanticError("a tensor dimension must be positive", e.loc)
+                    if not fits(e.value, DType.I32):
+                        raise SemanticError(f"a tensor dimension is an i32: {e.value} does not fit in i32 "
+                                            f"({range_text(DType.I32)})", e.loc)
                     dims.append(e.value)
                 elif isinstance(e, ast.Name):
                     dims.append(e.id)
@@ -292,6 +315,10 @@ class Checker:
                 else:
                     raise SemanticError("a tensor dimension is a size name (like N) or an integer literal",
                                         start_loc(e))
+            elements = math.prod(d for d in dims if isinstance(d, int))
+            if not fits(elements, DType.I32):
+                raise SemanticError(f"a tensor of {elements} elements is too large: kernels index tensors "
+                                    f"with i32, so at most {int_range(DType.I32)[1]} elements", t.loc)
             sym = self.define(Symbol(param.name, "tensor", TensorType(dtype, tuple(dims)), param.loc))
         self.out.params.append(sym)
         self.out.symbols[param] = sym
@@ -426,16 +453,17 @@ class Checker:
             raise
         value = self.out.consts.get(s.value)
         if not s.mutable and value is not None and isinstance(sym.type, ScalarType):
-            sym.value = cast_value(value, sym.type.dtype)
+            sym.value = convert(value, sym.type.dtype)
         self.define(sym)
 
     def concrete(self, e: ast.Expr, t: ValueType) -> ValueType:
-        """The type a value keeps when nothing around it asks for another (literals: i32/f32)."""
+        """The type a value keeps when nothing around it asks for another (literals: i32, or i64
+        when the value needs it; f32)."""
         if e in self.weak and isinstance(t, ScalarType) and t.dtype is DType.I32:
             value = self.out.consts.get(e)
-            low, high = int_range(DType.I32)
-            if value is not None and not low <= value <= high:
+            if value is not None and not fits(value, DType.I32):
                 return ScalarType(DType.I64)
+        self.settle(e, t.dtype)
         return t
 
     @STATEMENTS.on(ast.Assign)
@@ -689,7 +717,7 @@ class Checker:
             else:
                 sym = Symbol(param.name, "param", self.concrete(arg, t), param.loc)
             if value is not None and isinstance(sym.type, ScalarType):
-                sym.value = value if sym.kind == "literal" else cast_value(value, sym.type.dtype)
+                sym.value = value if sym.kind == "literal" else convert(value, sym.type.dtype)
             self.define(sym)
         inlined.params.append(sym)
 
@@ -866,15 +894,14 @@ class Checker:
                     self.check_fits(-value, DType.I64, e.loc)
                     self.out.consts[e] = -value
                 else:
-                    self.out.consts[e] = cast_value(-value, t.dtype) if t.dtype.is_int else -value
+                    self.out.consts[e] = evaluate("neg", {}, [value], [t.dtype], t.dtype)
         elif e.op == "~":
             if not t.dtype.is_int:
                 raise SemanticError(f"'~' flips the bits of an integer, not of {_a(t.dtype)}; "
                                     f"use '!' for logical not", e.loc)
-            if value is not None and e.operand not in self.weak:
-                self.out.consts[e] = cast_value(~value, t.dtype)
-            elif value is not None:
-                self.out.consts[e] = ~value
+            if value is not None:
+                self.out.consts[e] = ~value if e.operand in self.weak else \
+                    evaluate("not", {}, [value], [t.dtype], t.dtype)
         else:
             if t.dtype is not DType.BOOL:
                 raise SemanticError(f"'!' needs a bool operand, not {t.dtype}; use '~' to flip the bits of "
@@ -964,29 +991,25 @@ class Checker:
         a, b = self.out.consts.get(e.lhs), self.out.consts.get(e.rhs)
         if a is None or b is None or not isinstance(result, ScalarType):
             return
-        literal_only = e.lhs in self.weak and e.rhs in self.weak
-        if literal_only:
-            value = fold_binary(e.op, a, b, None)
-        elif (e.op in ("/", "%")) and operand_dtype.is_int and b == 0:
-            value = None
-        else:
-            opcode, attrs = _FOLD_OPCODES[e.op]
-            value = evaluate(opcode, attrs, [a, b], [operand_dtype, operand_dtype], result.dtype)
-        if value is None:
-            if e.op in ("/", "%"):
-                raise SemanticError("division by zero in a constant expression", e.loc)
-            return
-        if literal_only:
+        opcode, attrs = OPERATORS[e.op]
+        if e.lhs in self.weak and e.rhs in self.weak:
+            try:
+                value = exact(opcode, attrs, a, b)
+            except ZeroDivisionError:
+                raise SemanticError("division by zero in a constant expression", e.loc) from None
             self.check_fits(value, DType.I64, e.loc)
+        elif opcode in ("div", "rem") and operand_dtype.is_int and b == 0:
+            raise SemanticError("division by zero in a constant expression", e.loc)
+        else:
+            value = evaluate(opcode, attrs, [a, b], [operand_dtype, operand_dtype], result.dtype)
         self.out.consts[e] = value
 
     def check_fits(self, value, dtype: DType, loc: Loc) -> None:
-        """An integer constant must be representable in the integer dtype it takes."""
-        if not dtype.is_int or isinstance(value, (bool, float)):
+        """A constant must be representable in the dtype it takes: an integer in range, a
+        finite float that does not round to infinity."""
+        if isinstance(value, bool) or (dtype.is_int and isinstance(value, float)) or fits(value, dtype):
             return
-        low, high = int_range(dtype)
-        if not low <= value <= high:
-            raise SemanticError(f"the constant {value} does not fit in {dtype} ({low} to {high})", loc)
+        raise SemanticError(f"the constant {value} does not fit in {dtype} ({range_text(dtype)})", loc)
 
     def settle(self, e: ast.Expr, dtype: DType) -> None:
         """A literal-only expression takes `dtype`: its value must fit in it."""
@@ -994,6 +1017,11 @@ class Checker:
             value = self.out.consts.get(e)
             if value is not None:
                 self.check_fits(value, dtype, start_loc(e))
+
+    def settle_all(self, args, dtype: DType) -> None:
+        """The literal-only arguments of a builtin take the dtype it computes in."""
+        for arg in args:
+            self.settle(arg, dtype)
 
     @EXPRESSIONS.on(ast.Index)
     def expr_index(self, e: ast.Index):
@@ -1019,6 +1047,7 @@ class Checker:
         for d, (dim, sub) in enumerate(zip(bt.dims, e.subscripts)):
             if isinstance(sub, ast.Slice):
                 self.scalar_int(sub.start, "a slice start")
+                self.settle(sub.start, DType.I32)
                 size = self.const_int(sub.size, "the size of a slice (after ':+')")
                 if size <= 0:
                     raise SemanticError(f"the size of a slice must be positive, got {size}", start_loc(sub.size))
@@ -1042,6 +1071,7 @@ class Checker:
                     last_tile = d
                     continue
                 self.scalar_int(sub, "an index")
+                self.settle(sub, DType.I32)
         if gathered is not None:
             shape[gather_at:gather_at] = gathered
         dtype = bt.dtype.compute
@@ -1161,9 +1191,10 @@ class Checker:
     def call_unary_float(self, e: ast.Call):
         self.arity(e, 1)
         t = self.value(e.args[0])
+        if e.args[0] in self.weak:
+            self.settle(e.args[0], DType.F32)
+            return with_dtype(t, DType.F32)
         if not t.dtype.is_float:
-            if e.args[0] in self.weak:
-                return with_dtype(t, DType.F32)
             raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                                 start_loc(e.args[0]))
         allowed = BUILTINS[e.func].dtypes
@@ -1179,13 +1210,15 @@ class Checker:
         t = self.value(e.args[0])
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
-        return t
+        return self.concrete(e.args[0], t)
 
     @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
-        return self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
+        t = self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
+        self.settle_all(e.args, t.dtype)
+        return t
 
     @BUILTIN_RULES.on("binary_int")
     def call_binary_int(self, e: ast.Call):
@@ -1194,11 +1227,14 @@ class Checker:
         t = self.arith(e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
         if not t.dtype.is_int:
             raise SemanticError(f"{e.func}() needs integers, got {t.dtype}", e.loc)
+        self.settle_all(e.args, t.dtype)
         x, y = self.out.consts.get(e.args[0]), self.out.consts.get(e.args[1])
         if x is not None and y is not None and isinstance(t, ScalarType):
             if y == 0:
                 raise SemanticError("division by zero in a constant expression", start_loc(e.args[1]))
-            self.out.consts[e] = fold_binary("/", x + y - 1, y, t.dtype)
+            dtypes = [t.dtype, t.dtype]
+            total = evaluate("sub", {}, [evaluate("add", {}, [x, y], dtypes, t.dtype), 1], dtypes, t.dtype)
+            self.out.consts[e] = evaluate("div", {}, [total, y], dtypes, t.dtype)
         return t
 
     @BUILTIN_RULES.on("where")
@@ -1208,6 +1244,7 @@ class Checker:
         if c.dtype is not DType.BOOL:
             raise SemanticError(f"the condition of where() must be bool, got {c.dtype}", start_loc(e.args[0]))
         dtype = self.unify_dtypes(e.args[1], a.dtype, e.args[2], b.dtype, e.loc)
+        self.settle_all(e.args[1:], dtype)
         shape = self.broadcast(self.broadcast(shape_of(c), shape_of(a), e.loc), shape_of(b), e.loc)
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
 
@@ -1219,6 +1256,9 @@ class Checker:
         if end <= start:
             raise SemanticError(f"arange() needs end > start, got arange({start}, {end})", e.loc)
         self.check_size(end - start, e.loc)
+        if not (fits(start, DType.I32) and fits(end - 1, DType.I32)):
+            raise SemanticError(f"the values of arange({start}, {end}) do not fit in i32 "
+                                f"({range_text(DType.I32)})", e.loc)
         return TileType(DType.I32, (end - start,))
 
     def shape_arg(self, e: ast.Expr) -> tuple[int, ...]:
@@ -1268,7 +1308,7 @@ class Checker:
             dtype = CAST_DTYPES[e.func]
             if dtype.is_int and isinstance(value, float) and not math.isfinite(value):
                 raise SemanticError(f"the constant {value} has no {dtype} value", start_loc(e.args[0]))
-            self.out.consts[e] = cast_value(value, dtype)
+            self.out.consts[e] = convert(value, dtype)
         return result
 
     @BUILTIN_RULES.on("atomic")
@@ -1543,6 +1583,7 @@ class Checker:
 
 
 BITCAST_DTYPES = (DType.I32, DType.U32, DType.F32, DType.I64, DType.F64)
+_COMPARE = {"==", "!=", "<", "<=", ">", ">="}
 
 
 def _type_text(t: ast.TypeExpr) -> str:
@@ -1564,57 +1605,9 @@ def _always_returns(block: ast.Block) -> bool:
         and _always_returns(last.orelse)
 
 
-_COMPARE = {"==", "!=", "<", "<=", ">", ">="}
-_FOLD_OPCODES = {
-    "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),
-    "&&": ("and", {}), "||": ("or", {}), "&": ("and", {}), "|": ("or", {}), "^": ("xor", {}),
-    "<<": ("shl", {}), ">>": ("shr", {}),
-    **{op: ("cmp", {"pred": pred}) for op, pred in
-       (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
-}
-
-
 def _a(dtype: DType) -> str:
     """The dtype with its indefinite article as read aloud: 'an f32', 'an i32', 'a u32', 'a bool'."""
     return f"{'an' if dtype.value[0] in 'fi' else 'a'} {dtype}"
-
-
-def int_range(dtype: DType) -> tuple[int, int]:
-    """The smallest and largest value of an integer dtype."""
-    bits = dtype.bits
-    if dtype.is_signed:
-        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    return 0, (1 << bits) - 1
-
-
-def cast_value(value, dtype: DType):
-    if dtype.is_float:
-        return float(value)
-    if dtype is DType.BOOL:
-        return bool(value)
-    v = int(value)
-    bits = dtype.bits
-    v &= (1 << bits) - 1
-    if dtype.is_signed and v >= 1 << (bits - 1):
-        v -= 1 << bits
-    return v
-
-
-def fold_binary(op: str, a, b, dtype: DType | None):
-    """Constant value of `a op b` with C semantics (truncating division); None for x/0."""
-    if op in ("/", "%") and b == 0:
-        return None
-    if op in ("/", "%") and isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
-        q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
-        value = q if op == "/" else a - q * b
-    else:
-        value = {
-            "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
-            "==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b, "<=": lambda: a <= b,
-            ">": lambda: a > b, ">=": lambda: a >= b, "&&": lambda: a and b, "||": lambda: a or b,
-            "&": lambda: a & b, "|": lambda: a | b, "^": lambda: a ^ b, "<<": lambda: a << b, ">>": lambda: a >> b,
-        }[op]()
-    return cast_value(value, dtype) if dtype is not None and dtype.is_int else value
 
 
 # ------------------------------------------------------------------- driver
@@ -1675,7 +1668,7 @@ def _errors_by_configuration(kernel: ast.Kernel, configs: list[dict[str, int]]) 
 
 
 def _configurations_note(failing: list[dict[str, int]], total: int, shown: int = 3) -> str:
-    texts = [", ".join(f"{name}={value}" for name, value in config.items()) for config in failing]
+    texts = [config_text(config) for config in failing]
     if len(texts) == 1:
         return f"only in the autotune configuration {texts[0]}"
     more = f" and {len(texts) - shown} more" if len(texts) > shown else ""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..compiler import CompiledKernel
+from ..configuration import config_text
 from ..errors import LaunchError, PhobosError
 from ..ptxcheck import Report
 from ..run.runtime import DeviceProperties
@@ -41,11 +42,6 @@ class Skipped(Exception):
         super().__init__(reason)
         self.reason = reason
         self.fallback = fallback
-
-
-def config_text(config: dict[str, int]) -> str:
-    """`TILE_M=64, TILE_N=128`: how configurations are named in timings and messages."""
-    return ", ".join(f"{name}={value}" for name, value in config.items()) or "no autotune parameters"
 
 
 def launch_problem(kernel: CompiledKernel, device: DeviceProperties) -> str | None:

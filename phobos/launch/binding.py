@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from ..constants import convert, fits, int_range
 from ..errors import LaunchError
 from ..middle.ir import KernelParam
-from ..frontend.sema import int_range
 from ..types import DType
 
 I32_MAX = int_range(DType.I32)[1]
@@ -200,11 +200,9 @@ def _to_float(dtype: DType, value: Any, fail: Callable[..., LaunchError]) -> np.
         wide = float(value)
     except OverflowError:
         raise fail(f" (out of range for {dtype})") from None
-    with np.errstate(over="ignore"):
-        converted = np.dtype(dtype.numpy_name).type(wide)
-    if math.isfinite(wide) and not math.isfinite(converted):
+    if not fits(wide, dtype):
         raise fail(f" (out of range for {dtype})")
-    return converted
+    return np.dtype(dtype.numpy_name).type(convert(wide, dtype))
 
 
 def _to_int(dtype: DType, value: Any, fail: Callable[..., LaunchError]) -> np.generic:
@@ -214,9 +212,9 @@ def _to_int(dtype: DType, value: Any, fail: Callable[..., LaunchError]) -> np.ge
         integer = int(value)
     else:
         raise fail(" (not an integer)")
-    info = np.iinfo(dtype.numpy_name)
-    if not info.min <= integer <= info.max:
-        raise fail(f" (out of range [{info.min}, {info.max}])")
+    if not fits(integer, dtype):
+        low, high = int_range(dtype)
+        raise fail(f" (out of range [{low}, {high}])")
     return np.dtype(dtype.numpy_name).type(integer)
 
 

@@ -41,10 +41,10 @@ from ..frontend import ast
 from . import autotune, cache
 from ..run import runtime
 from .. import toolchain
-from .autotune import config_text
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind
 from ..compiler import CompiledKernel, grid_hints, compile_kernel, parse_source
+from ..configuration import config_text
 from ..errors import ErrorList, LaunchError, PhobosError, ToolchainError
 from ..middle.irgen import generate, kernel_signature
 from ..ptxcheck import Report

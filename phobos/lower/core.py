@@ -41,11 +41,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from ..constants import evaluate
 from ..dispatch import Dispatch
 from ..errors import ResourceError, UnsupportedError
 from ..middle.ir import Block, Builder, Function, Op, Value, uses
 from ..middle.passes.cse import freeze
-from ..middle.passes.fold import evaluate, identity
+from ..middle.passes.fold import identity
 from ..types import DType, ScalarType, TileType
 from .fusion import FusedStore, fusion_plan
 from .layout import Layout, Term

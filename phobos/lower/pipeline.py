@@ -24,7 +24,7 @@
 # control.py's `for` handler asks it whether a loop is pipelined.
 from __future__ import annotations
 
-from ..errors import UnsupportedError
+from ..configuration import Knobs
 from ..middle.ir import Block, Op, Value
 from ..types import DType
 from .core import BOOL, I32, I64, U32, Lowering, access_groups
@@ -67,9 +67,7 @@ def pipeline_plan(low: Lowering, op: Op):
 def lower_pipelined(low: Lowering, op: Op, dot: Op, loads: list[Op], index_ops: list[Op]) -> None:
     """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep (see the header)."""
     plan = dot_plan(loads[0].result.type.shape, loads[1].result.type.shape[1], dot.result.dtype, low.threads)
-    stages = low.src.attrs["config"].get("STAGES", DEFAULT_STAGES)
-    if stages < 2:
-        raise UnsupportedError(f"STAGES must be at least 2, got {stages}", op.loc)
+    stages = low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES
     while stages > 2 and stages * plan.stage_bytes > low.smem_limit:
         stages -= 1
     base = low.smem(stages * plan.stage_bytes)

@@ -24,7 +24,7 @@
 # is plain values (a thread count, {Value: Layout}, a group size).
 from __future__ import annotations
 
-from ..errors import UnsupportedError
+from ..configuration import Knobs
 from ..middle.ir import Function, Value, walk
 from ..types import TileType
 from .layout import WARP, Layout, blocked, dot_layout
@@ -36,7 +36,6 @@ ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xo
                "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "gelu", "sin", "cos"}
 # The opcodes whose tile operands and results all take one layout, element for element.
 ALIGNED = {"gather", "scatter", "atomic", "scan", "print", "assert"}
-MAX_THREADS = 1024
 DEFAULT_MAX_THREADS = 256
 DEFAULT_GROUP_M = 8  # row blocks per group in the grouped order of program ids (autotune parameter GROUP_M)
 
@@ -50,11 +49,8 @@ def choose_threads(func: Function) -> int:
     one warp and 256 threads: for memory-bound kernels more threads with one
     vector each keep more requests in flight than fewer threads with several.
     """
-    warps = func.attrs.get("config", {}).get("WARPS")
+    warps = func.attrs.get("knobs", Knobs()).warps
     if warps is not None:
-        if warps < 1 or warps > MAX_THREADS // WARP or warps & (warps - 1):
-            raise UnsupportedError(f"WARPS must be a power of two from 1 to {MAX_THREADS // WARP}, got {warps}",
-                                   func.attrs["loc"])
         return warps * WARP
     dots = [op.result.type.size for op in walk(func.body) if op.opcode == "dot"]
     if dots:
@@ -74,11 +70,9 @@ def program_grouping(func: Function) -> int:
 
     values.py's program_id handler uses it (see grouped_program_ids there).
     """
-    config = func.attrs.get("config", {})
-    if "GROUP_M" in config:
-        if config["GROUP_M"] < 1:
-            raise UnsupportedError(f"GROUP_M must be at least 1, got {config['GROUP_M']}", func.attrs["loc"])
-        return config["GROUP_M"]
+    group_m = func.attrs.get("knobs", Knobs()).group_m
+    if group_m is not None:
+        return group_m
     ops = list(walk(func.body))
     axes = {op.attrs["axis"] for op in ops if op.opcode == "program_id"}
     return DEFAULT_GROUP_M if {0, 1} <= axes and any(op.opcode == "dot" for op in ops) else 1

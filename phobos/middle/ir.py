@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ..configuration import config_text
 from ..errors import Loc
 from ..types import DType, ScalarType, TensorType, TileType
 
@@ -263,8 +264,8 @@ def _format_attr(v) -> str:
 def format_function(func: Function) -> str:
     """The textual form of a function, as printed by --dump-ir."""
     params = ", ".join(f"{p.name}: {p.kind} {p.dtype}" for p in func.attrs.get("params", []))
-    config = ", ".join(f"{k}={v}" for k, v in func.attrs.get("config", {}).items())
-    lines = [f"func @{func.name}({params})" + (f" config({config})" if config else "") + " {"]
+    config = func.attrs.get("config")
+    lines = [f"func @{func.name}({params})" + (f" config({config_text(config)})" if config else "") + " {"]
     _format_block(func.body, 1, lines)
     lines.append("}")
     return "\n".join(lines)

@@ -23,14 +23,15 @@
 #
 # Before: a CheckedKernel whose every expression has a type.  After: a Function
 # that `ir.verify` accepts, with attrs `params` (the PTX signature, as
-# KernelParam) and `config`.
+# KernelParam), `config` and `knobs` (the configuration's Knobs, for lowering).
 from __future__ import annotations
 
+from ..constants import OPERATORS, UNARY_OPERATORS, convert
 from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument
 from .ir import Block, Builder, Function, KernelParam, Value
-from ..frontend.sema import CheckedKernel, Inlined, Symbol, cast_value
+from ..frontend.sema import CheckedKernel, Inlined, Symbol
 from ..types import DType, ScalarType, TensorType, TileType, TupleType, broadcast_shapes, shape_of
 
 # The IR of each kind of statement and expression (keyed by AST class) and of
@@ -39,11 +40,7 @@ STATEMENTS = Dispatch("statement")
 EXPRESSIONS = Dispatch("expression")
 BUILTIN_RULES = Dispatch("builtin rule")
 
-BINARY_OPCODES = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem", "&&": "and", "||": "or",
-                  "&": "and", "|": "or", "^": "xor", "<<": "shl", ">>": "shr"}
-UNARY_OPCODES = {"-": "neg", "!": "not", "~": "not"}
 SCAN_KINDS = {"cumsum": "add", "cumprod": "mul"}
-COMPARE_PREDICATES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 
 
 def kernel_signature(ck: CheckedKernel) -> list[KernelParam]:
@@ -62,8 +59,8 @@ class IRGen:
     def __init__(self, ck: CheckedKernel):
         self.ck = ck
         self.params = kernel_signature(ck)
-        self.func = Function(ck.name, Block(), {"config": dict(ck.config), "params": self.params,
-                                                "loc": ck.kernel.loc})
+        self.func = Function(ck.name, Block(), {"config": dict(ck.config), "knobs": ck.knobs,
+                                                "params": self.params, "loc": ck.kernel.loc})
         self.b = Builder(self.func)
         self.env: dict[Symbol, Value] = {}
 
@@ -183,7 +180,7 @@ class IRGen:
             new = self.expr(s.value, sym.type.dtype)
             if s.op != "=":
                 self.at(s)
-                new = self.binary(BINARY_OPCODES[s.op[:-1]], self.env[sym], new, sym.type.dtype)
+                new = self.binary(OPERATORS[s.op[:-1]][0], self.env[sym], new, sym.type.dtype)
             new = self.coerce(new, shape_of(sym.type))
             if not new.name:
                 new.name = sym.name
@@ -199,14 +196,14 @@ class IRGen:
             self.at(s)
             if s.op != "=":
                 old = self.b.value("gather", [tensor, *indices], slice_t)
-                value = self.binary(BINARY_OPCODES[s.op[:-1]], old, value, dtype)
+                value = self.binary(OPERATORS[s.op[:-1]][0], old, value, dtype)
             self.b.op("scatter", [tensor, *indices, self.coerce(value, shape_of(slice_t))], [])
             return
         indices, sizes = self.subscripts(target)
         self.at(s)
         if s.op != "=":
             old = self.b.value("load", [tensor, *indices], slice_t, sizes=sizes)
-            value = self.binary(BINARY_OPCODES[s.op[:-1]], old, value, dtype)
+            value = self.binary(OPERATORS[s.op[:-1]][0], old, value, dtype)
         value = self.coerce(value, shape_of(slice_t))
         self.b.op("store", [tensor, *indices, value], [], {"sizes": sizes})
 
@@ -371,7 +368,7 @@ class IRGen:
         if value is not None and isinstance(t, ScalarType):
             dtype = want if (want is not None and e in self.ck.weak) else t.dtype
             self.at(e)
-            return self.b.const(cast_value(value, dtype), ScalarType(dtype))
+            return self.b.const(convert(value, dtype), ScalarType(dtype))
         return EXPRESSIONS.lookup(type(e))(self, e)
 
     @EXPRESSIONS.on(ast.Name)
@@ -387,18 +384,19 @@ class IRGen:
     def expr_unary(self, e: ast.Unary) -> Value:
         x = self.expr(e.operand)
         self.at(e)
-        return self.b.value(UNARY_OPCODES[e.op], [x], x.type)
+        return self.b.value(UNARY_OPERATORS[e.op], [x], x.type)
 
     @EXPRESSIONS.on(ast.Binary)
     def expr_binary(self, e: ast.Binary) -> Value:
         dtype = self.operand_dtype(e.lhs, e.rhs)
         a, b = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype)
         self.at(e)
-        if e.op in COMPARE_PREDICATES:
+        opcode, attrs = OPERATORS[e.op]
+        if opcode == "cmp":
             shape = broadcast_shapes(shape_of(a.type), shape_of(b.type))
             a, b = self.coerce(a, shape), self.coerce(b, shape)
-            return self.b.value("cmp", [a, b], self.typed(DType.BOOL, shape), pred=COMPARE_PREDICATES[e.op])
-        return self.binary(BINARY_OPCODES[e.op], a, b, self.ck.types[e].dtype)
+            return self.b.value("cmp", [a, b], self.typed(DType.BOOL, shape), **attrs)
+        return self.binary(opcode, a, b, self.ck.types[e].dtype)
 
     def subscripts(self, e: ast.Index) -> tuple[list[Value], list[int | None]]:
         indices, sizes = [], []
@@ -508,7 +506,7 @@ class IRGen:
         frame = inlined.frame
         self.env[frame.returned] = self.false()
         for sym in frame.results:
-            self.env[sym] = self.coerce(self.b.const(cast_value(0, sym.type.dtype), ScalarType(sym.type.dtype)),
+            self.env[sym] = self.coerce(self.b.const(convert(0, sym.type.dtype), ScalarType(sym.type.dtype)),
                                         shape_of(sym.type))
         self.block(inlined.body)
         results = tuple(self.env[sym] for sym in frame.results)
@@ -545,7 +543,7 @@ class IRGen:
 
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Value:
-        x = self.expr(e.args[0])
+        x = self.expr(e.args[0], self.ck.types[e].dtype)
         self.at(e)
         return self.b.value(e.func, [x], x.type)
 

@@ -12,11 +12,12 @@
 #
 # Semantics, exactly those of the language unless noted:
 #   values      numpy scalars or arrays of the exact compute dtype (bool, i32,
-#               i64, u32, f32, f64); every operation rounds or wraps in that
-#               dtype: f32 rounds each step, integers wrap, integer `/`
-#               truncates toward zero and `%` takes the dividend's sign; float
-#               `/` and comparisons are IEEE (NaN != NaN).  Values are never
-#               modified in place, so broadcasts may be read-only views.
+#               i64, u32, f32, f64); every operator and cast is the one
+#               `phobos.constants` defines (the checker folds constants with the
+#               same functions): f32 rounds each step, integers wrap, integer
+#               `/` truncates toward zero and `%` takes the dividend's sign;
+#               float `/` and comparisons are IEEE (NaN != NaN).  Values are
+#               never modified in place, so broadcasts may be read-only views.
 #   loads       a tile of the slice sizes (a single index drops its dimension);
 #               elements outside the tensor read 0.  f16 and bf16 load as f32,
 #               i8 and i16 as i32.
@@ -67,12 +68,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import constants
 from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument
 from ..compiler import parse_source, pick_kernel
 from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
-from ..frontend.sema import CheckedKernel, Inlined, Symbol, cast_value, check_kernel
+from ..frontend.sema import CheckedKernel, Inlined, Symbol, check_kernel
 from ..types import DType, ScalarType, TensorType, TileType, TupleType, shape_of
 from .emulator import numerics
 
@@ -85,7 +87,6 @@ Fn = Callable[[list], object]  # a compiled expression or statement: frame -> va
 
 NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}
 GRID_SLOTS = 6  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2)
-I32_MAX = (1 << 31) - 1
 
 
 class _Jump(Exception):
@@ -118,7 +119,7 @@ class _Fault(Exception):
 # ------------------------------------------------------------ value helpers
 def _const(value, dtype: DType):
     """A compile-time value as a numpy scalar of `dtype` (wrapped or rounded as the dtype does)."""
-    return NP[dtype](cast_value(value, dtype))
+    return NP[dtype](constants.convert(value, dtype))
 
 
 def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | None) -> Fn:
@@ -128,79 +129,24 @@ def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | Non
     return lambda f: np.broadcast_to(fn(f), want)
 
 
-def _int_division(signed: bool, loc: Loc):
-    """C integer division: truncating toward zero; a zero divisor is a fault at `loc`."""
-    def div(a, b):
-        if not np.all(b):
-            raise _Fault("integer division by zero", loc)
-        q = a // b
-        if signed:  # floor -> truncation: one more where inexact and the signs differ
-            q = q + ((q * b != a) & ((a < 0) != (b < 0)))
-        return q
-    return div
+def _operation(opcode: str, attrs: dict, loc: Loc):
+    """The numpy function of an operation, as `phobos.constants` defines it; an integer
+    division by zero is a fault at `loc`."""
+    fn = constants.operation(opcode, attrs)
+    if opcode not in ("div", "rem"):
+        return fn
+
+    def divide(a, b):
+        try:
+            return fn(a, b)
+        except ZeroDivisionError as err:
+            raise _Fault(str(err), loc) from None
+    return divide
 
 
-def _int_remainder(signed: bool, loc: Loc):
-    """C remainder: a - (a / b) * b, with the dividend's sign."""
-    div = _int_division(signed, loc)
-    return lambda a, b: a - div(a, b) * b
-
-
-def _shift(left: bool, dtype: DType):
-    """PTX's shifts: the amount as unsigned, and one of the width or more shifts every bit out
-    (a signed right shift then leaves copies of the sign)."""
-    bits = dtype.bits
-    unsigned = np.uint64
-
-    def shift(a, b):
-        amount = np.asarray(b).astype(np.int64).astype(unsigned) if dtype.is_signed else np.asarray(b, unsigned)
-        out_of_range = amount >= bits
-        k = np.where(out_of_range, 0, amount).astype(NP[dtype])
-        if left:
-            return np.where(out_of_range, NP[dtype](0), a << k)[()].astype(NP[dtype])
-        beyond = np.where(a < 0, NP[dtype](-1), NP[dtype](0)) if dtype.is_signed else NP[dtype](0)
-        return np.where(out_of_range, beyond, a >> k)[()].astype(NP[dtype])
-    return shift
-
-
-_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul,
-          "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-          ">": operator.gt, ">=": operator.ge, "&&": operator.and_, "||": operator.or_,
-          "&": operator.and_, "|": operator.or_, "^": operator.xor}
-
-
-def _binary_function(op: str, dtype: DType, loc: Loc):
-    """The numpy function of `a op b` for operands of `dtype`."""
-    if op == "/":
-        return operator.truediv if dtype.is_float else _int_division(dtype.is_signed, loc)
-    if op == "%":
-        return _int_remainder(dtype.is_signed, loc)
-    if op in ("<<", ">>"):
-        return _shift(op == "<<", dtype)
-    return _ARITH[op]
-
-
-def _float_to_int(to: DType):
-    """cvt.rzi: truncate toward zero, saturate at the range of `to`, NaN -> 0."""
-    info = np.iinfo(NP[to])
-    top = 2.0 ** (to.bits - 1 if to.is_signed else to.bits)  # the first value above the range
-
-    def convert(x):
-        t = np.trunc(np.asarray(x, np.float64))
-        over, under = t >= top, t < info.min
-        inside = np.where(over | under | np.isnan(t), 0, t).astype(NP[to])
-        return np.where(over, NP[to](info.max), np.where(under, NP[to](info.min), inside))[()]
-    return convert
-
-
-def _converter(frm: DType, to: DType):
-    """The conversion of values from `frm` to `to`, as the GPU's cvt does it."""
-    if frm == to:
-        return lambda x: x
-    if frm.is_float and to.is_int:
-        return _float_to_int(to)
-    target = NP[to]
-    return lambda x: x.astype(target)
+def _binary_function(op: str, loc: Loc):
+    """The numpy function of the source operator `a op b`."""
+    return _operation(*constants.OPERATORS[op], loc)
 
 
 def _via_f64(fn):
@@ -222,7 +168,7 @@ UNARY_FLOAT = {
     "erf": _erf, "gelu": lambda x: x * (1.0 + _erf(x / math.sqrt(2.0))) / 2.0,
     "sin": np.sin, "cos": np.cos,
 }
-BINARY_NUMERIC = {"maximum": np.fmax, "minimum": np.fmin}  # max.f32 ignores NaN, like fmax
+BINARY_NUMERIC = {"maximum": "max", "minimum": "min"}  # the opcode of each
 
 
 def _reducer(kind: str, axis: int | None):
@@ -386,7 +332,7 @@ class _Compiler:
             return _broadcast(self.expr(s.value, dtype), shape_of(self.ck.types[s.value]), shape_of(target_t))
         if s.op == "+=" and self.fusable_dot(s.value, target_t):
             return self.fused_dot(old, s.value)
-        fn, value = _binary_function(s.op[:-1], dtype, s.loc), self.expr(s.value, dtype)
+        fn, value = _binary_function(s.op[:-1], s.loc), self.expr(s.value, dtype)
         return lambda f: fn(old(f), value(f))
 
     @STATEMENTS.on(ast.ExprStmt)
@@ -609,7 +555,7 @@ class _Compiler:
 
     @EXPRESSIONS.on(ast.Unary)
     def expr_unary(self, e: ast.Unary) -> Fn:
-        x, fn = self.expr(e.operand), operator.neg if e.op == "-" else operator.invert
+        x, fn = self.expr(e.operand), constants.operation(constants.UNARY_OPERATORS[e.op], {})
         return lambda f: fn(x(f))
 
     @EXPRESSIONS.on(ast.TupleLit)
@@ -624,7 +570,7 @@ class _Compiler:
             for dot, other in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
                 if self.fusable_dot(dot, self.ck.types[e]):
                     return self.fused_dot(self.expr(other, dtype), dot)
-        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, dtype, e.loc)
+        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, e.loc)
         return lambda f: fn(a(f), b(f))
 
     @EXPRESSIONS.on(ast.Index)
@@ -717,20 +663,20 @@ class _Compiler:
 
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Fn:  # abs
-        x = self.expr(e.args[0])
-        return lambda f: abs(x(f))
+        x, fn = self.expr(e.args[0], self.ck.types[e].dtype), constants.operation("abs", {})
+        return lambda f: fn(x(f))
 
     @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call) -> Fn:
         dtype = self.operand_dtype(e.args[0], e.args[1])
-        a, b, fn = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), BINARY_NUMERIC[e.func]
+        a, b, fn = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), constants.operation(BINARY_NUMERIC[e.func], {})
         return lambda f: fn(a(f), b(f))
 
     @BUILTIN_RULES.on("binary_int")
     def call_binary_int(self, e: ast.Call) -> Fn:  # cdiv(a, b) = (a + b - 1) / b
         dtype = self.ck.types[e].dtype
         a, b, one = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), NP[dtype](1)
-        div = _int_division(dtype.is_signed, e.loc)
+        div = _operation("div", {}, e.loc)
 
         def run(f):
             y = b(f)
@@ -741,7 +687,8 @@ class _Compiler:
     def call_where(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         c, a, b = self.expr(e.args[0]), self.expr(e.args[1], dtype), self.expr(e.args[2], dtype)
-        return lambda f: np.where(c(f), a(f), b(f))[()]
+        select = constants.operation("select", {})
+        return lambda f: select(c(f), a(f), b(f))[()]
 
     @BUILTIN_RULES.on("arange")
     def call_arange(self, e: ast.Call) -> Fn:
@@ -763,8 +710,8 @@ class _Compiler:
     @BUILTIN_RULES.on("cast")
     def call_cast(self, e: ast.Call) -> Fn:
         x = self.expr(e.args[0])
-        fn = _converter(self.ck.types[e.args[0]].dtype, CAST_DTYPES[e.func])
-        return lambda f: fn(x(f))
+        to = CAST_DTYPES[e.func]
+        return lambda f: constants.convert_array(x(f), to)
 
 
     @BUILTIN_RULES.on("fma")
@@ -778,7 +725,7 @@ class _Compiler:
     def call_mulhi(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         a, b = (self.expr(x, dtype) for x in e.args)
-        return lambda f: _mul_high(dtype, a(f), b(f))
+        return lambda f: constants.multiply_high(a(f), b(f))
 
     @BUILTIN_RULES.on("bitcast")
     def call_bitcast(self, e: ast.Call) -> Fn:
@@ -928,13 +875,6 @@ class _Compiler:
         return run
 
 
-def _mul_high(dtype: DType, a, b):
-    if dtype is DType.I64:
-        return numerics.mul_hi_s64(np.asarray(a, np.int64), np.asarray(b, np.int64))[()]
-    wide = np.int64 if dtype is DType.I32 else np.uint64
-    return ((np.asarray(a).astype(wide) * np.asarray(b).astype(wide)) >> wide(32)).astype(NP[dtype])[()]
-
-
 def _float_order(dtype: DType):
     """The key by which the GPU's atomic float max/min order values: signed-integer order of the
     bits for a clear sign bit, reversed magnitude for a set one (-0 < +0; NaNs beyond the infinities)."""
@@ -1053,7 +993,7 @@ class InterpretedKernel:
                     sym = self.params[index][0]
                     raise LaunchError(f"argument '{sym.name}': dimension {d} is {other}, but size '{name}' is "
                                       f"{value} from dimension {dim} of '{self.params[first][0].name}'", sym.loc)
-            if value > I32_MAX:
+            if not constants.fits(value, DType.I32):
                 sym = self.params[first][0]
                 raise LaunchError(f"argument '{sym.name}': size '{name}' = {value} does not fit in i32", sym.loc)
             frame[slot] = np.int32(value)
@@ -1099,10 +1039,8 @@ def _scalar_arg(sym: Symbol, arg):
     if not (is_bool if dtype is DType.BOOL else is_int if dtype.is_int else is_int or is_float):
         raise LaunchError(f"argument '{sym.name}' must be a {dtype} scalar, got {type(arg).__name__} {arg!r}",
                           sym.loc)
-    if dtype.is_int:
-        info = np.iinfo(NP[dtype])
-        if not info.min <= int(arg) <= info.max:
-            raise LaunchError(f"argument '{sym.name}' = {arg} does not fit in {dtype}", sym.loc)
+    if not is_bool and not constants.fits(int(arg) if is_int else float(arg), dtype):
+        raise LaunchError(f"argument '{sym.name}' = {arg} does not fit in {dtype}", sym.loc)
     return NP[dtype](arg)
 
 

@@ -8,8 +8,9 @@ def dce(func: Function) -> None:
     """Delete computations whose results nobody uses.
 
     Before: any valid IR.  After: no pure op has all its results unused; no
-    `for` carries a value that is used only to compute its own next value and
-    never after the loop; no `if` yields a value nobody reads; a `for` or `if`
+    `for` carries a value that is unused after the loop and inside it either
+    unread or only passed round unchanged (one computed from itself, like an
+    unused sum, stays); no `if` yields a value nobody reads; a `for` or `if`
     with no results whose regions hold only their `yield` is gone.  Ops with
     effects (loads, stores, barriers) are kept.
     """

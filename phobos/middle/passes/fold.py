@@ -1,75 +1,18 @@
 # Constant folding and algebraic simplification.
 #
-# Folding evaluates with NumPy in the op's own dtype, so that the constant is
-# bit for bit what the GPU would compute: i32 arithmetic wraps, integer division
-# truncates toward zero, f32 operations round once to f32.  Operations whose GPU
-# result is not exactly specified (the .approx math functions) or that round
-# twice when emulated (fma) are left alone.
+# A constant is folded to exactly what the GPU would compute, by the language's
+# one definition of constant values (`phobos.constants`): i32 arithmetic wraps,
+# integer division truncates toward zero, f32 operations round once to f32,
+# float -> int conversions saturate.  Operations whose GPU result is not exactly
+# specified (the .approx math functions) or that round twice when emulated
+# (fma), and integer divisions by zero, are left alone.
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir import Block, Function, Op, Value, replace_uses
+from ...constants import evaluate
 from ...types import DType
-
-_NP = {d: np.dtype(d.numpy_name) for d in (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.F32, DType.F64)}
-
-
-def _arr(value, dtype: DType) -> np.ndarray:
-    return np.array([value], dtype=_NP[dtype])
-
-
-def _int_div(a: np.ndarray, b: np.ndarray, rem: bool) -> np.ndarray:
-    """C division: the quotient truncates toward zero; the remainder takes the dividend's sign."""
-    q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
-    q = np.where((a < 0) != (b < 0), -q, q)
-    return (a.astype(np.int64) - q * b.astype(np.int64) if rem else q).astype(a.dtype)
-
-
-def _div(a, b):
-    if a.dtype.kind == "f":
-        return a / b
-    return _int_div(a, b, rem=False)
-
-
-_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-            "gt": np.greater, "ge": np.greater_equal}
-
-# opcode -> f(attrs, *operand arrays) -> array, or None to leave the op alone.
-EVALUATE = {
-    "add": lambda at, a, b: a + b,
-    "sub": lambda at, a, b: a - b,
-    "mul": lambda at, a, b: a * b,
-    "div": lambda at, a, b: None if (a.dtype.kind != "f" and b[0] == 0) else _div(a, b),
-    "rem": lambda at, a, b: None if b[0] == 0 else _int_div(a, b, rem=True),
-    "min": lambda at, a, b: np.fmin(a, b),
-    "max": lambda at, a, b: np.fmax(a, b),
-    "and": lambda at, a, b: a & b,
-    "or": lambda at, a, b: a | b,
-    "xor": lambda at, a, b: a ^ b,
-    "neg": lambda at, a: -a,
-    "not": lambda at, a: ~a,
-    "abs": lambda at, a: np.abs(a),
-    "cmp": lambda at, a, b: _COMPARE[at["pred"]](a, b),
-    "select": lambda at, c, a, b: np.where(c, a, b),
-}
-
-
-def _cast(value: np.ndarray, dtype: DType):
-    if value.dtype.kind == "f" and dtype.is_int:
-        v = float(value[0])
-        info = np.iinfo(_NP[dtype])
-        if not np.isfinite(v) or not info.min <= v <= info.max:
-            return None  # the GPU saturates; leave it to the GPU
-        return np.array([int(v)], dtype=_NP[dtype])
-    if dtype is DType.BOOL:
-        return value != 0
-    return value.astype(_NP[dtype])
-
-
-def _scalar(arr: np.ndarray):
-    v = arr[0]
-    return bool(v) if arr.dtype == np.bool_ else (float(v) if arr.dtype.kind == "f" else int(v))
 
 
 def fold(func: Function) -> None:
@@ -131,22 +74,6 @@ def _fold_op(op: Op, consts: dict, replace: dict) -> None:
 
 def _evaluate(op: Op, known: list):
     return evaluate(op.opcode, op.attrs, known, [v.dtype for v in op.operands], op.result.dtype)
-
-
-def evaluate(opcode: str, attrs: dict, known: list, dtypes: list[DType], result: DType):
-    """The exact value of `opcode` on constant operands, or None when it is not known exactly."""
-    if opcode == "cast":
-        arr = _cast(_arr(known[0], dtypes[0]), result)
-        return None if arr is None else _scalar(arr)
-    fn = EVALUATE.get(opcode)
-    if fn is None:
-        return None
-    arrays = [_arr(k, d) for k, d in zip(known, dtypes)]
-    with np.errstate(all="ignore"):
-        out = fn(attrs, *arrays)
-    if out is None:
-        return None
-    return _scalar(out.astype(_NP[result]))
 
 
 def identity(code: str, ops: list[Value], known: list, dtype: DType) -> Value | None:

@@ -1,0 +1,63 @@
+# Configurations: the values a kernel's autotune parameters take in one
+# compilation, the typed knobs among them, and how a configuration is written.
+#
+# Three autotune parameter names are knobs: besides being i32 constants in the
+# kernel, they set how the compiler lays the kernel out.  The checker
+# validates their values (a located error at the value in the decorator) and
+# hands lowering a `Knobs` value, where None means "the compiler chooses":
+#
+#   WARPS    warps (of 32 threads) per CTA: a power of two from 1 to 32
+#            (a CTA has at most 1024 threads)
+#   STAGES   depth of the cp.async pipeline of a matrix-product K loop on
+#            sm_80 and newer: 2 to 8 (each stage holds one iteration's operand
+#            tiles in shared memory; lowering takes fewer when they do not fit)
+#   GROUP_M  row blocks per group in the grouped order of program ids of
+#            matrix-product kernels: 1 (plain order) to 64
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+MAX_WARPS = 32  # 1024 threads per CTA
+
+
+@dataclass(frozen=True)
+class Knob:
+    field: str  # its field in Knobs
+    rule: str  # the values it takes, as messages and the docs say it
+    valid: Callable[[int], bool]
+
+
+KNOBS: dict[str, Knob] = {
+    "WARPS": Knob("warps", f"a power of two from 1 to {MAX_WARPS}",
+                  lambda v: 1 <= v <= MAX_WARPS and v & (v - 1) == 0),
+    "STAGES": Knob("stages", "from 2 to 8", lambda v: 2 <= v <= 8),
+    "GROUP_M": Knob("group_m", "from 1 to 64", lambda v: 1 <= v <= 64),
+}
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The knobs a configuration sets; None where the compiler chooses."""
+
+    warps: int | None = None
+    stages: int | None = None
+    group_m: int | None = None
+
+    @staticmethod
+    def of(config: Mapping[str, int]) -> Knobs:
+        """The knobs of a configuration whose values `knob_problem` accepts."""
+        return Knobs(**{KNOBS[name].field: value for name, value in config.items() if name in KNOBS})
+
+
+def knob_problem(name: str, value: int) -> str | None:
+    """What is wrong with `value` for the autotune parameter `name`, if it is a knob; else None."""
+    knob = KNOBS.get(name)
+    if knob is None or knob.valid(value):
+        return None
+    return f"{name} must be {knob.rule}, got {value}"
+
+
+def config_text(config: Mapping[str, int]) -> str:
+    """`TILE_M=64, TILE_N=128`: how a configuration is named in messages, timings and dumps."""
+    return ", ".join(f"{name}={value}" for name, value in config.items()) or "no autotune parameters"

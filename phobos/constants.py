@@ -1,0 +1,259 @@
+# What values mean: every operator, comparison, cast and literal of the
+# language on values of each dtype, defined once.  The checker evaluates
+# constant expressions with it, the folding passes fold IR with it, argument
+# binding converts scalars with it and the interpreter runs kernels with it, so
+# the four cannot drift apart; each result is the one the GPU computes.
+#
+# Operations work on NumPy arrays (or NumPy scalars) of the operands' dtype:
+# the interpreter applies them to whole tiles, `evaluate` to one constant.
+#
+#   integers   two's complement, wrapping on overflow; `div` truncates toward
+#              zero and `rem` takes the dividend's sign (C).  An integer zero
+#              divisor has no value: `divide` raises ZeroDivisionError (the
+#              interpreter faults, the checker reports it, folding leaves the
+#              op to run).
+#   bits       `& | ^ ~` on the bits; `<<` and `>>` (arithmetic for signed
+#              integers) by an amount read as unsigned, and an amount of the
+#              width or more shifts every bit out (0, or copies of the sign for
+#              a signed `>>`), as PTX's shl/shr do; `mulhi` is the high half of
+#              the full product.
+#   floats     IEEE, rounded to nearest even once per operation in the
+#              operands' dtype (an f32 operation is never computed in double);
+#              comparisons with NaN are false except `ne`; `min`/`max` ignore
+#              NaN (fmin/fmax).
+#   casts      int -> int keeps the low bits; float -> int truncates toward
+#              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi);
+#              to a float rounds to nearest even; to bool is `!= 0`.
+#   literals   an expression of literals alone is computed exactly (`exact`:
+#              Python integers and doubles, C division), then takes the dtype
+#              its context gives it, where it must be representable (`fits`).
+#
+# A compile-time constant of dtype d is a Python bool, int or float that d
+# holds exactly: an f32 constant is a double whose value is an f32.
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+
+import numpy as np
+
+from .types import COMPUTE_DTYPES, DType
+
+Constant = bool | int | float
+
+NUMPY = {d: np.dtype(d.numpy_name) for d in COMPUTE_DTYPES}
+
+# The language's binary operators as IR operations: opcode and attributes.
+OPERATORS: dict[str, tuple[str, dict]] = {
+    "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),
+    "&&": ("and", {}), "||": ("or", {}), "&": ("and", {}), "|": ("or", {}), "^": ("xor", {}),
+    "<<": ("shl", {}), ">>": ("shr", {}),
+    **{op: ("cmp", {"pred": pred}) for op, pred in
+       (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
+}
+UNARY_OPERATORS = {"-": "neg", "!": "not", "~": "not"}
+
+# Binary floating-point formats: (bits of precision, largest exponent).
+_FLOAT_FORMATS = {DType.F16: (11, 15), DType.BF16: (8, 127), DType.F32: (24, 127), DType.F64: (53, 1023)}
+
+
+# ------------------------------------------------------------------ ranges
+def int_range(dtype: DType) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype."""
+    bits = dtype.bits
+    if dtype.is_signed:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def largest_float(dtype: DType) -> float:
+    """The largest finite value of a float dtype."""
+    precision, emax = _FLOAT_FORMATS[dtype]
+    return math.ldexp(2.0 - math.ldexp(1.0, 1 - precision), emax)
+
+
+def _overflows(x: float, dtype: DType) -> bool:
+    """Whether a finite double rounds to infinity in `dtype` (round to nearest even)."""
+    if dtype is DType.F64:
+        return False
+    precision, emax = _FLOAT_FORMATS[dtype]
+    return abs(x) >= math.ldexp(2.0 - math.ldexp(1.0, -precision), emax)  # halfway past the largest
+
+
+def fits(value: Constant, dtype: DType) -> bool:
+    """Whether `dtype` can represent `value`: an integer within its range; a finite
+    number that does not round to infinity (infinities and NaN fit every float)."""
+    if dtype.is_int:
+        low, high = int_range(dtype)
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    if dtype.is_float:
+        x = float(value)
+        return not math.isfinite(x) or not _overflows(x, dtype)
+    return isinstance(value, bool)
+
+
+def range_text(dtype: DType) -> str:
+    """The range of `dtype` for error messages: '-2147483648 to 2147483647'."""
+    if dtype.is_int:
+        low, high = int_range(dtype)
+        return f"{low} to {high}"
+    if dtype.is_float:
+        return f"largest finite value {largest_float(dtype)!r}"
+    return "true or false"
+
+
+# ------------------------------------------------------------------ operations on arrays
+def divide(a, b):
+    """`a / b`: IEEE for floats; for integers truncating toward zero (C), ZeroDivisionError for b == 0."""
+    if a.dtype.kind == "f":
+        return a / b
+    if not np.all(b):
+        raise ZeroDivisionError("integer division by zero")
+    q = a // b
+    if a.dtype.kind == "i":  # floor -> truncation: one more where inexact and the signs differ
+        q = q + ((q * b != a) & ((a < 0) != (b < 0)))
+    return q
+
+
+def remainder(a, b):
+    """`a % b` of integers: a - (a / b) * b, with the dividend's sign; ZeroDivisionError for b == 0."""
+    return a - divide(a, b) * b
+
+
+def _shift(left: bool):
+    def shift(a, b):
+        a = np.asarray(a)
+        bits = a.dtype.itemsize * 8
+        amount = np.asarray(b).astype(np.int64).astype(np.uint64) if np.asarray(b).dtype.kind == "i" \
+            else np.asarray(b).astype(np.uint64)
+        out = amount >= bits
+        k = np.where(out, 0, amount).astype(a.dtype)
+        if left:
+            return np.where(out, a.dtype.type(0), a << k)[()].astype(a.dtype)
+        beyond = np.where(a < 0, a.dtype.type(-1), a.dtype.type(0)) if a.dtype.kind == "i" else a.dtype.type(0)
+        return np.where(out, beyond, a >> k)[()].astype(a.dtype)
+    return shift
+
+
+def multiply_high(a, b):
+    """The high half of the full product of two integers of one dtype (32 or 64 bits)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.itemsize == 8:  # 64 x 64 bits: four 32-bit partial products, as mul.hi.s64 does
+        ua, ub = a.view(np.uint64), b.view(np.uint64)
+        m32, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+        alo, ahi, blo, bhi = ua & m32, ua >> s32, ub & m32, ub >> s32
+        lh, hl = alo * bhi, ahi * blo
+        mid = ((alo * blo) >> s32) + (lh & m32) + (hl & m32)
+        hi = ahi * bhi + (lh >> s32) + (hl >> s32) + (mid >> s32)
+        if a.dtype.kind == "i":
+            hi = hi - np.where(a < 0, ub, np.uint64(0)) - np.where(b < 0, ua, np.uint64(0))
+        return hi.view(a.dtype)[()]
+    wide = np.int64 if a.dtype.kind == "i" else np.uint64
+    return ((a.astype(wide) * b.astype(wide)) >> wide(32)).astype(a.dtype)[()]
+
+
+COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+                                    "gt": np.greater, "ge": np.greater_equal}
+
+# opcode -> function of the operand arrays (all of one dtype) -> the result array
+OPERATIONS: dict[str, Callable] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": divide, "rem": remainder,
+    "min": np.fmin, "max": np.fmax,
+    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "shl": _shift(True), "shr": _shift(False),
+    "mulhi": multiply_high, "neg": operator.neg, "not": operator.invert, "abs": np.abs,
+    "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
+    "select": np.where,
+}
+
+
+def operation(opcode: str, attrs: dict) -> Callable | None:
+    """The function computing `opcode` (with its attributes) on arrays, or None for an opcode
+    whose value is not defined exactly here (math functions, fma, memory)."""
+    if opcode == "cmp":
+        return COMPARISONS[attrs["pred"]]
+    return OPERATIONS.get(opcode)
+
+
+def convert_array(x, to: DType):
+    """Values of `x` converted to `to`, as the GPU's cvt does it (see the header)."""
+    target = NUMPY[to]
+    if x.dtype == target:
+        return x
+    if x.dtype.kind == "f" and to.is_int:
+        low, high = int_range(to)
+        t = np.trunc(np.asarray(x, np.float64))
+        over, under = t >= float(high) + 1.0, t < low  # high + 1 is a power of two: exact in double
+        inside = np.where(over | under | np.isnan(t), 0, t).astype(target)
+        return np.where(over, target.type(high), np.where(under, target.type(low), inside))[()]
+    if to is DType.BOOL:
+        return x != 0
+    return x.astype(target)
+
+
+# ------------------------------------------------------------------ constants
+def _array(value: Constant, dtype: DType) -> np.ndarray:
+    return np.array([value], dtype=NUMPY[dtype])
+
+
+def _constant(array: np.ndarray) -> Constant:
+    v = array[0]
+    return bool(v) if array.dtype == np.bool_ else (float(v) if array.dtype.kind == "f" else int(v))
+
+
+def convert(value: Constant, dtype: DType) -> Constant:
+    """The constant `value` (of any dtype, or exact) converted to `dtype`, as a cast does it."""
+    if isinstance(value, float):
+        source = DType.F64
+    elif isinstance(value, bool):
+        source = DType.BOOL
+    else:  # an integer of any dtype, or an exact one (those are checked to fit i64 first)
+        source = DType.I64
+    return _converted(value, source, dtype)
+
+
+def _converted(value: Constant, source: DType, dtype: DType) -> Constant:
+    with np.errstate(all="ignore"):
+        return _constant(convert_array(_array(value, source), dtype))
+
+
+def evaluate(opcode: str, attrs: dict, operands: list[Constant], dtypes: list[DType], result: DType
+             ) -> Constant | None:
+    """The value of `opcode` on constant operands of `dtypes`, in `result`'s dtype; None when
+    it has no exact value here (an integer division by zero, an opcode not defined here)."""
+    if opcode == "cast":
+        return _converted(operands[0], dtypes[0], result)
+    fn = operation(opcode, attrs)
+    if fn is None:
+        return None
+    arrays = [_array(v, d) for v, d in zip(operands, dtypes)]
+    try:
+        with np.errstate(all="ignore"):
+            out = fn(*arrays)
+    except ZeroDivisionError:
+        return None
+    return _constant(np.asarray(out).astype(NUMPY[result]))
+
+
+_EXACT: dict[str, Callable] = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+                               "and": operator.and_, "or": operator.or_, "xor": operator.xor,
+                               "shl": operator.lshift, "shr": operator.rshift}
+_EXACT_COMPARE: dict[str, Callable] = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt,
+                                       "le": operator.le, "gt": operator.gt, "ge": operator.ge}
+
+
+def exact(opcode: str, attrs: dict, a: Constant, b: Constant) -> Constant:
+    """`a op b` for an expression of literals alone: exact integers, doubles, C division.
+
+    ZeroDivisionError for a division or remainder by zero (integer or float: the exact
+    quotient does not exist)."""
+    if opcode == "cmp":
+        return _EXACT_COMPARE[attrs["pred"]](a, b)
+    if opcode in ("div", "rem"):
+        if b == 0:
+            raise ZeroDivisionError("division by zero")
+        if isinstance(a, float) or isinstance(b, float):
+            return a / b
+        q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
+        return q if opcode == "div" else a - q * b
+    return _EXACT[opcode](a, b)
