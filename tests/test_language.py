@@ -595,3 +595,33 @@ def test_print_and_assert_errors():
     for src, message in cases.items():
         with pytest.raises(PhobosError, match=message):
             phobos.jit(src, mode="interpret")
+
+
+TRANSPOSED_DOT = """
+kernel k(q: tensor<f32>[16, 32], kt: tensor<f32>[24, 32], s: tensor<f32>[16, 24]) {
+    s[0 :+ 16, 0 :+ 24] = dot(q[0 :+ 16, 0 :+ 32], trans(kt[0 :+ 24, 0 :+ 32]))
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dot_of_a_transposed_operand(mode):
+    q, k = RNG.standard_normal((16, 32)).astype(np.float32), RNG.standard_normal((24, 32)).astype(np.float32)
+    *_, s = run(TRANSPOSED_DOT, mode, q, k, np.zeros((16, 24), np.float32))
+    np.testing.assert_allclose(s, q.astype(np.float64) @ k.T, rtol=1e-5, atol=1e-5)
+
+
+def test_a_transpose_only_a_dot_uses_costs_no_trip_through_shared_memory():
+    plain = TRANSPOSED_DOT.replace("trans(kt[0 :+ 24, 0 :+ 32])", "kt[0 :+ 32, 0 :+ 24]").replace(
+        "kt: tensor<f32>[24, 32]", "kt: tensor<f32>[32, 24]")
+    barriers = [phobos.compile_to_ptx(src, arch="sm_75").count("bar.sync") for src in (TRANSPOSED_DOT, plain)]
+    assert barriers[0] == barriers[1]
+
+
+def test_every_builtin_is_in_the_language_reference():
+    from phobos.frontend.builtins import BUILTINS
+    with open("docs/language.md") as f:
+        reference = f.read().split("## 7. Builtin functions")[1].split("## 8.")[0]
+    missing = [name for name in BUILTINS if f"`{name}(" not in reference and f"`{name}`" not in reference
+               and f", `{name}`" not in reference]
+    assert not missing, f"builtins missing from section 7 of docs/language.md: {missing}"

@@ -25,8 +25,8 @@
 # The concern modules (values ... reduce) register their handlers in
 # core.HANDLERS and import core, placement, fusion and layout; of each other,
 # only pipeline.py imports memory.py and dot.py, control.py imports
-# pipeline.py, indexed.py imports memory.py, reduce.py imports scan.py and
-# debug.py imports indexed.py and values.py.  A new op: a function `handler(low, op)` decorated with
+# pipeline.py, indexed.py imports memory.py, reduce.py imports scan.py,
+# rearrange.py imports dot.py and debug.py imports indexed.py and values.py.  A new op: a function `handler(low, op)` decorated with
 # `@HANDLERS.on("opcode")` in the module of its concern (a new module is
 # imported by driver.py).
 #

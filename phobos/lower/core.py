@@ -44,7 +44,7 @@ from typing import Callable
 from ..constants import evaluate
 from ..dispatch import Dispatch
 from ..errors import ResourceError, UnsupportedError
-from ..middle.ir import Block, Builder, Function, Op, Value, uses
+from ..middle.ir import Block, Builder, Function, Op, Value, uses, walk
 from ..middle.passes.cse import freeze
 from ..middle.passes.fold import identity
 from ..types import DType, ScalarType, TileType
@@ -104,6 +104,11 @@ class Lowering:
         self.constants: dict[int, object] = {}  # value id -> constant, for folding as ops are built
         self.group_m = program_grouping(func)
         self.fused_stores: dict[Op, FusedStore] = {}  # filled by lower_ops from fusion.fusion_plan
+        self.dot_operand_uses: dict[Value, int] = {}  # how often each value is an operand a or b of a dot
+        for op in walk(func.body):
+            if op.opcode == "dot":
+                for v in op.operands[:2]:
+                    self.dot_operand_uses[v] = self.dot_operand_uses.get(v, 0) + 1
 
     # ---------------------------------------------------------- building
     def op(self, opcode: str, operands: list[Value], type_, **attrs) -> Value:

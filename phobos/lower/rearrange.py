@@ -3,20 +3,25 @@
 # Each moves elements between threads, so it goes through shared memory: the
 # operands are stored row-major one after the other (Lowering.relayout_from)
 # and every register of the result reads the element it copies, found from
-# its coordinates.  (split is two `extract`s, made by irgen; a transposed
-# operand of `dot` is staged by dot.py straight from the untransposed tile.)
+# its coordinates.  (split is two `extract`s, made by irgen.)  A transpose that
+# only dots use does not move: dot.py stages it straight from the
+# untransposed tile.
 from __future__ import annotations
 
 import math
 
 from ..middle.ir import Op, Value
 from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, row_major_strides
+from .dot import Transposed
 
 
 @HANDLERS.on("permute")
 def permute(low: Lowering, op: Op) -> None:
     src = low.tile(op.operands[0])
     order = op.attrs["order"]
+    if tuple(order) == (1, 0) and low.use_count[op.result] == low.dot_operand_uses.get(op.result, 0):
+        low.vals[op.result] = Transposed(src)  # only dots use it: they stage it transposed
+        return
     strides = row_major_strides(src.layout.shape)
     layout = low.layouts[op.result]
     # dim i of the result is dim order[i] of the operand
