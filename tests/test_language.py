@@ -645,3 +645,180 @@ def test_bf16_tensors_are_ml_dtypes_arrays(mode):
     assert out.dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
     np.testing.assert_allclose(total, rows.astype(np.float64).sum(axis=1), rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------ more shapes and dtypes
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("warps", [1, 4])
+def test_scans_over_several_warps_and_repeats_of_the_thread_grid(mode, warps):
+    src = f"""
+    fn argmax_step(v1, i1, v2, i2) {{
+        let take = v2 > v1
+        return (where(take, v2, v1), where(take, i2, i1))
+    }}
+
+    @autotune(WARPS in [{warps}])
+    kernel k(x: tensor<f32>[3000], y: tensor<f32>[3000], z: tensor<i32>[5, 300], w: tensor<i32>[64, 8],
+             best: tensor<f32>[300], at: tensor<i32>[300]) {{
+        y[0 :+ 3000] = cumsum(x[0 :+ 3000])
+        let t = i32(x[0 :+ 1500] * 10.0)
+        z[0 :+ 5, 0 :+ 300] = cumsum(reshape(t, [5, 300]), axis=1)
+        w[0 :+ 64, 0 :+ 8] = cumprod(reshape(t[0 :+ 512], [64, 8]) % 3 + 1, axis=0)
+        let v = x[0 :+ 300]
+        let (m, i) = scan((v, arange(300)), 0, argmax_step)
+        best[0 :+ 300] = m
+        at[0 :+ 300] = i
+    }}"""
+    x = RNG.standard_normal(3000).astype(np.float32)
+    outs = [np.zeros(3000, np.float32), np.zeros((5, 300), np.int32), np.zeros((64, 8), np.int32),
+            np.zeros(300, np.float32), np.zeros(300, np.int32)]
+    _, y, z, w, best, at = run(src, mode, x, *outs)
+    t = np.trunc(x[:1500] * 10).astype(np.int32)
+    np.testing.assert_allclose(y, np.cumsum(x.astype(np.float64)), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(z, np.cumsum(t.reshape(5, 300), axis=1))
+    np.testing.assert_array_equal(w, np.cumprod(np.fmod(t[:512].reshape(64, 8), 3) + 1, axis=0, dtype=np.int32))
+    np.testing.assert_array_equal(best, np.maximum.accumulate(x[:300]))
+    want_at = [int(np.argmax(x[:j + 1])) for j in range(300)]
+    np.testing.assert_array_equal(at, want_at)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_argmax_and_argmin_of_each_dtype_and_axis(mode):
+    src = """
+    kernel k(f: tensor<f32>[8, 40], i: tensor<i32>[8, 40], u: tensor<u32>[8, 40], out: tensor<i32>[6, 40],
+             flat: tensor<i32>[4]) {
+        let a = f[0 :+ 8, 0 :+ 40]
+        let b = i[0 :+ 8, 0 :+ 40]
+        let c = u[0 :+ 8, 0 :+ 40]
+        out[0, 0 :+ 8] = reshape(argmax(a, axis=1), [8])
+        out[1, 0 :+ 40] = reshape(argmin(a, axis=0), [40])
+        out[2, 0 :+ 8] = reshape(argmax(b, axis=1), [8])
+        out[3, 0 :+ 40] = reshape(argmin(b, axis=0), [40])
+        out[4, 0 :+ 8] = reshape(argmax(c, axis=-1), [8])
+        out[5, 0 :+ 40] = reshape(argmin(c, axis=0), [40])
+        flat[0 :+ 4] = concat(concat(full([1], argmax(a)), full([1], argmin(a))),
+                              concat(full([1], argmax(b)), full([1], argmin(c))))
+    }"""
+    f = RNG.integers(-5, 5, (8, 40)).astype(np.float32)  # ties: the first one counts
+    i = RNG.integers(-5, 5, (8, 40)).astype(np.int32)
+    u = RNG.integers(0, 2**32, (8, 40), dtype=np.uint32)
+    *_, out, flat = run(src, mode, f, i, u, np.zeros((6, 40), np.int32), np.zeros(4, np.int32))
+    np.testing.assert_array_equal(out[0, :8], f.argmax(axis=1))
+    np.testing.assert_array_equal(out[1], f.argmin(axis=0))
+    np.testing.assert_array_equal(out[2, :8], i.argmax(axis=1))
+    np.testing.assert_array_equal(out[3], i.argmin(axis=0))
+    np.testing.assert_array_equal(out[4, :8], u.argmax(axis=1))
+    np.testing.assert_array_equal(out[5], u.argmin(axis=0))
+    np.testing.assert_array_equal(flat, [f.argmax(), f.argmin(), i.argmax(), u.argmin()])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_atomics_of_every_kind_and_dtype(mode):
+    src = """
+    kernel k(a64: tensor<i64>[N], u: tensor<u32>[N], d: tensor<f64>[N], f: tensor<f32>[F],
+             o64: tensor<i64>[4, N], ou: tensor<u32>[3, N], of: tensor<f32>[2, N], od: tensor<f64>[N]) {
+        let x = f[0 :+ 16]
+        let idx = arange(16) % 8                         // each element twice: both count
+        o64[0, 0 :+ 16] = atomic_add(a64[idx], i64(x * 100.0))
+        o64[1, 0 :+ 16] = atomic_max(a64[8 + idx], i64(x * 100.0))
+        o64[2, 0 :+ 16] = atomic_and(a64[0 :+ 16], i64(0xFF))
+        o64[3, 0 :+ 16] = atomic_cas(a64[0 :+ 16], i64(0x7F), i64(-1))
+        ou[0, 0 :+ 16] = atomic_or(u[0 :+ 16], u32(1) << u32(arange(16)))
+        ou[1, 0 :+ 16] = atomic_xor(u[0 :+ 16], u32(0xFFFF))
+        ou[2, 0 :+ 16] = atomic_min(u[0 :+ 16], u32(7))
+        od[0 :+ 16] = atomic_add(d[0 :+ 16], f64(x))
+        of[0, 0 :+ 16] = atomic_cas(f[0 :+ 16], x, x + 1.0)
+        of[1, 0 :+ 16] = atomic_min(f[16 :+ 16], x)
+    }"""
+    x = np.concatenate([RNG.standard_normal(16), [-1, 2, -3, 4, 0.5, -0.5, 9, -9] * 2]).astype(np.float32)
+    a64 = RNG.integers(-1000, 1000, 16).astype(np.int64)
+    a64[:4] = 0x7F
+    u = RNG.integers(0, 2**32, 16, dtype=np.uint32)
+    d = RNG.standard_normal(16)
+    outs = [np.zeros((4, 16), np.int64), np.zeros((3, 16), np.uint32), np.zeros((2, 16), np.float32),
+            np.zeros(16, np.float64)]
+    a2, u2, d2, f2, o64, ou, of, od = run(src, mode, a64, u, d, x, *outs)
+    v = np.trunc(x[:16] * 100).astype(np.int64)
+    want = a64.copy()
+    np.add.at(want, np.arange(16) % 8, v)
+    np.maximum.at(want, 8 + np.arange(16) % 8, v)
+    anded = want & 0xFF
+    np.testing.assert_array_equal(o64[2], want)
+    np.testing.assert_array_equal(o64[3], anded)
+    np.testing.assert_array_equal(a2, np.where(anded == 0x7F, -1, anded))
+    u_or = u | (np.uint32(1) << np.arange(16, dtype=np.uint32))
+    np.testing.assert_array_equal(ou[0], u)
+    np.testing.assert_array_equal(ou[1], u_or)
+    np.testing.assert_array_equal(ou[2], u_or ^ np.uint32(0xFFFF))
+    np.testing.assert_array_equal(u2, np.minimum(u_or ^ np.uint32(0xFFFF), 7))
+    np.testing.assert_array_equal(od, d)
+    np.testing.assert_array_equal(d2, d + x[:16].astype(np.float64))
+    np.testing.assert_array_equal(of[0], x[:16])
+    np.testing.assert_array_equal(f2[:16], x[:16] + 1)
+    np.testing.assert_array_equal(f2[16:], np.minimum(x[16:], x[:16]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_run_time_shifts_beyond_the_width(mode):
+    src = """
+    kernel k(a: tensor<i64>[N], s: tensor<i64>[N], l: tensor<i64>[N], r: tensor<i64>[N],
+             a32: tensor<i32>[N], s32: tensor<i32>[N], r32: tensor<i32>[N]) {
+        l[0 :+ 8] = a[0 :+ 8] << s[0 :+ 8]
+        r[0 :+ 8] = a[0 :+ 8] >> s[0 :+ 8]
+        r32[0 :+ 8] = a32[0 :+ 8] >> s32[0 :+ 8]
+    }"""
+    a = np.array([5, -5, 1 << 40, -(1 << 40), 3, -3, 7, -7], np.int64)
+    s = np.array([1, 1, 63, 64, 65, 1 << 33, -1, 100], np.int64)
+    s32 = np.array([1, 31, 32, 33, -1, 0, 5, 100], np.int32)
+    a32 = a.astype(np.int32) * 1000
+    outs = [np.zeros(8, np.int64), np.zeros(8, np.int64)]
+    *_, l, r, _, _, r32 = run(src, mode, a, s, *outs, a32, s32, np.zeros(8, np.int32))
+
+    def shift(v, k, left, bits):
+        if k < 0 or k >= bits:
+            return 0 if left or v >= 0 else -1
+        out = v << k if left else v >> k
+        out &= (1 << bits) - 1
+        return out - (1 << bits) if out >= 1 << (bits - 1) else out
+    np.testing.assert_array_equal(l, [shift(int(v), int(k), True, 64) for v, k in zip(a, s)])
+    np.testing.assert_array_equal(r, [shift(int(v), int(k), False, 64) for v, k in zip(a, s)])
+    np.testing.assert_array_equal(r32, [shift(int(v), int(k), False, 32) for v, k in zip(a32, s32)])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_functions_calling_functions_in_loops_and_conditions(mode):
+    src = """
+    fn collatz_steps(n) {
+        var x = n
+        var steps = 0
+        while x != 1 {
+            x = where(x % 2 == 0, x / 2, 3 * x + 1)
+            steps += 1
+            if steps > 1000 { return -1 }
+        }
+        return steps
+    }
+
+    fn more(a, b) { return collatz_steps(a) > collatz_steps(b) }
+
+    kernel k(n: tensor<i32>[N], out: tensor<i32>[N], best: tensor<i32>[1]) {
+        var i = 0
+        var champion = 1
+        while i < N {
+            out[i] = collatz_steps(n[i])
+            if more(n[i], champion) { champion = n[i] }
+            i += 1
+        }
+        best[0] = champion
+    }"""
+    n = np.array([1, 7, 27, 6, 97, 871, 2, 3], np.int32)
+
+    def steps(v):
+        c = 0
+        while v != 1:
+            v = v // 2 if v % 2 == 0 else 3 * v + 1
+            c += 1
+        return c
+    _, out, best = run(src, mode, n, np.zeros(8, np.int32), np.zeros(1, np.int32), grid=(1,))
+    np.testing.assert_array_equal(out, [steps(int(v)) for v in n])
+    assert best[0] == 871
