@@ -242,7 +242,7 @@ CASES = [
         @tune(B in [4])
         kernel k(x: tensor<f32>[N]) {
         }
-        """, SemanticError, 1, 1, "'@autotune'"),
+        """, SemanticError, 1, 1, "are @autotune, @derive, @require, @key"),
     Case("tile extent zero in one configuration", """\
         @autotune(B in [128, 64])
         kernel k(x: tensor<f32>[N]) {
@@ -255,6 +255,142 @@ CASES = [
             let t = x[0 :+ B]
         }
         """, SemanticError, 3, 20, "larger than the dimension", note="configuration B=32"),
+    # ----------------------------------------------------------- checker: launch rules
+    Case("condition that no configuration meets", """\
+        @autotune(B in [64, 128])
+        @require(B > 1024)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 2, 10, "can never hold"),
+    Case("condition that no sizes meet", """\
+        kernel k(x: tensor<f32>[N]) {
+        }
+        @require(N < 0)
+        kernel j(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 3, 10, "can never hold: no sizes meet 'N < 0'"),
+    Case("conditions that contradict each other", """\
+        @autotune(B in [1024, 4096])
+        @require(B >= N, N > 2 * B)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 2, 18, "no sizes meet 'N > 2 * B' together with the other conditions"),
+    Case("conditions that contradict through a derived constant", """\
+        @derive(B = minimum(next_pow2(N), 8192))
+        @require(B >= N, N > 10000)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 2, 18, "can never hold"),
+    Case("condition on a name that is not a size", """\
+        @autotune(B in [64])
+        @require(B >= K)
+        kernel k(x: tensor<f32>[M, N]) {
+        }
+        """, SemanticError, 2, 15, "'K' is not a size of kernel 'k' (its sizes: M, N)"),
+    Case("condition on a scalar parameter", """\
+        @require(n > 3)
+        kernel k(x: tensor<f32>[N], n: i32) {
+        }
+        """, SemanticError, 1, 10, "'n' is a scalar parameter, not known before the launch"),
+    Case("condition that is an integer", """\
+        @require(N - 1)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 10, "a condition is true or false"),
+    Case("condition written with '='", """\
+        @require(N = 4)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 10, "did you mean '=='?"),
+    Case("condition on a float", """\
+        @require(N > 2.5)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 14, "compute on integers"),
+    Case("condition calling a kernel builtin", """\
+        @require(exp(N) > 2)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 10, "'exp' cannot be called in a launch expression"),
+    Case("condition dividing by zero", """\
+        @require(N / (2 - 2) > 1)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 15, "division by zero"),
+    Case("derived constant that is a condition", """\
+        @derive(B = N > 4)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 13, "a derived constant is an integer"),
+    Case("derived constant from a tensor", """\
+        @derive(B = x)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 13, "'x' is a tensor"),
+    Case("derived constant from a later one", """\
+        @derive(B = C * 2, C = N)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 13, "'C' is not a size"),
+    Case("derived constant without a name", """\
+        @derive(next_pow2(N))
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 9, "NAME = expression"),
+    Case("derived constant named like a size", """\
+        @derive(N = 4)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 9, "'N' is already a size", note="test.phobos:2:25: note: previous definition"),
+    Case("derived constant named like an autotune parameter", """\
+        @autotune(B in [4])
+        @derive(B = N)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 2, 9, "'B' is already an autotune parameter"),
+    Case("derived constant indexing a tensor", """\
+        @derive(B = x[0])
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 13, "this index cannot appear in one"),
+    Case("tuning key on an autotune parameter", """\
+        @autotune(B in [4])
+        @key(B)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 2, 6, "a tuning key depends on the sizes only"),
+    Case("two tuning keys", """\
+        @key(N)
+        @key(next_pow2(N))
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 2, 1, "a kernel has one @key", note="the first one is here"),
+    Case("autotune values in @require", """\
+        @require(B in [4])
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 10, "belongs in @autotune"),
+    Case("condition in @autotune", """\
+        @autotune(B in [4], B >= N)
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 21, "conditions go in @require"),
+    Case("empty @require", """\
+        @require()
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 1, "@require needs at least one item"),
+    Case("derived knob with a value the knob does not take", """\
+        @derive(WARPS = minimum(N, 3))
+        kernel k(x: tensor<f32>[N]) {
+        }
+        """, SemanticError, 1, 9, "WARPS must be a power of two from 1 to 32, got 3", note="WARPS=3"),
+    Case("derived constant that breaks the body at some sizes", """\
+        @derive(B = N - 1)
+        kernel k(x: tensor<f32>[N]) {
+            let t = x[0 :+ B]
+        }
+        """, SemanticError, 3, 20, "positive, got 0", note="configuration B=0"),
     # ----------------------------------------------------------- checker: types
     Case("unknown dtype", """\
         kernel k(x: tensor<f23>[N]) {

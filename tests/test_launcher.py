@@ -457,6 +457,22 @@ def test_a_single_index_program_id_gives_one_program_per_row(gpu):
     assert gpu.runs[0].grid == (3, 3, 1) == rows.grid
 
 
+ROW_LOOP = "kernel k(X: tensor<f32>[4, 8]) { for j in range(0, 4) { X[j, 0 :+ 8] = f32(j) } }"
+
+
+def test_a_store_indexed_by_a_loop_variable_gives_no_grid_hint():
+    assert phobos.compile(ROW_LOOP).grid_hint == [None, None, None]
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_a_loop_over_rows_runs_as_one_program(mode):
+    k = phobos.kernel(ROW_LOOP, mode=mode)
+    x = np.full((4, 8), np.nan, np.float32)
+    k(x)
+    assert k.grid == (1, 1, 1)
+    np.testing.assert_array_equal(x, np.repeat(np.arange(4, dtype=np.float32)[:, None], 8, axis=1))
+
+
 def test_unused_axes_get_one_program(gpu):
     phobos.kernel(AXPY, mode=gpu)(*random_vectors(1000), 1.0, 0, True)
     assert gpu.runs[0].grid == (8, 1, 1)

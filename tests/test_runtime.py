@@ -51,7 +51,7 @@ def test_parameters_with_qualifiers_arrays_and_comments():
     .func helper(.param .u32 z) { ret; }
     """
     assert runtime.parse_entry_params(ptx) == {
-        "first": [PtxParam("data", "u64"), PtxParam("by_value", "b8", 16), PtxParam("scale", "f32")],
+        "first": [PtxParam("data", "u64", align=16), PtxParam("by_value", "b8", 16, align=8), PtxParam("scale", "f32")],
         "second": [],
     }
 
@@ -161,9 +161,21 @@ def test_device_memory_that_refuses_its_address_is_a_launch_error():
         runtime.bind_arguments("add", ADD_PARAMS, [RequiresGrad(), 0, 0, 1])
 
 
-def test_by_value_array_parameters_are_refused():
-    with pytest.raises(LaunchError, match=r"parameter 's' \(\.b8\[16\]\): by-value arrays"):
-        runtime.bind_arguments("k", [PtxParam("s", "b8", 16)], [b"x" * 16])
+def test_by_value_array_parameters_take_bytes_of_their_size():
+    params = [PtxParam("n", "u32"), PtxParam("s", "b8", 16, align=8)]
+    bound = runtime.bind_arguments("k", params, [3, b"x" * 16])
+    assert runtime.pack_parameters(bound, {}) == struct.pack("<I4x16s", 3, b"x" * 16)
+    with pytest.raises(LaunchError, match=r"parameter 's' \(\.b8\[16\]\): needs 16 bytes, got 15"):
+        runtime.bind_arguments("k", params, [3, b"x" * 15])
+    with pytest.raises(LaunchError, match=r"parameter 's' \(\.b8\[16\]\): takes a TensorMap or 16 bytes, got int 7"):
+        runtime.bind_arguments("k", params, [3, 7])
+
+
+def test_tensor_map_parameters_sit_at_their_declared_alignment():
+    params = runtime.parse_entry_params(".entry k(.param .u32 n, .param .align 64 .b8 tmap[128]) { ret; }")["k"]
+    bound = runtime.bind_arguments("k", params, [1, bytes(range(128))])
+    packed = runtime.pack_parameters(bound, {})
+    assert len(packed) == 192 and packed[64:] == bytes(range(128)) and packed[4:64] == bytes(60)
 
 
 # --- the parameter buffer

@@ -13,8 +13,9 @@ import types
 import numpy as np
 import pytest
 
-from phobos.run import runtime
+from phobos.run import runtime, tensor_map
 from phobos.errors import LaunchError, PtxasError
+from phobos.run.tensor_map import TensorMap
 
 
 class StandInDriver(types.ModuleType):
@@ -70,9 +71,13 @@ class StandInDriver(types.ModuleType):
 
         class Event:
             clock = 0.0
+            finishes = True  # what query() reports; False: a kernel that never ends
 
             def record(self) -> None:
                 self.time = Event.clock
+
+            def query(self) -> bool:
+                return Event.finishes
 
             def synchronize(self) -> None:
                 pass
@@ -164,6 +169,21 @@ def inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
 
 
+def test_launch_with_a_timeout_waits_for_the_kernel(driver, add_ptx):
+    a, b = inputs(100)
+    c = np.zeros(100, np.float32)
+    runtime.launch(add_ptx, "add", 1, 128, [a, b, c, 100], timeout_s=5)
+    np.testing.assert_array_equal(c, a + b)
+
+
+def test_a_kernel_that_never_finishes_is_a_timeout_not_a_hang(driver, add_ptx):
+    a, b = inputs(8)
+    driver.Event.finishes = False
+    with pytest.raises(runtime.GpuTimeout, match=r"kernel 'add' \(grid \(1, 1, 1\).*did not finish within 0.05 s: "
+                                                 r"it is probably deadlocked"):
+        runtime.launch(add_ptx, "add", 1, 8, [a, b, np.zeros(8, np.float32), 8], timeout_s=0.05)
+
+
 def test_gpu_available_with_a_driver(driver):
     assert runtime.gpu_available() == (True, "Stand-in GPU")
 
@@ -246,3 +266,26 @@ def test_time_launch_is_the_median_of_event_timings(driver, add_ptx):
 def test_time_launch_needs_at_least_one_timed_run(driver, add_ptx):
     with pytest.raises(LaunchError, match="need warmup >= 0 and repeat >= 1"):
         runtime.time_launch(add_ptx, "add", 1, 8, [], repeat=0)
+
+
+def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver, monkeypatch):
+    calls = []
+
+    def encode(out, dtype, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob):
+        calls.append((dtype, rank, address.value, list(dims), list(strides)[:rank - 1], list(box),
+                      list(element_strides), interleave, swizzle, l2, oob))
+        out[0] = 0x1234
+        return 0 if len(calls) == 1 else 1  # the second call fails
+
+    monkeypatch.setattr(tensor_map, "_encode_function", encode)
+    tmap = TensorMap.tiled(np.zeros((256, 128), np.uint16), (128, 64), dtype="bf16", swizzle="128B",
+                           l2_promotion="256B").on(0x7F000000)
+    raw = tmap.encode()
+    assert len(raw) == 128 and raw[:8] == struct.pack("<Q", 0x1234)
+    # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank 2, sizes and box innermost first, SWIZZLE_128B, L2_256B
+    assert calls == [(9, 2, 0x7F000000, [128, 256], [256], [64, 128], [1, 1], 0, 3, 3, 0)]
+    with pytest.raises(LaunchError, match=r"cuTensorMapEncodeTiled rejected a bf16 tensor map of sizes \(128, 256\)"):
+        tmap.encode()
+    params = runtime.parse_entry_params(".entry k(.param .align 64 .b8 map[128], .param .u32 n) { ret; }")["k"]
+    with pytest.raises(LaunchError, match=r"parameter 'map' \(\.b8\[128\]\): cuTensorMapEncodeTiled rejected"):
+        runtime.bind_arguments("k", params, [tmap, 1])

@@ -7,5 +7,7 @@
 #                interpreter and the docs read
 #   sema.py      names, types, shapes and constants under one autotune
 #                configuration -> CheckedKernel (errors: PhobosError with a Loc)
+#   launch_rules.py  @derive, @require and @key: checked, and evaluated per
+#                call for the launcher (which configurations serve the sizes)
 #
 # Nothing here imports a later stage.

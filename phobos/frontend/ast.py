@@ -226,9 +226,13 @@ class AutotuneParam:
 
 @node
 class Decorator:
+    """`@name(...)`: the `NAME in [...]` items (of @autotune) are `params`; the others, in order,
+    are `args`: `NAME = expr` as a Keyword (of @derive) or an expression (of @require and @key)."""
+
     loc: Loc
     name: str
     params: list[AutotuneParam]
+    args: list[Expr | Keyword] = field(default_factory=list)
 
 
 @node

@@ -192,21 +192,32 @@ class Parser:
                           | empty"""
         p[0] = p[1] + [p[2]] if len(p) == 3 else []
 
-    # decorator ::= '@' NAME '(' [autotune_param {',' autotune_param}] ')'
+    # decorator ::= '@' NAME '(' [decorator_item {',' decorator_item} [',']] ')'
+    # decorator_item ::= autotune_param | NAME '=' expr | expr
+    # (which items a decorator takes is the checker's business: @autotune the first kind,
+    # @derive the second, @require and @key the third)
     def p_decorator(self, p):
-        """decorator : AT ID LPAREN autotune_params RPAREN"""
-        p[0] = ast.Decorator(self._loc(p, 1), p[2], p[4])
+        """decorator : AT ID LPAREN decorator_items RPAREN"""
+        items = p[4]
+        params = [item for item in items if isinstance(item, ast.AutotuneParam)]
+        args = [item for item in items if not isinstance(item, ast.AutotuneParam)]
+        p[0] = ast.Decorator(self._loc(p, 1), p[2], params, args)
 
-    def p_autotune_params(self, p):
-        """autotune_params : autotune_param_list
-                           | autotune_param_list COMMA
+    def p_decorator_items(self, p):
+        """decorator_items : decorator_item_list
+                           | decorator_item_list COMMA
                            | empty"""
         p[0] = p[1] or []
 
-    def p_autotune_param_list(self, p):
-        """autotune_param_list : autotune_param_list COMMA autotune_param
-                               | autotune_param"""
+    def p_decorator_item_list(self, p):
+        """decorator_item_list : decorator_item_list COMMA decorator_item
+                               | decorator_item"""
         p[0] = p[1] + [p[3]] if len(p) == 4 else [p[1]]
+
+    def p_decorator_item(self, p):
+        """decorator_item : autotune_param
+                          | arg"""
+        p[0] = p[1]
 
     # autotune_param ::= NAME 'in' '[' expr {',' expr} ']'
     def p_autotune_param(self, p):

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import copy
 import difflib
-import itertools
 import math
 from dataclasses import dataclass, field
 
 from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
+from .launch_rules import RULE_DECORATORS, LaunchRules, rules_of
 from ..configuration import Knobs, config_text, knob_problem
 from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
 from ..dispatch import Dispatch
@@ -160,9 +160,14 @@ def autotune_space(kernel: ast.Kernel) -> dict[str, list[int]]:
     """The autotune parameters of a kernel and their values, in source order."""
     space: dict[str, list[int]] = {}
     for deco in kernel.decorators:
+        if deco.name in RULE_DECORATORS:
+            continue  # launch_rules reads these
         if deco.name != "autotune":
-            raise SemanticError(f"unknown decorator '@{deco.name}'; the only decorator is '@autotune'",
-                                deco.loc)
+            raise SemanticError(f"unknown decorator '@{deco.name}'; the decorators are @autotune, "
+                                f"{', '.join('@' + name for name in RULE_DECORATORS)}", deco.loc)
+        if deco.args:
+            raise SemanticError("@autotune lists values as NAME in [v1, v2, ...]; conditions go in "
+                                "@require(...), derived constants in @derive(NAME = ...)", start_loc(deco.args[0]))
         if not deco.params:
             raise SemanticError("@autotune needs at least one parameter, e.g. @autotune(BLOCK in [256])",
                                 deco.loc)
@@ -196,32 +201,55 @@ def _literal_int(e: ast.Expr) -> int | None:
     return None
 
 
+def launch_rules(kernel: ast.Kernel) -> LaunchRules:
+    """The kernel's autotune space with its @derive, @require and @key, checked."""
+    return rules_of(kernel, autotune_space(kernel))
+
+
 def configurations(kernel: ast.Kernel) -> list[dict[str, int]]:
-    """Every configuration: the cartesian product of the autotune values."""
-    space = autotune_space(kernel)
-    names = list(space)
-    return [dict(zip(names, combo)) for combo in itertools.product(*(space[n] for n in names))]
+    """The configurations a kernel is checked and compiled under before any call: the cartesian
+    product of the autotune values (less those no sizes can serve), with any derived constants
+    at sample sizes (LaunchRules.representative)."""
+    return launch_rules(kernel).representative()
 
 
 def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[str, int]:
-    """The configuration to compile: given values, the first listed value for the rest."""
-    space = autotune_space(kernel)
+    """The configuration to compile: given values, the first listed value for the rest; derived
+    constants not given take their values at the first sample sizes the conditions allow."""
+    rules = launch_rules(kernel)
+    space = rules.space
     config = dict(config or {})
     for name, value in config.items():
-        if name not in space:
-            known = ", ".join(space) or "none"
-            raise SemanticError(f"kernel '{kernel.name}' has no autotune parameter '{name}' (it has: {known})",
-                                kernel.loc)
+        if name not in space and name not in rules.derived_names:
+            known = ", ".join([*space, *rules.derived_names]) or "none"
+            what = "autotune parameter or derived constant" if rules.derived else "autotune parameter"
+            raise SemanticError(f"kernel '{kernel.name}' has no {what} '{name}' (it has: {known})", kernel.loc)
         if not isinstance(value, int) or isinstance(value, bool):
             raise SemanticError(f"autotune parameter '{name}' must be an integer, got {value!r}", kernel.loc)
-        declared = next(p.loc for d in kernel.decorators for p in d.params if p.name == name)
+        declared = declaration(kernel, name)
         if not fits(value, DType.I32):
             raise SemanticError(f"autotune parameter '{name}' is an i32 constant: {value} does not fit in i32 "
                                 f"({range_text(DType.I32)})", declared)
         problem = knob_problem(name, value)
         if problem is not None:
             raise SemanticError(problem, declared)
-    return {name: config.get(name, values[0]) for name, values in space.items()}
+    resolved = {name: config.get(name, values[0]) for name, values in space.items()}
+    missing = [d for d in rules.derived if d.name not in config]
+    if missing:
+        fixed = {name: resolved[name] for name in space}
+        sample = next(iter(rules.representative(fixed)), None)
+        if sample is None:
+            raise SemanticError(f"kernel '{kernel.name}' derives {missing[0].name} from its sizes, and no sample "
+                                f"sizes meet its conditions: give its value (config={{'{missing[0].name}': ...}})",
+                                missing[0].loc)
+        config = {**sample, **config}
+    return {**resolved, **{name: config[name] for name in rules.derived_names}}
+
+
+def declaration(kernel: ast.Kernel, name: str) -> Loc:
+    """Where an autotune parameter (`NAME in [...]`) or a derived constant (`NAME = ...`) is declared."""
+    return next(item.loc for d in kernel.decorators for item in [*d.params, *d.args]
+                if getattr(item, "name", None) == name)
 
 
 # ------------------------------------------------------------------- checker
@@ -274,7 +302,10 @@ class Checker:
     def check(self) -> CheckedKernel:
         k = self.kernel
         for name, value in self.out.config.items():
-            loc = next(p.loc for d in k.decorators for p in d.params if p.name == name)
+            loc = declaration(k, name)
+            problem = knob_problem(name, value)  # a derived knob's value is known only now
+            if problem is not None:
+                self.errors.append(SemanticError(problem, loc))
             self.define(Symbol(name, "const", ScalarType(DType.I32), loc, value))
         for index, param in enumerate(k.params):
             try:
@@ -1643,6 +1674,10 @@ def check_program(program: ast.Program) -> list[PhobosError]:
             configs = configurations(k)
         except SemanticError as err:
             add(err)
+            continue
+        except ErrorList as errs:
+            for err in errs.errors:
+                add(err)
             continue
         for err in _errors_by_configuration(k, configs):
             add(err)

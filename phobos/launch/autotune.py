@@ -9,6 +9,14 @@
 # running, only slows it, so a spilling configuration is set aside and timed
 # only when every other one is ruled out.
 #
+# `Tuning` says how a choice is keyed and which configurations are timed:
+# the key (by default every size rounded up to a power of two, or the
+# kernel's @key; per call "exact", "pow2" or a function of the sizes) and an
+# optional cost model that keeps only the configurations it rates cheapest.
+# A choice is stored under the key *and* the list of configurations it was
+# chosen from - those valid for the call's sizes, with their derived
+# constants - so a choice is never reused for sizes it is not valid for.
+#
 # `tune` drives the search.  It knows nothing about GPUs: the launcher hands
 # it `evaluate` (compile and screen one configuration) and `measure` (time it),
 # so the choice logic runs on any machine with a fake timer.  Every
@@ -16,6 +24,8 @@
 # was skipped.
 from __future__ import annotations
 
+import math
+import numbers
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +33,8 @@ from typing import Any, TextIO
 
 from ..compiler import CompiledKernel
 from ..configuration import config_text
+from ..frontend.launch_rules import LaunchRules, next_pow2, sizes_text
+from .cache import canonical_json
 from ..errors import LaunchError, PhobosError
 from ..ptxcheck import Report
 from ..run.runtime import DeviceProperties
@@ -75,6 +87,72 @@ def screen(kernel: CompiledKernel, device: DeviceProperties, report: Report | No
     if usage.spill_stores or usage.spill_loads:
         raise Skipped(f"spills registers ({usage.spill_stores} bytes stored, {usage.spill_loads} bytes loaded)",
                       fallback=kernel)
+
+
+KEY_RULES = ("exact", "pow2")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How autotuning choices are keyed, and which configurations are timed.
+
+    key: None (the kernel's @key, or by default every size rounded up to a
+         power of two), "exact" (every size as it is), "pow2", or a function
+         `key(sizes) -> value` (a JSON value: numbers, strings, lists, dicts).
+    cost, keep: a model `cost(config, sizes) -> float`; only the `keep`
+         configurations it rates cheapest (ties in listed order) are timed.
+    """
+
+    key: str | Callable[[dict[str, int]], Any] | None = None
+    cost: Callable[[dict[str, int], dict[str, int]], float] | None = None
+    keep: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.key is not None and self.key not in KEY_RULES and not callable(self.key):
+            raise PhobosError(f"tuning key must be one of {', '.join(map(repr, KEY_RULES))} or a function "
+                              f"key(sizes); got {self.key!r}")
+        if self.cost is not None and not callable(self.cost):
+            raise PhobosError(f"tuning cost must be a function cost(config, sizes); got {self.cost!r}")
+        if (self.cost is None) != (self.keep is None):
+            raise PhobosError("tuning needs cost and keep together: a model cost(config, sizes) and how many "
+                              "of the configurations it rates cheapest to time")
+        if self.keep is not None and (not isinstance(self.keep, int) or isinstance(self.keep, bool)
+                                      or self.keep < 1):
+            raise PhobosError(f"tuning keep must be a positive integer; got {self.keep!r}")
+
+    def key_for(self, rules: LaunchRules, sizes: dict[str, int]) -> tuple[Any, str]:
+        """The key a choice for `sizes` is kept under, and how it was made (both part of the cache key)."""
+        if self.key is None:
+            return rules.tuning_key(sizes), rules.key_text()
+        if self.key == "exact":
+            return dict(sizes), "exact"
+        if self.key == "pow2":
+            return {name: next_pow2(value) for name, value in sizes.items()}, "pow2"
+        value = self.key(dict(sizes))
+        try:
+            canonical_json(value)
+        except (TypeError, ValueError):
+            raise LaunchError(f"the tuning key function returned {value!r} for {sizes_text(sizes)}; a key is a "
+                              f"JSON value (numbers, strings, lists, dicts)") from None
+        return value, f"function {getattr(self.key, '__qualname__', type(self.key).__qualname__)}"
+
+    def pruning_key(self) -> tuple | None:
+        """What tells this pruning apart from another in the process (None: nothing is pruned)."""
+        return None if self.cost is None else (id(self.cost), self.keep)
+
+    def prune(self, configs: list[dict[str, int]], sizes: dict[str, int]) -> list[dict[str, int]]:
+        """The configurations to time: all of them, or the `keep` the cost model rates cheapest."""
+        if self.cost is None or len(configs) <= self.keep:
+            return configs
+        costs = []
+        for config in configs:
+            cost = self.cost(dict(config), dict(sizes))
+            if not isinstance(cost, numbers.Real) or math.isnan(cost):
+                raise LaunchError(f"the tuning cost model returned {cost!r} for {config_text(config)}; "
+                                  f"it must return a number")
+            costs.append(cost)
+        ranked = sorted(range(len(configs)), key=lambda i: (costs[i], i))[:self.keep]
+        return [configs[i] for i in sorted(ranked)]
 
 
 @dataclass

@@ -13,13 +13,17 @@
 # grid and hands the launch to a backend (phobos.run.backends: the GPU, or the
 # interpreter or PTX emulator on the CPU).
 #
-# The configuration: the forced one, if any; otherwise, on the GPU, the first
-# call for a new combination of sizes (and device, source and Phobos build)
-# compiles every configuration, skips those that cannot run, times the rest on
-# scratch copies of the tensors the kernel writes, and keeps the fastest
-# (phobos.launch.autotune).  The choice, the compiled kernels and ptxas's reports are
-# kept in memory and on disk (phobos.launch.cache), so the next process starts where
-# this one left off.
+# The configuration: first the candidates for the call's sizes - the autotune
+# space (with the forced values fixed), each with the constants the kernel
+# derives from the sizes, less those a @require rejects (phobos.frontend.
+# launch_rules; none left is a LaunchError naming the conditions and the
+# sizes).  Every backend chooses among these only.  On the GPU, the first call
+# for a new tuning key (by default the sizes rounded up to powers of two; and
+# device, source and Phobos build) compiles every candidate, skips those that
+# cannot run, times the rest on scratch copies of the tensors the kernel
+# writes, and keeps the fastest (phobos.launch.autotune).  The choice, the
+# compiled kernels and ptxas's reports are kept in memory and on disk
+# (phobos.launch.cache), so the next process starts where this one left off.
 #
 # The grid: given by the caller as a tuple or as `grid(config, sizes)`, or
 # inferred per configuration from CompiledKernel.grid_hint: a store indexed
@@ -28,7 +32,6 @@
 # program_id or num_programs: then the caller must give the grid.
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import os
@@ -49,10 +52,14 @@ from ..errors import ErrorList, LaunchError, PhobosError, ToolchainError
 from ..middle.irgen import generate, kernel_signature
 from ..ptxcheck import Report
 from ..ptxcheck import check as ptxas_check
-from ..frontend.sema import CheckedKernel, autotune_space, check_kernel, check_program
+from ..frontend.launch_rules import LaunchRules, Rejection, sizes_text, term_text
+from ..frontend.sema import CheckedKernel, check_kernel, check_program, launch_rules
 
 #: The most programs a grid may have along x, y and z.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+#: How many size combinations a kernel remembers its valid configurations for.
+SERVING_MEMO = 1024
 
 #: Builtins whose argument is a grid axis.
 GRID_BUILTINS = ("program_id", "num_programs")
@@ -164,37 +171,61 @@ class KernelFunction:
     and `.timings` describe what ran and what the autotuner saw.
     """
 
-    def __init__(self, kernel: _Kernel, forced: Config | None = None, grid: GridSpec = None):
+    def __init__(self, kernel: _Kernel, forced: Config | None = None, grid: GridSpec = None,
+                 tuning: autotune.Tuning | None = None):
         self._kernel = kernel
         self._forced = dict(forced or {})
         self._grid = grid
+        self._tuning = tuning or autotune.Tuning()
 
     @property
     def name(self) -> str:
         return self._kernel.name
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self._kernel.launch(args, kwargs, self._forced, self._grid)
+        self._kernel.launch(args, kwargs, self._forced, self._grid, self._tuning)
 
     def __getitem__(self, grid: Any) -> KernelFunction:
         spec = grid if callable(grid) else normalize_grid(self.name, grid, f"got {grid!r}")
-        return KernelFunction(self._kernel, self._forced, spec)
+        return KernelFunction(self._kernel, self._forced, spec, self._tuning)
 
     def configure(self, **values: int) -> KernelFunction:
-        """This kernel with the given autotune parameters fixed; checked now, under every remaining configuration."""
+        """This kernel with the given autotune parameters fixed; checked now, under every remaining configuration.
+
+        A call whose sizes the forced values do not serve (a @require that fails) is a LaunchError."""
         space = self._kernel.space
+        rules = self._kernel.rules
         for name, value in values.items():
+            derived = next((d for d in rules.derived if d.name == name), None)
+            if derived is not None:
+                raise PhobosError(f"{self.name}: '{name}' is derived from the sizes (@derive at {derived.loc}); "
+                                  f"it cannot be forced")
             if name not in space:
                 raise PhobosError(f"{self.name}: no autotune parameter '{name}' "
                                   f"(it has: {', '.join(space) or 'none'})")
             if not isinstance(value, int) or isinstance(value, bool):
                 raise PhobosError(f"{self.name}: autotune parameter '{name}' must be an integer, got {value!r}")
         forced = {**self._forced, **values}
+        self._kernel.refuse_impossible(forced)
         for config in self._kernel.candidates(forced):
             self._kernel.checked(config)
-        return KernelFunction(self._kernel, forced, self._grid)
+        return KernelFunction(self._kernel, forced, self._grid, self._tuning)
+
+    def tuning(self, key: str | Callable[[dict[str, int]], Any] | None = None,
+               cost: Callable[[Config, dict[str, int]], float] | None = None,
+               keep: int | None = None) -> KernelFunction:
+        """This kernel with its autotuning choices keyed by `key` ("exact", "pow2", or a function of
+        the sizes; None keeps the kernel's @key or the default) and, with a cost model
+        `cost(config, sizes)`, only the `keep` configurations it rates cheapest timed
+        (phobos.launch.autotune.Tuning)."""
+        return KernelFunction(self._kernel, self._forced, self._grid, autotune.Tuning(key, cost, keep))
 
     # --- inspection
+    @property
+    def rules(self) -> LaunchRules:
+        """The kernel's launch rules: autotune space, derived constants, conditions, tuning key."""
+        return self._kernel.rules
+
     @property
     def config(self) -> Config | None:
         """The configuration of the last launch (None before the first)."""
@@ -231,10 +262,12 @@ class KernelFunction:
         kernel = self._kernel
         params = ", ".join(f"{p.name}: " + (f"tensor<{p.dtype}>[{', '.join(map(str, p.dims))}]"
                                             if p.kind == "tensor" else str(p.dtype)) for p in kernel.params)
-        configs = kernel.candidates(self._forced)
+        configs = kernel.rules.autotune_configurations(self._forced)
         space = ", ".join(f"{n} in {v}" if n not in self._forced else f"{n} = {self._forced[n]}"
                           for n, v in kernel.space.items())
         parts = [f"{len(configs)} configuration{'s' * (len(configs) != 1)}" + (f" ({space})" if space else "")]
+        parts += [f"derives {d.name} = {term_text(d.term)}" for d in kernel.rules.derived]
+        parts += [f"requires {c.text}" for c in kernel.rules.conditions]
         if self._grid is not None:
             parts.append("grid " + (repr(self._grid) if not callable(self._grid) else "from a function"))
         if kernel.last is not None:
@@ -330,7 +363,8 @@ class _Kernel:
         self.name = node.name
         self.source_digest = source_digest
         self.module = module
-        self.space = autotune_space(node)
+        self.rules = launch_rules(node)
+        self.space = self.rules.space
         signature = kernel_signature(check_kernel(node))
         self.params = [p for p in signature if p.kind != "size"]
         self.size_names = [p.name for p in signature if p.kind == "size"]
@@ -338,14 +372,52 @@ class _Kernel:
         self._tile_hints: dict[tuple, list] = {}
         self._axes_used: dict[tuple, set[int]] = {}  # per configuration: grid axes the kernel reads
         self._choices: dict[tuple, autotune.TuneResult] = {}
+        self._serving: dict[tuple, list[Config]] = {}  # per (sizes, forced values): the valid configurations
         self.last: _LastLaunch | None = None
 
     # --- configurations
     def candidates(self, forced: Config) -> list[Config]:
-        """The configurations to choose from: the autotune space with the forced values fixed."""
-        names = list(self.space)
-        choices = [[forced[n]] if n in forced else self.space[n] for n in names]
-        return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
+        """The configurations checked before any call: the autotune space with the forced values
+        fixed, derived constants at sample sizes (LaunchRules.representative)."""
+        return self.rules.representative(forced)
+
+    def refuse_impossible(self, forced: Config) -> None:
+        """A PhobosError when no sizes can meet the conditions under the forced values."""
+        blamed = [self.rules.ranges(config)[1] for config in self.rules.autotune_configurations(forced)]
+        if blamed and all(blamed):
+            raise PhobosError(f"{self.name}: with {config_text(forced)}, no sizes meet {blamed[0].describe()}"
+                              + (" together with the other conditions" if len(self.rules.conditions) > 1 else ""))
+
+    def serving(self, sizes: dict[str, int], forced: Config) -> list[Config]:
+        """The configurations that may serve a call with these sizes: the autotune space with the
+        forced values fixed, derived constants computed, those a @require rejects left out; a
+        LaunchError naming the conditions and the sizes when none is left.  Nothing is compiled."""
+        if not self.rules.derived and not self.rules.conditions:
+            return self.rules.autotune_configurations(forced)
+        memo = (tuple(sizes.items()), tuple(forced.items()))
+        valid = self._serving.get(memo)
+        if valid is None:
+            valid, rejected = self.rules.serving(self.rules.autotune_configurations(forced), sizes)
+            if not valid:
+                raise LaunchError(self._unserved(sizes, forced, rejected))
+            if len(self._serving) >= SERVING_MEMO:
+                self._serving.clear()
+            self._serving[memo] = valid
+        return valid
+
+    def _unserved(self, sizes: dict[str, int], forced: Config, rejected: list[Rejection]) -> str:
+        if forced:
+            head = f"{self.name}: configure({config_text(forced)}) cannot serve {sizes_text(sizes)}"
+        else:
+            head = f"{self.name}: no configuration can serve {sizes_text(sizes)}"
+        lines = []
+        for condition in self.rules.conditions:
+            configs = [r.config for r in rejected if r.condition is condition]
+            if configs:
+                shown = "; ".join(config_text(c) for c in configs[:3])
+                more = f" and {len(configs) - 3} more" if len(configs) > 3 else ""
+                lines.append(f"  {condition.describe()} does not hold for {shown}{more}")
+        return head + ":\n" + "\n".join(lines)
 
     def checked(self, config: Config) -> CheckedKernel:
         key = tuple(config.items())
@@ -425,11 +497,12 @@ class _Kernel:
         return spec
 
     # --- launching
-    def launch(self, args: Sequence[Any], kwargs: dict[str, Any], forced: Config, spec: GridSpec) -> None:
+    def launch(self, args: Sequence[Any], kwargs: dict[str, Any], forced: Config, spec: GridSpec,
+               tuning: autotune.Tuning) -> None:
         backend = self.module.backend()
         call = bind(self.name, self.params, self.size_names, args, kwargs,
                     host_only=backend.name if backend.host_only else None)
-        config, timings = self.choose(call, backend, forced, spec)
+        config, timings = self.choose(call, backend, forced, spec, tuning)
         compiled = self.compiled(config, backend.arch()) if backend.compiles else None
         grid = self.grid_for(config, compiled, call, spec)
         self.last = _LastLaunch(config, compiled, timings, grid)
@@ -441,18 +514,27 @@ class _Kernel:
             raise LaunchError(f"{self.name}: configuration {config_text(config)} cannot run on this GPU: {problem}")
         backend.run(Launch(self.checked(config), compiled, grid, call))
 
-    def choose(self, call: BoundCall, backend: Backend, forced: Config,
-               spec: GridSpec) -> tuple[Config, dict[str, float | str]]:
-        """The configuration to launch, and the timings it was chosen by (empty when not tuned)."""
-        configs = self.candidates(forced)
+    def choose(self, call: BoundCall, backend: Backend, forced: Config, spec: GridSpec,
+               tuning: autotune.Tuning) -> tuple[Config, dict[str, float | str]]:
+        """The configuration to launch, and the timings it was chosen by (empty when not tuned).
+
+        Only configurations valid for the call's sizes are candidates; a choice is kept under the
+        tuning key and the candidates it was chosen from, so it is never reused where it is not valid."""
+        configs = self.serving(call.sizes, forced)
         if len(configs) == 1 or not backend.tunes or not autotune_enabled():
             return configs[0], {}
         device, arch = backend.device(), backend.arch()
-        memory_key = (tuple(call.sizes.items()), tuple(forced.items()), str(_grid_key(spec)), device.name, arch)
+        key, keying = tuning.key_for(self.rules, call.sizes)
+        memory_key = (cache.canonical_json(key), keying, tuple(tuple(c.items()) for c in configs),
+                      tuning.pruning_key(), str(_grid_key(spec)), device.name, arch)
         if memory_key in self._choices:
             choice = self._choices[memory_key]
             return choice.config, choice.timings
-        disk_key = {"source": self.source_digest, "kernel": self.name, "sizes": call.sizes,
+        configs = tuning.prune(configs, call.sizes)
+        if len(configs) == 1:
+            self._choices[memory_key] = autotune.TuneResult(configs[0])
+            return configs[0], {}
+        disk_key = {"source": self.source_digest, "kernel": self.name, "key": key, "keying": keying,
                     "dtypes": {p.name: p.dtype.value for p in self.params}, "candidates": configs,
                     "grid": _grid_key(spec), "device": device.name, "arch": arch, "build": cache.phobos_build()}
         store = cache.default_cache()

@@ -6,7 +6,9 @@
 # allocations and GPUArrays, torch/CuPy tensors through
 # `__cuda_array_interface__`) is passed as is, and Python or numpy numbers are
 # converted to the type the kernel declares for that parameter, read off the
-# `.entry` line of the PTX.  The parameter buffer is packed here, following the
+# `.entry` line of the PTX.  A byte-array parameter (`.param .align 64 .b8
+# tmap[128]`) takes a phobos.run.tensor_map.TensorMap, which the driver
+# encodes, or raw bytes of its size.  The parameter buffer is packed here, following the
 # PTX layout, so no argument is ever passed with a type the kernel did not ask
 # for.  `time_launch` times a kernel with CUDA events; `device_properties`
 # and `device_copy` give the launcher the device's limits and the scratch
@@ -26,6 +28,7 @@ import numbers
 import re
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -34,6 +37,7 @@ from typing import Any, Union
 import numpy as np
 
 from ..errors import LaunchError, PtxasError, ToolchainError
+from .tensor_map import TensorMap
 
 PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos[cuda]'"
 
@@ -60,17 +64,24 @@ POINTER_TYPES = frozenset({"u64", "s64", "b64"})
 class PtxParam:
     """One `.param` of a kernel: `.param .u64 a_ptr` is PtxParam("a_ptr", "u64").
 
-    `array_length` is set for byte-array parameters such as `.param .align 8
-    .b8 s[16]` (structs passed by value), which launches cannot fill.
+    `array_length` is set for byte-array parameters such as `.param .align 64
+    .b8 tmap[128]` (structs passed by value, tensor maps); `align` is the
+    declared `.align`, if any.
     """
 
     name: str
     type: str
     array_length: int | None = None
+    align: int | None = None
 
     @property
     def size(self) -> int:
         return np.dtype(PARAM_DTYPES[self.type]).itemsize * (self.array_length or 1)
+
+    @property
+    def alignment(self) -> int:
+        """Where the parameter sits in the buffer: the declared .align, else its type's size."""
+        return self.align or np.dtype(PARAM_DTYPES[self.type]).itemsize
 
     def __str__(self) -> str:
         suffix = f"[{self.array_length}]" if self.array_length is not None else ""
@@ -103,7 +114,8 @@ def _parse_param(kernel_name: str, declaration: str) -> PtxParam:
     if not match or len(types) != 1:
         raise LaunchError(f"kernel '{kernel_name}': cannot read parameter declaration '{declaration}'")
     length = int(match["length"]) if match["length"] else None
-    return PtxParam(match["name"], types[0], length)
+    align = re.search(r"\.align\s+(\d+)", match["qualifiers"])
+    return PtxParam(match["name"], types[0], length, int(align[1]) if align else None)
 
 
 # ---------------------------------------------------------------------------
@@ -115,8 +127,9 @@ class BoundArgument:
     """An argument matched to its parameter.
 
     kind is "array" (a numpy array to copy to the GPU; `value` is the array),
-    "pointer" (device memory; `value` is the address as an int) or "scalar"
-    (`value` is a numpy scalar of the parameter's type).
+    "pointer" (device memory; `value` is the address as an int), "scalar"
+    (`value` is a numpy scalar of the parameter's type) or "bytes" (the
+    contents of a byte-array parameter, e.g. an encoded tensor map).
     """
 
     param: PtxParam
@@ -141,7 +154,7 @@ def _bind_one(kernel_name: str, param: PtxParam, arg: Any) -> BoundArgument:
         return LaunchError(f"kernel '{kernel_name}', parameter {param}: {problem}")
 
     if param.array_length is not None:
-        raise fail("by-value arrays and structs cannot be passed by launch()")
+        return BoundArgument(param, "bytes", _byte_array(param, arg, fail))
     try:
         pointer = _device_pointer(arg)
     except Exception as error:  # e.g. torch refuses tensors that require grad
@@ -155,6 +168,22 @@ def _bind_one(kernel_name: str, param: PtxParam, arg: Any) -> BoundArgument:
     if isinstance(arg, (numbers.Number, np.generic)):
         return BoundArgument(param, "scalar", _convert_scalar(param, arg, fail))
     raise fail(f"cannot pass {_describe(arg)}; expected a number, a numpy array or device memory")
+
+
+def _byte_array(param: PtxParam, arg: Any, fail: Callable[[str], LaunchError]) -> bytes:
+    """The contents of a byte-array parameter: a TensorMap (encoded by the driver) or bytes."""
+    if isinstance(arg, TensorMap):
+        try:
+            raw = arg.encode()
+        except LaunchError as error:
+            raise fail(error.message) from error
+    elif isinstance(arg, (bytes, bytearray, memoryview)):
+        raw = bytes(arg)
+    else:
+        raise fail(f"takes a TensorMap or {param.size} bytes, got {_describe(arg)}")
+    if len(raw) != param.size:
+        raise fail(f"needs {param.size} bytes, got {len(raw)}")
+    return raw
 
 
 def _device_pointer(arg: Any) -> int | None:
@@ -203,13 +232,17 @@ def _describe(arg: Any) -> str:
 
 
 def pack_parameters(bound: Sequence[BoundArgument], array_pointers: dict[int, int]) -> bytes:
-    """The kernel parameter buffer: each value at an offset aligned to its size.
+    """The kernel parameter buffer: each value at an offset aligned to its size (or declared .align).
 
     `array_pointers` maps the index of each "array" argument to the device
     address of its copy.
     """
     buffer = bytearray()
     for index, argument in enumerate(bound):
+        buffer += bytes(-len(buffer) % argument.param.alignment)
+        if argument.kind == "bytes":
+            buffer += argument.value
+            continue
         dtype = np.dtype(PARAM_DTYPES[argument.param.type])
         if argument.kind == "array":
             value = dtype.type(array_pointers[index])
@@ -217,7 +250,6 @@ def pack_parameters(bound: Sequence[BoundArgument], array_pointers: dict[int, in
             value = dtype.type(argument.value)
         else:
             value = argument.value
-        buffer += bytes(-len(buffer) % dtype.itemsize)
         buffer += np.asarray(value, dtype=dtype.newbyteorder("<")).tobytes()
     return bytes(buffer)
 
@@ -404,9 +436,11 @@ class _Launch:
         except driver.Error as error:
             raise self.error(error) from error
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout_s: float | None = None) -> None:
         driver = _driver()
         try:
+            if timeout_s is not None:
+                wait_for_gpu(timeout_s, f"kernel '{self.kernel_name}' ({self.shape})")
             driver.Context.synchronize()
         except driver.Error as error:
             raise self.error(error) from error
@@ -456,6 +490,7 @@ def launch(
     args: Sequence[Any],
     shared_bytes: int = 0,
     copy_back: Sequence[int] | None = None,
+    timeout_s: float | None = None,
 ) -> None:
     """Run kernel `kernel_name` of a PTX text (or loaded Module) once and wait for it.
 
@@ -464,16 +499,37 @@ def launch(
     writeable ones, or the argument indices listed in `copy_back`).  Device
     memory is passed as its address; numbers are converted to the parameter's
     PTX type.  Raises LaunchError for bad arguments or a failure the driver
-    reports, ToolchainError without PyCUDA or a GPU.
+    reports, ToolchainError without PyCUDA or a GPU, GpuTimeout if the kernel
+    is still running after `timeout_s` seconds.
     """
     bound, shape = _bind(ptx_or_module, kernel_name, grid, block, args, shared_bytes)
     to_copy = copy_back_indices(kernel_name, bound, copy_back)
     with _on_gpu(ptx_or_module, kernel_name, bound, shape) as run:
         run.run()
-        run.synchronize()
+        run.synchronize(timeout_s)
         for index in to_copy:
             if index in run.device_copies:
                 _copy_to_host(bound[index].value, run.device_copies[index])
+
+
+class GpuTimeout(LaunchError):
+    """The GPU's work did not finish in time (a kernel that never ends, such as one waiting for an
+    mbarrier phase that cannot complete).  The kernel still runs: the process must exit."""
+
+
+def wait_for_gpu(timeout_s: float, what: str = "the GPU's queued work") -> None:
+    """Wait until the work queued so far has finished; GpuTimeout after `timeout_s` seconds."""
+    driver = _driver()
+    done = driver.Event()
+    done.record()
+    deadline = time.monotonic() + timeout_s
+    delay = 1e-4
+    while not done.query():
+        if time.monotonic() > deadline:
+            raise GpuTimeout(f"{what} did not finish within {timeout_s:g} s: it is probably deadlocked (an mbarrier "
+                             "phase or bar.sync that never completes); the GPU context cannot be used any more")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _copy_to_host(array: np.ndarray, allocation: Any) -> None:

@@ -5,19 +5,25 @@
 # once into a handler with its operands resolved, and executes all threads of
 # a grid at once as NumPy arrays (one element per thread), with per-thread
 # program counters for divergence and per-CTA barriers.  It is exact where PTX
-# is exact (integer wrap-around, IEEE rounding modes, single-rounding fma) and
-# it stops with an `EmulatorError` at what a GPU would silently get wrong:
-# out-of-bounds and misaligned accesses, shared-memory data races between
-# barriers, cp.async data used before its wait, barriers in divergent code,
-# warp-synchronous instructions with absent lanes, and any PTX it does not
-# know.  Errors name the PTX line and, through `.loc`, the Phobos source line.
+# is exact (integer wrap-around, IEEE rounding modes, single-rounding fma),
+# models the tensor cores' rounding bit for bit (mma.sync, wgmma; see
+# numerics.TensorCoreModel and docs/tensor_cores.md) and runs TMA copies and
+# mbarriers, and it stops with an `EmulatorError` at what a GPU would
+# silently get wrong: out-of-bounds and misaligned accesses, shared-memory
+# data races between barriers, cp.async and bulk-copy data used before its
+# wait, buffers reused while a wgmma reads them, wgmma registers touched in
+# flight, barriers in divergent code, warp-synchronous instructions with
+# absent lanes, deadlocks, and any PTX it does not know.  Errors name the PTX
+# line and, through `.loc`, the Phobos source line.
 #
 #     from phobos.run.emulator import launch
 #     launch(ptx_text, "add", grid=(n // 256,), block=(256,), args=[x, y, out, n])
 #
 # Modules: syntax (parsing), decode (instructions -> handlers), ops_* (the
-# instruction handlers), numerics (exact rounding), memory (state spaces, race
-# detection, cp.async), machine (scheduler and launches).
+# instruction handlers), numerics (exact rounding, the tensor-core model),
+# fragments (register fragments and shared-memory layouts of tensor-core
+# operands), memory (state spaces, race detection, cp.async), async_state
+# (wgmma groups, mbarriers, bulk groups), machine (scheduler and launches).
 from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, EmulatorError, MemoryFault,
                      MisalignedAddress, PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx,
                      WarpSyncError)

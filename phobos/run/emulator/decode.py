@@ -14,6 +14,11 @@
 # Handlers receive `m`, the running batch of threads (see machine.py), and
 # `idx`, the thread indices of the active lanes, or None when every thread of
 # the batch is active (the common converged case, which avoids gathers).
+#
+# The decoder also notes the registers each instruction touches.  Builders of
+# asynchronous instructions (wgmma) claim the registers they use; every other
+# instruction touching one of those registers is wrapped so that the machine
+# can check it is not in flight (see async_state.AsyncMma).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,11 +29,13 @@ import numpy as np
 from ...errors import Loc
 from . import syntax as syn
 from .errors import EmulatorError, PtxSyntaxError, UnsupportedPtx
-from .memory import LOCAL_APERTURE, SHARED_APERTURE
+from .memory import LOCAL_APERTURE, PARAM_APERTURE, SHARED_APERTURE
 from .numerics import BF16, round_to_format
 from .ptxtypes import SINT, TYPES, PtxType
 
-PLAIN, BRANCH, EXIT, BARRIER = range(4)
+# Kinds of instructions: WAIT is a blocking test (mbarrier.try_wait): its handler
+# returns which lanes may go on; the others sleep until an mbarrier phase completes.
+PLAIN, BRANCH, EXIT, BARRIER, WAIT = range(5)
 MASK64 = (1 << 64) - 1
 
 
@@ -64,9 +71,9 @@ def lanes(m, idx) -> int:
 class Op:
     """One decoded instruction."""
 
-    __slots__ = ("index", "line", "text", "loc", "kind", "run", "guard", "negated", "target")
+    __slots__ = ("index", "line", "text", "loc", "kind", "run", "guard", "negated", "target", "regs")
 
-    def __init__(self, index, line, text, loc, kind, run, guard=None, negated=False):
+    def __init__(self, index, line, text, loc, kind, run, guard=None, negated=False, regs=frozenset()):
         self.index = index
         self.line = line
         self.text = text
@@ -76,6 +83,7 @@ class Op:
         self.guard = guard
         self.negated = negated
         self.target = -1
+        self.regs = regs  # register slots it reads or writes
 
 
 SPECIAL_REGISTERS = frozenset(
@@ -182,6 +190,9 @@ class Decoder:
         self.labels: dict[str, int] = {}
         self.current: syn.Instruction | None = None
         self.index = -1  # the instruction being decoded (its pc)
+        self.touched: set[int] = set()  # register slots of the instruction being decoded
+        self.async_registers: set[int] = set()  # registers that asynchronous instructions use
+        self.async_users: set[int] = set()  # the pcs of those instructions
         self._layout_variables()
         self._layout_params()
 
@@ -288,12 +299,20 @@ class Decoder:
         return slot, self.reg_types[slot]
 
     def variable(self, name: str) -> tuple[str, int] | None:
-        """(state space, address) of a shared, local, global or const variable."""
+        """(state space, address) of a shared, local, global or const variable, or of a
+        kernel parameter (its offset in the parameter buffer)."""
         if name in self.shared_vars:
             return "shared", self.shared_vars[name].offset
         if name in self.local_vars:
             return "local", self.local_vars[name]
+        if name in self.params:
+            return "param", self.params[name][1]
         return self.module_data.get(name)
+
+    def claim_async_registers(self, slots) -> None:
+        """The instruction being decoded is asynchronous and uses these registers."""
+        self.async_registers.update(slots)
+        self.async_users.add(self.index)
 
     def param(self, name: str) -> tuple[syn.Param, int]:
         if name not in self.params:
@@ -321,11 +340,13 @@ class Decoder:
         labels = []
         for index, ins in enumerate(instructions):
             self.current, self.index = ins, index
+            self.touched = set()
             base, words = self._split_opcode(ins.opcode)
             mods = Mods(base, words, self)
             sem = OPCODES[base](self, ins, mods)
             mods.finish()
-            op = Op(index, ins.line, self.text_of(ins.line), self.source_loc(ins.loc), sem.kind, sem.run)
+            op = Op(index, ins.line, self.text_of(ins.line), self.source_loc(ins.loc), sem.kind, sem.run,
+                    regs=frozenset(self.touched))
             if ins.guard is not None:
                 slot, ptype = self.register(ins.guard)
                 if ptype.kind != "pred":
@@ -338,6 +359,7 @@ class Decoder:
                 self.current = instructions[op.index]
                 op.target = self.label(label)
         self.current = None
+        self._watch_async_registers(ops)
         end_line = instructions[-1].line if instructions else self.entry.line
         ops.append(Op(len(ops), end_line, "(end of kernel)", None, EXIT, None))
         return Program(
@@ -348,6 +370,14 @@ class Decoder:
             static_shared=self.static_shared, dynamic_shared_offset=self.dynamic_shared_offset,
             local_size=self.local_size, directives=dict(self.entry.directives),
             files=list(self.module.files.values()))
+
+    def _watch_async_registers(self, ops: list[Op]) -> None:
+        """Wrap every instruction that touches a register of an asynchronous instruction."""
+        for op in ops:
+            shared = op.regs & self.async_registers
+            if op.index in self.async_users or not shared or op.run is None:
+                continue
+            op.run = _watched(op.run, frozenset(shared), op.index)
 
     def _split_opcode(self, text: str) -> tuple[str, list[str]]:
         parts = text.split(".")
@@ -405,6 +435,7 @@ class Decoder:
 
     def _register_reader(self, slot: int, rt: PtxType, t: PtxType) -> Callable:
         self._check_register_type(rt, t)
+        self.touched.add(slot)
         conv = _narrowing(rt, t)
         if conv is None:
             return lambda m, idx: m.regs[slot] if idx is None else m.regs[slot][idx]
@@ -424,6 +455,7 @@ class Decoder:
             raise self.error("a destination must be a register", PtxSyntaxError)
         slot, rt = self.register(operand)
         self._check_register_type(rt, t)
+        self.touched.add(slot)
         conv = _widening(t, rt)
         want = t.dtype
 
@@ -449,6 +481,9 @@ class Decoder:
         """A function (m, idx) -> uint64 addresses of a `[...]` operand in `space`."""
         if not isinstance(operand, syn.Address):
             raise self.error("expected a memory operand [...]", PtxSyntaxError)
+        if operand.coords:
+            raise self.error("a coordinate list [tensor-map, {...}] belongs to cp.async.bulk.tensor",
+                             PtxSyntaxError)
         offset = np.uint64(operand.offset & MASK64)
         if operand.base is None:
             if space != "local":
@@ -470,11 +505,20 @@ class Decoder:
             raise self.error(f"{name} is not a register or a variable", PtxSyntaxError)
         var_space, var_address = found
         if space == "generic":
-            var_address += {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE}.get(var_space, 0)
+            var_address += {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE,
+                            "param": PARAM_APERTURE}.get(var_space, 0)
         elif space != var_space:
             raise self.error(f"{name} is a .{var_space} variable, used with .{space}", PtxSyntaxError)
         const = np.uint64((var_address + operand.offset) & MASK64)
         return lambda m, idx: np.full(lanes(m, idx), const, np.uint64)
+
+
+def _watched(run: Callable, slots: frozenset, pc: int) -> Callable:
+    """`run`, after checking that no asynchronous instruction in flight uses `slots`."""
+    def checked(m, idx):
+        m.async_mma.touched(m, idx, slots, pc)
+        return run(m, idx)
+    return checked
 
 
 def literal(imm: syn.Imm, t: PtxType):

@@ -47,7 +47,10 @@ class SharedMemoryRace(EmulatorError):
 
 
 class AsyncCopyHazard(EmulatorError):
-    """Shared memory used while a cp.async into it is still pending (a missing wait)."""
+    """Data used while an asynchronous operation on it is still in flight, or without the
+    wait or fence it needs: shared memory read before its cp.async or bulk tensor copy
+    was waited for, a buffer overwritten while a wgmma reads it, wgmma accumulators
+    touched before wgmma.wait_group, a wgmma without wgmma.fence."""
 
 
 class BarrierError(EmulatorError):

@@ -20,6 +20,17 @@
 # deadlock, and threads released together from one barrier but coming from
 # different `bar.sync` instructions are reported too (a barrier in divergent
 # code).
+#
+# A thread whose `mbarrier.try_wait`/`test_wait` finds its phase incomplete
+# sleeps (instead of spinning, which the minimum-PC scheme would never leave)
+# until no thread can run any more; then, if some mbarrier phase completed
+# meanwhile, the sleepers wake and test again.  The GPU may suspend a waiting
+# thread just so; only a program that needs a failed test to go on (and
+# arrive itself) deadlocks here, and is reported.  An `mbarrier.arrive` that
+# completes a phase while threads sleep wakes them at once and lets them run
+# before every other thread goes on: the arrival releases a buffer, and the
+# woken producer refilling it first exposes a consumer that released it too
+# early (see async_state).
 from __future__ import annotations
 
 import functools
@@ -29,18 +40,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import LaunchError, Note, SourceFile
-from . import ops_arith, ops_call, ops_control, ops_memory  # noqa: F401  (they fill the opcode table)
+from ..tensor_map import TensorMap
+from . import ops_arith, ops_bulk, ops_call, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
-from .decode import BARRIER, BRANCH, PLAIN, Decoder, Program, literal
+from .async_state import AsyncMma, BulkGroups, Mbarriers
+from .decode import BARRIER, BRANCH, PLAIN, WAIT, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
-from .memory import AsyncCopies, GenericSpace, GlobalSpace, RaceDetector, WindowSpace
+from .memory import AsyncCopies, GenericSpace, GlobalSpace, ParamSpace, RaceDetector, WindowSpace
+from .numerics import TENSOR_CORE_MODELS, TensorCoreModel
 from .ops_control import NUM_BARRIERS
 from .ptxtypes import TYPES
 
 DEFAULT_MAX_STEPS = 10_000_000
 DEFAULT_MAX_THREADS = 1 << 16
 MEMORY_BUDGET = 512 << 20
-RUN, WAIT, DONE = 0, 1, 2
+# PARKED: at a bar.sync; SLEEP: in an mbarrier wait; YIELD: let woken sleepers run first
+RUN, PARKED, DONE, SLEEP, YIELD = 0, 1, 2, 3, 4
 FAR = np.iinfo(np.int64).max
 
 # Shared memory per block (bytes) on the targets Phobos cares about.
@@ -73,6 +88,7 @@ class LaunchConfig:
     dynamic_shared: int
     check_races: bool
     max_steps: int
+    tensor_cores: TensorCoreModel
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -105,9 +121,14 @@ class Machine:
         if config.check_races and config.shared_size:
             self.shared.races = RaceDetector(cta_count, self.shared.stride, self.tpc)
         self.local = WindowSpace("local", n, program.local_size, np.arange(n, dtype=np.int64))
+        self.param = ParamSpace(config.params, program.param_size)
         self.spaces = {"global": self.glob, "const": self.glob, "shared": self.shared, "local": self.local,
-                       "generic": GenericSpace(self.glob, self.shared, self.local)}
+                       "generic": GenericSpace(self.glob, self.shared, self.local, self.param)}
         self.async_copies = AsyncCopies(n)
+        self.async_mma = AsyncMma(n)
+        self.bulk_groups = BulkGroups(n)
+        self.mbarriers = Mbarriers(n)
+        self.woken_at = 0  # mbarrier completions when the sleepers were last woken
         self.steps = 0
 
     # -- special registers and descriptions
@@ -210,6 +231,8 @@ class Machine:
                     lanes = self._all(group)
                     if op.kind == BARRIER:
                         self._arrive(op, lanes)
+                    elif op.kind == WAIT:
+                        self._wait(op, lanes)
                     else:
                         self._exit(lanes)
                 else:
@@ -220,6 +243,8 @@ class Machine:
                         self.pc[taken] = op.target
                     elif op.kind == BARRIER:
                         self._arrive(op, taken)
+                    elif op.kind == WAIT:
+                        self._wait(op, taken)
                     else:
                         self._exit(taken)
                 group, gpc, other = self._schedule()
@@ -241,24 +266,51 @@ class Machine:
             self.pc[group] = pc
 
     def _exit(self, threads) -> None:
-        """Retire threads, completing their outstanding cp.async copies."""
+        """Retire threads, completing their outstanding asynchronous operations."""
         self.status[threads] = DONE
         self.async_copies.complete(self, threads, None)
+        self.async_mma.complete(self, threads, None)
+        self.bulk_groups.complete(self, threads, None)
 
     def _arrive(self, op, threads) -> None:
         ids, counts = op.run(self, threads)
         self.pc[threads] = op.index + 1
-        self.status[threads] = WAIT
+        self.status[threads] = PARKED
         self.bar_id[threads] = ids
         self.bar_count[threads] = counts
         self.bar_pc[threads] = op.index
+
+    def _wait(self, op, threads) -> None:
+        """A blocking test or an arrival: the lanes it lets go move on, the others sleep
+        here; if it completed an mbarrier phase, the sleepers run before everyone else."""
+        before = self.mbarriers.completions
+        ready = op.run(self, threads)
+        self.pc[threads] = np.where(ready, op.index + 1, op.index)
+        self.status[threads[~ready]] = SLEEP
+        sleeping = self.status == SLEEP
+        if self.mbarriers.completions != before and sleeping.any():
+            self.woken_at = self.mbarriers.completions
+            self.status[self.status == RUN] = YIELD
+            self.status[sleeping] = RUN
+
+    def _wake(self) -> bool:
+        """Resume the yielding threads, and wake the sleepers if an mbarrier phase
+        completed since they last woke; True if any thread can run."""
+        yielded = self.status == YIELD
+        self.status[yielded] = RUN
+        if self.mbarriers.completions == self.woken_at:
+            return bool(yielded.any())
+        self.woken_at = self.mbarriers.completions
+        sleeping = self.status == SLEEP
+        self.status[sleeping] = RUN
+        return bool(sleeping.any() or yielded.any())
 
     def _schedule(self):
         """Pick the next active group: (lanes or None for all, its PC, lowest PC of the others).
         The PC is -1 when every thread has finished."""
         runnable = self.status == RUN
         if not runnable.any():
-            if not self._release():
+            if not self._release() and not self._wake():
                 if (self.status == DONE).all():
                     return None, -1, FAR
                 raise self._deadlock()
@@ -274,7 +326,7 @@ class Machine:
 
     def _release(self) -> bool:
         """Let go the threads whose barrier is complete; True if any were."""
-        waiting = np.flatnonzero(self.status == WAIT)
+        waiting = np.flatnonzero(self.status == PARKED)
         if not waiting.size:
             return False
         ncta = self.n // self.tpc
@@ -292,10 +344,12 @@ class Machine:
         if at.min() != at.max():
             self._check_same_barrier(released, key[ready], at)
         self.status[released] = RUN
-        races = self.shared.races
-        if races is not None and whole_cta[ready].any():
+        if whole_cta[ready].any():
             rows = np.unique(cta[ready & whole_cta])
-            races.reset(None if len(rows) == ncta else rows)
+            rows = None if len(rows) == ncta else rows
+            self.mbarriers.share_observations(self, rows)
+            if self.shared.races is not None:
+                self.shared.races.reset(rows)
         return True
 
     def _check_same_barrier(self, released, keys, at) -> None:
@@ -316,7 +370,14 @@ class Machine:
                         related=[(second, "the other bar.sync")])
 
     def _deadlock(self) -> Fault:
-        waiting = np.flatnonzero(self.status == WAIT)
+        sleeping = np.flatnonzero(self.status == SLEEP)
+        if sleeping.size:
+            t = int(sleeping[0])
+            return Fault(BarrierError,
+                         f"deadlock: {sleeping.size} threads wait for mbarrier phases that can no longer "
+                         f"complete ({self._sleepers_barriers(sleeping)}) and no other thread can run",
+                         thread=t, pc=int(self.pc[t]))
+        waiting = np.flatnonzero(self.status == PARKED)
         t = int(waiting[0])
         cta = self.cta_of[t]
         mine = waiting[self.cta_of[waiting] == cta]
@@ -329,6 +390,15 @@ class Machine:
                      f"barrier deadlock: the {live} live threads of the CTA wait ({summary}) and "
                      f"barrier {int(self.bar_id[t])} expects {want}",
                      thread=t, pc=int(self.bar_pc[t]))
+
+    def _sleepers_barriers(self, sleeping) -> str:
+        """The mbarriers that sleeping threads wait on, described."""
+        ops = self.program.ops
+        described = []
+        for pc in np.unique(self.pc[sleeping])[:3]:
+            described.append(f"at {self.ptx_position(int(pc))}: `{ops[int(pc)].text}`")
+        bars = [self.mbarriers.describe(self, number) for number in range(len(self.mbarriers.where))][:4]
+        return "; ".join(described + bars)
 
     def _error(self, fault: Fault, pc: int):
         ops = self.program.ops
@@ -356,8 +426,10 @@ class Kernel:
 
     def launch(self, grid, block, args, shared_bytes: int = 0, source_text: str | None = None, *,
                check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
-               max_threads: int = DEFAULT_MAX_THREADS) -> LaunchStats:
+               max_threads: int = DEFAULT_MAX_THREADS, tensor_cores: str = "hopper") -> LaunchStats:
         """Run the kernel on `grid` x `block` threads; see `launch` for the arguments."""
+        if tensor_cores not in TENSOR_CORE_MODELS:
+            raise LaunchError(f"tensor_cores must be one of {', '.join(TENSOR_CORE_MODELS)}, got {tensor_cores!r}")
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         tpc = int(np.prod(block))
         self._check_config(grid, block, tpc, shared_bytes)
@@ -370,7 +442,8 @@ class Kernel:
         params, arrays = self._pack_arguments(list(args), glob)
         glob.seal()
         shared_size = prog.shared_size(shared_bytes)
-        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps)
+        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
+                              TENSOR_CORE_MODELS[tensor_cores])
         total = grid[0] * grid[1] * grid[2]
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (24 if check_races else 1)
@@ -425,6 +498,8 @@ class Kernel:
 
     def _param_bytes(self, param: syn.Param, value, glob, allocated, arrays) -> np.ndarray:
         where = f"argument {param.name} of {self.name}"
+        if param.type == "bytes" and isinstance(value, TensorMap):
+            return self._tensor_map_bytes(param, value, glob, allocated, arrays)
         if param.type == "bytes":
             raw = np.frombuffer(bytes(memoryview(value).cast("B")), np.uint8)
             if len(raw) != param.size:
@@ -454,6 +529,26 @@ class Kernel:
         if not low <= int(value) <= high:
             raise LaunchError(f"{where} is .{t.name}; {int(value)} is out of range")
         return np.array([int(value) & ((1 << t.bits) - 1)], t.unsigned).view(np.uint8)
+
+    def _tensor_map_bytes(self, param: syn.Param, tmap: TensorMap, glob, allocated, arrays) -> np.ndarray:
+        """The emulator's encoding of a tensor map over a NumPy array (allocated like an
+        array argument, and copied back after the run)."""
+        where = f"argument {param.name} of {self.name}"
+        array = tmap.tensor
+        if not isinstance(array, np.ndarray):
+            raise LaunchError(f"{where}: in the emulator a TensorMap describes a NumPy array, "
+                              f"not {type(array).__name__}")
+        if param.size != 128:
+            raise LaunchError(f"{where}: a tensor map parameter is .b8 [128], not {param.size} bytes")
+        address = allocated.get(id(array))
+        if address is None:
+            address = allocated[id(array)] = glob.allocate(np.ascontiguousarray(array), param.name)
+            arrays.append((array, address, param.name))
+        try:
+            raw = tmap.emulator_bytes(address)
+        except ValueError as problem:
+            raise LaunchError(f"{where}: {problem}") from None
+        return np.frombuffer(raw, np.uint8)
 
     def _copy_back(self, arrays, glob: GlobalSpace) -> None:
         for array, address, name in arrays:
@@ -534,6 +629,9 @@ def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
     shared_bytes: the dynamic shared memory size.  source_text: the Phobos
     source named by the module's `.file`, so that errors can quote it.
     name: the PTX file name used in messages.  options: check_races (default
-    True), max_steps, max_threads (see `Kernel.launch`).
+    True), max_steps, max_threads (see `Kernel.launch`), tensor_cores (the
+    numeric model of mma/wgmma: "hopper", the default, or "ampere"; see
+    numerics.TensorCoreModel).  A `.b8 [128]` parameter takes a
+    phobos.run.tensor_map.TensorMap over a NumPy array.
     """
     return load_module(ptx_text, name).launch(kernel, grid, block, args, shared_bytes, source_text, **options)

@@ -1,5 +1,6 @@
-# Emulated memory: global allocations, shared and local windows, generic
-# addressing, the shared-memory race detector and pending cp.async copies.
+# Emulated memory: global allocations, shared and local windows, the kernel
+# parameters, generic addressing, the shared-memory race detector and pending
+# cp.async copies.
 #
 # Global memory is a set of allocations at 256-byte aligned addresses in a
 # fake 64-bit address space, with gaps at least as large as the allocation
@@ -10,13 +11,17 @@
 #
 # Shared memory is one row of bytes per CTA and local memory one row per
 # thread; an address in those spaces is an offset within the row.  Generic
-# addresses map two apertures onto them (what `cvta.shared`/`cvta.local`
-# produce); everything else in the generic space is global.
+# addresses map three apertures onto them and onto the (read-only) parameter
+# buffer (what `cvta.shared`/`cvta.local`/`cvta.param` produce); everything
+# else in the generic space is global.
 #
 # Every access is checked: bounds, then alignment (an access of n bytes needs
 # an address that is a multiple of n, as on the GPU).  Shared accesses also go
 # through the race detector, which remembers per byte, since the CTA's last
-# barrier, which thread wrote it and which threads read it.
+# barrier, which thread wrote it and which threads read it.  It also keeps the
+# shadow state of the asynchronous proxy: bytes that a wgmma or bulk store in
+# flight reads (writing them is an error) and bytes that a bulk tensor copy wrote under an
+# mbarrier phase (reading them before observing that phase is an error).
 from __future__ import annotations
 
 import numpy as np
@@ -25,6 +30,7 @@ from .errors import AsyncCopyHazard, Fault, MemoryFault, MisalignedAddress, Shar
 
 GLOBAL_BASE = 0x100_0000_0000
 NULL_REGION = 1 << 20  # addresses below this are reported as null pointers
+PARAM_APERTURE = 0x7D00_0000_0000
 SHARED_APERTURE = 0x7E00_0000_0000
 LOCAL_APERTURE = 0x7F00_0000_0000
 APERTURE_SIZE = 1 << 32
@@ -33,6 +39,9 @@ ALLOC_ALIGN = 256
 # Access kinds; only the first three take part in race detection.
 LOAD, STORE, ATOMIC = "load", "store", "atomic"
 ASYNC = "cp.async write"
+ASYNC_PROXY = "asynchronous-proxy access"  # bulk copies and wgmma operands: checked by the caller
+MBARRIER = "mbarrier access"
+UNTRACKED = frozenset({ASYNC, ASYNC_PROXY, MBARRIER})
 
 
 def _threads(idx, n):
@@ -238,9 +247,34 @@ class WindowSpace(Space):
         _check_alignment(self.name, off, align or nbytes, idx, access)
         rows = self.row_of_thread if idx is None else self.row_of_thread[idx]
         flat = rows * self.stride + off.astype(np.int64)
-        if self.races is not None and access != ASYNC:
+        if self.races is not None and access not in UNTRACKED:
             self.races.check(m, idx, flat, nbytes, access, pc)
         return flat
+
+
+class ParamSpace(Space):
+    """The kernel's parameter buffer, read-only, reached through generic addresses."""
+
+    name = "param"
+
+    def __init__(self, params: np.ndarray, size: int):
+        super().__init__()
+        self.data = params
+        self.size = size
+
+    def locate(self, m, idx, addr, nbytes, access, pc, align=None):
+        off = np.asarray(addr, np.uint64)
+        if access != LOAD:
+            raise Fault(MemoryFault, f"{access} to the kernel parameter space, which is read-only",
+                        thread=int(_threads(idx, len(off))[0]))
+        bad = off + np.uint64(nbytes) > np.uint64(self.size)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise Fault(MemoryFault, f"out-of-bounds parameter {access} of {nbytes} bytes at parameter offset "
+                                     f"{int(off[i]):#x}: the parameters take {self.size} bytes",
+                        thread=int(_threads(idx, len(off))[i]))
+        _check_alignment(self.name, off, align or nbytes, idx, access)
+        return off.astype(np.int64)
 
 
 class GenericSpace(Space):
@@ -248,9 +282,9 @@ class GenericSpace(Space):
 
     name = "generic"
 
-    def __init__(self, glob: GlobalSpace, shared: WindowSpace, local: WindowSpace):
+    def __init__(self, glob: GlobalSpace, shared: WindowSpace, local: WindowSpace, params: ParamSpace):
         super().__init__()
-        self.parts = ((shared, SHARED_APERTURE), (local, LOCAL_APERTURE))
+        self.parts = ((shared, SHARED_APERTURE), (local, LOCAL_APERTURE), (params, PARAM_APERTURE))
         self.glob = glob
 
     def _split(self, idx, addr):
@@ -357,6 +391,9 @@ class RaceDetector:
         self.pending = np.zeros(n, np.int16)
         self.pending_total = 0
         self.rows = rows
+        self.async_reads: np.ndarray | None = None  # wgmma operands in flight, per byte
+        self.tma_barrier: np.ndarray | None = None  # mbarrier whose phase a bulk copy wrote the byte in
+        self.tma_phase: np.ndarray | None = None
 
     def reset(self, rows: np.ndarray | None) -> None:
         """Forget all accesses of the CTAs `rows` (None: all) - they passed a barrier."""
@@ -386,6 +423,8 @@ class RaceDetector:
                         f"into it is still pending (missing cp.async.wait_group/wait_all?)",
                         thread=self._thread(b[i], t[i]))
         if access == LOAD:
+            if self.tma_barrier is not None:
+                self.check_observed(m, b, t)
             self._check(m, b, t, "read", [self.writes, self.atomics])
             self.reads.record(b, t, pc, self._epoch(b, t), only_this_thread=False)
         elif access == STORE:
@@ -398,6 +437,7 @@ class RaceDetector:
 
     def record_write(self, m, b, t, pc):
         """Check and record plain writes of bytes `b` by threads `t`."""
+        self.check_not_read_async(m, b, t, "write")
         self._check(m, b, t, "write", [self.writes, self.reads, self.atomics])
         if len(b) > 1:
             order = np.argsort(b, kind="stable")
@@ -445,6 +485,58 @@ class RaceDetector:
     def _thread(self, byte, tid) -> int:
         """The batch index of thread `tid` of the CTA that owns shared byte `byte`."""
         return int(byte) // self.stride * self.threads_per_cta + int(tid)
+
+    # -- the asynchronous proxy
+    def add_async_reads(self, b, delta: int) -> None:
+        """A wgmma or bulk copy starts (+1) or finishes (-1) reading bytes `b`."""
+        if self.async_reads is None:
+            self.async_reads = np.zeros(len(self.pending), np.int16)
+        counts = np.bincount(b, minlength=len(self.async_reads)).astype(np.int16)
+        if delta > 0:
+            self.async_reads += counts
+        else:
+            self.async_reads -= counts
+
+    def check_not_read_async(self, m, b, t, what: str) -> None:
+        """Writing bytes that a wgmma or bulk copy in flight reads is an error."""
+        if self.async_reads is None:
+            return
+        busy = self.async_reads[b] > 0
+        if busy.any():
+            i = int(np.flatnonzero(busy)[0])
+            raise Fault(AsyncCopyHazard,
+                        f"shared {what} at {m.describe_shared(int(b[i]) % self.stride)} while a wgmma or bulk "
+                        f"copy that reads it is in flight (missing wgmma.wait_group or cp.async.bulk.wait_group "
+                        f"before reusing the buffer?)",
+                        thread=self._thread(b[i], np.broadcast_to(t, b.shape)[i]))
+
+    def record_bulk_write(self, b, barrier: int, phase: int) -> None:
+        """Bytes `b` written by a bulk tensor copy that completes phase `phase` of `barrier`."""
+        if self.tma_barrier is None:
+            self.tma_barrier = np.full(len(self.pending), -1, np.int32)
+            self.tma_phase = np.zeros(len(self.pending), np.int64)
+        self.tma_barrier[b] = barrier
+        self.tma_phase[b] = phase
+
+    def check_observed(self, m, b, t) -> None:
+        """Threads `t` read bytes `b`: those a bulk copy wrote must come from an mbarrier
+        phase the reading thread has seen complete (mbarrier.try_wait/test_wait)."""
+        if self.tma_barrier is None:
+            return
+        barrier = self.tma_barrier[b]
+        written = barrier >= 0
+        if not written.any():
+            return
+        bw, tw = b[written], np.broadcast_to(t, b.shape)[written]
+        threads = bw // self.stride * self.threads_per_cta + tw
+        unseen = m.mbarriers.observed[barrier[written], threads] <= self.tma_phase[bw]
+        if unseen.any():
+            i = int(np.flatnonzero(unseen)[0])
+            raise Fault(AsyncCopyHazard,
+                        f"shared read at {m.describe_shared(int(bw[i]) % self.stride)}, written by a bulk "
+                        f"tensor copy, before this thread waited for the completion of its mbarrier phase "
+                        f"{int(self.tma_phase[bw[i]])} (missing mbarrier.try_wait?)",
+                        thread=int(threads[i]))
 
 
 # ---------------------------------------------------------------- cp.async

@@ -22,6 +22,13 @@
 #
 # The `.approx` transcendentals are not here: they are computed in float64 and
 # rounded to the result type, which is closer than the GPU's approximations.
+#
+# Tensor-core dot products (`mma`, `wgmma`) are not IEEE operations; NVIDIA
+# documents only that products are exact and the sum is at least as precise as
+# f32.  `tensor_core_dot` follows the bit-accurate models that Khattak and
+# Mikaitis fitted to V100..B200 hardware ("Accurate Models of NVIDIA Tensor
+# Cores", arXiv:2512.07004, 2025; models in github.com/north-numerical-
+# computing/MATLAB-tensor-core): see `TensorCoreModel`.
 from __future__ import annotations
 
 import math
@@ -403,3 +410,126 @@ def mul_hi_s64(a, b):
     hi = mul_hi_u64(ua, ub)
     hi = hi - np.where(np.asarray(a) < 0, ub, np.uint64(0)) - np.where(np.asarray(b) < 0, ua, np.uint64(0))
     return hi.view(np.int64)
+
+
+# ------------------------------------------------------------------ tensor cores
+
+@dataclass(frozen=True)
+class TensorCoreModel:
+    """How one generation of tensor cores sums `c + sum_k a_k * b_k` into f32.
+
+    The k-sum is split into blocks of `block[input format]` products.  Each
+    block is one fused multi-term addition: every product is exact; the
+    products and the accumulator c are aligned to the largest exponent E among
+    them (a product's exponent is the sum of its factors' exponents, with
+    subnormal factors at the format's minimum exponent, so a product's
+    significand lies in [0, 4)); each aligned term keeps 23 + `extra_bits`
+    fraction bits below 2**E and is truncated (toward zero) below that; the
+    truncated terms are added exactly and the sum is rounded once to f32
+    toward zero (subnormal results kept, an overflow gives an infinity).  The
+    result is the c of the next block.  A NaN operand, an infinite product
+    with a zero, or infinities of both signs give NaN; otherwise an infinite
+    term gives that infinity.
+    """
+
+    name: str
+    block: dict  # input format name -> products summed in one fused step
+    extra_bits: int
+
+
+TENSOR_CORE_MODELS = {
+    # H100, H200 and B200 (sm_90, sm_100): 16 products (8 for tf32) per step, 2 extra bits.
+    "hopper": TensorCoreModel("hopper", {"f16": 16, "bf16": 16, "tf32": 8}, 2),
+    # A100 (sm_80): 8 products (4 for tf32) per step, 1 extra bit.
+    "ampere": TensorCoreModel("ampere", {"f16": 8, "bf16": 8, "tf32": 4}, 1),
+}
+
+TF32 = FloatFormat("tf32", 10, -126, 127)
+_INPUT_FORMATS = {"f16": F16, "bf16": BF16, "tf32": TF32}
+
+
+def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
+    """floor(log2|x|) of float64 values, at least emin (for zeros: emin)."""
+    _, e = np.frexp(x)
+    return np.maximum(e.astype(np.int64) - 1, emin)  # frexp's exponents are int32 on some platforms
+
+
+def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
+                    model: TensorCoreModel) -> np.ndarray:
+    """D = C + A B as the tensor cores compute it, for a batch of matrices.
+
+    a: (..., M, K) and b: (..., K, N) hold the exact float64 values of the
+    f16/bf16/tf32 inputs; c: (..., M, N) float32.  Returns float32 (..., M, N).
+    """
+    fmt = _INPUT_FORMATS[informat]
+    size = model.block[informat]
+    k = a.shape[-1]
+    if k % size:
+        raise ValueError(f"k = {k} is not a multiple of the {model.name} block of {size}")
+    acc = np.asarray(c, np.float32)
+    with np.errstate(all="ignore"):
+        for start in range(0, k, size):
+            acc = _block_fma(a[..., start:start + size], b[..., start:start + size, :], acc,
+                             fmt.emin, model.extra_bits)
+    return acc
+
+
+def _block_fma(a, b, c, emin: int, extra_bits: int) -> np.ndarray:
+    """One fused block: c (..., M, N) float32 + a (..., M, k) @ b (..., k, N)."""
+    terms = a[..., :, :, None] * b[..., None, :, :]          # (..., M, k, N), exact
+    expo = (_exponents(a, emin)[..., :, :, None] + _exponents(b, emin)[..., None, :, :])
+    c64 = c.astype(np.float64)
+    live = (terms != 0) & np.isfinite(terms)
+    lowest = np.iinfo(np.int64).min // 4
+    top = np.max(np.where(live, expo, lowest), axis=-2)      # (..., M, N)
+    c_live = (c64 != 0) & np.isfinite(c64)
+    top = np.maximum(top, np.where(c_live, _exponents(c64, F32.emin), lowest))
+    unit = np.ldexp(1.0, np.maximum(top, -900) - (F32.man + extra_bits))
+    kept = np.trunc(np.where(live, terms, 0.0) / unit[..., None, :])
+    kept_c = np.trunc(np.where(c_live, c64, 0.0) / unit)
+    total = (kept.sum(axis=-2) + kept_c) * unit                # exact: fewer than 2**53 units
+    out = round_to_format(total, None, F32, "rz")
+    out = np.where(np.abs(total) >= 2.0 ** 128, np.copysign(np.inf, total), out).astype(np.float32)
+    return _tensor_core_specials(terms, c64, out)
+
+
+def _tensor_core_specials(terms, c64, out):
+    """Infinities and NaNs of one block (NaN is the canonical 0x7FFFFFFF)."""
+    bad = ~np.isfinite(terms)
+    c_bad = ~np.isfinite(c64)
+    if not (bad.any() or c_bad.any()):
+        return out
+    pos = (terms == np.inf).any(axis=-2) | (c64 == np.inf)
+    neg = (terms == -np.inf).any(axis=-2) | (c64 == -np.inf)
+    nan = np.isnan(terms).any(axis=-2) | np.isnan(c64) | (pos & neg)
+    out = np.where(pos, np.float32(np.inf), np.where(neg, np.float32(-np.inf), out))
+    return np.where(nan, np.array(0x7FFFFFFF, np.uint32).view(np.float32), out).astype(np.float32)
+
+
+def tf32_value(bits: np.ndarray) -> np.ndarray:
+    """The float64 value a tensor core reads from a .tf32 operand register: the
+    f32 bit pattern with its 13 low significand bits ignored."""
+    return (np.asarray(bits, np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+
+def round_to_tf32(x: np.ndarray, mode: str) -> np.ndarray:
+    """f32 values rounded to tf32 (10 significand bits) as f32 bit patterns (uint32).
+
+    mode: 'rna' (nearest, ties away from zero), 'rn' (ties to even) or 'rz'.
+    NaN stays NaN (0x7FFFFFFF) and infinities stay infinite; values beyond the
+    largest tf32 round to infinity except under 'rz'.
+    """
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    low = bits & np.uint64(0x1FFF)
+    keep = bits - low
+    if mode == "rz":
+        up = np.zeros(bits.shape, bool)
+    elif mode == "rna":
+        up = low >= np.uint64(0x1000)
+    else:
+        odd = (keep >> np.uint64(13)) & np.uint64(1)
+        up = (low > np.uint64(0x1000)) | ((low == np.uint64(0x1000)) & (odd == 1))
+    out = (keep + np.where(up, np.uint64(0x2000), np.uint64(0))).astype(np.uint32)
+    special = ~np.isfinite(np.asarray(x, np.float32))
+    out = np.where(special, bits.astype(np.uint32), out)
+    return np.where(np.isnan(np.asarray(x, np.float32)), np.uint32(0x7FFFFFFF), out)

@@ -737,8 +737,31 @@ def _to_float(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool, sat: bool, r
     return convert
 
 
+def _cvt_tf32(d, ins, mods) -> Semantics:
+    """`cvt.rna{.satfinite}.tf32.f32` (also .rn and .rz): f32 rounded to 10 significand
+    bits, kept as an f32 bit pattern with the 13 low bits zero."""
+    mods.words.remove("tf32")
+    mode = mods.take("rna", "rn", "rz")
+    if mode is None:
+        raise d.error("cvt.tf32.f32 needs .rna, .rn or .rz", PtxSyntaxError)
+    satfinite = mods.flag("satfinite")
+    require(d, mods.type().name == "f32", "cvt.tf32 converts .f32")
+    largest = np.uint32(0x7F7FE000)
+
+    def convert(a):
+        bits = nx.round_to_tf32(a, mode)
+        if satfinite:
+            magnitude = bits & np.uint32(0x7FFFFFFF)
+            clamp = (magnitude == np.uint32(0x7F800000))
+            bits = np.where(clamp, (bits & np.uint32(0x80000000)) | largest, bits)
+        return bits.astype(np.uint32)
+    return elementwise(d, ins, TYPES["b32"], [TYPES["f32"]], convert)
+
+
 @opcode("cvt")
 def build_cvt(d, ins, mods):
+    if "tf32" in mods.words:
+        return _cvt_tf32(d, ins, mods)
     dst, src = mods.types(2)
     irnd = mods.take(*INT_ROUNDING)
     frnd = mods.take(*ROUNDING)

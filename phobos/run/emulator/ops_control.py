@@ -5,7 +5,7 @@
 # machine.py moves the threads.  Memory fences are no-ops: the emulator runs
 # one instruction at a time, so every access is already visible to all.
 #
-# shfl.sync, vote.sync, redux.sync and bar.warp.sync work per warp (32
+# shfl.sync, vote.sync, redux.sync, elect.sync and bar.warp.sync work per warp (32
 # consecutive threads of a CTA).  Their member mask must name exactly lanes
 # that execute the instruction together: a lane in the mask that has exited,
 # diverged elsewhere or does not exist (a partial last warp) is undefined
@@ -233,6 +233,30 @@ def build_redux(d, ins, mods):
         warps, starts = np.unique(first[order], return_index=True)
         totals = combine.reduceat(values[order], starts)
         write(m, idx, totals[np.searchsorted(warps, first)])
+    return plain(run)
+
+
+@opcode("elect")
+def build_elect(d, ins, mods):
+    """`elect.sync d|p, membermask`: the lowest member lane is the leader; d is its
+    lane id in every member, p is true in the leader only."""
+    if not mods.flag("sync"):
+        raise d.error("elect needs .sync", PtxSyntaxError)
+    dest, mask = d.operands(ins, 2)
+    if isinstance(dest, syn.Pair):
+        write_d, write_p = d.writer(dest.first, B32), d.writer(dest.second, PRED)
+    else:
+        write_d, write_p = d.writer(dest, B32), None
+    read_mask = d.reader(mask, U32)
+
+    def run(m, idx):
+        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        member = np.broadcast_to(read_mask(m, idx), (len(threads),))
+        _check_members(m, "elect.sync", threads, bit, active, member)
+        leader = np.frexp((member & -member.astype(np.int64)).astype(np.float64))[1].astype(np.uint32) - 1
+        write_d(m, idx, leader)
+        if write_p is not None:
+            write_p(m, idx, lane == leader)
     return plain(run)
 
 

@@ -1,4 +1,6 @@
 # Memory instructions: ld, st, atom, red, cp.async, cvta and prefetch.
+# (`cvta.param` gives generic addresses of kernel parameters, which tensor
+# maps are read through; see ops_bulk.)
 #
 # Loads and stores go through the state space objects of `memory`, which
 # check bounds and alignment and feed the shared-memory race detector.
@@ -22,7 +24,7 @@ from . import numerics as nx
 from . import syntax as syn
 from .decode import opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError
-from .memory import ASYNC, LOCAL_APERTURE, SHARED_APERTURE
+from .memory import ASYNC, LOCAL_APERTURE, PARAM_APERTURE, SHARED_APERTURE
 from .ops_arith import elementwise, require
 from .ptxtypes import TYPES
 
@@ -271,15 +273,15 @@ def build_cp_async_wait_all(d, ins, mods):
 
 # ------------------------------------------------------------------ addresses
 
-_APERTURES = {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE}
+_APERTURES = {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE, "param": PARAM_APERTURE}
 
 
 @opcode("cvta")
 def build_cvta(d, ins, mods):
     to = mods.flag("to")
-    word = mods.take("global", "const", "shared", "shared::cta", "local")
+    word = mods.take("global", "const", "shared", "shared::cta", "local", "param")
     if word is None:
-        raise d.error("cvta needs .global, .const, .shared or .local", PtxSyntaxError)
+        raise d.error("cvta needs .global, .const, .shared, .local or .param", PtxSyntaxError)
     space = _SPACES[word]
     t = mods.type()
     require(d, t.name in ("u64", "u32"), "cvta takes .u32 or .u64")

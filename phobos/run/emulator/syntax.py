@@ -89,10 +89,12 @@ class Vector:
 
 @dataclass(frozen=True)
 class Address:
-    """A memory operand `[base+offset]`; base is a Name or None (absolute)."""
+    """A memory operand `[base+offset]`; base is a Name or None (absolute).  A tensor
+    operand `[tensor-map, {c0, c1, ...}]` has the coordinates in `coords`."""
 
     base: Name | None
     offset: int
+    coords: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -611,7 +613,7 @@ class Parser:
         raise self.error(f"expected a number, found {tok.text!r}", tok.line)
 
     def parse_address(self) -> Address:
-        """`[base]`, `[base+imm]`, `[base+-imm]`, `[base-imm]` or `[imm]`."""
+        """`[base]`, `[base+imm]`, `[base+-imm]`, `[base-imm]`, `[imm]` or `[base, {c0, ...}]`."""
         base: Name | None = None
         offset = 0
         sign = 1
@@ -628,6 +630,12 @@ class Parser:
                 raise self.error(f"unexpected {tok.text!r} in address", tok.line)
             if self.accept("]"):
                 return Address(base, offset)
+            if base is not None and not offset and self.accept(","):
+                coords = self.parse_operand()
+                if not isinstance(coords, Vector):
+                    raise self.error("expected tensor coordinates {c0, ...}", tok.line)
+                self.expect("]")
+                return Address(base, 0, coords.items)
             sign = -1 if self.accept("-") else 1
             if sign > 0:
                 self.expect("+")

@@ -1,0 +1,201 @@
+# State of the asynchronous units of sm_90: wgmma groups in flight, mbarriers
+# and bulk async-groups.
+#
+# The emulator performs an asynchronous operation when it is issued (a wgmma
+# writes its accumulators at once, a bulk tensor copy writes shared memory at
+# once) and keeps, until the operation is waited for, what a program must not
+# touch meanwhile, so that a program that would race on the GPU is stopped
+# instead of silently getting the right answer here:
+#
+# * `AsyncMma`: per thread, the committed wgmma groups; per wgmma in flight,
+#   its accumulator and A-fragment registers (any other instruction touching
+#   them before the `wgmma.wait_group` that covers the wgmma is an error) and
+#   the shared bytes it reads (writing them is an error, see
+#   memory.RaceDetector).  A wgmma also needs a `wgmma.fence` after any other
+#   instruction touched registers that wgmmas use.
+# * `Mbarriers`: the mbarrier objects of every CTA (expected arrivals, pending
+#   arrivals, transaction count, phase), and per thread the phases it has seen
+#   complete, which the race detector asks before a thread reads bytes that a
+#   bulk tensor copy wrote.  A phase completes when its pending arrivals and
+#   its transaction count are both zero.
+# * `BulkGroups`: the bulk async-groups of bulk stores (shared -> global),
+#   whose shared sources stay read until `cp.async.bulk.wait_group` covers them.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import AsyncCopyHazard, Fault, MemoryFault
+
+
+@dataclass
+class _Pending:
+    """One asynchronous operation in flight: its threads, group, registers and shared bytes."""
+
+    threads: np.ndarray
+    group: np.ndarray
+    slots: frozenset
+    shared: np.ndarray  # flat shared bytes it reads (a multiset: one entry per read)
+    pc: int
+
+
+class _Groups:
+    """Operations issued, committed into groups and waited for, per thread."""
+
+    what = ""
+
+    def __init__(self, nthreads: int):
+        self.committed = np.zeros(nthreads, np.int64)
+        self.records: list[_Pending] = []
+
+    def issue(self, m, threads, slots, shared, pc) -> None:
+        self.records.append(_Pending(threads, self.committed[threads].copy(), frozenset(slots), shared, pc))
+        if shared.size and m.shared.races is not None:
+            m.shared.races.add_async_reads(shared, 1)
+
+    def commit(self, threads) -> None:
+        self.committed[threads] += 1
+
+    def complete(self, m, threads, keep: int | None) -> None:
+        """Finish the operations of `threads` in all but their `keep` most recent committed
+        groups (keep=None: all, committed or not)."""
+        if not self.records:
+            return
+        limit = np.full(len(self.committed), -1, np.int64)
+        limit[threads] = np.iinfo(np.int64).max if keep is None else self.committed[threads] - keep
+        remaining = []
+        races = m.shared.races
+        for rec in self.records:
+            done = rec.group < limit[rec.threads]
+            if done.all():
+                if rec.shared.size and races is not None:
+                    races.add_async_reads(rec.shared, -1)
+                continue
+            if done.any():
+                raise Fault(AsyncCopyHazard, f"{self.what} waited for by only some of the threads that issued it",
+                            thread=int(rec.threads[np.flatnonzero(done)[0]]), pc=rec.pc)
+            remaining.append(rec)
+        self.records = remaining
+
+
+class AsyncMma(_Groups):
+    """wgmma.mma_async operations in flight."""
+
+    what = "a wgmma"
+
+    def __init__(self, nthreads: int):
+        super().__init__(nthreads)
+        self.needs_fence = np.ones(nthreads, bool)
+
+    def touched(self, m, idx, slots: frozenset, pc: int) -> None:
+        """An instruction other than wgmma touches registers that wgmmas use."""
+        threads = np.arange(m.n) if idx is None else idx
+        for rec in self.records:
+            if rec.slots & slots:
+                inside = np.isin(threads, rec.threads)
+                if inside.any():
+                    raise Fault(AsyncCopyHazard,
+                                "a register of a wgmma in flight (its accumulator or A fragment) is accessed "
+                                "before the wgmma.wait_group that covers it",
+                                thread=int(threads[np.flatnonzero(inside)[0]]), related=[(rec.pc, "the wgmma")])
+        self.needs_fence[threads] = True
+
+    def fence(self, threads) -> None:
+        self.needs_fence[threads] = False
+
+    def check_fenced(self, threads) -> None:
+        if self.needs_fence[threads].any():
+            i = int(np.flatnonzero(self.needs_fence[threads])[0])
+            raise Fault(AsyncCopyHazard, "wgmma.mma_async without a wgmma.fence after the registers it uses "
+                                         "were last touched by other instructions (or before the first wgmma)",
+                        thread=int(threads[i]))
+
+
+class BulkGroups(_Groups):
+    """Bulk copies from shared memory (cp.async.bulk...bulk_group) not yet waited for."""
+
+    what = "a bulk copy"
+
+
+class Mbarriers:
+    """The mbarrier objects of a batch of CTAs, keyed by their flat shared-memory offset."""
+
+    def __init__(self, nthreads: int):
+        self.nthreads = nthreads
+        self.index: dict[int, int] = {}
+        self.where: list[int] = []
+        self.expected: list[int] = []
+        self.pending: list[int] = []
+        self.tx: list[int] = []
+        self.phase: list[int] = []
+        self.observed = np.zeros((0, nthreads), np.int64)  # [barrier, thread]: phases seen complete
+        self.completions = 0
+
+    def describe(self, m, number: int) -> str:
+        offset = self.where[number] % m.shared.stride
+        return (f"mbarrier at {m.describe_shared(offset)} (phase {self.phase[number]}, "
+                f"{self.pending[number]} of {self.expected[number]} arrivals pending, "
+                f"transaction count {self.tx[number]})")
+
+    def init(self, flat: int, count: int) -> None:
+        number = self.index.get(flat)
+        if number is None:
+            number = self.index[flat] = len(self.where)
+            self.where.append(flat)
+            for column in (self.expected, self.pending, self.tx, self.phase):
+                column.append(0)
+            self.observed = np.vstack([self.observed, np.zeros((1, self.nthreads), np.int64)])
+        self.expected[number] = self.pending[number] = count
+        self.tx[number] = self.phase[number] = 0
+        self.observed[number] = 0
+
+    def lookup(self, flat: int, thread: int) -> int:
+        number = self.index.get(flat)
+        if number is None:
+            raise Fault(MemoryFault, "mbarrier operation on shared memory that no mbarrier.init initialised",
+                        thread=thread)
+        return number
+
+    def arrive(self, m, number: int, count: int, thread: int) -> int:
+        """`count` arrivals; returns the phase they belong to (the state token)."""
+        phase = self.phase[number]
+        if count > self.pending[number]:
+            raise Fault(AsyncCopyHazard, f"{count} arrivals on {self.describe(m, number)}: more than pending",
+                        thread=thread)
+        self.pending[number] -= count
+        self._maybe_complete(number)
+        return phase
+
+    def expect_tx(self, number: int, nbytes: int) -> None:
+        self.tx[number] += nbytes
+
+    def complete_tx(self, number: int, nbytes: int) -> None:
+        self.tx[number] -= nbytes
+        self._maybe_complete(number)
+
+    def _maybe_complete(self, number: int) -> None:
+        if self.pending[number] == 0 and self.tx[number] == 0:
+            self.phase[number] += 1
+            self.pending[number] = self.expected[number]
+            self.completions += 1
+
+    def completed(self, number: int, parity: int | None, token: int | None) -> bool:
+        """Has the phase of the given parity (the current or the preceding phase), or the
+        phase of the state token, completed?"""
+        if parity is not None:
+            return self.phase[number] % 2 != parity
+        return self.phase[number] > token
+
+    def observe(self, number: int, threads) -> None:
+        """`threads` saw the completion of every phase so far."""
+        self.observed[number, threads] = self.phase[number]
+
+    def share_observations(self, m, rows) -> None:
+        """A CTA-wide barrier: what one thread of a CTA has seen, all of them have."""
+        if not len(self.where):
+            return
+        ctas = m.n // m.tpc
+        view = self.observed.reshape(len(self.where), ctas, m.tpc)
+        rows = np.arange(ctas) if rows is None else rows
+        view[:, rows, :] = view[:, rows, :].max(axis=2, keepdims=True)

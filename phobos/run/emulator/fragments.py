@@ -1,0 +1,187 @@
+# Where the elements of tensor-core operands live: register fragments of
+# `mma.sync`, `ldmatrix`/`stmatrix` and `wgmma`, and the shared-memory layouts
+# that a `wgmma` matrix descriptor names (with the 32/64/128-byte swizzles
+# that TMA copies write too).
+#
+# Register fragments (PTX ISA, "Matrix fragments for mma.m16n8k*" and
+# "wgmma register fragments"), with g = lane / 4 and t = lane % 4:
+#
+#   A, 16-bit, 16x16 per warp: register i, half h (h = 0 the low 16 bits)
+#       row g + 8 (i % 2),   column 2t + h + 8 (i // 2)
+#   A, tf32, 16x8 per warp:    register i: row g + 8 (i % 2), column t + 4 (i // 2)
+#   B, 16-bit, 16x8:           register i, half h: row (k) 2t + h + 8 i, column g
+#   B, tf32, 8x8:              register i: row t + 4 i, column g
+#   C/D, f32, 16x8:            register i: row g + 8 (i // 2), column 2t + i % 2
+#
+# `wgmma` spreads a 64-row A (from registers) and D over the four warps of a
+# warpgroup: warp w holds rows 16w..16w+15 exactly as one `mma` warp does, and
+# D repeats the 16x8 C pattern for every 8 columns (register 4j + i covers
+# columns 8j..8j+7).
+#
+# Each table maps (register, half, lane) to (row, column); the ops gather a
+# warp's registers into matrices and scatter results back with them.
+#
+# Shared-memory layouts of `wgmma` (PTX ISA "Matrix Descriptor" and CUTLASS's
+# canonical GMMA layouts, cute/atom/mma_traits_sm90_gmma.hpp).  A descriptor
+# is a 64-bit value: bits 0-13 start address >> 4, 16-29 leading-dimension
+# byte offset (LBO) >> 4, 32-45 stride-dimension byte offset (SBO) >> 4, 49-51
+# base offset, 62-63 swizzle (0 none, 1 128B, 2 64B, 3 32B).  The operand is
+# an R x K matrix (R = M for A, N for B); "K-major" means consecutive k are
+# adjacent in memory (the default), "MN-major" that consecutive rows are (the
+# transposed forms, 16-bit types only).  With e the element size, W the
+# swizzle width in bytes and T = 16 / e elements per 16 bytes:
+#
+#   K-major, no swizzle: 8x16-byte core matrices of 8 rows,
+#       (r % 8) * 16 + (r // 8) * SBO + (k*e // 16) * LBO + (k*e % 16)
+#   K-major, swizzle W:  rows of W bytes, 8-row groups SBO apart,
+#       (r % 8) * W + (r // 8) * SBO + k * e
+#   MN-major, no swizzle:
+#       (r % T) * e + (r // T) * SBO + (k % 8) * 16 + (k // 8) * LBO
+#   MN-major, swizzle W: k-rows of W bytes,
+#       (r % T) * e + (r // T % (W/16)) * 16 + (r // (T W/16)) * LBO + (k % 8) * W + (k // 8) * SBO
+#
+# all added to the start address; then the swizzle XORs the 16-byte chunk
+# bits 4.. of the shared address with bits 7.. (one bit for 32B, two for 64B,
+# three for 128B), i.e. the address function is that of the absolute shared
+# address, as TMA applies it when it writes a box.  A descriptor whose base
+# offset is not 0 is refused: with 1024-byte aligned tiles it is always 0.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LANES = np.arange(32)
+GROUP, THREAD = LANES // 4, LANES % 4
+
+# swizzle code of a descriptor -> width in bytes (0: none)
+DESCRIPTOR_SWIZZLE = {0: 0, 1: 128, 2: 64, 3: 32}
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """(row, column) of every (register, half, lane) of one warp's fragment."""
+
+    rows: np.ndarray  # int (registers, halves, 32)
+    cols: np.ndarray
+    shape: tuple[int, int]
+
+    @property
+    def registers(self) -> int:
+        return self.rows.shape[0]
+
+    @property
+    def halves(self) -> int:
+        return self.rows.shape[1]
+
+
+def _fragment(row, col, registers: int, halves: int, shape) -> Fragment:
+    i = np.arange(registers)[:, None, None]
+    h = np.arange(halves)[None, :, None]
+    rows = np.broadcast_to(row(i, h, GROUP[None, None, :], THREAD[None, None, :]), (registers, halves, 32))
+    cols = np.broadcast_to(col(i, h, GROUP[None, None, :], THREAD[None, None, :]), (registers, halves, 32))
+    return Fragment(np.ascontiguousarray(rows), np.ascontiguousarray(cols), shape)
+
+
+A16 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: 2 * t + h + 8 * (i // 2), 4, 2, (16, 16))
+A_TF32 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: t + 4 * (i // 2), 4, 1, (16, 8))
+B16 = _fragment(lambda i, h, g, t: 2 * t + h + 8 * i, lambda i, h, g, t: g, 2, 2, (16, 8))
+B_TF32 = _fragment(lambda i, h, g, t: t + 4 * i, lambda i, h, g, t: g, 2, 1, (8, 8))
+C32 = _fragment(lambda i, h, g, t: g + 8 * (i // 2), lambda i, h, g, t: 2 * t + i % 2, 4, 1, (16, 8))
+
+
+def wgmma_accumulator(n: int) -> Fragment:
+    """D of wgmma m64nNk*: per warp 16 x n, register 4j + i like C32 shifted by 8j columns."""
+    j = np.arange(n // 8)
+    rows = np.repeat(C32.rows[None], len(j), axis=0).reshape(-1, 1, 32)
+    cols = (C32.cols[None] + 8 * j[:, None, None, None]).reshape(-1, 1, 32)
+    return Fragment(rows, cols, (16, n))
+
+
+def gather(frag: Fragment, regs: list[np.ndarray], decode) -> np.ndarray:
+    """Matrices (warps, R, C) from one warp-ordered array (warps*32,) per register;
+    `decode(bits, half)` turns a register's raw values into element values."""
+    warps = len(regs[0]) // 32
+    out = np.zeros((warps,) + frag.shape, np.float64)
+    for i, value in enumerate(regs):
+        lanes = value.reshape(warps, 32)
+        for h in range(frag.halves):
+            out[:, frag.rows[i, h], frag.cols[i, h]] = decode(lanes, h)
+    return out
+
+
+def scatter(frag: Fragment, matrix: np.ndarray) -> list[np.ndarray]:
+    """The inverse of gather for one-element registers: (warps, R, C) -> per register (warps*32,)."""
+    return [matrix[:, frag.rows[i, 0], frag.cols[i, 0]].reshape(-1) for i in range(frag.registers)]
+
+
+# ------------------------------------------------------------------ ldmatrix / stmatrix
+
+def ldmatrix_lanes(count: int) -> np.ndarray:
+    """For matrix m, row r of an ldmatrix/stmatrix .x{count}: the lane that gives its address."""
+    return np.arange(8 * count).reshape(count, 8)
+
+
+def ldmatrix_element(trans: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) within an 8x8 matrix of the two halves each lane holds: (2, 32) each.
+    Lane l holds row l/4, columns 2(l%4), 2(l%4)+1; transposed, the same positions of
+    the transposed matrix."""
+    rows = np.stack([GROUP, GROUP])
+    cols = np.stack([2 * THREAD, 2 * THREAD + 1])
+    return (cols, rows) if trans else (rows, cols)
+
+
+# ------------------------------------------------------------------ descriptors
+
+@dataclass(frozen=True)
+class MatrixDescriptor:
+    """The fields of a wgmma shared-memory matrix descriptor, in bytes."""
+
+    start: int
+    leading: int   # LBO
+    stride: int    # SBO
+    base_offset: int
+    swizzle: int   # width in bytes, 0 for none
+
+    @classmethod
+    def decode(cls, value: int) -> "MatrixDescriptor":
+        value = int(value)
+        code = (value >> 62) & 3
+        return cls(start=(value & 0x3FFF) << 4, leading=((value >> 16) & 0x3FFF) << 4,
+                   stride=((value >> 32) & 0x3FFF) << 4, base_offset=(value >> 49) & 7,
+                   swizzle=DESCRIPTOR_SWIZZLE[code])
+
+    def encode(self) -> int:
+        code = {v: k for k, v in DESCRIPTOR_SWIZZLE.items()}[self.swizzle]
+        return ((self.start >> 4) & 0x3FFF) | (((self.leading >> 4) & 0x3FFF) << 16) \
+            | (((self.stride >> 4) & 0x3FFF) << 32) | ((self.base_offset & 7) << 49) | (code << 62)
+
+
+def swizzle(address: np.ndarray, width: int) -> np.ndarray:
+    """Shared addresses after the 32/64/128-byte swizzle (width 0: unchanged)."""
+    if not width:
+        return address
+    bits = {32: 1, 64: 2, 128: 3}[width]
+    return address ^ (((address >> 7) & ((1 << bits) - 1)) << 4)
+
+
+def operand_addresses(desc: MatrixDescriptor, rows: int, k: int, esize: int, mn_major: bool) -> np.ndarray:
+    """Shared byte addresses (rows, k) of the elements of an R x K operand."""
+    r = np.arange(rows)[:, None]
+    kk = np.arange(k)[None, :]
+    w = desc.swizzle
+    if not mn_major:
+        if w:
+            offset = (r % 8) * w + (r // 8) * desc.stride + kk * esize
+        else:
+            offset = (r % 8) * 16 + (r // 8) * desc.stride + (kk * esize // 16) * desc.leading \
+                + (kk * esize % 16)
+    else:
+        t = 16 // esize
+        if w:
+            chunks = w // 16
+            offset = (r % t) * esize + (r // t % chunks) * 16 + (r // (t * chunks)) * desc.leading \
+                + (kk % 8) * w + (kk // 8) * desc.stride
+        else:
+            offset = (r % t) * esize + (r // t) * desc.stride + (kk % 8) * 16 + (kk // 8) * desc.leading
+    return swizzle(desc.start + offset, w)

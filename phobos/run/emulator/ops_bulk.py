@@ -1,0 +1,351 @@
+# mbarriers and bulk tensor copies (TMA): mbarrier.init / arrive /
+# arrive.expect_tx / expect_tx / try_wait / test_wait / inval,
+# cp.async.bulk.tensor (global -> shared with mbarrier completion, shared ->
+# global with bulk async-groups), cp.async.bulk.commit_group / wait_group and
+# prefetch.tensormap.
+#
+# mbarrier objects live in async_state.Mbarriers, keyed by their shared
+# address; the 8 bytes they occupy are bounds- and alignment-checked but not
+# otherwise touched.  An arrive returns the phase it arrived on as its state
+# token.  `try_wait`/`test_wait` are blocking tests (kind WAIT, see machine):
+# a thread whose phase has not completed sleeps until it has, then sees true
+# and is recorded as having observed the completed phases.  Arrivals are of
+# kind WAIT too, so that one completing a phase lets the woken threads run
+# first.
+#
+# A bulk tensor load reads its tensor map (the emulator's encoding of a
+# phobos.run.tensor_map.TensorMap, at the generic address the kernel gives:
+# a kernel parameter through cvta.param, or global memory), copies the box at
+# the given coordinates (innermost first, signed; elements outside the tensor
+# read as zero), writes it densely from the 128-byte aligned destination with
+# the map's swizzle applied to the shared addresses, and signals
+# complete_tx of the box's bytes on the mbarrier, all when issued.  Reading
+# those bytes before observing the mbarrier phase is an error (see
+# memory.RaceDetector), as is writing bytes a wgmma in flight reads.  A bulk
+# tensor store writes the in-bound elements of the box from shared memory to
+# global memory; its source stays watched until a cp.async.bulk.wait_group
+# covers its bulk async-group.
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor_map import EmulatedTensorMap
+from . import fragments as fr
+from . import syntax as syn
+from .decode import WAIT, Semantics, opcode, plain
+from .errors import Fault, MemoryFault, MisalignedAddress, PtxSyntaxError, UnsupportedPtx
+from .memory import APERTURE_SIZE, LOAD, MBARRIER, PARAM_APERTURE, SHARED_APERTURE
+from .ops_arith import require
+from .ptxtypes import TYPES
+
+U32, S32, U64, PRED = TYPES["u32"], TYPES["s32"], TYPES["u64"], TYPES["pred"]
+_CONVERTING = ("tf32", "tf32.ftz", "f32.ftz")
+_ORDERING = {"release", "acquire", "relaxed", "cta", "cluster", "sem"}
+
+
+def _threads(m, idx):
+    return np.arange(m.n) if idx is None else np.asarray(idx)
+
+
+def _barrier_address(d, operand, shared: bool):
+    """A function (m, idx) -> flat shared offsets of the mbarriers the lanes name (by a
+    shared address, or else a generic one)."""
+    address = d.address(operand, "shared" if shared else "generic")
+    pc = d.index
+
+    def flat(m, idx):
+        addr = address(m, idx)
+        if not shared:
+            rel = addr - np.uint64(SHARED_APERTURE)
+            outside = rel >= np.uint64(APERTURE_SIZE)
+            if outside.any():
+                raise Fault(MemoryFault, f"mbarrier at generic address {int(addr[np.flatnonzero(outside)[0]]):#x}, "
+                                         "which is not shared memory", thread=int(_threads(m, idx)[0]))
+            addr = rel
+        return m.shared.locate(m, idx, addr, 8, MBARRIER, pc)
+    return flat
+
+
+def _barriers(m, idx, flat) -> tuple[np.ndarray, np.ndarray]:
+    """(unique barrier numbers, per lane: the position of its barrier in them)."""
+    threads = _threads(m, idx)
+    keys, inverse = np.unique(flat, return_inverse=True)
+    numbers = np.array([m.mbarriers.lookup(int(k), int(threads[np.flatnonzero(inverse == i)[0]]))
+                        for i, k in enumerate(keys)], np.int64)
+    return numbers, inverse
+
+
+def _mbarrier_modifiers(d, mods) -> bool:
+    """Drop the ordering qualifiers; True if the address is a shared one (else generic)."""
+    mods.drop(lambda w: w in _ORDERING)
+    return mods.take("shared", "shared::cta") is not None
+
+
+@opcode("mbarrier.init")
+def build_mbarrier_init(d, ins, mods):
+    shared = _mbarrier_modifiers(d, mods)
+    target, count = d.operands(ins, 2)
+    flat = _barrier_address(d, target, shared)
+    require(d, mods.type().name == "b64", "mbarrier.init takes .b64")
+    read_count = d.reader(count, U32)
+
+    def run(m, idx):
+        where = flat(m, idx)
+        counts = np.broadcast_to(read_count(m, idx), where.shape)
+        bad = (counts < 1) | (counts >= 1 << 20)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise Fault(MemoryFault, f"mbarrier.init count {int(counts[i])} is outside 1 .. 2^20-1",
+                        thread=int(_threads(m, idx)[i]))
+        for w, c in zip(where, counts):
+            m.mbarriers.init(int(w), int(c))
+    return plain(run)
+
+
+@opcode("mbarrier.inval")
+def build_mbarrier_inval(d, ins, mods):
+    shared = _mbarrier_modifiers(d, mods)
+    (target,) = d.operands(ins, 1)
+    flat = _barrier_address(d, target, shared)
+    require(d, mods.type().name == "b64", "mbarrier.inval takes .b64")
+
+    def run(m, idx):
+        for w in np.unique(flat(m, idx)):
+            m.mbarriers.index.pop(int(w), None)
+    return plain(run)
+
+
+@opcode("mbarrier.arrive", "mbarrier.expect_tx")
+def build_mbarrier_arrive(d, ins, mods):
+    """arrive [.expect_tx] state, [bar] {, count | txCount};  expect_tx [bar], txCount.
+    An arrival is of kind WAIT (it always lets its lanes go): if it completes a phase,
+    the threads sleeping on mbarriers run first."""
+    shared = _mbarrier_modifiers(d, mods)
+    arrives = mods.base == "mbarrier.arrive"
+    expect = not arrives or mods.flag("expect_tx")
+    if arrives:
+        ops = d.operands(ins, 3) if expect else d.operands(ins, 2, 3)
+        write, target, rest = d.writer(ops[0], U64), ops[1], ops[2:]
+    else:
+        target, *rest = d.operands(ins, 2)
+        write = None
+    flat = _barrier_address(d, target, shared)
+    require(d, mods.type().name == "b64", f"{mods.base} takes .b64")
+    read_extra = d.reader(rest[0], U32) if rest else None
+
+    def run(m, idx):
+        where = flat(m, idx)
+        threads = _threads(m, idx)
+        extra = np.broadcast_to(read_extra(m, idx), where.shape) if read_extra else np.ones(where.shape, np.int64)
+        numbers, inverse = _barriers(m, idx, where)
+        tokens = np.zeros(len(where), np.uint64)
+        for i, number in enumerate(numbers):
+            lanes = np.flatnonzero(inverse == i)
+            if expect:
+                m.mbarriers.expect_tx(int(number), int(extra[lanes].astype(np.int64).sum()))
+            if arrives:
+                count = len(lanes) if expect else int(extra[lanes].astype(np.int64).sum())
+                tokens[lanes] = m.mbarriers.arrive(m, int(number), count, int(threads[lanes[0]]))
+        if write is not None:
+            write(m, idx, tokens)
+        return np.ones(len(where), bool)
+    return Semantics(WAIT, run) if arrives else plain(run)
+
+
+@opcode("mbarrier.try_wait", "mbarrier.test_wait")
+def build_mbarrier_wait(d, ins, mods):
+    """try_wait/test_wait [.parity] p, [bar], state|parity {, suspend-time hint}: a blocking test."""
+    shared = _mbarrier_modifiers(d, mods)
+    parity = mods.flag("parity")
+    ops = d.operands(ins, 3, 4) if mods.base == "mbarrier.try_wait" else d.operands(ins, 3)
+    write = d.writer(ops[0], PRED)
+    flat = _barrier_address(d, ops[1], shared)
+    require(d, mods.type().name == "b64", f"{mods.base} takes .b64")
+    read_phase = d.reader(ops[2], U32 if parity else U64)
+    if len(ops) == 4:
+        d.reader(ops[3], U32)
+
+    def run(m, lanes):
+        where = flat(m, lanes)
+        phase = np.broadcast_to(read_phase(m, lanes), where.shape).astype(np.int64)
+        numbers, inverse = _barriers(m, lanes, where)
+        ready = np.zeros(len(where), bool)
+        for i, number in enumerate(numbers):
+            sel = np.flatnonzero(inverse == i)
+            for value in np.unique(phase[sel]):
+                done = m.mbarriers.completed(int(number), int(value) & 1 if parity else None,
+                                             None if parity else int(value))
+                if done:
+                    picked = sel[phase[sel] == value]
+                    ready[picked] = True
+                    m.mbarriers.observe(int(number), lanes[picked])
+        if ready.any():
+            write(m, lanes[ready], np.ones(int(ready.sum()), bool))
+        return ready
+    return Semantics(WAIT, run)
+
+
+# ------------------------------------------------------------------ bulk tensor copies
+
+def _tensor_map(m, thread: int, address: int) -> EmulatedTensorMap:
+    """The tensor map at a generic address (a kernel parameter or global memory)."""
+    if address % 64:
+        raise Fault(MisalignedAddress, f"tensor map at {address:#x}, which is not 64-byte aligned", thread=thread)
+    rel = address - PARAM_APERTURE
+    if 0 <= rel < APERTURE_SIZE:
+        if rel + 128 > m.param.size:
+            raise Fault(MemoryFault, f"tensor map at parameter offset {rel:#x} runs past the parameters",
+                        thread=thread)
+        raw = m.param.data[rel: rel + 128].tobytes()
+    else:
+        at = m.glob.locate(m, np.array([thread]), np.array([address], np.uint64), 128, LOAD, -1, align=64)
+        raw = m.glob.data[int(at[0]): int(at[0]) + 128].tobytes()
+    try:
+        return EmulatedTensorMap.decode(raw)
+    except ValueError as problem:
+        raise Fault(MemoryFault, f"tensor map at {address:#x}: {problem}", thread=thread) from None
+
+
+def _box(tm: EmulatedTensorMap, coords: np.ndarray, thread: int):
+    """(global byte addresses of the in-bound elements, their box positions, all box positions)."""
+    if any(s != 1 for s in tm.element_strides):
+        raise Fault(UnsupportedPtx, f"tensor map element strides {tm.element_strides} are not modelled",
+                    thread=thread)
+    if tm.oob_fill != "zero":
+        raise Fault(UnsupportedPtx, "tensor maps with NaN out-of-bound fill are not modelled", thread=thread)
+    if tm.dtype in _CONVERTING:
+        raise Fault(UnsupportedPtx, f"tensor maps of {tm.dtype} elements (which the copy may convert) are not "
+                                    "modelled; describe the data as f32 (a raw copy)", thread=thread)
+    grid = np.indices(tm.box[::-1]).reshape(len(tm.box), -1)[::-1]  # [dim, element], innermost fastest
+    pos = grid + coords[:, None]
+    inside = np.all((pos >= 0) & (pos < np.array(tm.shape)[:, None]), axis=0)
+    offset = (pos * np.array(tm.strides)[:, None]).sum(axis=0)
+    return tm.address + offset[inside], np.flatnonzero(inside), grid.shape[1]
+
+
+def _tensor_operand(d, operand, rank: int):
+    """Readers of the tensor-map address and of the coordinates of `[map, {c0, ...}]`."""
+    if not isinstance(operand, syn.Address) or not operand.coords or operand.base is None:
+        raise d.error("expected [tensor-map, {coordinates}]", PtxSyntaxError)
+    if d.lookup(operand.base.text) is None:
+        raise d.error("the tensor map must be given by a register holding its generic address "
+                      "(mov.b64 of the parameter, then cvta.param.u64)", PtxSyntaxError)
+    if len(operand.coords) != rank:
+        raise d.error(f"a {rank}d copy takes {rank} coordinates", PtxSyntaxError)
+    return d.reader(operand.base, U64), [d.reader(c, S32) for c in operand.coords]
+
+
+@opcode("cp.async.bulk.tensor")
+def build_bulk_tensor(d, ins, mods):
+    dims = mods.take("1d", "2d", "3d", "4d", "5d")
+    if dims is None:
+        raise d.error("cp.async.bulk.tensor needs a dimension (.1d ... .5d)", PtxSyntaxError)
+    rank = int(dims[0])
+    mods.flag("tile")
+    with_policy = mods.flag("L2::cache_hint")
+    ops = list(ins.operands)[:-1] if with_policy else list(ins.operands)
+    first = next((w for w in mods.words if w in ("shared::cluster", "shared::cta", "global")), None)
+    if first == "global":
+        return _bulk_store(d, ins, mods, ops, rank)
+    if mods.take("shared::cluster", "shared::cta") is None or not mods.flag("global") \
+            or not mods.flag("mbarrier::complete_tx::bytes"):
+        raise d.error("supported: cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes "
+                      "and .global.shared::cta.bulk_group", UnsupportedPtx)
+    if len(ops) != 3:
+        raise d.error("expected [dst], [tensor-map, {coordinates}], [mbarrier]", PtxSyntaxError)
+    dst = d.address(ops[0], "shared")
+    read_map, read_coords = _tensor_operand(d, ops[1], rank)
+    bar = _barrier_address(d, ops[2], shared=True)
+    pc = d.index
+
+    def run(m, idx):
+        threads = _threads(m, idx)
+        dsts, maps, bars = dst(m, idx), read_map(m, idx), bar(m, idx)
+        coords = np.stack([np.broadcast_to(r(m, idx), threads.shape) for r in read_coords]).astype(np.int64)
+        for lane, thread in enumerate(threads):
+            _bulk_load(m, int(thread), int(dsts[lane]), _tensor_map(m, int(thread), int(maps[lane])),
+                       coords[:, lane], int(bars[lane]), pc)
+    return plain(run)
+
+
+def _bulk_load(m, thread: int, dst: int, tm: EmulatedTensorMap, coords, bar_flat: int, pc: int) -> None:
+    esize = tm.element_size
+    source, inside, count = _box(tm, coords, thread)
+    nbytes = count * esize
+    if dst % 128:
+        raise Fault(MisalignedAddress, f"bulk tensor copy to shared address {dst:#x}, which is not 128-byte aligned",
+                    thread=thread)
+    if dst + nbytes > m.shared.size:
+        raise Fault(MemoryFault, f"bulk tensor copy of {nbytes} bytes to shared address {dst:#x} overruns the "
+                                 f"{m.shared.size} bytes of shared memory", thread=thread)
+    data = np.zeros((count, esize), np.uint8)
+    if len(source):
+        at = m.glob.locate(m, np.full(len(source), thread), source.astype(np.uint64), esize,
+                           "bulk tensor copy read", pc)
+        data[inside] = m.glob.data[at[:, None] + np.arange(esize)]
+    row = int(m.cta_of[thread]) * m.shared.stride
+    flat = row + fr.swizzle(dst + np.arange(nbytes, dtype=np.int64), tm.swizzle)
+    number = m.mbarriers.lookup(bar_flat, thread)
+    races = m.shared.races
+    if races is not None:
+        races.check_not_read_async(m, flat, m.ltid[thread], "bulk tensor copy write")
+        races.record_bulk_write(flat, number, m.mbarriers.phase[number])
+    m.shared.data[flat] = data.reshape(-1)
+    m.mbarriers.complete_tx(number, nbytes)
+
+
+def _bulk_store(d, ins, mods, ops, rank: int):
+    if not (mods.flag("global") and mods.take("shared::cta") and mods.flag("bulk_group")):
+        raise d.error("supported: cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group", UnsupportedPtx)
+    if len(ops) != 2:
+        raise d.error("expected [tensor-map, {coordinates}], [src]", PtxSyntaxError)
+    read_map, read_coords = _tensor_operand(d, ops[0], rank)
+    src = d.address(ops[1], "shared")
+    pc = d.index
+
+    def run(m, idx):
+        threads = _threads(m, idx)
+        srcs, maps = src(m, idx), read_map(m, idx)
+        coords = np.stack([np.broadcast_to(r(m, idx), threads.shape) for r in read_coords]).astype(np.int64)
+        for lane, thread in enumerate(threads):
+            thread = int(thread)
+            tm = _tensor_map(m, thread, int(maps[lane]))
+            esize = tm.element_size
+            target, inside, count = _box(tm, coords[:, lane], thread)
+            start = int(srcs[lane])
+            if start % 128 or start + count * esize > m.shared.size:
+                raise Fault(MemoryFault, f"bulk tensor store from shared address {start:#x} ({count * esize} "
+                                         "bytes): not 128-byte aligned or beyond shared memory", thread=thread)
+            flat = int(m.cta_of[thread]) * m.shared.stride + fr.swizzle(
+                start + np.arange(count * esize, dtype=np.int64), tm.swizzle)
+            data = m.shared.data[flat].reshape(count, esize)[inside]
+            if len(target):
+                at = m.glob.locate(m, np.full(len(target), thread), target.astype(np.uint64), esize,
+                                   "bulk tensor store", pc)
+                m.glob.data[at[:, None] + np.arange(esize)] = data
+            m.bulk_groups.issue(m, np.array([thread]), (), flat, pc)
+    return plain(run)
+
+
+@opcode("cp.async.bulk.commit_group")
+def build_bulk_commit(d, ins, mods):
+    d.operands(ins, 0)
+    return plain(lambda m, idx: m.bulk_groups.commit(_threads(m, idx)))
+
+
+@opcode("cp.async.bulk.wait_group")
+def build_bulk_wait(d, ins, mods):
+    mods.flag("read")
+    (count,) = d.operands(ins, 1)
+    if not isinstance(count, syn.Imm) or count.kind != "int":
+        raise d.error("cp.async.bulk.wait_group takes an integer constant", PtxSyntaxError)
+    keep = count.value
+    return plain(lambda m, idx: m.bulk_groups.complete(m, _threads(m, idx), keep))
+
+
+@opcode("prefetch.tensormap")
+def build_prefetch_tensormap(d, ins, mods):
+    (operand,) = d.operands(ins, 1)
+    d.address(operand, "generic")
+    return plain(lambda m, idx: None)
+
