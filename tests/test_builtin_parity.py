@@ -16,7 +16,7 @@ from phobos.types import COMPUTE_DTYPES, DType
 from tests.language_support import assert_ptxas_accepts, run
 
 N = 8
-ELEMENTWISE_RULES = {"unary_float", "unary_numeric", "binary_numeric", "binary_int", "cast"}
+ELEMENTWISE_RULES = {"unary_float", "unary_numeric", "binary_numeric", "binary_int", "cast", "fma", "mulhi"}
 CASES = [(b.name, dt) for b in BUILTINS.values() if b.rule in ELEMENTWISE_RULES for dt in COMPUTE_DTYPES]
 
 

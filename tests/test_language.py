@@ -130,6 +130,22 @@ def test_histogram_with_atomic_add_through_an_index_tile(mode):
     np.testing.assert_array_equal(h, np.bincount(x[(x >= 0) & (x < 10)], minlength=10))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_compound_assignment_through_an_index_tile(mode):
+    src = """
+    kernel k(y: tensor<f32>[N], idx: tensor<u32>[8], v: tensor<f32>[8]) {
+        y[idx[0 :+ 8]] += v[0 :+ 8] * 2.0        // a gather, an addition and a scatter
+    }"""
+    y = RNG.standard_normal(20).astype(np.float32)
+    idx = np.array([3, 19, 0, 7, 20, 4294967295, 11, 12], np.uint32)  # 20 and 2^32-1 are outside
+    v = RNG.standard_normal(8).astype(np.float32)
+    out, _, _ = run(src, mode, y, idx, v, grid=(1,))
+    want = y.copy()
+    ok = idx < 20
+    want[idx[ok]] += v[ok] * 2
+    np.testing.assert_array_equal(out, want)
+
+
 def test_gather_errors_are_located():
     bad = {
         "kernel k(X: tensor<f32>[N], I: tensor<f32>[N]) { let t = X[I[0 :+ 4]] }": "must hold integers",
