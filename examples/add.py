@@ -4,7 +4,8 @@
 #
 # On a machine with a GPU the kernel runs there and the script prints how long
 # a call takes (CUDA events, through phobos.launch.launcher.benchmark); without one it
-# says so and runs a small size of the same generated code in the PTX emulator.
+# runs a small size on the CPU, in the interpreter (or `--mode emulate`: the
+# generated PTX, in the emulator).
 from __future__ import annotations
 
 from pathlib import Path

@@ -8,30 +8,25 @@ import sys
 import numpy as np
 
 import phobos
-from phobos.run import runtime
 from phobos.launch.launcher import benchmark
+from phobos.run.backends import default_mode
 
 MODES = ["gpu", "interpret", "emulate"]
 
 
 def arguments(description: str, **size_options) -> argparse.Namespace:
-    """--mode (default: the GPU if there is one) and the script's own size options."""
+    """--mode (default: what Phobos picks for mode=None) and the script's own size options."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--mode", choices=MODES, help="default: the GPU if there is one, else the PTX emulator")
+    parser.add_argument("--mode", choices=MODES,
+                        help="default: PHOBOS_MODE if set, else the GPU if there is one, else the interpreter")
     for name, options in size_options.items():
         parser.add_argument(f"--{name}", **options)
     return parser.parse_args()
 
 
 def pick_mode(requested: str | None) -> str:
-    """The requested mode, else the GPU if there is one, else the emulator (saying so)."""
-    if requested is not None:
-        return requested
-    available, why = runtime.gpu_available()
-    if available:
-        return "gpu"
-    print(f"no GPU here ({why}); running the generated PTX on the CPU with mode='emulate'")
-    return "emulate"
+    """The requested mode, else the one Phobos picks for mode=None (which says why when there is no GPU)."""
+    return requested if requested is not None else default_mode()
 
 
 def time_on_gpu(fn, arrays: list[np.ndarray], **scalars) -> float:

@@ -4,8 +4,8 @@
 #
 # On a machine with a GPU the first call tunes the kernel over its autotune
 # configurations (remembered in the disk cache for the next run) and the script
-# prints how long a call takes; without a GPU it says so and runs a small size
-# of the same generated code in the PTX emulator.
+# prints how long a call takes; without a GPU it runs a small size on the CPU,
+# in the interpreter (or `--mode emulate`: the generated PTX, in the emulator).
 from __future__ import annotations
 
 import time

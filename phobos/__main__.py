@@ -1,19 +1,25 @@
-# The command line: `python -m phobos check|compile ...`.
+# The command line: `python -m phobos check|compile|cache ...` (also installed as `phobos`).
 #
 #   check FILE...                       every error of every kernel and configuration
 #   compile FILE [-D NAME=VALUE]... [--kernel K] [--arch sm_90] [-o out.ptx]
 #           [--dump-ast | --dump-ir | --dump-thread-ir | --dump-after=PASS]
+#   cache info | cache clear            where the disk cache is, what it holds; empty it
+#   --version
 #
-# Errors print as `file:line:col: error: message` with the source line and a
-# caret; the exit status is 1 when the input has errors, 2 for bad usage.
+# `-D` may set a value the kernel's @autotune list does not have: it is
+# compiled as given (as `configure()` does in Python), with a warning naming
+# the listed values.  Errors print as `file:line:col: error: message` with the
+# source line and a caret; the exit status is 1 when the input has errors, 2
+# for bad usage.
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .compiler import PASS_NAMES, TARGETS, Dumps, compile
+from . import cli
+from .compiler import PASS_NAMES, TARGETS, Dumps, compile_kernel, parse_source, pick_kernel
 from .errors import PhobosError
-from .frontend.sema import check_program
+from .frontend.sema import autotune_space, check_program
 
 
 def _read(path: str) -> str:
@@ -29,6 +35,10 @@ def _read(path: str) -> str:
 def _usage_error(message: str) -> int:
     print(f"phobos: error: {message}", file=sys.stderr)
     return 2
+
+
+def _warning(message: str) -> None:
+    print(f"phobos: warning: {message}", file=sys.stderr)
 
 
 def cmd_check(args) -> int:
@@ -64,9 +74,15 @@ def cmd_compile(args) -> int:
     if after is not None and after.split(":")[-1] not in PASS_NAMES:
         return _usage_error(f"unknown pass '{after}'; passes: {', '.join(PASS_NAMES)}")
     dumps = Dumps(ast=args.dump_ast, ir=args.dump_ir, after=after, thread_ir=args.dump_thread_ir)
+    config = dict(args.define)
     try:
-        kernel = compile(src, arch=args.arch, config=dict(args.define) or None, kernel=args.kernel,
-                         filename=args.file, dumps=dumps)
+        node = pick_kernel(parse_source(src, args.file), args.kernel)
+        space = autotune_space(node)
+        for name, value in config.items():
+            if name in space and value not in space[name]:
+                _warning(f"{name}={value} is not among the values @autotune lists for kernel '{node.name}' "
+                         f"({', '.join(map(str, space[name]))}); compiling with {name}={value} as given")
+        kernel = compile_kernel(node, arch=args.arch, config=config or None, dumps=dumps)
     except PhobosError as err:
         print(err, file=sys.stderr)
         return 1
@@ -82,8 +98,23 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def cmd_cache(args) -> int:
+    from .launch import cache
+    store = cache.default_cache()
+    if args.action == "info":
+        print(store.info().summary())
+    else:
+        print(f"cache: {store.root}: {cache.entries_text(store.clear())} deleted")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    return cli.run(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m phobos", description="The Phobos tile kernel compiler.")
+    parser.add_argument("--version", action="version", version=cli.VERSION_TEXT)
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="report every error in Phobos source files")
     check.add_argument("files", nargs="+", metavar="FILE")
@@ -91,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     comp = sub.add_parser("compile", help="compile one kernel configuration to PTX")
     comp.add_argument("file", metavar="FILE")
     comp.add_argument("-D", dest="define", action="append", type=_define, default=[], metavar="NAME=VALUE",
-                      help="set an autotune parameter (default: its first value)")
+                      help="set an autotune parameter (default: its first value); a value @autotune does not "
+                           "list is compiled as given, with a warning")
     comp.add_argument("--kernel", help="which kernel, when the file has several")
     comp.add_argument("--arch", default="sm_90", choices=sorted(TARGETS))
     comp.add_argument("-o", "--output", metavar="OUT.ptx", help="write the PTX here (default: stdout)")
@@ -101,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     comp.add_argument("--dump-after", metavar="PASS",
                       help=f"print the IR after a pass ({', '.join(PASS_NAMES)}; 'tile:' or 'thread:' "
                            f"picks the level)")
+    store = sub.add_parser("cache", help="show where the disk cache is and what it holds, or empty it")
+    store.add_argument("action", choices=["info", "clear"])
     args = parser.parse_args(argv)
-    return {"check": cmd_check, "compile": cmd_compile}[args.command](args)
+    return {"check": cmd_check, "compile": cmd_compile, "cache": cmd_cache}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@
 # names the kernel and configuration, never as a bare traceback.
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
 from . import __version__
 from .configuration import config_text
+from .log import Progress
 from .frontend import ast
 from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
 from .middle.ir import KernelParam, Op, format_function, verify, walk
@@ -37,7 +39,18 @@ class Target:
     shared_bytes: int  # the most dynamic shared memory one CTA may have
     cp_async: bool
 
+    @property
+    def compute_capability(self) -> int:
+        """90 for sm_90 and sm_90a."""
+        return int(self.arch.removeprefix("sm_").rstrip("a"))
 
+    @property
+    def arch_specific(self) -> bool:
+        """sm_90a and the like: code for exactly that GPU generation, not for later ones."""
+        return self.arch.endswith("a")
+
+
+#: The targets Phobos generates code for (and ptxcheck accepts).
 TARGETS = {
     "sm_75": Target("sm_75", 64 * 1024, False),
     "sm_80": Target("sm_80", 163 * 1024, True),
@@ -45,7 +58,11 @@ TARGETS = {
     "sm_87": Target("sm_87", 163 * 1024, True),
     "sm_89": Target("sm_89", 99 * 1024, True),
     "sm_90": Target("sm_90", 227 * 1024, True),
+    "sm_90a": Target("sm_90a", 227 * 1024, True),
 }
+
+
+logger = logging.getLogger(__name__)
 
 
 class InternalError(PhobosError):
@@ -237,15 +254,19 @@ def compile_all(src: str, *, arch: str = "sm_90", filename: str = "<source>") ->
 
     A configuration that does not fit the target (too much shared memory, say)
     is given as its ResourceError instead of a kernel; any other error is raised.
+    A long run logs progress lines (phobos.log.Progress).
     """
     program = parse_source(src, filename)
+    jobs = [(k, config) for k in program.kernels for config in configurations(k)]
+    progress = Progress(logger, f"compiling {filename} for {arch}", len(jobs), "configurations")
     out: list[CompiledKernel | ResourceError] = []
-    for k in program.kernels:
-        for config in configurations(k):
-            try:
-                out.append(compile_kernel(k, arch=arch, config=config))
-            except ResourceError as err:
-                out.append(err)
+    for k, config in jobs:
+        try:
+            out.append(compile_kernel(k, arch=arch, config=config))
+        except ResourceError as err:
+            out.append(err)
+        progress.update(len(out))
+    progress.finish(f"{len(out)} configurations compiled")
     return out
 
 

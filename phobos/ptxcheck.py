@@ -9,7 +9,10 @@
 # As a command, `python -m phobos.ptxcheck FILE... [--arch sm_75,sm_90] [--json]`
 # checks every file for every target.  Each input path becomes a list of
 # `CheckUnit`s (a label and a PTX text) in `_units_for`: a .ptx file is one
-# unit; a .phobos file gives one unit per kernel and autotune configuration.
+# unit; a .phobos file gives one unit per kernel and autotune configuration,
+# which also carries the dynamic shared memory the compiler gives the kernel
+# at launch (ptxas sees only static shared memory, which Phobos does not use).
+# Long runs log progress lines (phobos.log) on stderr.
 #
 # Exit status: 0 when everything assembles, 1 when ptxas rejects something,
 # 2 when the check could not run (a missing file, an unknown target, no ptxas).
@@ -18,16 +21,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from . import cli
 from .errors import PhobosError, PtxasError, ToolchainError
+from .log import Progress
 from .toolchain import check_arch, find_ptxas, run_ptxas
 
 DEFAULT_ARCHS = ("sm_75", "sm_90")
+
+logger = logging.getLogger("phobos.ptxcheck")  # not __name__, which is "__main__" when run with -m
 
 
 @dataclass
@@ -38,13 +46,17 @@ class KernelReport:
     registers: int = 0
     spill_stores: int = 0
     spill_loads: int = 0
-    shared_bytes: int = 0
+    shared_bytes: int = 0  # static shared memory, as ptxas reports it
     stack_bytes: int = 0
+    # Dynamic shared memory given at launch, which ptxas cannot see: known for
+    # kernels compiled from Phobos source (CompiledKernel.shared_bytes), else None.
+    dynamic_shared_bytes: int | None = None
 
     def summary(self) -> str:
+        dynamic = "" if self.dynamic_shared_bytes is None else f" + {self.dynamic_shared_bytes} B dynamic shared"
         return (
             f"{self.name}: {self.registers} registers, {self.spill_stores} B spill stores, "
-            f"{self.spill_loads} B spill loads, {self.shared_bytes} B shared, {self.stack_bytes} B stack"
+            f"{self.spill_loads} B spill loads, {self.shared_bytes} B shared{dynamic}, {self.stack_bytes} B stack"
         )
 
 
@@ -157,10 +169,24 @@ def _parse_ptxas_output(
 
 
 class CheckUnit(NamedTuple):
-    """One PTX text to check, with the label its results are printed under (no text: skipped)."""
+    """One PTX text to check, with the label its results are printed under (no text: skipped).
+
+    For a kernel compiled from Phobos source, `kernel` names it and
+    `dynamic_shared_bytes` is the dynamic shared memory it is launched with.
+    """
 
     label: str
     ptx: str | None
+    kernel: str | None = None
+    dynamic_shared_bytes: int | None = None
+
+    def check(self, arch: str) -> Report:
+        """ptxas's report on the text, with the dynamic shared memory filled in."""
+        report = check(self.ptx, arch, self.label)
+        for kernel in report.kernels:
+            if kernel.name == self.kernel:
+                kernel.dynamic_shared_bytes = self.dynamic_shared_bytes
+        return report
 
 
 class InputError(PhobosError):
@@ -188,7 +214,8 @@ def _units_for(path: str, arch: str) -> list[CheckUnit]:
         if isinstance(k, PhobosError):  # the configuration does not fit this target: nothing to assemble
             units.append(CheckUnit(f"{path} [{arch}] skipped: {k.message}; {k.notes[-1].message}", None))
         else:
-            units.append(CheckUnit(f"{path} [{k.kernel_name}: {k.config_text}]", k.ptx))
+            units.append(CheckUnit(f"{path} [{k.kernel_name}: {k.config_text}]", k.ptx, k.kernel_name,
+                                   k.shared_bytes))
     return units
 
 
@@ -210,10 +237,15 @@ def _print_human(report: Report) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the checker as a command; return its exit status."""
+    return cli.run(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m phobos.ptxcheck",
         description="Assemble PTX with ptxas and report registers, spills, shared memory and stack per kernel.",
     )
+    parser.add_argument("--version", action="version", version=cli.VERSION_TEXT)
     parser.add_argument("files", nargs="+", metavar="FILE",
                         help="PTX files, or Phobos sources (every kernel and configuration is compiled)")
     parser.add_argument(
@@ -238,7 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     for _, unit in work:
         if unit.ptx is None:
             print(unit.label)
-    reports = [check(unit.ptx, arch, unit.label) for arch, unit in work if unit.ptx is not None]
+    todo = [(arch, unit) for arch, unit in work if unit.ptx is not None]
+    progress = Progress(logger, f"assembling {len(todo)} PTX texts with ptxas", len(todo), "texts")
+    reports = []
+    for arch, unit in todo:
+        reports.append(unit.check(arch))
+        progress.update(len(reports))
+    progress.finish(f"{sum(report.ok for report in reports)} of {len(reports)} assembled")
     if args.json:
         print(json.dumps([dataclasses.asdict(report) for report in reports], indent=2))
     else:

@@ -22,9 +22,6 @@ from pathlib import Path
 
 from .errors import ToolchainError
 
-#: The GPU targets Phobos generates code for and ptxcheck accepts.
-SUPPORTED_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a")
-
 #: Where a CUDA toolkit installed by NVIDIA's installer puts ptxas.
 DEFAULT_CUDA_BIN_DIRS = (Path("/usr/local/cuda/bin"),)
 
@@ -85,9 +82,10 @@ def _is_executable(path: Path) -> bool:
 
 
 def check_arch(arch: str) -> str:
-    """Return `arch` if Phobos supports it as a target, else raise ToolchainError."""
-    if arch not in SUPPORTED_ARCHS:
-        raise ToolchainError(f"unknown target '{arch}' (supported: {', '.join(SUPPORTED_ARCHS)})")
+    """Return `arch` if Phobos generates code for it (phobos.compiler.TARGETS), else raise ToolchainError."""
+    from .compiler import TARGETS  # imported here: checking a .ptx file needs nothing else of the compiler
+    if arch not in TARGETS:
+        raise ToolchainError(f"unknown target '{arch}' (supported: {', '.join(TARGETS)})")
     return arch
 
 

@@ -81,11 +81,11 @@ class Golden:
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE and PHOBOS_INTERPRET unset."""
+    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE, PHOBOS_MODE, PHOBOS_INTERPRET and PHOBOS_LOG unset."""
     directory = tmp_path_factory.mktemp("phobos-cache")
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(directory))
-    monkeypatch.delenv("PHOBOS_AUTOTUNE", raising=False)
-    monkeypatch.delenv("PHOBOS_INTERPRET", raising=False)
+    for name in ("PHOBOS_AUTOTUNE", "PHOBOS_MODE", "PHOBOS_INTERPRET", "PHOBOS_LOG"):
+        monkeypatch.delenv(name, raising=False)
     return directory
 
 

@@ -3,7 +3,8 @@
 # tuning with a fake GPU that records which buffers each launch was given.
 from __future__ import annotations
 
-import io
+import logging
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -28,22 +29,17 @@ def fake_timer(times: dict[int, float]):
     return lambda config: times[config["BLOCK"]]
 
 
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
 # --- the choice
 
 
 def test_the_fastest_configuration_wins():
-    result = tune("add", CONFIGS, lambda c: c, fake_timer({128: 3.0, 256: 1.5, 512: 0.5, 1024: 2.0}), io.StringIO())
+    result = tune("add", CONFIGS, lambda c: c, fake_timer({128: 3.0, 256: 1.5, 512: 0.5, 1024: 2.0}))
     assert result.config == {"BLOCK": 512}
     assert result.timings == {"BLOCK=128": 3.0, "BLOCK=256": 1.5, "BLOCK=512": 0.5, "BLOCK=1024": 2.0}
 
 
 def test_ties_go_to_the_first_listed():
-    assert tune("add", CONFIGS, lambda c: c, lambda c: 1.0, io.StringIO()).config == {"BLOCK": 128}
+    assert tune("add", CONFIGS, lambda c: c, lambda c: 1.0).config == {"BLOCK": 128}
 
 
 def test_skipped_configurations_are_recorded_with_their_reasons():
@@ -54,7 +50,7 @@ def test_skipped_configurations_are_recorded_with_their_reasons():
             raise ResourceError("the tile needs more registers than a thread has")
         return config
 
-    result = tune("add", CONFIGS, evaluate, fake_timer({256: 2.0, 512: 3.0}), io.StringIO())
+    result = tune("add", CONFIGS, evaluate, fake_timer({256: 2.0, 512: 3.0}))
     assert result.config == {"BLOCK": 256}
     assert result.timings == {"BLOCK=128": "needs 300000 bytes of shared memory", "BLOCK=256": 2.0,
                               "BLOCK=512": 3.0, "BLOCK=1024": "the tile needs more registers than a thread has"}
@@ -66,7 +62,7 @@ def test_failures_while_timing_are_reasons_too():
             raise LaunchError("kernel 'add' failed: too many resources requested for launch")
         return 1.0 + config["BLOCK"]
 
-    result = tune("add", CONFIGS, lambda c: c, measure, io.StringIO())
+    result = tune("add", CONFIGS, lambda c: c, measure)
     assert result.config == {"BLOCK": 128}
     assert result.timings["BLOCK=512"] == "kernel 'add' failed: too many resources requested for launch"
 
@@ -83,7 +79,7 @@ def test_spilling_configurations_are_timed_only_when_nothing_else_runs():
             raise Skipped("spills registers", fallback=config)
         return config
 
-    result = tune("add", CONFIGS, spills_above_256, measure, io.StringIO())
+    result = tune("add", CONFIGS, spills_above_256, measure)
     assert result.config == {"BLOCK": 128} and timed == [128, 256]
     assert result.timings["BLOCK=512"] == "spills registers"
 
@@ -91,7 +87,7 @@ def test_spilling_configurations_are_timed_only_when_nothing_else_runs():
         raise Skipped("spills registers", fallback=config)
 
     timed.clear()
-    result = tune("add", CONFIGS, all_spill, measure, io.StringIO())
+    result = tune("add", CONFIGS, all_spill, measure)
     assert result.config == {"BLOCK": 128} and timed == [128, 256, 512, 1024]
     assert result.timings == {"BLOCK=128": 128.0, "BLOCK=256": 256.0, "BLOCK=512": 512.0, "BLOCK=1024": 1024.0}
 
@@ -101,24 +97,40 @@ def test_no_runnable_configuration_is_an_error_listing_every_reason():
         raise Skipped(f"reason {config['BLOCK']}")
 
     with pytest.raises(LaunchError) as error:
-        tune("add", CONFIGS[:2], evaluate, fake_timer({}), io.StringIO())
+        tune("add", CONFIGS[:2], evaluate, fake_timer({}))
     assert error.value.message == ("add: no configuration can run on this device:\n"
                                    "  BLOCK=128: reason 128\n  BLOCK=256: reason 256")
 
 
-def test_progress_is_shown_for_more_than_three_configurations():
-    log = io.StringIO()
-    tune("add", CONFIGS, lambda c: c, fake_timer({128: 4.0, 256: 3.0, 512: 2.0, 1024: 1.0}), log)
-    assert log.getvalue() == "phobos: tuning add over 4 configurations... 4/4, best BLOCK=1024: 1 ms\n"
-    terminal = Terminal()
-    tune("add", CONFIGS, lambda c: c, fake_timer({128: 4.0, 256: 3.0, 512: 2.0, 1024: 0.25}), terminal)
-    assert terminal.getvalue().split("\r")[1:] == [
-        "phobos: tuning add over 4 configurations... 1/4", "phobos: tuning add over 4 configurations... 2/4",
-        "phobos: tuning add over 4 configurations... 3/4", "phobos: tuning add over 4 configurations... 4/4",
-        "phobos: tuning add over 4 configurations... 4/4, best BLOCK=1024: 0.25 ms\n"]
-    quiet = Terminal()
-    tune("add", CONFIGS[:3], lambda c: c, lambda c: 1.0, quiet)
-    assert quiet.getvalue() == ""
+def phobos_messages(caplog, level=logging.DEBUG) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("phobos") and r.levelno >= level]
+
+
+def test_progress_is_logged_for_more_than_three_configurations(caplog):
+    caplog.set_level(logging.INFO, logger="phobos")
+    tune("add", CONFIGS, lambda c: c, fake_timer({128: 4.0, 256: 3.0, 512: 2.0, 1024: 1.0}))
+    first, last = phobos_messages(caplog)
+    assert first == "tuning add over 4 configurations..."
+    assert re.fullmatch(r"tuning add over 4 configurations: best BLOCK=1024: 1 ms \(\d+\.\d s\)", last)
+    caplog.clear()
+    tune("add", CONFIGS[:3], lambda c: c, lambda c: 1.0)
+    assert phobos_messages(caplog) == []
+
+
+def test_the_autotune_report_is_logged_at_debug(caplog):
+    caplog.set_level(logging.DEBUG, logger="phobos")
+
+    def evaluate(config):
+        if config["BLOCK"] == 128:
+            raise Skipped("needs 300000 bytes of shared memory")
+        return config
+
+    tune("add", CONFIGS[:2], evaluate, fake_timer({256: 2.5}))
+    skipped, timed, choice = phobos_messages(caplog)
+    assert skipped == "tuning add: BLOCK=128: skipped: needs 300000 bytes of shared memory"
+    assert timed == "tuning add: BLOCK=256: 2.5 ms"
+    assert choice.startswith("tuning add over 2 configurations: best BLOCK=256: 2.5 ms")
+    assert phobos_messages(caplog, logging.INFO) == []  # two configurations: no progress lines
 
 
 def test_configuration_names():
@@ -193,7 +205,7 @@ def call_add(add, n: int = 1000):
     return a, b, c
 
 
-def test_the_launcher_tunes_then_launches_the_fastest_on_the_real_arguments(capsys):
+def test_the_launcher_tunes_then_launches_the_fastest_on_the_real_arguments(caplog):
     gpu = FakeGpu(TIMES)
     add = phobos.kernel(ADD4, mode=gpu)
     a, b, c = call_add(add)
@@ -202,7 +214,7 @@ def test_the_launcher_tunes_then_launches_the_fastest_on_the_real_arguments(caps
     (run,) = gpu.runs
     assert run.compiled.config == {"BLOCK": 256} and run.grid == (4, 1, 1)
     assert run.ptx_arguments()[:3] == [a, b, c] and run.replacements == {}
-    assert "phobos: tuning add over 4 configurations... 4/4, best BLOCK=256: 0.5 ms" in capsys.readouterr().err
+    assert any(m.startswith("tuning add over 4 configurations: best BLOCK=256: 0.5 ms") for m in phobos_messages(caplog))
 
 
 def test_timing_runs_use_scratch_copies_never_the_callers_buffers():

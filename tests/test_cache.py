@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import warnings
+import re
 from pathlib import Path
 
 import numpy as np
@@ -106,16 +106,42 @@ def test_an_unreadable_entry_is_a_miss(tmp_path):
     assert fresh(tmp_path).load("kernels", KEY) is None
 
 
-def test_a_cache_that_cannot_be_written_is_warned_about_once(tmp_path):
+def test_a_cache_that_cannot_be_written_is_warned_about_once(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     store = DiskCache(blocker / "cache")
-    with pytest.warns(RuntimeWarning, match="phobos: cannot write the cache under .*file/cache"):
-        store.store("kernels", KEY, {"ptx": "text"})
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "text"})
+    store.store("kernels", KEY, {"ptx": "text"})
+    store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "text"})
+    [record] = caplog.records
+    assert record.name == "phobos.launch.cache" and record.levelname == "WARNING"
+    assert re.fullmatch(r"cannot write the cache under .*file/cache \(.*\); set PHOBOS_CACHE_DIR to a writable "
+                        r"directory", record.getMessage())
     assert store.load("kernels", KEY) == {"ptx": "text"}  # still served from memory
+
+
+def test_info_counts_entries_and_bytes_per_namespace_and_clear_deletes_them(tmp_path):
+    store = DiskCache(tmp_path)
+    store.store("kernels", KEY, {"ptx": "x" * 100})
+    store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "y"})
+    store.store("autotune", KEY, {"config": {}})
+    (tmp_path / "kernels" / ".tmp-left-by-a-killed-writer.json").write_text("{")
+    info = store.info()
+    assert info.root == tmp_path and info.entries == {"kernels": 2, "ptxas": 0, "autotune": 1}
+    kernel_files = [p for p in (tmp_path / "kernels").glob("*.json") if not p.name.startswith(".tmp-")]
+    assert info.bytes["kernels"] == sum(p.stat().st_size for p in kernel_files) and info.bytes["ptxas"] == 0
+    lines = info.summary().splitlines()
+    assert lines[0] == f"cache: {tmp_path}" and lines[1].startswith("  kernels: 2 entries, ")
+    assert lines[-1].startswith("  total: 3 entries, ")
+    assert store.clear() == 3
+    assert list((tmp_path / "kernels").iterdir()) == [] and store.info().entries == {
+        "kernels": 0, "ptxas": 0, "autotune": 0}
+    assert store.load("kernels", KEY) is None  # forgotten in memory too
+
+
+def test_info_of_a_cache_that_does_not_exist_yet(tmp_path):
+    info = DiskCache(tmp_path / "nowhere").info()
+    assert info.entries == {"kernels": 0, "ptxas": 0, "autotune": 0} and sum(info.bytes.values()) == 0
+    assert DiskCache(tmp_path / "nowhere").clear() == 0
 
 
 def write_many(root: str, writer: int, count: int) -> None:

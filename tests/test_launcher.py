@@ -48,7 +48,7 @@ def emulator(monkeypatch):
 def test_import_phobos_loads_neither_the_compiler_nor_pycuda():
     probe = "import sys, phobos; print(sorted(m for m in sys.modules if m.startswith(('phobos.', 'pycuda'))))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['phobos.errors']"
+    assert out.strip() == "['phobos.errors', 'phobos.log']"
 
 
 def test_public_names_come_from_their_modules():
@@ -123,16 +123,36 @@ def test_unknown_mode_is_an_error_at_jit_time():
         phobos.jit(ADD4, mode=42)
 
 
-def test_no_gpu_means_the_emulator_with_a_notice(monkeypatch, capsys):
+def test_no_gpu_means_the_interpreter_with_a_notice_naming_both_cpu_modes(monkeypatch, caplog):
     monkeypatch.setattr(runtime, "gpu_available", lambda: (False, "PyCUDA is not installed"))
-    monkeypatch.delitem(backends._instances, "emulate", raising=False)
+    monkeypatch.setattr(backends, "_no_gpu_noticed", False)
     add = phobos.kernel(ADD4)
     a, b = random_vectors(8)
     c = np.empty_like(a)
     add(a, b, c)
     np.testing.assert_array_equal(c, a + b)
-    assert capsys.readouterr().err == (
-        "phobos: no GPU (PyCUDA is not installed); running kernels in the PTX emulator, on the CPU\n")
+    assert add._kernel.module.backend() is backends.select_backend("interpret")
+    [record] = [r for r in caplog.records if r.name.startswith("phobos")]
+    assert record.levelname == "WARNING"
+    assert record.getMessage() == (
+        "no GPU (PyCUDA is not installed); running kernels on the CPU in the interpreter (mode='interpret'); "
+        "mode='emulate' or PHOBOS_MODE=emulate runs the generated PTX in the emulator instead "
+        "(slower; checks what a GPU would hide)")
+    phobos.kernel(ADD4)(a, b, c)
+    assert len([r for r in caplog.records if r.name.startswith("phobos")]) == 1  # once per process
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate", "gpu"])
+def test_phobos_mode_names_the_default_mode(monkeypatch, mode):
+    monkeypatch.setenv("PHOBOS_MODE", mode)
+    monkeypatch.setattr(runtime, "gpu_available", lambda: pytest.fail("the GPU must not be probed"))
+    assert backends.select_backend(None) is backends.select_backend(mode)
+
+
+def test_an_unknown_phobos_mode_is_an_error(monkeypatch):
+    monkeypatch.setenv("PHOBOS_MODE", "cuda")
+    with pytest.raises(PhobosError, match=r"PHOBOS_MODE=cuda is not a mode \(modes: gpu, interpret, emulate\)"):
+        backends.select_backend(None)
 
 
 def test_phobos_interpret_picks_the_interpreter(monkeypatch, interpreter):

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from phobos import ptxcheck, toolchain
+from phobos import compiler, ptxcheck
 from phobos.errors import PtxasError, ToolchainError
 
 HEADER = ".version 7.8\n.target sm_75\n.address_size 64\n"
@@ -83,7 +85,7 @@ def test_add_ptx_assembles_with_no_spills(add_ptx_path, arch):
 
 def test_every_supported_target_accepts_add_ptx(add_ptx_path):
     text = add_ptx_path.read_text()
-    rejected = [arch for arch in toolchain.SUPPORTED_ARCHS if not ptxcheck.check(text, arch).ok]
+    rejected = [arch for arch in compiler.TARGETS if not ptxcheck.check(text, arch).ok]
     assert rejected == []
 
 
@@ -246,3 +248,60 @@ def test_module_runs_as_a_command_without_traceback(add_ptx_path, tmp_path):
     missing = subprocess.run([*command, str(tmp_path / "nope.ptx")], capture_output=True, text=True)
     assert missing.returncode == 2
     assert "Traceback" not in missing.stderr
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def test_phobos_sources_report_the_dynamic_shared_memory_beside_ptxas_static_figure(capsys, tmp_path):
+    source = re.sub(r"@autotune\(.*\)", "@autotune(TILE_M in [32, 64], TILE_N in [64], TILE_K in [16])",
+                    (EXAMPLES / "sgemm.phobos").read_text())
+    path = tmp_path / "sgemm.phobos"
+    path.write_text(source)
+    expected = {k.config_text: k.shared_bytes for k in compiler.compile_all(source, arch="sm_90", filename=str(path))}
+    assert len(expected) == 2 and all(shared > 0 for shared in expected.values())
+    status, out, _ = run_main(capsys, str(path), "--arch", "sm_90", "--json")
+    assert status == 0
+    reports = {report["name"]: report["kernels"][0] for report in json.loads(out)}
+    assert {name.split(" [sgemm: ")[1][:-1] for name in reports} == set(expected)
+    for config, shared in expected.items():
+        kernel = reports[f"{path} [sgemm: {config}]"]
+        assert kernel["shared_bytes"] == 0 and kernel["dynamic_shared_bytes"] == shared
+    status, out, _ = run_main(capsys, str(path), "--arch", "sm_90")
+    assert f"0 B shared + {expected['TILE_M=32, TILE_N=64, TILE_K=16']} B dynamic shared, 0 B stack" in out
+
+
+def test_the_summary_shows_dynamic_shared_memory_when_it_is_known():
+    report = ptxcheck.KernelReport("k", registers=30, shared_bytes=16, dynamic_shared_bytes=4096)
+    assert report.summary() == ("k: 30 registers, 0 B spill stores, 0 B spill loads, 16 B shared "
+                                "+ 4096 B dynamic shared, 0 B stack")
+    assert "16 B shared, 0 B stack" in ptxcheck.KernelReport("k", shared_bytes=16).summary()
+
+
+def test_checking_many_configurations_logs_progress(capsys, caplog, monkeypatch, tmp_path):
+    from phobos import log
+    monkeypatch.setattr(log, "PROGRESS_DELAY", 0.0)
+    caplog.set_level(logging.INFO, logger="phobos")
+    path = tmp_path / "add.phobos"
+    path.write_text((EXAMPLES / "add.phobos").read_text())
+    status, out, _ = run_main(capsys, str(path), "--arch", "sm_75")
+    assert status == 0 and out.count(" add: ") == 3
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("phobos")]
+    assert lines[0] == f"compiling {path} for sm_75: 1/3 configurations, 0 s so far"
+    assert re.fullmatch(rf"compiling {re.escape(str(path))} for sm_75: 3 configurations compiled \(.*\)", lines[1])
+    assert lines[2] == "assembling 3 PTX texts with ptxas: 1/3 texts, 0 s so far"
+    assert re.fullmatch(r"assembling 3 PTX texts with ptxas: 3 of 3 assembled \(.*\)", lines[-1])
+
+
+def test_version(capsys):
+    from phobos import __version__
+    with pytest.raises(SystemExit) as exit:
+        ptxcheck.main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out == f"Phobos {__version__}\n"
+
+
+def test_sm_90a_is_a_target_of_ptxcheck_and_of_the_compiler(capsys, tmp_path):
+    path = tmp_path / "add.phobos"
+    path.write_text((EXAMPLES / "add.phobos").read_text())
+    status, out, _ = run_main(capsys, str(path), "--arch", "sm_90a")
+    assert status == 0 and out.count("[sm_90a] add:") == 3

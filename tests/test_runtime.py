@@ -254,12 +254,12 @@ def without_pycuda(monkeypatch):
 
 
 def test_gpu_available_says_pycuda_is_missing(without_pycuda):
-    assert runtime.gpu_available() == (False, "PyCUDA is not installed: pip install 'phobos[cuda]'")
+    assert runtime.gpu_available() == (False, "PyCUDA is not installed: pip install 'phobos-tile[cuda]'")
 
 
 def test_launch_without_pycuda_is_a_toolchain_error(without_pycuda, add_ptx_path):
     a = np.zeros(4, np.float32)
-    with pytest.raises(ToolchainError, match=r"PyCUDA is not installed: pip install 'phobos\[cuda\]'"):
+    with pytest.raises(ToolchainError, match=r"PyCUDA is not installed: pip install 'phobos-tile\[cuda\]'"):
         runtime.launch(add_ptx_path.read_text(), "add", 1, 4, [a, a, a, 4])
 
 

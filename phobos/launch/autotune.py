@@ -21,26 +21,31 @@
 # it `evaluate` (compile and screen one configuration) and `measure` (time it),
 # so the choice logic runs on any machine with a fake timer.  Every
 # configuration ends up in the timings, as milliseconds or as the reason it
-# was skipped.
+# was skipped.  Tuning more than a few configurations logs progress lines
+# (phobos.log.Progress); each configuration's outcome is logged at DEBUG, the
+# report PHOBOS_LOG=debug shows.
 from __future__ import annotations
 
+import logging
 import math
 import numbers
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 from ..compiler import CompiledKernel
 from ..configuration import config_text
 from ..frontend.launch_rules import LaunchRules, next_pow2, sizes_text
 from .cache import canonical_json
 from ..errors import LaunchError, PhobosError
+from ..log import Progress
 from ..ptxcheck import Report
 from ..run.runtime import DeviceProperties
 
-#: Tuning more configurations than this shows a progress line on stderr.
+#: Tuning more configurations than this logs progress lines from the start.
 PROGRESS_THRESHOLD = 3
+
+logger = logging.getLogger(__name__)
 
 
 class Skipped(Exception):
@@ -162,7 +167,7 @@ class TuneResult:
 
 
 def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable[[dict[str, int]], Any],
-         measure: Callable[[Any], float], stream: TextIO | None = None) -> TuneResult:
+         measure: Callable[[Any], float]) -> TuneResult:
     """The fastest of `configs`.
 
     `evaluate(config)` prepares a configuration for timing (compiles it) or
@@ -170,19 +175,23 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
     `measure(prepared)` returns its time in milliseconds or raises the same.
     Raises LaunchError, listing every reason, when no configuration can run.
     """
-    progress = Progress(kernel_name, len(configs), stream if stream is not None else sys.stderr)
+    progress = Progress(logger, f"tuning {kernel_name} over {len(configs)} configurations", len(configs),
+                        "configurations", threshold=PROGRESS_THRESHOLD)
     timings: dict[str, float | str] = {}
     fallbacks: list[tuple[dict[str, int], Any]] = []
 
     def attempt(config: dict[str, int], step: Callable[[], float]) -> None:
+        text = config_text(config)
         try:
-            timings[config_text(config)] = float(step())
+            timings[text] = float(step())
         except Skipped as skipped:
-            timings[config_text(config)] = skipped.reason
+            timings[text] = skipped.reason
             if skipped.fallback is not None:
                 fallbacks.append((config, skipped.fallback))
         except PhobosError as error:
-            timings[config_text(config)] = error.message
+            timings[text] = error.message
+        outcome = f"{timings[text]:.4g} ms" if isinstance(timings[text], float) else f"skipped: {timings[text]}"
+        logger.debug("tuning %s: %s: %s", kernel_name, text, outcome)
 
     for done, config in enumerate(configs, start=1):
         attempt(config, lambda: measure(evaluate(config)))
@@ -202,29 +211,3 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
 
 def _timed(timings: dict[str, float | str]) -> dict[str, float]:
     return {text: value for text, value in timings.items() if isinstance(value, float)}
-
-
-class Progress:
-    """`phobos: tuning sgemm over 8 configurations... 5/8` on stderr, for more than a few configurations.
-
-    On a terminal the line is redrawn in place; elsewhere (a log) only the
-    finished line is written.
-    """
-
-    def __init__(self, kernel_name: str, total: int, stream: TextIO):
-        self.head = f"phobos: tuning {kernel_name} over {total} configurations..."
-        self.total = total
-        self.stream = stream
-        self.shown = total > PROGRESS_THRESHOLD
-        self.live = self.shown and getattr(stream, "isatty", lambda: False)()
-
-    def update(self, done: int) -> None:
-        if self.live:
-            self.stream.write(f"\r{self.head} {done}/{self.total}")
-            self.stream.flush()
-
-    def finish(self, outcome: str) -> None:
-        if self.shown:
-            start = "\r" if self.live else ""
-            self.stream.write(f"{start}{self.head} {self.total}/{self.total}, {outcome}\n")
-            self.stream.flush()

@@ -19,8 +19,9 @@
 # Keys carry `phobos_build()`, the version plus a digest of Phobos's own
 # sources, so that a changed compiler never reuses what an older one produced.
 # Above the disk sits a per-process dictionary, so a key is read from disk at
-# most once per process.  The encoders at the end turn CompiledKernels and
-# ptxas Reports into payloads and back.
+# most once per process.  `info` and `clear` are what `python -m phobos cache
+# info|clear` shows and does.  The encoders at the end turn CompiledKernels
+# and ptxas Reports into payloads and back.
 from __future__ import annotations
 
 import contextlib
@@ -28,9 +29,9 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,12 @@ DEFAULT_CACHE_DIR = Path("~/.cache/phobos")
 COMPILED = "kernels"
 PTXAS = "ptxas"
 AUTOTUNE = "autotune"
+NAMESPACES = (COMPILED, PTXAS, AUTOTUNE)
+
+#: How the files being written start (renamed into place when whole).
+TEMPORARY_PREFIX = ".tmp-"
+
+logger = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -110,8 +117,64 @@ class DiskCache:
         except OSError as error:
             if not self._write_warned:
                 self._write_warned = True
-                warnings.warn(f"phobos: cannot write the cache under {self.root} ({error}); "
-                              f"set PHOBOS_CACHE_DIR to a writable directory", RuntimeWarning, stacklevel=3)
+                logger.warning("cannot write the cache under %s (%s); set PHOBOS_CACHE_DIR to a writable "
+                               "directory", self.root, error)
+
+    def info(self) -> CacheInfo:
+        """How many entries each namespace holds on disk, and how many bytes."""
+        counts, sizes = {}, {}
+        for namespace in NAMESPACES:
+            files = [path for path in (self.root / namespace).glob("*.json")
+                     if path.is_file() and not path.name.startswith(TEMPORARY_PREFIX)]
+            counts[namespace] = len(files)
+            sizes[namespace] = sum(_size(path) for path in files)
+        return CacheInfo(self.root, counts, sizes)
+
+    def clear(self) -> int:
+        """Delete every entry (and leftover temporary file) on disk and in memory; the number of entries deleted."""
+        self._memory.clear()
+        deleted = 0
+        for namespace in NAMESPACES:
+            for path in (self.root / namespace).glob("*.json"):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    deleted += not path.name.startswith(TEMPORARY_PREFIX)
+        return deleted
+
+
+@dataclasses.dataclass
+class CacheInfo:
+    """What `DiskCache.info` reports: per namespace, the entries on disk and their bytes."""
+
+    root: Path
+    entries: dict[str, int]
+    bytes: dict[str, int]
+
+    def summary(self) -> str:
+        lines = [f"cache: {self.root}"]
+        lines += [f"  {namespace}: {entries_text(self.entries[namespace])}, {_human(self.bytes[namespace])}"
+                  for namespace in self.entries]
+        lines.append(f"  total: {entries_text(sum(self.entries.values()))}, {_human(sum(self.bytes.values()))}")
+        return "\n".join(lines)
+
+
+def entries_text(count: int) -> str:
+    return f"{count} entr{'y' if count == 1 else 'ies'}"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # removed by another process meanwhile
+        return 0
+
+
+def _human(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / (1024 * 1024):.1f} MiB"
 
 
 def _intact(entry: Any, key: dict) -> bool:
@@ -128,7 +191,7 @@ def _intact(entry: Any, key: dict) -> bool:
 
 def _write_atomically(path: Path, text: str) -> None:
     """Write `text` to a temporary file next to `path`, then rename it over `path`."""
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=TEMPORARY_PREFIX, suffix=".json")
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             file.write(text)

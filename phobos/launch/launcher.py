@@ -76,8 +76,8 @@ def jit(src: str, filename: str | None = None, mode: Any = None) -> Module:
     """Parse and check `src`; the result has one callable per kernel (`mod.sgemm`).
 
     `mode` is "gpu", "interpret" or "emulate", or None to choose when the first
-    kernel runs (PHOBOS_INTERPRET=1 means the interpreter; otherwise the GPU,
-    and without one a ToolchainError that says what to do).  `filename` names
+    kernel runs (PHOBOS_MODE if set, else the GPU if there is one, else the
+    interpreter: phobos.run.backends.default_mode).  `filename` names
     the source in error messages (default: `<source XXXXXXXX>`, from its hash).
     """
     if not isinstance(src, str):

@@ -11,11 +11,16 @@
 # source's parameters for the interpreter, the PTX's - tensors and scalars,
 # then one i32 per size name - for the others).  The CPU backends' modules are
 # imported only when a kernel runs on them, and none of this imports PyCUDA.
+#
+# `mode=None` means PHOBOS_MODE if it is set, else the GPU if there is one,
+# else the interpreter (`default_mode`): on the CPU the interpreter gives the
+# quick answer, and the emulator, much slower, is asked for by name when the
+# generated PTX itself is under test.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
@@ -145,10 +150,10 @@ class GpuBackend:
 def arch_for(compute_capability: tuple[int, int]) -> str:
     """The newest target Phobos has that a GPU of this compute capability runs (PTX runs on newer GPUs)."""
     major, minor = compute_capability
-    runnable = [arch for arch in TARGETS if int(arch.removeprefix("sm_")) <= major * 10 + minor]
+    runnable = [t for t in TARGETS.values() if not t.arch_specific and t.compute_capability <= major * 10 + minor]
     if not runnable:
         raise ToolchainError(f"this GPU is sm_{major}{minor}; Phobos generates code for {', '.join(TARGETS)}")
-    return max(runnable, key=lambda arch: int(arch.removeprefix("sm_")))
+    return max(runnable, key=lambda t: t.compute_capability).arch
 
 
 class CpuBackend:
@@ -202,6 +207,17 @@ def _cpu_module(module_name: str, mode: str) -> ModuleType:
 BACKENDS: dict[str, type] = {"gpu": GpuBackend, "interpret": InterpretBackend, "emulate": EmulateBackend}
 _instances: dict[str, Backend] = {}
 
+#: Names the mode of `mode=None`; unset: the GPU if there is one, else the CPU's default mode.
+MODE_VARIABLE = "PHOBOS_MODE"
+#: The mode `mode=None` runs in on a machine without a GPU.  The interpreter
+#: runs the quick start's sgemm in about half a second where the emulator,
+#: executing and checking every PTX instruction of every thread, takes more
+#: than ten; the emulator is there on request, for checking generated code.
+CPU_DEFAULT_MODE = "interpret"
+
+logger = logging.getLogger(__name__)
+_no_gpu_noticed = False
+
 
 def check_mode(mode: Any) -> None:
     """Reject a mode that names no backend (None and Backend objects are fine)."""
@@ -211,23 +227,37 @@ def check_mode(mode: Any) -> None:
         raise PhobosError(f"mode must be one of {', '.join(BACKENDS)}, None, or a backend object; got {mode!r}")
 
 
-def select_backend(mode: Any) -> Backend:
-    """The backend for `mode`: a name, a backend object, or None.
+def default_mode() -> str:
+    """The mode `mode=None` means.
 
-    None: PHOBOS_INTERPRET=1 in the environment picks the interpreter,
-    otherwise the GPU if there is one, otherwise the PTX emulator - the same
-    generated code, run on the CPU - with a one-line notice saying so.
+    PHOBOS_MODE when it is set (PHOBOS_INTERPRET=1, the older switch, means
+    PHOBOS_MODE=interpret); otherwise the GPU if there is one, otherwise the
+    interpreter, with a one-time notice naming both CPU modes.
     """
+    global _no_gpu_noticed
+    named = os.environ.get(MODE_VARIABLE, "").strip().lower()
+    if named:
+        if named not in BACKENDS:
+            raise PhobosError(f"{MODE_VARIABLE}={named} is not a mode (modes: {', '.join(BACKENDS)})")
+        return named
+    if os.environ.get("PHOBOS_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "interpret"
+    available, reason = runtime.gpu_available()
+    if available:
+        return "gpu"
+    if not _no_gpu_noticed:
+        _no_gpu_noticed = True
+        logger.warning("no GPU (%s); running kernels on the CPU in the interpreter (mode='interpret'); "
+                       "mode='emulate' or %s=emulate runs the generated PTX in the emulator instead "
+                       "(slower; checks what a GPU would hide)", reason, MODE_VARIABLE)
+    return CPU_DEFAULT_MODE
+
+
+def select_backend(mode: Any) -> Backend:
+    """The backend for `mode`: a name, a backend object, or None (see `default_mode`)."""
     check_mode(mode)
     if mode is None:
-        if os.environ.get("PHOBOS_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on"):
-            mode = "interpret"
-        else:
-            available, reason = runtime.gpu_available()
-            mode = "gpu" if available else "emulate"
-            if not available and "emulate" not in _instances:
-                print(f"phobos: no GPU ({reason}); running kernels in the PTX emulator, on the CPU",
-                      file=sys.stderr)
+        mode = default_mode()
     if not isinstance(mode, str):
         return mode
     if mode not in _instances:

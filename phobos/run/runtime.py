@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import LaunchError, PtxasError, ToolchainError
 from .tensor_map import TensorMap
 
-PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos[cuda]'"
+PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos-tile[cuda]'"
 
 #: Above this much dynamic shared memory a kernel must opt in (cuFuncSetAttribute).
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024

@@ -31,15 +31,21 @@
 # before every other thread goes on: the arrival releases a buffer, and the
 # woken producer refilling it first exposes a consumer that released it too
 # early (see async_state).
+#
+# A launch that runs for more than a couple of seconds logs progress lines
+# (phobos.log.Progress), counted in instruction steps.
 from __future__ import annotations
 
 import functools
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import LaunchError, Note, SourceFile
+from ...log import Progress
 from ..tensor_map import TensorMap
 from . import ops_arith, ops_bulk, ops_call, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
@@ -57,6 +63,10 @@ MEMORY_BUDGET = 512 << 20
 # PARKED: at a bar.sync; SLEEP: in an mbarrier wait; YIELD: let woken sleepers run first
 RUN, PARKED, DONE, SLEEP, YIELD = 0, 1, 2, 3, 4
 FAR = np.iinfo(np.int64).max
+#: Instruction steps between two looks at the clock for progress lines.
+PROGRESS_STEPS = 256
+
+logger = logging.getLogger(__name__)
 
 # Shared memory per block (bytes) on the targets Phobos cares about.
 SHARED_LIMITS = {"sm_70": 96 << 10, "sm_75": 64 << 10, "sm_80": 163 << 10, "sm_86": 99 << 10,
@@ -89,6 +99,7 @@ class LaunchConfig:
     check_races: bool
     max_steps: int
     tensor_cores: TensorCoreModel
+    progress: Callable[[int], None]  # called with the steps of the batch so far, every PROGRESS_STEPS
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -202,6 +213,8 @@ class Machine:
                 steps += 1
                 if steps > limit:
                     raise Fault(TrapError, f"more than {limit} instruction steps: an endless loop?")
+                if steps % PROGRESS_STEPS == 0:
+                    self.config.progress(steps)
                 if op.kind == PLAIN:
                     if op.guard is None:
                         op.run(self, group)
@@ -442,14 +455,17 @@ class Kernel:
         params, arrays = self._pack_arguments(list(args), glob)
         glob.seal()
         shared_size = prog.shared_size(shared_bytes)
-        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
-                              TENSOR_CORE_MODELS[tensor_cores])
         total = grid[0] * grid[1] * grid[2]
+        progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads)",
+                            unit="instruction steps")
+        steps = 0
+        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
+                              TENSOR_CORE_MODELS[tensor_cores],
+                              lambda batch_steps: progress.update(steps + batch_steps))
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (24 if check_races else 1)
         batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // max(per_cta, 1)))
         start = time.perf_counter()
-        steps = 0
         with np.errstate(all="ignore"):
             for first in range(0, total, batch):
                 machine = Machine(prog, config, first, min(batch, total - first))
@@ -457,6 +473,7 @@ class Kernel:
                     machine.run()
                 finally:
                     steps += machine.steps
+        progress.finish(f"{steps} instruction steps")
         self._copy_back(arrays, glob)
         for var in self.module.variables:
             var.data[:] = glob.contents(var.address)

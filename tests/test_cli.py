@@ -1,0 +1,91 @@
+# The `python -m phobos` command: --version, targets shared with ptxcheck,
+# -D values outside the autotune list, a reader that goes away early, and
+# `cache info` / `cache clear`.  (`check` is tested with the front end's
+# errors, ptxcheck in test_ptxcheck.)
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phobos import __version__, compiler, ptxcheck
+from phobos.__main__ import main
+from phobos.launch import cache
+
+ROOT = Path(__file__).parent.parent
+ADD = str(ROOT / "examples" / "add.phobos")
+SGEMM = str(ROOT / "examples" / "sgemm.phobos")
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out == f"Phobos {__version__}\n"
+
+
+@pytest.mark.parametrize("arch", list(compiler.TARGETS))
+def test_every_target_ptxcheck_accepts_compiles(capsys, arch):
+    assert ptxcheck._parse_archs(arch) == [arch]
+    status, out, err = run_main(capsys, "compile", ADD, "--arch", arch)
+    assert status == 0 and err == ""
+    assert f"\n.target {arch}\n" in out
+
+
+def test_an_unknown_target_is_refused_naming_the_targets(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["compile", ADD, "--arch", "sm_99"])
+    assert exit.value.code == 2
+    assert "invalid choice: 'sm_99'" in capsys.readouterr().err
+
+
+def test_a_value_outside_the_autotune_list_is_compiled_as_given_with_a_warning(capsys):
+    status, out, err = run_main(capsys, "compile", ADD, "-D", "BLOCK=300")
+    assert status == 0
+    assert err == ("phobos: warning: BLOCK=300 is not among the values @autotune lists for kernel 'add' "
+                   "(1024, 2048, 4096); compiling with BLOCK=300 as given\n")
+    assert "configuration BLOCK=300\n" in out
+    status, out, err = run_main(capsys, "compile", ADD, "-D", "BLOCK=2048")
+    assert status == 0 and err == "" and "configuration BLOCK=2048\n" in out
+
+
+def test_an_unknown_autotune_parameter_is_an_error(capsys):
+    status, out, err = run_main(capsys, "compile", ADD, "-D", "BLOK=256")
+    assert status == 1 and out == ""
+    assert "kernel 'add' has no autotune parameter 'BLOK' (it has: BLOCK)" in err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "phobos", "compile", SGEMM, "--dump-ast", "--dump-ir", "--dump-thread-ir",
+               "--dump-after=cse"]  # well over a pipe's buffer
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment)
+    first = child.stdout.readline()
+    child.stdout.close()  # as `| head -1` does
+    stderr = child.stderr.read().decode()
+    assert child.wait() == 1
+    assert first == b"Kernel @3:1 name='sgemm'\n"
+    assert stderr == ""
+
+
+def test_cache_info_and_clear(capsys, isolated_cache):
+    store = cache.default_cache()
+    store.store(cache.COMPILED, {"kernel": "add"}, {"ptx": "x" * 2000})
+    store.store(cache.AUTOTUNE, {"kernel": "add"}, {"config": {}})
+    status, out, _ = run_main(capsys, "cache", "info")
+    lines = out.splitlines()
+    assert status == 0 and lines[0] == f"cache: {isolated_cache}"
+    assert lines[1].startswith("  kernels: 1 entry, ") and lines[1].endswith(" KiB")
+    assert lines[2] == "  ptxas: 0 entries, 0 B" and lines[3].startswith("  autotune: 1 entry, ")
+    assert lines[4].startswith("  total: 2 entries, ")
+    status, out, _ = run_main(capsys, "cache", "clear")
+    assert status == 0 and out == f"cache: {isolated_cache}: 2 entries deleted\n"
+    assert store.info().entries == {"kernels": 0, "ptxas": 0, "autotune": 0}
