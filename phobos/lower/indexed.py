@@ -9,6 +9,9 @@
 # written.  Accesses are scalar and masked: the elements of a gather are
 # anywhere.
 #
+# An access that ordering.py says must not overtake an earlier one of other
+# threads starts with a barrier.
+#
 # A scatter and an atomic run in the first replica of each element only
 # (`owner`); a scalar atomic runs in thread 0, and its old value reaches every
 # thread through shared memory, as do the old values of a replicated tile.
@@ -26,7 +29,7 @@ from ..middle.ir import Op, Value
 from ..types import DType, ScalarType, TileType
 from .core import BOOL, HANDLERS, I32, I64, Lowering, TensorRef, TileRegs
 from .layout import Layout
-from .memory import strides_of, unsigned_less
+from .memory import as_type, index_inside, index_value, strides_of
 
 ATOMIC_PTX_TYPE = {  # (op, dtype) -> the PTX type of the atom instruction
     **{("add", d): t for d, t in ((DType.F32, "f32"), (DType.F64, "f64"), (DType.I32, "s32"),
@@ -46,17 +49,10 @@ def element_address(low: Lowering, tensor: TensorRef, indices: list[Value], layo
     strides = strides_of(low, tensor)
     offset, preds = None, []
     for index, dim, stride in zip(indices, tensor.dims, strides):
-        i = low.in_layout(index, layout).regs[r] if isinstance(index.type, TileType) else low.vals[index]
-        if i.dtype is DType.I32:
-            preds.append(unsigned_less(low, i, dim))
-        else:
-            wide = low.op("cast", [i], I64) if i.dtype is not DType.I64 else i
-            dim64 = low.op("cast", [dim], I64)
-            if i.dtype is DType.I64:
-                preds.append(low.op("cmp", [wide, low.const(0, DType.I64)], BOOL, pred="ge"))
-            preds.append(low.op("cmp", [wide, dim64], BOOL, pred="lt"))
-        wide = low.op("cast", [i], I64) if i.dtype is not DType.I64 else i
-        term = low.op("mul", [wide, stride], I64)
+        i = index_value(low, low.in_layout(index, layout).regs[r] if isinstance(index.type, TileType)
+                        else low.vals[index])
+        preds.append(index_inside(low, i, dim))
+        term = low.op("mul", [as_type(low, i, I64), stride], I64)
         offset = term if offset is None else low.op("add", [offset, term], I64)
     nbytes = low.op("mul", [offset, low.const(tensor.dtype.nbytes, DType.I64)], I64)
     return low.op("add", [tensor.ptr, nbytes], I64), low.all_of(preds)
@@ -76,6 +72,8 @@ def gather(low: Lowering, op: Op) -> None:
     tensor = low.vals[op.operands[0]]
     indices, _ = _operands(op, tensor)
     layout = low.layouts[op.result]
+    if op in low.global_barriers:
+        low.barrier()
     regs = []
     for r in range(layout.nregs):
         addr, inside = element_address(low, tensor, indices, layout, r)
@@ -93,6 +91,8 @@ def scatter(low: Lowering, op: Op) -> None:
     indices, (value,) = _operands(op, tensor)
     layout = low.layouts[value]
     owner = low.owner(layout)
+    if op in low.global_barriers:
+        low.barrier()
     for r in range(layout.nregs):
         addr, inside = element_address(low, tensor, indices, layout, r)
         pred = low.all_of([inside, low.slot_valid(layout, r), owner])
@@ -108,7 +108,7 @@ def atomic(low: Lowering, op: Op) -> None:
     tile = isinstance(op.result.type, TileType)
     layout = low.layouts[op.result] if tile else scalar_layout(low)
     owner = low.owner(layout)
-    if kind in ORDERED:
+    if kind in ORDERED or op in low.global_barriers:
         low.barrier()
     regs = []
     for r in range(layout.nregs):
