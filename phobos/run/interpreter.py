@@ -72,7 +72,7 @@ from .. import constants
 from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument
-from ..compiler import parse_source, pick_kernel
+from ..frontend.parser import parse_source, pick_kernel
 from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
 from ..frontend.sema import CheckedKernel, Inlined, Symbol, check_kernel
 from ..types import DType, ScalarType, TensorType, TileType, TupleType, shape_of
