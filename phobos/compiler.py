@@ -293,7 +293,7 @@ def grid_hints(func) -> GridHint:
     hints: list[tuple[str, int] | None] = [None, None, None]
     params = func.attrs["params"]
     for op in walk(func.body):
-        if op.opcode not in ("store", "atomic_add"):
+        if op.opcode != "store":
             continue
         tensor = op.operands[0]
         dims = params[tensor.owner.attrs["index"]].dims

@@ -12,6 +12,11 @@
 #              divisor has no value: `divide` raises ZeroDivisionError (the
 #              interpreter faults, the checker reports it, folding leaves the
 #              op to run).
+#   bits       `& | ^ ~` on the bits; `<<` and `>>` (arithmetic for signed
+#              integers) by an amount read as unsigned, and an amount of the
+#              width or more shifts every bit out (0, or copies of the sign for
+#              a signed `>>`), as PTX's shl/shr do; `mulhi` is the high half of
+#              the full product.
 #   floats     IEEE, rounded to nearest even once per operation in the
 #              operands' dtype (an f32 operation is never computed in double);
 #              comparisons with NaN are false except `ne`; `min`/`max` ignore
@@ -42,11 +47,12 @@ NUMPY = {d: np.dtype(d.numpy_name) for d in COMPUTE_DTYPES}
 # The language's binary operators as IR operations: opcode and attributes.
 OPERATORS: dict[str, tuple[str, dict]] = {
     "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),
-    "&&": ("and", {}), "||": ("or", {}),
+    "&&": ("and", {}), "||": ("or", {}), "&": ("and", {}), "|": ("or", {}), "^": ("xor", {}),
+    "<<": ("shl", {}), ">>": ("shr", {}),
     **{op: ("cmp", {"pred": pred}) for op, pred in
        (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
 }
-UNARY_OPERATORS = {"-": "neg", "!": "not"}
+UNARY_OPERATORS = {"-": "neg", "!": "not", "~": "not"}
 
 # Binary floating-point formats: (bits of precision, largest exponent).
 _FLOAT_FORMATS = {DType.F16: (11, 15), DType.BF16: (8, 127), DType.F32: (24, 127), DType.F64: (53, 1023)}
@@ -115,6 +121,38 @@ def remainder(a, b):
     return a - divide(a, b) * b
 
 
+def _shift(left: bool):
+    def shift(a, b):
+        a = np.asarray(a)
+        bits = a.dtype.itemsize * 8
+        amount = np.asarray(b).astype(np.int64).astype(np.uint64) if np.asarray(b).dtype.kind == "i" \
+            else np.asarray(b).astype(np.uint64)
+        out = amount >= bits
+        k = np.where(out, 0, amount).astype(a.dtype)
+        if left:
+            return np.where(out, a.dtype.type(0), a << k)[()].astype(a.dtype)
+        beyond = np.where(a < 0, a.dtype.type(-1), a.dtype.type(0)) if a.dtype.kind == "i" else a.dtype.type(0)
+        return np.where(out, beyond, a >> k)[()].astype(a.dtype)
+    return shift
+
+
+def multiply_high(a, b):
+    """The high half of the full product of two integers of one dtype (32 or 64 bits)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.itemsize == 8:  # 64 x 64 bits: four 32-bit partial products, as mul.hi.s64 does
+        ua, ub = a.view(np.uint64), b.view(np.uint64)
+        m32, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+        alo, ahi, blo, bhi = ua & m32, ua >> s32, ub & m32, ub >> s32
+        lh, hl = alo * bhi, ahi * blo
+        mid = ((alo * blo) >> s32) + (lh & m32) + (hl & m32)
+        hi = ahi * bhi + (lh >> s32) + (hl >> s32) + (mid >> s32)
+        if a.dtype.kind == "i":
+            hi = hi - np.where(a < 0, ub, np.uint64(0)) - np.where(b < 0, ua, np.uint64(0))
+        return hi.view(a.dtype)[()]
+    wide = np.int64 if a.dtype.kind == "i" else np.uint64
+    return ((a.astype(wide) * b.astype(wide)) >> wide(32)).astype(a.dtype)[()]
+
+
 COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
                                     "gt": np.greater, "ge": np.greater_equal}
 
@@ -122,8 +160,9 @@ COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np
 OPERATIONS: dict[str, Callable] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": divide, "rem": remainder,
     "min": np.fmin, "max": np.fmax,
-    "and": operator.and_, "or": operator.or_, "xor": operator.xor,
-    "neg": operator.neg, "not": operator.invert, "abs": np.abs,
+    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "shl": _shift(True), "shr": _shift(False),
+    "mulhi": multiply_high, "neg": operator.neg, "not": operator.invert, "abs": np.abs,
+    "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
     "select": np.where,
 }
 
@@ -197,7 +236,8 @@ def evaluate(opcode: str, attrs: dict, operands: list[Constant], dtypes: list[DT
 
 
 _EXACT: dict[str, Callable] = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
-                               "and": operator.and_, "or": operator.or_}
+                               "and": operator.and_, "or": operator.or_, "xor": operator.xor,
+                               "shl": operator.lshift, "shr": operator.rshift}
 _EXACT_COMPARE: dict[str, Callable] = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt,
                                        "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from ..middle.ir import Function
-from . import control, dot, memory, pipeline, reduce, values  # each registers its handlers
+from . import control, debug, dot, indexed, memory, pipeline, rearrange, reduce, scan, values  # noqa: F401
 from .core import Lowering
 
 

@@ -1,5 +1,5 @@
 # Reductions: sum, max, min, argmax and argmin of a tile, along one axis or
-# over all of it.
+# over all of it (a reduction with a combine function is a scan: scan.py).
 #
 # A reduction combines in three steps, following the operand's layout: within
 # a thread (the register slots that collapse onto one slot of the result,
@@ -20,12 +20,16 @@ from ..middle.ir import Op, Value
 from ..types import DType, ScalarType
 from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, row_major_strides, smem_bytes
 from .layout import Layout
+from .scan import reduce_with
 
 
 @HANDLERS.on("reduce")
 def reduce(low: Lowering, op: Op) -> None:
-    x = low.tile(op.operands[0])
     kind, axis = op.attrs["kind"], op.attrs["axis"]
+    if kind == "combine":
+        reduce_with(low, op)
+        return
+    x = low.tile(op.operands[0])
     layout = x.layout
     dims = list(range(layout.rank)) if axis is None else [axis]
     combine = _COMBINE[kind]

@@ -20,7 +20,7 @@ from ..middle.ir import Builder, Op, Value
 from ..types import ScalarType, TensorType, TileType
 from .core import HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides
 from .layout import Layout
-from .placement import ELEMENTWISE, broadcast_dims, drop_leading
+from .placement import ELEMENTWISE, broadcast_dims, keep_axes, source_axes
 
 
 @HANDLERS.on("param")
@@ -56,11 +56,14 @@ def const(low: Lowering, op: Op) -> None:
 
 @HANDLERS.on("program_id")
 def program_id(low: Lowering, op: Op) -> None:
-    axis = op.attrs["axis"]
+    low.vals[op.result] = program_index(low, op.attrs["axis"])
+
+
+def program_index(low: Lowering, axis: int) -> Value:
+    """What program_id(axis) gives the kernel (in grouped order for axes 0 and 1 when GROUP_M > 1)."""
     if low.group_m > 1 and axis in (0, 1):
-        low.vals[op.result] = grouped_program_ids(low)[axis]
-    else:
-        low.vals[op.result] = low.op("program_id", [], I32, axis=axis)
+        return grouped_program_ids(low)[axis]
+    return low.op("program_id", [], I32, axis=axis)
 
 
 @HANDLERS.on("num_programs")
@@ -115,10 +118,9 @@ def broadcast(low: Lowering, op: Op) -> None:
     if not isinstance(src.type, TileType):
         low.vals[op.result] = TileRegs(layout, [low.vals[src]] * layout.nregs)
         return
-    dims = broadcast_dims(src.type.shape, layout.shape)
-    small, index = layout.collapse_map(dims)
-    lead = len(layout.shape) - len(src.type.shape)
-    regs = low.in_layout(src, drop_leading(small, lead)).regs
+    axes = op.attrs.get("axes")
+    small, index = layout.collapse_map(broadcast_dims(src.type.shape, layout.shape, axes))
+    regs = low.in_layout(src, keep_axes(small, source_axes(src.type.shape, layout.shape, axes))).regs
     low.vals[op.result] = TileRegs(layout, [regs[i] for i in index])
 
 
