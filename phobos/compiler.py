@@ -27,6 +27,7 @@ from .log import Progress
 from .frontend import ast
 from .errors import ErrorList, Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
 from .middle.ir import KernelParam, Op, format_function, verify, walk
+from .middle.index_reach import IndexReach, index_reach
 from .middle.irgen import generate, kernel_signature
 from .lower.driver import lower
 from .lower.mathlib import expand_math
@@ -125,7 +126,9 @@ class KernelInfo:
     the interpreter runs), `axes_used` (the grid axes whose program_id or
     num_programs the kernel reads) and `grid_hint` (per axis, (size, tile) when
     a store is indexed `program_id(d) * tile :+ tile` along that size), each
-    computed once.  `kernel` is what compile_kernel takes.
+    computed once, and `index_reach` (the 32-bit values its indices are computed
+    from, which a launch with 64-bit indices checks).  `kernel` is what
+    compile_kernel takes.
     """
 
     name: str
@@ -154,6 +157,11 @@ class KernelInfo:
     def grid_hint(self, config: dict[str, int]) -> GridHint:
         """The grid hint from the tile IR, without compiling (CompiledKernel.grid_hint says the same)."""
         return self._remember("hint", config, lambda: grid_hints(generate(self.checked(config))))
+
+    def index_reach(self, config: dict[str, int]) -> IndexReach:
+        """What the kernel computes its indices from in 32 bits (phobos.middle.index_reach): a launch with
+        64-bit indices asks it whether they wrap over its grid."""
+        return self._remember("reach", config, lambda: index_reach(generate(self.checked(config))))
 
     def _remember(self, what: str, config: dict[str, int], make: Any) -> Any:
         key = (what, tuple(config.items()))
@@ -305,22 +313,32 @@ def grid_hints(func) -> GridHint:
 
 
 def _program_id_times(v, size) -> int | None:
-    """The axis d when `v` is program_id(d) * size, or program_id(d) as a single index (size None or 1)."""
+    """The axis d when `v` is program_id(d) * size, or program_id(d) as a single index (size None or 1);
+    program_id(d) may be widened first (`i64(program_id(0)) * i64(BLOCK)`, for tensors past 2^31 elements)."""
     op = v.owner
     if not isinstance(op, Op):  # a block argument: a loop variable, say
         return None
-    if op.opcode == "program_id" and size in (None, 1):
-        return op.attrs["axis"]
+    if _program_id_axis(v) is not None and size in (None, 1):
+        return _program_id_axis(v)
     if size is None:
         return None
     if op.opcode != "mul":
         return None
-    a, b = (x.owner for x in op.operands)
+    a, b = op.operands
     for pid, c in ((a, b), (b, a)):
-        if getattr(pid, "opcode", None) == "program_id" and getattr(c, "opcode", None) == "const" \
-                and c.attrs["value"] == size:
-            return pid.attrs["axis"]
+        if _program_id_axis(pid) is not None and getattr(c.owner, "opcode", None) == "const" \
+                and c.owner.attrs["value"] == size:
+            return _program_id_axis(pid)
     return None
+
+
+def _program_id_axis(v) -> int | None:
+    """d when `v` is program_id(d), or program_id(d) cast to a wider integer type."""
+    op = v.owner
+    if getattr(op, "opcode", None) == "cast" and op.operands[0].dtype.bits <= v.dtype.bits \
+            and v.dtype.is_int:
+        op = op.operands[0].owner
+    return op.attrs["axis"] if getattr(op, "opcode", None) == "program_id" else None
 
 
 def compile_to_ptx(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None,

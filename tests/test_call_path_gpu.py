@@ -261,29 +261,3 @@ def test_after_tuning_the_kernel_runs_from_ptxass_cubin(torch):
     assert torch.allclose(C, A @ B, rtol=1e-3, atol=1e-3)
     (module,) = [m for (ptx, _), m in runtime._modules.items() if ptx == sgemm.ptx]
     assert module.from_cubin
-
-
-# --- tensors past 2^31 - 1 elements: the 64-bit variant, chosen by the call's sizes
-
-
-def test_add_over_more_than_2_31_elements(add, torch):
-    n = 2**31 + 4099
-    a = torch.rand(n, device="cuda")
-    b = torch.rand(n, device="cuda")
-    c = torch.zeros(n, device="cuda")
-    add(a, b, c)
-    assert add.compiled.index_bits == 64
-    assert bool((c == a + b).all())
-    small = torch.ones(4096, device="cuda")
-    add(small, small, small)
-    assert add.compiled.index_bits == 32  # each call gets the variant its sizes need
-
-
-def test_softmax_over_rows_past_2_31_elements(torch):
-    softmax = phobos.load(EXAMPLES / "softmax.phobos", mode="gpu").softmax
-    x = torch.randn(40000, 65536, device="cuda")
-    y = torch.empty_like(x)
-    softmax(x, y)
-    assert softmax.compiled.index_bits == 64
-    for rows in (slice(0, 64), slice(39936, 40000)):
-        assert float((y[rows] - torch.softmax(x[rows], 1)).abs().max()) < 1e-6

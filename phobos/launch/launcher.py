@@ -20,6 +20,11 @@
 # binding, choosing and compiling.  A call with numpy arrays copies them in,
 # waits for the device and copies them back.
 #
+# A call with a tensor past 2^31 - 1 elements runs the kernel compiled with
+# 64-bit indices; it is refused when, over its grid, an index the kernel
+# computes in i32 from program_id would wrap, or the kernel reads a size past
+# i32 by name (KernelInfo.index_reach): elements would be skipped silently.
+#
 # The configuration: first the candidates for the call's sizes - the autotune
 # space (with the forced values fixed), each with the constants the kernel
 # derives from the sizes, less those a @require rejects (phobos.frontend.
@@ -672,9 +677,13 @@ class _Kernel:
         stream_of = self._stream_source(call, device)
         handle = self._stream(backend, stream, stream_of, device, call)
         self._refuse_during_capture(backend, call, handle)
+        self._refuse_wrapping_indices(call, variant)
         config, timings = self.choose(call, backend, variant.forced, variant.grid, variant.tuning, device)
         compiled = self.compiled(config, backend.arch(device), call.index_bits) if backend.compiles else None
         grid = self.grid_for(config, compiled, call, variant.grid)
+        problem = self.wrapping_indices(config, compiled, call, variant.grid)
+        if problem is not None:
+            raise problem
         self.last = _LastLaunch(config, compiled, timings, grid)
         if 0 in grid:
             if hasattr(backend, "prepare"):
@@ -723,6 +732,24 @@ class _Kernel:
                           f"is being captured on the stream; a first call binds, tunes, compiles and loads, which "
                           f"capture forbids: call the kernel once with the same kinds of arguments before "
                           f"capturing (a warm-up, as torch.cuda.graph asks)")
+
+    def wrapping_indices(self, config: Config, compiled: CompiledKernel | None, call: BoundCall,
+                         spec: GridSpec) -> LaunchError | None:
+        """With 64-bit indices: why `config` would compute an index that wraps in 32 bits over the call's grid
+        (phobos.middle.index_reach, through KernelInfo), or None."""
+        if call.index_bits != 64:
+            return None
+        grid = self.grid_for(config, compiled, call, spec)
+        return self.info.index_reach(config).problem(self.name, grid, call.sizes)
+
+    def _refuse_wrapping_indices(self, call: BoundCall, variant: _Variant) -> None:
+        """A LaunchError, before any tuning, when every configuration serving the call would wrap an index."""
+        if call.index_bits != 64:
+            return
+        problems = [self.wrapping_indices(config, None, call, variant.grid)
+                    for config in self.serving(call.sizes, variant.forced)]
+        if all(problems):
+            raise problems[0]
 
     def _keep(self, variant: _Variant, queued: Any, call: BoundCall, stream_of: Callable[[list], int],
               device: int, launch: Launch | None = None) -> None:
@@ -809,6 +836,9 @@ class _Kernel:
             grid = self.grid_for(config, compiled, call, spec)
             if 0 in grid:
                 raise autotune.Skipped("its grid is empty")
+            problem = self.wrapping_indices(config, compiled, call, spec)
+            if problem is not None:
+                raise autotune.Skipped(problem.message)
             if scratch is None:
                 scratch = {}
                 for name, tensor in call.tensors.items():
