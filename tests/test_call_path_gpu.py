@@ -3,7 +3,8 @@
 # and on side streams, the stream= argument, CuPy's current stream, CUDA graph
 # capture and replay, torch.compile through phobos.torch_op, JAX arrays through
 # DLPack, tensors on a second device, how a fault of an asynchronous kernel is
-# reported, and the cubin loaded after tuning.
+# reported, the cubin loaded after tuning, and in-place calls (a tensor both read
+# and written) run code that does not read through the read-only cache.
 from __future__ import annotations
 
 import os
@@ -261,3 +262,20 @@ def test_after_tuning_the_kernel_runs_from_ptxass_cubin(torch):
     assert torch.allclose(C, A @ B, rtol=1e-3, atol=1e-3)
     (module,) = [m for (ptx, _), m in runtime._modules.items() if ptx == sgemm.ptx]
     assert module.from_cubin
+
+
+# --- in-place calls
+
+
+def test_in_place_calls_read_without_the_read_only_cache(add, torch):
+    x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+    for _ in range(3):  # the first call, then the prepared one
+        before = x.clone()
+        add(x, y, x)
+        assert torch.equal(x, before + y)
+        assert add.compiled.read_only_cache is False and ".nc" not in add.ptx
+    c = torch.empty_like(x)
+    add(x, y, c)
+    assert torch.equal(c, x + y) and "ld.global.nc" in add.ptx
+    add(x, y, x)  # back to the in-place launch, prepared already
+    assert add.compiled.read_only_cache is False

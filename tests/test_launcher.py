@@ -716,7 +716,7 @@ def test_tensors_past_i32_choose_the_64_bit_variant_where_the_kernel_has_one(mon
 
     monkeypatch.setattr(launcher, "compile_kernel", recording)
     add = phobos.kernel(WIDE_ADD4, mode=FakeGpu()).configure(BLOCK=1024)
-    big = [DeviceArray((2**31 + 4099,)) for _ in range(3)]
+    big = [DeviceArray((2**31 + 4099,), address=(i + 1) << 40) for i in range(3)]
     assert add._kernel.info.index_widths == (32, 64)
     add(*big)
     assert add.grid == (-(-(2**31 + 4099) // 1024), 1, 1) and add.compiled.index_bits == 64
@@ -733,13 +733,13 @@ def test_with_64_bit_indices_an_index_that_wraps_in_i32_is_refused_before_any_gp
     gpu = FakeGpu()
     add = phobos.kernel(ADD4, mode=gpu, filename="add4.phobos")
     with pytest.raises(LaunchError) as error:
-        add(*[DeviceArray((2**31 + 4099,)) for _ in range(3)])
+        add(*[DeviceArray((2**31 + 4099,), address=(i + 1) << 40) for i in range(3)])
     assert error.value.loc.line == 4 and error.value.message.startswith(
         "add: this index is computed in i32 from program_id and reaches 2147487744 over this call's grid "
         "(16777249, 1, 1); i32 arithmetic wraps")
     assert "i64(program_id(0)) * i64(BLOCK)" in error.value.message
     assert gpu.timed == [] and gpu.runs == [] and gpu.copies == []  # refused before tuning
-    add(*[DeviceArray((2**31,)) for _ in range(3)])  # 64-bit indices, and the last block starts below 2^31
+    add(*[DeviceArray((2**31,), address=(i + 1) << 40) for i in range(3)])  # 64-bit indices, and the last block starts below 2^31
     assert add.compiled.index_bits == 64 and gpu.runs
 
 
@@ -747,7 +747,7 @@ def test_with_64_bit_indices_configurations_whose_index_wraps_are_not_tuned():
     """A grid of 2^21 + 5 programs: blocks of 1024 would start past 2^31 (and wrap), smaller ones do not."""
     gpu = FakeGpu()
     add = phobos.kernel(ADD4, mode=gpu)[(2**21 + 5,)]
-    add(*[DeviceArray((2**31 + 4099,)) for _ in range(3)])
+    add(*[DeviceArray((2**31 + 4099,), address=(i + 1) << 40) for i in range(3)])
     skipped = {text: reason for text, reason in add.timings.items() if isinstance(reason, str)}
     assert list(skipped) == ["BLOCK=1024"] and "computed in i32 from program_id" in skipped["BLOCK=1024"]
     assert len(gpu.timed) == 3 and add.config != {"BLOCK": 1024}
