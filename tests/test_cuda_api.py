@@ -6,6 +6,7 @@ import ctypes
 
 import pytest
 
+from phobos.errors import ToolchainError
 from phobos.run import cuda
 
 
@@ -89,3 +90,36 @@ def test_the_launcher_packs_into_a_buffer_that_extra_points_at(library):
     assert params is None
     assert extra[0] == 1 and extra[1] == ctypes.addressof(launcher.buffer) and extra[2] == 2 and extra[4] is None
     assert ctypes.c_size_t.from_address(extra[3]).value == 12
+
+
+def test_parameter_info_asks_parameter_by_parameter_until_the_driver_says_no_more(library):
+    layout = [(0, 8), (48, 128), (176, 128), (304, 4)]
+
+    def info(function, index, offset, size):
+        if index < len(layout):
+            store(offset, layout[index][0], ctypes.c_size_t)
+            store(size, layout[index][1], ctypes.c_size_t)
+
+    class ParamInfo(Function):
+        def __call__(self, function, index, offset, size):
+            self.code = 0 if index < len(layout) else cuda.CUDA_ERROR_INVALID_VALUE
+            return super().__call__(function, index, offset, size)
+
+    library.functions["cuFuncGetParamInfo"] = ParamInfo(info)
+    api = cuda.DriverApi(library)
+    assert api.parameter_info(0xF00) == layout
+    assert [call[1] for call in library.cuFuncGetParamInfo.calls] == [0, 1, 2, 3, 4]
+    assert library.cuFuncGetParamInfo.argtypes[1] is ctypes.c_size_t
+
+
+def test_parameter_info_needs_a_driver_that_has_it(library):
+    class Older(Library):
+        def __getattr__(self, name: str) -> Function:
+            if name == "cuFuncGetParamInfo":
+                raise AttributeError(name)
+            return super().__getattr__(name)
+
+    older = Older()
+    older.functions.update(library.functions)
+    with pytest.raises(ToolchainError, match=r"cuFuncGetParamInfo needs CUDA 12.4"):
+        cuda.DriverApi(older).parameter_info(0xF00)

@@ -13,6 +13,7 @@ import struct
 import sys
 import threading
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ import pytest
 from phobos.run import cuda, runtime, tensor_map
 from phobos.errors import LaunchError, PtxasError
 from phobos.run.tensor_map import TensorMap
+
+from .emulator_support import PTXAS, cubin_parameter_layout
 
 #: CUresult codes and names the stand-in driver reports.
 ERRORS = {1: ("CUDA_ERROR_INVALID_VALUE", "invalid argument"),
@@ -42,6 +45,8 @@ class StandInDriver(types.ModuleType):
         self.memory: dict[int, bytearray] = {}
         self.freed: list[int] = []
         self.launches: list[dict] = []
+        self.layouts: dict[str, list[tuple[int, int]]] = {}  # kernel -> (offset, size) of its parameters
+        self.asked: list[str] = []  # kernels whose parameter offsets the runtime asked for
         self.next_address = 0x10000
         driver = self
 
@@ -122,9 +127,8 @@ class StandInModule:
     def __init__(self, driver: StandInDriver):
         self.driver = driver
 
-    def get_function(self, name: str) -> "StandInAdd":
-        assert name == "add"
-        return StandInAdd(self.driver)
+    def get_function(self, name: str):
+        return StandInAdd(self.driver) if name == "add" else StandInRecorder(self.driver, name)
 
 
 class StandInAdd:
@@ -146,6 +150,18 @@ class StandInAdd:
         count = min(n, grid[0] * block[0])
         result = self.driver.floats_at(a, count) + self.driver.floats_at(b, count)
         self.driver.memory[c][: 4 * count] = result.tobytes()
+        return 0
+
+
+class StandInRecorder(StandInAdd):
+    """Any other kernel: records its parameter buffer; its parameter offsets are `driver.layouts[name]`."""
+
+    def __init__(self, driver: StandInDriver, name: str):
+        super().__init__(driver)
+        self.name = name
+
+    def launch(self, grid, block, parameters: bytes, shared_size: int, stream: int) -> int:
+        self.driver.launches.append(dict(grid=grid, block=block, shared=shared_size, parameters=parameters))
         return 0
 
 
@@ -178,6 +194,10 @@ class StandInApi:
 
     def set_max_dynamic_shared(self, function: int, nbytes: int) -> None:
         self.handles[function].attributes["MAX_DYNAMIC_SHARED_SIZE_BYTES"] = nbytes
+
+    def parameter_info(self, function: int) -> list[tuple[int, int]]:
+        self.driver.asked.append(self.handles[function].name)
+        return self.driver.layouts[self.handles[function].name]
 
     def launcher(self, function, grid, block, shared_bytes, size) -> "StandInLauncher":
         return StandInLauncher(self.handles[function], grid, block, shared_bytes, size)
@@ -379,7 +399,8 @@ def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver, monkeypatch):
     def encode(out, dtype, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob):
         calls.append((dtype, rank, address.value, list(dims), list(strides)[:rank - 1], list(box),
                       list(element_strides), interleave, swizzle, l2, oob))
-        out[0] = 0x1234
+        assert out.value % 128 == 0  # the driver wants the map's host memory 64-byte aligned (CUDA 13: 128)
+        ctypes.c_uint64.from_address(out.value).value = 0x1234
         return 0 if len(calls) == 1 else 1  # the second call fails
 
     monkeypatch.setattr(tensor_map, "_encode_function", encode)
@@ -400,3 +421,46 @@ def test_a_cubin_the_driver_refuses_falls_back_to_the_ptx(driver, add_ptx):
     module = runtime.load_module(add_ptx, cubin=b"\x7fELF bogus cubin")  # "bogus": the stand-in refuses it
     assert not module.from_cubin
     assert runtime.load_module(add_ptx + " ", cubin=b"\x7fELF fine").from_cubin
+
+
+# --- where parameters sit in the buffer: the kernel's layout, not a C struct's
+
+WGMMA_GEMM = Path(__file__).parent.parent / "handwritten_ptx" / "gemm_bf16_wgmma.ptx"
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas is not installed")
+def test_over_aligned_parameters_go_where_the_compiled_kernel_reads_them(driver):
+    """The tensor maps of the wgmma GEMM, compiled for sm_90a, sit at 48 and 176, not at 0 and 128
+    (where a C struct would put them, and where they were once packed: the GPU then read tensor
+    maps made of parts of both and stopped with 'an illegal instruction was encountered')."""
+    text = WGMMA_GEMM.read_text()
+    compiled = cubin_parameter_layout(text, "gemm_bf16_wgmma", "sm_90a")
+    driver.layouts["gemm_bf16_wgmma"] = compiled
+    maps = [bytes([1]) * 128, bytes([2]) * 128]
+    runtime.launch(text, "gemm_bf16_wgmma", 4, 384, maps + [0xC0FFEE00, 256, 512, 1024], shared_bytes=197632)
+    assert driver.asked == ["gemm_bf16_wgmma"]
+    offsets = [offset for offset, _ in compiled]
+    assert offsets[:2] == [48, 176]
+    assert offsets != runtime.natural_offsets(runtime.parse_entry_params(text)["gemm_bf16_wgmma"])
+    buffer = driver.launches[-1]["parameters"]
+    assert len(buffer) == compiled[-1][0] + compiled[-1][1]
+    assert buffer[48:176] == maps[0] and buffer[176:304] == maps[1]
+    assert struct.unpack_from("<QIII", buffer, 304) == (0xC0FFEE00, 256, 512, 1024)
+
+
+def test_kernels_without_over_aligned_parameters_are_packed_like_a_c_struct(driver):
+    ptx = ".version 8.0\n.target sm_80\n.visible .entry k(.param .u32 n, .param .align 16 .b8 s[32], .param .u64 p)\n{ ret; }\n"
+    runtime.launch(ptx, "k", 1, 32, [7, bytes(range(32)), 0x1000])
+    assert driver.asked == []  # the driver need not be asked
+    assert driver.launches[-1]["parameters"] == struct.pack("<I12x32sQ", 7, bytes(range(32)), 0x1000)
+
+
+def test_a_driver_layout_that_disagrees_with_the_ptx_is_a_launch_error(driver):
+    ptx = ".version 8.0\n.target sm_90\n.visible .entry k(.param .align 64 .b8 map[128], .param .u32 n)\n{ ret; }\n"
+    driver.layouts["k"] = [(48, 128), (176, 8)]
+    with pytest.raises(LaunchError, match=r"kernel 'k', parameter 'n' \(\.u32\): the driver reports 8 bytes"):
+        runtime.launch(ptx, "k", 1, 32, [bytes(128), 1])
+    runtime._modules.clear()
+    driver.layouts["k"] = [(48, 128)]
+    with pytest.raises(LaunchError, match=r"kernel 'k': the driver reports 1 parameters, the PTX declares 2"):
+        runtime.launch(ptx, "k", 1, 32, [bytes(128), 1])

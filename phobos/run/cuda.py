@@ -6,6 +6,8 @@
 #   load_module       a cubin or PTX image (cuModuleLoadDataEx, with the JIT's
 #                     error log), in the current context
 #   get_function      a kernel of a loaded module
+#   parameter_info    where the compiled kernel reads each parameter (offset, size),
+#                     which a parameter buffer must follow (runtime.parameter_offsets)
 #   launcher          a prebuilt cuLaunchKernel: the parameter buffer and the
 #                     `extra` array that points at it are made once, so a launch
 #                     is one pack into the buffer and one foreign call, on any
@@ -30,6 +32,7 @@ from ..errors import ToolchainError
 
 #: CUresult codes the runtime tells apart.
 CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_INVALID_CONTEXT = 201
 
 #: CUresults of calls made while a stream capture forbids them (CUDA_ERROR_STREAM_CAPTURE_*, CAPTURED_EVENT).
@@ -97,6 +100,8 @@ class DriverApi:
             "cuModuleGetFunction": (ctypes.POINTER(p), p, ctypes.c_char_p),
             "cuLaunchKernel": (p, u, u, u, u, u, u, u, p, ctypes.POINTER(p), ctypes.POINTER(p)),
             "cuFuncSetAttribute": (p, i, i),
+            "cuFuncGetParamInfo": (p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+                                   ctypes.POINTER(ctypes.c_size_t)),
             "cuStreamIsCapturing": (p, ctypes.POINTER(i)),
             "cuStreamGetCtx": (p, ctypes.POINTER(p)),
             "cuPointerGetAttribute": (p, i, ctypes.c_uint64),
@@ -110,6 +115,8 @@ class DriverApi:
             "cuGetErrorString": (i, ctypes.POINTER(ctypes.c_char_p)),
         }
         for name, argtypes in signatures.items():
+            if not hasattr(library, name):  # cuFuncGetParamInfo: CUDA 12.4 and newer
+                continue
             function = getattr(library, name)
             function.argtypes = argtypes
             function.restype = i
@@ -149,6 +156,19 @@ class DriverApi:
         function = ctypes.c_void_p()
         self._check(self._lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()))
         return function.value
+
+    def parameter_info(self, function: int) -> list[tuple[int, int]]:
+        """(offset, size) of every parameter of `function` in its parameter buffer."""
+        if not hasattr(self._lib, "cuFuncGetParamInfo"):
+            raise ToolchainError("this CUDA driver cannot report kernel parameter offsets (cuFuncGetParamInfo "
+                                 "needs CUDA 12.4 or newer), which parameters aligned beyond 16 bytes need")
+        layout, offset, size = [], ctypes.c_size_t(), ctypes.c_size_t()
+        while True:
+            code = self._lib.cuFuncGetParamInfo(function, len(layout), ctypes.byref(offset), ctypes.byref(size))
+            if code == CUDA_ERROR_INVALID_VALUE and layout:  # past the last parameter
+                return layout
+            self._check(code)
+            layout.append((offset.value, size.value))
 
     def set_max_dynamic_shared(self, function: int, nbytes: int) -> None:
         self._check(self._lib.cuFuncSetAttribute(function, _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))

@@ -10,9 +10,11 @@
 # converted to the type the kernel declares for that parameter, read off the
 # `.entry` line of the PTX.  A byte-array parameter (`.param .align 64 .b8
 # tmap[128]`) takes a phobos.run.tensor_map.TensorMap, which the driver
-# encodes, or raw bytes of its size.  The parameter buffer is packed here, following the
-# PTX layout, so no argument is ever passed with a type the kernel did not ask
-# for.  `time_launch` times a kernel with CUDA events; `device_properties`
+# encodes, or raw bytes of its size.  The parameter buffer is packed here, so no
+# argument is ever passed with a type the kernel did not ask for, each at the
+# offset the compiled kernel reads it from: where a C struct would put it, or,
+# for kernels with a parameter aligned to more than 16 bytes (tensor maps),
+# where the driver says (`parameter_offsets`).  `time_launch` times a kernel with CUDA events; `device_properties`
 # and `device_copy` give the launcher the device's limits and the scratch
 # copies it times kernels on.
 #
@@ -66,6 +68,10 @@ PARAM_DTYPES: dict[str, type[np.generic]] = {
 
 #: Parameter types wide enough to hold a device pointer.
 POINTER_TYPES = frozenset({"u64", "s64", "b64"})
+
+#: Parameters aligned to at most this many bytes sit where a C struct would put them on every GPU
+#: (the constant bank's parameters start 16-byte aligned); beyond it the driver is asked.
+NATURAL_ALIGNMENT_LIMIT = 16
 
 
 # ---------------------------------------------------------------------------
@@ -250,24 +256,47 @@ PARAM_FORMATS = {
 }  # fmt: skip
 
 
-def parameter_layout(params: Sequence[PtxParam]) -> struct.Struct:
-    """The kernel parameter buffer as a struct: each value little-endian, at an offset aligned to its size
-    (or declared .align); a byte-array parameter (a struct passed by value, a tensor map) as its bytes."""
-    text, offset = "<", 0
+def natural_offsets(params: Sequence[PtxParam]) -> list[int]:
+    """Where a C struct of the parameters would put each: at the next multiple of its alignment
+    (its size, or its declared .align)."""
+    offsets, end = [], 0
     for param in params:
-        padding = -offset % param.alignment
-        text += "x" * padding + (f"{param.size}s" if param.array_length is not None else PARAM_FORMATS[param.type])
-        offset += padding + param.size
+        end += -end % param.alignment
+        offsets.append(end)
+        end += param.size
+    return offsets
+
+
+def needs_driver_layout(params: Sequence[PtxParam]) -> bool:
+    """Whether the parameter offsets depend on the GPU: a parameter aligned beyond 16 bytes.
+
+    ptxas aligns a parameter's address in the constant bank, whose parameters
+    start at a GPU-dependent address (0x160 on sm_75/sm_80, 0x210 on sm_90): a
+    `.align 64` tensor map first in the list sits at offset 32 on sm_80 and 48
+    on sm_90, not at 0.  Alignments up to 16 come out as in a C struct.
+    """
+    return any(param.alignment > NATURAL_ALIGNMENT_LIMIT for param in params)
+
+
+def parameter_layout(params: Sequence[PtxParam], offsets: Sequence[int] | None = None) -> struct.Struct:
+    """The kernel parameter buffer as a struct: each value little-endian at its offset (`offsets`, else
+    `natural_offsets`); a byte-array parameter (a struct passed by value, a tensor map) as its bytes."""
+    text, end = "<", 0
+    for param, offset in zip(params, natural_offsets(params) if offsets is None else offsets):
+        text += "x" * (offset - end) + (f"{param.size}s" if param.array_length is not None else PARAM_FORMATS[param.type])
+        end = offset + param.size
     return struct.Struct(text)
 
 
-def pack_parameters(bound: Sequence[BoundArgument], array_pointers: dict[int, int]) -> bytes:
+def pack_parameters(
+    bound: Sequence[BoundArgument], array_pointers: dict[int, int], offsets: Sequence[int] | None = None
+) -> bytes:
     """The kernel parameter buffer of bound arguments (`parameter_layout`).
 
     `array_pointers` maps the index of each "array" argument to the device
     address of its copy.
     """
-    return parameter_layout([argument.param for argument in bound]).pack(*_values(bound, array_pointers))
+    return parameter_layout([argument.param for argument in bound], offsets).pack(*_values(bound, array_pointers))
 
 
 def _values(bound: Sequence[BoundArgument], array_pointers: dict[int, int]) -> list[Any]:
@@ -421,12 +450,14 @@ def on_device(device: int) -> Iterator[None]:
 
 @dataclass
 class Function:
-    """A kernel of a loaded module: its driver handle, parameters and device."""
+    """A kernel of a loaded module: its driver handle, parameters (and their offsets in the parameter
+    buffer, `parameter_offsets`) and device."""
 
     handle: int
     name: str
     params: list[PtxParam]
     device: int
+    offsets: list[int] = field(default_factory=list)
     shared_opt_in: int = DEFAULT_DYNAMIC_SHARED_LIMIT  # dynamic shared memory it may use without asking again
 
     def allow_shared(self, nbytes: int) -> None:
@@ -457,10 +488,28 @@ class Module:
             try:
                 with on_device(self.device):
                     handle = cuda.api().get_function(self.handle, kernel_name)
+                    offsets = parameter_offsets(handle, kernel_name, params)
             except cuda.CudaError as error:
                 raise driver_error(error, f"kernel '{kernel_name}'") from None
-            self._functions[kernel_name] = Function(handle, kernel_name, params, self.device)
+            self._functions[kernel_name] = Function(handle, kernel_name, params, self.device, offsets)
         return self._functions[kernel_name]
+
+
+def parameter_offsets(handle: int, kernel_name: str, params: list[PtxParam]) -> list[int]:
+    """The offset of each parameter in the buffer the compiled kernel reads (`needs_driver_layout`):
+    the natural ones, or what the driver reports for the function `handle`.  LaunchError, naming the
+    parameter, where the driver's sizes disagree with the PTX's."""
+    if not needs_driver_layout(params):
+        return natural_offsets(params)
+    layout = cuda.api().parameter_info(handle)
+    if len(layout) != len(params):
+        raise LaunchError(f"kernel '{kernel_name}': the driver reports {len(layout)} parameters, the PTX declares "
+                          f"{len(params)}")
+    for param, (_, size) in zip(params, layout):
+        if size != param.size:
+            raise LaunchError(f"kernel '{kernel_name}', parameter {param}: the driver reports {size} bytes, "
+                              f"the PTX declares {param.size}")
+    return [offset for offset, _ in layout]
 
 
 def _kernel_params(params: dict[str, list[PtxParam]], kernel_name: str) -> list[PtxParam]:
@@ -528,7 +577,7 @@ class QueuedKernel:
         api = cuda.api()
         self.name = function.name
         self.shape = shape
-        self.layout = parameter_layout(function.params)
+        self.layout = parameter_layout(function.params, function.offsets)
         self.context = primary_context(function.device)
         self.switch_context = device_count() > 1
         function.allow_shared(shape.shared_bytes)
