@@ -16,7 +16,7 @@ from .child_process import run_child
 pytestmark = [pytest.mark.gpu, pytest.mark.huge]
 
 #: Seconds a child may run: a first call compiles, assembles and tunes three configurations.
-CHILD_TIMEOUT = 420
+CHILD_TIMEOUT = 200
 
 #: The start of each script: torch on the GPU, and a clean skip when the GPU lacks the memory.
 PRELUDE = """
