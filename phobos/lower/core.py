@@ -76,7 +76,8 @@ class TileRegs:
 
 @dataclass
 class TensorRef:
-    """A lowered tensor: base address (global, i64), dims (values of the index type), element type."""
+    """A lowered tensor: base address (global, i64), dims (values of the index type), element type, and
+    whether it may be loaded through the read-only cache (ld.global.nc)."""
 
     ptr: Value
     dims: list[Value]
@@ -87,10 +88,12 @@ class TensorRef:
 class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
-    def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32):
+    def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32,
+                 read_only_cache: bool = True):
         self.src = func
         self.smem_limit = smem_limit
         self.cp_async = cp_async
+        self.read_only_cache = read_only_cache  # tensors the kernel does not write may use ld.global.nc
         self.index_type = INDEX_TYPES[index_bits]  # tensor dims, bounds tests and element coordinates
         self.use_count = uses(func)
         self.threads = choose_threads(func)

@@ -12,7 +12,8 @@ from . import control, debug, dot, indexed, memory, pipeline, rearrange, reduce,
 from .core import Lowering
 
 
-def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32) -> Function:
+def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32,
+          read_only_cache: bool = True) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
@@ -22,9 +23,10 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
     `index_bits` 64 makes tensor dims (and the size parameters) and element
     coordinates 64-bit, for tensors with dims of 2^31 or more (attr
-    `index_bits`).
+    `index_bits`); `read_only_cache` False loads no tensor through the
+    read-only cache (ld.global.nc), for calls whose tensors overlap.
     """
-    low = Lowering(func, smem_limit, cp_async, index_bits)
+    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache)
     low.lower_block(func.body, low.out.body)
     low.out.attrs["shared_bytes"] = low.smem_bytes
     return low.out

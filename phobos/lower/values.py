@@ -30,7 +30,7 @@ def param(low: Lowering, op: Op) -> None:
     if isinstance(t, TensorType):
         ptr = low.op("param", [], I64, **op.attrs)
         dims = [param_size(low, d) if isinstance(d, str) else low.const(d, low.index_type.dtype) for d in t.dims]
-        low.vals[op.result] = TensorRef(ptr, dims, t.dtype, not p.written)
+        low.vals[op.result] = TensorRef(ptr, dims, t.dtype, not p.written and low.read_only_cache)
     elif p.kind == "size":  # the language's i32 (with 64-bit indices, the low half of the parameter)
         size = param_size(low, p.name)
         low.vals[op.result] = size if size.type == t else low.op("cast", [size], t)
