@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import numpy as np
@@ -27,6 +28,15 @@ def arguments(description: str, **size_options) -> argparse.Namespace:
 def pick_mode(requested: str | None) -> str:
     """The requested mode, else the one Phobos picks for mode=None (which says why when there is no GPU)."""
     return requested if requested is not None else default_mode()
+
+
+def connect(scheduler: str | None):
+    """A Dask client of the scheduler at that address (closed on leaving the `with`), or None, with which
+    a phobos.dag.Session starts a LocalCluster of its own."""
+    if scheduler is None:
+        return contextlib.nullcontext()
+    from distributed import Client
+    return Client(scheduler)
 
 
 def time_on_gpu(fn, arrays: list[np.ndarray], **scalars) -> float:

@@ -62,6 +62,9 @@ TARGETS = {
 }
 
 
+#: The widths tensor indices can be compiled with (compile_kernel's index_bits).
+INDEX_WIDTHS = (32, 64)
+
 logger = logging.getLogger(__name__)
 
 
@@ -92,6 +95,7 @@ class CompiledKernel:
     registers_estimate: int
     grid_hint: list[tuple[str, int] | None]  # per grid axis: (size name, tile) when stores make it clear
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    index_bits: int = 32  # width of tensor dims and size parameters (compile_kernel)
 
     @property
     def config_text(self) -> str:
@@ -129,20 +133,30 @@ def pick_kernel(program: ast.Program, kernel: str | None) -> ast.Kernel:
 
 
 def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None, kernel: str | None = None,
-            filename: str = "<source>", dumps: Dumps | None = None) -> CompiledKernel:
+            filename: str = "<source>", dumps: Dumps | None = None, index_bits: int = 32) -> CompiledKernel:
     """Compile one kernel of `src` for one autotune configuration (first values when None)."""
     program = parse_source(src, filename)
-    return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps)
+    return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps,
+                          index_bits=index_bits)
 
 
 def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int] | None = None,
                    dumps: Dumps | None = None, verify_each: bool = False,
-                   allocate_registers: bool = True) -> CompiledKernel:
+                   allocate_registers: bool = True, index_bits: int = 32) -> CompiledKernel:
     """Compile one parsed kernel; `verify_each` checks the IR after every pass,
-    `allocate_registers=False` keeps one PTX register per value (for comparison)."""
+    `allocate_registers=False` keeps one PTX register per value (for comparison).
+
+    `index_bits` is 32 or 64: the width of tensor dims, of the size parameters
+    in the PTX and of element coordinates.  32 serves every tensor whose dims
+    are below 2^31 (addresses are 64-bit either way); 64 serves any.  The
+    size names a kernel reads stay the language's i32 (the parameter's low
+    half), exact while the size fits.
+    """
     tgt = target(arch)
+    if index_bits not in INDEX_WIDTHS:
+        raise PhobosError(f"index_bits must be 32 or 64, got {index_bits!r}")
     try:
-        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers)
+        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers, index_bits)
     except PhobosError as err:
         resolved = resolve_config(k, config) if not isinstance(err, SemanticError) or config else {}
         if resolved:
@@ -156,7 +170,7 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
 
 
 def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool,
-              allocate_registers: bool) -> CompiledKernel:
+              allocate_registers: bool, index_bits: int) -> CompiledKernel:
     times: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -179,7 +193,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     after = dumps.after if dumps is not None else None
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
-    thread = lower(func, tgt.shared_bytes, tgt.cp_async)
+    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits)
     expand_math(thread)
     if verify_each:
         verify(thread, thread_level=True)
@@ -196,7 +210,8 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         name=k.name, params=entry_params(thread), body=items, threads=thread.attrs["threads"],
         register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
         header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
-                        + (f", configuration {config_text(ck.config)}" if ck.config else ""),
+                        + (f", configuration {config_text(ck.config)}" if ck.config else "")
+                        + (f", {index_bits}-bit indices" if index_bits != 32 else ""),
                         f"{thread.attrs['threads']} threads per CTA, {thread.attrs['shared_bytes']} bytes of "
                         f"shared memory, peak register pressure {alloc.peak_pressure}"])
     source_file = k.loc.file if SourceFile.line(k.loc.file, k.loc.line) is not None else None
@@ -205,7 +220,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     return CompiledKernel(
         ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(func.attrs["params"]), arch=tgt.arch,
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
-        registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times)
+        registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times, index_bits=index_bits)
 
 
 def grid_hints(func) -> list[tuple[str, int] | None]:

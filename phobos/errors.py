@@ -109,6 +109,10 @@ class ToolchainError(PhobosError):
     """A tool Phobos needs (ptxas, PyCUDA, a GPU) is missing or failed."""
 
 
+class PtxasTimeout(ToolchainError):
+    """ptxas ran longer than it was allowed to."""
+
+
 class PtxasError(PhobosError):
     """ptxas rejected a PTX text."""
 

@@ -101,13 +101,14 @@ class Report:
         raise PtxasError(f"ptxas rejected {self.name} for {self.arch}:\n{details}")
 
 
-def check(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>") -> Report:
+def check(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>", timeout: float | None = None) -> Report:
     """Assemble `ptx_text` for `arch` and report per-kernel resources and diagnostics.
 
     `name` is the file name diagnostics and the report are labelled with.
-    Raises ToolchainError for an unknown target or when ptxas cannot be found.
+    Raises ToolchainError for an unknown target or when ptxas cannot be found,
+    PtxasTimeout when ptxas takes longer than `timeout` seconds.
     """
-    returncode, stdout, stderr = run_ptxas(ptx_text, arch, source_name=name)
+    returncode, stdout, stderr = run_ptxas(ptx_text, arch, source_name=name, timeout=timeout)
     raw = stdout + stderr
     kernels, errors, warnings = _parse_ptxas_output(raw, name)
     if returncode != 0 and not errors:

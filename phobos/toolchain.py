@@ -9,6 +9,10 @@
 # Lookup order: $PHOBOS_PTXAS, then `ptxas` on $PATH, then $CUDA_HOME/bin, then
 # /usr/local/cuda/bin, then the `nvidia-cuda-nvcc` wheel (installed by the
 # `test` extra), which puts ptxas under <site-packages>/nvidia/cu13/bin.
+#
+# ptxas's time grows with the square of a kernel's length, so a run can be
+# given a time limit; the autotuner uses `ptxas_timeout()` ($PHOBOS_PTXAS_TIMEOUT
+# seconds, default 60) and a run that takes longer is a PtxasTimeout.
 from __future__ import annotations
 
 import functools
@@ -20,13 +24,16 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import ToolchainError
+from .errors import PtxasTimeout, ToolchainError
 
 #: Where a CUDA toolkit installed by NVIDIA's installer puts ptxas.
 DEFAULT_CUDA_BIN_DIRS = (Path("/usr/local/cuda/bin"),)
 
 #: Where the nvidia-cuda-nvcc wheel puts ptxas, relative to the `nvidia` package.
 WHEEL_PTXAS = Path("cu13") / "bin" / "ptxas"
+
+#: Seconds the autotuner lets ptxas run on one configuration, unless PHOBOS_PTXAS_TIMEOUT says otherwise.
+DEFAULT_PTXAS_TIMEOUT = 60.0
 
 HOW_TO_GET_PTXAS = (
     "install it with `pip install nvidia-cuda-nvcc==13.0.*` (or a CUDA toolkit), "
@@ -89,15 +96,32 @@ def check_arch(arch: str) -> str:
     return arch
 
 
+def ptxas_timeout() -> float:
+    """Seconds ptxas may take on one kernel while tuning: $PHOBOS_PTXAS_TIMEOUT, else 60."""
+    text = os.environ.get("PHOBOS_PTXAS_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_PTXAS_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ToolchainError(f"PHOBOS_PTXAS_TIMEOUT={text} is not a positive number of seconds")
+    return seconds
+
+
 def run_ptxas(
-    ptx_text: str, arch: str, extra_args: Sequence[str] = (), source_name: str = "input.ptx"
+    ptx_text: str, arch: str, extra_args: Sequence[str] = (), source_name: str = "input.ptx",
+    timeout: float | None = None,
 ) -> tuple[int, str, str]:
     """Assemble `ptx_text` for `arch` with `ptxas -v`; return (returncode, stdout, stderr).
 
     The text goes through a temporary file and the cubin is thrown away: only
     the verdict and the resource report matter.  In the output, the temporary
     file is called `source_name`, so that diagnostics such as
-    `ptxas add.ptx, line 12; error : ...` name the user's file.
+    `ptxas add.ptx, line 12; error : ...` name the user's file.  With a
+    `timeout` (seconds), a ptxas still running then is killed and the run is a
+    PtxasTimeout.
     """
     check_arch(arch)
     ptxas = find_ptxas()
@@ -106,7 +130,10 @@ def run_ptxas(
         source.write_text(ptx_text)
         command = [ptxas, f"-arch={arch}", "-v", *extra_args, "-o", str(Path(tmp) / "out.cubin"), str(source)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise PtxasTimeout(f"ptxas took longer than {timeout:g} s on {source_name}; not assembled "
+                               f"(PHOBOS_PTXAS_TIMEOUT sets the limit, in seconds)") from None
         except OSError as error:
             raise ToolchainError(f"cannot run ptxas at {ptxas}: {error.strerror}") from error
     stdout = done.stdout.replace(str(source), source_name)

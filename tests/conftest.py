@@ -7,8 +7,9 @@
 # - The `no_ptxas` fixture hides every ptxas on the machine from
 #   phobos.toolchain, for testing what users without one see.
 # - Every test gets an empty PHOBOS_CACHE_DIR of its own and none of the
-#   environment switches of the launcher, so no test reads or fills the
-#   user's cache or depends on how the shell that runs it is set up.
+#   environment switches of the launcher (PHOBOS_AUTOTUNE, PHOBOS_MODE,
+#   PHOBOS_INTERPRET, PHOBOS_LOG, PHOBOS_PTXAS_TIMEOUT), so no test reads or
+#   fills the user's cache or depends on how the shell that runs it is set up.
 from __future__ import annotations
 
 import difflib
@@ -81,10 +82,11 @@ class Golden:
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE, PHOBOS_MODE, PHOBOS_INTERPRET and PHOBOS_LOG unset."""
+    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE, PHOBOS_MODE, PHOBOS_INTERPRET, PHOBOS_LOG and
+    PHOBOS_PTXAS_TIMEOUT unset."""
     directory = tmp_path_factory.mktemp("phobos-cache")
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(directory))
-    for name in ("PHOBOS_AUTOTUNE", "PHOBOS_MODE", "PHOBOS_INTERPRET", "PHOBOS_LOG"):
+    for name in ("PHOBOS_AUTOTUNE", "PHOBOS_MODE", "PHOBOS_INTERPRET", "PHOBOS_LOG", "PHOBOS_PTXAS_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
     return directory
 

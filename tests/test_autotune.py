@@ -15,7 +15,7 @@ from phobos.launch import cache, launcher
 from phobos.configuration import config_text
 from phobos.launch.autotune import Skipped, screen, tune
 from phobos.compiler import compile
-from phobos.errors import LaunchError, ResourceError
+from phobos.errors import LaunchError, PtxasTimeout, ResourceError
 from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
 
 from .launcher_fakes import (ADD4, FAKE_DEVICE, TWO_PARAMETERS, DeviceArray, FakeGpu, forget_memory,
@@ -152,7 +152,7 @@ def report(registers=32, spill_stores=0, spill_loads=0, ok=True, errors=()) -> R
 
 def screened(kernel, device=FAKE_DEVICE, ptxas=None) -> str | None:
     try:
-        screen(kernel, device, ptxas)
+        screen(kernel, device, lambda: ptxas)
     except Skipped as skipped:
         return skipped.reason
     return None
@@ -179,7 +179,7 @@ def test_registers_from_ptxas(add_1024):
 
 def test_spills_leave_a_fallback(add_1024):
     with pytest.raises(Skipped) as skipped:
-        screen(add_1024, FAKE_DEVICE, report(spill_stores=8, spill_loads=16))
+        screen(add_1024, FAKE_DEVICE, lambda: report(spill_stores=8, spill_loads=16))
     assert skipped.value.reason == "spills registers (8 bytes stored, 16 bytes loaded)"
     assert skipped.value.fallback is add_1024
 
@@ -190,6 +190,64 @@ def test_registers_from_the_compiler_estimate_without_ptxas(add_1024):
     assert screened(add_1024, tiny) == (
         f"the compiler estimates {add_1024.registers_estimate} registers per thread; 256 threads may use at most "
         f"{budget}")
+
+
+def test_estimates_far_beyond_the_limits_are_skipped_without_asking_ptxas(add_1024):
+    asked = []
+
+    def ptxas():
+        asked.append(True)
+        return report()
+
+    def reason(kernel, device=FAKE_DEVICE):
+        try:
+            screen(kernel, device, ptxas)
+        except Skipped as skipped:
+            return skipped.reason
+
+    assert reason(replace(add_1024, registers_estimate=510)) is None and len(asked) == 1
+    assert reason(replace(add_1024, registers_estimate=1555)) == (
+        "the compiler estimates 1555 registers per thread, more than 2 times the 255 a thread can have; "
+        "not assembled")
+    small = replace(FAKE_DEVICE, max_registers_per_block=256 * 100)
+    assert reason(replace(add_1024, registers_estimate=201), small) == (
+        "the compiler estimates 201 registers per thread, more than 2 times the 100 each of 256 threads may "
+        "use; not assembled")
+    assert reason(replace(add_1024, shared_bytes=10**6)).startswith("needs 1000000 bytes of shared memory")
+    assert len(asked) == 1
+
+
+HUGE_ROW = """\
+@autotune(BN in [1048576, 1024], WARPS in [4])
+kernel rownorm(x: tensor<f32>[M, N], y: tensor<f32>[M, N]) {
+    let xs = x[program_id(0), 0 :+ BN]
+    y[program_id(0), 0 :+ BN] = xs / sum(xs)
+}
+"""
+
+
+def test_a_tile_of_absurd_register_need_is_refused_before_any_code_is_written():
+    with pytest.raises(ResourceError) as error:
+        compile(HUGE_ROW, config={"BN": 1048576}, filename="rownorm.phobos")
+    assert error.value.message == (
+        "a tile<f32>[1048576] takes 8192 registers per thread with 128 threads; a thread has 255, and at most "
+        "1024 (the rest spilled to memory) are accepted: use more WARPS or a smaller tile")
+    assert (error.value.loc.line, error.value.loc.col) == (3, 15)
+    assert compile(HUGE_ROW, config={"BN": 1024}).threads == 128
+
+
+def test_the_tuner_skips_such_a_tile_without_running_ptxas(monkeypatch):
+    assembled = []
+
+    def fake_report(self, compiled, required=False):
+        assembled.append(compiled.config["BN"])
+        return Report("sm_90", "rownorm", True, [KernelReport("rownorm", 40, 0, 0)])
+
+    monkeypatch.setattr(launcher._Kernel, "ptxas_report", fake_report)
+    rownorm = phobos.kernel(HUGE_ROW, mode=FakeGpu())
+    rownorm(np.ones((2, 100), np.float32), np.zeros((2, 100), np.float32))
+    assert assembled == [1024] and rownorm.config == {"BN": 1024, "WARPS": 4}
+    assert rownorm.timings["BN=1048576, WARPS=4"].startswith("a tile<f32>[1048576] takes 8192 registers")
 
 
 # --- tuning inside the launcher
@@ -273,6 +331,52 @@ def test_a_different_device_is_tuned_anew():
     assert len(other.timed) == 4 and add.config == {"BLOCK": 1024}
 
 
+def tuned_with(grid, gpu, n=1000):
+    add = phobos.kernel(ADD4, mode=gpu)
+    a, b = random_vectors(n)
+    add[grid](a, b, np.empty_like(a))
+    return add.config
+
+
+def blocks_of(width):
+    return lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]) * width,)
+
+
+def test_grid_functions_are_told_apart_by_their_code_and_values_not_their_name(monkeypatch):
+    ceil = FakeGpu(TIMES)
+    assert tuned_with(lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),), ceil) == {"BLOCK": 256}
+    one = FakeGpu({"BLOCK=1024": 0.1})  # another lambda: its own choice, in memory and on disk
+    assert tuned_with(lambda config, sizes: (1,), one) == {"BLOCK": 1024} and len(one.timed) == 4
+    twice = FakeGpu({"BLOCK=512": 0.1})  # the same code reading another value from its closure
+    assert tuned_with(blocks_of(2), twice) == {"BLOCK": 512} and len(twice.timed) == 4
+    forget_memory(monkeypatch)
+    again = FakeGpu({"BLOCK=128": 0.1})  # the same functions made anew, as in another process: found on disk
+    assert tuned_with(lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),), again) == {"BLOCK": 256}
+    assert tuned_with(lambda config, sizes: (1,), again) == {"BLOCK": 1024}
+    assert tuned_with(blocks_of(2), again) == {"BLOCK": 512} and again.timed == []
+    assert tuned_with(blocks_of(3), again) == {"BLOCK": 128} and len(again.timed) == 4
+    assert len(list((cache.cache_dir() / cache.AUTOTUNE).iterdir())) == 4
+
+
+def test_a_grid_function_reading_an_object_is_known_by_its_grids_and_not_kept_on_disk():
+    widths = np.array([1, 2])
+    reads_an_array = lambda config, sizes: (int(widths[0]) * -(-sizes["N"] // config["BLOCK"]),)  # noqa: E731
+    assert launcher.function_digest(reads_an_array) is None
+    assert launcher.function_digest(blocks_of(2)) != launcher.function_digest(blocks_of(3))
+    assert launcher.function_digest(blocks_of(2)) == launcher.function_digest(blocks_of(2))
+    gpu = FakeGpu({"BLOCK=512": 0.1})
+    add = phobos.kernel(ADD4, mode=gpu)[reads_an_array]
+    a, b = random_vectors(1000)
+    add(a, b, np.empty_like(a))
+    assert add.config == {"BLOCK": 512} and len(gpu.timed) == 4
+    add(a, b, np.empty_like(a))
+    assert len(gpu.timed) == 4  # remembered in memory
+    widths[0] = 2  # now it gives other grids: chosen anew
+    add(a, b, np.empty_like(a))
+    assert len(gpu.timed) == 8
+    assert not (cache.cache_dir() / cache.AUTOTUNE).exists()
+
+
 def test_a_corrupt_choice_on_disk_is_ignored_and_replaced(isolated_cache, monkeypatch):
     call_add(phobos.kernel(ADD4, mode=FakeGpu(TIMES)))
     (entry,) = (isolated_cache / cache.AUTOTUNE).iterdir()
@@ -340,6 +444,37 @@ def test_register_reports_come_from_ptxas_when_there_is_one(monkeypatch):
     call_add(add)
     assert reports == CONFIGS
     assert add.timings["BLOCK=512"] == "uses 600 registers per thread; 128 threads may use at most 256"
+
+
+def test_a_ptxas_that_takes_too_long_skips_its_configuration(monkeypatch, tmp_path, fresh_ptxas_lookup):
+    slow = tmp_path / "ptxas"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("PHOBOS_PTXAS", str(slow))
+    monkeypatch.setenv("PHOBOS_PTXAS_TIMEOUT", "0.2")
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    with pytest.raises(LaunchError) as error:
+        call_add(add)
+    assert gpu.runs == []
+    for config in CONFIGS:
+        assert f"  {config_text(config)}: ptxas took longer than 0.2 s on " in error.value.message
+    assert error.value.message.count("; not assembled (PHOBOS_PTXAS_TIMEOUT sets the limit, in seconds)") == 4
+    assert not list((cache.cache_dir() / cache.PTXAS).glob("*.json"))  # a timeout is not remembered
+
+
+def test_a_slow_ptxas_on_one_configuration_leaves_the_others(monkeypatch):
+    def fake_report(self, compiled, required=False):
+        if compiled.config["BLOCK"] == 256:
+            raise PtxasTimeout("ptxas took longer than 60 s on add.phobos [add: BLOCK=256]; not assembled")
+        return Report("sm_90", "add", True, [KernelReport("add", 20, 0, 0)])
+
+    monkeypatch.setattr(launcher._Kernel, "ptxas_report", fake_report)
+    gpu = FakeGpu(TIMES)
+    add = phobos.kernel(ADD4, mode=gpu)
+    call_add(add)
+    assert add.timings["BLOCK=256"] == "ptxas took longer than 60 s on add.phobos [add: BLOCK=256]; not assembled"
+    assert add.config == {"BLOCK": 512}
 
 
 def test_an_empty_launch_tunes_nothing():

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +58,20 @@ def test_the_build_names_the_version_and_a_digest_of_the_sources():
     assert version == __version__ and len(digest) == 16
 
 
+def test_the_build_digest_covers_every_stage_of_the_compiler(monkeypatch):
+    read = []
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda path: read.append(path) or original(path))
+    cache.phobos_build.cache_clear()
+    try:
+        cache.phobos_build()
+    finally:
+        cache.phobos_build.cache_clear()
+    package = Path(phobos.__file__).resolve().parent
+    covered = {path.relative_to(package).as_posix() for path in read}
+    assert {"compiler.py", "lower/memory.py", "ptx/emit.py", "frontend/sema.py", "launch/cache.py"} <= covered
+
+
 # --- storing and loading
 
 
@@ -104,6 +120,51 @@ def test_an_unreadable_entry_is_a_miss(tmp_path):
     path = DiskCache(tmp_path).path_for("kernels", KEY)
     path.mkdir(parents=True)  # a directory where the file should be
     assert fresh(tmp_path).load("kernels", KEY) is None
+
+
+def load_within(store: DiskCache, seconds: float = 10.0):
+    """store.load(KEY), run in a thread: a read that never ends fails the test instead of hanging it."""
+    outcome = []
+    reader = threading.Thread(target=lambda: outcome.append(store.load("kernels", KEY)), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    assert not reader.is_alive(), "reading the entry did not finish"
+    return outcome[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_in_place_of_an_entry_is_a_miss_without_waiting(tmp_path):
+    path = DiskCache(tmp_path).path_for("kernels", KEY)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    assert load_within(fresh(tmp_path)) is None
+    DiskCache(tmp_path).store("kernels", KEY, {"ptx": "rebuilt"})  # replaced by a regular file
+    assert fresh(tmp_path).load("kernels", KEY) == {"ptx": "rebuilt"}
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_a_link_to_an_endless_device_is_a_miss(tmp_path):
+    path = DiskCache(tmp_path).path_for("kernels", KEY)
+    path.parent.mkdir(parents=True)
+    path.symlink_to("/dev/zero")
+    assert load_within(fresh(tmp_path)) is None
+
+
+def test_entries_beyond_the_size_bound_are_neither_read_nor_written(tmp_path, monkeypatch):
+    path = DiskCache(tmp_path).path_for("kernels", KEY)
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as file:  # hundreds of MB, sparse: a read of the whole would take a while
+        file.truncate(300 * 1024 * 1024)
+    assert load_within(fresh(tmp_path)) is None
+    DiskCache(tmp_path).store("kernels", KEY, {"ptx": "x" * 100})
+    entry_bytes = path.stat().st_size
+    assert fresh(tmp_path).load("kernels", KEY) == {"ptx": "x" * 100}
+    monkeypatch.setattr(cache, "MAX_ENTRY_BYTES", entry_bytes - 1)
+    assert fresh(tmp_path).load("kernels", KEY) is None
+    store = DiskCache(tmp_path)
+    store.store("kernels", {**KEY, "arch": "sm_80"}, {"ptx": "x" * entry_bytes})
+    assert not store.path_for("kernels", {**KEY, "arch": "sm_80"}).exists()
+    assert store.load("kernels", {**KEY, "arch": "sm_80"}) == {"ptx": "x" * entry_bytes}  # in memory only
 
 
 def test_a_cache_that_cannot_be_written_is_warned_about_once(tmp_path, caplog):

@@ -1,17 +1,19 @@
 # The PTX emulator stops at what a GPU would hide: out-of-bounds and
-# misaligned accesses, shared-memory races, cp.async data read before its wait,
-# barriers in divergent code, deadlocks, shuffles with absent lanes, division
-# by zero, endless loops - and any PTX it does not know.  Errors name the PTX
+# misaligned accesses, shared- and global-memory races, ld.global.nc of data
+# the kernel writes, cp.async data read before its wait, barriers in divergent
+# code, barrier counts that are not whole warps, divergent bra.uni, deadlocks,
+# shuffles with absent lanes, division by zero, endless loops - and any PTX it
+# does not know.  Errors name the PTX
 # line, the thread, and the Phobos source position from `.loc`.
 import numpy as np
 import pytest
 
 from phobos.errors import ExecutionError, Loc, PhobosError
-from phobos.run.emulator import (ArithmeticFault, AsyncCopyHazard, BarrierError, EmulatorError, MemoryFault,
-                            MisalignedAddress, Module, PtxSyntaxError, SharedMemoryRace, TrapError,
-                            UnsupportedPtx, WarpSyncError)
+from phobos.run.emulator import (ArithmeticFault, AsyncCopyHazard, BarrierError, DivergentBranch, EmulatorError,
+                                 GlobalMemoryRace, MemoryFault, MisalignedAddress, Module, NonCoherentRead,
+                                 PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
 
-from .emulator_support import assert_valid_ptx, data_module, source_text
+from .emulator_support import PTXAS, assert_valid_ptx, data_module, ptxas_errors, source_text
 
 HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
 
@@ -292,3 +294,113 @@ def test_warp_barrier_orders_only_its_own_warp(partner, races):
             Module(text).launch("k", 1, 64, [0])
     else:
         Module(text).launch("k", 1, 64, [0])
+
+
+# --- global memory: races within a CTA between barriers and between CTAs, ld.global.nc
+
+
+def global_kernel(*lines: str) -> str:
+    """A kernel over the u32 array k_p; %r1 is the thread id, %r2 the CTA id, %rd1 the array."""
+    body = "\n".join([".reg .pred %p<4>;", ".reg .b32 %r<8>;", ".reg .b64 %rd<4>;",
+                      "ld.param.u64 %rd1, [k_p];", "cvta.to.global.u64 %rd1, %rd1;",
+                      "mov.u32 %r1, %tid.x;", "mov.u32 %r2, %ctaid.x;", *lines, "ret;"])
+    text = kernel_text(body)
+    assert_valid_ptx(text)
+    return text
+
+
+THREAD_0_WRITES = ("setp.eq.u32 %p1, %r1, 0;", "@%p1 st.global.u32 [%rd1], %r1;")
+THREAD_1_WRITES = ("setp.eq.u32 %p2, %r1, 1;", "@%p2 st.global.u32 [%rd1], %r1;")
+ALL_READ = ("ld.global.u32 %r3, [%rd1];",)
+
+
+def run_global(text: str, grid: int = 1, block: int = 32, **options) -> np.ndarray:
+    out = np.zeros(64, np.uint32)
+    Module(text).launch("k", grid, block, [out], **options)
+    return out
+
+
+def test_global_writes_of_one_word_by_threads_of_one_instruction():
+    with pytest.raises(GlobalMemoryRace, match=r"at k_p\+0 .*: thread \(0,0,0\) of CTA \(0,0,0\) and "
+                                               r"thread \(1,0,0\) of CTA \(0,0,0\) write it in the same"):
+        run_global(global_kernel("st.global.u32 [%rd1], %r1;"))
+
+
+@pytest.mark.parametrize("first, second, message", [
+    (THREAD_0_WRITES, THREAD_1_WRITES, r"write by this thread conflicts with a write by thread \(0,0,0\)"),
+    (THREAD_0_WRITES, ALL_READ, r"read by this thread conflicts with a write by thread \(0,0,0\)"),
+    (ALL_READ, THREAD_0_WRITES, r"write by this thread conflicts with a read by thread \(31,0,0\)"),
+])
+def test_global_races_within_a_cta_and_the_barrier_that_orders_them(first, second, message):
+    with pytest.raises(GlobalMemoryRace, match=message + r" of CTA \(0,0,0\) at .*, with no barrier in between"):
+        run_global(global_kernel(*first, *second))
+    out = run_global(global_kernel(*first, "bar.sync 0;", *second))
+    assert out[0] == (1 if second is THREAD_1_WRITES else 0)
+    run_global(global_kernel(*first, *second), check_races=False)
+
+
+def test_a_thread_may_read_and_write_its_own_global_words():
+    text = global_kernel("mul.wide.u32 %rd2, %r1, 4;", "add.s64 %rd2, %rd1, %rd2;", "ld.global.u32 %r3, [%rd2];",
+                         "add.u32 %r3, %r3, %r1;", "st.global.u32 [%rd2], %r3;", "ld.global.u32 %r3, [%rd2];",
+                         "st.global.u32 [%rd2], %r3;")
+    np.testing.assert_array_equal(run_global(text, block=64), np.arange(64))
+
+
+@pytest.mark.parametrize("max_threads, message", [
+    (1 << 16, r"thread \(0,0,0\) of CTA \(0,0,0\) and thread \(0,0,0\) of CTA \(1,0,0\) write it in the same "
+              r"instruction"),  # both CTAs in one batch, run side by side
+    (32, r"write by this thread conflicts with a write by thread \(0,0,0\) of CTA \(0,0,0\) at .*, in another "
+         r"CTA \(nothing orders CTAs\)"),  # one CTA per batch, one batch after the other
+])
+def test_global_races_between_ctas_are_found_whatever_the_barriers(max_threads, message):
+    writes = global_kernel("bar.sync 0;", *THREAD_0_WRITES, "bar.sync 0;")
+    with pytest.raises(GlobalMemoryRace, match=message):
+        run_global(writes, grid=2, max_threads=max_threads)
+    read_after = global_kernel("setp.eq.u32 %p1, %r2, 1;", "@%p1 bra.uni SKIP;", *THREAD_0_WRITES, "SKIP:",
+                               "bar.sync 0;", "setp.eq.u32 %p3, %r2, 1;", "@%p3 ld.global.u32 %r3, [%rd1];")
+    with pytest.raises(GlobalMemoryRace, match=r"read by this thread conflicts with a write by .* in another CTA"):
+        run_global(read_after, grid=2, max_threads=max_threads)
+
+
+def test_ctas_may_share_what_they_only_read_and_add_atomically():
+    text = global_kernel("ld.global.u32 %r3, [%rd1+4];", "red.global.add.u32 [%rd1], 1;",
+                         "mul.wide.u32 %rd2, %r2, 4;", "add.s64 %rd2, %rd1, %rd2;", *ALL_READ,
+                         "setp.eq.u32 %p1, %r1, 0;", "@%p1 st.global.u32 [%rd2+8], %r2;")
+    out = run_global(text, grid=4)
+    assert out[0] == 128 and list(out[2:6]) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("lines, message", [
+    (("mul.wide.u32 %rd2, %r1, 4;", "add.s64 %rd2, %rd1, %rd2;", "st.global.u32 [%rd2], %r1;",
+      "ld.global.nc.u32 %r3, [%rd2];"), "read here after a write"),
+    (("mul.wide.u32 %rd2, %r1, 4;", "add.s64 %rd2, %rd1, %rd2;", "ld.global.nc.u32 %r3, [%rd2];",
+      "st.global.u32 [%rd2], %r1;"), "written here after a read"),
+])
+def test_ld_global_nc_of_data_the_kernel_writes(lines, message):
+    with pytest.raises(NonCoherentRead, match=f"read with ld.global.nc and written by this kernel .{message}"):
+        run_global(global_kernel(*lines))
+
+
+def test_ld_global_nc_of_data_nobody_writes_is_fine():
+    text = global_kernel("ld.global.nc.u32 %r3, [%rd1];", "mul.wide.u32 %rd2, %r1, 4;", "add.s64 %rd2, %rd1, %rd2;",
+                         "st.global.u32 [%rd2+4], %r3;")
+    assert (run_global(text)[1:33] == 0).all()
+
+
+def test_a_divergent_bra_uni():
+    with pytest.raises(DivergentBranch, match="bra.uni taken by some active threads of a warp and not by others"):
+        run_global(global_kernel("setp.lt.u32 %p1, %r1, 5;", "@%p1 bra.uni DONE;", "DONE:"))
+    run_global(global_kernel("setp.lt.u32 %p1, %r1, 32;", "@%p1 bra.uni DONE;", "DONE:"), block=64)  # whole warps
+
+
+def test_barrier_thread_counts_are_whole_warps():
+    text = kernel_text("bar.sync 0, 48;\nret;")
+    if PTXAS is not None:
+        assert ptxas_errors(text) is not None  # ptxas refuses it too
+    with pytest.raises(PtxSyntaxError, match="the thread count of bar.sync must be a positive multiple of 32"):
+        Module(text)
+    text = kernel_text(".reg .b32 %r1;\nmov.u32 %r1, 48;\nbar.sync 0, %r1;\nret;")
+    assert_valid_ptx(text)
+    with pytest.raises(BarrierError, match="barrier thread count 48 is not a positive multiple of 32"):
+        Module(text).launch("k", 1, 64, [0])
+    Module(kernel_text("bar.sync 0, 64;\nret;")).launch("k", 1, 64, [0])

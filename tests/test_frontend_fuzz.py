@@ -7,13 +7,14 @@
 # example programs mutated token by token and character by character, and
 # (c) random text and bytes.  Deeply nested programs must be refused with a
 # ParseError rather than exhaust Python's recursion limit, and the deepest
-# accepted ones must check without exhausting it either.
+# accepted ones must check without exhausting it either.  PHOBOS_FUZZ_SCALE
+# multiplies the number of examples (tests/fuzzing.py; tools/fuzz_campaign.py).
 from __future__ import annotations
 
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from phobos.frontend.builtins import BUILTINS
@@ -23,8 +24,9 @@ from phobos.frontend.parser import MAX_NESTING
 from phobos.frontend.sema import check_program
 
 from .frontend_support import EXAMPLES, front_end_errors
+from .fuzzing import fuzz_settings
 
-FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = fuzz_settings(250)
 
 KEYWORDS = ["kernel", "let", "var", "for", "in", "range", "if", "else", "true", "false", "tensor", "tile",
             "@autotune"]

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
 from phobos import toolchain
-from phobos.errors import ToolchainError
+from phobos.errors import PtxasTimeout, ToolchainError
 
 pytestmark = pytest.mark.usefixtures("fresh_ptxas_lookup")
 
@@ -102,3 +103,27 @@ def test_run_ptxas_names_the_callers_file_in_diagnostics():
     returncode, _, stderr = toolchain.run_ptxas(".version 7.8\n.target sm_75\nbogus;\n", "sm_75", source_name="x.ptx")
     assert returncode != 0
     assert "ptxas x.ptx, line 3;" in stderr
+
+
+def test_a_ptxas_that_runs_too_long_is_stopped(monkeypatch, tmp_path):
+    slow = tmp_path / "slow-ptxas"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PHOBOS_PTXAS", str(slow))
+    started = time.monotonic()
+    with pytest.raises(PtxasTimeout) as error:
+        toolchain.run_ptxas("// nothing", "sm_90", source_name="k.ptx", timeout=0.5)
+    assert time.monotonic() - started < 30
+    assert error.value.message == ("ptxas took longer than 0.5 s on k.ptx; not assembled "
+                                   "(PHOBOS_PTXAS_TIMEOUT sets the limit, in seconds)")
+    assert isinstance(error.value, ToolchainError)
+
+
+def test_the_time_limit_comes_from_the_environment(monkeypatch):
+    assert toolchain.ptxas_timeout() == toolchain.DEFAULT_PTXAS_TIMEOUT == 60
+    monkeypatch.setenv("PHOBOS_PTXAS_TIMEOUT", "2.5")
+    assert toolchain.ptxas_timeout() == 2.5
+    for bad in ("0", "-1", "soon", "inf", "nan"):
+        monkeypatch.setenv("PHOBOS_PTXAS_TIMEOUT", bad)
+        with pytest.raises(ToolchainError, match=f"PHOBOS_PTXAS_TIMEOUT={bad} is not a positive number of seconds"):
+            toolchain.ptxas_timeout()

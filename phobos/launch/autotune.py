@@ -5,9 +5,14 @@
 # report (or, without ptxas, the compiler's register estimate) whether a
 # configuration can run at all: more shared memory or threads than a CTA may
 # have, or more registers than the register file allows for its threads, rule
-# it out.  Spilling registers to local memory does not stop a kernel from
-# running, only slows it, so a spilling configuration is set aside and timed
-# only when every other one is ruled out.
+# it out.  The compiler's own figures come first: a configuration they rule
+# out never reaches ptxas, whose time grows with the square of the PTX's
+# length (a row of a million elements in registers kept it busy for minutes);
+# ptxas itself runs under a time limit (phobos.toolchain.ptxas_timeout), and
+# one that takes longer is skipped with that reason.  Spilling registers to
+# local memory does not stop a kernel from running, only slows it, so a
+# spilling configuration is set aside and timed only when every other one is
+# ruled out.
 #
 # `Tuning` says how a choice is keyed and which configurations are timed:
 # the key (by default every size rounded up to a power of two, or the
@@ -45,6 +50,13 @@ from ..run.runtime import DeviceProperties
 #: Tuning more configurations than this logs progress lines from the start.
 PROGRESS_THRESHOLD = 3
 
+#: The most registers one thread can have (every NVIDIA GPU since sm_35).
+MAX_REGISTERS_PER_THREAD = 255
+
+#: How far the compiler's register estimate may exceed a limit before ptxas is not even asked: measured
+#: estimates ran up to 1.6 times ptxas's counts, so beyond twice the limit the kernel cannot fit.
+ESTIMATE_SLACK = 2
+
 logger = logging.getLogger(__name__)
 
 
@@ -71,12 +83,24 @@ def launch_problem(kernel: CompiledKernel, device: DeviceProperties) -> str | No
     return None
 
 
-def screen(kernel: CompiledKernel, device: DeviceProperties, report: Report | None) -> None:
-    """Raise Skipped when `kernel` cannot run on `device`, or spills; `report` None: no ptxas here."""
+def screen(kernel: CompiledKernel, device: DeviceProperties,
+           ptxas: Callable[[], Report | None] = lambda: None) -> None:
+    """Raise Skipped when `kernel` cannot run on `device`, or spills.
+
+    The compiler's figures are screened first; `ptxas()`, ptxas's report (None:
+    no ptxas here), is asked for only when they pass.
+    """
     problem = launch_problem(kernel, device)
     if problem is not None:
         raise Skipped(problem)
     register_budget = device.max_registers_per_block // kernel.threads
+    limit = min(register_budget, MAX_REGISTERS_PER_THREAD)
+    if kernel.registers_estimate > ESTIMATE_SLACK * limit:
+        whose = (f"{limit} a thread can have" if limit == MAX_REGISTERS_PER_THREAD
+                 else f"{limit} each of {kernel.threads} threads may use")
+        raise Skipped(f"the compiler estimates {kernel.registers_estimate} registers per thread, more than "
+                      f"{ESTIMATE_SLACK} times the {whose}; not assembled")
+    report = ptxas()
     if report is None:
         if kernel.registers_estimate > register_budget:
             raise Skipped(f"the compiler estimates {kernel.registers_estimate} registers per thread; "

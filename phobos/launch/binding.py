@@ -9,7 +9,11 @@
 #            declared element type and rank, C-contiguous (row-major); literal
 #            dimensions must match, and each size name (N, M, K) takes its
 #            value from the first tensor that has it and must agree everywhere
-#            else.  A tensor the kernel writes must be writeable.
+#            else.  A tensor the kernel writes must be writeable.  Elements
+#            must be in the machine's byte order: a big-endian array ('>f4',
+#            from a file or the network) is refused with the call that converts
+#            it, as a non-contiguous one is, rather than copied and converted
+#            behind the caller's back (the GPU reads the bytes as they are).
 #   scalars  converted to the declared type: any real number for a float, an
 #            integer (or an integral float) in range for an integer type, a
 #            bool for a bool.
@@ -148,6 +152,9 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
     if view.dtype_name not in ACCEPTED_DTYPES.get(param.dtype, (param.dtype.numpy_name,)) \
             or len(view.shape) != len(param.dims):
         raise fail(view.description)
+    if not view.native_order:
+        raise fail(view.description, "; pass one in the machine's byte order, e.g. "
+                                     "x.astype(x.dtype.newbyteorder('='))")
     if not view.contiguous:
         raise fail(f"a non-contiguous {view.description}",
                    "; pass a C-contiguous (row-major) one, e.g. np.ascontiguousarray(x) or x.contiguous()")
@@ -239,7 +246,8 @@ class TensorView:
     dtype_name: str  # numpy's name for the element type: float32, bfloat16, ...
     contiguous: bool
     read_only: bool
-    description: str  # e.g. "float32 array of shape (65, 32)"
+    description: str  # e.g. "float32 array of shape (65, 32)", "big-endian float32 array of shape (4,)"
+    native_order: bool = True  # elements in the machine's byte order
 
 
 class _Refused(Exception):
@@ -255,7 +263,8 @@ def _numpy_view(value: Any) -> TensorView | None:
     if not isinstance(value, np.ndarray):
         return None
     return TensorView(value, None, value.shape, value.dtype.name, value.flags.c_contiguous,
-                      not value.flags.writeable, f"{value.dtype.name} array of shape {value.shape}")
+                      not value.flags.writeable, f"{_element_name(value.dtype)} array of shape {value.shape}",
+                      value.dtype.isnative)
 
 
 def _torch_view(value: Any) -> TensorView | None:
@@ -278,10 +287,10 @@ def _torch_view(value: Any) -> TensorView | None:
 def _gpuarray_view(value: Any) -> TensorView | None:
     if not all(hasattr(value, name) for name in ("gpudata", "shape", "dtype", "flags")):
         return None
-    dtype_name = np.dtype(value.dtype).name
+    dtype = np.dtype(value.dtype)
     shape = tuple(value.shape)
-    return TensorView(None, int(value.gpudata), shape, dtype_name, bool(value.flags.c_contiguous), False,
-                      f"{dtype_name} {_type_name(value)} of shape {shape}")
+    return TensorView(None, int(value.gpudata), shape, dtype.name, bool(value.flags.c_contiguous), False,
+                      f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative)
 
 
 def _cuda_array_interface_view(value: Any) -> TensorView | None:
@@ -298,7 +307,14 @@ def _cuda_array_interface_view(value: Any) -> TensorView | None:
         raise _Refused(f"a {_type_name(value)}", f"its __cuda_array_interface__ is unusable: {error}") from None
     contiguous = strides is None or _c_contiguous(shape, tuple(strides), dtype.itemsize)
     return TensorView(None, int(pointer or 0), shape, dtype.name, contiguous, bool(read_only),
-                      f"{dtype.name} {_type_name(value)} of shape {shape}")
+                      f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative)
+
+
+def _element_name(dtype: np.dtype) -> str:
+    """numpy's name for the element type, with the byte order when it is not the machine's."""
+    if dtype.isnative:
+        return dtype.name
+    return f"{'big' if dtype.byteorder == '>' else 'little'}-endian {dtype.name}"
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:

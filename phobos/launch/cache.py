@@ -11,7 +11,9 @@
 # wrote it, and the checksum catches a file that was truncated or altered: any
 # entry that does not read back exactly is treated as missing (and is
 # overwritten when its value is rebuilt); it is never trusted and never makes
-# a caller fail.  Writes go to a temporary file in the same directory and are
+# a caller fail.  Only a regular file of at most MAX_ENTRY_BYTES is read: a
+# FIFO or a link to a device in its place (reading would wait forever, or
+# never end) and an oversized file are misses too, found without reading them.  Writes go to a temporary file in the same directory and are
 # renamed into place (os.replace), so several processes may fill the cache at
 # once and a reader sees either a whole entry or none.  Entries are plain JSON,
 # never pickles: reading a cache file runs no code.
@@ -31,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,9 @@ from ..ptxcheck import KernelReport, PtxasDiagnostic, Report
 from ..types import DType
 
 ENTRY_FORMAT = 1
+
+#: The largest entry read or written (the PTX of the largest kernels the compiler accepts is a few MB).
+MAX_ENTRY_BYTES = 32 * 1024 * 1024
 DEFAULT_CACHE_DIR = Path("~/.cache/phobos")
 
 #: Namespaces (subdirectories) of the cache.
@@ -63,8 +69,8 @@ def cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def phobos_build() -> str:
-    """The version and a digest of the package's sources: what produced an entry."""
-    package = Path(__file__).parent
+    """The version and a digest of the package's sources (all of phobos/, not only this folder)."""
+    package = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -97,7 +103,8 @@ class DiskCache:
         if memory_key in self._memory:
             return self._memory[memory_key]
         try:
-            entry = json.loads(self.path_for(namespace, key).read_text(encoding="utf-8"))
+            text = _read_entry(self.path_for(namespace, key))
+            entry = json.loads(text) if text is not None else None
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             return None
         if not _intact(entry, key):
@@ -111,9 +118,12 @@ class DiskCache:
         path = self.path_for(namespace, key)
         entry = {"format": ENTRY_FORMAT, "key": key, "checksum": text_digest(canonical_json(payload)),
                  "payload": payload}
+        text = json.dumps(entry, sort_keys=True, allow_nan=False)
+        if len(text.encode()) > MAX_ENTRY_BYTES:
+            return  # it would never be read back; the memory layer keeps it for this process
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(path, json.dumps(entry, sort_keys=True, allow_nan=False))
+            _write_atomically(path, text)
         except OSError as error:
             if not self._write_warned:
                 self._write_warned = True
@@ -177,6 +187,27 @@ def _human(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MiB"
 
 
+def _read_entry(path: Path) -> str | None:
+    """The text of the entry file at `path`; None when it is not a regular file of at most MAX_ENTRY_BYTES.
+
+    The file is looked at before it is opened, and again once open (it may have
+    been replaced in between); O_NONBLOCK keeps opening a FIFO from waiting for
+    a writer.  Raises OSError when it cannot be read.
+    """
+    if not _readable_entry(os.stat(path)):
+        return None
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(descriptor, "rb") as file:
+        if not _readable_entry(os.fstat(file.fileno())):
+            return None
+        data = file.read(MAX_ENTRY_BYTES + 1)
+    return data.decode("utf-8") if len(data) <= MAX_ENTRY_BYTES else None
+
+
+def _readable_entry(info: os.stat_result) -> bool:
+    return stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ENTRY_BYTES
+
+
 def _intact(entry: Any, key: dict) -> bool:
     """Whether a decoded file is a whole entry of the current format for exactly `key`."""
     if not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or "payload" not in entry:
@@ -232,6 +263,7 @@ def encode_compiled(kernel: CompiledKernel) -> dict:
         "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype.value, "dims": list(p.dims),
                     "written": p.written} for p in kernel.params],
         "grid_hint": [list(hint) if hint is not None else None for hint in kernel.grid_hint],
+        "index_bits": kernel.index_bits,
     }
 
 
@@ -246,7 +278,8 @@ def decode_compiled(payload: Any) -> CompiledKernel:
             ptx=_typed(payload["ptx"], str), kernel_name=_typed(payload["kernel_name"], str), config=config,
             params=params, arch=_typed(payload["arch"], str), threads=_typed(payload["threads"], int),
             shared_bytes=_typed(payload["shared_bytes"], int),
-            registers_estimate=_typed(payload["registers_estimate"], int), grid_hint=hints)
+            registers_estimate=_typed(payload["registers_estimate"], int), grid_hint=hints,
+            index_bits=_typed(payload["index_bits"], int))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         raise MalformedEntry(f"not a compiled kernel: {error}") from None
 

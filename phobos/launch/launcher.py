@@ -24,6 +24,8 @@
 # writes, and keeps the fastest (phobos.launch.autotune).  The choice, the
 # compiled kernels and ptxas's reports are kept in memory and on disk
 # (phobos.launch.cache), so the next process starts where this one left off.
+# A choice is keyed by the grid too: a grid function by its code and the
+# values it reads (function_digest), never by its name.
 #
 # The grid: given by the caller as a tuple or as `grid(config, sizes)`, or
 # inferred per configuration from CompiledKernel.grid_hint: a store indexed
@@ -35,6 +37,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
@@ -298,6 +301,58 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+class _NotPlain(Exception):
+    """A value a grid function reads that has no stable description (an object, an array)."""
+
+
+def function_digest(fn: Callable) -> str | None:
+    """What a grid function computes from, as a digest: its code and every value it reads from its closure,
+    defaults and module globals (numbers, strings, tuples and lists of them, modules, builtins and other
+    such functions); None when it reads anything else, or is not a plain Python function."""
+    if not isinstance(fn, types.FunctionType):
+        return None
+    try:
+        described = _plain(fn)
+    except (_NotPlain, RecursionError):
+        return None
+    return f"{fn.__qualname__}:{cache.text_digest(repr(described))[:24]}"
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A description of `value` that equals another's exactly when they behave alike as grid-function data."""
+    if depth > 8:
+        raise _NotPlain
+    if value is None or isinstance(value, (bool, str, bytes, numbers.Number)):
+        return (type(value).__name__, repr(value))
+    if isinstance(value, (tuple, list, frozenset, set)):
+        items = sorted(value, key=repr) if isinstance(value, (frozenset, set)) else value
+        return (type(value).__name__, tuple(_plain(v, depth + 1) for v in items))
+    if isinstance(value, dict):
+        return ("dict", tuple((_plain(k, depth + 1), _plain(v, depth + 1)) for k, v in value.items()))
+    if isinstance(value, types.ModuleType):
+        return ("module", value.__name__)
+    if isinstance(value, types.BuiltinFunctionType):
+        return ("builtin", value.__module__, value.__qualname__)
+    if isinstance(value, types.CodeType):
+        return ("code", value.co_code, value.co_names, tuple(_plain(c, depth + 1) for c in value.co_consts))
+    if isinstance(value, types.FunctionType):
+        names = set(_global_names(value.__code__))
+        reads = tuple((name, _plain(value.__globals__[name], depth + 1))
+                      for name in sorted(names) if name in value.__globals__)
+        closure = tuple(_plain(cell.cell_contents, depth + 1) for cell in value.__closure__ or ())
+        return ("function", _plain(value.__code__, depth + 1), closure, _plain(value.__defaults__, depth + 1),
+                _plain(value.__kwdefaults__, depth + 1), reads)
+    raise _NotPlain
+
+
+def _global_names(code: types.CodeType) -> Iterator[str]:
+    """The names a code object (and those nested in it) may read as globals."""
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _global_names(const)
+
+
 def infer_grid(kernel_name: str, hints: Sequence[tuple[str, int] | None], axes_used: set[int],
                sizes: dict[str, int]) -> tuple[int, int, int]:
     """ceil(D / T) programs along each axis with a hint (D, T); 1 along unused axes."""
@@ -316,15 +371,6 @@ def infer_grid(kernel_name: str, hints: Sequence[tuple[str, int] | None], axes_u
         else:
             grid.append(1)
     return normalize_grid(kernel_name, grid, f"inferred {tuple(grid)}")
-
-
-def _grid_key(spec: GridSpec) -> Any:
-    """How a grid specification enters the autotune key."""
-    if spec is None:
-        return "inferred"
-    if callable(spec):
-        return f"function {getattr(spec, '__qualname__', type(spec).__qualname__)}"
-    return list(spec)
 
 
 def _calls(node: Any) -> Iterator[ast.Call]:
@@ -441,7 +487,11 @@ class _Kernel:
         return compiled
 
     def ptxas_report(self, compiled: CompiledKernel, required: bool = False) -> Report | None:
-        """ptxas's report on `compiled` (cached); None without ptxas, unless `required` (then ToolchainError)."""
+        """ptxas's report on `compiled` (cached); None without ptxas, unless `required` (then ToolchainError).
+
+        ptxas runs under toolchain.ptxas_timeout(); a run that takes longer raises PtxasTimeout and
+        is not cached (a less busy machine may finish it).
+        """
         try:
             ptxas = toolchain.find_ptxas()
         except ToolchainError:
@@ -454,7 +504,7 @@ class _Kernel:
         report = _decoded(store.load(cache.PTXAS, key), cache.decode_report)
         if report is None:
             label = f"{self.module.filename} [{self.name}: {config_text(compiled.config)}]"
-            report = ptxas_check(compiled.ptx, compiled.arch, name=label)
+            report = ptxas_check(compiled.ptx, compiled.arch, name=label, timeout=toolchain.ptxas_timeout())
             store.store(cache.PTXAS, key, cache.encode_report(report))
         return report
 
@@ -486,6 +536,25 @@ class _Kernel:
         if key not in self._tile_hints:
             self._tile_hints[key] = grid_hints(generate(self.checked(config)))
         return self._tile_hints[key]
+
+    def grid_key(self, configs: list[Config], call: BoundCall, spec: GridSpec) -> tuple[Any, bool]:
+        """How the grid enters the autotune key, and whether a choice under it may be kept on disk.
+
+        "inferred", the explicit grid, or for a grid function what it computes
+        from (function_digest: its code, and the values it reads from its
+        closure, defaults and module) - never its name, which every lambda
+        shares.  A function that reads other values (an object, an array) is
+        known by the grids it gives for every candidate at these sizes, and its
+        choices stay in this process.
+        """
+        if spec is None:
+            return "inferred", True
+        if callable(spec):
+            digest = function_digest(spec)
+            if digest is not None:
+                return {"function": digest}, True
+            return {"grids": [list(self.grid_for(config, None, call, spec)) for config in configs]}, False
+        return list(spec), True
 
     def grid_for(self, config: Config, compiled: CompiledKernel | None, call: BoundCall,
                  spec: GridSpec) -> tuple[int, int, int]:
@@ -525,8 +594,9 @@ class _Kernel:
             return configs[0], {}
         device, arch = backend.device(), backend.arch()
         key, keying = tuning.key_for(self.rules, call.sizes)
+        grid_key, persistent = self.grid_key(configs, call, spec)
         memory_key = (cache.canonical_json(key), keying, tuple(tuple(c.items()) for c in configs),
-                      tuning.pruning_key(), str(_grid_key(spec)), device.name, arch)
+                      tuning.pruning_key(), cache.canonical_json(grid_key), device.name, arch)
         if memory_key in self._choices:
             choice = self._choices[memory_key]
             return choice.config, choice.timings
@@ -536,15 +606,17 @@ class _Kernel:
             return configs[0], {}
         disk_key = {"source": self.source_digest, "kernel": self.name, "key": key, "keying": keying,
                     "dtypes": {p.name: p.dtype.value for p in self.params}, "candidates": configs,
-                    "grid": _grid_key(spec), "device": device.name, "arch": arch, "build": cache.phobos_build()}
-        store = cache.default_cache()
-        choice = _decoded(store.load(cache.AUTOTUNE, disk_key), lambda payload: _decode_choice(payload, configs))
+                    "grid": grid_key, "device": device.name, "arch": arch, "build": cache.phobos_build()}
+        store = cache.default_cache() if persistent else None
+        choice = _decoded(store.load(cache.AUTOTUNE, disk_key), lambda payload: _decode_choice(payload, configs)) \
+            if store is not None else None
         if choice is None:
             first = configs[0]
-            if 0 in self.grid_for(first, self.compiled(first, arch), call, spec):
+            if 0 in self.grid_for(first, None, call, spec):  # from the tile IR: the first may not compile
                 return first, {}  # nothing would run, so there is nothing to time
             choice = self.tune(call, backend, configs, spec)
-            store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
+            if store is not None:
+                store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
         self._choices[memory_key] = choice
         return choice.config, choice.timings
 
@@ -555,7 +627,7 @@ class _Kernel:
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
             compiled = self.compiled(config, arch)
-            autotune.screen(compiled, device, self.ptxas_report(compiled))
+            autotune.screen(compiled, device, lambda: self.ptxas_report(compiled))
             return config, compiled
 
         def measure(prepared: tuple[Config, CompiledKernel]) -> float:

@@ -26,6 +26,8 @@
 # * thread coordinates: `digit`, `thread_coord` and `coord` compute a layout's
 #   coordinates (layout.py's terms) once per kernel at its entry; `slot_valid`
 #   and `owner` are the predicates for padding slots and replicated threads.
+# * global memory: `global_barriers` (ordering.py) names the tensor accesses
+#   that a barrier must separate from earlier ones of other threads.
 # * shared memory: one scratch buffer, reused by every op that needs one
 #   (`smem` records the largest use and checks it against the target); each
 #   such op starts with a barrier (no thread still reads the previous
@@ -49,13 +51,16 @@ from ..middle.passes.fold import identity
 from ..types import DType, ScalarType, TileType
 from .fusion import FusedStore, fusion_plan
 from .layout import Layout, Term
-from .placement import assign_layouts, choose_threads, program_grouping
+from .ordering import global_barriers
+from .placement import assign_layouts, check_register_need, choose_threads, program_grouping
 
 SMEM_ALIGN = 16
 I32 = ScalarType(DType.I32)
 I64 = ScalarType(DType.I64)
 U32 = ScalarType(DType.U32)
 BOOL = ScalarType(DType.BOOL)
+#: The integer type of tensor dims and element coordinates, by index width (see memory.py).
+INDEX_TYPES = {32: I32, 64: I64}
 
 HANDLERS = Dispatch("IR opcode")  # opcode -> handler(low: Lowering, op: Op) -> None
 
@@ -70,7 +75,7 @@ class TileRegs:
 
 @dataclass
 class TensorRef:
-    """A lowered tensor: base address (global, i64), dims (i32 values), element type."""
+    """A lowered tensor: base address (global, i64), dims (values of the index type), element type."""
 
     ptr: Value
     dims: list[Value]
@@ -81,14 +86,16 @@ class TensorRef:
 class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
-    def __init__(self, func: Function, smem_limit: int, cp_async: bool):
+    def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32):
         self.src = func
         self.smem_limit = smem_limit
         self.cp_async = cp_async
+        self.index_type = INDEX_TYPES[index_bits]  # tensor dims, bounds tests and element coordinates
         self.use_count = uses(func)
         self.threads = choose_threads(func)
         self.layouts = assign_layouts(func, self.threads)
-        attrs = dict(func.attrs, threads=self.threads)
+        check_register_need(func, self.layouts, self.threads)
+        attrs = dict(func.attrs, threads=self.threads, index_bits=index_bits)
         self.out = Function(func.name, Block(), attrs)
         self.entry = Builder(self.out, self.out.body)
         self.entry.index = 0
@@ -103,6 +110,7 @@ class Lowering:
         self.constants: dict[int, object] = {}  # value id -> constant, for folding as ops are built
         self.group_m = program_grouping(func)
         self.fused_stores: dict[Op, FusedStore] = {}  # filled by lower_ops from fusion.fusion_plan
+        self.global_barriers = global_barriers(func, self.layouts, self.use_count)  # accesses after a barrier
 
     # ---------------------------------------------------------- building
     def op(self, opcode: str, operands: list[Value], type_, **attrs) -> Value:

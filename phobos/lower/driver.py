@@ -12,16 +12,19 @@ from . import control, dot, memory, pipeline, reduce, values  # each registers i
 from .core import Lowering
 
 
-def lower(func: Function, smem_limit: int, cp_async: bool = False) -> Function:
+def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
     After: a Function of scalar ops only, with attrs `threads` (per CTA) and
     `shared_bytes` (the scratch buffer), ready for math expansion and
     instruction selection.  `smem_limit` is the target's shared memory per
-    CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops.
+    CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
+    `index_bits` 64 makes tensor dims (and the size parameters) and element
+    coordinates 64-bit, for tensors with dims of 2^31 or more (attr
+    `index_bits`).
     """
-    low = Lowering(func, smem_limit, cp_async)
+    low = Lowering(func, smem_limit, cp_async, index_bits)
     low.lower_block(func.body, low.out.body)
     low.out.attrs["shared_bytes"] = low.smem_bytes
     return low.out

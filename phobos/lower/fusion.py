@@ -5,7 +5,9 @@
 # time (memory.py's store handler), so only a few of the loaded values are
 # live at once - the epilogue `C = alpha * acc + beta * C` of a matrix product
 # would otherwise hold all of C beside all of acc.  The loads move down to the
-# store, which is only allowed when no store or atomic lies between.
+# store, which is only allowed when no store or atomic lies between, and
+# never for a load of another slice of the tensor stored (`x[i + 1 :+ B] =
+# x[i :+ B]`: a thread would load elements other threads store).
 #
 # Only the plan is made here, from the tile-level ops, the layouts and the use
 # counts; core.lower_ops consults it to skip the ops that a fused store will
@@ -45,6 +47,10 @@ def fusion_plan(ops: list[Op], layouts: dict[Value, Layout], use_count: dict[Val
         first = min(index[ld] for ld in plan.loads)
         if any(_writes_memory(o) for o in ops[first:index[store]]):
             continue
+        if any(ld.operands[0] is store.operands[0] and (ld.operands[1:] != store.operands[1:-1]
+                                                         or ld.attrs["sizes"] != store.attrs["sizes"])
+               for ld in plan.loads):
+            continue  # another slice of the stored tensor: a thread would load what others store
         plan.ops.sort(key=index.get)
         plans[store] = plan
     return plans

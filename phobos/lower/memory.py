@@ -12,6 +12,23 @@
 # one branch.  The vector width comes from the layout's run of consecutive
 # elements along the last dim (`vector_ok`), at most 16 bytes.
 #
+# The tests are exact for every start the language allows, so no start can
+# wrap around into the tensor.  They are done in the start's own width
+# (`index_value`: i32 and i64 as they are, u32 zero-extended to i64) and
+# written so that nothing wraps: a slice is inside when 0 <= start <=
+# dim - size (never start + size <= dim, which wraps for a start near 2^31);
+# an element at start + k (k >= 0, a coordinate within the tile) when that
+# sum, in i32 read as unsigned, is below dim - true because the sum lies in
+# [-2^31, 2^32) and dims are below 2^31 - or, in i64, when it is in [0, dim).
+# Addresses use the start truncated to i32 (`address_index`), which is exact
+# for every element that is accessed: such an element is inside the tensor,
+# so its start lies in (-size, dim).
+#
+# With 64-bit indices (`Lowering.index_type` i64, for tensors with a dim of
+# 2^31 or more) dims and element coordinates are i64 throughout: every start
+# is widened to i64, the tests are the i64 ones and addresses are computed
+# from i64 coordinates.
+#
 # Addresses are computed per row (`row_addresses`): the part of an element's
 # address that depends on the thread and the row is arithmetic, and the
 # register's constant offset along the last dim becomes the access's
@@ -20,8 +37,10 @@
 # A store that fusion.py planned is lowered together with its loads and the
 # element-wise ops between them, one vector of registers at a time; its fast
 # path needs every one of those slices inside and aligned.  A tile held by
-# replicated threads is stored by the first replica only (`owner`), a scalar
-# by thread 0.
+# replicated threads is stored by the first replica only (`owner`), which is
+# also the only one to make a fused store's loads; a scalar is stored by
+# thread 0.  An access that ordering.py says must not overtake an earlier one
+# of other threads starts with a barrier.
 #
 # pipeline.py uses the slice geometry and address arithmetic here for its
 # cp.async copies.
@@ -35,13 +54,43 @@ from .layout import Layout
 
 
 def slice_geometry(low: Lowering, op: Op, tensor: TensorRef):
-    """(starts as i32 values, sizes per tensor dim - None for a single index, the sliced tensor dims)."""
+    """(starts as index values, sizes per tensor dim - None for a single index, the sliced tensor dims)."""
     indices = op.operands[1:1 + len(tensor.dims)]
     sizes = op.attrs["sizes"]
-    starts = [low.vals[v] for v in indices]
-    starts = [s if s.dtype is DType.I32 else low.op("cast", [s], I32) for s in starts]
+    starts = [index_value(low, low.vals[v]) for v in indices]
     tile_dims = [d for d, n in enumerate(sizes) if n is not None]
     return starts, sizes, tile_dims
+
+
+def index_value(low: Lowering, v: Value) -> Value:
+    """A start or single index as a value the bounds tests are exact in: i32 or i64 (u32 zero-extended),
+    at least as wide as the index type."""
+    if v.dtype is DType.U32 or low.index_type == I64:
+        return as_type(low, v, I64)
+    return v
+
+
+def address_index(low: Lowering, v: Value) -> Value:
+    """An index value in the index type, which addresses are computed in (exact for every element accessed)."""
+    return as_type(low, v, low.index_type)
+
+
+def dim_as(low: Lowering, dim: Value, like: Value) -> Value:
+    """A tensor dim in the width of the index `like`."""
+    return as_type(low, dim, ScalarType(like.dtype))
+
+
+def as_type(low: Lowering, v: Value, t: ScalarType) -> Value:
+    """`v` converted to the integer type `t` (sign- or zero-extended, or truncated), if it is not of it."""
+    return v if v.dtype is t.dtype else low.op("cast", [v], t)
+
+
+def index_inside(low: Lowering, index: Value, dim: Value) -> Value:
+    """0 <= index < dim, for an index value that has not wrapped (see the module header)."""
+    if index.dtype is DType.I32:
+        return unsigned_less(low, index, dim)
+    return low.all_of([low.op("cmp", [index, low.const(0, index.dtype)], BOOL, pred="ge"),
+                       low.op("cmp", [index, dim_as(low, dim, index)], BOOL, pred="lt")])
 
 
 def strides_of(low: Lowering, tensor: TensorRef) -> list[Value]:
@@ -51,21 +100,21 @@ def strides_of(low: Lowering, tensor: TensorRef) -> list[Value]:
     for d in reversed(range(len(tensor.dims))):
         strides[d] = acc
         if d:
-            dim64 = low.op("cast", [tensor.dims[d]], I64)
-            acc = low.op("mul", [acc, dim64], I64)
+            acc = low.op("mul", [acc, as_type(low, tensor.dims[d], I64)], I64)
     return strides
 
 
 def in_bounds(low: Lowering, tensor: TensorRef, starts: list[Value], sizes) -> Value:
-    """Uniform predicate: the whole slice lies inside the tensor."""
+    """Uniform predicate: the whole slice lies inside the tensor (0 <= start <= dim - size, which cannot wrap)."""
     preds = []
     for dim, start, n in zip(tensor.dims, starts, sizes):
         if n is None:
-            preds.append(unsigned_less(low, start, dim))
+            preds.append(index_inside(low, start, dim))
         else:
-            preds.append(low.op("cmp", [start, low.const(0)], BOOL, pred="ge"))
-            end = low.op("add", [start, low.const(n)], I32)
-            preds.append(low.op("cmp", [end, dim], BOOL, pred="le"))
+            kind = ScalarType(start.dtype)
+            last = low.op("sub", [dim_as(low, dim, start), low.const(n, start.dtype)], kind)
+            preds.append(low.op("cmp", [start, low.const(0, start.dtype)], BOOL, pred="ge"))
+            preds.append(low.op("cmp", [start, last], BOOL, pred="le"))
     return low.all_of(preds)
 
 
@@ -91,9 +140,9 @@ def aligned(low: Lowering, tensor: TensorRef, starts, width: int) -> Value:
     nbytes = width * tensor.dtype.nbytes
     low_bits = low.op("and", [tensor.ptr, low.const(nbytes - 1, DType.I64)], I64)
     preds = [low.op("cmp", [low_bits, low.const(0, DType.I64)], BOOL, pred="eq")]
-    for v in (starts[-1], tensor.dims[-1]):
-        low_bits = low.op("and", [v, low.const(width - 1)], I32)
-        preds.append(low.op("cmp", [low_bits, low.const(0)], BOOL, pred="eq"))
+    for v in (address_index(low, starts[-1]), tensor.dims[-1]):
+        low_bits = low.op("and", [v, low.const(width - 1, v.dtype)], v.type)
+        preds.append(low.op("cmp", [low_bits, low.const(0, v.dtype)], BOOL, pred="eq"))
     return low.all_of(preds)
 
 
@@ -108,19 +157,23 @@ def row_addresses(low: Lowering, tensor: TensorRef, starts, tile_dims, layout: L
     strides = strides_of(low, tensor)
     last = len(tensor.dims) - 1
     nregs = layout.nregs if layout is not None else 1
+    starts = [address_index(low, start) for start in starts]
+    index_t = low.index_type
     thread_c = {}
     for k, d in enumerate(tile_dims):
-        thread_c[d] = low.op("add", [starts[d], low.thread_coord(layout.terms[k])], I32)
+        thread_c[d] = low.op("add", [starts[d], as_type(low, low.thread_coord(layout.terms[k]), index_t)], index_t)
     base = tensor.ptr
     for d in range(len(tensor.dims)):
         c = thread_c.get(d, starts[d])
         if d == last:
-            term = low.op("mul_wide", [c, low.const(eb)], I64)
-        elif d == last - 1:  # the stride is the last dim, an i32
-            term = low.op("mul", [low.op("mul_wide", [c, tensor.dims[last]], I64),
-                                  low.const(eb, DType.I64)], I64)
+            term = low.op("mul_wide", [c, low.const(eb)], I64) if index_t == I32 else \
+                low.op("mul", [c, low.const(eb, DType.I64)], I64)
+        elif d == last - 1:  # the stride is the last dim
+            row = low.op("mul_wide", [c, tensor.dims[last]], I64) if index_t == I32 else \
+                low.op("mul", [c, tensor.dims[last]], I64)
+            term = low.op("mul", [row, low.const(eb, DType.I64)], I64)
         else:
-            term = low.op("mul", [low.op("cast", [c], I64), strides[d]], I64)
+            term = low.op("mul", [as_type(low, c, I64), strides[d]], I64)
             term = low.op("mul", [term, low.const(eb, DType.I64)], I64)
         base = low.op("add", [base, term], I64)
     out = []
@@ -141,22 +194,26 @@ def row_addresses(low: Lowering, tensor: TensorRef, starts, tile_dims, layout: L
 
 
 def element_valid(low: Lowering, tensor: TensorRef, starts, sizes, tile_dims, layout: Layout | None, r: int):
-    """Predicate: element r is in the tile (not padding) and inside the tensor."""
+    """Predicate: element r is in the tile (not padding) and inside the tensor (exact: see the header)."""
     preds = [low.slot_valid(layout, r)] if layout is not None else []
     for d, (dim, start, n) in enumerate(zip(tensor.dims, starts, sizes)):
         if n is None:
-            preds.append(unsigned_less(low, start, dim))
+            preds.append(index_inside(low, start, dim))
         else:
             k = tile_dims.index(d)
-            c = low.op("add", [start, low.thread_coord(layout.terms[k])], I32)
+            kind = ScalarType(start.dtype)
+            coord = low.thread_coord(layout.terms[k])
+            c = low.op("add", [start, coord if kind == I32 else low.op("cast", [coord], kind)], kind)
             if layout.offsets[r][k]:
-                c = low.op("add", [c, low.const(layout.offsets[r][k])], I32)
-            preds.append(unsigned_less(low, c, dim))
+                c = low.op("add", [c, low.const(layout.offsets[r][k], start.dtype)], kind)
+            preds.append(index_inside(low, c, dim))
     return low.all_of(preds)
 
 
 @HANDLERS.on("load")
 def load(low: Lowering, op: Op) -> None:
+    if op in low.global_barriers:
+        low.barrier()
     tensor = low.vals[op.operands[0]]
     result_t = op.result.type
     layout = low.layouts.get(op.result) if isinstance(result_t, TileType) else None
@@ -206,6 +263,8 @@ def atomic_add(low: Lowering, op: Op) -> None:
 def store_like(low: Lowering, op: Op, opcode: str, fused: FusedStore | None = None) -> None:
     """A store (or atomic add) of a slice: vector accesses when the slice - and, for a fused
     store, every slice it loads - is inside its tensor and aligned; masked ones otherwise."""
+    if op in low.global_barriers:
+        low.barrier()
     tensor = low.vals[op.operands[0]]
     value = op.operands[-1]
     starts, sizes, tile_dims = slice_geometry(low, op, tensor)
@@ -244,16 +303,17 @@ def store_like(low: Lowering, op: Op, opcode: str, fused: FusedStore | None = No
     for region, vec in ((regions[0], width), (regions[1], 1)):
         low.b = low.builder_for(region, outer.block, outer.loc)
         for group in access_groups(layout, vec):
-            def valid(access):
+            def valid(access):  # the store's and its loads' (only the replica that stores loads)
                 if region is regions[0]:
-                    return low.slot_valid(layout, group[0]) if layout is not None else None
-                return element_valid(low, access[1], access[2], access[3], access[4], layout, group[0])
+                    return low.all_of([low.slot_valid(layout, group[0]) if layout is not None else None, owner])
+                return low.all_of([element_valid(low, access[1], access[2], access[3], access[4], layout,
+                                                 group[0]), owner])
             values = dict(((v, r), regs[r]) for v, regs in leaves.items() for r in group)
             if fused is not None:
                 fused_values(low, fused, accesses[1:], addrs, group, valid, values)
             addr, off = addrs[op][group[0]]
             low.b.loc = op.loc
-            pred = low.all_of([valid(accesses[0]), owner])
+            pred = valid(accesses[0])
             low.b.op(opcode, [addr, *(values[(value, r)] for r in group)] + ([pred] if pred is not None else []),
                      [], {"dtype": tensor.dtype, "vec": len(group), "offset": off, "masked": pred is not None})
         low.b.op("yield", [], [])

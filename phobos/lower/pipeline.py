@@ -67,6 +67,8 @@ def pipeline_plan(low: Lowering, op: Op):
 def lower_pipelined(low: Lowering, op: Op, dot: Op, loads: list[Op], index_ops: list[Op]) -> None:
     """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep (see the header)."""
     plan = dot_plan(loads[0].result.type.shape, loads[1].result.type.shape[1], dot.result.dtype, low.threads)
+    if any(ld in low.global_barriers for ld in loads):
+        low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop
     stages = low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES
     while stages > 2 and stages * plan.stage_bytes > low.smem_limit:
         stages -= 1

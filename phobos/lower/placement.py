@@ -19,12 +19,18 @@
 # sgemm all live in the dot layout.  Only a genuine conflict costs a trip
 # through shared memory (Lowering.relayout in core.py).
 #
+# A tile that would take more than MAX_TILE_REGISTERS registers per thread is
+# refused here (`check_register_need`), before any code is written: the need
+# is known from the layouts alone, while the code for such a tile would be
+# slow to generate and slower for ptxas to assemble.
+#
 # Nothing here writes IR: what enters is the tile-level Function, what leaves
 # is plain values (a thread count, {Value: Layout}, a group size).
 from __future__ import annotations
 
 from ..configuration import Knobs
-from ..middle.ir import Function, Value, walk
+from ..errors import ResourceError
+from ..middle.ir import Function, Op, Value, walk
 from ..types import TileType
 from .layout import WARP, Layout, blocked, dot_layout
 
@@ -34,6 +40,9 @@ ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xo
                "cmp", "select", "cast", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh",
                "sigmoid", "erf", "gelu", "sin", "cos"}
 DEFAULT_MAX_THREADS = 256
+#: The most 32-bit registers per thread one tile may take: four times the 255 a thread has, so such a
+#: tile already spills three quarters of itself; beyond it the PTX grows so long that ptxas takes minutes.
+MAX_TILE_REGISTERS = 1024
 DEFAULT_GROUP_M = 8  # row blocks per group in the grouped order of program ids (autotune parameter GROUP_M)
 
 
@@ -59,6 +68,21 @@ def choose_threads(func: Function) -> int:
     while threads < want and threads < DEFAULT_MAX_THREADS:
         threads *= 2
     return threads
+
+
+def check_register_need(func: Function, layouts: dict[Value, Layout], threads: int) -> None:
+    """ResourceError, before any code is written, when a tile takes more than MAX_TILE_REGISTERS per thread."""
+    def need(v: Value) -> int:
+        return layouts[v].nregs * max(1, v.type.dtype.bits // 32)
+
+    worst = max(layouts, key=need, default=None)
+    if worst is None or need(worst) <= MAX_TILE_REGISTERS:
+        return
+    shape = ", ".join(map(str, worst.type.shape))
+    loc = worst.owner.loc if isinstance(worst.owner, Op) else func.attrs["loc"]
+    raise ResourceError(f"a tile<{worst.type.dtype}>[{shape}] takes {need(worst)} registers per thread with "
+                        f"{threads} threads; a thread has 255, and at most {MAX_TILE_REGISTERS} (the rest "
+                        f"spilled to memory) are accepted: use more WARPS or a smaller tile", loc)
 
 
 # ------------------------------------------------------------------ program order

@@ -26,19 +26,22 @@ from .placement import ELEMENTWISE, broadcast_dims, drop_leading
 @HANDLERS.on("param")
 def param(low: Lowering, op: Op) -> None:
     t = op.result.type
+    p = low.src.attrs["params"][op.attrs["index"]]
     if isinstance(t, TensorType):
         ptr = low.op("param", [], I64, **op.attrs)
-        p = low.src.attrs["params"][op.attrs["index"]]
-        dims = [param_size(low, d) if isinstance(d, str) else low.const(d) for d in t.dims]
+        dims = [param_size(low, d) if isinstance(d, str) else low.const(d, low.index_type.dtype) for d in t.dims]
         low.vals[op.result] = TensorRef(ptr, dims, t.dtype, not p.written)
+    elif p.kind == "size":  # the language's i32 (with 64-bit indices, the low half of the parameter)
+        size = param_size(low, p.name)
+        low.vals[op.result] = size if size.type == t else low.op("cast", [size], t)
     else:
         low.vals[op.result] = low.op("param", [], t, **op.attrs)
 
 
 def param_size(low: Lowering, name: str) -> Value:
-    """The value of the size parameter `name`, read once at the kernel's start."""
+    """The size parameter `name`, of the index type, read once at the kernel's start."""
     return low.entry_value(("size", name), lambda b: b.value(
-        "param", [], I32, index=low.params[name], name=name))
+        "param", [], low.index_type, index=low.params[name], name=name))
 
 
 @HANDLERS.on("const")

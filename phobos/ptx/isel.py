@@ -136,8 +136,8 @@ def _param(s: Selector, op: Op) -> None:
         raw = s.new(DType.I32)
         s.emit("ld.param.u8", raw, Addr(name))
         s.emit("setp.ne.u32", dst, raw, Imm(0, DType.U32))
-    else:
-        s.emit(f"ld.param{PARAM_TYPE[p.dtype]}", dst, Addr(name))
+    else:  # a size parameter is read in the index type (64-bit indices: .s64)
+        s.emit(f"ld.param{PARAM_TYPE[op.result.dtype]}", dst, Addr(name))
 
 
 def _special(register: str):
@@ -501,8 +501,9 @@ SELECT = {
 
 def entry_params(func: Function) -> list[EntryParam]:
     out = []
+    index_type = DType.I64 if func.attrs.get("index_bits") == 64 else DType.I32
     for i, p in enumerate(func.attrs["params"]):
-        ptx_type = ".u64" if p.kind == "tensor" else PARAM_TYPE[p.dtype]
+        ptx_type = ".u64" if p.kind == "tensor" else PARAM_TYPE[index_type if p.kind == "size" else p.dtype]
         out.append(EntryParam(f"{func.name}_param_{i}", ptx_type))
     return out
 

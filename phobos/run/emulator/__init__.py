@@ -10,11 +10,14 @@
 # numerics.TensorCoreModel and docs/tensor_cores.md) and runs TMA copies and
 # mbarriers, and it stops with an `EmulatorError` at what a GPU would
 # silently get wrong: out-of-bounds and misaligned accesses, shared-memory
-# data races between barriers, cp.async and bulk-copy data used before its
-# wait, buffers reused while a wgmma reads them, wgmma registers touched in
-# flight, barriers in divergent code, warp-synchronous instructions with
-# absent lanes, deadlocks, and any PTX it does not know.  Errors name the PTX
-# line and, through `.loc`, the Phobos source line.
+# data races between barriers, global-memory data races (within a CTA between
+# barriers, and between CTAs), `ld.global.nc` of data the kernel writes,
+# cp.async and bulk-copy data used before its wait, buffers reused while a
+# wgmma reads them, wgmma registers touched in flight, barriers in divergent
+# code, `bra.uni` that diverges, barrier thread counts that are not whole
+# warps, warp-synchronous instructions with absent lanes, deadlocks, and any
+# PTX it does not know.  What it does not see is listed in docs/emulator.md.
+# Errors name the PTX line and, through `.loc`, the Phobos source line.
 #
 #     from phobos.run.emulator import launch
 #     launch(ptx_text, "add", grid=(n // 256,), block=(256,), args=[x, y, out, n])
@@ -24,14 +27,14 @@
 # fragments (register fragments and shared-memory layouts of tensor-core
 # operands), memory (state spaces, race detection, cp.async), async_state
 # (wgmma groups, mbarriers, bulk groups), machine (scheduler and launches).
-from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, EmulatorError, MemoryFault,
-                     MisalignedAddress, PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx,
-                     WarpSyncError)
+from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, DivergentBranch, EmulatorError,
+                     GlobalMemoryRace, MemoryFault, MisalignedAddress, NonCoherentRead, PtxSyntaxError,
+                     SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
 from .machine import Kernel, LaunchStats, Module, launch, load_module
 
 __all__ = [
     "launch", "load_module", "Module", "Kernel", "LaunchStats",
     "EmulatorError", "PtxSyntaxError", "UnsupportedPtx", "MemoryFault", "MisalignedAddress",
-    "SharedMemoryRace", "AsyncCopyHazard", "BarrierError", "WarpSyncError", "ArithmeticFault",
-    "TrapError",
+    "SharedMemoryRace", "GlobalMemoryRace", "NonCoherentRead", "AsyncCopyHazard", "BarrierError",
+    "DivergentBranch", "WarpSyncError", "ArithmeticFault", "TrapError",
 ]

@@ -40,7 +40,11 @@ MASK64 = (1 << 64) - 1
 
 
 class Semantics(NamedTuple):
-    """What a builder returns: the kind of instruction, its handler and branch label."""
+    """What a builder returns: the kind of instruction, its handler and branch label.
+
+    A branch's handler, if any, is a check the scheduler runs with the threads
+    that take it and those that do not when the guard splits them (bra.uni).
+    """
 
     kind: int
     run: Callable | None

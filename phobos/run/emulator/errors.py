@@ -46,6 +46,19 @@ class SharedMemoryRace(EmulatorError):
     """Two threads of a CTA touch one shared byte between barriers, at least one writing."""
 
 
+class GlobalMemoryRace(EmulatorError):
+    """Two threads touch one global byte with nothing ordering them, at least one writing: threads of
+    one CTA with no barrier in between, or threads of different CTAs (which nothing orders)."""
+
+
+class NonCoherentRead(EmulatorError):
+    """`ld.global.nc` of bytes the same kernel writes: the read-only cache may return stale data."""
+
+
+class DivergentBranch(EmulatorError):
+    """A `bra.uni` (a branch promised uniform) that the active threads of one warp take differently."""
+
+
 class AsyncCopyHazard(EmulatorError):
     """Data used while an asynchronous operation on it is still in flight, or without the
     wait or fence it needs: shared memory read before its cp.async or bulk tensor copy

@@ -14,8 +14,9 @@
 # of the threads left behind.
 #
 # `bar.sync` parks the threads that reach it; once every live thread of the
-# CTA (or the barrier's thread count) has arrived they go on, and the CTA's
-# shared-memory race records are cleared.  Exited threads do not count.  A
+# CTA (or the barrier's thread count) has arrived they go on, the CTA's
+# shared-memory race records are cleared and its epoch (the barriers it has
+# passed, which the global race detector compares) goes up.  Exited threads do not count.  A
 # CTA whose remaining threads all wait at barriers that cannot complete is a
 # deadlock, and threads released together from one barrier but coming from
 # different `bar.sync` instructions are reported too (a barrier in divergent
@@ -52,7 +53,8 @@ from . import syntax as syn
 from .async_state import AsyncMma, BulkGroups, Mbarriers
 from .decode import BARRIER, BRANCH, PLAIN, WAIT, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
-from .memory import AsyncCopies, GenericSpace, GlobalSpace, ParamSpace, RaceDetector, WindowSpace
+from .memory import (GLOBAL_RACE_LIMIT, AsyncCopies, GenericSpace, GlobalRaceDetector, GlobalSpace, ParamSpace,
+                     RaceDetector, WindowSpace)
 from .numerics import TENSOR_CORE_MODELS, TensorCoreModel
 from .ops_control import NUM_BARRIERS
 from .ptxtypes import TYPES
@@ -136,6 +138,7 @@ class Machine:
         self.spaces = {"global": self.glob, "const": self.glob, "shared": self.shared, "local": self.local,
                        "generic": GenericSpace(self.glob, self.shared, self.local, self.param)}
         self.async_copies = AsyncCopies(n)
+        self.epoch = np.zeros(cta_count, np.int32)  # whole-CTA barriers passed, per CTA
         self.async_mma = AsyncMma(n)
         self.bulk_groups = BulkGroups(n)
         self.mbarriers = Mbarriers(n)
@@ -251,6 +254,8 @@ class Machine:
                 else:
                     lanes = self._all(group)
                     taken, rest = lanes[g], lanes[~g]
+                    if op.kind == BRANCH and op.run is not None:
+                        op.run(self, taken, rest)  # bra.uni: the split must not cut a warp
                     self.pc[rest] = gpc + 1
                     if op.kind == BRANCH:
                         self.pc[taken] = op.target
@@ -359,6 +364,7 @@ class Machine:
         self.status[released] = RUN
         if whole_cta[ready].any():
             rows = np.unique(cta[ready & whole_cta])
+            self.epoch[rows] += 1
             rows = None if len(rows) == ncta else rows
             self.mbarriers.share_observations(self, rows)
             if self.shared.races is not None:
@@ -454,8 +460,10 @@ class Kernel:
             glob.allocate(var.data, var.name, var.address)
         params, arrays = self._pack_arguments(list(args), glob)
         glob.seal()
-        shared_size = prog.shared_size(shared_bytes)
         total = grid[0] * grid[1] * grid[2]
+        if check_races and len(glob.data) <= GLOBAL_RACE_LIMIT and total * tpc < 1 << 31:
+            glob.races = GlobalRaceDetector(len(glob.data), tpc)
+        shared_size = prog.shared_size(shared_bytes)
         progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads)",
                             unit="instruction steps")
         steps = 0

@@ -22,11 +22,16 @@
 # shadow state of the asynchronous proxy: bytes that a wgmma or bulk store in
 # flight reads (writing them is an error) and bytes that a bulk tensor copy wrote under an
 # mbarrier phase (reading them before observing that phase is an error).
+# Global accesses go through a detector of their own (GlobalRaceDetector):
+# nothing orders threads of different CTAs, so there a conflict counts
+# whenever it happens, and within a CTA the CTA's barrier count (its epoch)
+# tells accesses apart.
 from __future__ import annotations
 
 import numpy as np
 
-from .errors import AsyncCopyHazard, Fault, MemoryFault, MisalignedAddress, SharedMemoryRace
+from .errors import (AsyncCopyHazard, Fault, GlobalMemoryRace, MemoryFault, MisalignedAddress, NonCoherentRead,
+                     SharedMemoryRace)
 
 GLOBAL_BASE = 0x100_0000_0000
 NULL_REGION = 1 << 20  # addresses below this are reported as null pointers
@@ -36,12 +41,20 @@ LOCAL_APERTURE = 0x7F00_0000_0000
 APERTURE_SIZE = 1 << 32
 ALLOC_ALIGN = 256
 
-# Access kinds; only the first three take part in race detection.
+# Access kinds; only the first three take part in shared-memory race detection.
 LOAD, STORE, ATOMIC = "load", "store", "atomic"
 ASYNC = "cp.async write"
+NC_LOAD = "load through the non-coherent cache"  # ld.global.nc
+ASYNC_SOURCE = "cp.async source read"
 ASYNC_PROXY = "asynchronous-proxy access"  # bulk copies and wgmma operands: checked by the caller
 MBARRIER = "mbarrier access"
 UNTRACKED = frozenset({ASYNC, ASYNC_PROXY, MBARRIER})
+
+#: Global race detection keeps 32 bytes of shadow state per byte of global memory; launches whose
+#: allocations are larger than this are not checked for global races.
+GLOBAL_RACE_LIMIT = 8 << 20
+#: The global accesses it tracks: not atomics, nor bulk (TMA) copies, which the asynchronous proxy orders.
+GLOBAL_TRACKED = frozenset({LOAD, NC_LOAD, STORE, ASYNC_SOURCE})
 
 
 def _threads(idx, n):
@@ -78,9 +91,9 @@ class Space:
         by the threads `idx`; checks bounds and alignment (to `align`, default nbytes)."""
         raise NotImplementedError
 
-    def load(self, m, idx, addr, dtype: np.dtype, count: int, pc: int) -> list[np.ndarray]:
+    def load(self, m, idx, addr, dtype: np.dtype, count: int, pc: int, access: str = LOAD) -> list[np.ndarray]:
         size = dtype.itemsize
-        pos = self.locate(m, idx, addr, size * count, LOAD, pc) // size
+        pos = self.locate(m, idx, addr, size * count, access, pc) // size
         view = self.view(dtype)
         return [view[pos + k] for k in range(count)] if count > 1 else [view[pos]]
 
@@ -141,6 +154,7 @@ class GlobalSpace(Space):
         self._next_address = GLOBAL_BASE
         self._heap_size = 0
         self._pending: list[tuple[int, bytes | np.ndarray]] = []
+        self.races: GlobalRaceDetector | None = None  # set by the launch when races are checked
 
     def allocate(self, data, name: str, address: int | None = None) -> int:
         """Add an allocation holding a copy of `data` (bytes-like); return its address.
@@ -191,15 +205,26 @@ class GlobalSpace(Space):
         rel = addr - bases[kc]
         size = sizes[kc]
         ok = (k >= 0) & (rel < size) & (rel + nbytes <= size)
+        what = LOAD if access == NC_LOAD else access
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             n = int(np.broadcast_to(nbytes, ok.shape)[i])
             raise Fault(MemoryFault,
-                        f"out-of-bounds global {access} of {n} bytes at {int(addr[i]):#x}: "
+                        f"out-of-bounds global {what} of {n} bytes at {int(addr[i]):#x}: "
                         f"{self.describe(int(addr[i]), n)}",
                         thread=int(_threads(idx, len(addr))[i]))
-        _check_alignment(self.name, addr, align or int(nbytes), idx, access)
-        return rel.astype(np.int64) + self._offsets[kc]
+        _check_alignment(self.name, addr, align or int(nbytes), idx, what)
+        offsets = rel.astype(np.int64) + self._offsets[kc]
+        if self.races is not None and access in GLOBAL_TRACKED:
+            self.races.check(m, idx, offsets, nbytes, access, pc)
+        return offsets
+
+    def describe_offset(self, offset: int) -> str:
+        """A heap offset as `name+k (address)`."""
+        for name, base, size, start in self.blocks:
+            if start <= offset < start + size:
+                return f"{name}+{offset - start} ({base + offset - start:#x})"
+        return f"heap offset {offset:#x}"
 
     def describe(self, address: int, nbytes: int) -> str:
         """Where an access of nbytes at address lies relative to the allocations."""
@@ -302,10 +327,10 @@ class GenericSpace(Space):
         elif rest.any():
             yield self.glob, rest, _threads(idx, len(addr))[rest], addr[rest]
 
-    def load(self, m, idx, addr, dtype, count, pc):
+    def load(self, m, idx, addr, dtype, count, pc, access=LOAD):
         out = [np.empty(len(addr), dtype) for _ in range(count)]
         for space, sel, sub, a in self._split(idx, addr):
-            for k, v in enumerate(space.load(m, sub, a, dtype, count, pc)):
+            for k, v in enumerate(space.load(m, sub, a, dtype, count, pc, access)):
                 out[k][sel] = v
         return out
 
@@ -537,6 +562,132 @@ class RaceDetector:
                         f"tensor copy, before this thread waited for the completion of its mbarrier phase "
                         f"{int(self.tma_phase[bw[i]])} (missing mbarrier.try_wait?)",
                         thread=int(threads[i]))
+
+
+# ---------------------------------------------------------------- global races
+
+_NONE = np.int32(-1)
+_HIGHEST = np.int32(np.iinfo(np.int32).max)
+
+
+class GlobalRaceDetector:
+    """Shadow state of global memory for one launch, one entry per heap byte.
+
+    Threads are named by their index in the grid (CTA * threads per CTA + the
+    linear thread id), and each CTA counts the barriers it has passed (its
+    epoch, `Machine.epoch`).  Two accesses to a byte conflict when at least one
+    is a plain write, they come from different threads, and either their CTAs
+    differ (nothing orders CTAs) or they share a CTA and an epoch (no barrier
+    between them).  Per byte, the detector keeps the last writer and its epoch
+    (an earlier writer either conflicted with it or is ordered before it) and
+    the lowest and highest reader of the latest window: a window is reset when
+    a read comes from the window's only CTA in a later epoch, and grows
+    otherwise, so a window spanning two CTAs conflicts with every later write.
+    Bytes read with `ld.global.nc` remember it: a write to them by any thread
+    is reported, as is such a read of bytes already written.  Atomics are not
+    tracked (several atomics to one place are the point of them).
+    """
+
+    def __init__(self, heap_bytes: int, threads_per_cta: int):
+        self.tpc = threads_per_cta
+        self.writer = np.full(heap_bytes, _NONE, np.int32)
+        self.write_epoch = np.zeros(heap_bytes, np.int32)
+        self.write_pc = np.zeros(heap_bytes, np.int32)
+        self.reader_lo = np.full(heap_bytes, _HIGHEST, np.int32)
+        self.reader_hi = np.full(heap_bytes, _NONE, np.int32)
+        self.read_epoch = np.zeros(heap_bytes, np.int32)
+        self.read_pc = np.zeros(heap_bytes, np.int32)
+        self.nc_pc: np.ndarray | None = None  # created by the first ld.global.nc
+
+    def check(self, m, idx, offsets, nbytes, access: str, pc: int) -> None:
+        threads = np.arange(m.n) if idx is None else np.asarray(idx)
+        counts = np.broadcast_to(np.asarray(nbytes, np.int64), threads.shape)
+        lane = np.repeat(np.arange(len(threads)), counts)
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        b = np.asarray(offsets, np.int64)[lane] + (np.arange(len(lane)) - first)
+        t = threads[lane]
+        g = (m.cta_first * self.tpc + t).astype(np.int32)
+        epoch = m.epoch[m.cta_of[t]]
+        if access == STORE:
+            self._write(m, b, t, g, epoch, pc)
+        else:
+            self._read(m, b, t, g, epoch, pc, nc=access == NC_LOAD)
+
+    def _read(self, m, b, t, g, epoch, pc, nc: bool) -> None:
+        self._against_writes(m, b, t, g, epoch, "read")
+        if nc:
+            written = self.writer[b] != _NONE
+            if written.any():
+                i = int(np.flatnonzero(written)[0])
+                raise self._nc_fault(m, b, t, i, int(self.write_pc[b[i]]), "read here after a write")
+            if self.nc_pc is None:
+                self.nc_pc = np.full(len(self.writer), _NONE, np.int32)
+            self.nc_pc[b] = pc
+        lo, hi = self.reader_lo[b], self.reader_hi[b]
+        cta = g // self.tpc
+        window_cta = lo // self.tpc
+        reset = (hi == _NONE) | ((window_cta == hi // self.tpc) & (window_cta == cta)
+                                 & (self.read_epoch[b] < epoch))
+        if reset.any():
+            self.reader_lo[b[reset]] = _HIGHEST
+            self.reader_hi[b[reset]] = _NONE
+        np.minimum.at(self.reader_lo, b, g)
+        np.maximum.at(self.reader_hi, b, g)
+        self.read_epoch[b] = epoch
+        self.read_pc[b] = pc
+
+    def _write(self, m, b, t, g, epoch, pc) -> None:
+        if len(b) > 1:
+            order = np.argsort(b, kind="stable")
+            sb = b[order]
+            dup = np.flatnonzero(sb[1:] == sb[:-1])
+            if dup.size:
+                i, j = order[dup[0]], order[dup[0] + 1]
+                raise Fault(GlobalMemoryRace,
+                            f"data race on global memory at {m.glob.describe_offset(int(b[i]))}: "
+                            f"{m.describe_thread(int(t[i]))} and {m.describe_thread(int(t[j]))} "
+                            f"write it in the same instruction", thread=int(t[j]))
+        self._against_writes(m, b, t, g, epoch, "write")
+        lo, hi = self.reader_lo[b], self.reader_hi[b]
+        cta = g // self.tpc
+        clash = (hi != _NONE) & ((lo // self.tpc != cta) | (hi // self.tpc != cta)
+                                 | ((self.read_epoch[b] == epoch) & ((lo != g) | (hi != g))))
+        if clash.any():
+            i = int(np.flatnonzero(clash)[0])
+            other = int(lo[i]) if int(lo[i]) != int(g[i]) else int(hi[i])
+            raise self._race(m, b, t, i, "write", "read", other, int(self.read_pc[b[i]]))
+        if self.nc_pc is not None:
+            read_nc = self.nc_pc[b] != _NONE
+            if read_nc.any():
+                i = int(np.flatnonzero(read_nc)[0])
+                raise self._nc_fault(m, b, t, i, int(self.nc_pc[b[i]]), "written here after a read")
+        self.writer[b] = g
+        self.write_epoch[b] = epoch
+        self.write_pc[b] = pc
+
+    def _against_writes(self, m, b, t, g, epoch, what: str) -> None:
+        w = self.writer[b]
+        clash = (w != _NONE) & (w != g) & ((w // self.tpc != g // self.tpc) | (self.write_epoch[b] == epoch))
+        if clash.any():
+            i = int(np.flatnonzero(clash)[0])
+            raise self._race(m, b, t, i, what, "write", int(w[i]), int(self.write_pc[b[i]]))
+
+    def _race(self, m, b, t, i, what: str, earlier: str, other: int, other_pc: int) -> Fault:
+        whom = m.describe_thread(other - m.cta_first * self.tpc)
+        same_cta = other // self.tpc == m.cta_first + int(m.cta_of[t[i]])
+        why = "with no barrier in between" if same_cta else "in another CTA (nothing orders CTAs)"
+        return Fault(GlobalMemoryRace,
+                     f"data race on global memory at {m.glob.describe_offset(int(b[i]))}: {what} by this "
+                     f"thread conflicts with a{'n' if earlier[0] in 'aeiou' else ''} {earlier} by {whom} at "
+                     f"{m.ptx_position(other_pc)}, {why}",
+                     thread=int(t[i]), related=[(other_pc, f"the conflicting {earlier} by {whom}")])
+
+    def _nc_fault(self, m, b, t, i, other_pc: int, what: str) -> Fault:
+        return Fault(NonCoherentRead,
+                     f"global memory at {m.glob.describe_offset(int(b[i]))} is read with ld.global.nc and "
+                     f"written by this kernel ({what}; see {m.ptx_position(other_pc)}): the read-only cache "
+                     f"may return stale data (a tensor passed both as an input and as an output?)",
+                     thread=int(t[i]), related=[(other_pc, "the other access")])
 
 
 # ---------------------------------------------------------------- cp.async

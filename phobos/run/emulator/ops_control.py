@@ -1,7 +1,9 @@
 # Control flow, barriers and warp-synchronous instructions.
 #
 # Branches, exits and barriers only describe themselves here (their kind and,
-# for barriers, the barrier id and expected count); the scheduler in
+# for barriers, the barrier id and expected count, a whole number of warps;
+# for `bra.uni`, the check that the guard does not split a warp, which the
+# scheduler runs when it splits the active threads); the scheduler in
 # machine.py moves the threads.  Memory fences are no-ops: the emulator runs
 # one instruction at a time, so every access is already visible to all.
 #
@@ -18,11 +20,13 @@ import numpy as np
 
 from . import syntax as syn
 from .decode import BARRIER, BRANCH, EXIT, Semantics, opcode, plain
-from .errors import BarrierError, Fault, PtxSyntaxError, TrapError, WarpSyncError
+from .errors import BarrierError, DivergentBranch, Fault, PtxSyntaxError, TrapError, WarpSyncError
 from .ops_arith import require
 from .ptxtypes import TYPES
 
 NUM_BARRIERS = 16
+WARP = 32
+WARPS_PER_CTA_BOUND = 1024 // WARP + 1  # more warps than any CTA has: keys warps of different CTAs apart
 U32 = TYPES["u32"]
 B32 = TYPES["b32"]
 PRED = TYPES["pred"]
@@ -30,11 +34,26 @@ PRED = TYPES["pred"]
 
 @opcode("bra")
 def build_bra(d, ins, mods):
-    mods.flag("uni")
+    uniform = mods.flag("uni")
     (target,) = d.operands(ins, 1)
     if not isinstance(target, syn.Name):
         raise d.error("bra needs a label (indirect branches are not supported)")
-    return Semantics(BRANCH, None, target.text)
+    return Semantics(BRANCH, _check_uniform if uniform else None, target.text)
+
+
+def _check_uniform(m, taken, rest) -> None:
+    """bra.uni whose guard split the active threads: no warp may have threads on both sides."""
+    taken_warps = _warp_keys(m, taken)
+    split = np.intersect1d(taken_warps, _warp_keys(m, rest))
+    if split.size:
+        t = int(taken[np.flatnonzero(taken_warps == split[0])[0]])
+        raise Fault(DivergentBranch, "bra.uni taken by some active threads of a warp and not by others: "
+                                     "the branch was promised uniform", thread=t)
+
+
+def _warp_keys(m, threads) -> np.ndarray:
+    """One number per warp of the batch, for each of `threads`."""
+    return m.cta_of[threads] * WARPS_PER_CTA_BOUND + m.ltid[threads] // WARP
 
 
 @opcode("exit", "ret")
@@ -53,12 +72,23 @@ def build_barrier(d, ins, mods):
     ops = d.operands(ins, 1, 2)
     read_id = d.reader(ops[0], U32)
     read_count = d.reader(ops[1], U32) if len(ops) == 2 else None
+    if len(ops) == 2 and isinstance(ops[1], syn.Imm):
+        if ops[1].kind != "int" or ops[1].value <= 0 or ops[1].value % WARP:
+            raise d.error(f"the thread count of {mods.base}.sync must be a positive multiple of {WARP}",
+                          PtxSyntaxError)
 
     def run(m, idx):
         ids = np.asarray(read_id(m, idx))
         if (ids >= NUM_BARRIERS).any():
             raise Fault(BarrierError, f"barrier id {int(ids.max())} is not below {NUM_BARRIERS}")
-        return ids, (0 if read_count is None else read_count(m, idx))
+        if read_count is None:
+            return ids, 0
+        counts = np.asarray(read_count(m, idx))
+        bad = (counts == 0) | (counts % WARP != 0)
+        if bad.any():
+            count = int(counts.flat[np.flatnonzero(bad)[0]])
+            raise Fault(BarrierError, f"barrier thread count {count} is not a positive multiple of {WARP}")
+        return ids, counts
     return Semantics(BARRIER, run)
 
 

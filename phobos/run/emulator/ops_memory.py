@@ -3,10 +3,11 @@
 # maps are read through; see ops_bulk.)
 #
 # Loads and stores go through the state space objects of `memory`, which
-# check bounds and alignment and feed the shared-memory race detector.
-# Cache and ordering qualifiers (.nc, .cg, .L2::128B, .relaxed.gpu, ...) do not
-# change results on a CPU that runs one instruction at a time and are accepted
-# and dropped; anything else unknown is an error.
+# check bounds and alignment and feed the race detectors.  Cache and ordering
+# qualifiers (.cg, .L2::128B, .relaxed.gpu, ...) do not change results on a
+# CPU that runs one instruction at a time and are accepted and dropped, except
+# `.nc`: the global race detector reports data read through the non-coherent
+# cache that the kernel also writes.  Anything else unknown is an error.
 #
 # Atomics run lane by lane in thread order (see memory.apply_atomic), so that
 # every contribution counts and float sums round as if threads arrived in
@@ -24,7 +25,7 @@ from . import numerics as nx
 from . import syntax as syn
 from .decode import opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError
-from .memory import ASYNC, LOCAL_APERTURE, PARAM_APERTURE, SHARED_APERTURE
+from .memory import ASYNC, ASYNC_SOURCE, LOAD, LOCAL_APERTURE, NC_LOAD, PARAM_APERTURE, SHARED_APERTURE
 from .ops_arith import elementwise, require
 from .ptxtypes import TYPES
 
@@ -69,6 +70,9 @@ def build_ld(d, ins, mods):
     space = _space(mods)
     count = _vector_count(mods)
     ops = _access_operands(d, ins, mods)
+    non_coherent = mods.flag("nc")
+    require(d, not non_coherent or space == "global", "ld.nc reads global memory: ld.global.nc")
+    access = NC_LOAD if non_coherent else LOAD
     mods.drop(_is_hint)
     t = mods.type()
     require(d, t.kind != "pred", "ld.pred is not valid")
@@ -80,7 +84,7 @@ def build_ld(d, ins, mods):
     pc = d.index
 
     def run(m, idx):
-        values = m.spaces[space].load(m, idx, address(m, idx), dtype, count, pc)
+        values = m.spaces[space].load(m, idx, address(m, idx), dtype, count, pc, access)
         for write, value in zip(writers, values):
             write(m, idx, value)
     return plain(run)
@@ -226,7 +230,7 @@ def build_cp_async(d, ins, mods):
         reads = np.flatnonzero(sizes > 0)
         if reads.size:
             src[reads] = m.glob.locate(m, threads[reads], src_address(m, idx)[reads], sizes[reads],
-                                       "cp.async source read", pc, align=cp_size)
+                                       ASYNC_SOURCE, pc, align=cp_size)
         m.async_copies.issue(threads, dst, src, sizes.astype(np.int64), cp_size, pc, m.shared.races)
     return plain(run)
 
