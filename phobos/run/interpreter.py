@@ -42,6 +42,9 @@
 #               (cvt.rzi); int -> int wraps; to float rounds to nearest even.
 #   division    an integer divisor of 0 counts as 1 (`x / 0 == x`, `x % 0 ==
 #               0`); `cdiv` is the exact quotient rounded up.
+#   faults      an expression that cannot go on raises _Fault; the statement
+#               running it reports an ExecutionError there, noting the
+#               expression.  (No operation of the language faults.)
 from __future__ import annotations
 
 import math
@@ -56,7 +59,7 @@ from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES
 from ..compiler import parse_source, pick_kernel
-from ..errors import ExecutionError, LaunchError, Note, PhobosError
+from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
 from ..frontend.sema import CheckedKernel, Symbol, check_kernel
 from ..types import DType, ScalarType, TensorType, TileType, shape_of
 
@@ -69,6 +72,15 @@ Fn = Callable[[list], object]  # a compiled expression or statement: frame -> va
 
 NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}
 GRID_SLOTS = 6  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2)
+
+
+class _Fault(Exception):
+    """A run-time fault inside an expression; the statement running it reports it."""
+
+    def __init__(self, message: str, loc: Loc):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
 
 
 # ------------------------------------------------------------ value helpers
@@ -222,6 +234,9 @@ class _Compiler:
                     step(f)
                 except PhobosError:
                     raise
+                except _Fault as fault:
+                    notes = [Note("in this operation", fault.loc)] if fault.loc != loc else []
+                    raise ExecutionError(fault.message, loc, notes) from None
                 except Exception as err:  # a bug in the interpreter: say where, keep the cause
                     raise ExecutionError(f"internal error in the interpreter ({type(err).__name__}: {err})",
                                          loc) from err
