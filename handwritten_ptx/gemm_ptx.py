@@ -355,7 +355,9 @@ def mma_sync_gemm(cfg: MmaConfig = MmaConfig(), name: str = "gemm_bf16_mma") -> 
 
 @dataclass(frozen=True)
 class WgmmaConfig:
-    """Tile shape of the wgmma + TMA kernel (two consumer warpgroups of 64 rows each)."""
+    """Tile shape and features of the wgmma kernel.  The defaults are the prototype: TMA with the
+    128-byte swizzle, a producer warpgroup, two consumer warpgroups, setmaxnreg.  Turning features
+    off gives simpler kernels of the same structure (tc_bisect runs them from the simplest up)."""
 
     bn: int = 256        # CTA tile columns (a multiple of 64, at most 256)
     bk: int = 64         # k per stage: one 128-byte swizzled row of A
@@ -364,9 +366,19 @@ class WgmmaConfig:
     group_m: int = 16
     consumer_registers: int = 232
     producer_registers: int = 40
+    consumers: int = 2           # consumer warpgroups, 64 rows of the CTA tile each
+    producer: bool = True        # a producer warpgroup fills the stages (else consumer thread 0 does)
+    setmaxnreg: bool = True      # the producer gives registers to the consumers
+    load: str = "tma"            # "tma", or "plain": every consumer thread copies 16-byte chunks itself
+    swizzle: int = 128           # shared layout: 128-byte swizzle, or 0 (no swizzle; plain loads only)
 
-    bm = 128             # two consumer warpgroups x m64
-    threads = 384        # producer warpgroup + two consumers
+    @property
+    def bm(self) -> int:
+        return 64 * self.consumers
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + self.producer)
 
     @property
     def a_stage(self) -> int:
@@ -381,152 +393,324 @@ class WgmmaConfig:
         """Dynamic shared memory: the stages, plus 1024 bytes to align them."""
         return self.stages * (self.a_stage + self.b_stage) + 1024
 
+    @property
+    def entry_registers(self) -> int:
+        """The register cap at entry that `.maxntid threads .minnctapersm 1` gives (64K / threads)."""
+        return min(65536 // self.threads // 8 * 8, 255)
+
     def check(self) -> None:
         assert self.bk == 64, "one 128-byte swizzle row of bf16 per stage"
         assert self.bn % 64 == 0 and 64 <= self.bn <= 256
-        assert self.stages >= 2 and self.out in ("bf16", "f32")
-        assert self.producer_registers + 2 * self.consumer_registers <= 512
+        assert self.stages >= 1 and self.out in ("bf16", "f32") and self.consumers in (1, 2)
+        assert self.load in ("tma", "plain") and self.swizzle in (0, 128)
+        assert self.swizzle or self.load == "plain", "TMA boxes here are written with the 128-byte swizzle"
+        assert self.load == "tma" or (not self.producer and self.stages == 1), "plain loads: one stage, no producer"
+        assert self.producer or not self.setmaxnreg, "setmaxnreg moves registers from the producer"
+        if self.setmaxnreg:  # the consumers' increase must fit the CTA's pool (else they wait forever)
+            entry = min(self.entry_registers, max(self.producer_registers, self.consumer_registers))
+            assert self.producer_registers <= entry <= self.consumer_registers
+            assert 128 * (self.producer_registers + self.consumers * self.consumer_registers) <= entry * self.threads
+
+
+def _wgmma_layout(cfg: WgmmaConfig) -> dict:
+    """Shared layout of one stage: descriptor templates (no start address), the start offset of
+    consumer 1's A rows and the advance per wgmma k step (16-byte units); `_chunk_offset` places
+    the 16-byte chunks in the same layout."""
+    bm, bk = cfg.bm, cfg.bk
+    if cfg.swizzle:  # the TMA boxes: A rows of 128 bytes; B boxes of 64 columns, k rows of 128 bytes
+        return dict(a_desc=1 << 62 | (1024 >> 4) << 32 | (16 >> 4) << 16,
+                    b_desc=1 << 62 | (1024 >> 4) << 32 | (bk * 128 >> 4) << 16,
+                    a_desc_note="SBO 1024, LBO 16 (unused)", b_desc_note=f"SBO 1024, LBO {bk * 128}",
+                    a_consumer=64 * 128, a_step=2, b_step=128)
+    # no swizzle: core matrices of 8 rows x 16 bytes.  A (K-major): k chunk c of all bm rows is one
+    # column of core matrices (LBO = bm * 16 to the next chunk, SBO = 128 to the next 8 rows);
+    # B (N-major): column chunk c of all bk k rows likewise (SBO = bk * 16 to the next chunk of
+    # columns, LBO = 128 to the next 8 k rows).
+    return dict(a_desc=(128 >> 4) << 32 | (bm * 16 >> 4) << 16, b_desc=(bk * 16 >> 4) << 32 | (128 >> 4) << 16,
+                a_desc_note=f"SBO 128, LBO {bm * 16}", b_desc_note=f"SBO {bk * 16}, LBO 128",
+                a_consumer=64 * 16, a_step=2 * bm, b_step=16)
+
+
+def _chunk_offset(p: Ptx, cfg: WgmmaConfig, operand: str, dst: str) -> None:
+    """`dst` = byte offset in the stage of 16-byte chunk (%row, %col) of the A tile (row, k chunk)
+    or the B tile (k row, column chunk), in the layout `_wgmma_layout` describes (%x, %y: scratch)."""
+    if cfg.swizzle and operand == "A":
+        p.ins("and.b32 %y, %row, 7;")
+        p.ins("xor.b32 %y, %y, %col;", "chunk ^ (row % 8)")
+        p.ins("shl.b32 %y, %y, 4;")
+        p.ins("mad.lo.u32 %y, %row, 128, %y;", "row * 128 + swizzled chunk * 16")
+    elif cfg.swizzle:
+        p.ins("and.b32 %y, %row, 7;")
+        p.ins("and.b32 %x, %col, 7;")
+        p.ins("xor.b32 %y, %y, %x;", "(chunk % 8) ^ (k row % 8)")
+        p.ins("shl.b32 %y, %y, 4;")
+        p.ins("mad.lo.u32 %y, %row, 128, %y;")
+        p.ins("shr.u32 %x, %col, 3;", "box of 64 columns")
+        p.ins(f"mad.lo.u32 %y, %x, {cfg.bk * 128}, %y;")
+    else:
+        pitch = cfg.bm * 16 if operand == "A" else cfg.bk * 16
+        p.ins("shl.b32 %y, %row, 4;")
+        p.ins(f"mad.lo.u32 %y, %col, {pitch}, %y;", f"chunk * {pitch} + row * 16")
+    p.ins(f"mov.u32 {dst}, %y;" if operand == "A" else f"add.u32 {dst}, %y, {cfg.a_stage};",
+          "offset in the stage" if operand == "A" else "offset in the stage (after the A tile)")
 
 
 def wgmma_gemm(cfg: WgmmaConfig = WgmmaConfig(), name: str = "gemm_bf16_wgmma") -> str:
     cfg.check()
-    stages, bn, bk = cfg.stages, cfg.bn, cfg.bk
+    stages, bn, bk, bm = cfg.stages, cfg.bn, cfg.bk, cfg.bm
+    tma, producer = cfg.load == "tma", cfg.producer
     nboxes = bn // 64
     nacc = bn // 2
     stage_bytes = cfg.a_stage + cfg.b_stage
     tx_bytes = stage_bytes
     osize = 2 if cfg.out == "bf16" else 4
-    sw128 = 1 << 62
-    a_desc = sw128 | (1024 >> 4) << 32 | (16 >> 4) << 16   # SBO 1024 (8 rows), LBO unused (16)
-    b_desc = sw128 | (1024 >> 4) << 32 | (8192 >> 4) << 16  # SBO 1024 (8 k rows), LBO 8192 (next 64 columns)
+    lay = _wgmma_layout(cfg)
+    a_desc, b_desc = lay["a_desc"], lay["b_desc"]
     p = Ptx()
-    p.raw(f"// bf16 GEMM on the Hopper tensor cores with wgmma + TMA (sm_90a), written by handwritten_ptx/gemm_ptx.py:")
+    source = "TMA" if tma else "plain loads"
+    p.raw(f"// bf16 GEMM on the Hopper tensor cores with wgmma + {source} (sm_90a), written by handwritten_ptx/gemm_ptx.py:")
     p.raw(f"//   C[M x N] ({cfg.out}) = A[M x K] (bf16) * B[K x N] (bf16), all row-major, f32 accumulation.")
-    p.raw(f"// CTA tile {cfg.bm}x{bn}, k step {bk}, {stages} stages of {stage_bytes} bytes; 384 threads:")
-    p.raw("//   warpgroup 0 (threads 0-127): producer; one elected thread issues the TMA copies;")
-    p.raw(f"//   warpgroups 1, 2: consumers, each computing 64 rows x {bn} columns with wgmma.m64n{bn}k16,")
-    p.raw(f"//   {nacc} f32 accumulators per thread.  setmaxnreg gives the producer {cfg.producer_registers} "
-          f"registers and the consumers {cfg.consumer_registers}.")
-    p.raw(f"// M % 128 == 0, N % {bn} == 0, K % {bk} == 0; grid: (M/128) * (N/{bn}) CTAs in x;")
+    p.raw(f"// CTA tile {bm}x{bn}, k step {bk}, {stages} stages of {stage_bytes} bytes; {cfg.threads} threads:")
+    if producer:
+        p.raw("//   warpgroup 0 (threads 0-127): producer; one elected thread issues the TMA copies;")
+    first = 1 if producer else 0
+    groups = ", ".join(str(first + i) for i in range(cfg.consumers))
+    p.raw(f"//   warpgroup{'s' if cfg.consumers > 1 else ''} {groups}: consumer{'s' if cfg.consumers > 1 else ''}, "
+          f"each computing 64 rows x {bn} columns with wgmma.m64n{bn}k16,")
+    if cfg.setmaxnreg:
+        p.raw(f"//   {nacc} f32 accumulators per thread.  setmaxnreg gives the producer {cfg.producer_registers} "
+              f"registers and the consumers {cfg.consumer_registers}.")
+    else:
+        p.raw(f"//   {nacc} f32 accumulators per thread.")
+    if tma and not producer:
+        p.raw("//   Thread 0 issues the TMA copies of the first stages, and refills each stage once every")
+        p.raw("//   thread is done with it (bar.sync).")
+    if not tma:
+        p.raw("//   Each k tile is copied by all threads (16-byte chunks, ld.global -> st.shared), made visible")
+        p.raw("//   to the tensor cores by fence.proxy.async and bar.sync, multiplied, and the CTA syncs again.")
+    p.raw(f"// M % {bm} == 0, N % {bn} == 0, K % {bk} == 0; grid: (M/{bm}) * (N/{bn}) CTAs in x;")
     p.raw(f"// {cfg.shared_bytes} bytes of dynamic shared memory.")
     p.raw("//")
-    p.raw("// Tensor maps (built on the host: phobos.run.tensor_map.TensorMap, 128-byte swizzle, bf16):")
-    p.raw(f"//   a_map: A as (M rows, K columns), box 128 rows x {bk} columns: one copy per stage.")
-    p.raw(f"//   b_map: B as (K rows, N columns), box {bk} rows x 64 columns: {nboxes} copies per stage.")
-    p.raw("// Stage layout (1024-byte aligned): the A tile, 128 rows of 128 bytes (row m at 128m, K-major);")
-    p.raw(f"// then {nboxes} B boxes of 8192 bytes (box q: columns 64q..64q+63; k row r at 128r, N-major).")
-    p.raw("// TMA stores each 128-byte row with its 16-byte chunks XORed by (address / 128) % 8, which is")
-    p.raw("// the layout the 128B-swizzle matrix descriptors describe:")
-    p.raw("//   A (K-major): start = A tile + 64 * 128 * consumer + 32 * k16 step, SBO = 1024 (next 8 rows)")
-    p.raw("//   B (N-major, imm-trans-b = 1): start = B tiles + 2048 * k16 step, SBO = 1024 (next 8 k rows),")
-    p.raw("//     LBO = 8192 (next 64 columns)")
-    p.raw("// mbarriers: full[s] (1 arrival + the stage's bytes: the producer's arrive.expect_tx and the")
-    p.raw("// copies' complete_tx) and empty[s] (2 arrivals: one per consumer warpgroup when its wgmmas on")
-    p.raw("// the stage are done).  Use u of stage s (k tile t = u * stages + s) waits for parity u % 2 of")
-    p.raw("// full[s]; the producer waits for parity (u % 2) ^ 1 of empty[s] (true at once for u = 0).")
+    if tma:
+        p.raw("// Tensor maps (built on the host: phobos.run.tensor_map.TensorMap, 128-byte swizzle, bf16):")
+        p.raw(f"//   a_map: A as (M rows, K columns), box {bm} rows x {bk} columns: one copy per stage.")
+        p.raw(f"//   b_map: B as (K rows, N columns), box {bk} rows x 64 columns: {nboxes} copies per stage.")
+    if cfg.swizzle:
+        p.raw(f"// Stage layout (1024-byte aligned): the A tile, {bm} rows of 128 bytes (row m at 128m, K-major);")
+        p.raw(f"// then {nboxes} B boxes of 8192 bytes (box q: columns 64q..64q+63; k row r at 128r, N-major).")
+        p.raw(f"// {'TMA stores' if tma else 'The loads store'} each 128-byte row with its 16-byte chunks XORed by "
+              f"(address / 128) % 8, which is")
+        p.raw("// the layout the 128B-swizzle matrix descriptors describe:")
+        p.raw("//   A (K-major): start = A tile + 64 * 128 * consumer + 32 * k16 step, SBO = 1024 (next 8 rows)")
+        p.raw("//   B (N-major, imm-trans-b = 1): start = B tiles + 2048 * k16 step, SBO = 1024 (next 8 k rows),")
+        p.raw("//     LBO = 8192 (next 64 columns)")
+    else:
+        p.raw("// Stage layout, no swizzle (8x16-byte core matrices): A (K-major) chunk c (k 8c..8c+7) of row r at")
+        p.raw(f"// {bm * 16}c + 16r: {lay['a_desc_note']}, start + {bm * 32} per k16 step, + 1024 for consumer 1;")
+        p.raw(f"// B (N-major, imm-trans-b = 1) columns 8c..8c+7 of k row r at {bk * 16}c + 16r: {lay['b_desc_note']},")
+        p.raw("// start + 256 per k16 step.")
+    if tma and producer:
+        p.raw("// mbarriers: full[s] (1 arrival + the stage's bytes: the producer's arrive.expect_tx and the")
+        p.raw(f"// copies' complete_tx) and empty[s] ({cfg.consumers} arrival{'s' if cfg.consumers > 1 else ''}: "
+              f"one per consumer warpgroup when its wgmmas on")
+        p.raw("// the stage are done).  Use u of stage s (k tile t = u * stages + s) waits for parity u % 2 of")
+        p.raw("// full[s]; the producer waits for parity (u % 2) ^ 1 of empty[s] (true at once for u = 0).")
+    elif tma:
+        p.raw("// mbarriers: full[s] (1 arrival + the stage's bytes: thread 0's arrive.expect_tx and the copies'")
+        p.raw("// complete_tx).  Use u of stage s (k tile t = u * stages + s) waits for parity u % 2 of full[s].")
     p.raw(".version 8.0")
     p.raw(".target sm_90a")
     p.raw(".address_size 64")
     p.raw("")
-    p.raw(f".shared .align 8 .b64 full[{stages}];          // stage s holds its k tile")
-    p.raw(f".shared .align 8 .b64 empty[{stages}];         // stage s may be refilled")
+    if tma:
+        p.raw(f".shared .align 8 .b64 full[{stages}];          // stage s holds its k tile")
+    if tma and producer:
+        p.raw(f".shared .align 8 .b64 empty[{stages}];         // stage s may be refilled")
     p.raw(".extern .shared .align 1024 .b8 smem[];       // the stages (aligned at run time too)")
     p.raw("")
     p.raw(f".visible .entry {name}(")
-    p.raw("    .param .align 64 .b8 a_map[128],       // CUtensorMap of A")
-    p.raw("    .param .align 64 .b8 b_map[128],       // CUtensorMap of B")
+    if tma:
+        p.raw("    .param .align 64 .b8 a_map[128],       // CUtensorMap of A")
+        p.raw("    .param .align 64 .b8 b_map[128],       // CUtensorMap of B")
+    else:
+        p.raw("    .param .u64 a_ptr,                     // const bf16 *A (M x K)")
+        p.raw("    .param .u64 b_ptr,                     // const bf16 *B (K x N)")
     p.raw(f"    .param .u64 c_ptr,                     // {cfg.out} *C (M x N)")
     p.raw("    .param .u32 m_size,")
     p.raw("    .param .u32 n_size,")
     p.raw("    .param .u32 k_size")
-    p.raw(") .maxntid 384, 1, 1 .minnctapersm 1           // 1 CTA per SM: ptxas starts from 168 registers")
+    bounds = (f"1 CTA per SM: ptxas starts from {cfg.entry_registers} registers" if cfg.setmaxnreg
+              else "1 CTA per SM")
+    p.raw(f") .maxntid {cfg.threads}, 1, 1 .minnctapersm 1           // {bounds}")
     p.raw("{")
     p.ins(".reg .pred %p_leader, %p_wait, %p_loop, %p_first;")
     p.ins(".reg .b32 %M, %N, %K, %KT, %thread, %wg, %lane, %warp, %x, %y, %row, %col, %leader;")
     p.ins(".reg .b32 %pid, %tiles_m, %tiles_n, %group_size, %group, %first_m, %group_m, %in_group, %bm, %bn;")
     p.ins(".reg .b32 %smem, %kt, %stage, %phase, %full, %empty, %dst, %kx, %packed;")
     p.ins(".reg .b64 %a_map, %b_map, %C, %off, %ptr, %token, %desc_a, %desc_b, %adesc, %bdesc;")
+    if not tma:
+        a_chunks, b_chunks = bm * bk // 8 // cfg.threads, bk * bn // 8 // cfg.threads
+        p.ins(".reg .b32 %v<4>;")
+        p.ins(f".reg .b32 %a_dst<{a_chunks}>, %b_dst<{b_chunks}>;")
+        p.ins(f".reg .b64 %A, %B, %b_step, %a_src<{a_chunks}>, %b_src<{b_chunks}>;")
     p.ins(f".reg .f32 %acc<{nacc}>;")
     p.raw("")
     p.comment("Parameters.")
-    p.ins("mov.b64 %a_map, a_map;", "parameter-space address of the tensor maps")
-    p.ins("cvta.param.u64 %a_map, %a_map;", "made generic: TMA takes generic addresses")
-    p.ins("mov.b64 %b_map, b_map;")
-    p.ins("cvta.param.u64 %b_map, %b_map;")
+    if tma:
+        p.ins("mov.b64 %a_map, a_map;", "parameter-space address of the tensor maps")
+        p.ins("cvta.param.u64 %a_map, %a_map;", "made generic: TMA takes generic addresses")
+        p.ins("mov.b64 %b_map, b_map;")
+        p.ins("cvta.param.u64 %b_map, %b_map;")
+    else:
+        p.ins("ld.param.u64 %A, [a_ptr];")
+        p.ins("cvta.to.global.u64 %A, %A;")
+        p.ins("ld.param.u64 %B, [b_ptr];")
+        p.ins("cvta.to.global.u64 %B, %B;")
     p.ins("ld.param.u64 %C, [c_ptr];")
     p.ins("cvta.to.global.u64 %C, %C;")
     p.ins("ld.param.u32 %M, [m_size];")
     p.ins("ld.param.u32 %N, [n_size];")
     p.ins("ld.param.u32 %K, [k_size];")
     p.ins(f"shr.u32 %KT, %K, {bk.bit_length() - 1};", f"k tiles = K / {bk}")
-    _grouped_tile(p, cfg.bm, bn, cfg.group_m)
+    _grouped_tile(p, bm, bn, cfg.group_m)
     p.ins("mov.u32 %thread, %tid.x;")
-    p.ins("shr.u32 %wg, %thread, 7;", "warpgroup: 0 producer, 1 and 2 consumers")
+    p.ins("shr.u32 %wg, %thread, 7;", "warpgroup: 0 producer, 1 and 2 consumers" if producer else "warpgroup")
     p.ins("mov.u32 %smem, smem;")
     p.ins("add.u32 %smem, %smem, 1023;")
     p.ins("and.b32 %smem, %smem, -1024;", "stages 1024-byte aligned (the swizzle pattern)")
-    p.ins("mov.u32 %full, full;")
-    p.ins("mov.u32 %empty, empty;")
+    if tma:
+        p.ins("mov.u32 %full, full;")
+    if tma and producer:
+        p.ins("mov.u32 %empty, empty;")
     p.raw("")
-    p.comment("Thread 0 initialises the mbarriers; fence.mbarrier_init makes the initialisation visible to")
-    p.comment("the asynchronous proxy (TMA), bar.sync to the other threads.")
-    p.ins("setp.eq.u32 %p_leader, %thread, 0;")
-    for s in range(stages):
-        p.ins(f"@%p_leader mbarrier.init.shared::cta.b64 [%full+{8 * s}], 1;", f"full[{s}]: the producer's arrival")
-        p.ins(f"@%p_leader mbarrier.init.shared::cta.b64 [%empty+{8 * s}], 2;", f"empty[{s}]: one per consumer")
-    p.ins("fence.mbarrier_init.release.cluster;")
-    p.ins("bar.sync 0;")
-    p.ins("setp.ne.u32 %p_wait, %wg, 0;")
-    p.ins("@%p_wait bra CONSUMER;")
-    p.raw("")
-    p.comment("---- Producer warpgroup: give registers away, then one thread streams k tiles into the stages.")
-    p.ins(f"setmaxnreg.dec.sync.aligned.u32 {cfg.producer_registers};")
-    p.ins("setp.ge.u32 %p_wait, %thread, 32;")
-    p.ins("@%p_wait bra DONE;", "warps 1-3 have nothing to do")
-    p.ins("elect.sync %leader|%p_leader, 0xffffffff;", "one thread of warp 0")
-    p.ins("@!%p_leader bra DONE;")
-    p.ins("mov.u32 %kt, 0;")
-    p.ins("mov.u32 %stage, 0;")
-    p.ins("mov.u32 %phase, 0;", "use of the stage, mod 2")
-    p.label("PRODUCE")
-    p.ins("shl.b32 %x, %stage, 3;")
-    p.ins("add.u32 %y, %empty, %x;", "&empty[stage]")
-    p.ins("xor.b32 %row, %phase, 1;", "the previous use's parity")
-    p.label("WAIT_EMPTY")
-    p.ins("mbarrier.try_wait.parity.shared::cta.b64 %p_wait, [%y], %row;", "consumers done with the stage?")
-    p.ins("@!%p_wait bra WAIT_EMPTY;")
-    p.ins("add.u32 %y, %full, %x;", "&full[stage]")
-    p.ins(f"mbarrier.arrive.expect_tx.shared::cta.b64 %token, [%y], {tx_bytes};", "arrive, expecting the bytes")
-    p.ins(f"mad.lo.u32 %dst, %stage, {stage_bytes}, %smem;", "the stage's A tile")
-    p.ins(f"shl.b32 %kx, %kt, {bk.bit_length() - 1};", "k of the tile")
-    p.ins("shl.b32 %row, %bm, 7;", "first row of A (bm * 128)")
-    p.ins("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%dst], [%a_map, {%kx, %row}], [%y];",
-          "A box {k, m}")
-    for q in range(nboxes):
-        p.ins(f"add.u32 %dst, %dst, {cfg.a_stage if q == 0 else 8192};", f"B box {q}")
-        p.ins(f"mad.lo.u32 %col, %bn, {bn}, {64 * q};" if q else f"mul.lo.u32 %col, %bn, {bn};",
-              f"columns {64 * q}.. of the tile")
-        p.ins("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%dst], [%b_map, {%col, %kx}], [%y];",
-              "B box {n, k}")
-    p.ins("add.u32 %kt, %kt, 1;")
-    p.ins("add.u32 %stage, %stage, 1;")
-    p.ins(f"setp.eq.u32 %p_wait, %stage, {stages};")
-    p.ins("@%p_wait mov.u32 %stage, 0;", "wrap around ...")
-    p.ins("@%p_wait xor.b32 %phase, %phase, 1;", "... into the next use")
-    p.ins("setp.lt.u32 %p_loop, %kt, %KT;")
-    p.ins("@%p_loop bra PRODUCE;")
-    p.ins("bra.uni DONE;")
-    p.raw("")
-    p.comment("---- Consumer warpgroups: take registers, then multiply each stage as it arrives.")
-    p.label("CONSUMER")
-    p.ins(f"setmaxnreg.inc.sync.aligned.u32 {cfg.consumer_registers};")
-    p.ins("and.b32 %x, %thread, 127;")
-    p.ins("setp.eq.u32 %p_leader, %x, 0;", "the thread that arrives for the warpgroup")
-    p.comment("Descriptor templates: swizzle 128B (bit 62), SBO and LBO; the start address is added per stage.")
-    p.ins(f"mov.b64 %desc_a, {a_desc:#x};", "SBO 1024, LBO 16 (unused)")
-    p.ins(f"mov.b64 %desc_b, {b_desc:#x};", "SBO 1024, LBO 8192")
-    p.ins("sub.u32 %x, %wg, 1;", "consumer 0 or 1")
-    p.ins("shl.b32 %x, %x, 13;", "its 64 rows of the A tile: 64 * 128 bytes in")
+
+    def issue_tile(guard: str = "") -> None:
+        """Thread(s) under `guard`: arrive on full[%stage] expecting the stage's bytes, then copy
+        k tile %kt into stage %stage (%x = 8 * %stage)."""
+        p.ins("add.u32 %y, %full, %x;", "&full[stage]")
+        p.ins(f"{guard}mbarrier.arrive.expect_tx.shared::cta.b64 %token, [%y], {tx_bytes};",
+              "arrive, expecting the bytes")
+        p.ins(f"mad.lo.u32 %dst, %stage, {stage_bytes}, %smem;", "the stage's A tile")
+        p.ins(f"shl.b32 %kx, %kt, {bk.bit_length() - 1};", "k of the tile")
+        p.ins(f"shl.b32 %row, %bm, {bm.bit_length() - 1};", f"first row of A (bm * {bm})")
+        p.ins(f"{guard}cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%dst], "
+              "[%a_map, {%kx, %row}], [%y];", "A box {k, m}")
+        for q in range(nboxes):
+            p.ins(f"add.u32 %dst, %dst, {cfg.a_stage if q == 0 else 8192};", f"B box {q}")
+            p.ins(f"mad.lo.u32 %col, %bn, {bn}, {64 * q};" if q else f"mul.lo.u32 %col, %bn, {bn};",
+                  f"columns {64 * q}.. of the tile")
+            p.ins(f"{guard}cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%dst], "
+                  "[%b_map, {%col, %kx}], [%y];", "B box {n, k}")
+
+    def next_stage(explain: bool = True) -> None:
+        """kt + 1; the next stage, and the next use's parity after the last stage."""
+        p.ins("add.u32 %kt, %kt, 1;")
+        p.ins("add.u32 %stage, %stage, 1;")
+        p.ins(f"setp.eq.u32 %p_wait, %stage, {stages};")
+        p.ins("@%p_wait mov.u32 %stage, 0;", "wrap around ..." if explain else "")
+        p.ins("@%p_wait xor.b32 %phase, %phase, 1;", "... into the next use" if explain else "")
+
+    if tma:
+        p.comment("Thread 0 initialises the mbarriers; fence.mbarrier_init makes the initialisation visible to")
+        p.comment("the asynchronous proxy (TMA), bar.sync to the other threads.")
+        p.ins("setp.eq.u32 %p_leader, %thread, 0;")
+        for s in range(stages):
+            p.ins(f"@%p_leader mbarrier.init.shared::cta.b64 [%full+{8 * s}], 1;",
+                  f"full[{s}]: the {'producer' if producer else 'issuing thread'}'s arrival")
+            if producer:
+                p.ins(f"@%p_leader mbarrier.init.shared::cta.b64 [%empty+{8 * s}], {cfg.consumers};",
+                      f"empty[{s}]: one per consumer")
+        p.ins("fence.mbarrier_init.release.cluster;")
+        p.ins("bar.sync 0;")
+    if producer:
+        p.ins("setp.ne.u32 %p_wait, %wg, 0;")
+        p.ins("@%p_wait bra CONSUMER;")
+        p.raw("")
+        p.comment("---- Producer warpgroup: give registers away, then one thread streams k tiles into the stages."
+                  if cfg.setmaxnreg else "---- Producer warpgroup: one thread streams k tiles into the stages.")
+        if cfg.setmaxnreg:
+            p.ins(f"setmaxnreg.dec.sync.aligned.u32 {cfg.producer_registers};")
+        p.ins("setp.ge.u32 %p_wait, %thread, 32;")
+        p.ins("@%p_wait bra DONE;", "warps 1-3 have nothing to do")
+        p.ins("elect.sync %leader|%p_leader, 0xffffffff;", "one thread of warp 0")
+        p.ins("@!%p_leader bra DONE;")
+        p.ins("mov.u32 %kt, 0;")
+        p.ins("mov.u32 %stage, 0;")
+        p.ins("mov.u32 %phase, 0;", "use of the stage, mod 2")
+        p.label("PRODUCE")
+        p.ins("shl.b32 %x, %stage, 3;")
+        p.ins("add.u32 %y, %empty, %x;", "&empty[stage]")
+        p.ins("xor.b32 %row, %phase, 1;", "the previous use's parity")
+        p.label("WAIT_EMPTY")
+        p.ins("mbarrier.try_wait.parity.shared::cta.b64 %p_wait, [%y], %row;", "consumers done with the stage?")
+        p.ins("@!%p_wait bra WAIT_EMPTY;")
+        issue_tile()
+        next_stage()
+        p.ins("setp.lt.u32 %p_loop, %kt, %KT;")
+        p.ins("@%p_loop bra PRODUCE;")
+        p.ins("bra.uni DONE;")
+        p.raw("")
+        p.comment("---- Consumer warpgroups: take registers, then multiply each stage as it arrives."
+                  if cfg.setmaxnreg else "---- Consumer warpgroups: multiply each stage as it arrives.")
+        p.label("CONSUMER")
+        if cfg.setmaxnreg:
+            p.ins(f"setmaxnreg.inc.sync.aligned.u32 {cfg.consumer_registers};")
+        p.ins("and.b32 %x, %thread, 127;")
+        p.ins("setp.eq.u32 %p_leader, %x, 0;", "the thread that arrives for the warpgroup")
+    elif tma:
+        p.comment(f"Thread 0 starts the copies of the first {stages} k tiles (%p_leader: thread 0).")
+        p.ins("mov.u32 %kt, 0;")
+        p.ins("mov.u32 %stage, 0;")
+        p.label("PROLOGUE")
+        p.ins("shl.b32 %x, %stage, 3;")
+        issue_tile("@%p_leader ")
+        p.ins("add.u32 %kt, %kt, 1;")
+        p.ins("add.u32 %stage, %stage, 1;")
+        p.ins("setp.lt.u32 %p_loop, %kt, %KT;")
+        p.ins(f"setp.lt.u32 %p_wait, %stage, {stages};")
+        p.ins("and.pred %p_loop, %p_loop, %p_wait;", "another tile, and a stage for it")
+        p.ins("@%p_loop bra PROLOGUE;")
+    else:
+        p.comment("This thread's 16-byte chunks q = tid + threads * u of the A tile (row q / 8, k chunk q % 8)")
+        p.comment(f"and of the B tile (k row q / {bn // 8}, column chunk q % {bn // 8}): global sources at k tile 0,")
+        p.comment("offsets in the stage.")
+        for u in range(a_chunks):
+            p.ins(f"add.u32 %x, %thread, {u * cfg.threads};")
+            p.ins("shr.u32 %row, %x, 3;")
+            p.ins("and.b32 %col, %x, 7;")
+            p.ins(f"mad.lo.u32 %y, %bm, {bm}, %row;", "row of A")
+            p.ins("mul.wide.u32 %off, %y, %K;")
+            p.ins("cvt.u64.u32 %ptr, %col;")
+            p.ins("shl.b64 %ptr, %ptr, 3;")
+            p.ins("add.s64 %off, %off, %ptr;")
+            p.ins("shl.b64 %off, %off, 1;")
+            p.ins(f"add.s64 %a_src{u}, %A, %off;")
+            _chunk_offset(p, cfg, "A", f"%a_dst{u}")
+        for u in range(b_chunks):
+            p.ins(f"add.u32 %x, %thread, {u * cfg.threads};")
+            p.ins(f"shr.u32 %row, %x, {(bn // 8).bit_length() - 1};")
+            p.ins(f"and.b32 %col, %x, {bn // 8 - 1};")
+            p.ins("mul.wide.u32 %off, %row, %N;", "k row of B")
+            p.ins(f"mad.lo.u32 %y, %bn, {bn // 8}, %col;", "column chunk of B")
+            p.ins("cvt.u64.u32 %ptr, %y;")
+            p.ins("shl.b64 %ptr, %ptr, 3;")
+            p.ins("add.s64 %off, %off, %ptr;")
+            p.ins("shl.b64 %off, %off, 1;")
+            p.ins(f"add.s64 %b_src{u}, %B, %off;")
+            _chunk_offset(p, cfg, "B", f"%b_dst{u}")
+        p.ins(f"mul.wide.u32 %b_step, %N, {bk * 2};", f"B advances {bk} rows per k tile")
+    p.comment("Descriptor templates: " + ("swizzle 128B (bit 62), " if cfg.swizzle else "no swizzle, ")
+              + "SBO and LBO; the start address is added per stage.")
+    p.ins(f"mov.b64 %desc_a, {a_desc:#x};", lay["a_desc_note"])
+    p.ins(f"mov.b64 %desc_b, {b_desc:#x};", lay["b_desc_note"])
+    if producer:
+        p.ins("sub.u32 %x, %wg, 1;", "consumer 0 or 1")
+    else:
+        p.ins("mov.u32 %x, %wg;", "consumer" + (" 0 or 1" if cfg.consumers > 1 else " 0"))
+    a_consumer = lay["a_consumer"]
+    p.ins(f"shl.b32 %x, %x, {a_consumer.bit_length() - 1};",
+          f"its 64 rows of the A tile: {a_consumer} bytes in" if cfg.swizzle == 0 else
+          "its 64 rows of the A tile: 64 * 128 bytes in")
     p.ins("add.u32 %x, %x, %smem;")
     p.ins("shr.u32 %x, %x, 4;", "descriptor addresses are in 16-byte units")
     p.ins("cvt.u64.u32 %off, %x;")
@@ -539,35 +723,65 @@ def wgmma_gemm(cfg: WgmmaConfig = WgmmaConfig(), name: str = "gemm_bf16_wgmma") 
     p.ins("mov.u32 %stage, 0;")
     p.ins("mov.u32 %phase, 0;")
     p.label("CONSUME")
-    p.ins("shl.b32 %x, %stage, 3;")
-    p.ins("add.u32 %y, %full, %x;", "&full[stage]")
-    p.label("WAIT_FULL")
-    p.ins("mbarrier.try_wait.parity.shared::cta.b64 %p_wait, [%y], %phase;", "has the tile landed?")
-    p.ins("@!%p_wait bra WAIT_FULL;")
-    p.ins(f"mul.lo.u32 %x, %stage, {stage_bytes >> 4};", "stage offset in 16-byte units")
-    p.ins("cvt.u64.u32 %off, %x;")
-    p.ins("add.s64 %adesc, %desc_a, %off;")
-    p.ins("add.s64 %bdesc, %desc_b, %off;")
+    if tma:
+        p.ins("shl.b32 %x, %stage, 3;")
+        p.ins("add.u32 %y, %full, %x;", "&full[stage]")
+        p.label("WAIT_FULL")
+        p.ins("mbarrier.try_wait.parity.shared::cta.b64 %p_wait, [%y], %phase;", "has the tile landed?")
+        p.ins("@!%p_wait bra WAIT_FULL;")
+        p.ins(f"mul.lo.u32 %x, %stage, {stage_bytes >> 4};", "stage offset in 16-byte units")
+        p.ins("cvt.u64.u32 %off, %x;")
+        p.ins("add.s64 %adesc, %desc_a, %off;")
+        p.ins("add.s64 %bdesc, %desc_b, %off;")
+    else:
+        p.comment("Copy k tile kt: every thread its chunks, then fence.proxy.async (the tensor cores read")
+        p.comment("shared memory through the async proxy) and bar.sync (everyone's chunks are there).")
+        for u in range(a_chunks):
+            p.ins(f"ld.global.v4.b32 {{%v0, %v1, %v2, %v3}}, [%a_src{u}];")
+            p.ins(f"add.u32 %x, %smem, %a_dst{u};")
+            p.ins("st.shared.v4.b32 [%x], {%v0, %v1, %v2, %v3};")
+            p.ins(f"add.s64 %a_src{u}, %a_src{u}, {bk * 2};", f"next k tile: {bk} columns on")
+        for u in range(b_chunks):
+            p.ins(f"ld.global.v4.b32 {{%v0, %v1, %v2, %v3}}, [%b_src{u}];")
+            p.ins(f"add.u32 %x, %smem, %b_dst{u};")
+            p.ins("st.shared.v4.b32 [%x], {%v0, %v1, %v2, %v3};")
+            p.ins(f"add.s64 %b_src{u}, %b_src{u}, %b_step;", f"next k tile: {bk} rows on")
+        p.ins("fence.proxy.async.shared::cta;", "generic-proxy stores made visible to wgmma")
+        p.ins("bar.sync 0;")
+        p.ins("mov.b64 %adesc, %desc_a;")
+        p.ins("mov.b64 %bdesc, %desc_b;")
     p.ins("setp.ne.u32 %p_first, %kt, 0;", "scale-d: false on the first tile (D = A B)")
     p.ins("wgmma.fence.sync.aligned;", "registers settled before the wgmmas read them")
     acc = ", ".join(f"%acc{r}" for r in range(nacc))
     for s in range(bk // 16):
         if s:
-            p.ins("add.s64 %adesc, %adesc, 2;", "next 16 k: 32 bytes along the A rows")
-            p.ins("add.s64 %bdesc, %bdesc, 128;", "next 16 k: 16 rows of 128 bytes of B")
+            p.ins(f"add.s64 %adesc, %adesc, {lay['a_step']};", "next 16 k: 32 bytes along the A rows"
+                  if cfg.swizzle else f"next 16 k: two k chunks of A ({lay['a_step'] * 16} bytes)")
+            p.ins(f"add.s64 %bdesc, %bdesc, {lay['b_step']};", "next 16 k: 16 rows of 128 bytes of B"
+                  if cfg.swizzle else "next 16 k: 16 k rows of 16 bytes of B")
         scale = "%p_first" if s == 0 else "1"
         p.ins(f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.bf16.bf16 {{{acc}}}, %adesc, %bdesc, {scale}, 1, 1, 0, 1;",
               f"k step {s}: scale-d, scale-a, scale-b, A K-major, B N-major")
     p.ins("wgmma.commit_group.sync.aligned;")
     p.ins("wgmma.wait_group.sync.aligned 0;", "the wgmmas are done reading the stage")
-    p.ins("shl.b32 %x, %stage, 3;")
-    p.ins("add.u32 %y, %empty, %x;", "&empty[stage]")
-    p.ins("@%p_leader mbarrier.arrive.shared::cta.b64 %token, [%y];", "release the stage")
-    p.ins("add.u32 %kt, %kt, 1;")
-    p.ins("add.u32 %stage, %stage, 1;")
-    p.ins(f"setp.eq.u32 %p_wait, %stage, {stages};")
-    p.ins("@%p_wait mov.u32 %stage, 0;")
-    p.ins("@%p_wait xor.b32 %phase, %phase, 1;")
+    if tma and producer:
+        p.ins("shl.b32 %x, %stage, 3;")
+        p.ins("add.u32 %y, %empty, %x;", "&empty[stage]")
+        p.ins("@%p_leader mbarrier.arrive.shared::cta.b64 %token, [%y];", "release the stage")
+        next_stage(explain=False)
+    elif tma:
+        p.ins("bar.sync 0;", "every thread is done with the stage")
+        p.comment(f"Thread 0 refills the stage with k tile kt + {stages}, if there is one.")
+        p.ins(f"add.u32 %kt, %kt, {stages};")
+        p.ins("setp.lt.u32 %p_wait, %kt, %KT;")
+        p.ins("and.pred %p_loop, %p_leader, %p_wait;", "thread 0, and a tile left")
+        p.ins("shl.b32 %x, %stage, 3;")
+        issue_tile("@%p_loop ")
+        p.ins(f"sub.u32 %kt, %kt, {stages};")
+        next_stage(explain=False)
+    else:
+        p.ins("bar.sync 0;", "everyone is done with the tile before the next one overwrites it")
+        p.ins("add.u32 %kt, %kt, 1;")
     p.ins("setp.lt.u32 %p_loop, %kt, %KT;")
     p.ins("@%p_loop bra CONSUME;")
     p.raw("")
@@ -576,8 +790,8 @@ def wgmma_gemm(cfg: WgmmaConfig = WgmmaConfig(), name: str = "gemm_bf16_wgmma") 
     p.ins("and.b32 %x, %thread, 127;")
     p.ins("shr.u32 %warp, %x, 5;", "warp within the warpgroup")
     p.ins("and.b32 %lane, %x, 31;")
-    p.ins("sub.u32 %y, %wg, 1;")
-    p.ins("shl.b32 %row, %bm, 7;")
+    p.ins("sub.u32 %y, %wg, 1;" if producer else "mov.u32 %y, %wg;")
+    p.ins(f"shl.b32 %row, %bm, {bm.bit_length() - 1};")
     p.ins("mad.lo.u32 %row, %y, 64, %row;", "first row of this consumer")
     p.ins("mad.lo.u32 %row, %warp, 16, %row;")
     p.ins("shr.u32 %x, %lane, 2;")
@@ -603,6 +817,65 @@ def wgmma_gemm(cfg: WgmmaConfig = WgmmaConfig(), name: str = "gemm_bf16_wgmma") 
     p.ins("ret;")
     p.raw("}")
     return p.text()
+
+
+def parameter_probe(name: str = "parameter_probe") -> str:
+    """A kernel with the wgmma GEMM's parameters (the output pointer first): thread 0 copies the
+    bytes of both tensor maps and the three sizes, read with ld.param, to out[0..66], so that the
+    host sees where the kernel finds its parameters, whatever was packed where (tc_bisect)."""
+    p = Ptx()
+    p.raw("// Writes back its parameters as it reads them: out[0..31] a_map, out[32..63] b_map, out[64..66]")
+    p.raw("// m, n, k (32-bit words), written by handwritten_ptx/gemm_ptx.py.")
+    p.raw(".version 8.0")
+    p.raw(".target sm_90")
+    p.raw(".address_size 64")
+    p.raw("")
+    p.raw(f".visible .entry {name}(")
+    p.raw("    .param .u64 out,")
+    p.raw("    .param .align 64 .b8 a_map[128],")
+    p.raw("    .param .align 64 .b8 b_map[128],")
+    p.raw("    .param .u32 m_size,")
+    p.raw("    .param .u32 n_size,")
+    p.raw("    .param .u32 k_size")
+    p.raw(")")
+    p.raw("{")
+    p.ins(".reg .pred %p;")
+    p.ins(".reg .b32 %word;")
+    p.ins(".reg .b64 %out;")
+    p.ins("mov.u32 %word, %tid.x;")
+    p.ins("setp.ne.u32 %p, %word, 0;")
+    p.ins("@%p bra DONE;", "thread 0 only")
+    p.ins("ld.param.u64 %out, [out];")
+    p.ins("cvta.to.global.u64 %out, %out;")
+    for base, param in ((0, "a_map"), (128, "b_map")):
+        for i in range(0, 128, 4):
+            p.ins(f"ld.param.b32 %word, [{param}+{i}];")
+            p.ins(f"st.global.b32 [%out+{base + i}], %word;")
+    for i, param in enumerate(("m_size", "n_size", "k_size")):
+        p.ins(f"ld.param.b32 %word, [{param}];")
+        p.ins(f"st.global.b32 [%out+{256 + 4 * i}], %word;")
+    p.label("DONE")
+    p.ins("ret;")
+    p.raw("}")
+    return p.text()
+
+
+#: The wgmma kernel from its simplest form up to the prototype, one feature more at each step
+#: (benchmarks/tc_bisect.py runs them on the GPU in this order): (key, what the step adds, config).
+WGMMA_LADDER = [
+    ("a", "one warpgroup, 64x64 tile, plain loads, no swizzle, one stage",
+     WgmmaConfig(bn=64, stages=1, consumers=1, producer=False, setmaxnreg=False, load="plain", swizzle=0)),
+    ("b", "+ 128-byte swizzle", WgmmaConfig(bn=64, stages=1, consumers=1, producer=False, setmaxnreg=False,
+                                            load="plain")),
+    ("c", "+ TMA into the stage, an mbarrier, tensor-map parameters",
+     WgmmaConfig(bn=64, stages=1, consumers=1, producer=False, setmaxnreg=False)),
+    ("d", "+ 4-stage pipeline", WgmmaConfig(bn=64, consumers=1, producer=False, setmaxnreg=False)),
+    ("e", "+ 64x256 tile (wgmma n256, 128 accumulators)", WgmmaConfig(consumers=1, producer=False,
+                                                                       setmaxnreg=False)),
+    ("f", "+ producer warpgroup (empty/full mbarriers, elect.sync)", WgmmaConfig(consumers=1, setmaxnreg=False)),
+    ("g", "+ second consumer warpgroup (128x256 tile, 384 threads)", WgmmaConfig(setmaxnreg=False)),
+    ("h", "+ setmaxnreg: the prototype", WgmmaConfig()),
+]
 
 
 # ============================================================================ host side

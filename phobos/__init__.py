@@ -23,6 +23,7 @@ _LAZY_EXPORTS = {
     "jit": "launch.launcher",
     "load": "launch.launcher",
     "kernel": "launch.launcher",
+    "torch_op": "launch.torch_ops",
     "compile": "compiler",
     "compile_to_ptx": "compiler",
 }

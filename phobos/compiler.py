@@ -7,7 +7,11 @@
 # `compile` runs the whole pipeline for one kernel and one configuration and
 # returns a CompiledKernel with everything a launcher needs; `compile_to_ptx`
 # is the short form; `compile_all` does every kernel and configuration of a
-# file (for ptxcheck and the autotuner).  Anything that escapes a stage and is
+# file (for ptxcheck and the autotuner).  `kernel_infos` is what launchers
+# start from: one KernelInfo per kernel of a checked source (its parameters,
+# size names and autotune space; per configuration the checked kernel, the grid
+# axes it reads and the grid hint of its stores), so that no launcher walks
+# the syntax tree or imports the front end itself.  Anything that escapes a stage and is
 # not a PhobosError is a compiler bug; it is reported as an InternalError that
 # names the kernel and configuration, never as a bare traceback.
 from __future__ import annotations
@@ -15,22 +19,24 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import __version__
 from .configuration import config_text
 from .log import Progress
 from .frontend import ast
-from .errors import Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
+from .errors import ErrorList, Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
 from .middle.ir import KernelParam, Op, format_function, verify, walk
-from .middle.irgen import generate
+from .middle.irgen import generate, kernel_signature
 from .lower.driver import lower
 from .lower.mathlib import expand_math
-from .frontend.parser import parse
+from .frontend.parser import parse_source, pick_kernel
 from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
 from .ptx.emit import Kernel, emit_module
 from .ptx.isel import entry_params, select
 from .ptx.regalloc import allocate, number_in_order
-from .frontend.sema import check_kernel, configurations, resolve_config
+from .frontend.launch_rules import LaunchRules, Rejection, next_pow2, sizes_text, term_text  # noqa: F401 (for launchers)
+from .frontend.sema import CheckedKernel, check_kernel, check_program, configurations, launch_rules, resolve_config
 
 
 @dataclass(frozen=True)
@@ -102,34 +108,93 @@ class CompiledKernel:
         return config_text(self.config)
 
 
+#: Builtins whose argument is a grid axis.
+GRID_BUILTINS = ("program_id", "num_programs")
+
+GridHint = list[tuple[str, int] | None]
+
+
+@dataclass(frozen=True, eq=False)
+class KernelInfo:
+    """One checked kernel as a launcher sees it.
+
+    `params` are the source's tensors and scalars in order, `size_names` the
+    sizes bound from tensor shapes (passed after them, as i32), `rules` the
+    launch rules (the autotune space, @derive, @require, @key), `space` the
+    autotune parameters and their values.  Per configuration: `checked` (what
+    the interpreter runs), `axes_used` (the grid axes whose program_id or
+    num_programs the kernel reads) and `grid_hint` (per axis, (size, tile) when
+    a store is indexed `program_id(d) * tile :+ tile` along that size), each
+    computed once.  `kernel` is what compile_kernel takes.
+    """
+
+    name: str
+    params: tuple[KernelParam, ...]
+    size_names: tuple[str, ...]
+    rules: LaunchRules
+    kernel: ast.Kernel = field(repr=False)  # handed back to the compiler; launchers do not read it
+    # The widths of index arithmetic compile_kernel can generate (index_bits=); launchers pick 64 only for
+    # tensors past what i32 indexes.
+    index_widths: tuple[int, ...] = INDEX_WIDTHS
+    _memo: dict[tuple, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def space(self) -> dict[str, list[int]]:
+        return self.rules.space
+
+    def checked(self, config: dict[str, int]) -> CheckedKernel:
+        """The kernel checked under `config`; a PhobosError where that configuration is invalid."""
+        return self._remember("checked", config, lambda: check_kernel(self.kernel, config))
+
+    def axes_used(self, config: dict[str, int]) -> frozenset[int]:
+        checked = self.checked(config)
+        return self._remember("axes", config, lambda: frozenset(
+            checked.const_of(call.args[0]) for call in _calls(self.kernel.body) if call.func in GRID_BUILTINS))
+
+    def grid_hint(self, config: dict[str, int]) -> GridHint:
+        """The grid hint from the tile IR, without compiling (CompiledKernel.grid_hint says the same)."""
+        return self._remember("hint", config, lambda: grid_hints(generate(self.checked(config))))
+
+    def _remember(self, what: str, config: dict[str, int], make: Any) -> Any:
+        key = (what, tuple(config.items()))
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+
+def kernel_infos(src: str, filename: str) -> list[KernelInfo]:
+    """Parse and check `src` under every configuration; one KernelInfo per kernel.
+
+    Raises the error, or an ErrorList of every error, found in the source.
+    """
+    program = parse_source(src, filename)
+    errors = check_program(program)
+    if errors:
+        raise errors[0] if len(errors) == 1 else ErrorList(errors)
+    infos = []
+    for k in program.kernels:
+        signature = kernel_signature(check_kernel(k))
+        infos.append(KernelInfo(k.name, tuple(p for p in signature if p.kind != "size"),
+                                tuple(p.name for p in signature if p.kind == "size"), launch_rules(k), k))
+    return infos
+
+
+def _calls(root: Any) -> list[ast.Call]:
+    """Every call in an AST subtree."""
+    found, pending = [], [root]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Call):
+            found.append(node)
+        pending.extend(child for child in ast.children(node) if hasattr(child, "__dataclass_fields__"))
+    return found
+
+
 def target(arch: str) -> Target:
     t = TARGETS.get(arch)
     if t is None:
         raise PhobosError(f"unknown target '{arch}'; known targets: {', '.join(TARGETS)}")
     return t
-
-
-def parse_source(src: str, filename: str = "<source>") -> ast.Program:
-    """Parse a file, keeping its text for error messages; only PhobosErrors escape."""
-    SourceFile.register(filename, src)
-    try:
-        return parse(src, filename)
-    except RecursionError:
-        raise PhobosError("the program is nested too deeply", Loc(filename, 1, 1)) from None
-
-
-def pick_kernel(program: ast.Program, kernel: str | None) -> ast.Kernel:
-    names = [k.name for k in program.kernels]
-    if kernel is None:
-        if len(program.kernels) == 1:
-            return program.kernels[0]
-        if not program.kernels:
-            raise SemanticError("the source defines no kernel", program.loc)
-        raise PhobosError(f"the source defines several kernels ({', '.join(names)}); choose one with kernel=")
-    for k in program.kernels:
-        if k.name == kernel:
-            return k
-    raise PhobosError(f"no kernel named '{kernel}' (the source defines: {', '.join(names) or 'none'})")
 
 
 def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None, kernel: str | None = None,
@@ -223,7 +288,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times, index_bits=index_bits)
 
 
-def grid_hints(func) -> list[tuple[str, int] | None]:
+def grid_hints(func) -> GridHint:
     """Per grid axis: (size name, tile) when a store is indexed `program_id(d) * T :+ T` over that size."""
     hints: list[tuple[str, int] | None] = [None, None, None]
     params = func.attrs["params"]

@@ -1,7 +1,7 @@
 # Checking PTX with ptxas: does it assemble, and what does each kernel cost?
 #
 # `check(ptx_text, arch)` runs `ptxas -v` (through phobos.toolchain) and turns
-# its output into a `Report`: per kernel the registers, spill stores and loads,
+# its output into a `Report` (`assemble` keeps the cubin too): per kernel the registers, spill stores and loads,
 # shared memory and stack frame, plus ptxas's errors and warnings with the line
 # of the PTX they point at.  The compiler uses it to vet what it emits; tests
 # use it to pin resource usage.
@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -108,7 +109,23 @@ def check(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>", timeout: floa
     Raises ToolchainError for an unknown target or when ptxas cannot be found,
     PtxasTimeout when ptxas takes longer than `timeout` seconds.
     """
-    returncode, stdout, stderr = run_ptxas(ptx_text, arch, source_name=name, timeout=timeout)
+    return _report(arch, name, *run_ptxas(ptx_text, arch, source_name=name, timeout=timeout))
+
+
+def assemble(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>",
+             timeout: float | None = None) -> tuple[Report, bytes | None]:
+    """`check`, keeping what ptxas made: the report and the cubin (None when ptxas rejected the text).
+
+    The driver loads that cubin as it is, instead of compiling the PTX again.
+    """
+    with tempfile.TemporaryDirectory(prefix="phobos-cubin-") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        report = _report(arch, name, *run_ptxas(ptx_text, arch, source_name=name, timeout=timeout, cubin_path=path))
+        cubin = path.read_bytes() if report.ok and path.exists() else None
+    return report, cubin
+
+
+def _report(arch: str, name: str, returncode: int, stdout: str, stderr: str) -> Report:
     raw = stdout + stderr
     kernels, errors, warnings = _parse_ptxas_output(raw, name)
     if returncode != 0 and not errors:

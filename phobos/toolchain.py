@@ -112,13 +112,13 @@ def ptxas_timeout() -> float:
 
 def run_ptxas(
     ptx_text: str, arch: str, extra_args: Sequence[str] = (), source_name: str = "input.ptx",
-    timeout: float | None = None,
+    timeout: float | None = None, cubin_path: Path | None = None,
 ) -> tuple[int, str, str]:
     """Assemble `ptx_text` for `arch` with `ptxas -v`; return (returncode, stdout, stderr).
 
-    The text goes through a temporary file and the cubin is thrown away: only
-    the verdict and the resource report matter.  In the output, the temporary
-    file is called `source_name`, so that diagnostics such as
+    The text goes through a temporary file and the cubin is thrown away, unless
+    `cubin_path` says where to keep it.  In the output, the temporary file is
+    called `source_name`, so that diagnostics such as
     `ptxas add.ptx, line 12; error : ...` name the user's file.  With a
     `timeout` (seconds), a ptxas still running then is killed and the run is a
     PtxasTimeout.
@@ -128,7 +128,8 @@ def run_ptxas(
     with tempfile.TemporaryDirectory(prefix="phobos-ptxas-") as tmp:
         source = Path(tmp) / "input.ptx"
         source.write_text(ptx_text)
-        command = [ptxas, f"-arch={arch}", "-v", *extra_args, "-o", str(Path(tmp) / "out.cubin"), str(source)]
+        output = cubin_path or Path(tmp) / "out.cubin"
+        command = [ptxas, f"-arch={arch}", "-v", *extra_args, "-o", str(output), str(source)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout)
         except subprocess.TimeoutExpired:

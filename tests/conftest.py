@@ -9,7 +9,8 @@
 # - Every test gets an empty PHOBOS_CACHE_DIR of its own and none of the
 #   environment switches of the launcher (PHOBOS_AUTOTUNE, PHOBOS_MODE,
 #   PHOBOS_INTERPRET, PHOBOS_LOG, PHOBOS_PTXAS_TIMEOUT), so no test reads or
-#   fills the user's cache or depends on how the shell that runs it is set up.
+#   fills the user's cache or depends on how the shell that runs it is set up;
+#   kernels compile in the test's process (PHOBOS_COMPILE_WORKERS=1).
 from __future__ import annotations
 
 import difflib
@@ -83,9 +84,11 @@ class Golden:
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE, PHOBOS_MODE, PHOBOS_INTERPRET, PHOBOS_LOG and
-    PHOBOS_PTXAS_TIMEOUT unset."""
+    PHOBOS_PTXAS_TIMEOUT unset; configurations compiled in the test's own process (PHOBOS_COMPILE_WORKERS=1:
+    tests of the pool set it)."""
     directory = tmp_path_factory.mktemp("phobos-cache")
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(directory))
+    monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "1")
     for name in ("PHOBOS_AUTOTUNE", "PHOBOS_MODE", "PHOBOS_INTERPRET", "PHOBOS_LOG", "PHOBOS_PTXAS_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
     return directory

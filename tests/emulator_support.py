@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
@@ -39,6 +40,37 @@ def ptxas_errors(text: str, arch: str = "sm_90") -> str | None:
         done = subprocess.run([PTXAS, f"-arch={arch}", str(path), "-o", os.devnull],
                               capture_output=True, text=True)
     return None if done.returncode == 0 else done.stderr
+
+
+@functools.lru_cache(maxsize=None)
+def cubin_parameter_layout(text: str, kernel: str, arch: str) -> list[tuple[int, int]]:
+    """(offset, size) of each parameter of `kernel` in its parameter buffer, as ptxas compiles
+    `text` for `arch`: the EIATTR_KPARAM_INFO records of the cubin's .nv.info.<kernel> section
+    (what the driver's cuFuncGetParamInfo reports)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source, cubin = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
+        source.write_text(text)
+        subprocess.run([PTXAS, f"-arch={arch}", str(source), "-o", str(cubin)], check=True, capture_output=True)
+        data = cubin.read_bytes()
+    section_offset, = struct.unpack_from("<Q", data, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", data, section_offset + i * entry_size) for i in range(count)]
+    names = sections[names_index][4]
+
+    def name(section) -> str:
+        start = names + section[0]
+        return data[start:data.index(b"\0", start)].decode()
+
+    info = next(s for s in sections if name(s) == f".nv.info.{kernel}")
+    layout = {}
+    at, end = info[4], info[4] + info[5]
+    while at < end:  # records: format, attribute, u16 (value, or the size of what follows for format 4)
+        form, attribute, size = struct.unpack_from("<BBH", data, at)
+        if attribute == 0x17:  # EIATTR_KPARAM_INFO: index u32, ordinal u16, offset u16, flags u32 (size << 18)
+            _, ordinal, offset, flags = struct.unpack_from("<IHHI", data, at + 4)
+            layout[ordinal] = (offset, flags >> 18)
+        at += 4 + (size if form == 4 else 0)
+    return [layout[i] for i in range(len(layout))]
 
 
 def assert_valid_ptx(text: str) -> None:

@@ -84,10 +84,10 @@ class FakeGpu:
     host_only = False
     tunes = True
 
-    def arch(self) -> str:
+    def arch(self, index: int = 0) -> str:
         return "sm_90"
 
-    def device(self) -> DeviceProperties:
+    def device(self, index: int = 0) -> DeviceProperties:
         return self.props
 
     def run(self, launch: Launch) -> None:

@@ -332,6 +332,8 @@ def test_ptxas_reports_are_cached(monkeypatch, isolated_cache):
     add = run_add(FakeGpu())
     registers = add.ptxas.kernel("add").registers
     forget_memory(monkeypatch)
-    monkeypatch.setattr(launcher, "ptxas_check", lambda *a, **k: pytest.fail("ptxas ran again"))
+    monkeypatch.setattr(launcher, "ptxas_assemble", lambda *a, **k: pytest.fail("ptxas ran again"))
     assert run_add(FakeGpu()).ptxas.kernel("add").registers == registers
     assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 1
+    (cubin,) = (isolated_cache / cache.CUBIN).iterdir()  # what ptxas made, kept for the driver
+    assert DiskCache(isolated_cache).load(cache.CUBIN, json.loads(cubin.read_text())["key"])["cubin"]

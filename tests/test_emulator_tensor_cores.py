@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from phobos.errors import LaunchError
 from phobos.run.emulator import (AsyncCopyHazard, BarrierError, MemoryFault, MisalignedAddress, Module,
-                                 UnsupportedPtx, WarpSyncError)
+                                 TrapError, UnsupportedPtx, WarpSyncError)
 from phobos.run.emulator import numerics as nx
 from phobos.run.tensor_map import EmulatedTensorMap, TensorMap
 
@@ -496,6 +496,8 @@ def test_prototypes_assemble():
     assert ptxas_errors((HANDWRITTEN / "gemm_bf16_mma.ptx").read_text(), "sm_80") is None
     assert ptxas_errors((HANDWRITTEN / "gemm_bf16_wgmma.ptx").read_text(), "sm_90a") is None
     assert ptxas_errors(gemm.wgmma_gemm(gemm.WgmmaConfig(bn=128, stages=3, out="f32")), "sm_90a") is None
+    for key, _, cfg in gemm.WGMMA_LADDER:
+        assert ptxas_errors(gemm.wgmma_gemm(cfg), "sm_90a") is None, key
 
 
 def _inputs(m, n, k):
@@ -534,6 +536,37 @@ def test_wgmma_gemm_is_bit_exact(cfg, shape):
     Module(text, "gemm_bf16_wgmma.ptx").launch("gemm_bf16_wgmma", (m // 128) * (n // cfg.bn), 384,
                                                maps + [c, m, n, k], shared_bytes=cfg.shared_bytes)
     _check(c, a, b, cfg.out)
+
+
+def _wgmma_arguments(cfg, a, b):
+    """The A and B arguments of a wgmma GEMM: tensor maps, or the arrays for plain loads."""
+    if cfg.load == "plain":
+        return [a, b]
+    return [TensorMap.tiled(a, (cfg.bm, 64), dtype="bf16", swizzle="128B"),
+            TensorMap.tiled(b, (64, 64), dtype="bf16", swizzle="128B")]
+
+
+@pytest.mark.parametrize("key,cfg", [(key, cfg) for key, _, cfg in gemm.WGMMA_LADDER if cfg != gemm.WgmmaConfig()])
+def test_every_step_of_the_wgmma_ladder_is_bit_exact(key, cfg):
+    """The simpler kernels benchmarks/tc_bisect.py runs on the GPU, over two tile rows and more
+    k tiles than stages (the last step is the prototype, tested above)."""
+    m, n, k = 2 * cfg.bm, cfg.bn, 64 * (cfg.stages + 1)
+    a, b = _inputs(m, n, k)
+    c = np.zeros((m, n), np.uint16)
+    Module(gemm.wgmma_gemm(cfg), f"ladder_{key}.ptx").launch(
+        "gemm_bf16_wgmma", (m // cfg.bm) * (n // cfg.bn), cfg.threads, _wgmma_arguments(cfg, a, b) + [c, m, n, k],
+        shared_bytes=cfg.shared_bytes)
+    _check(c, a, b, cfg.out)
+
+
+def test_parameter_probe_writes_back_its_parameters():
+    text = gemm.parameter_probe()
+    if PTXAS is not None:
+        assert ptxas_errors(text, "sm_90") is None
+    maps = [bytes(range(128)), bytes(range(255, 127, -1))]
+    out = np.zeros(67, np.uint32)
+    Module(text, "probe.ptx").launch("parameter_probe", 1, 32, [out] + maps + [5, 6, 7])
+    assert out.tobytes() == maps[0] + maps[1] + np.array([5, 6, 7], np.uint32).tobytes()
 
 
 def test_shapes_that_are_not_whole_tiles_are_refused():
@@ -582,6 +615,55 @@ def test_pipeline_mistakes_are_reported(mutate, error, message):
     run_prototype(_hazard_text(lambda ls: ls))                 # the unmutated kernel runs
     with pytest.raises(error, match=message):
         run_prototype(_hazard_text(mutate))
+
+
+@pytest.mark.parametrize("old,new,error,message", [
+    # 40 * 128 + 2 * 240 * 128 registers are more than the 168 * 384 the CTA starts with: ptxas
+    # accepts it, and the second consumer warpgroup waits in setmaxnreg.inc forever on the GPU
+    ("inc.sync.aligned.u32 232", "inc.sync.aligned.u32 240", BarrierError,
+     r"deadlock: 128 threads wait in setmaxnreg.inc .* started with 168 registers .* 7168 are free"),
+    ("dec.sync.aligned.u32 40", "dec.sync.aligned.u32 200", TrapError,
+     "setmaxnreg.dec to 200 registers, but warp 0 holds 168"),
+    # without a register cap at entry ptxas ignores setmaxnreg (C7508), and so does the emulator
+    (".maxntid 384, 1, 1 .minnctapersm 1", "", None, None),
+    # the cap is lowered to the largest count asked for: the consumers start with 160 already
+    ("inc.sync.aligned.u32 232", "inc.sync.aligned.u32 160", None, None),
+])
+def test_setmaxnreg_moves_registers_through_the_ctas_pool(old, new, error, message):
+    text = _hazard_text(lambda ls: [x.replace(old, new) for x in ls])
+    if error is None:
+        run_prototype(text)
+        return
+    with pytest.raises(error, match=message):
+        run_prototype(text)
+
+
+def test_register_caps_follow_the_performance_directives():
+    from phobos.run.emulator.async_state import _register_cap
+    assert _register_cap({"maxntid": (384, 1, 1), "minnctapersm": (1,)}) == 168  # what ptxas reports
+    assert _register_cap({"maxntid": (384,)}) == 168
+    assert _register_cap({"maxntid": (128,)}) == 255
+    assert _register_cap({"maxntid": (256,), "minnctapersm": (2,)}) == 128
+    assert _register_cap({"maxnreg": (200,), "maxntid": (256,)}) == 200
+    assert _register_cap({}) is None
+
+
+def test_plain_stores_read_by_wgmma_need_a_proxy_fence():
+    """Shared memory written by st.shared and read by the tensor cores (the async proxy) needs
+    fence.proxy.async in the writing threads; without it the GPU may read stale data."""
+    cfg = gemm.WGMMA_LADDER[0][2]
+    m, n, k = 64, 64, 128
+    a, b = _inputs(m, n, k)
+    text = gemm.wgmma_gemm(cfg)
+
+    def launch(t):
+        Module(t, "plain.ptx").launch("gemm_bf16_wgmma", 1, 128, [a, b, np.zeros((m, n), np.uint16), m, n, k],
+                                      shared_bytes=cfg.shared_bytes)
+
+    launch(text)
+    with pytest.raises(AsyncCopyHazard, match=r"A wgmma reads shared .* wrote with a plain store \(plain.ptx:\d+\) "
+                                              r"and no fence.proxy.async since"):
+        launch(text.replace("fence.proxy.async.shared::cta;", ""))
 
 
 def test_accumulators_read_before_the_wait_are_reported():

@@ -358,9 +358,9 @@ def test_device_memory_mismatches():
     assert add_error(f32(10), f32(10), DeviceArray((10,), read_only=True)) == (
         "add: argument 'c': expected a 1-D f32 tensor [N] with N = 10 (from 'a'), got a read-only float32 "
         "tests.DeviceArray of shape (10,); the kernel writes 'c'")
-    assert add_error(DeviceArray((2**31,)), f32(10), c) == (
-        "add: argument 'a': expected a 1-D f32 tensor [N], got float32 tests.DeviceArray of shape "
-        "(2147483648,); kernels index tensors with i32, so at most 2147483647 elements")
+    assert add_error(DeviceArray((2**31,)), f32(10), c) == (  # a tensor past i32 is fine (64-bit indices)
+        "add: argument 'b': expected a 1-D f32 tensor [N] with N = 2147483648 (from 'a'), got float32 array of "
+        "shape (10,)")
 
     class Broken:
         @property
@@ -418,7 +418,7 @@ def test_scalar_mismatches(name, value, expected):
 ])
 def test_scalar_conversions(name, value, converted):
     x, y = random_vectors(10)
-    call = bind("axpy", phobos.kernel(AXPY, mode=FakeGpu())._kernel.params, ["N"], (x, y),
+    call = bind("axpy", phobos.kernel(AXPY, mode=FakeGpu())._kernel.info.params, ["N"], (x, y),
                 {"alpha": 1.0, "offset": 0, "on": False, name: value})
     assert call.scalars[name] == converted and call.scalars[name].dtype == converted.dtype
 
@@ -572,9 +572,11 @@ def test_the_emulator_gets_the_ptx_and_ptx_order(emulator):
 
 def test_the_gpu_backend_loads_once_and_copies_back_written_arrays(monkeypatch):
     launches, loads = [], []
-    monkeypatch.setattr(runtime, "device_properties", lambda: FAKE_DEVICE)
-    monkeypatch.setattr(runtime, "load_module", lambda ptx: loads.append(ptx) or f"module of {len(ptx)} chars")
+    monkeypatch.setattr(runtime, "device_properties", lambda index: FAKE_DEVICE)
+    monkeypatch.setattr(runtime, "load_module",
+                        lambda ptx, cubin, device: loads.append(ptx) or f"module of {len(ptx)} chars")
     monkeypatch.setattr(runtime, "launch", lambda *args, **kwargs: launches.append((args, kwargs)))
+    monkeypatch.setattr(runtime, "stream_capturing", lambda stream: False)
     gpu = backends.GpuBackend()
     axpy = phobos.kernel(AXPY, mode=gpu)
     x, y = random_vectors(300)
@@ -583,7 +585,7 @@ def test_the_gpu_backend_loads_once_and_copies_back_written_arrays(monkeypatch):
     assert module == f"module of {len(axpy.ptx)} chars" and loads == [axpy.ptx]
     assert (name, grid, block) == ("axpy", (3, 1, 1), (32, 1, 1))
     assert arguments[:2] == [x, y] and arguments[2:] == [np.float32(2), np.int32(3), 1, 300]
-    assert kwargs == {"shared_bytes": 0, "copy_back": [1]}
+    assert kwargs == {"shared_bytes": 0, "copy_back": [1], "stream": 0}
     assert gpu.arch() == "sm_90"
 
 
@@ -687,3 +689,40 @@ def test_examples_run_on_the_cpu(script, mode):
                           capture_output=True, text=True, cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"mode = {mode}" in done.stdout and ": ok" in done.stdout
+
+def test_the_launcher_reads_kernels_through_kernel_info_only():
+    """phobos.launch imports neither the front end nor the middle (the compiler hands it a KernelInfo), and
+    the interpreter does not import the compiler driver."""
+    package = Path(phobos.__file__).parent
+    for path in sorted((package / "launch").glob("*.py")):
+        text = path.read_text()
+        assert "..frontend" not in text and "..middle" not in text, path.name
+    assert "..compiler" not in (package / "run" / "interpreter.py").read_text()
+    (info,) = phobos.compiler.kernel_infos(AXPY, "axpy.phobos")
+    assert [p.name for p in info.params] == ["x", "y", "alpha", "offset", "on"] and info.size_names == ("N",)
+    assert info.axes_used({}) == {0} and info.grid_hint({}) == [("N", 128), None, None]
+
+
+def test_tensors_past_i32_choose_the_64_bit_variant_where_the_kernel_has_one(monkeypatch):
+    import dataclasses
+    from .launcher_fakes import DeviceArray, forget_memory
+    forget_memory(monkeypatch)
+    compiles = []
+    real = launcher.compile_kernel
+
+    def recording(kernel, *, arch, config, **options):
+        compiles.append(options)
+        return real(kernel, arch=arch, config=config, **options)
+
+    monkeypatch.setattr(launcher, "compile_kernel", recording)
+    add = phobos.kernel(ADD4, mode=FakeGpu()).configure(BLOCK=1024)
+    big = [DeviceArray((2**31 + 4099,)) for _ in range(3)]
+    assert add._kernel.info.index_widths == (32, 64)
+    add(*big)
+    assert add.grid == (-(-(2**31 + 4099) // 1024), 1, 1) and add.compiled.index_bits == 64
+    add(*random_vectors(3000), np.empty(3000, np.float32))
+    assert compiles == [{"index_bits": 64}, {}]  # and each variant is kept under its own key
+    assert add.compiled.index_bits == 32
+    add._kernel.info = dataclasses.replace(add._kernel.info, index_widths=(32,))  # a kernel without the variant
+    with pytest.raises(LaunchError, match="kernels index tensors with i32, so at most 2147483647 elements"):
+        add(*big)

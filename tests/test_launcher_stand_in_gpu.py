@@ -15,7 +15,9 @@ import pytest
 
 import phobos
 from phobos.run import backends, runtime
+from phobos.errors import ToolchainError
 from phobos.launch.launcher import benchmark
+from phobos.toolchain import find_ptxas
 
 from .launcher_fakes import ADD4, random_vectors
 from .test_runtime_stand_in_driver import StandInDriver
@@ -43,16 +45,15 @@ class PhobosAdd:
         self.driver = driver
         self.block = block
 
-    def prepare(self, formats: list[str]) -> None:
-        self.format = "".join(formats)
-
-    def prepared_call(self, grid, block, parameters: bytes, shared_size: int = 0) -> None:
+    def launch(self, grid, block, parameters: bytes, shared_size: int, stream: int) -> int:
         a, b, c, n = struct.unpack("<QQQi", parameters)
-        count = min(n, grid[0] * self.block)
-        self.driver.launches.append(dict(grid=grid, block=block, c=c))
-        self.driver.clock += COSTS[self.block]
+        elements = self.block or 4 * block[0]
+        count = min(n, grid[0] * elements)
+        self.driver.launches.append(dict(grid=grid, block=block, c=c, stream=stream))
+        self.driver.clock += COSTS[elements]
         result = self.driver.floats_at(a, count) + self.driver.floats_at(b, count)
         self.driver.memory[c][: 4 * count] = result.tobytes()
+        return 0
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ def gpu(stand_in_driver, monkeypatch):
         driver.memory[int(destination)][:size] = driver.memory[int(source)][:size]
 
     class Module:
-        def __init__(self, block: int):
+        def __init__(self, block: int | None):
             self.block = block
 
         def get_function(self, name):
@@ -92,8 +93,12 @@ def gpu(stand_in_driver, monkeypatch):
             return PhobosAdd(driver, self.block)
 
     def module_from_buffer(image: bytes):
-        return Module(int(re.search(rb"configuration BLOCK=(\d+)", image)[1]))
+        """PTX names its configuration in a comment; a cubin (ELF) does not: then BLOCK is 4 elements a thread."""
+        driver.images.append("cubin" if image.startswith(b"\x7fELF") else "ptx")
+        found = re.search(rb"configuration BLOCK=(\d+)", image)
+        return Module(int(found[1]) if found else None)
 
+    driver.images = []  # the kind of each image loaded
     driver.Device, driver.Event = Device, Event
     driver.memcpy_dtod, driver.module_from_buffer = memcpy_dtod, module_from_buffer
     monkeypatch.setattr(backends, "_instances", {})
@@ -131,6 +136,11 @@ def test_tuning_picks_the_fastest_on_scratch_copies_then_runs_on_the_callers_arr
     assert sorted(gpu.freed) == sorted(gpu.memory)  # scratch copies and launch copies alike
     assert any(r.getMessage().startswith("tuning add over 4 configurations: best BLOCK=256: 0.5 ms")
                for r in caplog.records if r.levelname == "INFO")
+    try:
+        find_ptxas()
+    except ToolchainError:
+        return
+    assert gpu.images == ["cubin"] * 4  # what ptxas made while screening, loaded as it is
 
 
 def test_the_second_call_launches_once(gpu):

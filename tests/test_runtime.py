@@ -171,11 +171,15 @@ def test_by_value_array_parameters_take_bytes_of_their_size():
         runtime.bind_arguments("k", params, [3, 7])
 
 
-def test_tensor_map_parameters_sit_at_their_declared_alignment():
+def test_natural_offsets_follow_the_declared_alignment_and_given_offsets_win():
     params = runtime.parse_entry_params(".entry k(.param .u32 n, .param .align 64 .b8 tmap[128]) { ret; }")["k"]
+    assert runtime.natural_offsets(params) == [0, 64] and runtime.needs_driver_layout(params)
+    assert not runtime.needs_driver_layout(ADD_PARAMS + [PtxParam("s", "b8", 32, align=16)])
     bound = runtime.bind_arguments("k", params, [1, bytes(range(128))])
     packed = runtime.pack_parameters(bound, {})
     assert len(packed) == 192 and packed[64:] == bytes(range(128)) and packed[4:64] == bytes(60)
+    packed = runtime.pack_parameters(bound, {}, [0, 48])  # where ptxas puts the map for sm_90
+    assert len(packed) == 176 and packed[48:] == bytes(range(128)) and packed[:4] == struct.pack("<I", 1)
 
 
 # --- the parameter buffer

@@ -145,3 +145,16 @@ def test_time_launch_returns_milliseconds(add_ptx_path):
 def test_gpu_available_names_the_device():
     available, device_name = runtime.gpu_available()
     assert available and device_name
+
+
+def test_over_aligned_parameters_reach_the_kernel_intact():
+    """Tensor-map-like parameters (.align 64) sit where the driver puts them (on sm_90 not where a C
+    struct would): the probe kernel writes back the bytes it reads."""
+    from .tensor_core_support import gemm_generator
+
+    if runtime.device_properties().compute_capability < (9, 0):
+        pytest.skip("the probe is built for sm_90")
+    maps = [bytes(range(128)), bytes(range(255, 127, -1))]
+    out = np.zeros(67, np.uint32)
+    runtime.launch(gemm_generator().parameter_probe(), "parameter_probe", 1, 32, [out] + maps + [5, 6, 7], timeout_s=30)
+    assert out.tobytes() == maps[0] + maps[1] + np.array([5, 6, 7], np.uint32).tobytes()

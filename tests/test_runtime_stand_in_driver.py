@@ -1,21 +1,34 @@
-# The runtime's path through PyCUDA, on machines without a GPU: a stand-in for
-# pycuda.driver keeps "device memory" in host buffers and runs the vector add
-# of handwritten_ptx/add.ptx by reading the packed parameter buffer, so these
-# tests check what the runtime hands the driver (addresses, sizes, the
-# parameter layout, the launch shape) and what it does with the results.
+# The runtime's path through PyCUDA and the driver calls of phobos.run.cuda, on
+# machines without a GPU: a stand-in for pycuda.driver keeps "device memory" in
+# host buffers, and a stand-in for phobos.run.cuda's DriverApi loads modules
+# and runs the vector add of handwritten_ptx/add.ptx by reading the packed
+# parameter buffer, so these tests check what the runtime hands the driver
+# (addresses, sizes, the parameter layout, the launch shape, the stream) and
+# what it does with the results.
 from __future__ import annotations
 
+import ctypes
 import importlib.machinery
 import struct
 import sys
+import threading
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from phobos.run import runtime, tensor_map
+from phobos.run import cuda, runtime, tensor_map
 from phobos.errors import LaunchError, PtxasError
 from phobos.run.tensor_map import TensorMap
+
+from .emulator_support import PTXAS, cubin_parameter_layout
+
+#: CUresult codes and names the stand-in driver reports.
+ERRORS = {1: ("CUDA_ERROR_INVALID_VALUE", "invalid argument"),
+          201: ("CUDA_ERROR_INVALID_CONTEXT", "invalid device context"),
+          218: ("CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"),
+          700: ("CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered")}
 
 
 class StandInDriver(types.ModuleType):
@@ -32,6 +45,8 @@ class StandInDriver(types.ModuleType):
         self.memory: dict[int, bytearray] = {}
         self.freed: list[int] = []
         self.launches: list[dict] = []
+        self.layouts: dict[str, list[tuple[int, int]]] = {}  # kernel -> (offset, size) of its parameters
+        self.asked: list[str] = []  # kernels whose parameter offsets the runtime asked for
         self.next_address = 0x10000
         driver = self
 
@@ -101,9 +116,7 @@ class StandInDriver(types.ModuleType):
         array.view(np.uint8).reshape(-1)[:] = np.frombuffer(self.memory[int(allocation)], np.uint8)
 
     def module_from_buffer(self, image: bytes):
-        assert image.endswith(b"\0")
-        if b"bogus" in image:
-            raise self.Error("cuModuleLoadDataEx failed: a PTX JIT compilation failed")
+        assert image.endswith(b"\0") or image.startswith(b"\x7fELF")  # PTX text, or a cubin
         return StandInModule(self)
 
     def floats_at(self, address: int, count: int) -> np.ndarray:
@@ -114,9 +127,8 @@ class StandInModule:
     def __init__(self, driver: StandInDriver):
         self.driver = driver
 
-    def get_function(self, name: str) -> "StandInAdd":
-        assert name == "add"
-        return StandInAdd(self.driver)
+    def get_function(self, name: str):
+        return StandInAdd(self.driver) if name == "add" else StandInRecorder(self.driver, name)
 
 
 class StandInAdd:
@@ -126,23 +138,106 @@ class StandInAdd:
         self.driver = driver
         self.attributes: dict[str, int] = {}
 
-    def set_attribute(self, attribute: str, value: int) -> None:
-        self.attributes[attribute] = value
-
-    def prepare(self, formats: list[str]) -> None:
-        self.format = "".join(formats)
-
-    def prepared_call(self, grid, block, parameters: bytes, shared_size: int = 0) -> None:
-        assert isinstance(grid, tuple) and isinstance(block, tuple)
-        assert struct.calcsize(self.format) == len(parameters)
+    def launch(self, grid, block, parameters: bytes, shared_size: int, stream: int) -> int:
+        """cuLaunchKernel: the CUresult."""
+        assert len(parameters) == 28
         if block[0] > 1024:
-            raise self.driver.Error("cuLaunchKernel failed: invalid argument")
+            return 1
         a, b, c, n = struct.unpack("<QQQI", parameters)
-        self.driver.launches.append(dict(grid=grid, block=block, shared=shared_size, attributes=dict(self.attributes)))
+        self.driver.launches.append(dict(grid=grid, block=block, shared=shared_size, attributes=dict(self.attributes),
+                                         stream=stream))
         self.driver.Event.clock += 0.5  # every launch takes half a millisecond of GPU time
         count = min(n, grid[0] * block[0])
         result = self.driver.floats_at(a, count) + self.driver.floats_at(b, count)
         self.driver.memory[c][: 4 * count] = result.tobytes()
+        return 0
+
+
+class StandInRecorder(StandInAdd):
+    """Any other kernel: records its parameter buffer; its parameter offsets are `driver.layouts[name]`."""
+
+    def __init__(self, driver: StandInDriver, name: str):
+        super().__init__(driver)
+        self.name = name
+
+    def launch(self, grid, block, parameters: bytes, shared_size: int, stream: int) -> int:
+        self.driver.launches.append(dict(grid=grid, block=block, shared=shared_size, parameters=parameters))
+        return 0
+
+
+class StandInApi:
+    """phobos.run.cuda's DriverApi over the stand-in driver: modules, functions, launches, streams, contexts."""
+
+    def __init__(self, driver: StandInDriver):
+        self.driver = driver
+        self.handles: dict[int, object] = {}
+        self.capturing: set[int] = set()  # streams being captured into a graph
+        self.stream_contexts: dict[int, int] = {}  # streams of other contexts than the primary one
+        self.devices = 1
+        self.context = self.primary_context(0)
+
+    def _handle(self, thing: object) -> int:
+        handle = 0x1000 + len(self.handles)
+        self.handles[handle] = thing
+        return handle
+
+    def error(self, code: int, log: str = "") -> cuda.CudaError:
+        return cuda.CudaError(code, *ERRORS[code], log)
+
+    def load_module(self, image: bytes) -> int:
+        if b"bogus" in image:
+            raise self.error(218, "ptxas fatal: Unresolved extern function")
+        return self._handle(self.driver.module_from_buffer(image))
+
+    def get_function(self, module: int, name: str) -> int:
+        return self._handle(self.handles[module].get_function(name))
+
+    def set_max_dynamic_shared(self, function: int, nbytes: int) -> None:
+        self.handles[function].attributes["MAX_DYNAMIC_SHARED_SIZE_BYTES"] = nbytes
+
+    def parameter_info(self, function: int) -> list[tuple[int, int]]:
+        self.driver.asked.append(self.handles[function].name)
+        return self.driver.layouts[self.handles[function].name]
+
+    def launcher(self, function, grid, block, shared_bytes, size) -> "StandInLauncher":
+        return StandInLauncher(self.handles[function], grid, block, shared_bytes, size)
+
+    def stream_capturing(self, stream: int) -> bool:
+        return stream in self.capturing
+
+    def stream_context(self, stream: int) -> int:
+        return self.stream_contexts.get(stream, self.primary_context(0))
+
+    def pointer_device(self, address: int) -> int | None:
+        return 0
+
+    def device_count(self) -> int:
+        return self.devices
+
+    def current_context(self) -> int:
+        return self.context
+
+    def primary_context(self, device: int) -> int:
+        return 0xC0 + device
+
+    def push_context(self, context: int) -> None:
+        self.context = context
+
+    def pop_context(self) -> None:
+        self.context = self.primary_context(0)
+
+
+class StandInLauncher:
+    """cuda.Launcher for a stand-in kernel: reads the packed buffer at each launch."""
+
+    def __init__(self, kernel, grid, block, shared_bytes, size):
+        self.kernel, self.grid, self.block, self.shared_bytes = kernel, grid, block, shared_bytes
+        self.buffer = ctypes.create_string_buffer(max(size, 1))
+        self.size = size
+        self.lock = threading.Lock()
+
+    def queue(self, stream: int) -> int:
+        return self.kernel.launch(self.grid, self.block, self.buffer.raw[: self.size], self.shared_bytes, stream)
 
 
 @pytest.fixture
@@ -156,7 +251,13 @@ def driver(monkeypatch) -> StandInDriver:
     monkeypatch.setattr(runtime, "_loaded_driver", None)
     monkeypatch.setattr(runtime, "_modules", {})
     monkeypatch.setattr(runtime.atexit, "register", lambda *args: None)
-    return stand_in
+    stand_in.api = StandInApi(stand_in)
+    monkeypatch.setattr(cuda, "_api", stand_in.api)
+    runtime.device_count.cache_clear()
+    runtime.primary_context.cache_clear()
+    yield stand_in
+    runtime.device_count.cache_clear()
+    runtime.primary_context.cache_clear()
 
 
 @pytest.fixture
@@ -193,7 +294,7 @@ def test_launch_copies_arrays_there_and_back_and_frees_them(driver, add_ptx):
     c = np.zeros(300, np.float32)
     runtime.launch(add_ptx, "add", 2, 256, [a, b, c, 300])
     np.testing.assert_array_equal(c, a + b)
-    assert driver.launches == [dict(grid=(2, 1, 1), block=(256, 1, 1), shared=0, attributes={})]
+    assert driver.launches == [dict(grid=(2, 1, 1), block=(256, 1, 1), shared=0, attributes={}, stream=0)]
     assert sorted(driver.freed) == sorted(driver.memory)
 
 
@@ -246,7 +347,7 @@ def test_driver_errors_become_launch_errors_with_the_shape(driver, add_ptx):
 
 
 def test_ptx_rejected_by_the_driver_is_a_ptxas_error(driver):
-    with pytest.raises(PtxasError, match="the CUDA driver rejected the PTX: .*JIT compilation failed"):
+    with pytest.raises(PtxasError, match="the CUDA driver rejected the PTX: .*JIT compilation failed\nptxas fatal"):
         runtime.load_module(".version 7.8\n.target sm_75\n.visible .entry add() { bogus; }\n")
 
 
@@ -268,13 +369,33 @@ def test_time_launch_needs_at_least_one_timed_run(driver, add_ptx):
         runtime.time_launch(add_ptx, "add", 1, 8, [], repeat=0)
 
 
+def test_a_fault_of_an_earlier_kernel_is_reported_as_such(driver, add_ptx, monkeypatch):
+    monkeypatch.setattr(StandInAdd, "launch", lambda self, *args: 700)  # the context holds a sticky fault
+    a, b = inputs(4)
+    with pytest.raises(LaunchError, match=r"kernel 'add' failed \(grid .*\): CUDA_ERROR_ILLEGAL_ADDRESS: an illegal "
+                                          r"memory access was encountered; a kernel queued earlier on this device "
+                                          r"faulted"):
+        runtime.launch(add_ptx, "add", 1, 4, [a, b, np.zeros(4, np.float32), 4])
+
+
+def test_a_thread_without_a_current_context_gets_the_kernels(driver, add_ptx, monkeypatch):
+    codes = iter([201, 0])  # CUDA_ERROR_INVALID_CONTEXT, then success once a context is current
+    launched = []
+    monkeypatch.setattr(StandInAdd, "launch", lambda self, *args: launched.append(args) or next(codes))
+    driver.api.context = 0
+    a, b = inputs(4)
+    runtime.launch(add_ptx, "add", 1, 4, [a, b, np.zeros(4, np.float32), 4])
+    assert len(launched) == 2 and driver.api.context == driver.api.primary_context(0)
+
+
 def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver, monkeypatch):
     calls = []
 
     def encode(out, dtype, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob):
         calls.append((dtype, rank, address.value, list(dims), list(strides)[:rank - 1], list(box),
                       list(element_strides), interleave, swizzle, l2, oob))
-        out[0] = 0x1234
+        assert out.value % 128 == 0  # the driver wants the map's host memory 64-byte aligned (CUDA 13: 128)
+        ctypes.c_uint64.from_address(out.value).value = 0x1234
         return 0 if len(calls) == 1 else 1  # the second call fails
 
     monkeypatch.setattr(tensor_map, "_encode_function", encode)
@@ -289,3 +410,52 @@ def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver, monkeypatch):
     params = runtime.parse_entry_params(".entry k(.param .align 64 .b8 map[128], .param .u32 n) { ret; }")["k"]
     with pytest.raises(LaunchError, match=r"parameter 'map' \(\.b8\[128\]\): cuTensorMapEncodeTiled rejected"):
         runtime.bind_arguments("k", params, [tmap, 1])
+
+
+def test_a_cubin_the_driver_refuses_falls_back_to_the_ptx(driver, add_ptx):
+    module = runtime.load_module(add_ptx, cubin=b"\x7fELF bogus cubin")  # "bogus": the stand-in refuses it
+    assert not module.from_cubin
+    assert runtime.load_module(add_ptx + " ", cubin=b"\x7fELF fine").from_cubin
+
+
+# --- where parameters sit in the buffer: the kernel's layout, not a C struct's
+
+WGMMA_GEMM = Path(__file__).parent.parent / "handwritten_ptx" / "gemm_bf16_wgmma.ptx"
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas is not installed")
+def test_over_aligned_parameters_go_where_the_compiled_kernel_reads_them(driver):
+    """The tensor maps of the wgmma GEMM, compiled for sm_90a, sit at 48 and 176, not at 0 and 128
+    (where a C struct would put them, and where they were once packed: the GPU then read tensor
+    maps made of parts of both and stopped with 'an illegal instruction was encountered')."""
+    text = WGMMA_GEMM.read_text()
+    compiled = cubin_parameter_layout(text, "gemm_bf16_wgmma", "sm_90a")
+    driver.layouts["gemm_bf16_wgmma"] = compiled
+    maps = [bytes([1]) * 128, bytes([2]) * 128]
+    runtime.launch(text, "gemm_bf16_wgmma", 4, 384, maps + [0xC0FFEE00, 256, 512, 1024], shared_bytes=197632)
+    assert driver.asked == ["gemm_bf16_wgmma"]
+    offsets = [offset for offset, _ in compiled]
+    assert offsets[:2] == [48, 176]
+    assert offsets != runtime.natural_offsets(runtime.parse_entry_params(text)["gemm_bf16_wgmma"])
+    buffer = driver.launches[-1]["parameters"]
+    assert len(buffer) == compiled[-1][0] + compiled[-1][1]
+    assert buffer[48:176] == maps[0] and buffer[176:304] == maps[1]
+    assert struct.unpack_from("<QIII", buffer, 304) == (0xC0FFEE00, 256, 512, 1024)
+
+
+def test_kernels_without_over_aligned_parameters_are_packed_like_a_c_struct(driver):
+    ptx = ".version 8.0\n.target sm_80\n.visible .entry k(.param .u32 n, .param .align 16 .b8 s[32], .param .u64 p)\n{ ret; }\n"
+    runtime.launch(ptx, "k", 1, 32, [7, bytes(range(32)), 0x1000])
+    assert driver.asked == []  # the driver need not be asked
+    assert driver.launches[-1]["parameters"] == struct.pack("<I12x32sQ", 7, bytes(range(32)), 0x1000)
+
+
+def test_a_driver_layout_that_disagrees_with_the_ptx_is_a_launch_error(driver):
+    ptx = ".version 8.0\n.target sm_90\n.visible .entry k(.param .align 64 .b8 map[128], .param .u32 n)\n{ ret; }\n"
+    driver.layouts["k"] = [(48, 128), (176, 8)]
+    with pytest.raises(LaunchError, match=r"kernel 'k', parameter 'n' \(\.u32\): the driver reports 8 bytes"):
+        runtime.launch(ptx, "k", 1, 32, [bytes(128), 1])
+    runtime._modules.clear()
+    driver.layouts["k"] = [(48, 128)]
+    with pytest.raises(LaunchError, match=r"kernel 'k': the driver reports 1 parameters, the PTX declares 2"):
+        runtime.launch(ptx, "k", 1, 32, [bytes(128), 1])

@@ -20,7 +20,7 @@ from functools import partial
 import ply.yacc as yacc
 
 from . import ast
-from ..errors import Loc, Note, ParseError
+from ..errors import Loc, Note, ParseError, PhobosError, SemanticError, SourceFile
 from .lexer import Lexer, Token, scan
 
 TOKEN_TEXT = {
@@ -485,3 +485,27 @@ def parse(text: str, filename: str = "<source>") -> ast.Program:
     if _PARSER is None:
         _PARSER = Parser()
     return _PARSER.parse(text, filename)
+
+
+def parse_source(src: str, filename: str = "<source>") -> ast.Program:
+    """Parse a file, keeping its text for error messages; only PhobosErrors escape."""
+    SourceFile.register(filename, src)
+    try:
+        return parse(src, filename)
+    except RecursionError:
+        raise PhobosError("the program is nested too deeply", Loc(filename, 1, 1)) from None
+
+
+def pick_kernel(program: ast.Program, kernel: str | None) -> ast.Kernel:
+    """The kernel named `kernel`, or the only one when None; PhobosError otherwise."""
+    names = [k.name for k in program.kernels]
+    if kernel is None:
+        if len(program.kernels) == 1:
+            return program.kernels[0]
+        if not program.kernels:
+            raise SemanticError("the source defines no kernel", program.loc)
+        raise PhobosError(f"the source defines several kernels ({', '.join(names)}); choose one with kernel=")
+    for k in program.kernels:
+        if k.name == kernel:
+            return k
+    raise PhobosError(f"no kernel named '{kernel}' (the source defines: {', '.join(names) or 'none'})")

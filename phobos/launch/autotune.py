@@ -38,9 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compiler import CompiledKernel
+from ..compiler import CompiledKernel, LaunchRules, next_pow2, sizes_text
 from ..configuration import config_text
-from ..frontend.launch_rules import LaunchRules, next_pow2, sizes_text
 from .cache import canonical_json
 from ..errors import LaunchError, PhobosError
 from ..log import Progress

@@ -4,8 +4,9 @@
 # gets its arguments matched to the source's parameters (by position, then by
 # name), and each one checked against its declaration:
 #
-#   tensors  a numpy array (host memory), a torch tensor, a PyCUDA GPUArray or
-#            anything with `__cuda_array_interface__` (device memory), of the
+#   tensors  a numpy array (host memory), a torch tensor, a PyCUDA GPUArray,
+#            anything with `__cuda_array_interface__` or DLPack's `__dlpack__`
+#            (device memory, on any one device), of the
 #            declared element type and rank, C-contiguous (row-major); literal
 #            dimensions must match, and each size name (N, M, K) takes its
 #            value from the first tensor that has it and must agree everywhere
@@ -27,6 +28,7 @@
 # Nothing here touches a GPU, so all of it runs (and is tested) anywhere.
 from __future__ import annotations
 
+import ctypes
 import difflib
 import math
 import numbers
@@ -38,10 +40,10 @@ import numpy as np
 
 from ..constants import convert, fits, int_range
 from ..errors import LaunchError
-from ..middle.ir import KernelParam
+from ..compiler import KernelParam
 from ..types import DType
 
-I32_MAX = int_range(DType.I32)[1]
+I32_MAX = int(np.iinfo(np.int32).max)
 # NumPy has no bfloat16: a bf16 tensor may be an ml_dtypes.bfloat16 array or its bits as uint16.
 ACCEPTED_DTYPES = {DType.BF16: ("bfloat16", "uint16")}
 
@@ -55,6 +57,8 @@ class TensorArgument:
     host: np.ndarray | None
     pointer: int | None
     shape: tuple[int, ...]
+    device: int | None = None  # the device index of device memory; None for host memory or where unknown
+    stream: int | None = None  # the stream its producer works on (`__cuda_array_interface__` version 3)
 
     @property
     def nbytes(self) -> int:
@@ -76,6 +80,9 @@ class BoundCall:
     scalars: dict[str, np.generic] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
     size_origins: dict[str, str] = field(default_factory=dict)  # size name -> the tensor it came from
+    given: dict[str, Any] = field(default_factory=dict)  # parameter name -> value, in the order given
+    positional: int = 0  # how many of them were given by position
+    index_bits: int = 32  # 64 when a tensor has more elements (or a longer dimension) than i32 can index
 
     def value(self, name: str) -> Any:
         """The value of parameter or size `name` as backends pass it."""
@@ -126,25 +133,34 @@ def _unknown_name(name: str, names: Sequence[str], size_names: Sequence[str]) ->
 
 
 def bind(kernel_name: str, params: Sequence[KernelParam], size_names: Sequence[str], args: Sequence[Any],
-         kwargs: Mapping[str, Any], host_only: str | None = None) -> BoundCall:
-    """Check and convert a call's arguments; `host_only` names a CPU mode that takes numpy arrays only."""
+         kwargs: Mapping[str, Any], host_only: str | None = None,
+         view: Callable[[Any], TensorView | None] | None = None, index_widths: Sequence[int] = (32,)) -> BoundCall:
+    """Check and convert a call's arguments; `host_only` names a CPU mode that takes numpy arrays only.
+
+    `view` says how tensors are seen (default `tensor_view`; torch custom ops
+    check shapes of tensors that have no data).  `index_widths` are the index
+    arithmetic widths the kernel can be compiled with (KernelInfo.index_widths):
+    a tensor past what i32 indexes needs 64, and is refused without it.
+    """
     given = match_arguments(kernel_name, params, size_names, args, kwargs)
-    call = BoundCall(kernel_name, list(params))
+    call = BoundCall(kernel_name, list(params), given=given, positional=len(args))
     for param in params:
         if param.kind == "tensor":
-            call.tensors[param.name] = _bind_tensor(call, param, given[param.name], host_only)
+            call.tensors[param.name] = _bind_tensor(call, param, given[param.name], host_only, view or tensor_view,
+                                                    64 in index_widths)
         else:
             call.scalars[param.name] = convert_scalar(kernel_name, param, given[param.name])
     return call
 
 
-def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str | None) -> TensorArgument:
+def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str | None,
+                 view_of: Callable[[Any], TensorView | None], wide_index: bool) -> TensorArgument:
     def fail(got: str, advice: str = "") -> LaunchError:
         return LaunchError(f"{call.kernel_name}: argument '{param.name}': expected {_expected(call, param)}, "
                            f"got {got}{advice}")
 
     try:
-        view = tensor_view(value)
+        view = view_of(value)
     except _Refused as refusal:
         raise fail(refusal.description, f" ({refusal.reason})") from None
     if view is None:
@@ -163,14 +179,16 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
     if host_only is not None and view.host is None:
         raise fail(view.description, f"; mode '{host_only}' runs on the CPU and takes numpy arrays")
     if math.prod(view.shape) > I32_MAX or any(extent > I32_MAX for extent in view.shape):
-        raise fail(view.description, f"; kernels index tensors with i32, so at most {I32_MAX} elements")
+        if not wide_index:
+            raise fail(view.description, f"; kernels index tensors with i32, so at most {I32_MAX} elements")
+        call.index_bits = 64
     for dim, extent in zip(param.dims, view.shape):
         if isinstance(dim, str) and dim not in call.sizes:
             call.sizes[dim] = extent
             call.size_origins[dim] = param.name
         if extent != (dim if isinstance(dim, int) else call.sizes[dim]):
             raise fail(view.description)
-    return TensorArgument(param, value, view.host, view.pointer, view.shape)
+    return TensorArgument(param, value, view.host, view.pointer, view.shape, view.device, view.stream)
 
 
 def _expected(call: BoundCall, param: KernelParam) -> str:
@@ -178,6 +196,28 @@ def _expected(call: BoundCall, param: KernelParam) -> str:
     known = [f"{dim} = {call.sizes[dim]} (from '{call.size_origins[dim]}')"
              for dim in dict.fromkeys(d for d in param.dims if isinstance(d, str) and d in call.sizes)]
     return f"a {len(param.dims)}-D {param.dtype} tensor [{dims}]" + (f" with {', '.join(known)}" if known else "")
+
+
+def call_device(call: BoundCall, locate: Callable[[int], int | None]) -> int:
+    """The one device that holds the call's device-memory tensors (0 when there are none).
+
+    `locate(address)` finds the device of a tensor that did not say; a tensor
+    on another device than the first one's is a LaunchError naming both.
+    """
+    first: TensorArgument | None = None
+    for tensor in call.tensors.values():
+        if tensor.host is not None:
+            continue
+        device = tensor.device if tensor.device is not None else locate(tensor.pointer)
+        if device is None:
+            continue  # memory the driver does not know: the launch reports it
+        if first is None:
+            first, first_device = tensor, device
+        elif device != first_device:
+            raise LaunchError(f"{call.kernel_name}: argument '{tensor.param.name}' is on cuda:{device}, but "
+                              f"'{first.param.name}' is on cuda:{first_device}; the tensors of one call must be "
+                              f"on one device")
+    return first_device if first is not None else 0
 
 
 # ---------------------------------------------------------------------------
@@ -248,6 +288,8 @@ class TensorView:
     read_only: bool
     description: str  # e.g. "float32 array of shape (65, 32)", "big-endian float32 array of shape (4,)"
     native_order: bool = True  # elements in the machine's byte order
+    device: int | None = None  # the device index of device memory, where the object says
+    stream: int | None = None  # the stream its producer works on, where the object says
 
 
 class _Refused(Exception):
@@ -279,9 +321,8 @@ def _torch_view(value: Any) -> TensorView | None:
         except (TypeError, RuntimeError) as error:
             raise _Refused(description, f"cannot view it as a numpy array: {error}") from None
         return TensorView(array, None, shape, dtype_name, value.is_contiguous(), False, description)
-    if value.device.index not in (None, 0):
-        raise _Refused(description, "Phobos launches on device 0 (cuda:0)")
-    return TensorView(None, value.data_ptr(), shape, dtype_name, value.is_contiguous(), False, description)
+    return TensorView(None, value.data_ptr(), shape, dtype_name, value.is_contiguous(), False, description,
+                      device=value.get_device())
 
 
 def _gpuarray_view(value: Any) -> TensorView | None:
@@ -303,11 +344,77 @@ def _cuda_array_interface_view(value: Any) -> TensorView | None:
         dtype = np.dtype(interface["typestr"])
         pointer, read_only = interface["data"]
         strides = interface.get("strides")
+        stream = interface.get("stream") if interface.get("version", 0) >= 3 else None
     except Exception as error:  # whatever the object raises: report it, do not crash
+        if hasattr(value, "__dlpack_device__"):
+            return None  # a JAX array on the CPU, say: DLPack says where it is
         raise _Refused(f"a {_type_name(value)}", f"its __cuda_array_interface__ is unusable: {error}") from None
     contiguous = strides is None or _c_contiguous(shape, tuple(strides), dtype.itemsize)
+    device = getattr(getattr(value, "device", None), "id", None)  # CuPy says; others are asked of the driver
     return TensorView(None, int(pointer or 0), shape, dtype.name, contiguous, bool(read_only),
-                      f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative)
+                      f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative,
+                      device=device if isinstance(device, int) else None,
+                      stream=int(stream) if stream is not None else None)
+
+
+# DLPack (https://dmlc.github.io/dlpack): the C structs a `__dlpack__` capsule points at.
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+#: DLPack device types: memory a kernel can use, and host memory.
+DLPACK_GPU_DEVICES = {2: "cuda", 13: "cuda_managed"}
+DLPACK_HOST_DEVICES = {1: "cpu", 3: "cuda_host"}
+#: DLPack type codes (int, uint, float, bfloat) -> numpy's name stem.
+DLPACK_TYPE_CODES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _dlpack_view(value: Any) -> TensorView | None:
+    """An object with `__dlpack__` and `__dlpack_device__` (JAX arrays, and others), on a GPU."""
+    if not (hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__")):
+        return None
+    kind = _type_name(value)
+    try:
+        device_type, device_id = value.__dlpack_device__()
+    except Exception as error:
+        raise _Refused(f"a {kind}", f"its __dlpack_device__ failed: {error}") from None
+    if device_type in DLPACK_HOST_DEVICES:
+        raise _Refused(f"a {kind} in host memory ({DLPACK_HOST_DEVICES[device_type]})",
+                       "kernels read DLPack arrays where they lie; put it on the GPU, or pass np.from_dlpack(x) "
+                       "to have it copied")
+    if device_type not in DLPACK_GPU_DEVICES:
+        raise _Refused(f"a {kind} on DLPack device type {device_type}", "only CUDA device memory can be passed")
+    try:
+        try:
+            capsule = value.__dlpack__(stream=1)  # the kernel runs on the legacy default stream: order before it
+        except (TypeError, ValueError, BufferError):
+            capsule = value.__dlpack__()  # a producer without streams
+        tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+        shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+        strides = tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides else None
+        stem = DLPACK_TYPE_CODES.get(tensor.dtype.code, f"code{tensor.dtype.code}")
+        dtype_name = "bool" if stem == "bool" else \
+            f"{stem}{tensor.dtype.bits}" + ("" if tensor.dtype.lanes == 1 else f"x{tensor.dtype.lanes}")
+        pointer = (tensor.data or 0) + tensor.byte_offset
+    except Exception as error:
+        raise _Refused(f"a {kind}", f"its DLPack capsule is unusable: {error}") from None
+    contiguous = strides is None or _c_contiguous(shape, strides, 1)  # DLPack strides count elements
+    return TensorView(None, pointer, shape, dtype_name, contiguous, False,
+                      f"{dtype_name} {kind} of shape {shape} on cuda:{device_id}", device=int(device_id))
 
 
 def _element_name(dtype: np.dtype) -> str:
@@ -329,7 +436,7 @@ def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
 
 
 #: Tried in order; the first that recognizes an object describes it.
-TENSOR_VIEWS = (_numpy_view, _torch_view, _gpuarray_view, _cuda_array_interface_view)
+TENSOR_VIEWS = (_numpy_view, _torch_view, _gpuarray_view, _cuda_array_interface_view, _dlpack_view)
 
 
 def tensor_view(value: Any) -> TensorView | None:

@@ -20,12 +20,17 @@
 #
 # Keys carry `phobos_build()`, the version plus a digest of Phobos's own
 # sources, so that a changed compiler never reuses what an older one produced.
+# The cubin ptxas made of a kernel's PTX is kept under the same key as its
+# report (namespace `cubins`, base64 in the JSON), so the driver loads it
+# instead of compiling the PTX a second time.
 # Above the disk sits a per-process dictionary, so a key is read from disk at
 # most once per process.  `info` and `clear` are what `python -m phobos cache
 # info|clear` shows and does.  The encoders at the end turn CompiledKernels
 # and ptxas Reports into payloads and back.
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import dataclasses
 import functools
@@ -39,8 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..compiler import CompiledKernel
-from ..middle.ir import KernelParam
+from ..compiler import CompiledKernel, KernelParam
 from ..ptxcheck import KernelReport, PtxasDiagnostic, Report
 from ..types import DType
 
@@ -53,6 +57,7 @@ DEFAULT_CACHE_DIR = Path("~/.cache/phobos")
 #: Namespaces (subdirectories) of the cache.
 COMPILED = "kernels"
 PTXAS = "ptxas"
+CUBIN = "cubins"
 AUTOTUNE = "autotune"
 NAMESPACES = (COMPILED, PTXAS, AUTOTUNE)
 
@@ -299,6 +304,17 @@ def decode_report(payload: Any) -> Report:
         return Report(**fields)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise MalformedEntry(f"not a ptxas report: {error}") from None
+
+
+def encode_cubin(cubin: bytes) -> dict:
+    return {"cubin": base64.b64encode(cubin).decode("ascii")}
+
+
+def decode_cubin(payload: Any) -> bytes:
+    try:
+        return base64.b64decode(_typed(payload["cubin"], str), validate=True)
+    except (KeyError, TypeError, binascii.Error) as error:
+        raise MalformedEntry(f"not a cubin: {error}") from None
 
 
 def _typed(value: Any, kind: type | tuple[type, ...]) -> Any:

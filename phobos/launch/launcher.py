@@ -6,12 +6,19 @@
 #   mod.sgemm.configure(TILE_M=64)(A, B, C, 1.5, 0.5)  # a forced configuration
 #
 # A source is parsed and checked, under every autotune configuration, when it
-# is loaded, so its errors show up there, with their locations; a kernel is
-# compiled only when it is first called, one configuration at a time.  A call
-# binds its arguments (phobos.launch.binding: shapes give the sizes, every mismatch
-# is a LaunchError before any GPU work), picks a configuration, works out the
-# grid and hands the launch to a backend (phobos.run.backends: the GPU, or the
-# interpreter or PTX emulator on the CPU).
+# is loaded (phobos.compiler.kernel_infos: one KernelInfo per kernel), so its
+# errors show up there, with their locations; a kernel is compiled only when
+# it is first called.  A call binds its arguments (phobos.launch.binding: shapes
+# give the sizes, every mismatch is a LaunchError before any GPU work), picks a
+# configuration, works out the grid and hands the launch to a backend
+# (phobos.run.backends: the GPU, or the interpreter or PTX emulator on the CPU).
+#
+# On the GPU, a call whose tensors are all device memory is queued on the
+# caller's stream and returns (phobos.launch.fastpath says which stream); the
+# launch its first call prepared is kept per call signature, so that later
+# calls with arguments of the same kinds, dtypes, shapes and devices skip
+# binding, choosing and compiling.  A call with numpy arrays copies them in,
+# waits for the device and copies them back.
 #
 # The configuration: first the candidates for the call's sizes - the autotune
 # space (with the forced values fixed), each with the constants the kernel
@@ -38,33 +45,28 @@ import numbers
 import os
 import types
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..frontend import ast
-from . import autotune, cache
+from . import autotune, cache, fastpath, parallel
 from ..run import runtime
 from .. import toolchain
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
-from .binding import BoundCall, bind
-from ..compiler import CompiledKernel, grid_hints, compile_kernel, parse_source
+from .binding import BoundCall, bind, call_device
+from ..compiler import (CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos, sizes_text,
+                        term_text)
 from ..configuration import config_text
-from ..errors import ErrorList, LaunchError, PhobosError, ToolchainError
-from ..middle.irgen import generate, kernel_signature
+from ..errors import LaunchError, PhobosError, PtxasTimeout, ToolchainError
 from ..ptxcheck import Report
-from ..ptxcheck import check as ptxas_check
-from ..frontend.launch_rules import LaunchRules, Rejection, sizes_text, term_text
-from ..frontend.sema import CheckedKernel, check_kernel, check_program, launch_rules
+from ..ptxcheck import assemble as ptxas_assemble
 
 #: The most programs a grid may have along x, y and z.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 #: How many size combinations a kernel remembers its valid configurations for.
 SERVING_MEMO = 1024
-
-#: Builtins whose argument is a grid axis.
-GRID_BUILTINS = ("program_id", "num_programs")
 
 Config = dict[str, int]
 GridSpec = tuple[int, int, int] | Callable[[Config, dict[str, int]], Any] | None
@@ -134,14 +136,11 @@ class Module:
         check_mode(mode)
         digest = cache.text_digest(source)
         self.filename = filename or f"<source {digest[:8]}>"
+        self.source = source
         self.mode = mode
         self._backend: Backend | None = None
-        program = parse_source(source, self.filename)
-        errors = check_program(program)
-        if errors:
-            raise errors[0] if len(errors) == 1 else ErrorList(errors)
         self.kernels: dict[str, KernelFunction] = {
-            k.name: KernelFunction(_Kernel(k, digest, self)) for k in program.kernels}
+            info.name: KernelFunction(_Kernel(info, digest, self)) for info in kernel_infos(source, self.filename)}
 
     def backend(self) -> Backend:
         """The backend kernels run on, chosen at the first launch (see jit's `mode`)."""
@@ -164,13 +163,16 @@ class Module:
 
 
 class KernelFunction:
-    """One kernel, callable like a function: `f(*args, **kwargs)` launches it and waits.
+    """One kernel, callable like a function: `f(*args, **kwargs)` launches it.
 
-    `f[grid]` is the same kernel with an explicit grid (1 to 3 ints, or a
-    function `grid(config, sizes) -> tuple`); `f.configure(NAME=value, ...)`
-    the same kernel with those autotune parameters fixed (the rest are still
-    tuned).  After a call, `.config`, `.grid`, `.compiled`, `.ptx`, `.ptxas`
-    and `.timings` describe what ran and what the autotuner saw.
+    On the GPU, a call whose tensors are all in device memory is queued on the
+    caller's stream (`stream=` overrides it) and returns; a call with numpy
+    arrays waits and copies the results back.  `f[grid]` is the same kernel
+    with an explicit grid (1 to 3 ints, or a function `grid(config, sizes) ->
+    tuple`); `f.configure(NAME=value, ...)` the same kernel with those autotune
+    parameters fixed (the rest are still tuned).  After a call, `.config`,
+    `.grid`, `.compiled`, `.ptx`, `.ptxas` and `.timings` describe what ran and
+    what the autotuner saw.
     """
 
     def __init__(self, kernel: _Kernel, forced: Config | None = None, grid: GridSpec = None,
@@ -179,13 +181,14 @@ class KernelFunction:
         self._forced = dict(forced or {})
         self._grid = grid
         self._tuning = tuning or autotune.Tuning()
+        self._variant = kernel.variant(self._forced, grid, self._tuning)
 
     @property
     def name(self) -> str:
         return self._kernel.name
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self._kernel.launch(args, kwargs, self._forced, self._grid, self._tuning)
+        self._kernel.call(self._variant, args, kwargs)
 
     def __getitem__(self, grid: Any) -> KernelFunction:
         spec = grid if callable(grid) else normalize_grid(self.name, grid, f"got {grid!r}")
@@ -210,7 +213,7 @@ class KernelFunction:
         forced = {**self._forced, **values}
         self._kernel.refuse_impossible(forced)
         for config in self._kernel.candidates(forced):
-            self._kernel.checked(config)
+            self._kernel.info.checked(config)
         return KernelFunction(self._kernel, forced, self._grid, self._tuning)
 
     def tuning(self, key: str | Callable[[dict[str, int]], Any] | None = None,
@@ -263,7 +266,7 @@ class KernelFunction:
     def __repr__(self) -> str:
         kernel = self._kernel
         params = ", ".join(f"{p.name}: " + (f"tensor<{p.dtype}>[{', '.join(map(str, p.dims))}]"
-                                            if p.kind == "tensor" else str(p.dtype)) for p in kernel.params)
+                                            if p.kind == "tensor" else str(p.dtype)) for p in kernel.info.params)
         configs = kernel.rules.autotune_configurations(self._forced)
         space = ", ".join(f"{n} in {v}" if n not in self._forced else f"{n} = {self._forced[n]}"
                           for n, v in kernel.space.items())
@@ -372,16 +375,6 @@ def infer_grid(kernel_name: str, hints: Sequence[tuple[str, int] | None], axes_u
     return normalize_grid(kernel_name, grid, f"inferred {tuple(grid)}")
 
 
-def _calls(node: Any) -> Iterator[ast.Call]:
-    """Every call in an AST subtree."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _calls(item)
-    elif is_dataclass(node) and not isinstance(node, type):
-        if isinstance(node, ast.Call):
-            yield node
-        for f in fields(node):
-            yield from _calls(getattr(node, f.name))
 
 
 # ---------------------------------------------------------------------------
@@ -396,27 +389,39 @@ class _LastLaunch:
     grid: tuple[int, int, int]
 
 
+@dataclass
+class _Variant:
+    """A forced configuration, grid specification and tuning, with the calls prepared under them, by signature.
+
+    `fast` is None where calls cannot be prepared (a grid function, which may
+    answer differently each time).
+    """
+
+    forced: Config
+    grid: GridSpec
+    tuning: autotune.Tuning
+    fast: dict[tuple, fastpath.FastCall] | None
+
+
 #: Compiled kernels of this process, by (source digest, file, kernel, configuration, target).
 _compiled_kernels: dict[tuple, CompiledKernel] = {}
 
 
 class _Kernel:
-    """What every callable of one kernel shares: checked and compiled forms, tuning choices, the last launch."""
+    """What every callable of one kernel shares: its KernelInfo, compiled forms, tuning choices, the last launch."""
 
-    def __init__(self, node: ast.Kernel, source_digest: str, module: Module):
-        self.node = node
-        self.name = node.name
+    def __init__(self, info: KernelInfo, source_digest: str, module: Module):
+        self.info = info
+        self.name = info.name
         self.source_digest = source_digest
         self.module = module
-        self.rules = launch_rules(node)
-        self.space = self.rules.space
-        signature = kernel_signature(check_kernel(node))
-        self.params = [p for p in signature if p.kind != "size"]
-        self.size_names = [p.name for p in signature if p.kind == "size"]
-        self._checked: dict[tuple, CheckedKernel] = {}
-        self._tile_hints: dict[tuple, list] = {}
-        self._axes_used: dict[tuple, set[int]] = {}  # per configuration: grid axes the kernel reads
+        self.rules = info.rules
+        self.space = info.space
+        self.stream_keyword = "stream" not in {p.name for p in info.params}  # else `stream=` is the argument
+        self._variants: dict[tuple, _Variant] = {}
+        self._locate: Callable[[int], int | None] = lambda address: None  # the prepared launches' backend's
         self._choices: dict[tuple, autotune.TuneResult] = {}
+        self._ptxas_timeouts: dict[str, str] = {}  # PTX digest -> how ptxas ran out of time in a worker
         self._serving: dict[tuple, list[Config]] = {}  # per (sizes, forced values): the valid configurations
         self.last: _LastLaunch | None = None
 
@@ -464,29 +469,56 @@ class _Kernel:
                 lines.append(f"  {condition.describe()} does not hold for {shown}{more}")
         return head + ":\n" + "\n".join(lines)
 
-    def checked(self, config: Config) -> CheckedKernel:
-        key = tuple(config.items())
-        if key not in self._checked:
-            self._checked[key] = check_kernel(self.node, config)
-        return self._checked[key]
+    def variant(self, forced: Config, spec: GridSpec, tuning: autotune.Tuning) -> _Variant:
+        """The one _Variant of a forced configuration, grid and tuning, so that callables made alike share
+        prepared calls."""
+        if callable(spec):
+            return _Variant(forced, spec, tuning, None)
+        key = (tuple(sorted(forced.items())), spec, tuning)
+        if key not in self._variants:
+            self._variants[key] = _Variant(forced, spec, tuning, {})
+        return self._variants[key]
 
-    def compiled(self, config: Config, arch: str) -> CompiledKernel:
-        """The kernel compiled for `config` and `arch`: from memory, the disk cache, or the compiler."""
-        memory_key = (self.source_digest, self.module.filename, self.name, tuple(config.items()), arch)
-        if memory_key in _compiled_kernels:
-            return _compiled_kernels[memory_key]
-        disk_key = {"source": self.source_digest, "filename": self.module.filename, "kernel": self.name,
-                    "config": config, "arch": arch, "build": cache.phobos_build()}
-        store = cache.default_cache()
-        compiled = _decoded(store.load(cache.COMPILED, disk_key), cache.decode_compiled)
+    def _compiled_keys(self, config: Config, arch: str, index_bits: int = 32) -> tuple[tuple, dict]:
+        """Where a compiled configuration is kept: in this process's memory and in the disk cache."""
+        return ((self.source_digest, self.module.filename, self.name, tuple(config.items()), arch, index_bits),
+                {"source": self.source_digest, "filename": self.module.filename, "kernel": self.name,
+                 "config": config, "arch": arch, "build": cache.phobos_build(), **parallel.index_options(index_bits)})
+
+    def compiled(self, config: Config, arch: str, index_bits: int = 32) -> CompiledKernel:
+        """The kernel compiled for `config` and `arch` (and index width): from memory, the disk cache, or the
+        compiler."""
+        compiled = self._cached_compiled(config, arch, index_bits)
         if compiled is None:
-            compiled = compile_kernel(self.node, arch=arch, config=config)
-            store.store(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
-        _compiled_kernels[memory_key] = compiled
+            compiled = compile_kernel(self.info.kernel, arch=arch, config=config, **parallel.index_options(index_bits))
+            self._keep_compiled(config, arch, compiled, index_bits)
         return compiled
 
+    def _cached_compiled(self, config: Config, arch: str, index_bits: int = 32) -> CompiledKernel | None:
+        memory_key, disk_key = self._compiled_keys(config, arch, index_bits)
+        if memory_key not in _compiled_kernels:
+            compiled = _decoded(cache.default_cache().load(cache.COMPILED, disk_key), cache.decode_compiled)
+            if compiled is None:
+                return None
+            _compiled_kernels[memory_key] = compiled
+        return _compiled_kernels[memory_key]
+
+    def _keep_compiled(self, config: Config, arch: str, compiled: CompiledKernel, index_bits: int = 32) -> None:
+        memory_key, disk_key = self._compiled_keys(config, arch, index_bits)
+        cache.default_cache().store(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
+        _compiled_kernels[memory_key] = compiled
+
+    def _ptxas_key(self, compiled: CompiledKernel, ptxas: str) -> dict:
+        """The key of ptxas's report on a compiled kernel, and of the cubin it made."""
+        return {"ptx": cache.text_digest(compiled.ptx), "arch": compiled.arch, "ptxas": ptxas,
+                "build": cache.phobos_build()}
+
+    def _label(self, config: Config) -> str:
+        return f"{self.module.filename} [{self.name}: {config_text(config)}]"
+
     def ptxas_report(self, compiled: CompiledKernel, required: bool = False) -> Report | None:
-        """ptxas's report on `compiled` (cached); None without ptxas, unless `required` (then ToolchainError).
+        """ptxas's report on `compiled` (cached, with the cubin); None without ptxas, unless `required`
+        (then ToolchainError).
 
         ptxas runs under toolchain.ptxas_timeout(); a run that takes longer raises PtxasTimeout and
         is not cached (a less busy machine may finish it).
@@ -497,15 +529,74 @@ class _Kernel:
             if required:
                 raise
             return None
-        key = {"ptx": cache.text_digest(compiled.ptx), "arch": compiled.arch, "ptxas": ptxas,
-               "build": cache.phobos_build()}
+        key = self._ptxas_key(compiled, ptxas)
+        timed_out = self._ptxas_timeouts.get(key["ptx"])
+        if timed_out is not None:
+            raise PtxasTimeout(timed_out)  # a worker process gave up on it already
         store = cache.default_cache()
         report = _decoded(store.load(cache.PTXAS, key), cache.decode_report)
         if report is None:
-            label = f"{self.module.filename} [{self.name}: {config_text(compiled.config)}]"
-            report = ptxas_check(compiled.ptx, compiled.arch, name=label, timeout=toolchain.ptxas_timeout())
-            store.store(cache.PTXAS, key, cache.encode_report(report))
+            report, cubin = ptxas_assemble(compiled.ptx, compiled.arch, name=self._label(compiled.config),
+                                           timeout=toolchain.ptxas_timeout())
+            self._keep_assembled(key, report, cubin)
         return report
+
+    def _keep_assembled(self, key: dict, report: Report, cubin: bytes | None) -> None:
+        store = cache.default_cache()
+        if cubin is not None:
+            store.store(cache.CUBIN, key, cache.encode_cubin(cubin))
+        store.store(cache.PTXAS, key, cache.encode_report(report))
+
+    def cubin(self, compiled: CompiledKernel, capability: tuple[int, int]) -> bytes | None:
+        """The cubin ptxas already made of `compiled`, when there is one and it is for exactly this GPU."""
+        if compiled.arch != f"sm_{capability[0]}{capability[1]}":
+            return None  # PTX for an older target: the driver compiles it for this GPU
+        try:
+            ptxas = toolchain.find_ptxas()
+        except ToolchainError:
+            return None
+        return _decoded(cache.default_cache().load(cache.CUBIN, self._ptxas_key(compiled, ptxas)), cache.decode_cubin)
+
+    def _compile_ahead(self, configs: list[Config], arch: str, index_bits: int,
+                       device: runtime.DeviceProperties) -> dict[tuple, Future]:
+        """Start compiling (and assembling) the configurations not compiled yet, in worker processes."""
+        workers = parallel.pool()
+        missing = [config for config in configs if self._cached_compiled(config, arch, index_bits) is None]
+        if workers is None or len(missing) < 2:
+            return {}
+        try:
+            toolchain.find_ptxas()
+            assemble = True
+        except ToolchainError:
+            assemble = False
+        # Largest first (the product of the values stands in for the code's size): the long compiles start
+        # at once instead of trailing behind the short ones.
+        missing.sort(key=lambda config: -math.prod(config.values()))
+        return {tuple(config.items()): workers.submit(parallel.CompileJob(
+            self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
+            index_bits, device.max_threads_per_block, device.max_shared_bytes_per_block)) for config in missing}
+
+    def _collect(self, future: Future | None, config: Config, arch: str, index_bits: int) -> None:
+        """Keep what a worker made of `config`; on any failure, nothing (the configuration compiles here)."""
+        if future is None:
+            return
+        try:
+            result = future.result()
+        except Exception:  # a worker that died: compile here
+            return
+        if result is None:
+            return
+        try:
+            compiled = cache.decode_compiled(result["compiled"])
+            report = cache.decode_report(result["report"]) if "report" in result else None
+            cubin = cache.decode_cubin(result["cubin"]) if "cubin" in result else None
+        except (cache.MalformedEntry, TypeError, KeyError):
+            return
+        self._keep_compiled(config, arch, compiled, index_bits)
+        if report is not None:
+            self._keep_assembled(self._ptxas_key(compiled, toolchain.find_ptxas()), report, cubin)
+        if isinstance(result.get("ptxas_timeout"), str):
+            self._ptxas_timeouts[cache.text_digest(compiled.ptx)] = result["ptxas_timeout"]
 
     def inspected(self, forced: Config) -> CompiledKernel:
         """What `.compiled` shows: the last launch's kernel, or the first candidate's."""
@@ -519,23 +610,6 @@ class _Kernel:
         return self.compiled(config, arch)
 
     # --- grids
-    def axes_used(self, config: Config) -> set[int]:
-        key = tuple(config.items())
-        if key not in self._axes_used:
-            checked = self.checked(config)
-            self._axes_used[key] = {checked.const_of(c.args[0]) for c in _calls(self.node.body)
-                                    if c.func in GRID_BUILTINS}
-        return self._axes_used[key]
-
-    def grid_hint(self, config: Config, compiled: CompiledKernel | None) -> list:
-        """CompiledKernel.grid_hint; for backends that run the checked kernel, the same hint from its tile IR."""
-        if compiled is not None:
-            return compiled.grid_hint
-        key = tuple(config.items())
-        if key not in self._tile_hints:
-            self._tile_hints[key] = grid_hints(generate(self.checked(config)))
-        return self._tile_hints[key]
-
     def grid_key(self, configs: list[Config], call: BoundCall, spec: GridSpec) -> tuple[Any, bool]:
         """How the grid enters the autotune key, and whether a choice under it may be kept on disk.
 
@@ -558,32 +632,128 @@ class _Kernel:
     def grid_for(self, config: Config, compiled: CompiledKernel | None, call: BoundCall,
                  spec: GridSpec) -> tuple[int, int, int]:
         if spec is None:
-            return infer_grid(self.name, self.grid_hint(config, compiled), self.axes_used(config), call.sizes)
+            hint = compiled.grid_hint if compiled is not None else self.info.grid_hint(config)
+            return infer_grid(self.name, hint, self.info.axes_used(config), call.sizes)
         if callable(spec):
             result = spec(dict(config), dict(call.sizes))
             return normalize_grid(self.name, result, f"the grid function returned {result!r}")
         return spec
 
-    # --- launching
-    def launch(self, args: Sequence[Any], kwargs: dict[str, Any], forced: Config, spec: GridSpec,
-               tuning: autotune.Tuning) -> None:
+    # --- calling
+    def call(self, variant: _Variant, args: tuple, kwargs: dict[str, Any]) -> None:
+        """A call: the prepared launch of its signature when there is one, else the full path."""
+        stream = kwargs.pop("stream", None) if self.stream_keyword and "stream" in kwargs else None
+        fast = variant.fast
+        if fast:  # some signature was prepared, so the backend prepares launches
+            values = args + tuple(kwargs.values()) if kwargs else args
+            try:
+                parts, pointers, hints = fastpath.probe(values, self._locate)
+            except fastpath.Unprobed:
+                pass
+            else:
+                prepared = fast.get((tuple(kwargs), parts))
+                if prepared is not None:
+                    try:
+                        prepared(values, pointers, hints, stream)
+                        self.last = prepared.last
+                        return
+                    except fastpath.ScalarOverflow:
+                        pass  # the full path reports it
+        self.launch(variant, args, kwargs, stream)
+
+    def launch(self, variant: _Variant, args: Sequence[Any], kwargs: dict[str, Any], stream: Any) -> None:
+        """The full path: bind with every check, choose, compile, launch; keep the prepared launch for the
+        call's signature."""
         backend = self.module.backend()
-        call = bind(self.name, self.params, self.size_names, args, kwargs,
-                    host_only=backend.name if backend.host_only else None)
-        config, timings = self.choose(call, backend, forced, spec, tuning)
-        compiled = self.compiled(config, backend.arch()) if backend.compiles else None
-        grid = self.grid_for(config, compiled, call, spec)
+        call = bind(self.name, self.info.params, self.info.size_names, args, kwargs,
+                    host_only=backend.name if backend.host_only else None, index_widths=self.info.index_widths)
+        device = call_device(call, backend.locate) if hasattr(backend, "locate") else 0
+        stream_of = self._stream_source(call, device)
+        handle = self._stream(backend, stream, stream_of, device, call)
+        self._refuse_during_capture(backend, call, handle)
+        config, timings = self.choose(call, backend, variant.forced, variant.grid, variant.tuning, device)
+        compiled = self.compiled(config, backend.arch(device), call.index_bits) if backend.compiles else None
+        grid = self.grid_for(config, compiled, call, variant.grid)
         self.last = _LastLaunch(config, compiled, timings, grid)
         if 0 in grid:
+            if hasattr(backend, "prepare"):
+                self._keep(variant, None, call, stream_of, device)
             return  # an empty tensor: nothing to do
-        device = backend.device()
-        problem = autotune.launch_problem(compiled, device) if compiled is not None and device else None
+        properties = backend.device(device)
+        problem = autotune.launch_problem(compiled, properties) if compiled is not None and properties else None
         if problem is not None:
             raise LaunchError(f"{self.name}: configuration {config_text(config)} cannot run on this GPU: {problem}")
-        backend.run(Launch(self.checked(config), compiled, grid, call))
+        cubin = self.cubin(compiled, properties.compute_capability) if compiled is not None and properties else None
+        launch = Launch(self.info.checked(config), compiled, grid, call, stream=handle, device=device, cubin=cubin)
+        queued = backend.prepare(launch) if hasattr(backend, "prepare") else None
+        if queued is None:
+            backend.run(launch)
+            return
+        queued(handle, launch.ptx_arguments())
+        self._keep(variant, queued, call, stream_of, device, launch)
+
+    def _stream_source(self, call: BoundCall, device: int) -> Callable[[list], int]:
+        tensors = [name in call.tensors and call.tensors[name].host is None for name in call.given]
+        return fastpath.stream_source(list(call.given.values()), tensors, device)
+
+    def _stream(self, backend: Backend, stream: Any, stream_of: Callable[[list], int], device: int,
+                call: BoundCall) -> int:
+        """The raw stream handle of a call: the `stream=` argument (checked), or the caller's current stream."""
+        if stream is not None:
+            handle = fastpath.stream_handle(stream)
+            if hasattr(backend, "check_stream"):
+                backend.check_stream(handle, device, f"{self.name}: argument 'stream'")
+            return handle
+        if not hasattr(backend, "prepare"):
+            return 0
+        return stream_of([call.tensors[name].stream if name in call.tensors else None for name in call.given])
+
+    def _refuse_during_capture(self, backend: Backend, call: BoundCall, stream: int) -> None:
+        """A CUDA graph being captured on the stream allows no copy, allocation, compile or wait."""
+        if not hasattr(backend, "capturing") or not backend.capturing(stream):
+            return
+        for name, tensor in call.tensors.items():
+            if tensor.host is not None:
+                raise LaunchError(f"{self.name}: argument '{name}' is host memory ({type(tensor.source).__name__}), "
+                                  f"which would be copied to the GPU and back; that is not possible while a CUDA "
+                                  f"graph is being captured on the stream: pass device memory (a torch or CuPy "
+                                  f"tensor)")
+        raise LaunchError(f"{self.name}: first call with these argument types, shapes and devices while a CUDA graph "
+                          f"is being captured on the stream; a first call binds, tunes, compiles and loads, which "
+                          f"capture forbids: call the kernel once with the same kinds of arguments before "
+                          f"capturing (a warm-up, as torch.cuda.graph asks)")
+
+    def _keep(self, variant: _Variant, queued: Any, call: BoundCall, stream_of: Callable[[list], int],
+              device: int, launch: Launch | None = None) -> None:
+        """Keep the prepared launch of this call's signature for the next calls (see phobos.launch.fastpath)."""
+        if variant.fast is None:
+            return
+        backend = self.module.backend()
+        self._locate = backend.locate
+        try:
+            parts = fastpath.probe(list(call.given.values()), self._locate)[0]
+        except fastpath.Unprobed:
+            return
+        key = (tuple(call.given)[call.positional:], parts)
+        positions = {name: index for index, name in enumerate(call.given)}
+        recipe = []
+        for param in (launch.compiled.params if launch is not None else ()):
+            if param.kind == "tensor":
+                recipe.append(("pointer", positions[param.name]))
+            elif param.kind == "scalar":
+                kind = type(call.given[param.name])
+                recipe.append(("scalar", positions[param.name], fastpath.scalar_converter(self.name, param, kind)))
+            else:
+                recipe.append(("const", call.sizes[param.name]))
+        check = getattr(backend, "check_stream", lambda handle, device, what: None)
+        if len(variant.fast) >= fastpath.MAX_PREPARED:
+            del variant.fast[next(iter(variant.fast))]
+        variant.fast[key] = fastpath.FastCall(
+            queued, recipe, stream_of, self.last,
+            lambda handle: check(handle, device, f"{self.name}: argument 'stream'"))
 
     def choose(self, call: BoundCall, backend: Backend, forced: Config, spec: GridSpec,
-               tuning: autotune.Tuning) -> tuple[Config, dict[str, float | str]]:
+               tuning: autotune.Tuning, device_index: int = 0) -> tuple[Config, dict[str, float | str]]:
         """The configuration to launch, and the timings it was chosen by (empty when not tuned).
 
         Only configurations valid for the call's sizes are candidates; a choice is kept under the
@@ -591,7 +761,7 @@ class _Kernel:
         configs = self.serving(call.sizes, forced)
         if len(configs) == 1 or not backend.tunes or not autotune_enabled():
             return configs[0], {}
-        device, arch = backend.device(), backend.arch()
+        device, arch = backend.device(device_index), backend.arch(device_index)
         key, keying = tuning.key_for(self.rules, call.sizes)
         grid_key, persistent = self.grid_key(configs, call, spec)
         memory_key = (cache.canonical_json(key), keying, tuple(tuple(c.items()) for c in configs),
@@ -604,7 +774,7 @@ class _Kernel:
             self._choices[memory_key] = autotune.TuneResult(configs[0])
             return configs[0], {}
         disk_key = {"source": self.source_digest, "kernel": self.name, "key": key, "keying": keying,
-                    "dtypes": {p.name: p.dtype.value for p in self.params}, "candidates": configs,
+                    "dtypes": {p.name: p.dtype.value for p in self.info.params}, "candidates": configs,
                     "grid": grid_key, "device": device.name, "arch": arch, "build": cache.phobos_build()}
         store = cache.default_cache() if persistent else None
         choice = _decoded(store.load(cache.AUTOTUNE, disk_key), lambda payload: _decode_choice(payload, configs)) \
@@ -613,19 +783,22 @@ class _Kernel:
             first = configs[0]
             if 0 in self.grid_for(first, None, call, spec):  # from the tile IR: the first may not compile
                 return first, {}  # nothing would run, so there is nothing to time
-            choice = self.tune(call, backend, configs, spec)
+            choice = self.tune(call, backend, configs, spec, device_index)
             if store is not None:
                 store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
         self._choices[memory_key] = choice
         return choice.config, choice.timings
 
-    def tune(self, call: BoundCall, backend: Backend, configs: list[Config], spec: GridSpec) -> autotune.TuneResult:
+    def tune(self, call: BoundCall, backend: Backend, configs: list[Config], spec: GridSpec,
+             device_index: int = 0) -> autotune.TuneResult:
         """Time every configuration that can run; tensors the kernel writes are replaced by scratch copies."""
-        device, arch = backend.device(), backend.arch()
+        device, arch = backend.device(device_index), backend.arch(device_index)
         scratch: dict[str, Any] | None = None
+        ahead = self._compile_ahead(configs, arch, call.index_bits, device)
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
-            compiled = self.compiled(config, arch)
+            self._collect(ahead.pop(tuple(config.items()), None), config, arch, call.index_bits)
+            compiled = self.compiled(config, arch, call.index_bits)
             autotune.screen(compiled, device, lambda: self.ptxas_report(compiled))
             return config, compiled
 
@@ -640,11 +813,14 @@ class _Kernel:
                 for name, tensor in call.tensors.items():
                     if tensor.param.written or tensor.host is not None:
                         scratch[name] = backend.device_copy(tensor)
-            return backend.time(Launch(self.checked(config), compiled, grid, call, scratch))
+            return backend.time(Launch(self.info.checked(config), compiled, grid, call, scratch,
+                                       device=device_index, cubin=self.cubin(compiled, device.compute_capability)))
 
         try:
             return autotune.tune(self.name, configs, evaluate, measure)
         finally:
+            for future in ahead.values():
+                future.cancel()
             for copy in (scratch or {}).values():
                 backend.free(copy)
 

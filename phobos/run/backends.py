@@ -16,6 +16,12 @@
 # else the interpreter (`default_mode`): on the CPU the interpreter gives the
 # quick answer, and the emulator, much slower, is asked for by name when the
 # generated PTX itself is under test.
+#
+# On the GPU a launch whose tensors are all in device memory is asynchronous:
+# `prepare` gives a QueuedKernel that queues it on a stream and returns, and
+# the launcher keeps it for the next calls of the same signature; a launch
+# with numpy arrays goes through `run`, which copies them in, launches, waits
+# for the device and copies them back.
 from __future__ import annotations
 
 import importlib
@@ -23,7 +29,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,7 +37,9 @@ from . import runtime
 from ..launch.binding import BoundCall, TensorArgument
 from ..compiler import TARGETS, CompiledKernel
 from ..errors import PhobosError, ToolchainError
-from ..frontend.sema import CheckedKernel
+
+if TYPE_CHECKING:
+    from ..frontend.sema import CheckedKernel
 
 #: The target PTX is generated for when no GPU says otherwise.
 DEFAULT_ARCH = "sm_90"
@@ -54,6 +62,9 @@ class Launch:
     grid: tuple[int, int, int]
     call: BoundCall
     replacements: dict[str, Any] = field(default_factory=dict)
+    stream: int = 0  # the raw CUDA stream handle to queue on (0: the NULL stream)
+    device: int = 0
+    cubin: bytes | None = None  # what ptxas made of compiled.ptx for this device, when there is one
 
     @property
     def block(self) -> tuple[int, int, int]:
@@ -66,6 +77,11 @@ class Launch:
     def ptx_arguments(self) -> list[Any]:
         """The arguments in the PTX's parameter order (bools as 0/1, the PTX's .u8)."""
         return [_as_ptx_value(self._argument(p.name)) for p in self.compiled.params]
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether every tensor is in device memory: the launch is queued and not waited for."""
+        return all(tensor.host is None or name in self.replacements for name, tensor in self.call.tensors.items())
 
     def copy_back(self) -> list[int]:
         """The PTX indices of the host arrays the kernel writes (and that are not replaced)."""
@@ -90,14 +106,15 @@ class Backend(Protocol):
     host_only: bool  # takes numpy arrays only
     tunes: bool  # can time launches (`time`, `device_copy` and `free` exist)
 
-    def arch(self) -> str:
-        """The target to compile for."""
+    def arch(self, index: int = 0) -> str:
+        """The target to compile for (device `index`'s)."""
 
-    def device(self) -> runtime.DeviceProperties | None:
-        """The device's name and limits; None for the CPU backends."""
+    def device(self, index: int = 0) -> runtime.DeviceProperties | None:
+        """The name and limits of device `index`; None for the CPU backends."""
 
     def run(self, launch: Launch) -> None:
-        """Run the kernel once and wait for it; written host arrays hold the results afterwards."""
+        """Run the kernel once; written host arrays hold the results afterwards (a GPU may return before
+        the kernel ends when every tensor is in device memory)."""
 
     def time(self, launch: Launch) -> float:
         """Median milliseconds of a launch (tuning backends only)."""
@@ -110,7 +127,7 @@ class Backend(Protocol):
 
 
 class GpuBackend:
-    """The GPU, through phobos.run.runtime: PTX modules are loaded once per process and text."""
+    """The GPU, through phobos.run.runtime: PTX modules are loaded once per process, text and device."""
 
     name = "gpu"
     compiles = True
@@ -118,30 +135,60 @@ class GpuBackend:
     tunes = True
 
     def __init__(self) -> None:
-        self._device: runtime.DeviceProperties | None = None
+        self._devices: dict[int, runtime.DeviceProperties] = {}
 
-    def device(self) -> runtime.DeviceProperties:
-        if self._device is None:
-            self._device = runtime.device_properties()
-        return self._device
+    def device(self, index: int = 0) -> runtime.DeviceProperties:
+        if index not in self._devices:
+            self._devices[index] = runtime.device_properties(index)
+        return self._devices[index]
 
-    def arch(self) -> str:
-        return arch_for(self.device().compute_capability)
+    def arch(self, index: int = 0) -> str:
+        return arch_for(self.device(index).compute_capability)
+
+    def locate(self, address: int) -> int | None:
+        """The device that holds `address`."""
+        return runtime.device_of_pointer(address)
+
+    def capturing(self, stream: int) -> bool:
+        return runtime.stream_capturing(stream)
+
+    def check_stream(self, stream: int, device: int, what: str) -> None:
+        runtime.check_stream(stream, device, what)
+
+    def _module(self, launch: Launch) -> runtime.Module:
+        return runtime.load_module(launch.compiled.ptx, launch.cubin, launch.device)
+
+    def prepare(self, launch: Launch) -> runtime.QueuedKernel | None:
+        """The launch prepared for queueing, when every tensor is in device memory (else None: use `run`)."""
+        if not launch.asynchronous:
+            return None
+        compiled = launch.compiled
+        function = self._module(launch).function(compiled.kernel_name)
+        return runtime.QueuedKernel(function, runtime.launch_shape(compiled.kernel_name, launch.grid, launch.block,
+                                                                   compiled.shared_bytes))
 
     def run(self, launch: Launch) -> None:
+        """Queue an asynchronous launch; otherwise copy, launch, wait and copy back."""
+        queued = self.prepare(launch)
+        if queued is not None:
+            queued(launch.stream, launch.ptx_arguments())
+            return
         compiled = launch.compiled
-        runtime.launch(runtime.load_module(compiled.ptx), compiled.kernel_name, launch.grid, launch.block,
-                       launch.ptx_arguments(), shared_bytes=compiled.shared_bytes, copy_back=launch.copy_back())
+        runtime.launch(self._module(launch), compiled.kernel_name, launch.grid, launch.block,
+                       launch.ptx_arguments(), shared_bytes=compiled.shared_bytes, copy_back=launch.copy_back(),
+                       stream=launch.stream)
 
     def time(self, launch: Launch) -> float:
         compiled = launch.compiled
-        return runtime.time_launch(runtime.load_module(compiled.ptx), compiled.kernel_name, launch.grid,
-                                   launch.block, launch.ptx_arguments(), shared_bytes=compiled.shared_bytes,
-                                   warmup=TIMING_WARMUP, repeat=TIMING_REPEAT)
+        with runtime.on_device(launch.device):
+            return runtime.time_launch(self._module(launch), compiled.kernel_name, launch.grid, launch.block,
+                                       launch.ptx_arguments(), shared_bytes=compiled.shared_bytes,
+                                       warmup=TIMING_WARMUP, repeat=TIMING_REPEAT)
 
     def device_copy(self, tensor: TensorArgument) -> Any:
         source = tensor.host if tensor.host is not None else tensor.pointer
-        return runtime.device_copy(source, tensor.nbytes)
+        with runtime.on_device(tensor.device or 0):
+            return runtime.device_copy(source, tensor.nbytes)
 
     def free(self, copy: Any) -> None:
         copy.free()
@@ -164,10 +211,10 @@ class CpuBackend:
     host_only = True
     tunes = False
 
-    def arch(self) -> str:
+    def arch(self, index: int = 0) -> str:
         return DEFAULT_ARCH
 
-    def device(self) -> None:
+    def device(self, index: int = 0) -> None:
         return None
 
 

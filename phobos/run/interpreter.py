@@ -58,7 +58,7 @@ from .. import constants
 from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES
-from ..compiler import parse_source, pick_kernel
+from ..frontend.parser import parse_source, pick_kernel
 from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
 from ..frontend.sema import CheckedKernel, Symbol, check_kernel
 from ..types import DType, ScalarType, TensorType, TileType, shape_of

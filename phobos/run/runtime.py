@@ -1,32 +1,45 @@
-# Loading PTX onto the GPU and launching its kernels, through PyCUDA.
+# Loading PTX onto the GPU and launching its kernels, through PyCUDA and the
+# driver calls of phobos.run.cuda.
 #
 # The CUDA driver JIT-compiles PTX text itself, so a PTX string is all a launch
-# needs.  `launch` takes the kernel's arguments as the user has them: numpy
+# needs; where ptxas already made the cubin for the device's exact target,
+# `load_module` loads that instead.  `launch` takes the kernel's arguments as the user has them: numpy
 # arrays are copied to the GPU and back, device memory (plain pointers, PyCUDA
 # allocations and GPUArrays, torch/CuPy tensors through
 # `__cuda_array_interface__`) is passed as is, and Python or numpy numbers are
 # converted to the type the kernel declares for that parameter, read off the
 # `.entry` line of the PTX.  A byte-array parameter (`.param .align 64 .b8
 # tmap[128]`) takes a phobos.run.tensor_map.TensorMap, which the driver
-# encodes, or raw bytes of its size.  The parameter buffer is packed here, following the
-# PTX layout, so no argument is ever passed with a type the kernel did not ask
-# for.  `time_launch` times a kernel with CUDA events; `device_properties`
+# encodes, or raw bytes of its size.  The parameter buffer is packed here, so no
+# argument is ever passed with a type the kernel did not ask for, each at the
+# offset the compiled kernel reads it from: where a C struct would put it, or,
+# for kernels with a parameter aligned to more than 16 bytes (tensor maps),
+# where the driver says (`parameter_offsets`).  `time_launch` times a kernel with CUDA events; `device_properties`
 # and `device_copy` give the launcher the device's limits and the scratch
 # copies it times kernels on.
+#
+# `QueuedKernel` is a launch prepared once (parameter layout, grid, block,
+# shared memory) and queued many times on a raw stream handle without waiting:
+# what the kernel callables keep per call signature; `launch` builds one,
+# queues it and waits for the device.  A fault of a queued kernel surfaces at
+# the next call that waits or launches on that device.
 #
 # PyCUDA is imported only when something is loaded or launched: parsing
 # parameters and binding arguments work on any machine, and without PyCUDA or a
 # GPU the first launch raises a ToolchainError saying which one is missing.
-# All launches use the primary context of device 0, which torch and CuPy share,
-# so their tensors can be passed straight in.
+# Everything runs in the primary context of the device that holds the tensors
+# (device 0 unless they say otherwise), which torch and CuPy share, so their
+# tensors can be passed straight in; `on_device` makes a device's current.
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import importlib.util
 import numbers
 import re
 import statistics
+import struct
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +49,7 @@ from typing import Any, Union
 
 import numpy as np
 
+from . import cuda
 from ..errors import LaunchError, PtxasError, ToolchainError
 from .tensor_map import TensorMap
 
@@ -54,6 +68,10 @@ PARAM_DTYPES: dict[str, type[np.generic]] = {
 
 #: Parameter types wide enough to hold a device pointer.
 POINTER_TYPES = frozenset({"u64", "s64", "b64"})
+
+#: Parameters aligned to at most this many bytes sit where a C struct would put them on every GPU
+#: (the constant bank's parameters start 16-byte aligned); beyond it the driver is asked.
+NATURAL_ALIGNMENT_LIMIT = 16
 
 
 # ---------------------------------------------------------------------------
@@ -231,27 +249,60 @@ def _describe(arg: Any) -> str:
     return f"a {kind.__qualname__}" if kind.__module__ == "builtins" else f"a {kind.__module__}.{kind.__qualname__}"
 
 
-def pack_parameters(bound: Sequence[BoundArgument], array_pointers: dict[int, int]) -> bytes:
-    """The kernel parameter buffer: each value at an offset aligned to its size (or declared .align).
+#: The struct format (standard sizes) of each PTX scalar parameter type.
+PARAM_FORMATS = {
+    "b8": "B", "b16": "H", "b32": "I", "b64": "Q", "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
+    "s8": "b", "s16": "h", "s32": "i", "s64": "q", "f16": "e", "f32": "f", "f64": "d",
+}  # fmt: skip
+
+
+def natural_offsets(params: Sequence[PtxParam]) -> list[int]:
+    """Where a C struct of the parameters would put each: at the next multiple of its alignment
+    (its size, or its declared .align)."""
+    offsets, end = [], 0
+    for param in params:
+        end += -end % param.alignment
+        offsets.append(end)
+        end += param.size
+    return offsets
+
+
+def needs_driver_layout(params: Sequence[PtxParam]) -> bool:
+    """Whether the parameter offsets depend on the GPU: a parameter aligned beyond 16 bytes.
+
+    ptxas aligns a parameter's address in the constant bank, whose parameters
+    start at a GPU-dependent address (0x160 on sm_75/sm_80, 0x210 on sm_90): a
+    `.align 64` tensor map first in the list sits at offset 32 on sm_80 and 48
+    on sm_90, not at 0.  Alignments up to 16 come out as in a C struct.
+    """
+    return any(param.alignment > NATURAL_ALIGNMENT_LIMIT for param in params)
+
+
+def parameter_layout(params: Sequence[PtxParam], offsets: Sequence[int] | None = None) -> struct.Struct:
+    """The kernel parameter buffer as a struct: each value little-endian at its offset (`offsets`, else
+    `natural_offsets`); a byte-array parameter (a struct passed by value, a tensor map) as its bytes."""
+    text, end = "<", 0
+    for param, offset in zip(params, natural_offsets(params) if offsets is None else offsets):
+        text += "x" * (offset - end) + (f"{param.size}s" if param.array_length is not None else PARAM_FORMATS[param.type])
+        end = offset + param.size
+    return struct.Struct(text)
+
+
+def pack_parameters(
+    bound: Sequence[BoundArgument], array_pointers: dict[int, int], offsets: Sequence[int] | None = None
+) -> bytes:
+    """The kernel parameter buffer of bound arguments (`parameter_layout`).
 
     `array_pointers` maps the index of each "array" argument to the device
     address of its copy.
     """
-    buffer = bytearray()
-    for index, argument in enumerate(bound):
-        buffer += bytes(-len(buffer) % argument.param.alignment)
-        if argument.kind == "bytes":
-            buffer += argument.value
-            continue
-        dtype = np.dtype(PARAM_DTYPES[argument.param.type])
-        if argument.kind == "array":
-            value = dtype.type(array_pointers[index])
-        elif argument.kind == "pointer":
-            value = dtype.type(argument.value)
-        else:
-            value = argument.value
-        buffer += np.asarray(value, dtype=dtype.newbyteorder("<")).tobytes()
-    return bytes(buffer)
+    return parameter_layout([argument.param for argument in bound], offsets).pack(*_values(bound, array_pointers))
+
+
+def _values(bound: Sequence[BoundArgument], array_pointers: dict[int, int]) -> list[Any]:
+    """What goes into the parameter buffer for each bound argument (bytes for a byte-array parameter)."""
+    return [array_pointers[index] if argument.kind == "array" else argument.value
+            for index, argument in enumerate(bound)]
 
 
 # ---------------------------------------------------------------------------
@@ -314,7 +365,7 @@ def copy_back_indices(kernel_name: str, bound: Sequence[BoundArgument], copy_bac
 
 
 # ---------------------------------------------------------------------------
-# The CUDA driver, the context and loaded modules
+# The CUDA driver, contexts and loaded modules
 
 
 def gpu_available() -> tuple[bool, str]:
@@ -353,25 +404,112 @@ def _driver() -> ModuleType:
 
 
 def _release_context(context: Any) -> None:
-    _modules.clear()  # unload modules while their context is still current
+    _modules.clear()  # forget modules while their context is still current
     context.pop()
+
+
+@functools.lru_cache(maxsize=None)
+def device_count() -> int:
+    """How many devices the driver sees (a single one lets launches skip every context check)."""
+    _driver()
+    return cuda.api().device_count()
+
+
+@functools.lru_cache(maxsize=None)
+def primary_context(device: int) -> int:
+    """The primary context of `device`, the one torch and CuPy use too (retained for the process)."""
+    _driver()
+    return cuda.api().primary_context(device)
+
+
+def device_of_pointer(address: int) -> int | None:
+    """The device that holds `address` (0 on a machine with one device); None for host memory."""
+    if device_count() == 1:
+        return 0
+    return cuda.api().pointer_device(address)
+
+
+_pycuda_contexts: dict[int, Any] = {}
+
+
+@contextlib.contextmanager
+def on_device(device: int) -> Iterator[None]:
+    """Make the primary context of `device` current for the block (PyCUDA's allocations and copies too)."""
+    driver = _driver()
+    if device == 0 and device_count() == 1 or cuda.api().current_context() == primary_context(device):
+        yield
+        return
+    if device not in _pycuda_contexts:
+        _pycuda_contexts[device] = driver.Device(device).retain_primary_context()
+    _pycuda_contexts[device].push()
+    try:
+        yield
+    finally:
+        driver.Context.pop()
+
+
+@dataclass
+class Function:
+    """A kernel of a loaded module: its driver handle, parameters (and their offsets in the parameter
+    buffer, `parameter_offsets`) and device."""
+
+    handle: int
+    name: str
+    params: list[PtxParam]
+    device: int
+    offsets: list[int] = field(default_factory=list)
+    shared_opt_in: int = DEFAULT_DYNAMIC_SHARED_LIMIT  # dynamic shared memory it may use without asking again
+
+    def allow_shared(self, nbytes: int) -> None:
+        """Opt in to `nbytes` of dynamic shared memory (needed above 48 KiB)."""
+        if nbytes > self.shared_opt_in:
+            try:
+                cuda.api().set_max_dynamic_shared(self.handle, nbytes)
+            except cuda.CudaError as error:
+                raise driver_error(error, f"kernel '{self.name}': cannot allow {nbytes} B of shared memory") from None
+            self.shared_opt_in = nbytes
 
 
 @dataclass
 class Module:
-    """PTX loaded onto the GPU: its kernels' parameters and driver functions."""
+    """A PTX text loaded onto one device (from its cubin where one was given): its kernels' parameters."""
 
     ptx: str
     params: dict[str, list[PtxParam]]
-    handle: Any  # pycuda.driver.Module
-    _functions: dict[str, Any] = field(default_factory=dict, repr=False)
+    handle: int
+    device: int = 0
+    from_cubin: bool = False
+    _functions: dict[str, Function] = field(default_factory=dict, repr=False)
 
-    def function(self, kernel_name: str) -> Any:
-        """The driver function of the kernel `kernel_name`; LaunchError if the PTX has none."""
-        _kernel_params(self.params, kernel_name)
+    def function(self, kernel_name: str) -> Function:
+        """The kernel `kernel_name`; LaunchError if the PTX has none."""
+        params = _kernel_params(self.params, kernel_name)
         if kernel_name not in self._functions:
-            self._functions[kernel_name] = self.handle.get_function(kernel_name)
+            try:
+                with on_device(self.device):
+                    handle = cuda.api().get_function(self.handle, kernel_name)
+                    offsets = parameter_offsets(handle, kernel_name, params)
+            except cuda.CudaError as error:
+                raise driver_error(error, f"kernel '{kernel_name}'") from None
+            self._functions[kernel_name] = Function(handle, kernel_name, params, self.device, offsets)
         return self._functions[kernel_name]
+
+
+def parameter_offsets(handle: int, kernel_name: str, params: list[PtxParam]) -> list[int]:
+    """The offset of each parameter in the buffer the compiled kernel reads (`needs_driver_layout`):
+    the natural ones, or what the driver reports for the function `handle`.  LaunchError, naming the
+    parameter, where the driver's sizes disagree with the PTX's."""
+    if not needs_driver_layout(params):
+        return natural_offsets(params)
+    layout = cuda.api().parameter_info(handle)
+    if len(layout) != len(params):
+        raise LaunchError(f"kernel '{kernel_name}': the driver reports {len(layout)} parameters, the PTX declares "
+                          f"{len(params)}")
+    for param, (_, size) in zip(params, layout):
+        if size != param.size:
+            raise LaunchError(f"kernel '{kernel_name}', parameter {param}: the driver reports {size} bytes, "
+                              f"the PTX declares {param.size}")
+    return [offset for offset, _ in layout]
 
 
 def _kernel_params(params: dict[str, list[PtxParam]], kernel_name: str) -> list[PtxParam]:
@@ -380,28 +518,156 @@ def _kernel_params(params: dict[str, list[PtxParam]], kernel_name: str) -> list[
     return params[kernel_name]
 
 
-_modules: dict[str, Module] = {}
+_modules: dict[tuple[str, int], Module] = {}
 
 
-def load_module(ptx_text: str) -> Module:
-    """Load PTX onto the GPU (once per process for a given text).
+def load_module(ptx_text: str, cubin: bytes | None = None, device: int = 0) -> Module:
+    """Load PTX onto `device` (once per process for a given text and device).
 
-    Raises PtxasError when the driver's JIT rejects the text, ToolchainError
-    without PyCUDA or a GPU.
+    `cubin` is what ptxas made of this PTX for this device's exact target: the
+    driver loads it as it is instead of compiling the PTX again.  Raises
+    PtxasError when the driver rejects the image, ToolchainError without
+    PyCUDA or a GPU.
     """
-    key = ptx_text  # a str caches its own hash: repeated launches of one text cost a dict lookup
+    key = (ptx_text, device)  # a str caches its own hash: repeated launches of one text cost a dict lookup
     if key not in _modules:
         params = parse_entry_params(ptx_text)
-        driver = _driver()
-        try:
-            handle = driver.module_from_buffer(ptx_text.encode() + b"\0")
-        except driver.Error as error:
-            raise PtxasError(f"the CUDA driver rejected the PTX: {error}") from error
-        _modules[key] = Module(ptx_text, params, handle)
+        _driver()
+        images = ([cubin] if cubin else []) + [ptx_text.encode() + b"\0"]  # a cubin the driver refuses: the PTX
+        for image in images:
+            try:
+                with on_device(device):
+                    handle = cuda.api().load_module(image)
+                break
+            except cuda.CudaError as error:
+                if error.name in STICKY_ERRORS:
+                    raise driver_error(error, "cannot load a module") from None
+                if image is images[-1]:
+                    raise PtxasError(f"the CUDA driver rejected the PTX: {error}") from error
+        _modules[key] = Module(ptx_text, params, handle, device, image is cubin)
     return _modules[key]
 
 
 PtxOrModule = Union[str, Module]
+
+
+# ---------------------------------------------------------------------------
+# Queueing launches
+
+
+#: Errors after which the context is unusable: a kernel queued earlier faulted.
+STICKY_ERRORS = frozenset({"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_MISALIGNED_ADDRESS",
+                           "CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_INVALID_PC", "CUDA_ERROR_LAUNCH_FAILED",
+                           "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+                           "CUDA_ERROR_ASSERT", "CUDA_ERROR_LAUNCH_TIMEOUT"})
+
+
+class QueuedKernel:
+    """A kernel with its launch shape and parameter layout fixed, made once and called for every launch.
+
+    `queue(stream, values)` packs `values` (in the PTX's parameter order:
+    device addresses and numbers) into the parameter buffer and queues the
+    kernel on `stream` (a raw CUstream handle: 0 is the NULL stream); it does
+    not wait.  On a machine with several devices the kernel's context is made
+    current for the launch when it is not.
+    """
+
+    def __init__(self, function: Function, shape: LaunchShape):
+        _driver()
+        api = cuda.api()
+        self.name = function.name
+        self.shape = shape
+        self.layout = parameter_layout(function.params, function.offsets)
+        self.context = primary_context(function.device)
+        self.switch_context = device_count() > 1
+        function.allow_shared(shape.shared_bytes)
+        self._launcher = api.launcher(function.handle, shape.grid, shape.block, shape.shared_bytes, self.layout.size)
+        self._pack = functools.partial(self.layout.pack_into, self._launcher.buffer, 0)
+        self._queue = self._launcher.queue
+        self._lock = self._launcher.lock
+
+    def __call__(self, stream: int, values: Sequence[Any]) -> None:
+        """Queue the launch; a value that does not fit its parameter raises struct.error or OverflowError
+        before anything is queued (callers bind values first, or fall back to binding on it)."""
+        with self._lock:
+            self._pack(*values)
+            code = self._queue(stream) if not self.switch_context else self._queue_in_context(stream)
+        if code:
+            self._retry_or_raise(code, stream)
+
+    def _queue_in_context(self, stream: int) -> int:
+        api = cuda.api()
+        if api.current_context() == self.context:
+            return self._queue(stream)
+        api.push_context(self.context)
+        try:
+            return self._queue(stream)
+        finally:
+            api.pop_context()
+
+    def _retry_or_raise(self, code: int, stream: int) -> None:
+        api = cuda.api()
+        if code == cuda.CUDA_ERROR_INVALID_CONTEXT and not api.current_context():
+            api.push_context(self.context)  # a thread that never made a context current: use the kernel's
+            with self._lock:
+                code = self._queue(stream)
+            if not code:
+                return
+        raise self.error(api.error(code))
+
+    def error(self, cause: cuda.CudaError) -> LaunchError:
+        return driver_error(cause, f"kernel '{self.name}' failed ({self.shape})")
+
+
+def stream_capturing(stream: int) -> bool:
+    """Whether `stream` is being captured into a CUDA graph, or (where torch is in use) torch's current one.
+
+    The legacy NULL stream is not asked of the driver: asking it while another
+    stream captures in global mode would break that capture.
+    """
+    _driver()
+    torch_cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    if torch_cuda is not None and torch_cuda.is_initialized() and torch_cuda.is_current_stream_capturing():
+        return True
+    if stream in (0, 1):
+        return False
+    try:
+        return cuda.api().stream_capturing(stream)
+    except cuda.CudaError as error:
+        raise driver_error(error, f"cannot ask whether stream {stream:#x} is being captured") from None
+
+
+def driver_error(error: cuda.CudaError, what: str) -> LaunchError:
+    """A LaunchError for a failed driver call; after a kernel's fault, saying so."""
+    note = ""
+    if error.name in STICKY_ERRORS:
+        note = ("; a kernel queued earlier on this device faulted (launches return before their kernels "
+                "finish, so a fault is reported by the next call that launches or waits)")
+    return LaunchError(f"{what}: {error}{note}")
+
+
+def check_stream(stream: int, device: int, what: str) -> None:
+    """LaunchError, naming `what`, when `stream` belongs to another context than `device`'s primary one."""
+    if stream in cuda.SPECIAL_STREAMS:
+        return
+    try:
+        context = cuda.api().stream_context(stream)
+    except cuda.CudaError as error:
+        raise LaunchError(f"{what}: not a usable CUDA stream handle ({stream:#x}): {error}") from None
+    if context != primary_context(device):
+        raise LaunchError(f"{what}: the stream belongs to another CUDA context than the primary context of "
+                          f"device {device}, where the tensors are; pass a stream of that device's primary "
+                          f"context (torch's and CuPy's streams are)")
+
+
+def synchronize(device: int = 0) -> None:
+    """Wait for everything queued on `device`; a fault of an asynchronous kernel is raised here as a LaunchError."""
+    driver = _driver()
+    with on_device(device):
+        try:
+            driver.Context.synchronize()
+        except driver.Error as error:
+            raise LaunchError(f"an asynchronous kernel on device {device} failed: {error}") from error
 
 
 # ---------------------------------------------------------------------------
@@ -419,22 +685,17 @@ def _bind(
 
 @dataclass
 class _Launch:
-    """A kernel with its arguments on the GPU, ready to run (possibly many times)."""
+    """A kernel with its arguments on the GPU, ready to run (possibly many times) on `stream`."""
 
     kernel_name: str
     shape: LaunchShape
-    function: Any = None
-    parameters: bytes = b""
+    queued: QueuedKernel | None = None
+    values: list[Any] = field(default_factory=list)
+    stream: int = 0
     device_copies: dict[int, Any] = field(default_factory=dict)  # argument index -> allocation
 
     def run(self) -> None:
-        driver = _driver()
-        try:
-            self.function.prepared_call(
-                self.shape.grid, self.shape.block, self.parameters, shared_size=self.shape.shared_bytes
-            )
-        except driver.Error as error:
-            raise self.error(error) from error
+        self.queued(self.stream, self.values)
 
     def synchronize(self, timeout_s: float | None = None) -> None:
         driver = _driver()
@@ -451,35 +712,29 @@ class _Launch:
 
 @contextlib.contextmanager
 def _on_gpu(
-    ptx_or_module: PtxOrModule, kernel_name: str, bound: list[BoundArgument], shape: LaunchShape
+    ptx_or_module: PtxOrModule, kernel_name: str, bound: list[BoundArgument], shape: LaunchShape, stream: int = 0
 ) -> Iterator[_Launch]:
     """Load the kernel and copy the numpy arguments to the GPU; free the copies afterwards."""
     module = ptx_or_module if isinstance(ptx_or_module, Module) else load_module(ptx_or_module)
     driver = _driver()
-    launch = _Launch(kernel_name, shape, module.function(kernel_name))
-    try:
-        if shape.shared_bytes > DEFAULT_DYNAMIC_SHARED_LIMIT:
-            launch.function.set_attribute(
-                driver.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shape.shared_bytes
-            )
-        for index, argument in enumerate(bound):
-            if argument.kind == "array" and argument.value.nbytes > 0:
-                launch.device_copies[index] = driver.mem_alloc(argument.value.nbytes)
-                driver.memcpy_htod(launch.device_copies[index], np.ascontiguousarray(argument.value))
-        pointers = {
-            index: int(launch.device_copies[index]) if index in launch.device_copies else 0
-            for index, argument in enumerate(bound)
-            if argument.kind == "array"
-        }
-        launch.parameters = pack_parameters(bound, pointers)
-        launch.function.prepare([f"{len(launch.parameters)}s"])
-        yield launch
-    except driver.Error as error:
-        raise launch.error(error) from error
-    finally:
-        for allocation in launch.device_copies.values():
-            with contextlib.suppress(driver.Error):  # fails after a fault has killed the context
-                allocation.free()
+    launch = _Launch(kernel_name, shape, stream=stream)
+    with on_device(module.device):
+        try:
+            for index, argument in enumerate(bound):
+                if argument.kind == "array" and argument.value.nbytes > 0:
+                    launch.device_copies[index] = driver.mem_alloc(argument.value.nbytes)
+                    driver.memcpy_htod(launch.device_copies[index], np.ascontiguousarray(argument.value))
+            pointers = {index: int(launch.device_copies[index]) if index in launch.device_copies else 0
+                        for index, argument in enumerate(bound) if argument.kind == "array"}
+            launch.values = _values(bound, pointers)
+            launch.queued = QueuedKernel(module.function(kernel_name), shape)
+            yield launch
+        except (driver.Error, cuda.CudaError) as error:
+            raise launch.error(error) from error
+        finally:
+            for allocation in launch.device_copies.values():
+                with contextlib.suppress(driver.Error):  # fails after a fault has killed the context
+                    allocation.free()
 
 
 def launch(
@@ -490,6 +745,7 @@ def launch(
     args: Sequence[Any],
     shared_bytes: int = 0,
     copy_back: Sequence[int] | None = None,
+    stream: int = 0,
     timeout_s: float | None = None,
 ) -> None:
     """Run kernel `kernel_name` of a PTX text (or loaded Module) once and wait for it.
@@ -498,13 +754,15 @@ def launch(
     copied to the GPU, and after the launch back into the same arrays (all
     writeable ones, or the argument indices listed in `copy_back`).  Device
     memory is passed as its address; numbers are converted to the parameter's
-    PTX type.  Raises LaunchError for bad arguments or a failure the driver
-    reports, ToolchainError without PyCUDA or a GPU, GpuTimeout if the kernel
-    is still running after `timeout_s` seconds.
+    PTX type.  The kernel runs on `stream` (a raw handle; 0, the NULL stream,
+    by default), and the whole device is waited for.  Raises LaunchError for
+    bad arguments or a failure the driver reports, ToolchainError without
+    PyCUDA or a GPU, GpuTimeout if the kernel is still running after
+    `timeout_s` seconds.
     """
     bound, shape = _bind(ptx_or_module, kernel_name, grid, block, args, shared_bytes)
     to_copy = copy_back_indices(kernel_name, bound, copy_back)
-    with _on_gpu(ptx_or_module, kernel_name, bound, shape) as run:
+    with _on_gpu(ptx_or_module, kernel_name, bound, shape, stream) as run:
         run.run()
         run.synchronize(timeout_s)
         for index in to_copy:
@@ -623,7 +881,7 @@ def _check_timing_counts(what: str, warmup: int, repeat: int) -> None:
 
 @dataclass(frozen=True)
 class DeviceProperties:
-    """What the launcher needs to know about device 0."""
+    """What the launcher needs to know about a device."""
 
     name: str
     compute_capability: tuple[int, int]
@@ -632,10 +890,10 @@ class DeviceProperties:
     max_threads_per_block: int
 
 
-def device_properties() -> DeviceProperties:
-    """The name, compute capability and per-CTA limits of device 0; ToolchainError without a GPU."""
+def device_properties(index: int = 0) -> DeviceProperties:
+    """The name, compute capability and per-CTA limits of device `index`; ToolchainError without a GPU."""
     driver = _driver()
-    device = driver.Device(0)
+    device = driver.Device(index)
     attributes = driver.device_attribute
     shared = getattr(attributes, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", attributes.MAX_SHARED_MEMORY_PER_BLOCK)
     return DeviceProperties(

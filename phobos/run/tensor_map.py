@@ -52,6 +52,9 @@ L2_PROMOTIONS = {"none": 0, "64B": 1, "128B": 2, "256B": 3}
 OOB_FILLS = {"zero": 0, "nan": 1}  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE / _NAN_REQUEST_ZERO_FMA
 MAX_RANK = 5
 MAGIC = b"PHOBOSTM"
+#: cuTensorMapEncodeTiled writes the map to host memory aligned to 64 bytes (CUDA 12; 128 in CUDA 13's
+#: CUtensorMap type): the larger, so that either driver accepts it.
+MAP_ALIGNMENT = 128
 _LAYOUT = struct.Struct("<8sQ6B2x5Q4Q5H5B")
 
 _NUMPY_NAMES = {"uint8": "u8", "uint16": "u16", "uint32": "u32", "int32": "s32", "uint64": "u64",
@@ -187,17 +190,19 @@ class TensorMap:
         address = self.device_address()
         if address % 16:
             raise LaunchError(f"TensorMap: the device address {address:#x} is not 16-byte aligned")
-        out = (ctypes.c_uint64 * 16)()
+        storage = (ctypes.c_uint8 * (128 + MAP_ALIGNMENT))()
+        out = ctypes.addressof(storage) + -ctypes.addressof(storage) % MAP_ALIGNMENT
         rank = self.rank
         dims = (ctypes.c_uint64 * rank)(*self.shape)
         strides = (ctypes.c_uint64 * max(rank - 1, 1))(*self.strides)
         box = (ctypes.c_uint32 * rank)(*self.box)
         elem = (ctypes.c_uint32 * rank)(*self.element_strides)
-        result = encode(out, DTYPES[self.dtype][0], rank, ctypes.c_void_p(address), dims, strides, box, elem,
-                        0, SWIZZLES[self.swizzle][0], L2_PROMOTIONS[self.l2_promotion], OOB_FILLS[self.oob_fill])
+        result = encode(ctypes.c_void_p(out), DTYPES[self.dtype][0], rank, ctypes.c_void_p(address), dims, strides,
+                        box, elem, 0, SWIZZLES[self.swizzle][0], L2_PROMOTIONS[self.l2_promotion],
+                        OOB_FILLS[self.oob_fill])
         if result != 0:
             raise LaunchError(f"cuTensorMapEncodeTiled rejected {self.describe()}: {_error_name(result)}")
-        return bytes(out)
+        return ctypes.string_at(out, 128)
 
     def describe(self) -> str:
         return (f"a {self.dtype} tensor map of sizes {self.shape}, byte strides {self.strides}, box {self.box}, "

@@ -1,5 +1,5 @@
-# State of the asynchronous units of sm_90: wgmma groups in flight, mbarriers
-# and bulk async-groups.
+# State of the asynchronous units of sm_90: wgmma groups in flight, mbarriers,
+# bulk async-groups, and the register pool of setmaxnreg.
 #
 # The emulator performs an asynchronous operation when it is issued (a wgmma
 # writes its accumulators at once, a bulk tensor copy writes shared memory at
@@ -20,8 +20,12 @@
 #   its transaction count are both zero.
 # * `BulkGroups`: the bulk async-groups of bulk stores (shared -> global),
 #   whose shared sources stay read until `cp.async.bulk.wait_group` covers them.
+# * `RegisterPool`: the registers each warp holds and each CTA's pool, which
+#   `setmaxnreg` moves between them (an .inc that can never be served is a
+#   deadlock, as on the GPU).
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +54,8 @@ class _Groups:
         self.records: list[_Pending] = []
 
     def issue(self, m, threads, slots, shared, pc) -> None:
+        if shared.size and m.shared.races is not None:
+            m.shared.races.check_fenced(m, shared, int(threads[0]), self.what.capitalize())
         self.records.append(_Pending(threads, self.committed[threads].copy(), frozenset(slots), shared, pc))
         if shared.size and m.shared.races is not None:
             m.shared.races.add_async_reads(shared, 1)
@@ -199,3 +205,49 @@ class Mbarriers:
         view = self.observed.reshape(len(self.where), ctas, m.tpc)
         rows = np.arange(ctas) if rows is None else rows
         view[:, rows, :] = view[:, rows, :].max(axis=2, keepdims=True)
+
+
+#: Registers of an SM's register file that one CTA can use (sm_90: 64K 32-bit registers).
+REGISTER_FILE = 65536
+_SETMAXNREG_COUNT = re.compile(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)")
+
+
+class RegisterPool:
+    """The registers `setmaxnreg` moves between the warps of each CTA (sm_90a).
+
+    A CTA gets `entry` registers per thread for each of its warps; .dec returns a
+    warp's registers above the new count to the CTA's pool, .inc takes them from
+    it and waits while the pool holds too few.  `entry` is what ptxas gives the
+    kernel: the register cap the performance directives set (`.maxnreg`, or 64K
+    shared by `.maxntid` threads times `.minnctapersm`, in steps of 8), lowered
+    to the largest setmaxnreg count of the kernel (seen with ptxas 13.0).  Without
+    a cap ptxas ignores setmaxnreg (warning C7508) and so does the pool
+    (`entry` None).  Registers of exited warps are not returned to the pool.
+    """
+
+    def __init__(self, directives: dict, op_texts: list[str], ncta: int, tpc: int):
+        counts = [int(found[1]) for text in op_texts if (found := _SETMAXNREG_COUNT.search(text))]
+        cap = _register_cap(directives)
+        self.entry = None if cap is None or not counts else min(cap, max(counts))
+        self.warps_per_cta = -(-tpc // 32)
+        self.held = np.full(ncta * self.warps_per_cta, self.entry or 0, np.int64)
+        self.free = np.zeros(ncta, np.int64)
+        self.releases = 0
+
+    def describe(self, cta: int) -> str:
+        warps = self.held[cta * self.warps_per_cta:(cta + 1) * self.warps_per_cta]
+        return (f"the CTA's {self.warps_per_cta} warps started with {self.entry} registers a thread "
+                f"({self.entry * 32 * self.warps_per_cta} in all) and now hold {', '.join(map(str, warps))}; "
+                f"{int(self.free[cta])} are free")
+
+
+def _register_cap(directives: dict) -> int | None:
+    """Registers per thread a kernel may use at entry, from its performance directives."""
+    caps = []
+    if "maxnreg" in directives:
+        caps.append(int(directives["maxnreg"][0]))
+    if "maxntid" in directives:
+        warps = -(-int(np.prod(directives["maxntid"])) // 32)
+        per_sm = int(directives.get("minnctapersm", (1,))[0]) or 1
+        caps.append(min(REGISTER_FILE // (per_sm * warps * 32) // 8 * 8, 255))
+    return min(caps) if caps else None

@@ -23,9 +23,10 @@
 # code).
 #
 # A thread whose `mbarrier.try_wait`/`test_wait` finds its phase incomplete
+# (or whose `setmaxnreg.inc` finds too few registers in the CTA's pool)
 # sleeps (instead of spinning, which the minimum-PC scheme would never leave)
 # until no thread can run any more; then, if some mbarrier phase completed
-# meanwhile, the sleepers wake and test again.  The GPU may suspend a waiting
+# (or some registers were released) meanwhile, the sleepers wake and test again.  The GPU may suspend a waiting
 # thread just so; only a program that needs a failed test to go on (and
 # arrive itself) deadlocks here, and is reported.  An `mbarrier.arrive` that
 # completes a phase while threads sleep wakes them at once and lets them run
@@ -50,7 +51,7 @@ from ...log import Progress
 from ..tensor_map import TensorMap
 from . import ops_arith, ops_bulk, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
-from .async_state import AsyncMma, BulkGroups, Mbarriers
+from .async_state import AsyncMma, BulkGroups, Mbarriers, RegisterPool
 from .decode import BARRIER, BRANCH, PLAIN, WAIT, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
 from .memory import (GLOBAL_RACE_LIMIT, AsyncCopies, GenericSpace, GlobalRaceDetector, GlobalSpace, ParamSpace,
@@ -142,7 +143,8 @@ class Machine:
         self.async_mma = AsyncMma(n)
         self.bulk_groups = BulkGroups(n)
         self.mbarriers = Mbarriers(n)
-        self.woken_at = 0  # mbarrier completions when the sleepers were last woken
+        self.registers = RegisterPool(program.directives, [op.text for op in program.ops], cta_count, self.tpc)
+        self.woken_at = 0  # wake-up events when the sleepers were last woken
         self.steps = 0
 
     # -- special registers and descriptions
@@ -298,27 +300,33 @@ class Machine:
         self.bar_count[threads] = counts
         self.bar_pc[threads] = op.index
 
+    def _events(self) -> int:
+        """How many things that sleepers wait for have happened: mbarrier phases completed,
+        registers returned to a pool."""
+        return self.mbarriers.completions + self.registers.releases
+
     def _wait(self, op, threads) -> None:
-        """A blocking test or an arrival: the lanes it lets go move on, the others sleep
-        here; if it completed an mbarrier phase, the sleepers run before everyone else."""
-        before = self.mbarriers.completions
+        """A blocking test, an arrival or a setmaxnreg: the lanes it lets go move on, the others
+        sleep here; if it completed an mbarrier phase (or released registers), the sleepers run
+        before everyone else."""
+        before = self._events()
         ready = op.run(self, threads)
         self.pc[threads] = np.where(ready, op.index + 1, op.index)
         self.status[threads[~ready]] = SLEEP
         sleeping = self.status == SLEEP
-        if self.mbarriers.completions != before and sleeping.any():
-            self.woken_at = self.mbarriers.completions
+        if self._events() != before and sleeping.any():
+            self.woken_at = self._events()
             self.status[self.status == RUN] = YIELD
             self.status[sleeping] = RUN
 
     def _wake(self) -> bool:
         """Resume the yielding threads, and wake the sleepers if an mbarrier phase
-        completed since they last woke; True if any thread can run."""
+        completed (or registers were released) since they last woke; True if any thread can run."""
         yielded = self.status == YIELD
         self.status[yielded] = RUN
-        if self.mbarriers.completions == self.woken_at:
+        if self._events() == self.woken_at:
             return bool(yielded.any())
-        self.woken_at = self.mbarriers.completions
+        self.woken_at = self._events()
         sleeping = self.status == SLEEP
         self.status[sleeping] = RUN
         return bool(sleeping.any() or yielded.any())
@@ -390,6 +398,14 @@ class Machine:
 
     def _deadlock(self) -> Fault:
         sleeping = np.flatnonzero(self.status == SLEEP)
+        in_setmaxnreg = [int(t) for t in sleeping if self.program.ops[int(self.pc[t])].text.startswith("setmaxnreg")]
+        if in_setmaxnreg:
+            t = in_setmaxnreg[0]
+            return Fault(BarrierError,
+                         f"deadlock: {len(in_setmaxnreg)} threads wait in setmaxnreg.inc for registers that the "
+                         f"CTA's pool can never supply ({self.registers.describe(int(self.cta_of[t]))}): the "
+                         f"counts of the warpgroups add up to more than the registers the CTA started with",
+                         thread=t, pc=int(self.pc[t]))
         if sleeping.size:
             t = int(sleeping[0])
             return Fault(BarrierError,

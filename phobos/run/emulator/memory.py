@@ -419,6 +419,10 @@ class RaceDetector:
         self.async_reads: np.ndarray | None = None  # wgmma operands in flight, per byte
         self.tma_barrier: np.ndarray | None = None  # mbarrier whose phase a bulk copy wrote the byte in
         self.tma_phase: np.ndarray | None = None
+        # per byte: 1 + the linear tid of a plain writer that has not executed fence.proxy.async since
+        # (0: none), and the write's instruction; created by the first plain write
+        self.unfenced: np.ndarray | None = None
+        self.unfenced_pc: np.ndarray | None = None
 
     def reset(self, rows: np.ndarray | None) -> None:
         """Forget all accesses of the CTAs `rows` (None: all) - they passed a barrier."""
@@ -463,6 +467,11 @@ class RaceDetector:
     def record_write(self, m, b, t, pc):
         """Check and record plain writes of bytes `b` by threads `t`."""
         self.check_not_read_async(m, b, t, "write")
+        if self.unfenced is None:
+            self.unfenced = np.zeros(len(self.pending), np.int32)
+            self.unfenced_pc = np.zeros(len(self.pending), np.int32)
+        self.unfenced[b] = t + 1
+        self.unfenced_pc[b] = pc
         self._check(m, b, t, "write", [self.writes, self.reads, self.atomics])
         if len(b) > 1:
             order = np.argsort(b, kind="stable")
@@ -534,6 +543,33 @@ class RaceDetector:
                         f"copy that reads it is in flight (missing wgmma.wait_group or cp.async.bulk.wait_group "
                         f"before reusing the buffer?)",
                         thread=self._thread(b[i], np.broadcast_to(t, b.shape)[i]))
+
+    def proxy_fence(self, m, threads) -> None:
+        """`fence.proxy.async` by `threads`: their plain writes so far are visible to the async proxy."""
+        if self.unfenced is None:
+            return
+        rows, tids = m.cta_of[threads], m.ltid[threads]
+        for row in np.unique(rows):
+            fencing = np.zeros(self.threads_per_cta + 1, bool)
+            fencing[tids[rows == row] + 1] = True
+            writers = self.unfenced[row * self.stride: (row + 1) * self.stride]
+            writers[fencing[writers]] = 0
+
+    def check_fenced(self, m, b, thread: int, what: str) -> None:
+        """The async proxy (wgmma, bulk copies) reading bytes `b` that a plain store wrote needs a
+        `fence.proxy.async` by the writing thread in between (before the barrier that orders them):
+        without it the tensor cores or the copy engine may read stale data."""
+        if self.unfenced is None or not b.size:
+            return
+        writers = self.unfenced[b]
+        if writers.any():
+            i = int(np.flatnonzero(writers)[0])
+            raise Fault(AsyncCopyHazard,
+                        f"{what} reads shared {m.describe_shared(int(b[i]) % self.stride)}, which thread "
+                        f"{m.describe_local(int(writers[i]) - 1)} wrote with a plain store "
+                        f"({m.ptx_position(int(self.unfenced_pc[b[i]]))}) and no fence.proxy.async since: "
+                        f"the asynchronous proxy may not see it (fence.proxy.async.shared::cta in each writing "
+                        f"thread, before the barrier)", thread=thread)
 
     def record_bulk_write(self, b, barrier: int, phase: int) -> None:
         """Bytes `b` written by a bulk tensor copy that completes phase `phase` of `barrier`."""

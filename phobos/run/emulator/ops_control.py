@@ -5,7 +5,10 @@
 # for `bra.uni`, the check that the guard does not split a warp, which the
 # scheduler runs when it splits the active threads); the scheduler in
 # machine.py moves the threads.  Memory fences are no-ops: the emulator runs
-# one instruction at a time, so every access is already visible to all.
+# one instruction at a time, so every access is already visible to all.  The
+# exception is `fence.proxy.async`, which the race detector records: the
+# tensor cores and TMA (the async proxy) may not see plain shared stores
+# without it (memory.RaceDetector.check_fenced).
 #
 # shfl.sync, vote.sync, redux.sync, elect.sync and bar.warp.sync work per warp (32
 # consecutive threads of a CTA).  Their member mask must name exactly lanes
@@ -94,7 +97,15 @@ def build_barrier(d, ins, mods):
 
 @opcode("membar", "fence", "nanosleep")
 def build_no_op(d, ins, mods):
+    """Ordering is a no-op for one instruction at a time, except `fence.proxy.async`, which the
+    race detector records (plain shared stores read by wgmma or TMA need it)."""
+    proxy_async = ins.opcode.split(".")[:3] == ["fence", "proxy", "async"]
     mods.drop(lambda word: True)
+    if proxy_async:
+        def run(m, idx):
+            if m.shared.races is not None:
+                m.shared.races.proxy_fence(m, np.arange(m.n) if idx is None else idx)
+        return plain(run)
     return plain(lambda m, idx: None)
 
 

@@ -31,8 +31,8 @@ import numpy as np
 from . import fragments as fr
 from . import numerics as nx
 from . import syntax as syn
-from .decode import opcode, plain
-from .errors import Fault, MemoryFault, PtxSyntaxError, UnsupportedPtx, WarpSyncError
+from .decode import WAIT, Semantics, opcode, plain
+from .errors import Fault, MemoryFault, PtxSyntaxError, TrapError, UnsupportedPtx, WarpSyncError
 from .ops_arith import require
 from .ptxtypes import TYPES
 
@@ -356,11 +356,43 @@ def _shared_operand(m, first, descs, rows: int, k: int, esize: int, kind: str, m
 
 @opcode("setmaxnreg")
 def build_setmaxnreg(d, ins, mods):
-    """`setmaxnreg.inc/.dec.sync.aligned.u32 N`: a register budget hint, checked and kept as is."""
-    if mods.take("inc", "dec") is None:
+    """`setmaxnreg.inc/.dec.sync.aligned.u32 N` by whole warpgroups, moving registers between the
+    warps and the CTA's pool (async_state.RegisterPool): .dec may not raise a warp's count nor
+    .inc lower it; an .inc waits (kind WAIT) until the pool holds what its warp asks for, and one
+    that never can is a deadlock, as on the GPU (ptxas does not check the budget)."""
+    action = mods.take("inc", "dec")
+    if action is None:
         raise d.error("setmaxnreg needs .inc or .dec", PtxSyntaxError)
     _sync_aligned(d, mods)
     require(d, mods.type().name == "u32", "setmaxnreg takes .u32")
-    (count,) = d.operands(ins, 1)
-    _immediate(d, count, range(24, 257, 8), "the register count")
-    return plain(lambda m, idx: whole_units(m, idx, WARPGROUP, "setmaxnreg"))
+    (operand,) = d.operands(ins, 1)
+    count = _immediate(d, operand, range(24, 257, 8), "the register count")
+
+    def run(m, threads):
+        whole_units(m, threads, WARPGROUP, "setmaxnreg")
+        pool = m.registers
+        if pool.entry is None:  # ptxas ignored it: no register cap at entry
+            return np.ones(len(threads), bool)
+        warps = np.unique(m.cta_of[threads] * pool.warps_per_cta + m.ltid[threads] // WARP)
+        held = pool.held[warps]
+        wrong = held < count if action == "dec" else held > count
+        if wrong.any():
+            w = int(warps[np.flatnonzero(wrong)[0]])
+            raise Fault(TrapError, f"setmaxnreg.{action} to {count} registers, but warp {w % pool.warps_per_cta} "
+                                       f"holds {int(pool.held[w])}: .dec may only lower a warp's count and .inc "
+                                       f"only raise it", thread=int(threads[0]))
+        granted = np.zeros(len(warps), bool)
+        groups = warps // (WARPGROUP // WARP)  # the instruction is collective: a warpgroup at a time
+        for group in np.unique(groups):
+            mine = groups == group
+            cta = int(warps[mine][0]) // pool.warps_per_cta
+            change = int((count - pool.held[warps[mine]]).sum()) * WARP
+            if change <= pool.free[cta]:
+                pool.free[cta] -= change
+                pool.held[warps[mine]] = count
+                granted[mine] = True
+        if action == "dec":
+            pool.releases += 1
+        thread_warps = m.cta_of[threads] * pool.warps_per_cta + m.ltid[threads] // WARP
+        return np.isin(thread_warps, warps[granted])
+    return Semantics(WAIT, run)

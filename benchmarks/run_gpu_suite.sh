@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The GPU tests and benchmarks of the call path, in one go, on a GPU machine
+# (written for the H200: Python 3.12, torch, Triton, CuPy, JAX, PyCUDA).
+#
+#   bash benchmarks/run_gpu_suite.sh [OUT_DIR]      (default bench_results)
+#
+# What each step should show:
+#   1. the GPU tests of the call path and the runtime: all pass
+#      (test_call_path_gpu.py: ordering with torch's streams, stream=, CuPy's
+#      stream, CUDA graph replay, torch.compile through torch_op, JAX via
+#      DLPack, faults reported at the next synchronising call, the cubin loaded
+#      after tuning; the second-device test skips on one GPU;
+#      test_launcher_gpu.py and test_runtime_gpu.py: the documented call and
+#      the runtime as before).  `python -m pytest -m gpu` runs every GPU test.
+#   2. bench_launch.py: µs per call, Phobos add(a, b, c) on torch tensors at most
+#      15 (aim 8.5) beside torch.add (~9) and Triton (~16-23); the cold first
+#      call of sgemm 4096^3 in a fresh process at most 5 s, beside Triton's.
+#   3. bench_add.py: add() GB/s through the call at 2^24 / 2^26 / 2^28 within
+#      0.97 of torch.add() (the "call ratio" column).
+#   4. bench_sgemm.py: sgemm() through the call beside torch.mm(); the call
+#      ratio close to the kernel ratio (the call adds only host time).
+#   5. bench_rows.py: softmax / layer norm / sum / attention through the call.
+# Each benchmark prints a table and writes JSON (and a PNG where matplotlib
+# is installed) under OUT_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-bench_results}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false   # JAX shares the GPU with torch in the tests
+
+python -m pytest -m gpu -q -rs tests/test_call_path_gpu.py tests/test_launcher_gpu.py tests/test_runtime_gpu.py
+python benchmarks/bench_launch.py --out "$OUT"
+python benchmarks/bench_add.py --out "$OUT"
+python benchmarks/bench_sgemm.py --out "$OUT"
+python benchmarks/bench_rows.py --out "$OUT"

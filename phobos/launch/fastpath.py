@@ -1,0 +1,274 @@
+# Calls specialised per signature: the second call of a kernel with arguments
+# that look like the first's costs a few attribute reads and one launch.
+#
+# A call's *signature* is what the full binding (phobos.launch.binding) checks
+# of its arguments: for each one, in the order given (positional, then the
+# keyword names), its Python type and, for a tensor, its element type, shape,
+# contiguity, device and the low four bits of its address (the alignment
+# class).  `probe` reads exactly that, as a hashable key, plus the addresses and
+# the streams the tensors name, with one small function per argument type
+# (PROBES; torch tensors have their own, anything else goes through the
+# binding's `tensor_view`).  numpy arrays are never probed: they are copied to
+# the GPU and back, which the full path does.
+#
+# The first call of a signature goes through the full path: binding with every
+# check and message, the choice of configuration, compiling, the grid.  When
+# the launch is asynchronous (every tensor in device memory), the launcher
+# keeps a FastCall for the signature: the prepared launch (a QueuedKernel:
+# parameter layout, grid, block and shared memory fixed), where each parameter
+# comes from (an address, a scalar argument, a size that the key fixes) and
+# where the stream comes from.  The next call with the same key only fills in
+# the addresses, converts the scalars and queues the kernel.  Because the key
+# holds everything the binding checks, a key seen before is a call the binding
+# would accept with the same sizes, grid and configuration; anything else - a
+# new dtype, shape, a non-contiguous view, another device - is a new key and
+# goes through the full path, with its messages.  A scalar the fast conversion
+# cannot pack (out of range, say) sends the call to the full path too, which
+# reports it as the first call would.
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import LaunchError
+from ..compiler import KernelParam
+from ..types import DType
+from .binding import _Refused, convert_scalar, tensor_view
+
+Key = tuple
+Locate = Callable[[int], "int | None"]
+
+#: Prepared calls kept per kernel callable; past this many signatures the oldest is forgotten.
+MAX_PREPARED = 1024
+
+
+class Unprobed(Exception):
+    """An argument the fast path does not handle (host memory, an unknown object): take the full path."""
+
+
+# ---------------------------------------------------------------------------
+# Probes: argument -> (key part, device address or None, stream hint or None)
+
+
+def _probe_scalar(value: Any, locate: Locate) -> tuple:
+    return (type(value),), None, None
+
+
+def _probe_torch(tensor: Any, locate: Locate) -> tuple:
+    if not tensor.is_cuda:
+        raise Unprobed  # a CPU tensor (host memory, copied by the full path), or another kind of device
+    device = tensor.get_device()
+    pointer = tensor.data_ptr()
+    return (type(tensor), tensor.dtype, tensor.shape, tensor.is_contiguous(), device, pointer & 15), pointer, None
+
+
+def _probe_cuda_array_interface(value: Any, locate: Locate) -> tuple:
+    """CuPy arrays and others whose type has `__cuda_array_interface__`: the interface's fields as they are."""
+    interface = value.__cuda_array_interface__
+    pointer, read_only = interface["data"]
+    stream = interface.get("stream") if interface.get("version", 0) >= 3 else None
+    return ((type(value), interface["typestr"], tuple(interface["shape"]), interface.get("strides"), read_only,
+             locate(pointer), pointer & 15), pointer, stream)
+
+
+def _probe_view(value: Any, locate: Locate) -> tuple:
+    """Any other tensor-like object, through the binding's own view of it."""
+    try:
+        view = tensor_view(value)
+    except _Refused:
+        raise Unprobed from None
+    if view is None or view.host is not None:
+        raise Unprobed
+    pointer = view.pointer
+    device = view.device if view.device is not None else locate(pointer)
+    return ((type(value), view.dtype_name, view.shape, view.contiguous, view.read_only, device, pointer & 15),
+            pointer, view.stream)
+
+
+def _is_torch_tensor(kind: type) -> bool:
+    return kind.__module__.startswith("torch") and hasattr(kind, "data_ptr") and hasattr(kind, "get_device")
+
+
+def _refuse(value: Any, locate: Locate) -> tuple:
+    raise Unprobed
+
+
+#: Probe per argument type, filled as types are met.
+PROBES: dict[type, Callable[[Any, Locate], tuple]] = {
+    bool: _probe_scalar, int: _probe_scalar, float: _probe_scalar, np.ndarray: _refuse}
+
+
+def _probe_for(kind: type) -> Callable[[Any, Locate], tuple]:
+    if issubclass(kind, (np.generic, bool, int, float)):
+        probe = _probe_scalar
+    elif issubclass(kind, np.ndarray):
+        probe = _refuse
+    elif _is_torch_tensor(kind):
+        probe = _probe_torch
+    elif hasattr(kind, "__cuda_array_interface__"):
+        probe = _probe_cuda_array_interface
+    else:
+        probe = _probe_view
+    PROBES[kind] = probe
+    return probe
+
+
+def probe(values: Sequence[Any], locate: Locate) -> tuple[Key, list[int | None], list[int | None]]:
+    """The signature key of a call's argument values, their device addresses and stream hints.
+
+    Raises Unprobed for an argument the fast path does not take.
+    """
+    parts, pointers, hints = [], [], []
+    for value in values:
+        try:
+            part, pointer, hint = (PROBES.get(type(value)) or _probe_for(type(value)))(value, locate)
+        except Unprobed:
+            raise
+        except Exception:  # whatever a strange object raises: the full path describes it
+            raise Unprobed from None
+        parts.append(part)
+        pointers.append(pointer)
+        hints.append(hint)
+    return tuple(parts), pointers, hints
+
+
+# ---------------------------------------------------------------------------
+# Streams
+
+
+def stream_handle(stream: Any) -> int:
+    """A raw CUstream handle from a `stream=` argument: a torch, CuPy or PyCUDA stream, or an int."""
+    if isinstance(stream, int) and not isinstance(stream, bool) and stream >= 0:
+        return stream
+    for attribute in ("cuda_stream", "ptr", "handle"):  # torch, CuPy, PyCUDA
+        handle = getattr(stream, attribute, None)
+        if isinstance(handle, int) and not isinstance(handle, bool):
+            return handle
+    raise LaunchError(f"stream: expected a CUDA stream (a torch.cuda.Stream, a cupy.cuda.Stream, a "
+                      f"pycuda.driver.Stream or a raw handle as a non-negative int), got {stream!r}")
+
+
+def torch_stream_reader() -> Callable[[int], int]:
+    """A function from a device index to torch's current stream on it, as a raw handle."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+def stream_source(values: Sequence[Any], tensors: Sequence[bool], device: int) -> Callable[[list], int]:
+    """Where a call's stream comes from when none is given: the caller's current stream.
+
+    The first device tensor decides (`tensors` marks which values are
+    tensors): a torch tensor, torch's current stream on its device; anything
+    else, the stream its `__cuda_array_interface__` names (CuPy names its
+    current one), or the NULL stream where it names none.  Both are read at
+    every call, so `with torch.cuda.stream(s)` and `with cupy.cuda.Stream()`
+    are followed.
+    """
+    for index, (value, tensor) in enumerate(zip(values, tensors)):
+        if not tensor:
+            continue
+        if _is_torch_tensor(type(value)):
+            if value.get_device() < 0:
+                continue
+            current = torch_stream_reader()
+            return lambda hints: current(device)
+        return lambda hints, index=index: hints[index] or 0
+    return lambda hints: 0
+
+
+# ---------------------------------------------------------------------------
+# Fast calls
+
+
+class ScalarOverflow(Exception):
+    """A scalar the fast conversion cannot pack: the full path reports it."""
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def scalar_converter(kernel_name: str, param: KernelParam, kind: type) -> Callable[[Any], Any]:
+    """How a scalar of type `kind` becomes its parameter value on the fast path.
+
+    Python floats (and ints) for a float parameter and Python ints for an
+    integer one are packed as they are (packing refuses what does not fit,
+    which sends the call to the full path); bools for bools too; every other
+    combination goes through the binding's conversion.
+    """
+    if (param.dtype in (DType.F32, DType.F64) and kind in (float, int)) or \
+            (param.dtype is DType.BOOL and kind is bool) or (param.dtype in (DType.I32, DType.I64) and kind is int):
+        return _same
+    return functools.partial(_converted, kernel_name, param)
+
+
+def _converted(kernel_name: str, param: KernelParam, value: Any) -> Any:
+    converted = convert_scalar(kernel_name, param, value)
+    return int(converted) if isinstance(converted, np.bool_) else converted
+
+
+def assembler(recipe: Sequence[tuple]) -> Callable[[Sequence[Any], list], tuple]:
+    """A function (values, pointers) -> the parameter values, written out for one recipe.
+
+    For add it is `return (pointers[0], pointers[1], pointers[2], 1048576)`:
+    no loop and no branch per call.
+    """
+    names: dict[str, Any] = {}
+    items = []
+    for index, step in enumerate(recipe):
+        if step[0] == "pointer":
+            items.append(f"pointers[{step[1]}]")
+        elif step[0] == "scalar" and step[2] is _same:
+            items.append(f"values[{step[1]}]")
+        elif step[0] == "scalar":
+            names[f"convert{index}"] = step[2]
+            items.append(f"convert{index}(values[{step[1]}])")
+        else:
+            items.append(repr(int(step[1])))
+    exec(f"def assemble(values, pointers):\n    return ({', '.join(items)}{',' if items else ''})\n", names)
+    return names["assemble"]
+
+
+@dataclass
+class FastCall:
+    """A prepared launch for one signature, and how each call's values reach it.
+
+    `recipe` has one entry per PTX parameter: ("pointer", i) the address of
+    argument value i, ("scalar", i, convert) argument value i converted,
+    ("const", v) a size the signature fixes; `assembler` writes it out as one
+    function.  `queue(stream, values)` launches (None when the grid is empty:
+    nothing runs).
+    """
+
+    queue: Callable[[int, Sequence[Any]], None] | None
+    recipe: list[tuple]
+    stream_of: Callable[[list], int]
+    last: Any  # what the kernel's inspection shows after the call
+    check_stream: Callable[[int], None]
+    checked_streams: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.assemble = assembler(self.recipe)
+
+    def __call__(self, values: Sequence[Any], pointers: list, hints: list, stream: Any) -> None:
+        """Queue the kernel; ScalarOverflow (before any GPU work) when a scalar does not pack."""
+        if self.queue is None:
+            return
+        handle = self.stream_of(hints) if stream is None else self._given(stream)
+        try:
+            self.queue(handle, self.assemble(values, pointers))
+        except (OverflowError, struct.error):
+            raise ScalarOverflow from None
+
+    def _given(self, stream: Any) -> int:
+        handle = stream_handle(stream)
+        if handle not in self.checked_streams:
+            self.check_stream(handle)
+            self.checked_streams.add(handle)
+        return handle

@@ -1,0 +1,165 @@
+# Compiling autotune configurations in parallel, before the autotuner times them.
+#
+# The first call of a kernel for new sizes compiles every configuration and
+# runs ptxas on each: pure Python plus one ptxas process per configuration,
+# seconds each for large tiles.  `CompilePool.submit` hands one configuration
+# (the source text, kernel name, configuration and target) to one of a few
+# worker processes, which compiles it and runs ptxas on it, keeping the cubin
+# (unless the kernel needs more threads or shared memory than the device has);
+# the launcher stores what comes back in its caches and times each
+# configuration as soon as its result is in, while the others still compile.
+#
+# A worker is `python -m phobos.launch.parallel`, started on the first job and
+# kept for the process: it reads one job per line on stdin and writes one
+# result per line on stdout, both JSON (the cache's own payloads).  Being a
+# fresh interpreter, it never shares the caller's CUDA context or threads, and
+# never re-runs the caller's script the way multiprocessing's spawn does.  A
+# configuration that fails in a worker comes back as None: the launcher then
+# compiles it itself, to report the error as it would have.
+#
+# PHOBOS_COMPILE_WORKERS sets the number of processes (default: the machine's
+# cores); 1 compiles in the calling process, one configuration after another.
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import ptxcheck, toolchain
+from ..compiler import compile_kernel, parse_source, pick_kernel
+from ..errors import PhobosError, PtxasTimeout
+from . import cache
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """One configuration to compile: enough to redo it in another process."""
+
+    source: str
+    filename: str
+    kernel: str
+    config: dict[str, int]
+    arch: str
+    assemble: bool  # also run ptxas, keeping its report and the cubin
+    label: str  # what ptxas's diagnostics are labelled with
+    index_bits: int = 32
+    max_threads: int | None = None  # the device's limits per CTA: a kernel past them is not assembled,
+    max_shared_bytes: int | None = None  # since it cannot run anyway
+
+
+def index_options(index_bits: int) -> dict[str, int]:
+    """compile_kernel's keyword for an index width: none for 32 bits, the default."""
+    return {"index_bits": index_bits} if index_bits != 32 else {}
+
+
+def compile_workers() -> int:
+    """PHOBOS_COMPILE_WORKERS, or the number of cores; 1 means no pool."""
+    text = os.environ.get("PHOBOS_COMPILE_WORKERS", "").strip()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    return os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=8)
+def _program(source: str, filename: str) -> Any:
+    return parse_source(source, filename)
+
+
+def run_job(job: CompileJob) -> dict[str, Any] | None:
+    """Compile (and assemble) one configuration: cache payloads, or None when it fails."""
+    try:
+        kernel = pick_kernel(_program(job.source, job.filename), job.kernel)
+        compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **index_options(job.index_bits))
+        result: dict[str, Any] = {"compiled": cache.encode_compiled(compiled)}
+        too_big = (job.max_threads is not None and compiled.threads > job.max_threads) or \
+            (job.max_shared_bytes is not None and compiled.shared_bytes > job.max_shared_bytes)
+        if job.assemble and not too_big:
+            try:
+                report, cubin = ptxcheck.assemble(compiled.ptx, job.arch, name=job.label,
+                                                  timeout=toolchain.ptxas_timeout())
+            except PtxasTimeout as timeout:
+                result["ptxas_timeout"] = timeout.message  # the launcher does not run it a second time
+                return result
+            result["report"] = cache.encode_report(report)
+            if cubin is not None:
+                result["cubin"] = cache.encode_cubin(cubin)
+        return result
+    except (PhobosError, RecursionError):
+        return None
+
+
+class CompilePool:
+    """Worker processes for CompileJobs, each fed by a thread of this process; started on the first submit."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._jobs: queue.Queue[tuple[CompileJob, Future]] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, job: CompileJob) -> Future:
+        if not self._threads:
+            for _ in range(self.workers):
+                thread = threading.Thread(target=self._serve, name="phobos-compile", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        future: Future = Future()
+        self._jobs.put((job, future))
+        return future
+
+    def _serve(self) -> None:
+        worker: subprocess.Popen | None = None
+        while True:
+            job, future = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                if worker is None or worker.poll() is not None:
+                    worker = _start_worker()
+                worker.stdin.write(json.dumps(dataclasses.asdict(job)) + "\n")
+                worker.stdin.flush()
+                line = worker.stdout.readline()
+                future.set_result(json.loads(line) if line else None)
+            except (OSError, ValueError) as error:
+                future.set_exception(error)
+
+
+def _start_worker() -> subprocess.Popen:
+    root = str(Path(__file__).resolve().parent.parent.parent)  # the directory that holds this phobos
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+           "PHOBOS_COMPILE_WORKERS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "phobos.launch.parallel"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+
+
+_pools: dict[int, CompilePool] = {}
+
+
+def pool() -> CompilePool | None:
+    """The process's pool of compile_workers() processes; None when that is 1."""
+    workers = compile_workers()
+    if workers < 2:
+        return None
+    if workers not in _pools:
+        _pools[workers] = CompilePool(workers)
+    return _pools[workers]
+
+
+def serve() -> None:
+    """A worker: one JSON CompileJob per line in, one JSON result (or null) per line out."""
+    for line in sys.stdin:
+        result = run_job(CompileJob(**json.loads(line)))
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    serve()

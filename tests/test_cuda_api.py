@@ -1,0 +1,125 @@
+# phobos.run.cuda's DriverApi over a stand-in for libcuda: the calls it makes,
+# how it reads their results back through ctypes pointers, and its errors.
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from phobos.errors import ToolchainError
+from phobos.run import cuda
+
+
+class Function:
+    """A libcuda entry point: returns `code`, after `effect(*args)` fills its out-parameters."""
+
+    def __init__(self, effect=None, code: int = 0):
+        self.effect, self.code, self.calls = effect, code, []
+        self.argtypes = self.restype = None
+
+    def __call__(self, *args):
+        self.calls.append(args)
+        if self.effect is not None:
+            self.effect(*args)
+        return self.code
+
+
+def store(pointer_argument, value, kind=ctypes.c_void_p):
+    """Write `value` where a byref()/pointer argument points."""
+    ctypes.cast(pointer_argument, ctypes.POINTER(kind))[0] = value
+
+
+class Library:
+    def __init__(self):
+        self.functions: dict[str, Function] = {}
+
+    def __getattr__(self, name: str) -> Function:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self.functions.setdefault(name, Function())
+
+    def __getitem__(self, name: str) -> Function:
+        return self.functions.setdefault("raw " + name, Function())
+
+
+@pytest.fixture
+def library() -> Library:
+    lib = Library()
+    names = {500: (b"CUDA_ERROR_NOT_FOUND", b"named symbol not found"), 906: (b"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+                                                                          b"implicit capture")}
+    lib.functions["cuGetErrorName"] = Function(lambda code, out: store(out, names[code][0], ctypes.c_char_p))
+    lib.functions["cuGetErrorString"] = Function(lambda code, out: store(out, names[code][1], ctypes.c_char_p))
+    return lib
+
+
+def test_every_call_is_declared_with_its_argument_types(library):
+    cuda.DriverApi(library)
+    assert library.cuLaunchKernel.argtypes is not None and library.cuModuleLoadDataEx.restype is ctypes.c_int
+    assert library["cuLaunchKernel"].argtypes is None  # the launch converts nothing: Launcher passes C values
+
+
+def test_functions_are_looked_up_by_name_and_errors_are_named(library):
+    api = cuda.DriverApi(library)
+    library.functions["cuModuleGetFunction"] = Function(lambda out, module, name: store(out, 0xF00))
+    assert api.get_function(0x10, "add") == 0xF00
+    assert library.cuModuleGetFunction.calls[0][2] == b"add"
+    library.functions["cuModuleGetFunction"] = Function(code=500)
+    with pytest.raises(cuda.CudaError, match="CUDA_ERROR_NOT_FOUND: named symbol not found") as error:
+        api.get_function(0x10, "sub")
+    assert error.value.code == 500 and error.value.name == "CUDA_ERROR_NOT_FOUND"
+
+
+def test_a_refused_capture_query_counts_as_capturing(library):
+    api = cuda.DriverApi(library)
+    library.functions["cuStreamIsCapturing"] = Function(lambda stream, out: store(out, 1, ctypes.c_int))
+    assert api.stream_capturing(0x5)
+    library.functions["cuStreamIsCapturing"] = Function(lambda stream, out: store(out, 0, ctypes.c_int))
+    assert not api.stream_capturing(0x5)
+    library.functions["cuStreamIsCapturing"] = Function(code=906)
+    assert api.stream_capturing(0)
+
+
+def test_the_launcher_packs_into_a_buffer_that_extra_points_at(library):
+    api = cuda.DriverApi(library)
+    launcher = api.launcher(0xABC, (4, 2, 1), (128, 1, 1), 1024, 12)
+    ctypes.memmove(launcher.buffer, b"x" * 12, 12)
+    assert launcher.queue(0x77) == 0
+    (call,) = library["cuLaunchKernel"].calls
+    function, *dims, shared, stream, params, extra = call
+    assert function.value == 0xABC and dims == [4, 2, 1, 128, 1, 1] and shared == 1024 and stream.value == 0x77
+    assert params is None
+    assert extra[0] == 1 and extra[1] == ctypes.addressof(launcher.buffer) and extra[2] == 2 and extra[4] is None
+    assert ctypes.c_size_t.from_address(extra[3]).value == 12
+
+
+def test_parameter_info_asks_parameter_by_parameter_until_the_driver_says_no_more(library):
+    layout = [(0, 8), (48, 128), (176, 128), (304, 4)]
+
+    def info(function, index, offset, size):
+        if index < len(layout):
+            store(offset, layout[index][0], ctypes.c_size_t)
+            store(size, layout[index][1], ctypes.c_size_t)
+
+    class ParamInfo(Function):
+        def __call__(self, function, index, offset, size):
+            self.code = 0 if index < len(layout) else cuda.CUDA_ERROR_INVALID_VALUE
+            return super().__call__(function, index, offset, size)
+
+    library.functions["cuFuncGetParamInfo"] = ParamInfo(info)
+    api = cuda.DriverApi(library)
+    assert api.parameter_info(0xF00) == layout
+    assert [call[1] for call in library.cuFuncGetParamInfo.calls] == [0, 1, 2, 3, 4]
+    assert library.cuFuncGetParamInfo.argtypes[1] is ctypes.c_size_t
+
+
+def test_parameter_info_needs_a_driver_that_has_it(library):
+    class Older(Library):
+        def __getattr__(self, name: str) -> Function:
+            if name == "cuFuncGetParamInfo":
+                raise AttributeError(name)
+            return super().__getattr__(name)
+
+    older = Older()
+    older.functions.update(library.functions)
+    with pytest.raises(ToolchainError, match=r"cuFuncGetParamInfo needs CUDA 12.4"):
+        cuda.DriverApi(older).parameter_info(0xF00)

@@ -1,0 +1,73 @@
+# The first call compiles its configurations in worker processes
+# (phobos.launch.parallel), runs ptxas there and keeps the cubins; what comes
+# back is what compiling in the calling process gives, and a configuration that
+# fails in a worker is compiled again in the caller, so its error is the usual
+# one.  The GPU is the recording FakeGpu.
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import phobos
+from phobos.errors import ToolchainError
+from phobos.launch import cache, launcher, parallel
+from phobos.toolchain import find_ptxas
+
+from .launcher_fakes import ADD4, FakeGpu, forget_memory, random_vectors
+
+
+@pytest.fixture
+def two_workers(monkeypatch):
+    """Two worker processes, and no compiled kernel in this process's memory (so the workers compile)."""
+    monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "2")
+    forget_memory(monkeypatch)
+
+
+def test_configurations_compile_in_worker_processes_like_here(two_workers, monkeypatch, isolated_cache):
+    monkeypatch.setattr(launcher, "compile_kernel", lambda *a, **k: pytest.fail("compiled in the caller"))
+    gpu = FakeGpu({"BLOCK=512": 0.1})
+    add = phobos.kernel(ADD4, mode=gpu)
+    a, b = random_vectors(2000)
+    add(a, b, np.empty_like(a))
+    assert add.config == {"BLOCK": 512} and len(gpu.timed_configs()) >= 4
+    monkeypatch.undo()
+    here = phobos.compiler.compile(ADD4, config={"BLOCK": 512}, filename=add._kernel.module.filename)
+    assert add.ptx == here.ptx
+    try:
+        find_ptxas()
+    except ToolchainError:
+        return
+    assert len(list((isolated_cache / cache.CUBIN).iterdir())) == 4
+    assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 4
+
+
+def test_a_job_that_fails_in_a_worker_comes_back_empty():
+    job = parallel.CompileJob(ADD4, "add.phobos", "sub", {"BLOCK": 128}, "sm_90", False, "sub")  # no such kernel
+    assert parallel.run_job(job) is None
+    good = parallel.run_job(parallel.CompileJob(ADD4, "add.phobos", "add", {"BLOCK": 128}, "sm_90", False, "add"))
+    assert cache.decode_compiled(good["compiled"]).config == {"BLOCK": 128}
+
+
+def test_the_number_of_workers(monkeypatch):
+    monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "1")
+    assert parallel.pool() is None
+    monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "3")
+    assert parallel.pool().workers == 3
+    monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "many")
+    assert parallel.compile_workers() >= 1
+
+
+def test_a_kernel_past_the_devices_limits_is_not_assembled(two_workers, monkeypatch, isolated_cache):
+    from .launcher_fakes import FAKE_DEVICE
+    small = FAKE_DEVICE.__class__("Small GPU", (9, 0), 227 * 1024, 65536, 64)  # 64 threads: BLOCK 256 and up
+    monkeypatch.setattr(launcher, "ptxas_assemble", lambda *a, **k: pytest.fail("assembled in the caller"))
+    add = phobos.kernel(ADD4, mode=FakeGpu(props=small))
+    a, b = random_vectors(2000)
+    add(a, b, np.empty_like(a))
+    assert add.config == {"BLOCK": 128} or add.config == {"BLOCK": 256}
+    assert all("threads per block" in add.timings[f"BLOCK={block}"] for block in (512, 1024))
+    try:
+        find_ptxas()
+    except ToolchainError:
+        return
+    assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 2  # BLOCK 128 and 256 (64 threads)
