@@ -41,6 +41,7 @@
 # program_id or num_programs: then the caller must give the grid.
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import types
