@@ -855,7 +855,7 @@ def test_valid_scalar_arguments_are_converted():
     np.testing.assert_array_equal(out, [3.0, 7.0])
 
 
-def test_integer_division_by_zero_is_an_execution_error_with_location():
+def test_integer_division_by_zero_divides_by_one():
     src = """kernel div(a: tensor<i32>[N], d: tensor<i32>[N]) {
     let t = a[0 :+ 4]
     for i in range(0, 1) {
@@ -864,16 +864,8 @@ def test_integer_division_by_zero_is_an_execution_error_with_location():
 }
 """
     a, d = np.arange(4, dtype=np.int32), np.array([1, 2, 0, 4], np.int32)
-    with pytest.raises(ExecutionError) as info:
-        launch(src, 4, a, d)
-    err = info.value
-    assert err.loc.line == 4 and err.loc.file == FILE
-    assert "integer division by zero" in err.message
-    text = str(err)
-    assert text.startswith(f"{FILE}:4:19: error: integer division by zero")
-    assert "program instance (2, 0, 0)" in text
-    assert "Traceback" not in text
-    np.testing.assert_array_equal(a, [0, 0, 1, 1])  # instances 0 and 1 ran: a / 1, then a / 2
+    launch(src, 4, a, d)
+    np.testing.assert_array_equal(a, [0, 0, 0, 0])  # a / 1, a / 2, a / 0 (= a), a / 4
 
 
 def test_an_internal_fault_is_reported_at_its_statement(monkeypatch):
@@ -900,11 +892,11 @@ def test_atomic_add_gives_the_old_values():
     np.testing.assert_array_equal(old, [0, 1, 2])
 
 
-def test_remainder_by_zero_in_a_scalar_is_an_execution_error():
+def test_remainder_by_zero_in_a_scalar_is_zero():
     src = """kernel rem(a: tensor<i32>[N], d: i32) {
-    a[0] = a[0] % d
+    a[0] = a[1] % d + a[1] / d
 }
 """
-    with pytest.raises(ExecutionError, match="division by zero") as info:
-        launch(src, 1, np.ones(2, np.int32), 0)
-    assert info.value.loc.line == 2
+    a = np.array([5, 7], np.int32)
+    launch(src, 1, a, 0)
+    np.testing.assert_array_equal(a, [7, 7])  # 7 % 0 + 7 / 0 = 0 + 7

@@ -49,10 +49,10 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     Builtin("sum", "sum(x, axis=None)",
             "Sum of the elements of a tile along `axis` (kept with extent 1), or of all of them (a scalar).",
             "reduce"),
-    Builtin("max", "max(x, axis=None)", "Largest element along `axis` (kept with extent 1), or overall.",
-            "reduce"),
-    Builtin("min", "min(x, axis=None)", "Smallest element along `axis` (kept with extent 1), or overall.",
-            "reduce"),
+    Builtin("max", "max(x, axis=None)", "Largest element along `axis` (kept with extent 1), or overall "
+            "(NaN ignored, +0.0 above -0.0).", "reduce"),
+    Builtin("min", "min(x, axis=None)", "Smallest element along `axis` (kept with extent 1), or overall "
+            "(NaN ignored, -0.0 below +0.0).", "reduce"),
     Builtin("argmax", "argmax(x, axis=None)",
             "Index (i32) of the largest element along `axis` (kept with extent 1), or the flat index "
             "overall; the first one on ties.", "reduce_index"),
@@ -76,8 +76,10 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     _unary_float("trunc", "x rounded toward zero to an integer value (a float).", F32_F64),
     Builtin("fma", "fma(a, b, c)", "a * b + c rounded once (floats; broadcast).", "fma", dtypes=F32_F64),
     Builtin("abs", "abs(x)", "Absolute value (integers or floats).", "unary_numeric"),
-    Builtin("maximum", "maximum(x, y)", "Element-wise larger of x and y (broadcast).", "binary_numeric"),
-    Builtin("minimum", "minimum(x, y)", "Element-wise smaller of x and y (broadcast).", "binary_numeric"),
+    Builtin("maximum", "maximum(x, y)", "Element-wise larger of x and y (broadcast; NaN ignored, "
+            "+0.0 above -0.0).", "binary_numeric"),
+    Builtin("minimum", "minimum(x, y)", "Element-wise smaller of x and y (broadcast; NaN ignored, "
+            "-0.0 below +0.0).", "binary_numeric"),
     Builtin("where", "where(cond, x, y)",
             "Element-wise choice: x where cond is true, else y (all three broadcast).", "where"),
     Builtin("arange", "arange(end) | arange(start, end)",
@@ -87,8 +89,8 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "A tile of the given compile-time shape with every element equal to the scalar value.", "full"),
     Builtin("reshape", "reshape(x, [D0, D1, ...])",
             "The same elements in row-major order with a new shape of equal size.", "reshape"),
-    Builtin("cdiv", "cdiv(a, b)", "Ceiling division of integers: (a + b - 1) / b for positive b.",
-            "binary_int"),
+    Builtin("cdiv", "cdiv(a, b)", "Integer division rounded up: the exact quotient's ceiling, "
+            "without intermediate overflow (a divisor of 0 counts as 1, as for `/`).", "binary_int"),
     Builtin("mulhi", "mulhi(a, b)",
             "The high half of the full product of two integers of one dtype (i32, u32, i64): the bits "
             "above the ones a * b keeps.", "mulhi", dtypes=ATOMIC_INTEGERS),

@@ -1263,9 +1263,7 @@ class Checker:
         if x is not None and y is not None and isinstance(t, ScalarType):
             if y == 0:
                 raise SemanticError("division by zero in a constant expression", start_loc(e.args[1]))
-            dtypes = [t.dtype, t.dtype]
-            total = evaluate("sub", {}, [evaluate("add", {}, [x, y], dtypes, t.dtype), 1], dtypes, t.dtype)
-            self.out.consts[e] = evaluate("div", {}, [total, y], dtypes, t.dtype)
+            self.out.consts[e] = evaluate("cdiv", {}, [x, y], [t.dtype, t.dtype], t.dtype)
         return t
 
     @BUILTIN_RULES.on("where")

@@ -377,7 +377,7 @@ def infer_grid(kernel_name: str, hints: Sequence[tuple[str, int] | None], axes_u
     for axis, hint in enumerate(hints):
         if hint is not None:
             size, tile = hint
-            grid.append(math.ceil(sizes[size] / tile))
+            grid.append(-(-sizes[size] // tile))  # exact for every size (a float quotient is not)
         elif axis in axes_used:
             example = ", ".join(f"g{'xyz'[a]}" for a in range(max(axes_used) + 1))
             example = f"({example},)" if max(axes_used) == 0 else f"({example})"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..middle.ir import Builder, Op, Value
 from ..types import ScalarType, TensorType, TileType
-from .core import HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides
+from .core import BOOL, HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides
 from .layout import Layout
 from .placement import ELEMENTWISE, broadcast_dims, keep_axes, source_axes
 
@@ -81,7 +81,9 @@ def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
     A and B blocks that run together few enough to stay in L2.  The map is
     a bijection of the grid onto itself, so each program id pair still
     occurs exactly once, as the language promises (instances run in no
-    particular order).
+    particular order).  The linear index is an i32: a grid of 2^31 CTAs or
+    more (possible with a grid given by hand) keeps the plain order instead,
+    which nothing in it can wrap.
     """
     def make(b: Builder) -> tuple[Value, Value]:
         x, y = (b.value("program_id", [], I32, axis=a) for a in (0, 1))
@@ -95,7 +97,9 @@ def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
         within = b.value("rem", [linear, per_group], I32)
         pid0 = b.value("add", [first, b.value("rem", [within, size], I32)], I32)
         pid1 = b.value("div", [within, size], I32)
-        return pid0, pid1
+        ctas = b.value("mul_wide", [nx, ny], I64)
+        fits = b.value("cmp", [ctas, b.const(2**31 - 1, I64)], BOOL, pred="le")
+        return b.value("select", [fits, pid0, x], I32), b.value("select", [fits, pid1, y], I32)
     return low.entry_value(("grouped program ids",), make)
 
 

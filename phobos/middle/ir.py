@@ -45,7 +45,8 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "param", "kernel parameter; attrs index, name (tensors: the base pointer at thread level)"),
     **_ops(True, "program_id num_programs", "grid index / grid size; attrs axis"),
     **_ops(True, "add sub mul div rem min max and or xor shl shr neg not abs",
-           "element-wise arithmetic and logic (div/rem truncate for integers)"),
+           "element-wise arithmetic and logic (integer div/rem truncate; their divisor is never 0 at run "
+           "time: irgen selects 1 for a divisor that may be 0, since PTX's div by 0 has no defined value)"),
     **_ops(True, "cmp", "element-wise comparison giving bool; attrs pred in eq ne lt le gt ge"),
     **_ops(True, "select", "select(cond, a, b): a where cond, else b"),
     **_ops(True, "cast", "conversion to the result dtype (float->int truncates toward zero)"),

@@ -377,8 +377,23 @@ class IRGen:
 
     def binary(self, opcode: str, a: Value, b: Value, dtype: DType) -> Value:
         shape = broadcast_shapes(shape_of(a.type), shape_of(b.type))
+        if opcode in ("div", "rem") and dtype.is_int:
+            b = self.nonzero_divisor(b)
         a, b = self.coerce(a, shape), self.coerce(b, shape)
         return self.b.value(opcode, [a, b], self.typed(dtype, shape))
+
+    def nonzero_divisor(self, b: Value) -> Value:
+        """Integer divisor `b` with 1 in place of 0, as the language divides (constants.divide).
+
+        PTX's div and rem by 0 give an unspecified value, so the code never
+        divides by 0: not in an element the source divides by 0, nor in one
+        outside the tensor (which reads 0), nor in a thread's padding slot."""
+        if b.owner is not None and getattr(b.owner, "opcode", None) == "const" and b.owner.attrs["value"] != 0:
+            return b
+        shape = shape_of(b.type)
+        zero, one = (self.coerce(self.b.const(x, ScalarType(b.dtype)), shape) for x in (0, 1))
+        is_zero = self.b.value("cmp", [b, zero], self.typed(DType.BOOL, shape), pred="eq")
+        return self.b.value("select", [is_zero, one, b], b.type)
 
     @EXPRESSIONS.on(ast.Unary)
     def expr_unary(self, e: ast.Unary) -> Value:
@@ -555,13 +570,26 @@ class IRGen:
         return self.binary({"maximum": "max", "minimum": "min"}[e.func], a, b, dtype)
 
     @BUILTIN_RULES.on("binary_int")
-    def call_binary_int(self, e: ast.Call) -> Value:  # cdiv(a, b) = (a + b - 1) / b
-        dtype = self.ck.types[e].dtype
+    def call_binary_int(self, e: ast.Call) -> Value:
+        """cdiv(a, b) as constants.ceil_divide computes it: a / b, plus 1 where the remainder is
+        not 0 and has b's sign (for u32: is not 0), so that nothing wraps."""
+        t = self.ck.types[e]
+        dtype = t.dtype
         a, b = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype)
         self.at(e)
-        one = self.b.const(1, ScalarType(dtype))
-        num = self.binary("sub", self.binary("add", a, b, dtype), one, dtype)
-        return self.binary("div", num, b, dtype)
+        shape = shape_of(t)
+        quotient, rest = self.binary("div", a, b, dtype), self.binary("rem", a, b, dtype)
+        zero = self.coerce(self.b.const(0, ScalarType(dtype)), shape)
+        up = self.compare("ne", rest, zero)
+        if dtype.is_signed:
+            same_sign = self.compare("eq", self.compare("lt", rest, zero),
+                                     self.compare("lt", self.coerce(b, shape), zero))
+            up = self.b.value("and", [up, same_sign], up.type)
+        one = self.coerce(self.b.const(1, ScalarType(dtype)), shape)
+        return self.binary("add", quotient, self.b.value("select", [up, one, zero], t), dtype)
+
+    def compare(self, pred: str, a: Value, b: Value) -> Value:
+        return self.b.value("cmp", [a, b], self.typed(DType.BOOL, shape_of(a.type)), pred=pred)
 
     @BUILTIN_RULES.on("where")
     def call_where(self, e: ast.Call) -> Value:

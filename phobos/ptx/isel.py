@@ -553,6 +553,10 @@ def _used_after(ops: list[Op], v: Value, position: int) -> bool:
 
 
 def _for(s: Selector, op: Op) -> None:
+    """The loop runs while iv is below hi (above, for a negative step).  The test after an
+    iteration compares the distance left, |hi - iv|, with |step| as unsigned numbers before
+    stepping: iv + step itself could wrap past the end of the dtype's range (range(2147483640,
+    2147483647, 4) would never end), the distance cannot (iv is on this side of hi)."""
     lo, hi = op.operands[0], op.operands[1]
     step = op.attrs["step"]
     body = op.regions[0]
@@ -561,18 +565,19 @@ def _for(s: Selector, op: Op) -> None:
     s.mov(iv, s.src(lo), lo.dtype)
     _yield_into(s, carried, op.operands[2:])
     t = TYPE_SUFFIX[lo.dtype]
-    exit_cmp, loop_cmp = ("ge", "lt") if step > 0 else ("le", "gt")
     top, end = s.label("loop"), s.label("done")
     done = s.new(DType.BOOL)
-    s.emit(f"setp.{exit_cmp}.{t}", done, iv, s.src(hi))
+    s.emit(f"setp.{'ge' if step > 0 else 'le'}.{t}", done, iv, s.src(hi))
     s.emit("bra.uni", Sym(end), ndefs=0, guard=done)
     s.items.append(Label(top))
     s.prefer_targets(carried, body, after_uses_of=body.args[1:])
     s.block(body.ops[:-1])
     _yield_into(s, carried, body.ops[-1].operands)
+    left = s.new(lo.dtype)
+    s.emit(f"sub.{t}", left, *((s.src(hi), iv) if step > 0 else (iv, s.src(hi))))
     s.emit(f"add.{t}", iv, iv, Imm(step, lo.dtype))
     again = s.new(DType.BOOL)
-    s.emit(f"setp.{loop_cmp}.{t}", again, iv, s.src(hi))
+    s.emit(f"setp.gt.u{lo.dtype.bits}", again, left, Imm(abs(step), lo.dtype))
     s.emit("bra.uni", Sym(top), ndefs=0, guard=again)
     s.items.append(Label(end))
     for r, c in zip(op.results, carried):

@@ -32,16 +32,19 @@
 #               GPU rounds after every fused multiply-add of its chain, so its
 #               f32 result may differ from this one by those roundings.
 #   reductions  sum in the dtype (pairwise order; the GPU's tree order differs);
-#               max/min ignore NaN like fmax; argmax/argmin pick the first of
-#               the best, ignoring NaN (0 when all are NaN).  An axis is kept
-#               with extent 1; no axis gives a scalar.
+#               max/min ignore NaN like fmax and take +0.0 above -0.0;
+#               argmax/argmin pick the first of the best, ignoring NaN (0 when
+#               all are NaN).  An axis is kept with extent 1; no axis gives a
+#               scalar.
 #   math        f32 functions are evaluated in float64 and rounded once (the
 #               GPU's approximations are documented in mathlib.py).
 #   casts       float -> int truncates toward zero and saturates, NaN -> 0
 #               (cvt.rzi); int -> int wraps; to float rounds to nearest even.
-#   faults      integer division or remainder by zero raises ExecutionError at
-#               the statement, even where a `where` would discard the result
-#               (the GPU's value is unspecified there).
+#   division    an integer divisor of 0 counts as 1 (`x / 0 == x`, `x % 0 ==
+#               0`); `cdiv` is the exact quotient rounded up.
+#   faults      an expression that cannot go on raises _Fault; the statement
+#               running it reports an ExecutionError there, noting the
+#               expression (a failing device_assert; no arithmetic faults).
 #   jumps       `break`, `continue` and `return` raise exceptions that their
 #               loop, function call or program instance catches; a device
 #               function runs its checked copy (the checker's `calls`) on
@@ -129,24 +132,9 @@ def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | Non
     return lambda f: np.broadcast_to(fn(f), want)
 
 
-def _operation(opcode: str, attrs: dict, loc: Loc):
-    """The numpy function of an operation, as `phobos.constants` defines it; an integer
-    division by zero is a fault at `loc`."""
-    fn = constants.operation(opcode, attrs)
-    if opcode not in ("div", "rem"):
-        return fn
-
-    def divide(a, b):
-        try:
-            return fn(a, b)
-        except ZeroDivisionError as err:
-            raise _Fault(str(err), loc) from None
-    return divide
-
-
-def _binary_function(op: str, loc: Loc):
-    """The numpy function of the source operator `a op b`."""
-    return _operation(*constants.OPERATORS[op], loc)
+def _binary_function(op: str):
+    """The numpy function of the source operator `a op b`, as `phobos.constants` defines it."""
+    return constants.operation(*constants.OPERATORS[op])
 
 
 def _via_f64(fn):
@@ -176,9 +164,9 @@ def _reducer(kind: str, axis: int | None):
     keep = axis is not None
     if kind == "sum":
         return lambda x: np.sum(x, axis=axis, keepdims=keep, dtype=x.dtype)
-    best = np.fmax if kind in ("max", "argmax") else np.fmin
     if kind in ("max", "min"):
-        return lambda x: best.reduce(x, axis=axis, keepdims=keep)
+        return lambda x: constants.reduce_extreme(kind, x, axis, keep)
+    best = np.fmax if kind == "argmax" else np.fmin
 
     def arg(x):  # the first element equal to the NaN-ignoring best
         hit = x == best.reduce(x, axis=axis, keepdims=True)
@@ -332,7 +320,7 @@ class _Compiler:
             return _broadcast(self.expr(s.value, dtype), shape_of(self.ck.types[s.value]), shape_of(target_t))
         if s.op == "+=" and self.fusable_dot(s.value, target_t):
             return self.fused_dot(old, s.value)
-        fn, value = _binary_function(s.op[:-1], s.loc), self.expr(s.value, dtype)
+        fn, value = _binary_function(s.op[:-1]), self.expr(s.value, dtype)
         return lambda f: fn(old(f), value(f))
 
     @STATEMENTS.on(ast.ExprStmt)
@@ -570,7 +558,7 @@ class _Compiler:
             for dot, other in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
                 if self.fusable_dot(dot, self.ck.types[e]):
                     return self.fused_dot(self.expr(other, dtype), dot)
-        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, e.loc)
+        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op)
         return lambda f: fn(a(f), b(f))
 
     @EXPRESSIONS.on(ast.Index)
@@ -673,15 +661,10 @@ class _Compiler:
         return lambda f: fn(a(f), b(f))
 
     @BUILTIN_RULES.on("binary_int")
-    def call_binary_int(self, e: ast.Call) -> Fn:  # cdiv(a, b) = (a + b - 1) / b
+    def call_binary_int(self, e: ast.Call) -> Fn:  # cdiv
         dtype = self.ck.types[e].dtype
-        a, b, one = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), NP[dtype](1)
-        div = _operation("div", {}, e.loc)
-
-        def run(f):
-            y = b(f)
-            return div(a(f) + y - one, y)
-        return run
+        a, b, fn = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), constants.operation(e.func, {})
+        return lambda f: fn(a(f), b(f))
 
     @BUILTIN_RULES.on("where")
     def call_where(self, e: ast.Call) -> Fn:
