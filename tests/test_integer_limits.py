@@ -73,6 +73,47 @@ def test_a_loop_near_the_end_of_its_range_runs_exactly_its_iterations(mode, dtyp
     assert list(out) == [len(expected), *ends]
 
 
+def stepped_loop(dtype: str, exit_early: bool) -> str:
+    """A loop whose step is a run-time value, or that a `break` can leave: both become a `while`."""
+    leave = "if i == hi { break }" if exit_early else ""
+    return f"""kernel k(out: tensor<i64>[3], lo: {dtype}, hi: {dtype}, st: {dtype}) {{
+        var n = 0
+        var first = i64(-1)
+        var last = i64(-1)
+        for i in range(lo, hi, st) {{
+            {leave}
+            if n == 0 {{
+                first = i64(i)
+            }}
+            n += 1
+            last = i64(i)
+        }}
+        out[0] = i64(n)
+        out[1] = first
+        out[2] = last
+    }}"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("exit_early", [False, True], ids=["runtime-step", "break"])
+@pytest.mark.parametrize("dtype, lo, hi, step", [
+    ("i32", I32_MAX - 7, I32_MAX, 4),
+    ("i32", -2**31 + 7, -2**31, -3),
+    ("i32", -2**31, I32_MAX, I32_MAX),  # the distance to the end is wider than i32
+    ("i32", 0, 10, 0),  # a zero step runs no iteration
+    ("i32", 5, 0, -2),
+    ("u32", 2**32 - 6, 2**32 - 1, 4),
+    ("i64", I64_MAX - 7, I64_MAX, 4),
+    ("i64", -2**63 + 7, -2**63, -4),
+])
+def test_a_while_shaped_loop_near_the_end_of_its_range_runs_exactly_its_iterations(
+        mode, exit_early, dtype, lo, hi, step, few_steps):
+    expected = list(range(lo, hi, step)) if step else []
+    out = np.zeros(3, np.int64)
+    phobos.kernel(stepped_loop(dtype, exit_early), mode=mode)(out, lo, hi, step)
+    assert list(out) == [len(expected), *([expected[0], expected[-1]] if expected else [-1, -1])]
+
+
 @pytest.mark.skipif(PTXAS is None, reason="ptxas is not installed")
 @pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
 @pytest.mark.parametrize("dtype, step", [("i32", 4), ("i32", -4), ("u32", 3), ("i64", -7)])

@@ -303,9 +303,7 @@ class IRGen:
         self.env[loop.continued] = self.false()
         self.block(s.body)
         self.b.loc = s.loc
-        nxt = []
-        if iv is not None:
-            nxt = [self.binary("add", iv, step if isinstance(step, Value) else self.b.const(step, iv.type), iv.dtype)]
+        nxt = [self.next_in_range(iv, hi, step)] if iv is not None else []
         self.b.op("yield", nxt + [self.env[c] for c in carried], [])
         self.b, self.env = outer_builder, outer_env
         results = op.results[1:] if iv_sym is not None else op.results
@@ -327,6 +325,32 @@ class IRGen:
         self.b.op("yield", [condition()], [])
         self.b = outer
         return op.result
+
+    def next_in_range(self, i: Value, hi: Value, step) -> Value:
+        """The loop variable after `i`: `i + step` while that stays short of `hi`, else `hi` itself
+        (which ends the loop), so the variable never wraps past the end of its dtype's range.
+
+        `i` is inside the range here, so the distance to `hi` (`hi - i` counting up, `i - hi`
+        counting down) fits the dtype's width as an unsigned number, and so does the step's
+        magnitude; stepping is safe exactly when the distance is the larger, compared unsigned.
+        """
+        t = i.type
+        step_v = step if isinstance(step, Value) else self.b.const(step, t)
+        bool_t = ScalarType(DType.BOOL)
+        up_distance, down_distance = self.b.value("sub", [hi, i], t), self.b.value("sub", [i, hi], t)
+        magnitude_down = self.b.value("sub", [self.b.const(0, t), step_v], t)
+        if isinstance(step, Value):
+            up = self.b.value("cmp", [step, self.b.const(0, t)], bool_t, pred="gt")
+            distance = self.b.value("select", [up, up_distance, down_distance], t)
+            magnitude = self.b.value("select", [up, step_v, magnitude_down], t)
+        else:
+            distance, magnitude = (up_distance, step_v) if step > 0 else (down_distance, magnitude_down)
+        if t.dtype != DType.U32:  # unsigned order of signed numbers: flip the sign bits, compare signed
+            sign = self.b.const(-(1 << (t.dtype.bits - 1)), t)
+            distance = self.b.value("xor", [distance, sign], t)
+            magnitude = self.b.value("xor", [magnitude, sign], t)
+        take = self.b.value("cmp", [distance, magnitude], bool_t, pred="gt")
+        return self.b.value("select", [take, self.binary("add", i, step_v, i.dtype), hi], t)
 
     def in_range(self, i: Value, hi: Value, step) -> Value:
         """`i` has not passed `hi` going by `step` (a constant, or a value whose sign is tested)."""
