@@ -3,8 +3,10 @@
     python benchmarks/bench_call_overhead.py [--calls 20000] [--out bench_results]
 
 What a call costs in Python before the driver takes over, piece by piece, and
-the whole prepared call (phobos.launch.fastpath) on device tensors - beside
-what the full binding alone costs, which the prepared call skips - with the
+the whole prepared call (phobos.launch.fastpath) on device tensors: the
+direct call of the most recent signature ("whole call"), the probing path
+that any other prepared signature takes (probe, key lookup, FastCall), and
+what the full binding alone costs, which both skip - with the
 driver replaced by a C function that does nothing (built here with the C
 compiler; a Python function where there is none) but takes cuLaunchKernel's
 eleven arguments through ctypes exactly as libcuda's does.  The tensors are
@@ -156,19 +158,24 @@ def main() -> None:
         locate = add._kernel._locate
         probe_us = per_call_us(lambda: fastpath.probe(values, locate), args.calls)
         call_us = per_call_us(lambda: add(a, b, c), args.calls)
+        kernel, variant = add._kernel, add._variant
+        probing_us = per_call_us(lambda: kernel.call(variant, values, {}), args.calls)
         info = add._kernel.info
         bind_us = per_call_us(lambda: binding.bind("add", info.params, info.size_names, values, {}), args.calls // 4)
-        rows.append({"arguments": label, "probe_us": probe_us, "call_us": call_us, "full_binding_us": bind_us})
+        rows.append({"arguments": label, "probe_us": probe_us, "call_us": call_us, "probing_call_us": probing_us,
+                     "full_binding_us": bind_us})
     queued = next(iter(add._kernel._variants.values())).fast
-    prepared = next(iter(queued.values()))
+    prepared = next(iter(queued.values())).calls[False]
     pack_us = per_call_us(lambda: prepared.queue(0, [1, 2, 3, n]), args.calls)
     handle = ctypes.c_void_p(0x1234)
     launch_us = per_call_us(lambda: launch_kernel(handle, 1, 1, 1, 1, 1, 1, 0, ctypes.c_void_p(0), None, None),
                             args.calls)
     print(f"examples/add.phobos, N = 2^24, launch replaced by a no-op {launch_kind} function\n")
-    print(f"{'arguments':>20}  {'probe µs':>9}  {'whole call µs':>13}  {'full binding alone µs':>21}")
+    print(f"{'arguments':>20}  {'whole call µs':>13}  {'probing path µs':>15}  {'probe µs':>9}  "
+          f"{'full binding alone µs':>21}")
     for row in rows:
-        print(f"{row['arguments']:>20}  {row['probe_us']:9.2f}  {row['call_us']:13.2f}  {row['full_binding_us']:21.2f}")
+        print(f"{row['arguments']:>20}  {row['call_us']:13.2f}  {row['probing_call_us']:15.2f}  "
+              f"{row['probe_us']:9.2f}  {row['full_binding_us']:21.2f}")
     print(f"\npack + queue (QueuedKernel): {pack_us:.2f} µs; the bare no-op ctypes launch: {launch_us:.2f} µs")
     meta = {"launch": launch_kind, "pack_and_queue_us": pack_us, "bare_launch_us": launch_us}
     print(f"wrote {save('call_overhead', rows, meta, args.out, cpu_name())}")

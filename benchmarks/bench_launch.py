@@ -16,7 +16,9 @@ examples/sgemm.phobos at 4096^3 on torch tensors (compiling and tuning every
 configuration; the target is 5 s), the same with PHOBOS_AUTOTUNE=0 (one
 configuration), and Triton's first call of a one-configuration fp32 matmul
 (`tl.dot` with input_precision="ieee") in a fresh process with an empty
-TRITON_CACHE_DIR; each is timed from the call to the end of its kernel.
+TRITON_CACHE_DIR; each is timed from the call to the end of its kernel.  Each
+runs as a script file of its own (Triton's @jit reads its function's source
+file).
 Prints tables, writes JSON and a plot.
 """
 from __future__ import annotations
@@ -158,10 +160,16 @@ print(json.dumps({"first_call_s": first, "setup_s": ready - start, "ok": ok, "co
 
 
 def fresh_process(script: str, args: list[str], env: dict[str, str]) -> dict:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, cwd=ROOT, timeout=900)
+    """Run `script` as a file in a fresh interpreter (Triton reads its kernels' source from their file, so
+    `python -c` will not do); the JSON its last line prints, or the error it ended with."""
+    with tempfile.TemporaryDirectory(prefix="bench-launch-") as tmp:
+        path = Path(tmp) / "first_call.py"
+        path.write_text(textwrap.dedent(script))
+        done = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
+                              env={**os.environ, **env}, cwd=ROOT, timeout=900)
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}
+        lines = done.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit status {done.returncode}", "stderr_tail": lines[-20:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

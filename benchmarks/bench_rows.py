@@ -71,7 +71,7 @@ def main() -> None:
         ref = torch.softmax(x.double(), dim=1)
         assert (y.double() - ref).abs().max().item() < 1e-6, "softmax is wrong"
         nbytes = 2 * x.numel() * 4
-        row = {"kernel": f"softmax {m}x{n}",
+        row = {"kernel": f"softmax {m}x{n}", "reference": "torch.softmax",
                "call_phobos_gbs": nbytes / call_ms(lambda: fn(x, y), repeat=args.repeat) / 1e6,
                "call_torch_gbs": nbytes / call_ms(lambda: torch.softmax(x, 1), repeat=args.repeat) / 1e6,
                "phobos_gbs": nbytes / time_phobos(fn, {"x": x, "y": y}, fn.grid, args.repeat) / 1e6,
@@ -92,7 +92,7 @@ def main() -> None:
         ref = torch.nn.functional.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
         assert (y.double() - ref).abs().max().item() < 1e-4, "layer norm is wrong"
         nbytes = 2 * x.numel() * 4
-        rows.append({"kernel": f"layernorm {m}x{n}",
+        rows.append({"kernel": f"layernorm {m}x{n}", "reference": "torch layer_norm",
                      "call_phobos_gbs": nbytes / call_ms(lambda: fn(x, w, b, y, eps=1e-5), repeat=args.repeat) / 1e6,
                      "call_torch_gbs": nbytes / call_ms(lambda: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5),
                                                         repeat=args.repeat) / 1e6,
@@ -108,7 +108,7 @@ def main() -> None:
     fn = vector_sum[grid]
     fn(x, total)
     assert abs(total.item() - x.double().sum().item()) < 1e-3 * math.sqrt(n), "sum is wrong"
-    rows.append({"kernel": "sum 2^26",
+    rows.append({"kernel": "sum 2^26", "reference": "torch.sum",
                  "call_phobos_gbs": 4 * n / call_ms(lambda: fn(x, total), repeat=args.repeat) / 1e6,
                  "call_torch_gbs": 4 * n / call_ms(lambda: torch.sum(x), repeat=args.repeat) / 1e6,
                  "phobos_gbs": 4 * n / time_phobos(fn, {"x": x, "total": total}, fn.grid,
@@ -132,7 +132,7 @@ def main() -> None:
                                                                         is_causal=True)
         th = gpu_ms(sdpa, repeat=args.repeat)
         th_call = call_ms(sdpa, repeat=args.repeat)
-    rows.append({"kernel": f"attention {length}x{head}", "call_phobos_gbs": flops / ph_call / 1e9,
+    rows.append({"kernel": f"attention {length}x{head}", "reference": "torch SDPA (math)", "call_phobos_gbs": flops / ph_call / 1e9,
                  "call_torch_gbs": flops / th_call / 1e9, "phobos_gbs": flops / ph / 1e9, "torch_gbs": flops / th / 1e9,
                  "config": attention.config, "unit": "TFLOP/s"})
 

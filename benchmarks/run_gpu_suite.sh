@@ -11,7 +11,13 @@
 #      DLPack, faults reported at the next synchronising call, the cubin loaded
 #      after tuning; the second-device test skips on one GPU;
 #      test_launcher_gpu.py and test_runtime_gpu.py: the documented call and
-#      the runtime as before).  `python -m pytest -m gpu` runs every GPU test.
+#      the runtime as before; in-place calls without read-only-cache loads).
+#      Then the huge ones (tests/test_huge_tensors_gpu.py, 8 to 11 GB tensors),
+#      each in a child process whose exit signal, output, peak RSS and kernel
+#      log are in the failure message: past 2^31 elements the example add is
+#      refused (its i32 block start would wrap), an add with an i64 start runs
+#      exactly, softmax over [40000, 65536] matches torch.
+#      `python -m pytest -m gpu` runs every GPU test (the huge ones last).
 #   2. bench_launch.py: µs per call, Phobos add(a, b, c) on torch tensors at most
 #      15 (aim 8.5) beside torch.add (~9) and Triton (~16-23); the cold first
 #      call of sgemm 4096^3 in a fresh process at most 5 s, beside Triton's.
@@ -21,15 +27,19 @@
 #      ratio close to the kernel ratio (the call adds only host time).
 #   5. bench_rows.py: softmax / layer norm / sum / attention through the call.
 # Each benchmark prints a table and writes JSON (and a PNG where matplotlib
-# is installed) under OUT_DIR.
+# is installed) under OUT_DIR; readme_tables.py prints README's Performance
+# tables from that JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-bench_results}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false   # JAX shares the GPU with torch in the tests
 
-python -m pytest -m gpu -q -rs tests/test_call_path_gpu.py tests/test_launcher_gpu.py tests/test_runtime_gpu.py
+python -m pytest -q -rs -m "gpu and not huge" tests/test_call_path_gpu.py tests/test_index_width.py \
+    tests/test_launcher_gpu.py tests/test_runtime_gpu.py
+python -m pytest -q -rs -m huge tests/test_huge_tensors_gpu.py   # each test's work in a child process
 python benchmarks/bench_launch.py --out "$OUT"
 python benchmarks/bench_add.py --out "$OUT"
 python benchmarks/bench_sgemm.py --out "$OUT"
 python benchmarks/bench_rows.py --out "$OUT"
+python benchmarks/readme_tables.py "$OUT"   # README's Performance tables, in Markdown

@@ -1,7 +1,8 @@
 # The command line: `python -m phobos check|compile|cache ...` (also installed as `phobos`).
 #
 #   check FILE...                       every error of every kernel and configuration
-#   compile FILE [-D NAME=VALUE]... [--kernel K] [--arch sm_90] [--index-bits 64] [-o out.ptx]
+#   compile FILE [-D NAME=VALUE]... [--kernel K] [--arch sm_90] [--index-bits 64] [--no-read-only-cache]
+#           [-o out.ptx]
 #           [--dump-ast | --dump-ir | --dump-thread-ir | --dump-after=PASS]
 #   cache info | cache clear            where the disk cache is, what it holds; empty it
 #   --version
@@ -83,7 +84,7 @@ def cmd_compile(args) -> int:
                 _warning(f"{name}={value} is not among the values @autotune lists for kernel '{node.name}' "
                          f"({', '.join(map(str, space[name]))}); compiling with {name}={value} as given")
         kernel = compile_kernel(node, arch=args.arch, config=config or None, dumps=dumps,
-                                index_bits=args.index_bits)
+                                index_bits=args.index_bits, read_only_cache=args.read_only_cache)
     except PhobosError as err:
         print(err, file=sys.stderr)
         return 1
@@ -129,6 +130,8 @@ def _main(argv: list[str] | None) -> int:
     comp.add_argument("--arch", default="sm_90", choices=sorted(TARGETS))
     comp.add_argument("--index-bits", type=int, default=32, choices=INDEX_WIDTHS,
                       help="width of tensor dims and element indices (64: dims of 2^31 or more)")
+    comp.add_argument("--no-read-only-cache", dest="read_only_cache", action="store_false",
+                      help="load no tensor with ld.global.nc (the code for calls whose tensors overlap)")
     comp.add_argument("-o", "--output", metavar="OUT.ptx", help="write the PTX here (default: stdout)")
     comp.add_argument("--dump-ast", action="store_true", help="print the AST")
     comp.add_argument("--dump-ir", action="store_true", help="print the tile-level IR before the passes")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import __version__
@@ -27,6 +27,7 @@ from .log import Progress
 from .frontend import ast
 from .errors import ErrorList, Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
 from .middle.ir import KernelParam, Op, format_function, verify, walk
+from .middle.index_reach import IndexReach, index_reach
 from .middle.irgen import generate, kernel_signature
 from .lower.driver import lower
 from .lower.mathlib import expand_math
@@ -91,6 +92,21 @@ class Dumps:
     texts: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CodeOptions:
+    """What a call's arguments decide about a kernel's code besides its configuration (compile_kernel's
+    keywords): 64-bit indices for tensors past what i32 indexes, no read-only-cache loads where a tensor
+    the kernel only reads overlaps one it writes."""
+
+    index_bits: int = 32
+    read_only_cache: bool = True
+
+    def keywords(self) -> dict[str, Any]:
+        """compile_kernel's keywords for these options: those that differ from the defaults (so the cache
+        keys of default code stay what they were)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
+
+
 @dataclass
 class CompiledKernel:
     ptx: str
@@ -105,6 +121,7 @@ class CompiledKernel:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     notes: list[str] = field(default_factory=list)  # the code chosen where it matters (tensor cores or not)
     index_bits: int = 32  # width of tensor dims and size parameters (compile_kernel)
+    read_only_cache: bool = True  # tensors the kernel only reads are loaded with ld.global.nc (compile_kernel)
 
     @property
     def config_text(self) -> str:
@@ -128,7 +145,9 @@ class KernelInfo:
     the interpreter runs), `axes_used` (the grid axes whose program_id or
     num_programs the kernel reads) and `grid_hint` (per axis, (size, tile) when
     a store is indexed `program_id(d) * tile :+ tile` along that size), each
-    computed once.  `kernel` is what compile_kernel takes.
+    computed once, and `index_reach` (the 32-bit values its indices are computed
+    from, which a launch with 64-bit indices checks).  `kernel` is what
+    compile_kernel takes.
     """
 
     name: str
@@ -157,6 +176,11 @@ class KernelInfo:
     def grid_hint(self, config: dict[str, int]) -> GridHint:
         """The grid hint from the tile IR, without compiling (CompiledKernel.grid_hint says the same)."""
         return self._remember("hint", config, lambda: grid_hints(generate(self.checked(config))))
+
+    def index_reach(self, config: dict[str, int]) -> IndexReach:
+        """What the kernel computes its indices from in 32 bits (phobos.middle.index_reach): a launch with
+        64-bit indices asks it whether they wrap over its grid."""
+        return self._remember("reach", config, lambda: index_reach(generate(self.checked(config))))
 
     def _remember(self, what: str, config: dict[str, int], make: Any) -> Any:
         key = (what, tuple(config.items()))
@@ -201,16 +225,18 @@ def target(arch: str) -> Target:
 
 
 def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None, kernel: str | None = None,
-            filename: str = "<source>", dumps: Dumps | None = None, index_bits: int = 32) -> CompiledKernel:
+            filename: str = "<source>", dumps: Dumps | None = None, index_bits: int = 32,
+            read_only_cache: bool = True) -> CompiledKernel:
     """Compile one kernel of `src` for one autotune configuration (first values when None)."""
     program = parse_source(src, filename)
     return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps,
-                          index_bits=index_bits)
+                          index_bits=index_bits, read_only_cache=read_only_cache)
 
 
 def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int] | None = None,
                    dumps: Dumps | None = None, verify_each: bool = False,
-                   allocate_registers: bool = True, index_bits: int = 32) -> CompiledKernel:
+                   allocate_registers: bool = True, index_bits: int = 32,
+                   read_only_cache: bool = True) -> CompiledKernel:
     """Compile one parsed kernel; `verify_each` checks the IR after every pass,
     `allocate_registers=False` keeps one PTX register per value (for comparison).
 
@@ -218,13 +244,16 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
     in the PTX and of element coordinates.  32 serves every tensor whose dims
     are below 2^31 (addresses are 64-bit either way); 64 serves any.  The
     size names a kernel reads stay the language's i32 (the parameter's low
-    half), exact while the size fits.
+    half), exact while the size fits.  `read_only_cache` False loads every
+    tensor with plain ld.global: for calls where a tensor the kernel only reads
+    overlaps one it writes (an in-place call, `add(x, y, x)`), which the
+    read-only cache of ld.global.nc must not see (the PTX leaves it undefined).
     """
     tgt = target(arch)
     if index_bits not in INDEX_WIDTHS:
         raise PhobosError(f"index_bits must be 32 or 64, got {index_bits!r}")
     try:
-        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers, index_bits)
+        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers, index_bits, read_only_cache)
     except PhobosError as err:
         resolved = resolve_config(k, config) if not isinstance(err, SemanticError) or config else {}
         if resolved:
@@ -238,7 +267,7 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
 
 
 def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool,
-              allocate_registers: bool, index_bits: int) -> CompiledKernel:
+              allocate_registers: bool, index_bits: int, read_only_cache: bool) -> CompiledKernel:
     times: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -261,7 +290,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     after = dumps.after if dumps is not None else None
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
-    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits, tgt.tensor_cores, tgt.wgmma)
+    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits, read_only_cache, tgt.tensor_cores, tgt.wgmma)
     expand_math(thread)
     if verify_each:
         verify(thread, thread_level=True)
@@ -279,7 +308,8 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
         header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
                         + (f", configuration {config_text(ck.config)}" if ck.config else "")
-                        + (f", {index_bits}-bit indices" if index_bits != 32 else ""),
+                        + (f", {index_bits}-bit indices" if index_bits != 32 else "")
+                        + (", no read-only cache loads" if not read_only_cache else ""),
                         f"{thread.attrs['threads']} threads per CTA, {thread.attrs['shared_bytes']} bytes of "
                         f"shared memory, peak register pressure {alloc.peak_pressure}",
                         *thread.attrs["notes"]])
@@ -290,7 +320,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(func.attrs["params"]), arch=tgt.arch,
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
         registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times,
-        notes=list(thread.attrs["notes"]), index_bits=index_bits)
+        notes=list(thread.attrs["notes"]), index_bits=index_bits, read_only_cache=read_only_cache)
 
 
 def grid_hints(func) -> GridHint:
@@ -298,7 +328,7 @@ def grid_hints(func) -> GridHint:
     hints: list[tuple[str, int] | None] = [None, None, None]
     params = func.attrs["params"]
     for op in walk(func.body):
-        if op.opcode not in ("store", "atomic_add"):
+        if op.opcode != "store":
             continue
         tensor = op.operands[0]
         dims = params[tensor.owner.attrs["index"]].dims
@@ -310,22 +340,32 @@ def grid_hints(func) -> GridHint:
 
 
 def _program_id_times(v, size) -> int | None:
-    """The axis d when `v` is program_id(d) * size, or program_id(d) as a single index (size None or 1)."""
+    """The axis d when `v` is program_id(d) * size, or program_id(d) as a single index (size None or 1);
+    program_id(d) may be widened first (`i64(program_id(0)) * i64(BLOCK)`, for tensors past 2^31 elements)."""
     op = v.owner
     if not isinstance(op, Op):  # a block argument: a loop variable, say
         return None
-    if op.opcode == "program_id" and size in (None, 1):
-        return op.attrs["axis"]
+    if _program_id_axis(v) is not None and size in (None, 1):
+        return _program_id_axis(v)
     if size is None:
         return None
     if op.opcode != "mul":
         return None
-    a, b = (x.owner for x in op.operands)
+    a, b = op.operands
     for pid, c in ((a, b), (b, a)):
-        if getattr(pid, "opcode", None) == "program_id" and getattr(c, "opcode", None) == "const" \
-                and c.attrs["value"] == size:
-            return pid.attrs["axis"]
+        if _program_id_axis(pid) is not None and getattr(c.owner, "opcode", None) == "const" \
+                and c.owner.attrs["value"] == size:
+            return _program_id_axis(pid)
     return None
+
+
+def _program_id_axis(v) -> int | None:
+    """d when `v` is program_id(d), or program_id(d) cast to a wider integer type."""
+    op = v.owner
+    if getattr(op, "opcode", None) == "cast" and op.operands[0].dtype.bits <= v.dtype.bits \
+            and v.dtype.is_int:
+        op = op.operands[0].owner
+    return op.attrs["axis"] if getattr(op, "opcode", None) == "program_id" else None
 
 
 def compile_to_ptx(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None,

@@ -8,14 +8,21 @@
 # the interpreter applies them to whole tiles, `evaluate` to one constant.
 #
 #   integers   two's complement, wrapping on overflow; `div` truncates toward
-#              zero and `rem` takes the dividend's sign (C).  An integer zero
-#              divisor has no value: `divide` raises ZeroDivisionError (the
-#              interpreter faults, the checker reports it, folding leaves the
-#              op to run).
+#              zero and `rem` takes the dividend's sign (C).  A zero divisor
+#              counts as 1 (`x / 0 == x`, `x % 0 == 0`, as in WGSL), so every
+#              division has a value and none faults; the compiled code
+#              substitutes the divisor the same way (irgen.nonzero_divisor).
+#              `ceil_divide` (cdiv) is the quotient rounded up, exactly.
+#   bits       `& | ^ ~` on the bits; `<<` and `>>` (arithmetic for signed
+#              integers) by an amount read as unsigned, and an amount of the
+#              width or more shifts every bit out (0, or copies of the sign for
+#              a signed `>>`), as PTX's shl/shr do; `mulhi` is the high half of
+#              the full product.
 #   floats     IEEE, rounded to nearest even once per operation in the
 #              operands' dtype (an f32 operation is never computed in double);
 #              comparisons with NaN are false except `ne`; `min`/`max` ignore
-#              NaN (fmin/fmax).
+#              NaN (fmin/fmax) and order -0.0 below +0.0, as PTX's min and max
+#              do, so their result does not depend on the operands' order.
 #   casts      int -> int keeps the low bits; float -> int truncates toward
 #              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi);
 #              to a float rounds to nearest even; to bool is `!= 0`.  To f16
@@ -46,11 +53,12 @@ NUMPY.update({DType.F16: np.dtype(np.float32), DType.BF16: np.dtype(np.float32)}
 # The language's binary operators as IR operations: opcode and attributes.
 OPERATORS: dict[str, tuple[str, dict]] = {
     "+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}), "%": ("rem", {}),
-    "&&": ("and", {}), "||": ("or", {}),
+    "&&": ("and", {}), "||": ("or", {}), "&": ("and", {}), "|": ("or", {}), "^": ("xor", {}),
+    "<<": ("shl", {}), ">>": ("shr", {}),
     **{op: ("cmp", {"pred": pred}) for op, pred in
        (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
 }
-UNARY_OPERATORS = {"-": "neg", "!": "not"}
+UNARY_OPERATORS = {"-": "neg", "!": "not", "~": "not"}
 
 # Binary floating-point formats: (bits of precision, largest exponent).
 _FLOAT_FORMATS = {DType.F16: (11, 15), DType.BF16: (8, 127), DType.F32: (24, 127), DType.F64: (53, 1023)}
@@ -102,12 +110,16 @@ def range_text(dtype: DType) -> str:
 
 
 # ------------------------------------------------------------------ operations on arrays
+def nonzero_divisor(b):
+    """The divisor an integer division uses: `b`, with 1 in place of 0."""
+    return np.where(b == 0, b.dtype.type(1), b)
+
+
 def divide(a, b):
-    """`a / b`: IEEE for floats; for integers truncating toward zero (C), ZeroDivisionError for b == 0."""
+    """`a / b`: IEEE for floats; for integers truncating toward zero (C), a zero divisor counting as 1."""
     if a.dtype.kind == "f":
         return a / b
-    if not np.all(b):
-        raise ZeroDivisionError("integer division by zero")
+    b = nonzero_divisor(b)
     q = a // b
     if a.dtype.kind == "i":  # floor -> truncation: one more where inexact and the signs differ
         q = q + ((q * b != a) & ((a < 0) != (b < 0)))
@@ -115,8 +127,78 @@ def divide(a, b):
 
 
 def remainder(a, b):
-    """`a % b` of integers: a - (a / b) * b, with the dividend's sign; ZeroDivisionError for b == 0."""
-    return a - divide(a, b) * b
+    """`a % b` of integers: a - (a / b) * b, with the dividend's sign (0 for a zero divisor)."""
+    return a - divide(a, b) * nonzero_divisor(b)
+
+
+def ceil_divide(a, b):
+    """cdiv(a, b) of integers: the exact quotient rounded up (a zero divisor counting as 1).
+
+    The truncated quotient, plus one where the remainder is not zero and has the
+    divisor's sign (the exact quotient is then positive and was rounded down); no
+    intermediate value can wrap, unlike `(a + b - 1) / b`."""
+    r = remainder(a, b)
+    up = (r != 0) & ((r < 0) == (b < 0)) if a.dtype.kind == "i" else r != 0
+    return divide(a, b) + up.astype(a.dtype)
+
+
+def _ordered_extreme(fn, keep_sign):
+    """fmax/fmin with -0.0 below +0.0: of two equal operands, the one whose sign bit `keep_sign` accepts."""
+    def extreme(a, b):
+        out = fn(a, b)
+        if out.dtype.kind != "f":
+            return out
+        return np.where(a == b, np.where(keep_sign(np.signbit(a)), a, b), out)[()]
+    return extreme
+
+
+maximum = _ordered_extreme(np.fmax, np.logical_not)
+minimum = _ordered_extreme(np.fmin, np.asarray)
+
+
+def reduce_extreme(opcode: str, x, axis, keepdims: bool):
+    """The `max` or `min` of the elements of `x` along `axis` (None: all), as `maximum`/`minimum`
+    would combine them in any order: NaN ignored, -0.0 below +0.0."""
+    fn = np.fmax if opcode == "max" else np.fmin
+    out = fn.reduce(x, axis=axis, keepdims=keepdims)
+    if x.dtype.kind != "f":
+        return out
+    # fmax/fmin keep either zero; the result is +0.0 (max) / -0.0 (min) when one is there
+    wanted = (x == 0) & (np.signbit(x) == (opcode == "min"))
+    zero = np.copysign(x.dtype.type(0), x.dtype.type(-1 if opcode == "min" else 1))
+    return np.where((out == 0) & np.any(wanted, axis=axis, keepdims=keepdims), zero, out)[()]
+
+
+def _shift(left: bool):
+    def shift(a, b):
+        a = np.asarray(a)
+        bits = a.dtype.itemsize * 8
+        amount = np.asarray(b).astype(np.int64).astype(np.uint64) if np.asarray(b).dtype.kind == "i" \
+            else np.asarray(b).astype(np.uint64)
+        out = amount >= bits
+        k = np.where(out, 0, amount).astype(a.dtype)
+        if left:
+            return np.where(out, a.dtype.type(0), a << k)[()].astype(a.dtype)
+        beyond = np.where(a < 0, a.dtype.type(-1), a.dtype.type(0)) if a.dtype.kind == "i" else a.dtype.type(0)
+        return np.where(out, beyond, a >> k)[()].astype(a.dtype)
+    return shift
+
+
+def multiply_high(a, b):
+    """The high half of the full product of two integers of one dtype (32 or 64 bits)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.itemsize == 8:  # 64 x 64 bits: four 32-bit partial products, as mul.hi.s64 does
+        ua, ub = a.view(np.uint64), b.view(np.uint64)
+        m32, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+        alo, ahi, blo, bhi = ua & m32, ua >> s32, ub & m32, ub >> s32
+        lh, hl = alo * bhi, ahi * blo
+        mid = ((alo * blo) >> s32) + (lh & m32) + (hl & m32)
+        hi = ahi * bhi + (lh >> s32) + (hl >> s32) + (mid >> s32)
+        if a.dtype.kind == "i":
+            hi = hi - np.where(a < 0, ub, np.uint64(0)) - np.where(b < 0, ua, np.uint64(0))
+        return hi.view(a.dtype)[()]
+    wide = np.int64 if a.dtype.kind == "i" else np.uint64
+    return ((a.astype(wide) * b.astype(wide)) >> wide(32)).astype(a.dtype)[()]
 
 
 COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
@@ -125,9 +207,12 @@ COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np
 # opcode -> function of the operand arrays (all of one dtype) -> the result array
 OPERATIONS: dict[str, Callable] = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": divide, "rem": remainder,
-    "min": np.fmin, "max": np.fmax,
+    "min": minimum, "max": maximum,
+    "cdiv": ceil_divide,  # the builtin (irgen writes it as div, rem and select)
     "and": operator.and_, "or": operator.or_, "xor": operator.xor,
+    "shl": _shift(True), "shr": _shift(False), "mulhi": multiply_high,
     "neg": operator.neg, "not": operator.invert, "abs": np.abs,
+    "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
     "select": np.where,
 }
 
@@ -215,24 +300,22 @@ def _converted(value: Constant, source: DType, dtype: DType) -> Constant:
 
 def evaluate(opcode: str, attrs: dict, operands: list[Constant], dtypes: list[DType], result: DType
              ) -> Constant | None:
-    """The value of `opcode` on constant operands of `dtypes`, in `result`'s dtype; None when
-    it has no exact value here (an integer division by zero, an opcode not defined here)."""
+    """The value of `opcode` on constant operands of `dtypes`, in `result`'s dtype; None for an
+    opcode whose value is not defined here."""
     if opcode == "cast":
         return _converted(operands[0], dtypes[0], result)
     fn = operation(opcode, attrs)
     if fn is None:
         return None
     arrays = [_array(v, d) for v, d in zip(operands, dtypes)]
-    try:
-        with np.errstate(all="ignore"):
-            out = fn(*arrays)
-    except ZeroDivisionError:
-        return None
+    with np.errstate(all="ignore"):
+        out = fn(*arrays)
     return _constant(np.asarray(out).astype(NUMPY[result]))
 
 
 _EXACT: dict[str, Callable] = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
-                               "and": operator.and_, "or": operator.or_}
+                               "and": operator.and_, "or": operator.or_, "xor": operator.xor,
+                               "shl": operator.lshift, "shr": operator.rshift}
 _EXACT_COMPARE: dict[str, Callable] = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt,
                                        "le": operator.le, "gt": operator.gt, "ge": operator.ge}
 

@@ -142,7 +142,18 @@ class TensorType:
         return f"tensor<{self.dtype}>[{', '.join(map(str, self.dims))}]"
 
 
+@dataclass(frozen=True)
+class TupleType:
+    """Several values at once: what a device function returns (`()`: no value), reduce and scan of tuples."""
+
+    items: tuple["ScalarType | TileType", ...]
+
+    def __str__(self) -> str:
+        return f"({', '.join(map(str, self.items))})" if self.items else "no value"
+
+
 ValueType = ScalarType | TileType
+VOID = TupleType(())
 
 
 def with_dtype(t: ValueType, dtype: DType) -> ValueType:

@@ -2,6 +2,8 @@
 #
 # - Tests marked `gpu` are skipped, with the reason, where kernels cannot be
 #   launched (no PyCUDA, no driver, no GPU): `phobos.run.runtime.gpu_available`.
+#   Tests marked `huge` (tens of GB of GPU memory, each in a child process)
+#   run after all the others.
 # - The `golden` fixture compares a text with a file under tests/golden/;
 #   `pytest --update-golden` (re)writes those files instead.
 # - The `no_ptxas` fixture hides every ptxas on the machine from
@@ -37,6 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("huge") is not None)  # stable: the huge ones last
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_tests:
         return

@@ -25,6 +25,9 @@ kernel add(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f32>[N]) {
 }
 """
 
+# ADD4 for tensors past 2^31 elements: the block's start is computed in i64, so it does not wrap.
+WIDE_ADD4 = ADD4.replace("program_id(0) * BLOCK", "i64(program_id(0)) * i64(BLOCK)")
+
 AXPY = """\
 kernel axpy(x: tensor<f32>[N], y: tensor<f32>[N], alpha: f32, offset: i32, on: bool) {
     let base = program_id(0) * 128

@@ -419,3 +419,86 @@ def test_prepared_calls_are_bounded(gpu, monkeypatch):
     for n in (100, 200, 300):
         add(*add_inputs(gpu, n)[2:])
     assert [key[1][0][2] for key in add._variant.fast] == [(200,), (300,)]  # the oldest went
+
+
+# --- the most recent signature, written out as one function (fastpath.direct_call)
+
+
+def test_the_most_recent_signature_is_called_without_probing(gpu, fake_torch, monkeypatch):
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=256)
+    a, b = random_vectors(500)
+    ta, tb, tc = (torch_tensor(gpu, x) for x in (a, b, np.zeros(500, np.float32)))
+    add(ta, tb, tc)
+    refuse_binding(monkeypatch)
+    real_probe = launcher.fastpath.probe
+    monkeypatch.setattr(launcher.fastpath, "probe", lambda *args: pytest.fail("the direct call probed"))
+    fake_torch.current = 0x90
+    add(ta, tb, tc)
+    assert gpu.launches[-1]["stream"] == 0x90 and gpu.launches[-1]["c"] == int(tc.allocation)
+    probed = []
+    monkeypatch.setattr(launcher.fastpath, "probe", lambda *args: probed.append(1) or real_probe(*args))
+    monkeypatch.setattr(launcher, "bind", lambda *args, **kwargs: (_ for _ in ()).throw(LaunchError("bound")))
+    for changed in (lambda t: setattr(t, "dtype", "torch.float64"), lambda t: setattr(t, "shape", (499,)),
+                    lambda t: setattr(t, "is_contiguous", lambda: False), lambda t: setattr(t, "is_cuda", False),
+                    lambda t: setattr(t, "get_device", lambda: 1)):
+        other = torch_tensor(gpu, np.zeros(500, np.float32))
+        changed(other)
+        with pytest.raises(LaunchError, match="bound"):  # not this signature: probed, then bound
+            add(ta, tb, other)
+    assert len(probed) == 5 and len(gpu.launches) == 2
+
+
+# --- in-place calls: a tensor the kernel reads overlaps one it writes
+
+
+def test_an_in_place_call_runs_a_kernel_without_read_only_cache_loads(gpu, monkeypatch):
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=256)
+    a, b, da, db, dc = add_inputs(gpu, 1000)
+    add(da, db, da)  # a = a + b, in place
+    assert add.compiled.read_only_cache is False and ".nc" not in add.ptx
+    np.testing.assert_array_equal(da.get(), a + b)
+    add(da, db, dc)
+    assert add.compiled.read_only_cache is True and "ld.global.nc" in add.ptx
+    refuse_binding(monkeypatch)  # both aliasings of the signature are prepared now
+    held = a + b
+    for target in (da, dc, da, dc):
+        add(da, db, target)
+        assert add.compiled.read_only_cache is (target is dc)
+        held = held + b if target is da else held
+    np.testing.assert_array_equal(da.get(), held)
+    np.testing.assert_array_equal(dc.get(), held + b)
+    assert gpu.launches[-1]["c"] == int(dc.allocation)
+
+
+def test_overlap_is_by_address_range_and_only_between_a_read_and_a_written_tensor(gpu):
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=256)
+    a, b, da, db, dc = add_inputs(gpu, 1000)
+    add(da, da, dc)  # a + a: both read, nothing written overlaps
+    assert add.compiled.read_only_cache is True
+    tail = OnDevice(gpu, np.zeros(1000, np.float32))
+    start = int(da.allocation) + 4 * 999  # c starts at a's last element
+    gpu.memory[start] = gpu.memory[int(da.allocation)]
+    tail.__cuda_array_interface__ = {**tail.__cuda_array_interface__, "data": (start, False)}
+    add(da, db, tail)
+    assert add.compiled.read_only_cache is False
+
+
+def test_in_place_calls_in_the_emulator():
+    """The emulator reports ld.global.nc of memory the kernel writes; the in-place call gets code without it."""
+    from phobos.compiler import compile
+    from phobos.errors import ExecutionError
+    from phobos.run import emulator
+    x, y = random_vectors(300)
+    kernel = compile(ADD4, config={"BLOCK": 128})
+    with pytest.raises(ExecutionError, match="read with ld.global.nc and written by this kernel"):
+        inout = x.copy()
+        emulator.launch(kernel.ptx, "add", (3,), (kernel.threads,), [inout, y, inout, 300])
+    add = phobos.kernel(ADD4, mode="emulate").configure(BLOCK=128)
+    inout = x.copy()
+    add(inout, y, inout)
+    np.testing.assert_array_equal(inout, x + y)
+    assert add.compiled.read_only_cache is False
+    out = np.zeros_like(x)
+    add(x, y, out)
+    np.testing.assert_array_equal(out, x + y)
+    assert add.compiled.read_only_cache is True

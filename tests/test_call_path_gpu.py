@@ -3,7 +3,8 @@
 # and on side streams, the stream= argument, CuPy's current stream, CUDA graph
 # capture and replay, torch.compile through phobos.torch_op, JAX arrays through
 # DLPack, tensors on a second device, how a fault of an asynchronous kernel is
-# reported, and the cubin loaded after tuning.
+# reported, the cubin loaded after tuning, and in-place calls (a tensor both read
+# and written) run code that does not read through the read-only cache.
 from __future__ import annotations
 
 import os
@@ -263,27 +264,18 @@ def test_after_tuning_the_kernel_runs_from_ptxass_cubin(torch):
     assert module.from_cubin
 
 
-# --- tensors past 2^31 - 1 elements: the 64-bit variant, chosen by the call's sizes
+# --- in-place calls
 
 
-def test_add_over_more_than_2_31_elements(add, torch):
-    n = 2**31 + 4099
-    a = torch.rand(n, device="cuda")
-    b = torch.rand(n, device="cuda")
-    c = torch.zeros(n, device="cuda")
-    add(a, b, c)
-    assert add.compiled.index_bits == 64
-    assert bool((c == a + b).all())
-    small = torch.ones(4096, device="cuda")
-    add(small, small, small)
-    assert add.compiled.index_bits == 32  # each call gets the variant its sizes need
-
-
-def test_softmax_over_rows_past_2_31_elements(torch):
-    softmax = phobos.load(EXAMPLES / "softmax.phobos", mode="gpu").softmax
-    x = torch.randn(40000, 65536, device="cuda")
-    y = torch.empty_like(x)
-    softmax(x, y)
-    assert softmax.compiled.index_bits == 64
-    for rows in (slice(0, 64), slice(39936, 40000)):
-        assert float((y[rows] - torch.softmax(x[rows], 1)).abs().max()) < 1e-6
+def test_in_place_calls_read_without_the_read_only_cache(add, torch):
+    x, y = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+    for _ in range(3):  # the first call, then the prepared one
+        before = x.clone()
+        add(x, y, x)
+        assert torch.equal(x, before + y)
+        assert add.compiled.read_only_cache is False and ".nc" not in add.ptx
+    c = torch.empty_like(x)
+    add(x, y, c)
+    assert torch.equal(c, x + y) and "ld.global.nc" in add.ptx
+    add(x, y, x)  # back to the in-place launch, prepared already
+    assert add.compiled.read_only_cache is False

@@ -36,12 +36,50 @@ def test_unsigned_division():
     assert evaluate("rem", {}, [4294967295, 10], u32, DType.U32) == 5
 
 
-def test_integer_division_by_zero_has_no_value():
-    assert evaluate("div", {}, [1, 0], [DType.I32, DType.I32], DType.I32) is None
-    assert evaluate("rem", {}, [1, 0], [DType.I64, DType.I64], DType.I64) is None
-    with pytest.raises(ZeroDivisionError):
-        constants.divide(np.array([1, 2], np.int32), np.array([1, 0], np.int32))
+@pytest.mark.parametrize("dtype", [DType.I32, DType.I64, DType.U32])
+def test_a_zero_integer_divisor_counts_as_one(dtype):
+    both = [dtype, dtype]
+    low, high = int_range(dtype)
+    for a in (7, high, low, 0, 1):
+        assert evaluate("div", {}, [a, 0], both, dtype) == a
+        assert evaluate("rem", {}, [a, 0], both, dtype) == 0
+    x, y = np.array([5, 6, 7], constants.NUMPY[dtype]), np.array([2, 0, 3], constants.NUMPY[dtype])
+    np.testing.assert_array_equal(constants.divide(x, y), [2, 6, 2])
+    np.testing.assert_array_equal(constants.remainder(x, y), [1, 0, 1])
     assert evaluate("div", {}, [1.0, 0.0], [DType.F32, DType.F32], DType.F32) == math.inf
+
+
+@pytest.mark.parametrize("a, b, ceiling", [
+    (0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (-5, 4, -1), (-4, 4, -1), (5, -4, -1), (-5, -4, 2),
+    (I32_MAX, 4, 2**29), (I32_MAX, 1, I32_MAX), (I32_MIN, 3, -715827882), (I32_MIN + 1, -2, 2**30),
+    (I32_MAX, -1, -I32_MAX), (7, 0, 7),  # a zero divisor counts as 1, as for `/`
+])
+def test_cdiv_is_the_exact_quotient_rounded_up(a, b, ceiling):
+    assert evaluate("cdiv", {}, [a, b], [DType.I32, DType.I32], DType.I32) == ceiling
+    if b != 0:
+        assert ceiling == -(-a // b)  # Python's floor division gives the exact ceiling
+
+
+def test_cdiv_of_unsigned_and_64_bit_integers_does_not_wrap():
+    assert evaluate("cdiv", {}, [2**32 - 1, 2], [DType.U32, DType.U32], DType.U32) == 2**31
+    assert evaluate("cdiv", {}, [2**63 - 1, 8], [DType.I64, DType.I64], DType.I64) == 2**60
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.F64])
+def test_maximum_and_minimum_take_positive_zero_above_negative_zero(dtype):
+    both = [dtype, dtype]
+    for a, b in ((-0.0, 0.0), (0.0, -0.0)):
+        assert math.copysign(1, evaluate("max", {}, [a, b], both, dtype)) == 1
+        assert math.copysign(1, evaluate("min", {}, [a, b], both, dtype)) == -1
+    assert evaluate("max", {}, [math.nan, -0.0], both, dtype) == 0.0
+    assert math.isnan(evaluate("min", {}, [math.nan, math.nan], both, dtype))
+    x = np.array([[-0.0, 0.0, -0.0], [-0.0, -0.0, -1.0], [0.0, 0.0, math.nan]], constants.NUMPY[dtype])
+    big = constants.reduce_extreme("max", x, 1, False)
+    small = constants.reduce_extreme("min", x, 1, False)
+    assert list(np.signbit(big)) == [False, True, False] and list(big) == [0.0, 0.0, 0.0]
+    assert list(np.signbit(small)) == [True, True, False] and list(small) == [0.0, -1.0, 0.0]
+    assert not np.signbit(constants.reduce_extreme("max", x, None, False))
+    assert np.signbit(constants.reduce_extreme("min", x[:, :2], None, False))
 
 
 def test_integers_wrap():
@@ -137,8 +175,9 @@ INT_OPERANDS = {  # 16 pairs each, no zero divisor
 }
 FLOAT_OPERANDS = (
     [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, F32_MAX, 1e-45, 0.1, 16777216.0, 3.0, -2.5, 1e30,
-     1e-30, 7.0],
-    [3.0, 0.0, -0.0, math.nan, math.inf, 0.1, 1e-30, 2.0, 1e-45, 0.3, 1.0, 3.0, -7.0, 1e30, 1e30, math.inf],
+     1e-30, 7.0, 0.0],
+    [3.0, 0.0, -0.0, math.nan, math.inf, 0.1, 1e-30, 2.0, 1e-45, 0.3, 1.0, 3.0, -7.0, 1e30, 1e30, math.inf,
+     -0.0],
 )
 INT_OPERATORS = ["+", "-", "*", "/", "%"]
 FLOAT_OPERATORS = ["+", "-", "*", "/"]
@@ -195,22 +234,118 @@ def expected_rows(dtype: DType, rows: list[str], a: list, b: list) -> np.ndarray
     *[(d, COMPARISONS, INT_OPERANDS[d]) for d in (DType.U32, DType.I64)],
     (DType.F32, FLOAT_OPERATORS + ["maximum", "minimum"], FLOAT_OPERANDS),
     (DType.F32, COMPARISONS, FLOAT_OPERANDS),
-    (DType.F64, FLOAT_OPERATORS, FLOAT_OPERANDS),
+    (DType.F64, FLOAT_OPERATORS + ["maximum", "minimum"], FLOAT_OPERANDS),
 ], ids=lambda v: str(v) if isinstance(v, DType) else None)
-def test_operations_match_the_emitted_code_and_the_folded_constants(dtype, rows, operands):
+@pytest.mark.parametrize("mode", ["emulate", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_operations_match_the_emitted_code_and_the_folded_constants(dtype, rows, operands, mode):
     a, b = operands
     want = expected_rows(dtype, rows, a, b)
     x, y = (np.array(v, constants.NUMPY[dtype]) for v in (a, b))
     run, folded = np.zeros_like(want), np.zeros_like(want)
-    phobos.kernel(kernel_of(dtype, rows, a, b), mode="emulate")(x, y, run, folded)
+    phobos.kernel(kernel_of(dtype, rows, a, b), mode=mode)(x, y, run, folded)
     for r, op in enumerate(rows):
         np.testing.assert_array_equal(run[r], want[r], err_msg=f"{dtype} {op} at run time")
         np.testing.assert_array_equal(folded[r], want[r], err_msg=f"{dtype} {op} folded")
-        if want.dtype.kind == "f" and op not in ("maximum", "minimum"):
-            # the sign of zero too (not defined: a NaN's, or of the larger of -0.0 and 0.0)
+        if want.dtype.kind == "f":
+            # the sign of zero too (maximum(-0.0, 0.0) and maximum(0.0, -0.0) are 0.0; a NaN's is not defined)
             number = ~np.isnan(want[r])
             for got in (run[r], folded[r]):
                 assert list(np.signbit(got[number])) == list(np.signbit(want[r][number])), f"{dtype} {op}"
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [DType.I32, DType.I64, DType.U32])
+def test_zero_divisors_at_run_time_in_every_mode(dtype, mode):
+    """`/`, `%` and cdiv by zero: in elements the source divides by zero, in elements outside a
+    ragged tensor (which read 0), in the padding of a 10-element tile and by a scalar zero."""
+    src = f"""kernel k(x: tensor<{dtype}>[N], y: tensor<{dtype}>[M], d: {dtype},
+                     q: tensor<{dtype}>[N], r: tensor<{dtype}>[N], c: tensor<{dtype}>[N], s: tensor<{dtype}>[N]) {{
+        let a = x[0 :+ 10]
+        let b = y[0 :+ 10]
+        q[0 :+ 10] = a / b
+        r[0 :+ 10] = a % b
+        c[0 :+ 10] = cdiv(a, b)
+        s[0 :+ 10] = a / d + a % d + cdiv(a, d)
+    }}"""
+    np_type = constants.NUMPY[dtype]
+    low, high = int_range(dtype)
+    x = np.array([7, high, low, 0, 9, 10, 11, 12, 13, high - 1], np_type)
+    y = np.array([0, 0, 0, 0, 2, 3, 4], np_type)  # x[7:] divide by elements outside y: 0
+    outs = [np.zeros(10, np_type) for _ in range(4)]
+    phobos.kernel(src, mode=mode)(x, y, 0, *outs)
+    divisor = np.concatenate([y, np.zeros(3, np_type)])
+    with np.errstate(all="ignore"):
+        want = [constants.divide(x, divisor), constants.remainder(x, divisor), constants.ceil_divide(x, divisor),
+                x + np_type.type(0) + x]  # a / 0 + a % 0 + cdiv(a, 0): x + 0 + x (wrapping)
+    for got, expected, what in zip(outs, want, ["/", "%", "cdiv", "scalar"]):
+        np.testing.assert_array_equal(got, expected, err_msg=f"{dtype} {what} ({mode})")
+    np.testing.assert_array_equal(outs[0][:4], x[:4])  # x / 0 == x
+    np.testing.assert_array_equal(outs[1][:4], 0)  # x % 0 == 0
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_max_and_min_reductions_take_positive_zero_above_negative_zero(mode):
+    """Reductions across registers, lanes and warps: the sign of a zero result is the same in
+    every mode, whatever the order of combination."""
+    src = """@autotune(WARPS in [4])
+    kernel k(x: tensor<f32>[R, C], big: tensor<f32>[R], small: tensor<f32>[R], all: tensor<f32>[2]) {
+        let t = x[0 :+ 8, 0 :+ 300]
+        big[0 :+ 8] = reshape(max(t, axis=1), [8])
+        small[0 :+ 8] = reshape(min(t, axis=1), [8])
+        all[0] = max(t)
+        all[1] = min(t[0 :+ 4, 0 :+ 300])
+    }"""
+    rng = np.random.default_rng(7)
+    x = np.where(rng.random((8, 300)) < 0.5, -0.0, 0.0).astype(np.float32)
+    x[0] = -0.0  # only negative zeros
+    x[1] = 0.0  # only positive zeros
+    x[2, :] = -0.0
+    x[2, 299] = 0.0  # one positive zero, last
+    x[3, :] = 0.0
+    x[3, 150] = -0.0  # one negative zero, in the middle
+    x[4, ::7] = np.nan
+    x[5, :] = -1.0
+    x[5, 77] = -0.0
+    x[6, :] = np.nan  # NaN only when every element is NaN (the padding of the tile too)
+    big, small, every = np.ones(8, np.float32), np.ones(8, np.float32), np.ones(2, np.float32)
+    phobos.kernel(src, mode=mode)(x, big, small, every)
+    want_big = constants.reduce_extreme("max", x, 1, False)
+    want_small = constants.reduce_extreme("min", x, 1, False)
+    for got, want in ((big, want_big), (small, want_small)):
+        np.testing.assert_array_equal(got, want)
+        number = ~np.isnan(want)
+        assert list(np.signbit(got[number])) == list(np.signbit(want[number]))
+    assert np.isnan(want_big[6]) and np.isnan(want_small[6])
+    assert list(np.signbit(want_big)[:4]) == [True, False, False, False]
+    assert list(np.signbit(want_small)[:4]) == [True, False, True, True]
+    assert every[0] == every[1] == 0.0 and not np.signbit(every[0]) and np.signbit(every[1])
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_argmax_and_argmin_ignore_nan_in_every_mode(mode):
+    """A NaN loses to every number wherever it stands (first in a thread's slots, in another lane,
+    in another warp); the first NaN when all are NaN."""
+    src = """@autotune(WARPS in [2])
+    kernel k(x: tensor<f32>[R, C], big: tensor<i32>[R], small: tensor<i32>[R], all: tensor<i32>[2]) {
+        let t = x[0 :+ 4, 0 :+ 200]
+        big[0 :+ 4] = reshape(argmax(t, axis=1), [4])
+        small[0 :+ 4] = reshape(argmin(t, axis=1), [4])
+        all[0] = argmax(t)
+        all[1] = argmin(t)
+    }"""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 200)).astype(np.float32)
+    x[0, 0] = np.nan  # a NaN first, before every number
+    x[1, ::3] = np.nan
+    x[2, :] = np.nan
+    x[3, :150] = np.nan  # the numbers only in the last warp's part of the row
+    big, small, every = (np.full(n, -1, np.int32) for n in (4, 4, 2))
+    phobos.kernel(src, mode=mode)(x, big, small, every)
+    numbers = np.where(np.isnan(x), -np.inf, x), np.where(np.isnan(x), np.inf, x)
+    want_big = [int(np.argmax(numbers[0][r])) if not np.isnan(x[r]).all() else 0 for r in range(4)]
+    want_small = [int(np.argmin(numbers[1][r])) if not np.isnan(x[r]).all() else 0 for r in range(4)]
+    assert list(big) == want_big and list(small) == want_small
+    assert list(every) == [int(np.argmax(numbers[0])), int(np.argmin(numbers[1]))]
 
 
 CASTS = [  # (from, to, values)

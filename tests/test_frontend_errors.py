@@ -124,7 +124,7 @@ CASES = [
         kernel k(x: tensor<f32>[N]) {
         }
         }
-        """, ParseError, 3, 1, "expected one of '@', 'kernel', end of file"),
+        """, ParseError, 3, 1, "expected one of '@', 'fn', 'kernel', end of file"),
     Case("else without if", """\
         kernel k(x: tensor<f32>[N]) {
             else {
@@ -618,12 +618,12 @@ CASES = [
             let u = t[2 :+ 4]
         }
         """, SemanticError, 3, 15, "outside the tile"),
-    Case("tile used as an index", """\
+    Case("float tile used as an index", """\
         kernel k(x: tensor<f32>[N]) {
-            let i = arange(0, 4)
+            let i = f32(arange(0, 4))
             let t = x[i]
         }
-        """, SemanticError, 3, 15, "scalar integer"),
+        """, SemanticError, 3, 15, "must hold integers"),
     Case("indexed scalar", """\
         kernel k(x: tensor<f32>[N], n: i32) {
             let a = n[0]
@@ -700,9 +700,9 @@ CASES = [
             atomic_add(x, 1.0)
         }
         """, SemanticError, 2, 16, "tensor slice"),
-    Case("atomic_add used as a value", """\
+    Case("device_print used as a value", """\
         kernel k(x: tensor<f32>[N]) {
-            let a = atomic_add(x[0 :+ 4], 1.0)
+            let a = device_print("x")
         }
         """, SemanticError, 2, 13, "no value"),
     Case("dot of mismatched dtypes", """\
@@ -744,7 +744,7 @@ CASES = [
         kernel k(a: tensor<f32>[N]) {
             let s = "tf32"
         }
-        """, SemanticError, 2, 13, "a string is only an option of a builtin"),
+        """, SemanticError, 2, 13, "a string can only be an option of a builtin"),
     Case("assigning f32 to a bf16 variable", """\
         kernel k(a: tensor<bf16>[N]) {
             var x = a[0 :+ 16]

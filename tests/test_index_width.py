@@ -2,8 +2,10 @@
 # dims, size parameters and element coordinates in i64, for tensors with a dim
 # of 2^31 or more): ptxas accepts them, and on small sizes they compute what
 # the 32-bit kernels compute - the example and test kernels against NumPy in
-# the emulator, and the edge contract for far starts.  On a GPU, one runs over
-# a tensor of more than 2^31 elements.
+# the emulator, and the edge contract for far starts; what they do not widen
+# (the kernel's own i32 index arithmetic, sizes read by name), which a call
+# refuses where it would wrap.  Tensors of more than 2^31 elements on a GPU:
+# tests/test_huge_tensors_gpu.py.
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +16,6 @@ from phobos.compiler import compile
 from phobos.errors import PhobosError
 from phobos.launch import launcher
 from phobos.ptxcheck import check
-from phobos.run import runtime
-from phobos.run.backends import select_backend
 
 from .emulator_support import PTXAS
 from .launcher_fakes import forget_memory
@@ -83,16 +83,50 @@ def test_kernels_with_64_bit_indices_on_the_gpu(case, wide_indices):
     run_case(case, "gpu")
 
 
-@pytest.mark.gpu
-def test_a_tensor_of_more_than_2_31_elements_on_the_gpu():
-    """2^31 + 2048 elements (8.6 GB) and a guard after them, filled by blocks of 1024 through the 64-bit
-    kernel launched directly (the launcher's binder still refuses tensors this large)."""
-    torch = pytest.importorskip("torch")
-    n = 2**31 + 2048
-    src = "kernel k(x: tensor<f32>[N]) { x[i64(program_id(0)) * 1024 :+ 1024] = 1.0 }"
-    kernel = compile(src, arch=select_backend("gpu").arch(), index_bits=64)
-    memory = torch.zeros(n + 4096, dtype=torch.float32, device="cuda")
-    runtime.launch(kernel.ptx, "k", (-(-n // 1024),), (kernel.threads,), [memory, n])
-    torch.cuda.synchronize()
-    assert int((memory[:n] == 1.0).sum()) == n
-    assert int(memory[n:].count_nonzero()) == 0
+# --- what 64-bit indices do not widen: the kernel's own i32 index arithmetic (phobos.middle.index_reach)
+
+
+def reach_of(src: str, config: dict | None = None):
+    (info,) = phobos.compiler.kernel_infos(src, "reach.phobos")
+    return info.index_reach(config or info.rules.representative({})[0])
+
+
+def test_index_reach_follows_affine_i32_arithmetic_of_program_ids():
+    reach = reach_of("""
+kernel k(x: tensor<f32>[M, N], y: tensor<f32>[N], s: i32) {
+    let r = 3 - (program_id(1) * 2 + 1) * -4
+    x[i64(r), program_id(0) * 64 - 7 :+ 64] = full([64], 1.0)
+    for c in range(0, 4, 1) {
+        y[program_id(2) * 8 + c :+ 8] = full([8], 2.0)
+        y[s * program_id(0) :+ 8] = full([8], 3.0)
+    }
+}""")
+    forms = {(t.affine.coefficients, t.affine.offset) for t in reach.terms}
+    assert ((0, 8, 0), 7) in forms  # 3 - (2 p1 + 1) * -4, widened only after it was computed
+    assert ((64, 0, 0), -7) in forms and ((0, 0, 8), 0) in forms  # inside `+ c`, a loop variable
+    assert all(t.dtype.value == "i32" for t in reach.terms) and reach.sizes_read == ()
+    assert reach.problem("k", (1, 2**28, 1), {"M": 5, "N": 5}) is None  # 8 * (2^28 - 1) + 7 = 2^31 - 1
+    problem = reach.problem("k", (1, 2**28 + 1, 1), {"M": 5, "N": 5})  # the whole start first: 8 * 2^28 + 7
+    assert problem.loc.line == 3 and "reaches 2147483655 over this call's grid (1, 268435457, 1)" in problem.message
+    assert reach.problem("k", (2**25, 2**27, 2**28 - 1), {"M": 5, "N": 5}) is None
+
+
+def test_index_reach_of_a_widened_start_and_of_sizes_read():
+    wide = reach_of("kernel k(x: tensor<f32>[N]) { x[i64(program_id(0)) * 1024 :+ 1024] = full([1024], 1.0) }")
+    assert wide.problem("k", (2**31 - 1, 1, 1), {"N": 2**42}) is None
+    assert [t.affine.coefficients for t in wide.terms] == [(1, 0, 0)]  # program_id itself: fits any grid
+    reads = reach_of("kernel k(x: tensor<f32>[N], y: tensor<f32>[M]) { x[0] = f32(N) }")
+    assert [r.name for r in reads.sizes_read] == ["N"]
+    assert reads.problem("k", (1, 1, 1), {"N": 2**31 - 1, "M": 2**40}) is None
+    assert "N = 2147483648 does not fit" in reads.problem("k", (1, 1, 1), {"N": 2**31, "M": 1}).message
+
+
+def test_a_widened_program_id_still_gives_the_grid(wide_indices):
+    from .launcher_fakes import WIDE_ADD4
+    add = phobos.kernel(WIDE_ADD4, mode="emulate").configure(BLOCK=128)
+    a, b = np.arange(1000, dtype=np.float32), np.ones(1000, np.float32)
+    c = np.zeros_like(a)
+    add(a, b, c)
+    assert add.grid == (8, 1, 1)
+    np.testing.assert_array_equal(c, a + b)
+    assert wide_indices[-1].index_bits == 64

@@ -348,7 +348,7 @@ def test_literals_take_the_dtype_of_their_context():
 
 # ------------------------------------------------------------ builtins
 def test_every_builtin_has_an_implementation():
-    rules = {b.rule for b in BUILTINS.values() if not b.effect}  # effect builtins are statements
+    rules = {b.rule for b in BUILTINS.values() if not b.void}  # effect builtins are statements
     assert rules <= set(interpreter.BUILTIN_RULES)
     assert {b.name for b in BUILTINS.values() if b.rule == "unary_float"} == set(interpreter.UNARY_FLOAT)
     assert {b.name for b in BUILTINS.values() if b.rule == "binary_numeric"} == set(interpreter.BINARY_NUMERIC)
@@ -498,13 +498,13 @@ MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": np.vectorize(math.erf), "gelu": lambda x: x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))) / 2,
-    "sin": np.sin, "cos": np.cos,
+    "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
 }
+MATH_CASES = [(name, str(dtype)) for name in sorted(MATH) for dtype in BUILTINS[name].dtypes]
 
 
-@pytest.mark.parametrize("name", sorted(MATH))
-@pytest.mark.parametrize("dtype", ["f32", "f64"])
-def test_math_functions(name, dtype):
+@pytest.mark.parametrize("name,dtype", MATH_CASES)
+def test_math_functions(name, dtype):  # f64 only where the back end has it (test_builtin_parity)
     src = f"""
     kernel m(x: tensor<{dtype}>[N], y: tensor<{dtype}>[N], s: tensor<{dtype}>[1]) {{
         y[0 :+ 64] = {name}(x[0 :+ 64])
@@ -512,7 +512,9 @@ def test_math_functions(name, dtype):
     }}
     """
     npt = np.float32 if dtype == "f32" else np.float64
-    x = np.linspace(0.05, 4.0, 64).astype(npt)
+    x = (np.linspace(0.05, 4.0, 64) * (-1.0) ** np.arange(64)).astype(npt)
+    if name in ("log", "log2", "sqrt", "rsqrt"):
+        x = np.abs(x)
     y, s = np.zeros(64, npt), np.zeros(1, npt)
     launch(src, 1, x, y, s)
     want = MATH[name](x.astype(np.float64))
@@ -853,7 +855,7 @@ def test_valid_scalar_arguments_are_converted():
     np.testing.assert_array_equal(out, [3.0, 7.0])
 
 
-def test_integer_division_by_zero_is_an_execution_error_with_location():
+def test_integer_division_by_zero_divides_by_one():
     src = """kernel div(a: tensor<i32>[N], d: tensor<i32>[N]) {
     let t = a[0 :+ 4]
     for i in range(0, 1) {
@@ -862,45 +864,39 @@ def test_integer_division_by_zero_is_an_execution_error_with_location():
 }
 """
     a, d = np.arange(4, dtype=np.int32), np.array([1, 2, 0, 4], np.int32)
-    with pytest.raises(ExecutionError) as info:
-        launch(src, 4, a, d)
-    err = info.value
-    assert err.loc.line == 4 and err.loc.file == FILE
-    assert "integer division by zero" in err.message
-    text = str(err)
-    assert text.startswith(f"{FILE}:4:19: error: integer division by zero")
-    assert "program instance (2, 0, 0)" in text
-    assert "Traceback" not in text
-    np.testing.assert_array_equal(a, [0, 0, 1, 1])  # instances 0 and 1 ran: a / 1, then a / 2
+    launch(src, 4, a, d)
+    np.testing.assert_array_equal(a, [0, 0, 0, 0])  # a / 1, a / 2, a / 0 (= a), a / 4
 
 
 def test_an_internal_fault_is_reported_at_its_statement(monkeypatch):
     def broken(x):
         raise ValueError("broken")
     monkeypatch.setitem(interpreter.UNARY_FLOAT, "exp", broken)
-    src = """kernel e(a: tensor<f64>[N]) {
+    src = """kernel e(a: tensor<f32>[N]) {
     a[0] = exp(a[0])
 }
 """
     with pytest.raises(ExecutionError, match="internal error in the interpreter .ValueError: broken.") as info:
-        launch(src, 1, np.ones(2))
+        launch(src, 1, np.ones(2, np.float32))
     assert info.value.loc.line == 2
 
 
-def test_atomic_add_has_no_value():
-    src = """kernel k(a: tensor<f32>[N]) {
-    let x = atomic_add(a[0 :+ 4], 1.0)
+def test_atomic_add_gives_the_old_values():
+    src = """kernel k(a: tensor<f32>[N], old: tensor<f32>[N]) {
+    old[0 :+ 4] = atomic_add(a[0 :+ 4], 1.0)
 }
 """
-    with pytest.raises(SemanticError, match="no value"):
-        launch(src, 1, np.zeros(4, np.float32))
+    a, old = np.arange(3, dtype=np.float32), np.full(3, 9.0, np.float32)
+    launch(src, 1, a, old)
+    np.testing.assert_array_equal(a, [1, 2, 3])
+    np.testing.assert_array_equal(old, [0, 1, 2])
 
 
-def test_remainder_by_zero_in_a_scalar_is_an_execution_error():
+def test_remainder_by_zero_in_a_scalar_is_zero():
     src = """kernel rem(a: tensor<i32>[N], d: i32) {
-    a[0] = a[0] % d
+    a[0] = a[1] % d + a[1] / d
 }
 """
-    with pytest.raises(ExecutionError, match="division by zero") as info:
-        launch(src, 1, np.ones(2, np.int32), 0)
-    assert info.value.loc.line == 2
+    a = np.array([5, 7], np.int32)
+    launch(src, 1, a, 0)
+    np.testing.assert_array_equal(a, [7, 7])  # 7 % 0 + 7 / 0 = 0 + 7

@@ -180,6 +180,72 @@ def case_reduce_sum(n):
     return case_vector_sum(n)
 
 
+def case_embedding_bag(bags, vocab, dim, mean):
+    def make(rng):
+        table = f32(rng, vocab, dim)
+        offsets = np.concatenate([[0], np.cumsum(rng.integers(0, 30, bags))]).astype(np.int32)
+        ids = rng.integers(-2, vocab + 2, int(offsets[-1])).astype(np.int32)
+        want = np.zeros((bags, dim))
+        for k in range(bags):
+            bag = ids[offsets[k]:offsets[k + 1]]
+            want[k] = table[bag[(bag >= 0) & (bag < vocab)]].astype(np.float64).sum(axis=0)
+            if mean:
+                want[k] /= max(len(bag), 1)
+        return [table, ids, offsets, np.full((bags, dim), np.nan, np.float32), mean], {3: want}
+    return make
+
+
+def philox_first_word(counters, offset, seed0, seed1):
+    """Word 0 of Philox-4x32-10 of the counters (i, offset, 0, 0) and the key (seed0, seed1)."""
+    mask, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+    c0, c2 = counters.astype(np.uint64), np.zeros(len(counters), np.uint64)
+    c1, c3 = np.full(len(counters), offset, np.uint64), np.zeros(len(counters), np.uint64)
+    k0, k1 = np.uint64(seed0), np.uint64(seed1)
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p1 >> s32) ^ c1 ^ k0, p1 & mask, (p0 >> s32) ^ c3 ^ k1, p0 & mask
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask, (k1 + np.uint64(0xBB67AE85)) & mask
+    return c0.astype(np.uint32)
+
+
+def case_dropout(n, p=0.25, seeds=(12345, 67890), offset=3):
+    def make(rng):
+        x = f32(rng, n)
+        u = (philox_first_word(np.arange(n), offset, *seeds) >> 8).astype(np.float32) * np.float32(2.0**-24)
+        want = np.where(u >= np.float32(p), x / np.float32(1 - p), np.float32(0))
+        return [x, np.full(n, np.nan, np.float32), p, *seeds, offset], {1: want}
+    return make
+
+
+def case_cumsum(m, n):
+    def make(rng):
+        x = f32(rng, m, n)
+        return [x, np.full((m, n), np.nan, np.float32)], {1: np.cumsum(x.astype(np.float64), axis=1)}
+    return make
+
+
+def case_top8(m, n):
+    def make(rng):
+        x = rng.integers(-50, 50, (m, n)).astype(np.float32)  # many ties: the first is taken
+        order = np.argsort(-x, axis=1, kind="stable")[:, :8]
+        if n < 8:  # missing places: -inf at index -1
+            order = np.pad(order, ((0, 0), (0, 8 - n)), constant_values=-1)
+        values = np.where(order >= 0, np.take_along_axis(x, np.maximum(order, 0), axis=1), -np.inf)
+        return [x, np.zeros((m, 8), np.float32), np.zeros((m, 8), np.int32)], {1: values, 2: order}
+    return make
+
+
+def case_splitk(m, n, k):
+    def make(rng):
+        a, b = f32(rng, m, k), f32(rng, k, n)
+        return [a, b, np.zeros((m, n), np.float32)], {2: a.astype(np.float64) @ b}
+    return make
+
+
+def splitk_grid(config, sizes):
+    return (-(-sizes["M"] // config["TILE_M"]), -(-sizes["N"] // config["TILE_N"]), config["SPLIT"])
+
+
 CASES = [
     Case("add-1", ROOT / "examples/add.phobos", "add", case_add(1)),
     Case("add-3000", ROOT / "examples/add.phobos", "add", case_add(3000)),
@@ -229,6 +295,18 @@ CASES = [
          case_attention16(2, 100, 64, True), config={"BM": 64, "BN": 64, "WARPS": 4}, rtol=2**-6, atol=2**-8),
     Case("attention_bf16-d128", ROOT / "examples/attention_bf16.phobos", "attention",
          case_attention16(1, 70, 128, False), rtol=2**-6, atol=2**-8),
+    Case("embedding_bag", ROOT / "examples/embedding_bag.phobos", "embedding_bag",
+         case_embedding_bag(12, 200, 70, False), rtol=1e-5, atol=1e-5),
+    Case("embedding_bag-mean", ROOT / "examples/embedding_bag.phobos", "embedding_bag",
+         case_embedding_bag(9, 50, 130, True), config={"BD": 64, "CHUNK": 8}, rtol=1e-5, atol=1e-5),
+    Case("dropout", ROOT / "examples/dropout.phobos", "dropout", case_dropout(3000), rtol=0, atol=0),
+    Case("cumsum", ROOT / "examples/cumsum.phobos", "cumsum_rows", case_cumsum(3, 2500), rtol=1e-5, atol=1e-4),
+    Case("cumsum-256", ROOT / "examples/cumsum.phobos", "cumsum_rows", case_cumsum(4, 300),
+         config={"BN": 256, "WARPS": 8}, rtol=1e-5, atol=1e-5),
+    Case("top8", ROOT / "examples/topk.phobos", "top8", case_top8(4, 300), rtol=0, atol=0),
+    Case("top8-short", ROOT / "examples/topk.phobos", "top8", case_top8(3, 5), config={"BN": 64}, rtol=0, atol=0),
+    Case("splitk", ROOT / "examples/splitk_matmul.phobos", "splitk_matmul", case_splitk(40, 70, 300),
+         grid=splitk_grid, rtol=1e-5, atol=1e-4),
 ]
 
 

@@ -19,7 +19,7 @@ from phobos.errors import LaunchError, PhobosError, ToolchainError
 from phobos.ptxcheck import Report
 from phobos.toolchain import find_ptxas
 
-from .launcher_fakes import (ADD4, AXPY, FAKE_DEVICE, FILL_ROWS, TWO_PARAMETERS, TYPES, DeviceArray, FakeGpu,
+from .launcher_fakes import (ADD4, WIDE_ADD4, AXPY, FAKE_DEVICE, FILL_ROWS, TWO_PARAMETERS, TYPES, DeviceArray, FakeGpu,
                              install_cpu_module, random_vectors)
 
 
@@ -715,8 +715,8 @@ def test_tensors_past_i32_choose_the_64_bit_variant_where_the_kernel_has_one(mon
         return real(kernel, arch=arch, config=config, **options)
 
     monkeypatch.setattr(launcher, "compile_kernel", recording)
-    add = phobos.kernel(ADD4, mode=FakeGpu()).configure(BLOCK=1024)
-    big = [DeviceArray((2**31 + 4099,)) for _ in range(3)]
+    add = phobos.kernel(WIDE_ADD4, mode=FakeGpu()).configure(BLOCK=1024)
+    big = [DeviceArray((2**31 + 4099,), address=(i + 1) << 40) for i in range(3)]
     assert add._kernel.info.index_widths == (32, 64)
     add(*big)
     assert add.grid == (-(-(2**31 + 4099) // 1024), 1, 1) and add.compiled.index_bits == 64
@@ -726,3 +726,41 @@ def test_tensors_past_i32_choose_the_64_bit_variant_where_the_kernel_has_one(mon
     add._kernel.info = dataclasses.replace(add._kernel.info, index_widths=(32,))  # a kernel without the variant
     with pytest.raises(LaunchError, match="kernels index tensors with i32, so at most 2147483647 elements"):
         add(*big)
+
+
+def test_with_64_bit_indices_an_index_that_wraps_in_i32_is_refused_before_any_gpu_work():
+    """`program_id(0) * BLOCK` is an i32: over 2^31 + 4099 elements it would wrap and skip the tail."""
+    gpu = FakeGpu()
+    add = phobos.kernel(ADD4, mode=gpu, filename="add4.phobos")
+    with pytest.raises(LaunchError) as error:
+        add(*[DeviceArray((2**31 + 4099,), address=(i + 1) << 40) for i in range(3)])
+    assert error.value.loc.line == 4 and error.value.message.startswith(
+        "add: this index is computed in i32 from program_id and reaches 2147487744 over this call's grid "
+        "(16777249, 1, 1); i32 arithmetic wraps")
+    assert "i64(program_id(0)) * i64(BLOCK)" in error.value.message
+    assert gpu.timed == [] and gpu.runs == [] and gpu.copies == []  # refused before tuning
+    add(*[DeviceArray((2**31,), address=(i + 1) << 40) for i in range(3)])  # 64-bit indices, and the last block starts below 2^31
+    assert add.compiled.index_bits == 64 and gpu.runs
+
+
+def test_with_64_bit_indices_configurations_whose_index_wraps_are_not_tuned():
+    """A grid of 2^21 + 5 programs: blocks of 1024 would start past 2^31 (and wrap), smaller ones do not."""
+    gpu = FakeGpu()
+    add = phobos.kernel(ADD4, mode=gpu)[(2**21 + 5,)]
+    add(*[DeviceArray((2**31 + 4099,), address=(i + 1) << 40) for i in range(3)])
+    skipped = {text: reason for text, reason in add.timings.items() if isinstance(reason, str)}
+    assert list(skipped) == ["BLOCK=1024"] and "computed in i32 from program_id" in skipped["BLOCK=1024"]
+    assert len(gpu.timed) == 3 and add.config != {"BLOCK": 1024}
+
+
+def test_with_64_bit_indices_a_size_read_as_an_i32_that_does_not_fit_is_refused():
+    src = """
+kernel fill(x: tensor<f32>[N]) {
+    let base = i64(program_id(0)) * 1024
+    x[base :+ 1024] = f32(N) + full([1024], 0.0)
+}
+"""
+    with pytest.raises(LaunchError) as error:
+        phobos.kernel(src, mode=FakeGpu(), filename="fill.phobos")(DeviceArray((2**31 + 5,)))
+    assert error.value.loc.line == 4 and error.value.message.startswith(
+        "fill: the kernel reads the size N as an i32, and N = 2147483653 does not fit (the i32 holds -2147483643)")

@@ -99,8 +99,9 @@ def bare_lowering(threads: int) -> Lowering:
 # ------------------------------------------------------------------ the table
 def test_every_tile_level_opcode_has_a_handler():
     for opcode in ("param", "const", "program_id", "num_programs", "arange", "broadcast", "reshape", "extract",
-                   "add", "cmp", "select", "cast", "exp", "for", "if", "yield", "load", "store", "atomic_add",
-                   "dot", "reduce"):
+                   "add", "cmp", "select", "cast", "exp", "for", "while", "if", "yield", "load", "store",
+                   "gather", "scatter", "atomic", "dot", "reduce", "scan", "permute", "join", "concat", "print",
+                   "assert", "shl", "shr", "mulhi", "bitcast", "floor", "ceil", "round", "trunc"):
         assert opcode in HANDLERS, opcode
 
 

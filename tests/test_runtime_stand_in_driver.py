@@ -235,9 +235,14 @@ class StandInLauncher:
         self.buffer = ctypes.create_string_buffer(max(size, 1))
         self.size = size
         self.lock = threading.Lock()
+        self.extra = None
+
+    def launch(self, stream: ctypes.c_void_p, params: None, extra: None) -> int:
+        return self.kernel.launch(self.grid, self.block, self.buffer.raw[: self.size], self.shared_bytes,
+                                  stream.value or 0)
 
     def queue(self, stream: int) -> int:
-        return self.kernel.launch(self.grid, self.block, self.buffer.raw[: self.size], self.shared_bytes, stream)
+        return self.launch(ctypes.c_void_p(stream), None, self.extra)
 
 
 @pytest.fixture

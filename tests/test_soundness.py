@@ -25,9 +25,10 @@ import phobos
 from phobos.compiler import parse_source
 from phobos.errors import LaunchError
 
-from .test_kernels import (case_add, case_attention, case_attention16, case_ew2d, case_gemm16, case_half,
-                           case_layernorm, case_loops, case_reduce_sum, case_rowstats, case_sgemm, case_sgemm_tc,
-                           case_softmax, case_vector_sum, check_outputs)
+from .test_kernels import (case_add, case_attention, case_attention16, case_cumsum, case_dropout, case_embedding_bag,
+                           case_ew2d, case_gemm16, case_half, case_layernorm, case_loops, case_reduce_sum,
+                           case_rowstats, case_sgemm, case_sgemm_tc, case_softmax, case_splitk, case_top8,
+                           case_vector_sum, check_outputs, splitk_grid)
 
 ROOT = Path(__file__).parent.parent
 SOURCES = sorted((ROOT / "examples").glob("*.phobos")) + sorted((ROOT / "tests" / "kernels").glob("*.phobos"))
@@ -82,6 +83,22 @@ REGISTRY: dict[tuple[str, str], Entry] = {
         lambda s: case_attention16(s["H"], s["L"], s["D"], causal=True),
         ({"H": 1, "L": 1, "D": 64}, {"H": 2, "L": 100, "D": 64}, {"H": 1, "L": 150, "D": 128}),
         rtol=2 ** -6, atol=2 ** -8, refused={"H": 1, "L": 8, "D": 160}),
+    ("examples/embedding_bag.phobos", "embedding_bag"): Entry(
+        lambda s: case_embedding_bag(s["B"], s["V"], s["D"], s.get("mean", False)),
+        ({"B": 1, "V": 1, "D": 1}, {"B": 7, "V": 50, "D": 100, "mean": True}, {"B": 3, "V": 300, "D": 300}),
+        rtol=1e-5, atol=1e-5),
+    ("examples/dropout.phobos", "dropout"): Entry(
+        lambda s: case_dropout(s["N"]), ({"N": 1}, {"N": 3001}, {"N": 9000}), rtol=0, atol=0),
+    ("examples/cumsum.phobos", "cumsum_rows"): Entry(
+        lambda s: case_cumsum(s["M"], s["N"]), ({"M": 1, "N": 1}, {"M": 3, "N": 1000}, {"M": 2, "N": 9000}),
+        rtol=1e-5, atol=2e-4),
+    ("examples/topk.phobos", "top8"): Entry(
+        lambda s: case_top8(s["M"], s["N"]), ({"M": 1, "N": 1}, {"M": 3, "N": 300}, {"M": 2, "N": 2100}),
+        rtol=0, atol=0),
+    ("examples/splitk_matmul.phobos", "splitk_matmul"): Entry(
+        lambda s: case_splitk(s["M"], s["N"], s["K"]),
+        ({"M": 1, "N": 1, "K": 1}, {"M": 33, "N": 70, "K": 45}, {"M": 130, "N": 130, "K": 70}), grid=splitk_grid,
+        rtol=1e-5, atol=1e-4),
     ("tests/kernels/ew2d.phobos", "ew2d"): Entry(
         lambda s: case_ew2d(s["M"], s["N"]), ({"M": 1, "N": 1}, {"M": 37, "N": 100}, {"M": 40, "N": 130})),
     ("tests/kernels/half.phobos", "half"): Entry(

@@ -34,8 +34,9 @@ from ..middle.ir import Function, Op, Value, walk
 from ..middle.irgen import generate
 from ..middle.passes import TILE_PIPELINE, run_pipeline
 
-MEMORY_OPS = ("load", "store", "atomic_add")
-WRITING_OPS = ("store", "atomic_add")
+MEMORY_OPS = ("load", "store", "gather", "scatter", "atomic")
+WRITING_OPS = ("store", "scatter", "atomic")
+READ_MODIFY_WRITE_OPS = ("atomic",)
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,11 @@ def config_access(func: Function) -> ConfigAccess:
     for op in memory_ops:
         tensor = params[op.operands[0].owner.attrs["index"]]
         (found.writes if op.opcode in WRITING_OPS else found.reads).add(tensor.name)
-        if op.opcode == "atomic_add":
+        if op.opcode in READ_MODIFY_WRITE_OPS:
             found.reads.add(tensor.name)
+        if "sizes" not in op.attrs:  # a gather, scatter or atomic: its elements depend on the data
+            other_indices += [(dim, op) for dim in tensor.dims if isinstance(dim, str)]
+            continue
         for dim, index, size in zip(tensor.dims, op.operands[1:], op.attrs["sizes"]):
             tile = program_tile(index, size)
             if tile is None:
@@ -210,7 +214,9 @@ def _is_tile_index_use(use: tuple[Op, int], axis: int, users: dict[Value, list[t
 
 
 def _indexes_tile(op: Op, position: int, axis: int) -> bool:
-    sizes = op.attrs["sizes"]
+    sizes = op.attrs.get("sizes")
+    if sizes is None:  # a gather's, scatter's or atomic's indices are element indices, not tile starts
+        return False
     if not 1 <= position <= len(sizes):
         return False  # the value stored, not an index
     tile = program_tile(op.operands[position], sizes[position - 1])

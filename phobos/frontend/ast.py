@@ -38,7 +38,7 @@ class BoolLit(Expr):
 
 @node
 class StrLit(Expr):
-    """A string literal: only as an option of a builtin (dot's precision)."""
+    """A string literal: an option of a builtin (dot's precision) or the message of device_print and device_assert."""
 
     value: str
 
@@ -50,13 +50,13 @@ class Name(Expr):
 
 @node
 class Unary(Expr):
-    op: str  # '-' or '!'
+    op: str  # '-', '!' or '~'
     operand: Expr
 
 
 @node
 class Binary(Expr):
-    op: str  # '+', '-', '*', '/', '%', '==', '!=', '<', '<=', '>', '>=', '&&', '||'
+    op: str  # '+', '-', '*', '/', '%', '==', '!=', '<', '<=', '>', '>=', '&&', '||', '&', '|', '^', '<<', '>>'
     lhs: Expr
     rhs: Expr
 
@@ -78,6 +78,13 @@ class Call(Expr):
 @node
 class ListLit(Expr):
     """`[e, ...]`: only as an argument of builtins that take a shape."""
+
+    items: list[Expr]
+
+
+@node
+class TupleLit(Expr):
+    """`(e0, e1, ...)`: several values at once (a function's result, the operands of reduce/scan)."""
 
     items: list[Expr]
 
@@ -138,8 +145,18 @@ class Let(Stmt):
 
 
 @node
+class Unpack(Stmt):
+    """`let (a, b, ...) = E` or `var (a, b, ...) = E`: the values of a tuple, each bound to a name."""
+
+    names: list[str]
+    name_locs: list[Loc]
+    value: Expr
+    mutable: bool
+
+
+@node
 class Assign(Stmt):
-    """`target op value` where op is '=', '+=', '-=', '*=' or '/='; target a Name or an Index."""
+    """`target op value`, op '=' or a compound one ('+=', '&=', '<<=', ...); target a Name or an Index."""
 
     target: Expr
     op: str
@@ -163,6 +180,31 @@ class For(Stmt):
     end: Expr
     step: Expr | None
     body: Block
+
+
+@node
+class While(Stmt):
+    """`while cond { body }`."""
+
+    cond: Expr
+    body: Block
+
+
+@node
+class Break(Stmt):
+    """`break`: leave the innermost loop."""
+
+
+@node
+class Continue(Stmt):
+    """`continue`: go on with the next iteration of the innermost loop."""
+
+
+@node
+class Return(Stmt):
+    """`return` (from a kernel, or a function without a value) or `return E` (from a function)."""
+
+    value: Expr | None
 
 
 @node
@@ -201,18 +243,41 @@ class Param:
 
 
 @node
+class FnParam:
+    """A parameter of a device function; without a type it takes the type of its argument."""
+
+    loc: Loc
+    name: str
+    type: TypeExpr | None
+
+
+@node
+class Function:
+    """`fn NAME(params) [-> T] { body }`: a device function, inlined where it is called."""
+
+    loc: Loc
+    name: str
+    params: list[FnParam]
+    result: TypeExpr | None
+    body: Block
+
+
+@node
 class Kernel:
     loc: Loc
     name: str
     params: list[Param]
     decorators: list[Decorator]
     body: Block
+    # the device functions of the kernel's file, by name (shared by its kernels; set by the parser)
+    functions: dict[str, Function] = field(default_factory=dict)
 
 
 @node
 class Program:
     loc: Loc
     kernels: list[Kernel]
+    functions: list[Function] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------ traversal
@@ -225,8 +290,8 @@ def children(obj) -> list:
     names = _CHILD_FIELDS.get(cls)
     if names is None:
         names = _CHILD_FIELDS[cls] = tuple(
-            f.name for f in fields(cls) if f.name != "loc" and not f.name.endswith("_loc")
-            and f.type not in ("str", "int", "float", "bool"))
+            f.name for f in fields(cls) if f.name != "loc" and not f.name.endswith(("_loc", "_locs"))
+            and f.type not in ("str", "int", "float", "bool", "list[str]", "dict[str, Function]"))
     out = []
     for name in names:
         value = getattr(obj, name)
@@ -235,6 +300,13 @@ def children(obj) -> list:
         elif hasattr(value, "__dataclass_fields__"):
             out.append(value)
     return out
+
+
+def walk(node):
+    """`node` and every node below it, in source order."""
+    yield node
+    for child in children(node):
+        yield from walk(child)
 
 
 def start_loc(e) -> Loc:
@@ -268,7 +340,7 @@ def dump(obj, indent: int = 0) -> str:
     head = f"{pad}{type(obj).__name__}" + (f" @{loc.line}:{loc.col}" if loc else "")
     simple, nested = [], []
     for f in fields(obj):
-        if f.name == "loc" or f.name.endswith("_loc"):
+        if f.name == "loc" or f.name.endswith(("_loc", "_locs")) or f.name == "functions" and isinstance(obj, Kernel):
             continue
         v = getattr(obj, f.name)
         if hasattr(v, "__dataclass_fields__") or (isinstance(v, list) and v and hasattr(v[0], "__dataclass_fields__")):

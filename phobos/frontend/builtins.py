@@ -18,11 +18,24 @@ class Builtin:
     signature: str
     doc: str
     rule: str  # the typing rule the checker applies
-    effect: bool = False  # called for its effect (a statement), not its value
+    effect: bool = False  # may stand alone as a statement, called for its effect
+    void: bool = False  # has no value: only a statement
+    dtypes: tuple[DType, ...] = ()  # the compute dtypes its operands may have, where the rule asks
 
 
-def _unary_float(name: str, doc: str) -> Builtin:
-    return Builtin(name, f"{name}(x)", doc, "unary_float")
+F32_F64 = (DType.F32, DType.F64)
+ATOMIC_INTEGERS = (DType.I32, DType.U32, DType.I64)
+
+
+def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32,)) -> Builtin:
+    return Builtin(name, f"{name}(x)", doc, "unary_float", dtypes=dtypes)
+
+
+def _atomic(op: str, doc: str, dtypes: tuple[DType, ...]) -> Builtin:
+    return Builtin(f"atomic_{op}", f"atomic_{op}(T[subscripts], x)",
+                   f"{doc} atomically, element by element; the value is the tile (or scalar) of the old "
+                   f"elements.  Elements outside the tensor are skipped (their old value reads 0).",
+                   "atomic", effect=True, dtypes=dtypes)
 
 
 BUILTINS: dict[str, Builtin] = {b.name: b for b in [
@@ -38,10 +51,10 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     Builtin("sum", "sum(x, axis=None)",
             "Sum of the elements of a tile along `axis` (kept with extent 1), or of all of them (a scalar).",
             "reduce"),
-    Builtin("max", "max(x, axis=None)", "Largest element along `axis` (kept with extent 1), or overall.",
-            "reduce"),
-    Builtin("min", "min(x, axis=None)", "Smallest element along `axis` (kept with extent 1), or overall.",
-            "reduce"),
+    Builtin("max", "max(x, axis=None)", "Largest element along `axis` (kept with extent 1), or overall "
+            "(NaN ignored, +0.0 above -0.0).", "reduce"),
+    Builtin("min", "min(x, axis=None)", "Smallest element along `axis` (kept with extent 1), or overall "
+            "(NaN ignored, -0.0 below +0.0).", "reduce"),
     Builtin("argmax", "argmax(x, axis=None)",
             "Index (i32) of the largest element along `axis` (kept with extent 1), or the flat index "
             "overall; the first one on ties.", "reduce_index"),
@@ -51,7 +64,7 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     _unary_float("exp2", "2 to the power x."),
     _unary_float("log", "Natural logarithm."),
     _unary_float("log2", "Base-2 logarithm."),
-    _unary_float("sqrt", "Square root, correctly rounded."),
+    _unary_float("sqrt", "Square root, correctly rounded.", F32_F64),
     _unary_float("rsqrt", "1 / sqrt(x)."),
     _unary_float("tanh", "Hyperbolic tangent."),
     _unary_float("sigmoid", "1 / (1 + exp(-x))."),
@@ -59,9 +72,16 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     _unary_float("gelu", "x * (1 + erf(x / sqrt(2))) / 2, the exact GELU."),
     _unary_float("sin", "Sine."),
     _unary_float("cos", "Cosine."),
+    _unary_float("floor", "The largest integer value not above x (a float).", F32_F64),
+    _unary_float("ceil", "The smallest integer value not below x (a float).", F32_F64),
+    _unary_float("round", "x rounded to the nearest integer value, halves to even (a float).", F32_F64),
+    _unary_float("trunc", "x rounded toward zero to an integer value (a float).", F32_F64),
+    Builtin("fma", "fma(a, b, c)", "a * b + c rounded once (floats; broadcast).", "fma", dtypes=F32_F64),
     Builtin("abs", "abs(x)", "Absolute value (integers or floats).", "unary_numeric"),
-    Builtin("maximum", "maximum(x, y)", "Element-wise larger of x and y (broadcast).", "binary_numeric"),
-    Builtin("minimum", "minimum(x, y)", "Element-wise smaller of x and y (broadcast).", "binary_numeric"),
+    Builtin("maximum", "maximum(x, y)", "Element-wise larger of x and y (broadcast; NaN ignored, "
+            "+0.0 above -0.0).", "binary_numeric"),
+    Builtin("minimum", "minimum(x, y)", "Element-wise smaller of x and y (broadcast; NaN ignored, "
+            "-0.0 below +0.0).", "binary_numeric"),
     Builtin("where", "where(cond, x, y)",
             "Element-wise choice: x where cond is true, else y (all three broadcast).", "where"),
     Builtin("arange", "arange(end) | arange(start, end)",
@@ -71,11 +91,51 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "A tile of the given compile-time shape with every element equal to the scalar value.", "full"),
     Builtin("reshape", "reshape(x, [D0, D1, ...])",
             "The same elements in row-major order with a new shape of equal size.", "reshape"),
-    Builtin("cdiv", "cdiv(a, b)", "Ceiling division of integers: (a + b - 1) / b for positive b.",
-            "binary_int"),
-    Builtin("atomic_add", "atomic_add(T[slices], x)",
-            "Adds x (a tile of the slice's shape, or a scalar) into the tensor slice atomically; "
-            "elements outside the tensor are skipped.", "atomic", effect=True),
+    Builtin("cdiv", "cdiv(a, b)", "Integer division rounded up: the exact quotient's ceiling, "
+            "without intermediate overflow (a divisor of 0 counts as 1, as for `/`).", "binary_int"),
+    Builtin("mulhi", "mulhi(a, b)",
+            "The high half of the full product of two integers of one dtype (i32, u32, i64): the bits "
+            "above the ones a * b keeps.", "mulhi", dtypes=ATOMIC_INTEGERS),
+    Builtin("bitcast", "bitcast(x, DTYPE)",
+            "The bits of x read as DTYPE, a dtype of the same width (f32/i32/u32, f64/i64).", "bitcast"),
+    Builtin("cumsum", "cumsum(x, axis=0)",
+            "Inclusive running sum along `axis` (the shape stays); the axis may be left out of a 1-D tile.",
+            "scan_op"),
+    Builtin("cumprod", "cumprod(x, axis=0)", "Inclusive running product along `axis`, like cumsum.", "scan_op"),
+    Builtin("scan", "scan(x, axis, combine)",
+            "Inclusive scan along `axis` with a device function `combine(a, b)` (associative); x may be a "
+            "tuple of tiles of one shape, combine then takes and returns as many values.", "scan"),
+    Builtin("reduce", "reduce(x, axis, combine)",
+            "Reduction along `axis` (kept with extent 1) with a device function `combine(a, b)` "
+            "(associative and commutative); x may be a tuple of tiles, like scan.", "reduce_with"),
+    Builtin("trans", "trans(x)", "The transpose of a 2-D tile.", "permute"),
+    Builtin("permute", "permute(x, [D0, D1, ...])",
+            "The tile with its dimensions reordered: dimension i of the result is dimension Di of x.",
+            "permute"),
+    Builtin("join", "join(a, b)",
+            "The tiles a and b (one shape) side by side along a new last dimension of extent 2.", "join"),
+    Builtin("split", "split(x)",
+            "The two halves of a tile whose last dimension has extent 2, without it: the inverse of join.",
+            "split"),
+    Builtin("concat", "concat(a, b, axis=0)",
+            "a followed by b along `axis` (the other extents equal).", "concat"),
+    _atomic("add", "Adds x into the tensor elements", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
+    _atomic("max", "Replaces each tensor element by the larger of it and x", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
+    _atomic("min", "Replaces each tensor element by the smaller of it and x", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
+    _atomic("and", "Bitwise-ands x into the tensor elements", ATOMIC_INTEGERS),
+    _atomic("or", "Bitwise-ors x into the tensor elements", ATOMIC_INTEGERS),
+    _atomic("xor", "Bitwise-xors x into the tensor elements", ATOMIC_INTEGERS),
+    _atomic("xchg", "Writes x into the tensor elements", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
+    Builtin("atomic_cas", "atomic_cas(T[subscripts], cmp, x)",
+            "Compare and swap, atomically per element: where an element's bits equal those of cmp, x is "
+            "written; the value is the old elements.  Elements outside the tensor are skipped.", "atomic",
+            effect=True, dtypes=(DType.F32, DType.F64) + ATOMIC_INTEGERS),
+    Builtin("device_print", "device_print(\"text {}\", x, ...)",
+            "Prints a line per element (with its program instance and index) while the kernel runs; each "
+            "{} of the text shows the next value.", "print", effect=True, void=True),
+    Builtin("device_assert", "device_assert(cond, \"text\")",
+            "Stops the kernel with an error (its source line and the text) where cond is false.", "assert",
+            effect=True, void=True),
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}.", "cast")
       for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32)],
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: to f32, then rounded to nearest even "
@@ -83,11 +143,19 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
       for dt in (DType.BF16, DType.F16)],
 ]}
 
+def argument(call, position: int, name: str):
+    """The argument of a builtin's call (an ast.Call) at `position`, or given as `name=`; None if left out."""
+    if position < len(call.args):
+        return call.args[position]
+    return next((k.value for k in call.kwargs if k.name == name), None)
+
+
 CAST_DTYPES = {b.name: DType(b.name) for b in BUILTINS.values() if b.rule == "cast"}
 
 # Keyword arguments each builtin accepts.
 KEYWORDS = {"sum": {"axis"}, "max": {"axis"}, "min": {"axis"}, "argmax": {"axis"}, "argmin": {"axis"},
-            "dot": {"precision"}}
+            "cumsum": {"axis"}, "cumprod": {"axis"}, "scan": {"axis", "combine"}, "reduce": {"axis", "combine"},
+            "concat": {"axis"}, "dot": {"precision"}}
 
 # The precisions of an f32 dot (its `precision=` argument): what each computes.
 DOT_PRECISIONS = {

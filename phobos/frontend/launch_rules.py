@@ -100,6 +100,12 @@ def _divide(a: int, b: int) -> int:
     return exact("div", {}, a, b)
 
 
+def _ceil_divide(a: int, b: int) -> int:
+    """cdiv: the exact quotient rounded up, as in a kernel (phobos.constants.ceil_divide), but on
+    exact integers; ZeroDivisionError for b == 0."""
+    return -(-a // b)
+
+
 def _exactly(symbol: str) -> Callable:
     """The language's binary operator `symbol` on exact values (phobos.constants)."""
     opcode, attrs = OPERATORS[symbol]
@@ -113,7 +119,7 @@ _BINARY = {symbol: OPERATORS[symbol][1].get("pred", OPERATORS[symbol][0])
 EVALUATE: dict[str, Callable] = {
     **{op: _exactly(symbol) for symbol, op in _BINARY.items()},
     "neg": lambda a: -a, "not": lambda a: not a,
-    "next_pow2": next_pow2, "cdiv": lambda a, b: _divide(a + b - 1, b),
+    "next_pow2": next_pow2, "cdiv": _ceil_divide,
     "minimum": min, "maximum": max,
 }
 _ARITHMETIC = {"add", "sub", "mul", "div", "rem"}
@@ -168,8 +174,8 @@ def _bound_rem(a, b):
 def _bound_cdiv(a, b):
     if a[0] < 0 or b[0] < 1:
         return _EVERYTHING
-    low = _divide(a[0] + b[1] - 1, b[1]) if math.isfinite(b[1]) else (1 if a[0] > 0 else 0)
-    high = _divide(a[1] + b[0] - 1, b[0]) if math.isfinite(a[1]) else UNBOUNDED
+    low = _ceil_divide(a[0], b[1]) if math.isfinite(b[1]) else (1 if a[0] > 0 else 0)
+    high = _ceil_divide(a[1], b[0]) if math.isfinite(a[1]) else UNBOUNDED
     return low, high
 
 

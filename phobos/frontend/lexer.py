@@ -24,11 +24,14 @@ from ..errors import LexError, Loc
 KEYWORDS = {
     "kernel": "KERNEL", "let": "LET", "var": "VAR", "for": "FOR", "in": "IN",
     "if": "IF", "else": "ELSE", "true": "TRUE", "false": "FALSE",
-    "tensor": "TENSOR", "tile": "TILE",
+    "tensor": "TENSOR", "tile": "TILE", "fn": "FN", "return": "RETURN", "while": "WHILE",
+    "break": "BREAK", "continue": "CONTINUE",
 }
 
 I64_MAX = (1 << 63) - 1
+U64_MAX = (1 << 64) - 1
 _INT_TEXT = re.compile(r"\d+")
+_HEX_TEXT = re.compile(r"0[xX][0-9a-fA-F]+")
 _STRING = re.compile(r'"([^"\\\n]|\\.)*"')
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 _ESCAPE = re.compile(r"\\.")
@@ -40,6 +43,7 @@ CONTINUES = {
     "PLUS", "MINUS", "TIMES", "DIVIDE", "MOD", "EQ", "NE", "LT", "LE", "GT", "GE",
     "AND", "OR", "NOT", "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ", "COMMA",
     "SLICE", "LBRACE", "SEMI", "COLON", "NEWLINE", "AT",
+    "AMP", "PIPE", "CARET", "TILDE", "SHL", "SHR", "ANDEQ", "OREQ", "XOREQ", "SHLEQ", "SHREQ", "ARROW",
 }
 
 
@@ -64,13 +68,23 @@ class Lexer:
         "ID", "INT", "FLOAT", "STRING",
         "PLUS", "MINUS", "TIMES", "DIVIDE", "MOD",
         "EQ", "NE", "LT", "LE", "GT", "GE", "AND", "OR", "NOT",
-        "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ",
+        "AMP", "PIPE", "CARET", "TILDE", "SHL", "SHR",
+        "ASSIGN", "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ", "ANDEQ", "OREQ", "XOREQ", "SHLEQ", "SHREQ",
+        "ARROW",
         "LPAREN", "RPAREN", "LBRACKET", "RBRACKET", "LBRACE", "RBRACE",
         "COMMA", "SEMI", "COLON", "SLICE", "AT", "NEWLINE",
     ) + tuple(KEYWORDS.values())
 
     t_ignore = " \t\r\f\v"  # whitespace; only \n ends a line
     t_SLICE = r":\+"
+    t_SHLEQ = r"<<="
+    t_SHREQ = r">>="
+    t_SHL = r"<<"
+    t_SHR = r">>"
+    t_ANDEQ = r"&="
+    t_OREQ = r"\|="
+    t_XOREQ = r"\^="
+    t_ARROW = r"->"
     t_PLUSEQ = r"\+="
     t_MINUSEQ = r"-="
     t_TIMESEQ = r"\*="
@@ -89,6 +103,10 @@ class Lexer:
     t_LT = r"<"
     t_GT = r">"
     t_NOT = r"!"
+    t_AMP = r"&"
+    t_PIPE = r"\|"
+    t_CARET = r"\^"
+    t_TILDE = r"~"
     t_ASSIGN = r"="
     t_LPAREN = r"\("
     t_RPAREN = r"\)"
@@ -134,12 +152,18 @@ class Lexer:
         r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[A-Za-z_0-9.]*"
         text = t.value
         shown = text if len(text) <= 24 else text[:20] + "..."
-        if _INT_TEXT.fullmatch(text):
+        if _INT_TEXT.fullmatch(text) or _HEX_TEXT.fullmatch(text):
+            hex_digits = text[2:].lstrip("0") if text[:2].lower() == "0x" else None
             digits = text.lstrip("0") or "0"
-            if len(digits) > len(str(I64_MAX)) or int(digits) > I64_MAX:
-                raise LexError(f"integer literal {shown} is too large; the largest is {I64_MAX} (i64)",
+            too_long = len(hex_digits) > 16 if hex_digits is not None else len(digits) > len(str(I64_MAX))
+            value = int(text, 16) if hex_digits is not None else (0 if too_long else int(digits))
+            if too_long or value > U64_MAX or (hex_digits is None and value > I64_MAX):
+                raise LexError(f"integer literal {shown} is too large; the largest is {I64_MAX} (i64)"
+                               + (f" or 0x{U64_MAX:X} in hexadecimal" if hex_digits is not None else ""),
                                self._loc(t.lexpos))
-            t.type, t.value = "INT", int(digits)
+            if value > I64_MAX:  # a 64-bit pattern written in hexadecimal: the i64 with those bits
+                value -= 1 << 64
+            t.type, t.value = "INT", value
         elif _FLOAT_TEXT.fullmatch(text):
             if math.isinf(float(text)):
                 raise LexError(f"float literal {shown} is too large for f64", self._loc(t.lexpos))

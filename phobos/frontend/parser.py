@@ -20,6 +20,7 @@ from functools import partial
 import ply.yacc as yacc
 
 from . import ast
+from .builtins import BUILTINS
 from ..errors import Loc, Note, ParseError, PhobosError, SemanticError, SourceFile
 from .lexer import Lexer, Token, scan
 
@@ -31,17 +32,23 @@ TOKEN_TEXT = {
     "LBRACKET": "'['", "RBRACKET": "']'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','",
     "SEMI": "';'", "COLON": "':'", "SLICE": "':+'", "AT": "'@'", "NEWLINE": "a newline",
     "ID": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string", "$end": "end of file",
+    "AMP": "'&'", "PIPE": "'|'", "CARET": "'^'", "TILDE": "'~'", "SHL": "'<<'", "SHR": "'>>'",
+    "ANDEQ": "'&='", "OREQ": "'|='", "XOREQ": "'^='", "SHLEQ": "'<<='", "SHREQ": "'>>='", "ARROW": "'->'",
 }
 
 
 COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
-BINARY_OPERATORS = COMPARISONS | {"PLUS", "MINUS", "TIMES", "DIVIDE", "MOD", "AND", "OR"}
-EXPRESSION_STARTS = {"ID", "INT", "FLOAT", "STRING", "TRUE", "FALSE", "LPAREN", "LBRACKET", "MINUS", "NOT"}
-STATEMENT_STARTS = {"LET", "VAR", "FOR", "IF", "ID", "INT", "FLOAT", "STRING", "LPAREN", "MINUS", "NOT"}
+BINARY_OPERATORS = COMPARISONS | {"PLUS", "MINUS", "TIMES", "DIVIDE", "MOD", "AND", "OR",
+                                  "AMP", "PIPE", "CARET", "SHL", "SHR"}
+EXPRESSION_STARTS = {"ID", "INT", "FLOAT", "STRING", "TRUE", "FALSE", "LPAREN", "LBRACKET", "MINUS", "NOT",
+                     "TILDE"}
+STATEMENT_STARTS = {"LET", "VAR", "FOR", "WHILE", "IF", "RETURN", "BREAK", "CONTINUE", "ID", "INT", "FLOAT",
+                    "STRING", "LPAREN", "MINUS", "NOT", "TILDE"}
+COMPOUND_ASSIGNMENTS = {"PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ", "ANDEQ", "OREQ", "XOREQ", "SHLEQ", "SHREQ"}
 CLOSERS = {"LPAREN": "RPAREN", "LBRACKET": "RBRACKET", "LBRACE": "RBRACE"}
 # Tokens that cannot appear inside () or []: meeting one there means a bracket was left open.
-NEVER_IN_BRACKETS = {"LET", "VAR", "FOR", "IF", "ELSE", "KERNEL", "AT", "LBRACE", "RBRACE", "SEMI",
-                     "PLUSEQ", "MINUSEQ", "TIMESEQ", "DIVEQ"}
+NEVER_IN_BRACKETS = {"LET", "VAR", "FOR", "WHILE", "IF", "ELSE", "KERNEL", "FN", "RETURN", "BREAK", "CONTINUE",
+                     "AT", "LBRACE", "RBRACE", "SEMI"} | COMPOUND_ASSIGNMENTS
 MAX_NESTING = 100
 
 
@@ -88,6 +95,10 @@ class Parser:
         ("left", "OR"),
         ("left", "AND"),
         ("nonassoc", "EQ", "NE", "LT", "LE", "GT", "GE"),
+        ("left", "PIPE"),
+        ("left", "CARET"),
+        ("left", "AMP"),
+        ("left", "SHL", "SHR"),
         ("left", "PLUS", "MINUS"),
         ("left", "TIMES", "DIVIDE", "MOD"),
         ("right", "UNARY"),
@@ -121,15 +132,55 @@ class Parser:
         return p[i].loc
 
     # ------------------------------------------------------------ top level
-    # program ::= kernel*
+    # program ::= { kernel | function }
     def p_program(self, p):
-        """program : kernel_list"""
-        p[0] = ast.Program(Loc(self.filename, 1, 1), p[1])
+        """program : item_list"""
+        kernels = [x for x in p[1] if isinstance(x, ast.Kernel)]
+        functions = [x for x in p[1] if isinstance(x, ast.Function)]
+        by_name: dict[str, ast.Function] = {}
+        for f in functions:
+            if f.name in BUILTINS:
+                raise ParseError(f"'{f.name}' is a builtin function; give the device function another name", f.loc)
+            if f.name in by_name:
+                raise ParseError(f"function '{f.name}' is defined twice", f.loc,
+                                 [Note("previous definition is here", by_name[f.name].loc)])
+            by_name[f.name] = f
+        for k in kernels:
+            k.functions = by_name
+        p[0] = ast.Program(Loc(self.filename, 1, 1), kernels, functions)
 
-    def p_kernel_list(self, p):
-        """kernel_list : kernel_list kernel
-                       | empty"""
+    def p_item_list(self, p):
+        """item_list : item_list kernel
+                     | item_list function
+                     | empty"""
         p[0] = p[1] + [p[2]] if len(p) == 3 else []
+
+    # function ::= 'fn' NAME '(' [fn_param {',' fn_param} [',']] ')' ['->' type] block
+    def p_function(self, p):
+        """function : FN ID LPAREN fn_params RPAREN opt_result block"""
+        p[0] = ast.Function(self._loc(p, 2), p[2], p[4], p[6], p[7])
+
+    def p_fn_params(self, p):
+        """fn_params : fn_param_list
+                     | fn_param_list COMMA
+                     | empty"""
+        p[0] = p[1] or []
+
+    def p_fn_param_list(self, p):
+        """fn_param_list : fn_param_list COMMA fn_param
+                         | fn_param"""
+        p[0] = p[1] + [p[3]] if len(p) == 4 else [p[1]]
+
+    # fn_param ::= NAME [':' type]
+    def p_fn_param(self, p):
+        """fn_param : ID
+                    | ID COLON type"""
+        p[0] = ast.FnParam(self._loc(p, 1), p[1], p[3] if len(p) == 4 else None)
+
+    def p_opt_result(self, p):
+        """opt_result : ARROW type
+                      | empty"""
+        p[0] = p[2] if len(p) == 3 else None
 
     # kernel ::= decorator* 'kernel' NAME '(' [param {',' param} [',']] ')' block
     def p_kernel(self, p):
@@ -227,18 +278,39 @@ class Parser:
                 | VAR ID opt_type ASSIGN expr"""
         p[0] = ast.Let(self._loc(p, 1), p[2], self._loc(p, 2), p[3], p[5], p[1] == "var")
 
+    # stmt ::= ('let' | 'var') '(' NAME {',' NAME} ')' '=' expr
+    def p_stmt_unpack(self, p):
+        """stmt : LET LPAREN name_list RPAREN ASSIGN expr
+                | VAR LPAREN name_list RPAREN ASSIGN expr"""
+        names = p[3]
+        p[0] = ast.Unpack(self._loc(p, 1), [n for n, _ in names], [loc for _, loc in names], p[6], p[1] == "var")
+
+    def p_name_list(self, p):
+        """name_list : name_list COMMA ID
+                     | ID"""
+        if len(p) == 4:
+            p[0] = p[1] + [(p[3], self._loc(p, 3))]
+        else:
+            p[0] = [(p[1], self._loc(p, 1))]
+
     def p_opt_type(self, p):
         """opt_type : COLON type
                     | empty"""
         p[0] = p[2] if len(p) == 3 else None
 
-    # stmt ::= target ('=' | '+=' | '-=' | '*=' | '/=') expr      target ::= NAME | postfix '[' ... ']'
+    # stmt ::= target ('=' | '+=' | '-=' | '*=' | '/=' | '&=' | '|=' | '^=' | '<<=' | '>>=') expr
+    # target ::= NAME | postfix '[' ... ']'
     def p_stmt_assign(self, p):
         """stmt : expr ASSIGN expr
                 | expr PLUSEQ expr
                 | expr MINUSEQ expr
                 | expr TIMESEQ expr
-                | expr DIVEQ expr"""
+                | expr DIVEQ expr
+                | expr ANDEQ expr
+                | expr OREQ expr
+                | expr XOREQ expr
+                | expr SHLEQ expr
+                | expr SHREQ expr"""
         target = p[1]
         if not isinstance(target, (ast.Name, ast.Index)):
             raise ParseError(f"cannot assign to this expression: the left side of '{p[2]}' must be a "
@@ -261,6 +333,25 @@ class Parser:
             raise ParseError("range takes (start, end) or (start, end, step)", self._loc(p, 4))
         p[0] = ast.For(self._loc(p, 1), p[2], self._loc(p, 2), pos[0], pos[1],
                        pos[2] if len(pos) == 3 else None, p[8])
+
+    # stmt ::= 'while' expr block
+    def p_stmt_while(self, p):
+        """stmt : WHILE expr block"""
+        p[0] = ast.While(self._loc(p, 1), p[2], p[3])
+
+    # stmt ::= 'break' | 'continue' | 'return' [expr]
+    def p_stmt_jump(self, p):
+        """stmt : BREAK
+                | CONTINUE
+                | RETURN
+                | RETURN expr"""
+        loc = self._loc(p, 1)
+        if p[1] == "break":
+            p[0] = ast.Break(loc)
+        elif p[1] == "continue":
+            p[0] = ast.Continue(loc)
+        else:
+            p[0] = ast.Return(loc, p[2] if len(p) == 3 else None)
 
     # stmt ::= 'if' expr block ['else' (block | if_stmt)]
     def p_stmt_if(self, p):
@@ -291,12 +382,18 @@ class Parser:
                 | expr MINUS expr
                 | expr TIMES expr
                 | expr DIVIDE expr
-                | expr MOD expr"""
+                | expr MOD expr
+                | expr AMP expr
+                | expr PIPE expr
+                | expr CARET expr
+                | expr SHL expr
+                | expr SHR expr"""
         p[0] = ast.Binary(self._loc(p, 2), p[2], p[1], p[3])
 
     def p_expr_unary(self, p):
         """expr : MINUS expr %prec UNARY
-                | NOT expr %prec UNARY"""
+                | NOT expr %prec UNARY
+                | TILDE expr %prec UNARY"""
         p[0] = ast.Unary(self._loc(p, 1), p[1], p[2])
 
     def p_expr_postfix(self, p):
@@ -326,7 +423,8 @@ class Parser:
         else:
             p[0] = p[1]
 
-    # primary ::= INT | FLOAT | STRING | 'true' | 'false' | NAME | call | '(' expr ')' | '[' expr {',' expr} ']'
+    # primary ::= INT | FLOAT | STRING | 'true' | 'false' | NAME | call | '(' expr ')'
+    #           | '(' expr ',' expr {',' expr} ')' | '[' expr {',' expr} ']'
     def p_primary_int(self, p):
         """primary : INT"""
         p[0] = ast.IntLit(self._loc(p, 1), p[1])
@@ -338,6 +436,10 @@ class Parser:
     def p_primary_string(self, p):
         """primary : STRING"""
         p[0] = ast.StrLit(self._loc(p, 1), p[1])
+
+    def p_primary_tuple(self, p):
+        """primary : LPAREN expr COMMA expr_list RPAREN"""
+        p[0] = ast.TupleLit(self._loc(p, 1), [p[2]] + p[4])
 
     def p_primary_bool(self, p):
         """primary : TRUE

@@ -21,6 +21,7 @@
 # operator.
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from ..configuration import Knobs, config_text, knob_problem
 from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
 from ..dispatch import Dispatch
 from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
-from ..types import (DType, ScalarType, TensorType, TileType, ValueType, broadcast_shapes,
+from ..types import (VOID, DType, ScalarType, TensorType, TileType, TupleType, ValueType, broadcast_shapes,
                     shape_of, with_dtype)
 
 MAX_TILE_ELEMENTS = 1 << 20
@@ -43,10 +44,16 @@ DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16)  # 16-bit floats: pro
 
 @dataclass(eq=False)
 class Symbol:
-    """A named thing: parameter, size, autotune constant, let/var binding or loop variable."""
+    """A named thing: parameter, size, autotune constant, let/var binding or loop variable.
+
+    The checker also makes hidden `var`s of its own, named with a '$' no source
+    name can have: the flags that `break`, `continue` and `return` set and the
+    values a function returns (see Frame and Loop).
+    """
 
     name: str
-    kind: str  # 'tensor', 'scalar', 'size', 'const', 'let', 'var', 'loop', 'literal' (inf, nan)
+    kind: str  # 'tensor', 'scalar', 'size', 'const', 'let', 'var', 'loop', 'param' (of a function),
+    #            'literal' (inf, nan, and a function parameter bound to a literal-only constant)
     type: ValueType | TensorType | None  # None: its declaration failed to check
     loc: Loc
     value: int | float | bool | None = None  # compile-time value, when known
@@ -71,6 +78,42 @@ class SizeBinding:
     uses: list[tuple[int, int]]
 
 
+@dataclass(eq=False)
+class Frame:
+    """What `return` means where it stands: in the kernel, or in one inlined call of a function."""
+
+    name: str  # of the kernel or function, for messages
+    returned: Symbol  # the hidden flag `return` sets
+    function: ast.Function | None = None
+    result_types: list[ValueType] | None = None  # a function's: fixed by its `-> T` or its first `return E`
+    results: list[Symbol] = field(default_factory=list)  # hidden vars that hold the returned values
+    bare_return: Loc | None = None  # a `return` without a value, in a function
+
+
+@dataclass(eq=False)
+class Loop:
+    """A `for` or `while` and the hidden flags its `break` and `continue` set."""
+
+    node: object
+    broke: Symbol
+    continued: Symbol
+
+
+@dataclass(eq=False)
+class Inlined:
+    """One call of a device function: its body, copied and checked with the call's argument types."""
+
+    function: ast.Function
+    params: list[Symbol]  # in order; a tensor parameter is the argument's own symbol
+    body: ast.Block  # a copy of the function's body: its nodes key this call's side tables
+    frame: Frame
+
+    @property
+    def type(self) -> ValueType | TupleType:
+        types = self.frame.result_types or []
+        return types[0] if len(types) == 1 else TupleType(tuple(types))
+
+
 @dataclass
 class CheckedKernel:
     kernel: ast.Kernel
@@ -80,10 +123,16 @@ class CheckedKernel:
     types: dict[object, ValueType | TensorType] = field(default_factory=dict)
     consts: dict[object, int | float | bool] = field(default_factory=dict)
     symbols: dict[object, Symbol] = field(default_factory=dict)  # Name use / declaration -> Symbol
-    carried: dict[object, list[Symbol]] = field(default_factory=dict)  # For/If -> outer vars assigned
+    carried: dict[object, list[Symbol]] = field(default_factory=dict)  # For/While/If/guard -> outer vars assigned
     written: set[str] = field(default_factory=set)  # tensor parameters the kernel stores into
     weak: set[object] = field(default_factory=set)  # literal-only expressions; their dtype follows context
     knobs: Knobs = field(default_factory=Knobs)  # what the configuration's WARPS, STAGES, GROUP_M set
+    frame: Frame | None = None  # the kernel's: `return` sets its flag
+    loops: dict[object, Loop] = field(default_factory=dict)  # For/While -> its break/continue flags
+    jumps: dict[object, Symbol] = field(default_factory=dict)  # Break/Continue/Return -> the flag it sets
+    returns: dict[object, Frame] = field(default_factory=dict)  # Return -> the frame it leaves
+    sets_flags: dict[object, list[Symbol]] = field(default_factory=dict)  # statement -> flags it may leave set
+    calls: dict[object, Inlined] = field(default_factory=dict)  # call of a device function -> its instance
 
     @property
     def name(self) -> str:
@@ -216,7 +265,11 @@ class Checker:
         self.out = CheckedKernel(kernel, config, [], {}, knobs=Knobs.of(config))
         self.weak = self.out.weak
         self.statement_calls: set[ast.Call] = set()  # effect builtins standing as statements
-        self.loop_stack: list[tuple[object, int]] = []  # (For/If node, scope depth outside it)
+        self.loop_stack: list[tuple[object, int]] = []  # (For/While/If node or guard, scope depth outside it)
+        self.loops: list[Loop] = []  # the loops around the statement being checked, innermost last
+        self.frame: Frame | None = None  # what `return` leaves
+        self.flag_sinks: list[set[Symbol]] = []  # per statement being checked: the flags it may set
+        self.call_stack: list[tuple[str, Loc]] = []  # the device functions being inlined, and their calls
 
     # ------------------------------------------------------------ scopes
     def define(self, sym: Symbol) -> Symbol:
@@ -233,7 +286,7 @@ class Checker:
             sym = self.scopes[depth].get(name)
             if sym is not None:
                 return sym
-        known = [n for scope in self.scopes for n in scope]
+        known = [n for scope in self.scopes for n in scope if not n.startswith("$")]
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         if name in BUILTINS:
@@ -262,6 +315,7 @@ class Checker:
                 self.errors.append(err)
                 kind = "scalar" if param.type.kind == "scalar" else "tensor"
                 self.scopes[KERNEL_SCOPE].setdefault(param.name, Symbol(param.name, kind, None, param.loc))
+        self.frame = self.out.frame = Frame(k.name, self.define(self.flag("$return", k.loc)))
         self._attempt_block_stmts(k.body)
         if self.errors:
             raise self.errors[0] if len(self.errors) == 1 else ErrorList(self.errors)
@@ -360,8 +414,35 @@ class Checker:
             self.errors.append(err)
 
     def _attempt_block_stmts(self, block: ast.Block) -> None:
-        for s in block.stmts:
-            self._attempt(self.stmt, s)
+        """Check each statement; the rest of a block after one that may jump is guarded by its flags."""
+        guards = 0
+        try:
+            for i, s in enumerate(block.stmts):
+                self._attempt(self.stmt, s)
+                if i + 1 == len(block.stmts):
+                    break
+                if isinstance(s, (ast.Break, ast.Continue, ast.Return)):
+                    word = {ast.Break: "break", ast.Continue: "continue", ast.Return: "return"}[type(s)]
+                    self.errors.append(SemanticError(f"this statement is never reached: it follows a '{word}'",
+                                                     block.stmts[i + 1].loc))
+                    break
+                if self.out.sets_flags.get(s):
+                    # the rest runs under `if !flags`: what it assigns is carried out of that branch
+                    self.loop_stack.append(((block, i), len(self.scopes)))
+                    guards += 1
+        finally:
+            del self.loop_stack[len(self.loop_stack) - guards:]
+
+    @staticmethod
+    def flag(name: str, loc: Loc) -> Symbol:
+        """A hidden bool `var` for the flag of a jump (false until the jump sets it)."""
+        return Symbol(name, "var", ScalarType(DType.BOOL), loc)
+
+    def jump(self, s, flag: Symbol) -> None:
+        """`s` sets `flag`: every loop and branch it is in carries the flag out."""
+        self.out.jumps[s] = flag
+        self.note_assigned(flag)
+        self.flag_sinks[-1].add(flag)
 
     def block(self, block: ast.Block) -> None:
         self.scopes.append({})
@@ -371,7 +452,19 @@ class Checker:
             self.scopes.pop()
 
     def stmt(self, s: ast.Stmt) -> None:
-        STATEMENTS.lookup(type(s))(self, s)
+        """Check one statement and record the jump flags it may leave set (its own loop's excepted)."""
+        self.flag_sinks.append(set())
+        try:
+            STATEMENTS.lookup(type(s))(self, s)
+        finally:
+            flags = self.flag_sinks.pop()
+            loop = self.out.loops.get(s)
+            if loop is not None:
+                flags -= {loop.broke, loop.continued}
+            if flags:
+                self.out.sets_flags[s] = sorted(flags, key=lambda f: f.name)
+                if self.flag_sinks:
+                    self.flag_sinks[-1] |= flags
 
     @STATEMENTS.on(ast.Let)
     def stmt_let(self, s: ast.Let) -> None:
@@ -379,7 +472,7 @@ class Checker:
         self.out.symbols[s] = sym
         try:
             declared = self.value_type(s.type) if s.type is not None else None
-            vt = self.expr(s.value)
+            vt = self.single(s.value, self.expr(s.value))
             if isinstance(vt, TensorType):
                 raise SemanticError("a tensor cannot be bound to a name; index it to load a tile",
                                     start_loc(s.value))
@@ -415,7 +508,7 @@ class Checker:
                 raise _Poisoned()
             if not sym.mutable:
                 why = {"let": "it was declared with 'let' (use 'var' to make it mutable)",
-                       "literal": "it is a constant",
+                       "literal": "it is a constant", "param": "it is a parameter of the function",
                        "loop": "it is a loop variable", "const": "it is an autotune parameter",
                        "size": "it is a tensor size", "scalar": "it is a kernel parameter",
                        "tensor": "it is a tensor; assign to a slice of it, like x[i :+ 4] = ..."}[sym.kind]
@@ -432,21 +525,19 @@ class Checker:
         if not isinstance(bt, TensorType):
             raise SemanticError(f"cannot assign to an element of '{base.id}': only tensor slices can be "
                                 f"assigned (tiles are values; build a new one)", start_loc(target))
-        slice_t = self.index(target, bt)
+        slice_t = self.types_set(target, self.index(target, bt))
         value_t = self.rhs_type(s, slice_t)
         if isinstance(value_t, TensorType):
             raise SemanticError("cannot store a tensor; index it to load a tile", start_loc(s.value))
         self.storable(bt.dtype, slice_t, s.value, value_t, start_loc(s.value))
-        self.out.written.add(base.id)
+        self.out.written.add(self.out.symbols[base].name)
 
     def rhs_type(self, s: ast.Assign, target_t: ValueType) -> ValueType:
         """The value being stored: the right side, or `target op right` for compound assignment."""
-        vt = self.expr(s.value)
         if s.op == "=":
-            return vt
-        if isinstance(vt, TensorType):
-            raise SemanticError("a tensor cannot be used as a value; index it to load a tile", start_loc(s.value))
-        return self.arith(s.op[0], target_t, s.value, vt, s.loc, lhs_node=None)
+            return self.expr(s.value)
+        vt = self.value(s.value)
+        return self.operation(s.op[:-1], target_t, None, vt, s.value, s.loc)[0]
 
     def note_assigned(self, sym: Symbol) -> None:
         """Record `sym` as carried by every enclosing loop/if that it was declared outside of."""
@@ -460,11 +551,13 @@ class Checker:
     @STATEMENTS.on(ast.ExprStmt)
     def stmt_expr_stmt(self, s: ast.ExprStmt) -> None:
         e = s.expr
-        if not (isinstance(e, ast.Call) and e.func in BUILTINS and BUILTINS[e.func].effect):
+        if isinstance(e, ast.Call) and e.func in BUILTINS and BUILTINS[e.func].effect:
+            self.statement_calls.add(e)
             self.expr(e)
+            return
+        t = self.expr(e)
+        if not (isinstance(e, ast.Call) and e in self.out.calls and t == VOID):
             raise SemanticError("this expression's value is unused; bind it with 'let' or assign it", start_loc(e))
-        self.statement_calls.add(e)
-        self.expr(e)
 
     @STATEMENTS.on(ast.For)
     def stmt_for(self, s: ast.For) -> None:
@@ -474,19 +567,220 @@ class Checker:
         for bound in (s.start, s.end):  # literal bounds take the loop variable's dtype
             self.settle(bound, dtype)
         if s.step is not None:
-            step = self.const_int(s.step, "the step of range()")
-            if step == 0:
+            step_t = self.scalar_int(s.step, "the step of range()")
+            self.unify_dtypes(s.start, dtype, s.step, step_t.dtype, start_loc(s.step))
+            if self.out.consts.get(s.step) == 0:
                 raise SemanticError("the step of range() cannot be zero", start_loc(s.step))
             self.settle(s.step, dtype)
+        var = Symbol(s.var, "loop", ScalarType(dtype), s.var_loc)
+        self.out.symbols[s] = var
+        self.loop_body(s, s.body, var)
+
+    @STATEMENTS.on(ast.While)
+    def stmt_while(self, s: ast.While) -> None:
+        ct = self.expr(s.cond)
+        if not (isinstance(ct, ScalarType) and ct.dtype is DType.BOOL):
+            hint = "; every thread of a program instance takes the same path" if isinstance(ct, TileType) else ""
+            raise SemanticError(f"a while condition must be a scalar bool, not {ct}{hint}", start_loc(s.cond))
+        self.loop_body(s, s.body, None)
+
+    def loop_body(self, s, body: ast.Block, var: Symbol | None) -> None:
+        """Check a loop's body in a scope of its own that holds the loop variable and the loop's flags."""
         self.loop_stack.append((s, len(self.scopes)))
         self.scopes.append({})
+        loop = self.out.loops[s] = Loop(s, self.define(self.flag("$break", s.loc)),
+                                        self.define(self.flag("$continue", s.loc)))
+        self.loops.append(loop)
         try:
-            var = self.define(Symbol(s.var, "loop", ScalarType(dtype), s.var_loc))
-            self.out.symbols[s] = var
-            self.block(s.body)
+            if var is not None:
+                self.define(var)
+            self.block(body)
         finally:
+            self.loops.pop()
             self.scopes.pop()
             self.loop_stack.pop()
+
+    @STATEMENTS.on(ast.Break, ast.Continue)
+    def stmt_break_continue(self, s) -> None:
+        word = "break" if isinstance(s, ast.Break) else "continue"
+        if not self.loops:
+            raise SemanticError(f"'{word}' outside a loop", s.loc)
+        loop = self.loops[-1]
+        self.jump(s, loop.broke if word == "break" else loop.continued)
+
+    @STATEMENTS.on(ast.Return)
+    def stmt_return(self, s: ast.Return) -> None:
+        frame = self.frame
+        if frame.function is None:
+            if s.value is not None:
+                raise SemanticError("a kernel returns no value: store its results into a tensor",
+                                    start_loc(s.value))
+        elif s.value is None:
+            if frame.result_types:
+                raise SemanticError(f"function '{frame.name}' returns a value; this 'return' needs one too", s.loc)
+            frame.bare_return = s.loc
+        else:
+            self.return_value(frame, s.value)
+        self.out.returns[s] = frame
+        self.jump(s, frame.returned)
+
+    def return_value(self, frame: Frame, e: ast.Expr) -> None:
+        """Check `return e` in a function: its values fix the function's result types, or must fit them."""
+        if frame.bare_return is not None:
+            raise SemanticError(f"function '{frame.name}' also returns without a value", start_loc(e),
+                                [Note("here", frame.bare_return)])
+        items = e.items if isinstance(e, ast.TupleLit) else [e]
+        types = [self.value(x) for x in items]
+        if frame.result_types is None:
+            frame.result_types = [self.concrete(x, t) for x, t in zip(items, types)]
+        elif len(types) != len(frame.result_types):
+            raise SemanticError(f"function '{frame.name}' returns {len(frame.result_types)} value"
+                                f"{'s' if len(frame.result_types) != 1 else ''} elsewhere, {len(types)} here",
+                                start_loc(e))
+        for x, t, want in zip(items, types, frame.result_types):
+            self.assignable(want, x, t, start_loc(x))
+        while len(frame.results) < len(frame.result_types):
+            i = len(frame.results)
+            sym = Symbol(f"$result{i}", "var", frame.result_types[i], frame.function.loc)
+            self.scopes[KERNEL_SCOPE][sym.name] = sym  # the function's outermost scope
+            frame.results.append(sym)
+        for sym in frame.results:
+            self.note_assigned(sym)
+
+    @EXPRESSIONS.on(ast.StrLit)
+    def expr_str_lit(self, e: ast.StrLit):
+        raise SemanticError("a string can only be an option of a builtin, like dot(a, b, precision=\"tf32\"), "
+                            "or the message of device_print() or device_assert()", e.loc)
+
+    @EXPRESSIONS.on(ast.TupleLit)
+    def expr_tuple_lit(self, e: ast.TupleLit):
+        return TupleType(tuple(self.value(x) for x in e.items))
+
+    # ------------------------------------------------------------ device functions
+    def call_function(self, e: ast.Call, fn: ast.Function) -> ValueType | TupleType:
+        """Check one call of a device function: its body, copied, under the types of the arguments."""
+        args = self.bind_arguments(e, fn)
+        inlined = self.inline(fn, e.loc, lambda inlined: [
+            self._attempt(self.bind_parameter, inlined, param, arg) for param, arg in zip(fn.params, args)])
+        self.out.calls[e] = inlined
+        return inlined.type
+
+    def inline(self, fn: ast.Function, loc: Loc, bind) -> Inlined:
+        """A copy of `fn`'s body checked in a scope of its own, whose parameters `bind(inlined)` defines.
+
+        The copy is what irgen and the interpreter inline; errors inside it
+        point into the function and carry a note at the call (`loc`).
+        """
+        chain = [name for name, _ in self.call_stack]
+        if fn.name in chain:
+            cycle = " -> ".join(chain[chain.index(fn.name):] + [fn.name])
+            raise SemanticError(f"recursive call of '{fn.name}' ({cycle}): device functions are inlined where "
+                                f"they are called, so they cannot call themselves", loc)
+        inlined = Inlined(fn, [], copy.deepcopy(fn.body), Frame(fn.name, self.flag("$return", fn.loc), fn))
+        saved = (self.scopes, self.loop_stack, self.loops, self.frame, self.flag_sinks)
+        self.scopes = [self.scopes[0], {inlined.frame.returned.name: inlined.frame.returned}]
+        self.loop_stack, self.loops, self.frame, self.flag_sinks = [], [], inlined.frame, []
+        self.call_stack.append((fn.name, loc))
+        errors_before = len(self.errors)
+        try:
+            bind(inlined)
+            if len(inlined.params) == len(fn.params):
+                if fn.result is not None:
+                    self._attempt(self.declared_result, inlined.frame, fn.result)
+                self._attempt_block_stmts(inlined.body)
+                if inlined.frame.result_types and not _always_returns(inlined.body):
+                    self.errors.append(SemanticError(
+                        f"function '{fn.name}' can reach the end of its body without returning a value",
+                        fn.body.stmts[-1].loc if fn.body.stmts else fn.loc))
+        finally:
+            self.scopes, self.loop_stack, self.loops, self.frame, self.flag_sinks = saved
+            self.call_stack.pop()
+        if len(self.errors) > errors_before:
+            for err in self.errors[errors_before:]:
+                if not any(n.message.startswith(f"in the call of '{fn.name}'") for n in err.notes):
+                    err.notes.append(Note(f"in the call of '{fn.name}' here", loc))
+            raise _Poisoned()
+        return inlined
+
+    def bind_arguments(self, e: ast.Call, fn: ast.Function) -> list[ast.Expr]:
+        """The argument of each parameter of `fn`, by position, then by name."""
+        if len(e.args) > len(fn.params):
+            raise SemanticError(f"{fn.name}() takes {len(fn.params)} argument{'s' if len(fn.params) != 1 else ''}, "
+                                f"got {len(e.args) + len(e.kwargs)}", e.loc, [Note("defined here", fn.loc)])
+        args: list[ast.Expr | None] = list(e.args) + [None] * (len(fn.params) - len(e.args))
+        names = [p.name for p in fn.params]
+        for kw in e.kwargs:
+            if kw.name not in names:
+                raise SemanticError(f"{fn.name}() has no parameter named '{kw.name}'", kw.loc,
+                                    [Note("defined here", fn.loc)])
+            i = names.index(kw.name)
+            if args[i] is not None:
+                raise SemanticError(f"{fn.name}() got parameter '{kw.name}' twice", kw.loc)
+            args[i] = kw.value
+        missing = [n for n, a in zip(names, args) if a is None]
+        if missing:
+            raise SemanticError(f"{fn.name}() is missing the argument{'s' if len(missing) > 1 else ''} "
+                                f"{', '.join(repr(m) for m in missing)}", e.loc, [Note("defined here", fn.loc)])
+        for a in args:
+            self.expr(a)  # in the caller's scope, before the function's scope replaces it
+        return args
+
+    def bind_parameter(self, inlined: Inlined, param: ast.FnParam, arg: ast.Expr) -> None:
+        """Define a parameter of an inlined call: a tensor argument's own symbol, else a value."""
+        t = self.out.types[arg]
+        if isinstance(t, TupleType):
+            raise SemanticError("an argument is one value; pass the values of a tuple one by one", start_loc(arg))
+        if isinstance(t, TensorType):
+            if param.type is not None and (param.type.kind != "tensor" or self.dtype(param.type) != t.dtype
+                                           or len(param.type.dims) != t.rank):
+                raise SemanticError(f"parameter '{param.name}' is declared {_type_text(param.type)} but the "
+                                    f"argument is {t}", start_loc(arg), [Note("declared here", param.loc)])
+            sym = self.out.symbols[arg]
+            self.scopes[-1][param.name] = sym  # the function sees the caller's tensor itself
+        else:
+            if param.type is not None and param.type.kind == "tensor":
+                raise SemanticError(f"parameter '{param.name}' is a tensor but the argument is {t}", start_loc(arg),
+                                    [Note("declared here", param.loc)])
+            value = self.out.consts.get(arg)
+            if param.type is not None:
+                ptype = self.assignable(self.value_type(param.type), arg, t, start_loc(arg))
+                sym = Symbol(param.name, "param", ptype, param.loc)
+            elif arg in self.weak and value is not None:
+                sym = Symbol(param.name, "literal", t, param.loc)  # takes the dtype its uses ask for
+            else:
+                sym = Symbol(param.name, "param", self.concrete(arg, t), param.loc)
+            if value is not None and isinstance(sym.type, ScalarType):
+                sym.value = value if sym.kind == "literal" else convert(value, sym.type.dtype)
+            self.define(sym)
+        inlined.params.append(sym)
+
+    def declared_result(self, frame: Frame, t: ast.TypeExpr) -> None:
+        frame.result_types = [self.value_type(t)]
+        sym = Symbol("$result0", "var", frame.result_types[0], t.loc)
+        self.scopes[KERNEL_SCOPE][sym.name] = sym
+        frame.results.append(sym)
+
+    @STATEMENTS.on(ast.Unpack)
+    def stmt_unpack(self, s: ast.Unpack) -> None:
+        syms = [Symbol(n, "var" if s.mutable else "let", None, loc) for n, loc in zip(s.names, s.name_locs)]
+        for i, sym in enumerate(syms):
+            self.out.symbols[(s, i)] = sym
+        try:
+            t = self.expr(s.value)
+            if not isinstance(t, TupleType) or not t.items:
+                what = "no value" if t == VOID else f"one value ({t})"
+                raise SemanticError(f"{len(s.names)} names need as many values; this gives {what}",
+                                    start_loc(s.value))
+            if len(t.items) != len(s.names):
+                raise SemanticError(f"{len(s.names)} names but {len(t.items)} values", start_loc(s.value))
+        except (SemanticError, _Poisoned):
+            for sym in syms:
+                self.scopes[-1].setdefault(sym.name, sym)
+            raise
+        items = s.value.items if isinstance(s.value, ast.TupleLit) else [None] * len(syms)
+        for sym, item, vt in zip(syms, items, t.items):
+            sym.type = self.concrete(item, vt) if item is not None else vt
+            self.define(sym)
 
     @STATEMENTS.on(ast.If)
     def stmt_if(self, s: ast.If) -> None:
@@ -505,6 +799,7 @@ class Checker:
     # ------------------------------------------------------------ type relations
     def assignable(self, target: ValueType, e: ast.Expr, vt, loc: Loc) -> ValueType:
         """Check that a value of type `vt` may be stored in a variable of type `target`."""
+        self.single(e, vt)
         if isinstance(vt, TensorType):
             raise SemanticError("a tensor cannot be used as a value; index it to load a tile", loc)
         if not widens(vt.dtype, target.dtype) and not self.adapts(e, vt.dtype, target.dtype):
@@ -516,6 +811,7 @@ class Checker:
 
     def storable(self, dtype: DType, slice_t: ValueType, e: ast.Expr, vt: ValueType, loc: Loc) -> None:
         """Check that `vt` may be stored into a tensor slice of element type `dtype`."""
+        self.single(e, vt)
         compute = dtype.compute
         if not widens(vt.dtype, compute) and not self.adapts(e, vt.dtype, compute):
             raise SemanticError(f"cannot store {_a(vt.dtype)} value into a tensor of {dtype}; "
@@ -599,10 +895,6 @@ class Checker:
         self.out.consts[e] = e.value
         return ScalarType(DType.F32)
 
-    @EXPRESSIONS.on(ast.StrLit)
-    def expr_str_lit(self, e: ast.StrLit):
-        raise SemanticError('a string is only an option of a builtin, like dot(a, b, precision="tf32")', e.loc)
-
     @EXPRESSIONS.on(ast.BoolLit)
     def expr_bool_lit(self, e: ast.BoolLit):
         self.out.consts[e] = e.value
@@ -638,9 +930,17 @@ class Checker:
                     self.out.consts[e] = -value
                 else:
                     self.out.consts[e] = evaluate("neg", {}, [value], [t.dtype], t.dtype)
+        elif e.op == "~":
+            if not t.dtype.is_int:
+                raise SemanticError(f"'~' flips the bits of an integer, not of {_a(t.dtype)}; "
+                                    f"use '!' for logical not", e.loc)
+            if value is not None:
+                self.out.consts[e] = ~value if e.operand in self.weak else \
+                    evaluate("not", {}, [value], [t.dtype], t.dtype)
         else:
             if t.dtype is not DType.BOOL:
-                raise SemanticError(f"'!' needs a bool operand, not {t.dtype}", e.loc)
+                raise SemanticError(f"'!' needs a bool operand, not {t.dtype}; use '~' to flip the bits of "
+                                    f"an integer", e.loc)
             if value is not None:
                 self.out.consts[e] = not value
         if e.operand in self.weak:
@@ -652,42 +952,69 @@ class Checker:
         if isinstance(t, TensorType):
             raise SemanticError(f"a tensor cannot be used as a value; index it to load a tile, "
                                 f"like {getattr(e, 'id', 'x')}[i :+ 64]", start_loc(e))
+        return self.single(e, t)
+
+    def single(self, e: ast.Expr, t):
+        """`t`, the type of `e`, when it is one value (or a tensor); an error for a tuple."""
+        if isinstance(t, TupleType):
+            if not t.items:
+                raise SemanticError(f"{getattr(e, 'func', 'this')}() returns no value", start_loc(e))
+            raise SemanticError(f"this gives {len(t.items)} values, not one; take them apart with "
+                                f"let ({', '.join('abcdefgh'[:len(t.items)])}) = ...", start_loc(e))
         return t
 
     @EXPRESSIONS.on(ast.Binary)
     def expr_binary(self, e: ast.Binary):
         lt, rt = self.value(e.lhs), self.value(e.rhs)
-        op = e.op
-        if op in ("&&", "||"):
-            for side, t in ((e.lhs, lt), (e.rhs, rt)):
-                if t.dtype is not DType.BOOL:
-                    raise SemanticError(f"'{op}' needs bool operands, not {t.dtype}", start_loc(side))
-            shape = self.broadcast(shape_of(lt), shape_of(rt), e.loc)
-            result = ScalarType(DType.BOOL) if shape is None else TileType(DType.BOOL, shape)
-            operand_dtype = DType.BOOL
-        elif op in ("==", "!=", "<", "<=", ">", ">="):
-            operand_dtype = self.unify_dtypes(e.lhs, lt.dtype, e.rhs, rt.dtype, e.loc)
-            if operand_dtype is DType.BOOL and op not in ("==", "!="):
-                raise SemanticError(f"'{op}' compares numbers, not bools", e.loc)
-            shape = self.broadcast(shape_of(lt), shape_of(rt), e.loc)
-            result = ScalarType(DType.BOOL) if shape is None else TileType(DType.BOOL, shape)
-        else:
-            result = self.arith(op, lt, e.rhs, rt, e.loc, lhs_node=e.lhs)
-            operand_dtype = result.dtype
+        result, operand_dtype = self.operation(e.op, lt, e.lhs, rt, e.rhs, e.loc)
         self.fold(e, result, operand_dtype)
         if e.lhs in self.weak and e.rhs in self.weak:
             self.weak.add(e)
         return result
 
+    def operation(self, op: str, lt: ValueType, lhs: ast.Expr | None, rt: ValueType, rhs: ast.Expr,
+                  loc: Loc) -> tuple[ValueType, DType]:
+        """The type of `lhs op rhs` (lhs None: the target of a compound assignment, of type lt),
+        and the dtype its operands meet in."""
+        shape = self.broadcast(shape_of(lt), shape_of(rt), loc)
+        if op in ("&&", "||"):
+            for side, t in ((lhs, lt), (rhs, rt)):
+                if t.dtype is not DType.BOOL:
+                    raise SemanticError(f"'{op}' needs bool operands, not {t.dtype}",
+                                        start_loc(side) if side is not None else loc)
+            return (ScalarType(DType.BOOL) if shape is None else TileType(DType.BOOL, shape)), DType.BOOL
+        if op not in _COMPARE and op not in ("&", "|", "^") and DType.BOOL in (lt.dtype, rt.dtype):
+            raise SemanticError(f"'{op}' needs numbers, not bool", loc)
+        dtype = self.unify_dtypes(lhs, lt.dtype, rhs, rt.dtype, loc)
+        if op in _COMPARE:
+            if dtype is DType.BOOL and op not in ("==", "!="):
+                raise SemanticError(f"'{op}' compares numbers, not bools", loc)
+            return (ScalarType(DType.BOOL) if shape is None else TileType(DType.BOOL, shape)), dtype
+        if op in ("&", "|", "^"):
+            if dtype.is_float:
+                raise SemanticError(f"'{op}' works on the bits of integers (or on bools), not on {dtype}; "
+                                    f"see bitcast()", loc)
+        elif op in ("%", "<<", ">>") and not dtype.is_int:
+            raise SemanticError(f"'{op}' needs integer operands, not {dtype}", loc)
+        if op in ("<<", ">>"):
+            self.check_shift(rhs, dtype if lhs is None or lhs not in self.weak else DType.I64)
+        return (ScalarType(dtype) if shape is None else TileType(dtype, shape)), dtype
+
     def arith(self, op: str, lt: ValueType, rhs: ast.Expr, rt: ValueType, loc: Loc, lhs_node) -> ValueType:
+        """The type of an arithmetic builtin on two numbers (maximum, cdiv, ...)."""
         for t in (lt, rt):
             if t.dtype is DType.BOOL:
                 raise SemanticError(f"'{op}' needs numbers, not bool", loc)
         dtype = self.unify_dtypes(lhs_node, lt.dtype, rhs, rt.dtype, loc)
-        if op == "%" and not dtype.is_int:
-            raise SemanticError(f"'%' needs integer operands, not {dtype}", loc)
         shape = self.broadcast(shape_of(lt), shape_of(rt), loc)
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
+
+    def check_shift(self, amount: ast.Expr, dtype: DType) -> None:
+        """A shift by a constant must be by 0 to bits-1 (a run-time amount beyond gives 0, or the sign)."""
+        value = self.out.consts.get(amount)
+        if value is not None and not 0 <= value < dtype.bits:
+            raise SemanticError(f"a shift of {_a(dtype)} by {value}: the amount must be from 0 to {dtype.bits - 1}",
+                                start_loc(amount))
 
     def fold(self, e: ast.Binary, result: ValueType, operand_dtype: DType) -> None:
         """The constant value of a binary expression on constants.
@@ -741,13 +1068,18 @@ class Checker:
         return self.tile_index(e, bt)
 
     def index(self, e: ast.Index, bt: TensorType) -> ValueType:
-        """Type of a tensor slice `T[...]`: a tile of the slice sizes, or a scalar."""
+        """Type of a tensor slice `T[...]`: a tile of the slice sizes, or a scalar.
+
+        Integer tiles among the subscripts (a gather, or a scatter when stored
+        into) must stand next to each other; their shapes broadcast together
+        and that shape takes their place in the result."""
         if len(e.subscripts) != bt.rank:
             raise SemanticError(f"tensor '{getattr(e.base, 'id', '?')}' has {bt.rank} dimension"
                                 f"{'s' if bt.rank != 1 else ''} but is indexed with {len(e.subscripts)}",
                                 e.loc)
         shape = []
-        for dim, sub in zip(bt.dims, e.subscripts):
+        gathered, gather_at, last_tile = None, 0, None
+        for d, (dim, sub) in enumerate(zip(bt.dims, e.subscripts)):
             if isinstance(sub, ast.Slice):
                 self.scalar_int(sub.start, "a slice start")
                 self.settle(sub.start, DType.I32)
@@ -761,10 +1093,22 @@ class Checker:
             else:
                 t = self.expr(sub)
                 if isinstance(t, TileType):
-                    raise SemanticError("an index must be a scalar integer; gathers with tile indices "
-                                        "are not supported", start_loc(sub))
+                    if not t.dtype.is_int:
+                        raise SemanticError(f"a tile used as an index must hold integers, not {t.dtype}",
+                                            start_loc(sub))
+                    if last_tile is not None and last_tile != d - 1:
+                        raise SemanticError("tiles used as indices must be next to each other (their shapes "
+                                            "broadcast together into one part of the result)", start_loc(sub))
+                    if gathered is None:
+                        gathered, gather_at = t.shape, len(shape)
+                    else:
+                        gathered = self.broadcast(gathered, t.shape, start_loc(sub))
+                    last_tile = d
+                    continue
                 self.scalar_int(sub, "an index")
                 self.settle(sub, DType.I32)
+        if gathered is not None:
+            shape[gather_at:gather_at] = gathered
         dtype = bt.dtype.loaded
         if not shape:
             return ScalarType(dtype)
@@ -779,6 +1123,9 @@ class Checker:
         shape = []
         for extent, sub in zip(bt.shape, e.subscripts):
             start_e = sub.start if isinstance(sub, ast.Slice) else sub
+            if isinstance(self.expr(start_e), TileType):
+                raise SemanticError("a tile is indexed with compile-time constants; to pick elements by a "
+                                    "tile of indices, gather from a tensor (T[idx])", start_loc(start_e))
             start = self.const_int(start_e, "an index into a tile")
             size = self.const_int(sub.size, "the size of a slice") if isinstance(sub, ast.Slice) else 1
             if size <= 0:
@@ -794,10 +1141,12 @@ class Checker:
     def expr_call(self, e: ast.Call):
         b = BUILTINS.get(e.func)
         if b is None:
-            close = difflib.get_close_matches(e.func, list(BUILTINS), n=1)
+            if e.func in self.kernel.functions:
+                return self.call_function(e, self.kernel.functions[e.func])
+            close = difflib.get_close_matches(e.func, list(BUILTINS) + list(self.kernel.functions), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise SemanticError(f"unknown function '{e.func}'{hint}", e.loc)
-        if b.effect and e not in self.statement_calls:
+        if b.void and e not in self.statement_calls:
             raise SemanticError(f"{e.func}() has no value; call it as a statement of its own", e.loc)
         allowed = KEYWORDS.get(e.func, set())
         for kw in e.kwargs:
@@ -907,7 +1256,13 @@ class Checker:
         if not t.dtype.is_float:
             raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                                 start_loc(e.args[0]))
-        return with_dtype(t, t.dtype.compute)
+        t = with_dtype(t, t.dtype.compute)
+        allowed = BUILTINS[e.func].dtypes
+        if t.dtype not in allowed:
+            names = " and ".join(str(d) for d in allowed)
+            raise SemanticError(f"{e.func}() is implemented for {names} only, not {t.dtype}; convert the "
+                                f"argument with {allowed[0]}(...)", start_loc(e.args[0]))
+        return t
 
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call):
@@ -937,9 +1292,7 @@ class Checker:
         if x is not None and y is not None and isinstance(t, ScalarType):
             if y == 0:
                 raise SemanticError("division by zero in a constant expression", start_loc(e.args[1]))
-            dtypes = [t.dtype, t.dtype]
-            total = evaluate("sub", {}, [evaluate("add", {}, [x, y], dtypes, t.dtype), 1], dtypes, t.dtype)
-            self.out.consts[e] = evaluate("div", {}, [total, y], dtypes, t.dtype)
+            self.out.consts[e] = evaluate("cdiv", {}, [x, y], [t.dtype, t.dtype], t.dtype)
         return t
 
     @BUILTIN_RULES.on("where")
@@ -1018,21 +1371,296 @@ class Checker:
 
     @BUILTIN_RULES.on("atomic")
     def call_atomic(self, e: ast.Call):
-        self.arity(e, 2)
-        target, x = e.args
+        self.arity(e, 3 if e.func == "atomic_cas" else 2)
+        target, *values = e.args
         if not (isinstance(target, ast.Index) and isinstance(self.expr(target.base), TensorType)):
-            raise SemanticError("the first argument of atomic_add() is a tensor slice, like T[i :+ 64]",
+            raise SemanticError(f"the first argument of {e.func}() is a tensor slice, like T[i :+ 64]",
                                 start_loc(target))
         bt = self.expr(target.base)
         slice_t = self.index(target, bt)
         self.types_set(target, slice_t)
-        if bt.dtype not in (DType.F32, DType.I32, DType.U32, DType.I64, DType.F64):
-            raise SemanticError(f"atomic_add() works on f32, f64, i32, i64 and u32 tensors, not {bt.dtype}",
+        allowed = BUILTINS[e.func].dtypes
+        if bt.dtype not in allowed:
+            raise SemanticError(f"{e.func}() works on {', '.join(map(str, allowed))} tensors, not {bt.dtype}",
                                 start_loc(target))
-        vt = self.value(x)
-        self.storable(bt.dtype, slice_t, x, vt, start_loc(x))
-        self.out.written.add(target.base.id)
-        return ScalarType(DType.BOOL)  # no value; never used
+        for x in values:
+            self.storable(bt.dtype, slice_t, x, self.value(x), start_loc(x))
+        self.out.written.add(self.out.symbols[target.base].name)
+        return slice_t
+
+    # --- the rules below read their arguments by position or by name
+    def arguments(self, e: ast.Call, names: list[str], required: int) -> list[ast.Expr | None]:
+        """The arguments of a call by parameter name (`names`), positional first, then keywords."""
+        if not required <= len(e.args) <= len(names):
+            self.arity(e, *range(required, len(names) + 1))
+        args: list[ast.Expr | None] = list(e.args) + [None] * (len(names) - len(e.args))
+        for kw in e.kwargs:
+            i = names.index(kw.name)
+            if args[i] is not None:
+                raise SemanticError(f"{e.func}() got the {kw.name} twice", kw.loc)
+            args[i] = kw.value
+        if any(a is None for a in args[:required]):
+            self.arity(e, *range(required, len(names) + 1))
+        return args
+
+    def axis_of(self, e: ast.Call, axis_e: ast.Expr | None, rank: int) -> int | None:
+        if axis_e is None:
+            return None
+        axis = self.const_int(axis_e, f"the axis of {e.func}()")
+        if not -rank <= axis < rank:
+            raise SemanticError(f"axis {axis} is out of range for a tile of rank {rank}", start_loc(axis_e))
+        return axis % rank
+
+    def operands_in(self, e: ast.Call, dtypes) -> DType:
+        """The dtype all arguments of `e` meet in, checked against `dtypes`."""
+        types = [self.value(x) for x in e.args]
+        dtype = types[0].dtype
+        for x, t in zip(e.args[1:], types[1:]):
+            dtype = self.unify_dtypes(e.args[0], dtype, x, t.dtype, start_loc(x))
+        if dtype not in dtypes:
+            names = " and ".join(map(str, dtypes))
+            raise SemanticError(f"{e.func}() works on {names}, not {dtype}", e.loc)
+        for x in e.args:
+            self.settle(x, dtype)
+        return dtype
+
+    def shape_of_all(self, e: ast.Call, args: list[ast.Expr]) -> tuple[int, ...] | None:
+        shape = None
+        for x in args:
+            shape = self.broadcast(shape, shape_of(self.value(x)), e.loc)
+        return shape
+
+    @BUILTIN_RULES.on("fma")
+    def call_fma(self, e: ast.Call):
+        self.arity(e, 3)
+        dtype = self.operands_in(e, BUILTINS[e.func].dtypes)
+        shape = self.shape_of_all(e, e.args)
+        return ScalarType(dtype) if shape is None else TileType(dtype, shape)
+
+    @BUILTIN_RULES.on("mulhi")
+    def call_mulhi(self, e: ast.Call):
+        self.arity(e, 2)
+        dtype = self.operands_in(e, BUILTINS[e.func].dtypes)
+        shape = self.shape_of_all(e, e.args)
+        return ScalarType(dtype) if shape is None else TileType(dtype, shape)
+
+    @BUILTIN_RULES.on("bitcast")
+    def call_bitcast(self, e: ast.Call):
+        self.arity(e, 2)
+        t = self.value(e.args[0])
+        name = e.args[1]
+        to = DType.from_name(name.id) if isinstance(name, ast.Name) else None
+        if to is None or to not in BITCAST_DTYPES:
+            raise SemanticError(f"the second argument of bitcast() is a dtype: "
+                                f"{', '.join(map(str, BITCAST_DTYPES))}", start_loc(name))
+        if t.dtype not in BITCAST_DTYPES or t.dtype.bits != to.bits:
+            raise SemanticError(f"bitcast() keeps the bits: {t.dtype} and {to} differ in width" if
+                                t.dtype in BITCAST_DTYPES else f"bitcast() of {_a(t.dtype)}: it has no bits to read",
+                                e.loc)
+        self.settle(e.args[0], t.dtype)
+        return with_dtype(self.concrete(e.args[0], t), to)
+
+    @BUILTIN_RULES.on("scan_op")
+    def call_scan_op(self, e: ast.Call):
+        x_e, axis_e = self.arguments(e, ["x", "axis"], 1)
+        t = self.value(x_e)
+        if not isinstance(t, TileType) or t.dtype is DType.BOOL:
+            raise SemanticError(f"{e.func}() needs a tile of numbers, got {t}", start_loc(x_e))
+        self.scan_axis(e, axis_e, t)
+        return t
+
+    def scan_axis(self, e: ast.Call, axis_e: ast.Expr | None, t: TileType) -> int:
+        axis = self.axis_of(e, axis_e, len(t.shape))
+        if axis is None:
+            if len(t.shape) > 1:
+                raise SemanticError(f"{e.func}() of a tile of rank {len(t.shape)} needs an axis", e.loc)
+            axis = 0
+        return axis
+
+    def combined(self, e: ast.Call, x_e: ast.Expr) -> list[TileType]:
+        """The tiles a scan or reduce combines: one, or a tuple of tiles of one shape."""
+        items = x_e.items if isinstance(x_e, ast.TupleLit) else [x_e]
+        types = [self.value(x) for x in items]
+        shape = None
+        for x, t in zip(items, types):
+            shape = self.broadcast(shape, shape_of(t), start_loc(x))
+        if shape is None:
+            raise SemanticError(f"{e.func}() combines tiles, got {types[0]}", start_loc(items[0]))
+        types = [TileType(self.concrete(x, t).dtype, shape) for x, t in zip(items, types)]
+        self.out.types[x_e] = TupleType(tuple(types)) if isinstance(x_e, ast.TupleLit) else types[0]
+        return types
+
+    def combine_function(self, e: ast.Call, f_e: ast.Expr, dtypes: list[DType]) -> Inlined:
+        """Check `f_e`, the combine function of a scan or reduce of values of `dtypes`: a device function
+        of 2k scalars returning k, straight-line code (every thread runs it on its own elements)."""
+        fn = self.kernel.functions.get(f_e.id) if isinstance(f_e, ast.Name) else None
+        if fn is None:
+            raise SemanticError(f"the combine argument of {e.func}() is the name of a device function, like "
+                                f"{e.func}(x, 0, add) with fn add(a, b) {{ return a + b }}", start_loc(f_e))
+        k = len(dtypes)
+        if len(fn.params) != 2 * k:
+            raise SemanticError(f"'{fn.name}' must take {2 * k} parameters (two sets of {k} value"
+                                f"{'s' if k > 1 else ''}) to combine {k} tile{'s' if k > 1 else ''}; it takes "
+                                f"{len(fn.params)}", start_loc(f_e), [Note("defined here", fn.loc)])
+
+        def bind(inlined: Inlined) -> None:
+            for p, dtype in zip(fn.params, dtypes + dtypes):
+                self._attempt(self.bind_scalar, inlined, p, dtype)
+        inlined = self.inline(fn, f_e.loc, bind)
+        want = [ScalarType(d) for d in dtypes]
+        if inlined.frame.result_types != want:
+            got = ", ".join(map(str, inlined.frame.result_types or [])) or "nothing"
+            raise SemanticError(f"'{fn.name}' must return {', '.join(map(str, want))} to combine them; it returns "
+                                f"{got}", start_loc(f_e), [Note("defined here", fn.loc)])
+        self.straight_line(inlined.body, fn, f_e.loc)
+        return inlined
+
+    def bind_scalar(self, inlined: Inlined, param: ast.FnParam, dtype: DType) -> None:
+        t = ScalarType(dtype)
+        if param.type is not None and self.value_type(param.type) != t:
+            raise SemanticError(f"parameter '{param.name}' is declared {_type_text(param.type)} but combines {t} "
+                                f"values", param.type.loc)
+        inlined.params.append(self.define(Symbol(param.name, "param", t, param.loc)))
+
+    def straight_line(self, body: ast.Block, fn: ast.Function, loc: Loc) -> None:
+        """A combine function runs per element in each thread: no branches, loops or effects."""
+        for i, s in enumerate(body.stmts):
+            if isinstance(s, ast.Return) and i == len(body.stmts) - 1:
+                continue
+            if not isinstance(s, (ast.Let, ast.Unpack, ast.Assign)) or (
+                    isinstance(s, ast.Assign) and not isinstance(s.target, ast.Name)):
+                raise SemanticError(f"'{fn.name}' combines elements, so it must be straight-line code: "
+                                    f"lets, assignments to variables and a final return (choose with where())",
+                                    s.loc, [Note("used to combine here", loc)])
+        for node in ast.walk(body):
+            inner = self.out.calls.get(node)
+            if inner is not None:
+                self.straight_line(inner.body, inner.function, loc)
+            elif isinstance(node, ast.Call) and node.func in BUILTINS and BUILTINS[node.func].effect:
+                raise SemanticError(f"'{fn.name}' combines elements: it cannot call {node.func}()", node.loc,
+                                    [Note("used to combine here", loc)])
+
+    @BUILTIN_RULES.on("scan")
+    def call_scan(self, e: ast.Call):
+        x_e, axis_e, f_e = self.arguments(e, ["x", "axis", "combine"], 3)
+        types = self.combined(e, x_e)
+        self.scan_axis(e, axis_e, types[0])
+        self.out.calls[e] = self.combine_function(e, f_e, [t.dtype for t in types])
+        return self.out.types[x_e]
+
+    @BUILTIN_RULES.on("reduce_with")
+    def call_reduce_with(self, e: ast.Call):
+        x_e, axis_e, f_e = self.arguments(e, ["x", "axis", "combine"], 3)
+        types = self.combined(e, x_e)
+        axis = self.axis_of(e, axis_e, len(types[0].shape))
+        self.out.calls[e] = self.combine_function(e, f_e, [t.dtype for t in types])
+        out = [self.reduced(t, axis, t.dtype) for t in types]
+        return TupleType(tuple(out)) if isinstance(x_e, ast.TupleLit) else out[0]
+
+    @BUILTIN_RULES.on("permute")
+    def call_permute(self, e: ast.Call):
+        self.arity(e, 1 if e.func == "trans" else 2)
+        t = self.value(e.args[0])
+        if not isinstance(t, TileType):
+            raise SemanticError(f"{e.func}() needs a tile, got {t}", start_loc(e.args[0]))
+        if e.func == "trans":
+            if len(t.shape) != 2:
+                raise SemanticError(f"trans() needs a 2-D tile, got {t}; use permute() for other ranks",
+                                    start_loc(e.args[0]))
+            order = (1, 0)
+        else:
+            order = self.permutation(e.args[1], len(t.shape))
+        return TileType(t.dtype, tuple(t.shape[d] for d in order))
+
+    def permutation(self, e: ast.Expr, rank: int) -> tuple[int, ...]:
+        if not isinstance(e, ast.ListLit):
+            raise SemanticError("the order of permute() is a list of dimensions, like [1, 0]", start_loc(e))
+        order = tuple(self.const_int(x, "a dimension of permute()") for x in e.items)
+        if sorted(order) != list(range(rank)):
+            raise SemanticError(f"[{', '.join(map(str, order))}] is not an order of the {rank} dimensions "
+                                f"0..{rank - 1}", e.loc)
+        return order
+
+    @BUILTIN_RULES.on("join")
+    def call_join(self, e: ast.Call):
+        self.arity(e, 2)
+        a, b = (self.value(x) for x in e.args)
+        dtype = self.unify_dtypes(e.args[0], a.dtype, e.args[1], b.dtype, e.loc)
+        shape = self.broadcast(shape_of(a), shape_of(b), e.loc) or ()
+        self.check_size(shape + (2,), e.loc)
+        return TileType(dtype, shape + (2,))
+
+    @BUILTIN_RULES.on("split")
+    def call_split(self, e: ast.Call):
+        self.arity(e, 1)
+        t = self.value(e.args[0])
+        if not isinstance(t, TileType) or t.shape[-1] != 2:
+            raise SemanticError(f"split() needs a tile whose last extent is 2, got {t}", start_loc(e.args[0]))
+        half = TileType(t.dtype, t.shape[:-1]) if len(t.shape) > 1 else ScalarType(t.dtype)
+        return TupleType((half, half))
+
+    @BUILTIN_RULES.on("concat")
+    def call_concat(self, e: ast.Call):
+        a_e, b_e, axis_e = self.arguments(e, ["a", "b", "axis"], 2)
+        a, b = self.value(a_e), self.value(b_e)
+        for x, t in ((a_e, a), (b_e, b)):
+            if not isinstance(t, TileType):
+                raise SemanticError(f"concat() joins tiles, got {t}", start_loc(x))
+        dtype = self.unify_dtypes(a_e, a.dtype, b_e, b.dtype, e.loc)
+        axis = self.axis_of(e, axis_e, len(a.shape)) or 0
+        if len(a.shape) != len(b.shape) or any(x != y for d, (x, y) in enumerate(zip(a.shape, b.shape)) if d != axis):
+            raise SemanticError(f"concat() along axis {axis} needs the other extents equal: {a} and {b}", e.loc)
+        shape = tuple(x + y if d == axis else x for d, (x, y) in enumerate(zip(a.shape, b.shape)))
+        self.check_size(shape, e.loc)
+        return TileType(dtype, shape)
+
+    @BUILTIN_RULES.on("print")
+    def call_print(self, e: ast.Call):
+        if not e.args or not isinstance(e.args[0], ast.StrLit):
+            raise SemanticError('device_print() starts with its text, a string like "x = {}"', e.loc)
+        text, values = e.args[0], e.args[1:]
+        holes = text.value.count("{}")
+        if holes and holes != len(values):
+            raise SemanticError(f"the text has {holes} {{}} but {len(values)} value{'s' if len(values) != 1 else ''} "
+                                f"follow{'s' if len(values) == 1 else ''} it", text.loc)
+        for x in values:
+            t = self.value(x)
+            self.settle(x, self.concrete(x, t).dtype)
+        self.shape_of_all(e, values)
+        return VOID
+
+    @BUILTIN_RULES.on("assert")
+    def call_assert(self, e: ast.Call):
+        self.arity(e, 1, 2)
+        t = self.value(e.args[0])
+        if t.dtype is not DType.BOOL:
+            raise SemanticError(f"the condition of device_assert() must be bool, not {t.dtype}", start_loc(e.args[0]))
+        if len(e.args) == 2 and not isinstance(e.args[1], ast.StrLit):
+            raise SemanticError("the message of device_assert() is a string", start_loc(e.args[1]))
+        return VOID
+
+
+BITCAST_DTYPES = (DType.I32, DType.U32, DType.F32, DType.I64, DType.F64)
+_COMPARE = {"==", "!=", "<", "<=", ">", ">="}
+
+
+def _type_text(t: ast.TypeExpr) -> str:
+    """A type annotation as written (near enough: constant dims by name)."""
+    if t.kind == "scalar":
+        return t.dtype
+    dims = ", ".join(str(d.value) if isinstance(d, ast.IntLit) else getattr(d, "id", "...") for d in t.dims)
+    return f"{t.kind}<{t.dtype}>[{dims}]"
+
+
+def _always_returns(block: ast.Block) -> bool:
+    """Whether every path through `block` ends in a `return`."""
+    if not block.stmts:
+        return False
+    last = block.stmts[-1]
+    if isinstance(last, ast.Return):
+        return True
+    return isinstance(last, ast.If) and last.orelse is not None and _always_returns(last.then) \
+        and _always_returns(last.orelse)
 
 
 def widens(have: DType, want: DType) -> bool:

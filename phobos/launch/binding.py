@@ -198,6 +198,31 @@ def _expected(call: BoundCall, param: KernelParam) -> str:
     return f"a {len(param.dims)}-D {param.dtype} tensor [{dims}]" + (f" with {', '.join(known)}" if known else "")
 
 
+def overlapping_tensors(call: BoundCall) -> list[tuple[str, str]]:
+    """(read, written) names of each tensor the kernel only reads whose memory overlaps one it writes.
+
+    Host arrays are compared with host arrays and device memory with device
+    memory (by address and size: binding has made sure they are contiguous).
+    Such a call must not read through the read-only cache (phobos.compiler.
+    CodeOptions.read_only_cache)."""
+    extents = {name: _extent(tensor) for name, tensor in call.tensors.items()}
+    return [(read.param.name, written.param.name)
+            for read in call.tensors.values() if not read.param.written
+            for written in call.tensors.values() if written.param.written
+            and overlap(extents[read.param.name], extents[written.param.name])]
+
+
+def _extent(tensor: TensorArgument) -> tuple[bool, int, int]:
+    """(in host memory, first byte, byte past the last) of a tensor."""
+    start = tensor.host.__array_interface__["data"][0] if tensor.host is not None else tensor.pointer
+    return tensor.host is not None, start, start + tensor.nbytes
+
+
+def overlap(a: tuple[bool, int, int], b: tuple[bool, int, int]) -> bool:
+    """Whether two extents (space, first byte, byte past the last) share a byte."""
+    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
 def call_device(call: BoundCall, locate: Callable[[int], int | None]) -> int:
     """The one device that holds the call's device-memory tensors (0 when there are none).
 

@@ -25,8 +25,19 @@
 # goes through the full path, with its messages.  A scalar the fast conversion
 # cannot pack (out of range, say) sends the call to the full path too, which
 # reports it as the first call would.
+#
+# Whether a tensor the kernel only reads overlaps one it writes (an in-place
+# call, `add(x, y, x)`) decides the code too: such a call runs a kernel
+# compiled without read-only-cache loads (phobos.compiler.CodeOptions).  A
+# key's launches are kept per aliasing (Prepared), and each call compares the
+# address ranges of those tensor pairs only: a few integer comparisons.
+#
+# The most recent signature of positional arguments also has its whole call
+# written out as one function (`direct_call`): the kernel callable tries it
+# first, and only a call it does not match pays for probing and the lookup.
 from __future__ import annotations
 
+import ctypes
 import functools
 import struct
 from collections.abc import Callable, Sequence
@@ -160,7 +171,23 @@ def torch_stream_reader() -> Callable[[int], int]:
     return raw if raw is not None else lambda device: torch.cuda.current_stream(device).cuda_stream
 
 
-def stream_source(values: Sequence[Any], tensors: Sequence[bool], device: int) -> Callable[[list], int]:
+@dataclass(frozen=True)
+class StreamSource:
+    """Where a call's stream comes from when none is given: torch's current stream on `device` ("torch"), the
+    stream hint of value `index` ("hint": its `__cuda_array_interface__` names it), or the NULL stream."""
+
+    kind: str
+    index: int = 0
+    device: int = 0
+    reader: Callable[[int], int] | None = None  # torch's current raw stream of a device
+
+    def __call__(self, hints: list) -> int:
+        if self.kind == "torch":
+            return self.reader(self.device)
+        return (hints[self.index] or 0) if self.kind == "hint" else 0
+
+
+def stream_source(values: Sequence[Any], tensors: Sequence[bool], device: int) -> StreamSource:
     """Where a call's stream comes from when none is given: the caller's current stream.
 
     The first device tensor decides (`tensors` marks which values are
@@ -176,10 +203,9 @@ def stream_source(values: Sequence[Any], tensors: Sequence[bool], device: int) -
         if _is_torch_tensor(type(value)):
             if value.get_device() < 0:
                 continue
-            current = torch_stream_reader()
-            return lambda hints: current(device)
-        return lambda hints, index=index: hints[index] or 0
-    return lambda hints: 0
+            return StreamSource("torch", device=device, reader=torch_stream_reader())
+        return StreamSource("hint", index=index)
+    return StreamSource("null")
 
 
 # ---------------------------------------------------------------------------
@@ -235,6 +261,15 @@ def assembler(recipe: Sequence[tuple]) -> Callable[[Sequence[Any], list], tuple]
     return names["assemble"]
 
 
+def alias_test(pairs: Sequence[tuple[int, int, int, int]]) -> Callable[[list], bool]:
+    """A function pointers -> whether any pair (i, j, bytes of i, bytes of j) of device tensors overlaps,
+    written out: `return p[0] < p[2] + 4096 and p[2] < p[0] + 4096 or ...` (False for no pairs)."""
+    tests = [f"(p[{i}] < p[{j}] + {size_j} and p[{j}] < p[{i}] + {size_i})" for i, j, size_i, size_j in pairs]
+    names: dict[str, Any] = {}
+    exec(f"def aliased(p):\n    return {' or '.join(tests) or 'False'}\n", names)
+    return names["aliased"]
+
+
 @dataclass
 class FastCall:
     """A prepared launch for one signature, and how each call's values reach it.
@@ -243,18 +278,29 @@ class FastCall:
     argument value i, ("scalar", i, convert) argument value i converted,
     ("const", v) a size the signature fixes; `assembler` writes it out as one
     function.  `queue(stream, values)` launches (None when the grid is empty:
-    nothing runs).
+    nothing runs).  `pairs` are the (read, written) tensor pairs whose overlap
+    decides the code (phobos.launch.binding.overlapping_tensors), with their
+    sizes in bytes, and `aliased` whether they overlapped when this launch was
+    prepared: the launch serves only calls where they do the same.  `direct`,
+    for a signature of positional arguments only, is the whole call written
+    out as one function (`direct_call`).
     """
 
     queue: Callable[[int, Sequence[Any]], None] | None
     recipe: list[tuple]
-    stream_of: Callable[[list], int]
+    stream_of: StreamSource
     last: Any  # what the kernel's inspection shows after the call
     check_stream: Callable[[int], None]
+    pairs: tuple[tuple[int, int, int, int], ...] = ()
+    aliased: bool = False
+    parts: Key | None = None  # the signature's key parts, when its arguments are all positional
+    locate: Locate | None = None
     checked_streams: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.assemble = assembler(self.recipe)
+        self.aliasing = alias_test(self.pairs)
+        self.direct = direct_call(self) if self.parts is not None else None
 
     def __call__(self, values: Sequence[Any], pointers: list, hints: list, stream: Any) -> None:
         """Queue the kernel; ScalarOverflow (before any GPU work) when a scalar does not pack."""
@@ -272,3 +318,123 @@ class FastCall:
             self.check_stream(handle)
             self.checked_streams.add(handle)
         return handle
+
+
+class Prepared:
+    """The FastCalls of one signature key, one per aliasing (whether its read and written tensors overlap)."""
+
+    def __init__(self, first: FastCall):
+        self.aliasing = first.aliasing  # the same pairs and sizes for every call of the key
+        self.calls = {first.aliased: first}
+
+    def get(self, pointers: list) -> FastCall | None:
+        return self.calls.get(self.aliasing(pointers))
+
+    def add(self, call: FastCall) -> None:
+        self.calls[call.aliased] = call
+
+
+# ---------------------------------------------------------------------------
+# Direct calls: the whole prepared call of one signature as one function
+#
+# `direct_call(fast)` writes out, for a signature of positional arguments,
+# what probe + key lookup + FastCall do for it, as straight-line code: each
+# argument's check against the values its key part fixed (type, dtype, shape,
+# contiguity, device, alignment class), the aliasing test, the stream, the
+# parameter values, the launch.  It returns the FastCall when it launched and
+# None when anything differs (the caller then takes the probing path, which
+# finds another signature or the full path).  Guards per probe are in GUARDS:
+# scalars and torch tensors get theirs written out; any other kind is probed
+# as on the probing path and its key part compared.
+
+
+def _guard_scalar(i: int, part: tuple, names: dict) -> list[str]:
+    names[f"K{i}"] = part[0]
+    return [f"if type(v{i}) is not K{i}: return None"]
+
+
+def _guard_torch(i: int, part: tuple, names: dict) -> list[str]:
+    kind, dtype, shape, contiguous, device, alignment = part
+    names.update({f"K{i}": kind, f"D{i}": dtype, f"S{i}": shape})
+    return [f"if type(v{i}) is not K{i} or not v{i}.is_cuda: return None",
+            f"p{i} = v{i}.data_ptr()",
+            f"if p{i} & 15 != {alignment} or v{i}.dtype != D{i} or v{i}.shape != S{i} "
+            f"or v{i}.get_device() != {device} or v{i}.is_contiguous() is not {contiguous}: return None"]
+
+
+def _guard_probed(i: int, part: tuple, names: dict) -> list[str]:
+    names.update({f"K{i}": part[0], f"P{i}": part, f"probe{i}": PROBES[part[0]]})
+    return [f"if type(v{i}) is not K{i}: return None",
+            f"found = _probed(probe{i}, v{i}, locate)",
+            f"if found is None or found[0] != P{i}: return None",
+            f"p{i}, h{i} = found[1], found[2]"]
+
+
+def _probed(probe_function: Callable, value: Any, locate: Locate) -> tuple | None:
+    try:
+        return probe_function(value, locate)
+    except Exception:  # Unprobed, or whatever a strange object raises: the probing path describes it
+        return None
+
+
+#: How a direct call checks an argument, by the probe that made its key part.
+GUARDS = {_probe_scalar: _guard_scalar, _probe_torch: _guard_torch}
+
+
+def direct_call(fast: FastCall) -> Callable[[tuple], FastCall | None]:
+    """The whole call of `fast`'s signature (positional arguments only) as one function: values -> `fast`
+    when it launched, None when the values are not of this signature or a scalar does not pack."""
+    names: dict[str, Any] = {"fast": fast, "locate": fast.locate, "_probed": _probed, "struct": struct}
+    count = len(fast.parts)
+    lines = [f"if len(values) != {count}: return None"]
+    if count:
+        lines.append(f"{''.join(f'v{i}, ' for i in range(count))}= values")
+    for i, part in enumerate(fast.parts):
+        lines += GUARDS.get(PROBES[part[0]], _guard_probed)(i, part, names)
+    if fast.pairs:
+        names["aliasing"] = fast.aliasing
+        pointers = ", ".join(f"p{i}" if i in _pointer_positions(fast) else "None" for i in range(count))
+        lines.append(f"if aliasing(({pointers},)) is not {fast.aliased}: return None")
+    if fast.queue is not None:
+        lines.append(f"stream = {_stream_code(fast.stream_of, names)}")
+        items = []
+        for index, step in enumerate(fast.recipe):
+            if step[0] == "pointer":
+                items.append(f"p{step[1]}")
+            elif step[0] == "scalar" and step[2] is _same:
+                items.append(f"v{step[1]}")
+            elif step[0] == "scalar":
+                names[f"convert{index}"] = step[2]
+                items.append(f"convert{index}(v{step[1]})")
+            else:
+                items.append(repr(int(step[1])))
+        arguments = ", ".join(items)
+        inline = getattr(fast.queue, "inline", lambda: None)()
+        # A number that does not pack raises before anything is queued: the probing path reports it.
+        if inline is None:
+            names["queue"] = fast.queue
+            lines += ["try:", f"    queue(stream, ({arguments}{',' if items else ''}))",
+                      "except (OverflowError, struct.error):", "    return None"]
+        else:  # QueuedKernel.__call__, written out
+            names.update(zip(("lock", "pack", "launch", "extra", "fail"), inline), c_void_p=ctypes.c_void_p)
+            lines += ["with lock:", "    try:", f"        pack({arguments})",
+                      "    except (OverflowError, struct.error):", "        return None",
+                      "    code = launch(c_void_p(stream), None, extra)",
+                      "if code:", "    fail(code, stream)"]
+    lines.append("return fast")
+    body = "\n".join(f"    {line}" for line in lines)
+    exec(f"def direct(values):\n{body}\n", names)
+    return names["direct"]
+
+
+def _pointer_positions(fast: FastCall) -> set[int]:
+    return {i for i, part in enumerate(fast.parts) if PROBES[part[0]] is not _probe_scalar}
+
+
+def _stream_code(source: StreamSource, names: dict) -> str:
+    if source.kind == "torch":
+        names["current_stream"] = source.reader
+        return f"current_stream({source.device})"
+    if source.kind == "hint":
+        return f"h{source.index} or 0"
+    return "0"

@@ -20,6 +20,14 @@
 # binding, choosing and compiling.  A call with numpy arrays copies them in,
 # waits for the device and copies them back.
 #
+# A call with a tensor past 2^31 - 1 elements runs the kernel compiled with
+# 64-bit indices; it is refused when, over its grid, an index the kernel
+# computes in i32 from program_id would wrap, or the kernel reads a size past
+# i32 by name (KernelInfo.index_reach): elements would be skipped silently.
+# A call where a tensor the kernel only reads overlaps one it writes (in
+# place: `add(x, y, x)`) runs the kernel compiled without read-only-cache
+# loads; `code_options` says which code a call needs.
+#
 # The configuration: first the candidates for the call's sizes - the autotune
 # space (with the forced values fixed), each with the constants the kernel
 # derives from the sizes, less those a @require rejects (phobos.frontend.
@@ -55,9 +63,9 @@ from . import autotune, cache, fastpath, parallel
 from ..run import runtime
 from .. import toolchain
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
-from .binding import BoundCall, bind, call_device
-from ..compiler import (CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos, sizes_text,
-                        target, term_text)
+from .binding import BoundCall, bind, call_device, overlapping_tensors
+from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos,
+                        sizes_text, target, term_text)
 from ..configuration import config_text
 from ..errors import LaunchError, PhobosError, PtxasTimeout, ToolchainError
 from ..ptxcheck import Report
@@ -189,6 +197,12 @@ class KernelFunction:
         return self._kernel.name
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
+        direct = self._variant.direct
+        if direct is not None and not kwargs:
+            done = direct(args)
+            if done is not None:
+                self._kernel.last = done.last
+                return
         self._kernel.call(self._variant, args, kwargs)
 
     def __getitem__(self, grid: Any) -> KernelFunction:
@@ -363,7 +377,7 @@ def infer_grid(kernel_name: str, hints: Sequence[tuple[str, int] | None], axes_u
     for axis, hint in enumerate(hints):
         if hint is not None:
             size, tile = hint
-            grid.append(math.ceil(sizes[size] / tile))
+            grid.append(-(-sizes[size] // tile))  # exact for every size (a float quotient is not)
         elif axis in axes_used:
             example = ", ".join(f"g{'xyz'[a]}" for a in range(max(axes_used) + 1))
             example = f"({example},)" if max(axes_used) == 0 else f"({example})"
@@ -395,13 +409,16 @@ class _Variant:
     """A forced configuration, grid specification and tuning, with the calls prepared under them, by signature.
 
     `fast` is None where calls cannot be prepared (a grid function, which may
-    answer differently each time).
+    answer differently each time).  `direct` is the whole call of the most
+    recent signature of positional arguments (fastpath.direct_call), tried
+    before anything else.
     """
 
     forced: Config
     grid: GridSpec
     tuning: autotune.Tuning
-    fast: dict[tuple, fastpath.FastCall] | None
+    fast: dict[tuple, fastpath.Prepared] | None
+    direct: Callable[[tuple], fastpath.FastCall | None] | None = None
 
 
 #: Compiled kernels of this process, by (source digest, file, kernel, configuration, target).
@@ -480,23 +497,23 @@ class _Kernel:
             self._variants[key] = _Variant(forced, spec, tuning, {})
         return self._variants[key]
 
-    def _compiled_keys(self, config: Config, arch: str, index_bits: int = 32) -> tuple[tuple, dict]:
+    def _compiled_keys(self, config: Config, arch: str, options: CodeOptions = CodeOptions()) -> tuple[tuple, dict]:
         """Where a compiled configuration is kept: in this process's memory and in the disk cache."""
-        return ((self.source_digest, self.module.filename, self.name, tuple(config.items()), arch, index_bits),
+        return ((self.source_digest, self.module.filename, self.name, tuple(config.items()), arch, options),
                 {"source": self.source_digest, "filename": self.module.filename, "kernel": self.name,
-                 "config": config, "arch": arch, "build": cache.phobos_build(), **parallel.index_options(index_bits)})
+                 "config": config, "arch": arch, "build": cache.phobos_build(), **options.keywords()})
 
-    def compiled(self, config: Config, arch: str, index_bits: int = 32) -> CompiledKernel:
-        """The kernel compiled for `config` and `arch` (and index width): from memory, the disk cache, or the
-        compiler."""
-        compiled = self._cached_compiled(config, arch, index_bits)
+    def compiled(self, config: Config, arch: str, options: CodeOptions = CodeOptions()) -> CompiledKernel:
+        """The kernel compiled for `config` and `arch` (and the call's CodeOptions): from memory, the disk cache,
+        or the compiler."""
+        compiled = self._cached_compiled(config, arch, options)
         if compiled is None:
-            compiled = compile_kernel(self.info.kernel, arch=arch, config=config, **parallel.index_options(index_bits))
-            self._keep_compiled(config, arch, compiled, index_bits)
+            compiled = compile_kernel(self.info.kernel, arch=arch, config=config, **options.keywords())
+            self._keep_compiled(config, arch, compiled, options)
         return compiled
 
-    def _cached_compiled(self, config: Config, arch: str, index_bits: int = 32) -> CompiledKernel | None:
-        memory_key, disk_key = self._compiled_keys(config, arch, index_bits)
+    def _cached_compiled(self, config: Config, arch: str, options: CodeOptions = CodeOptions()) -> CompiledKernel | None:
+        memory_key, disk_key = self._compiled_keys(config, arch, options)
         if memory_key not in _compiled_kernels:
             compiled = _decoded(cache.default_cache().load(cache.COMPILED, disk_key), cache.decode_compiled)
             if compiled is None:
@@ -504,8 +521,9 @@ class _Kernel:
             _compiled_kernels[memory_key] = compiled
         return _compiled_kernels[memory_key]
 
-    def _keep_compiled(self, config: Config, arch: str, compiled: CompiledKernel, index_bits: int = 32) -> None:
-        memory_key, disk_key = self._compiled_keys(config, arch, index_bits)
+    def _keep_compiled(self, config: Config, arch: str, compiled: CompiledKernel,
+                       options: CodeOptions = CodeOptions()) -> None:
+        memory_key, disk_key = self._compiled_keys(config, arch, options)
         cache.default_cache().store(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
         _compiled_kernels[memory_key] = compiled
 
@@ -558,11 +576,11 @@ class _Kernel:
             return None
         return _decoded(cache.default_cache().load(cache.CUBIN, self._ptxas_key(compiled, ptxas)), cache.decode_cubin)
 
-    def _compile_ahead(self, configs: list[Config], arch: str, index_bits: int,
+    def _compile_ahead(self, configs: list[Config], arch: str, options: CodeOptions,
                        device: runtime.DeviceProperties) -> dict[tuple, Future]:
         """Start compiling (and assembling) the configurations not compiled yet, in worker processes."""
         workers = parallel.pool()
-        missing = [config for config in configs if self._cached_compiled(config, arch, index_bits) is None]
+        missing = [config for config in configs if self._cached_compiled(config, arch, options) is None]
         if workers is None or len(missing) < 2:
             return {}
         try:
@@ -575,9 +593,10 @@ class _Kernel:
         missing.sort(key=lambda config: -math.prod(config.values()))
         return {tuple(config.items()): workers.submit(parallel.CompileJob(
             self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
-            index_bits, device.max_threads_per_block, device.max_shared_bytes_per_block)) for config in missing}
+            options.keywords(), device.max_threads_per_block, device.max_shared_bytes_per_block))
+            for config in missing}
 
-    def _collect(self, future: Future | None, config: Config, arch: str, index_bits: int) -> None:
+    def _collect(self, future: Future | None, config: Config, arch: str, options: CodeOptions) -> None:
         """Keep what a worker made of `config`; on any failure, nothing (the configuration compiles here)."""
         if future is None:
             return
@@ -593,7 +612,7 @@ class _Kernel:
             cubin = cache.decode_cubin(result["cubin"]) if "cubin" in result else None
         except (cache.MalformedEntry, TypeError, KeyError):
             return
-        self._keep_compiled(config, arch, compiled, index_bits)
+        self._keep_compiled(config, arch, compiled, options)
         if report is not None:
             self._keep_assembled(self._ptxas_key(compiled, toolchain.find_ptxas()), report, cubin)
         if isinstance(result.get("ptxas_timeout"), str):
@@ -652,11 +671,14 @@ class _Kernel:
             except fastpath.Unprobed:
                 pass
             else:
-                prepared = fast.get((tuple(kwargs), parts))
+                signature = fast.get((tuple(kwargs), parts))
+                prepared = signature.get(pointers) if signature is not None else None
                 if prepared is not None:
                     try:
                         prepared(values, pointers, hints, stream)
                         self.last = prepared.last
+                        if prepared.direct is not None and stream is None:
+                            variant.direct = prepared.direct
                         return
                     except fastpath.ScalarOverflow:
                         pass  # the full path reports it
@@ -672,9 +694,13 @@ class _Kernel:
         stream_of = self._stream_source(call, device)
         handle = self._stream(backend, stream, stream_of, device, call)
         self._refuse_during_capture(backend, call, handle)
+        self._refuse_wrapping_indices(call, variant)
         config, timings = self.choose(call, backend, variant.forced, variant.grid, variant.tuning, device)
-        compiled = self.compiled(config, backend.arch(device), call.index_bits) if backend.compiles else None
+        compiled = self.compiled(config, backend.arch(device), code_options(call)) if backend.compiles else None
         grid = self.grid_for(config, compiled, call, variant.grid)
+        problem = self.wrapping_indices(config, compiled, call, variant.grid)
+        if problem is not None:
+            raise problem
         self.last = _LastLaunch(config, compiled, timings, grid)
         if 0 in grid:
             if hasattr(backend, "prepare"):
@@ -693,11 +719,11 @@ class _Kernel:
         queued(handle, launch.ptx_arguments())
         self._keep(variant, queued, call, stream_of, device, launch)
 
-    def _stream_source(self, call: BoundCall, device: int) -> Callable[[list], int]:
+    def _stream_source(self, call: BoundCall, device: int) -> fastpath.StreamSource:
         tensors = [name in call.tensors and call.tensors[name].host is None for name in call.given]
         return fastpath.stream_source(list(call.given.values()), tensors, device)
 
-    def _stream(self, backend: Backend, stream: Any, stream_of: Callable[[list], int], device: int,
+    def _stream(self, backend: Backend, stream: Any, stream_of: fastpath.StreamSource, device: int,
                 call: BoundCall) -> int:
         """The raw stream handle of a call: the `stream=` argument (checked), or the caller's current stream."""
         if stream is not None:
@@ -724,7 +750,25 @@ class _Kernel:
                           f"capture forbids: call the kernel once with the same kinds of arguments before "
                           f"capturing (a warm-up, as torch.cuda.graph asks)")
 
-    def _keep(self, variant: _Variant, queued: Any, call: BoundCall, stream_of: Callable[[list], int],
+    def wrapping_indices(self, config: Config, compiled: CompiledKernel | None, call: BoundCall,
+                         spec: GridSpec) -> LaunchError | None:
+        """With 64-bit indices: why `config` would compute an index that wraps in 32 bits over the call's grid
+        (phobos.middle.index_reach, through KernelInfo), or None."""
+        if call.index_bits != 64:
+            return None
+        grid = self.grid_for(config, compiled, call, spec)
+        return self.info.index_reach(config).problem(self.name, grid, call.sizes)
+
+    def _refuse_wrapping_indices(self, call: BoundCall, variant: _Variant) -> None:
+        """A LaunchError, before any tuning, when every configuration serving the call would wrap an index."""
+        if call.index_bits != 64:
+            return
+        problems = [self.wrapping_indices(config, None, call, variant.grid)
+                    for config in self.serving(call.sizes, variant.forced)]
+        if all(problems):
+            raise problems[0]
+
+    def _keep(self, variant: _Variant, queued: Any, call: BoundCall, stream_of: fastpath.StreamSource,
               device: int, launch: Launch | None = None) -> None:
         """Keep the prepared launch of this call's signature for the next calls (see phobos.launch.fastpath)."""
         if variant.fast is None:
@@ -746,12 +790,21 @@ class _Kernel:
                 recipe.append(("scalar", positions[param.name], fastpath.scalar_converter(self.name, param, kind)))
             else:
                 recipe.append(("const", call.sizes[param.name]))
+        tensors = [call.tensors[name] for name in call.given if name in call.tensors]
+        pairs = tuple((positions[read.param.name], positions[written.param.name], read.nbytes, written.nbytes)
+                      for read in tensors if not read.param.written for written in tensors if written.param.written)
+        aliased = launch is not None and not launch.compiled.read_only_cache
         check = getattr(backend, "check_stream", lambda handle, device, what: None)
-        if len(variant.fast) >= fastpath.MAX_PREPARED:
-            del variant.fast[next(iter(variant.fast))]
-        variant.fast[key] = fastpath.FastCall(
-            queued, recipe, stream_of, self.last,
-            lambda handle: check(handle, device, f"{self.name}: argument 'stream'"))
+        fast = fastpath.FastCall(queued, recipe, stream_of, self.last,
+                                 lambda handle: check(handle, device, f"{self.name}: argument 'stream'"),
+                                 pairs, aliased, parts if not key[0] else None, self._locate)
+        if key in variant.fast:
+            variant.fast[key].add(fast)
+        else:
+            if len(variant.fast) >= fastpath.MAX_PREPARED:
+                del variant.fast[next(iter(variant.fast))]
+            variant.fast[key] = fastpath.Prepared(fast)
+        variant.direct = fast.direct
 
     def choose(self, call: BoundCall, backend: Backend, forced: Config, spec: GridSpec,
                tuning: autotune.Tuning, device_index: int = 0) -> tuple[Config, dict[str, float | str]]:
@@ -795,11 +848,12 @@ class _Kernel:
         """Time every configuration that can run; tensors the kernel writes are replaced by scratch copies."""
         device, arch = backend.device(device_index), backend.arch(device_index)
         scratch: dict[str, Any] | None = None
-        ahead = self._compile_ahead(configs, arch, call.index_bits, device)
+        options = code_options(call)
+        ahead = self._compile_ahead(configs, arch, options, device)
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
-            self._collect(ahead.pop(tuple(config.items()), None), config, arch, call.index_bits)
-            compiled = self.compiled(config, arch, call.index_bits)
+            self._collect(ahead.pop(tuple(config.items()), None), config, arch, options)
+            compiled = self.compiled(config, arch, options)
             autotune.screen(compiled, device, lambda: self.ptxas_report(compiled))
             return config, compiled
 
@@ -809,6 +863,9 @@ class _Kernel:
             grid = self.grid_for(config, compiled, call, spec)
             if 0 in grid:
                 raise autotune.Skipped("its grid is empty")
+            problem = self.wrapping_indices(config, compiled, call, spec)
+            if problem is not None:
+                raise autotune.Skipped(problem.message)
             if scratch is None:
                 scratch = {}
                 for name, tensor in call.tensors.items():
@@ -824,6 +881,12 @@ class _Kernel:
                 future.cancel()
             for copy in (scratch or {}).values():
                 backend.free(copy)
+
+
+def code_options(call: BoundCall) -> CodeOptions:
+    """The code a call needs: 64-bit indices past i32; no read-only-cache loads when a tensor the kernel only
+    reads overlaps one it writes (an in-place call such as add(x, y, x))."""
+    return CodeOptions(call.index_bits, not overlapping_tensors(call))
 
 
 def _decoded(payload: Any, decode: Callable[[Any], Any]) -> Any:

@@ -51,14 +51,9 @@ class CompileJob:
     arch: str
     assemble: bool  # also run ptxas, keeping its report and the cubin
     label: str  # what ptxas's diagnostics are labelled with
-    index_bits: int = 32
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # CodeOptions.keywords()
     max_threads: int | None = None  # the device's limits per CTA: a kernel past them is not assembled,
     max_shared_bytes: int | None = None  # since it cannot run anyway
-
-
-def index_options(index_bits: int) -> dict[str, int]:
-    """compile_kernel's keyword for an index width: none for 32 bits, the default."""
-    return {"index_bits": index_bits} if index_bits != 32 else {}
 
 
 def compile_workers() -> int:
@@ -78,7 +73,7 @@ def run_job(job: CompileJob) -> dict[str, Any] | None:
     """Compile (and assemble) one configuration: cache payloads, or None when it fails."""
     try:
         kernel = pick_kernel(_program(job.source, job.filename), job.kernel)
-        compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **index_options(job.index_bits))
+        compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **job.options)
         result: dict[str, Any] = {"compiled": cache.encode_compiled(compiled)}
         too_big = (job.max_threads is not None and compiled.threads > job.max_threads) or \
             (job.max_shared_bytes is not None and compiled.shared_bytes > job.max_shared_bytes)

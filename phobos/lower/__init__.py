@@ -17,14 +17,21 @@
 #                 descriptors, the operands' shared-memory layouts
 #   pipeline.py   cp.async pipelining of a matrix product's K loop
 #   reduce.py     reductions: in thread, butterfly shuffles, across warps
+#   scan.py       scans (and reductions with a combine function): in thread,
+#                 shfl.up across lanes, across warps and chunks through shared memory
+#   indexed.py    gathers, scatters and atomics: an address per element
+#   rearrange.py  permute, join, concat through shared memory
+#   debug.py      device_print and device_assert: vprintf and trap
 #   layout.py     where each element of a tile lives (thread digits + registers)
 #   mathlib.py    math builtins expanded into PTX-level operations
 #
 # The concern modules (values ... reduce) register their handlers in
 # core.HANDLERS and import core, placement, fusion and layout; of each other,
 # only pipeline.py imports memory.py, dot.py and mma.py, dot.py imports
-# mma.py, and control.py imports pipeline.py.  mma_plan.py writes no IR:
-# placement.py and core.py read its plans.  A new op: a function `handler(low, op)` decorated with
+# mma.py, control.py imports pipeline.py, indexed.py imports memory.py,
+# reduce.py imports scan.py, rearrange.py imports dot.py and debug.py imports
+# indexed.py and values.py.  mma_plan.py writes no IR: placement.py and
+# core.py read its plans.  A new op: a function `handler(low, op)` decorated with
 # `@HANDLERS.on("opcode")` in the module of its concern (a new module is
 # imported by driver.py).
 #

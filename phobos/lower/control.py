@@ -1,4 +1,4 @@
-# Control flow: `for`, `if` and `yield` of tile-level IR.
+# Control flow: `for`, `while`, `if` and `yield` of tile-level IR.
 #
 # Structured control flow stays structured: a tile-level loop or branch
 # becomes a thread-level one whose carried values and results are the
@@ -29,6 +29,30 @@ def for_loop(low: Lowering, op: Op) -> None:
         return []  # the plain loop carries nothing beyond the tile-level values
 
     low.build_for(op, [], body)
+
+
+@HANDLERS.on("while")
+def while_loop(low: Lowering, op: Op) -> None:
+    """A thread-level `while` carrying the registers of the tile-level one; its condition region
+    and body see the carried values as block arguments, both in the layouts placement gave them."""
+    inits = [r for v in op.operands for r in low.flat(v)]
+    types = [t for v in op.results for t in low.lowered_types(v)]
+    regions = [Block(), Block()]
+    new = low.b.op("while", inits, types, {}, regions)
+    for src, dst in zip(op.regions, regions):
+        outer = low.b
+        low.b = low.builder_for(dst, outer.block, outer.loc)
+        for v in src.args:
+            for t in low.lowered_types(v):
+                low.b.block_arg(dst, t, v.name)
+        pos = 0
+        for v in src.args:
+            pos = low.unflat(v, dst.args, pos)
+        low.lower_ops(src.ops)
+        low.b = outer
+    pos = 0
+    for v in op.results:
+        pos = low.unflat(v, new.results, pos)
 
 
 @HANDLERS.on("if")

@@ -40,13 +40,14 @@
 #   (fusion.py) computes itself.
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 from ..constants import evaluate
 from ..dispatch import Dispatch
 from ..errors import ResourceError, UnsupportedError
-from ..middle.ir import Block, Builder, Function, Op, Value, uses
+from ..middle.ir import Block, Builder, Function, Op, Value, uses, walk
 from ..middle.passes.cse import freeze
 from ..middle.passes.fold import identity
 from ..types import DType, ScalarType, TileType
@@ -77,7 +78,8 @@ class TileRegs:
 
 @dataclass
 class TensorRef:
-    """A lowered tensor: base address (global, i64), dims (values of the index type), element type."""
+    """A lowered tensor: base address (global, i64), dims (values of the index type), element type, and
+    whether it may be loaded through the read-only cache (ld.global.nc)."""
 
     ptr: Value
     dims: list[Value]
@@ -89,10 +91,11 @@ class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
     def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32,
-                 tensor_cores: bool = False, wgmma: bool = False):
+                 read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False):
         self.src = func
         self.smem_limit = smem_limit
         self.cp_async = cp_async
+        self.read_only_cache = read_only_cache  # tensors the kernel does not write may use ld.global.nc
         self.index_type = INDEX_TYPES[index_bits]  # tensor dims, bounds tests and element coordinates
         self.use_count = uses(func)
         self.threads = choose_threads(func)
@@ -119,6 +122,11 @@ class Lowering:
         self.group_m = program_grouping(func)
         self.fused_stores: dict[Op, FusedStore] = {}  # filled by lower_ops from fusion.fusion_plan
         self.global_barriers = global_barriers(func, self.layouts, self.use_count)  # accesses after a barrier
+        self.dot_operand_uses: dict[Value, int] = {}  # how often each value is an operand a or b of a dot
+        for op in walk(func.body):
+            if op.opcode == "dot":
+                for v in op.operands[:2]:
+                    self.dot_operand_uses[v] = self.dot_operand_uses.get(v, 0) + 1
 
     # ---------------------------------------------------------- building
     def op(self, opcode: str, operands: list[Value], type_, **attrs) -> Value:
@@ -286,25 +294,33 @@ class Lowering:
         row-major index of the source element it copies (default: the same
         coordinates; reshape and extract pass their own).
         """
-        src = t.layout
+        strides = row_major_strides(t.layout.shape)
+        return self.relayout_from([t], dst, dtype, source_index or (lambda coords: self.dot_product(coords, strides)))
+
+    def relayout_from(self, sources: list[TileRegs], dst: Layout, dtype: DType,
+                      source_index: Callable[[list[Value]], Value]) -> list[Value]:
+        """A tile in layout `dst` made of the elements of several tiles: the sources are stored
+        row-major one after the other in shared memory, and `source_index(coords)` gives, for each
+        element of the result, the index of its source element in that sequence."""
         eb = smem_bytes(dtype)
-        size = 1
-        for n in src.shape:
-            size *= n
-        base = self.smem(size * eb)
-        strides = row_major_strides(src.shape)
+        sizes = [math.prod(t.layout.shape) for t in sources]
+        base = self.smem(sum(sizes) * eb)
         self.barrier()
-        owner = self.owner(src)
-        for r in range(src.nregs):
-            index = self.linear(src, r, strides, [0] * src.rank)
-            pred = self.all_of([self.slot_valid(src, r), owner])
-            self.st_shared(base, index, eb, [t.regs[r]], dtype, pred)
+        start = 0
+        for t, size in zip(sources, sizes):
+            src = t.layout
+            strides = row_major_strides(src.shape)
+            owner = self.owner(src)
+            for r in range(src.nregs):
+                index = self.linear(src, r, strides, [0] * src.rank)
+                pred = self.all_of([self.slot_valid(src, r), owner])
+                self.st_shared(base, index, eb, [t.regs[r]], dtype, pred, offset=start * eb)
+            start += size
         self.barrier()
         regs = []
         for r in range(dst.nregs):
             coords = [self.coord(dst, r, d) for d in range(dst.rank)]
-            index = source_index(coords) if source_index else self.dot_product(coords, strides)
-            regs.append(self.ld_shared(base, index, eb, dtype, self.slot_valid(dst, r)))
+            regs.append(self.ld_shared(base, source_index(coords), eb, dtype, self.slot_valid(dst, r)))
         return regs
 
     # ---------------------------------------------------------- values

@@ -14,6 +14,11 @@
 # Within one k step the FMAs go row by row, every other row backwards
 # (`_serpentine`), so consecutive FMAs share an operand.
 #
+# An operand that is `trans(x)` (rearrange.py leaves it unmoved when dots are
+# its only users: `Transposed`) is staged from x's registers, each element
+# stored at its transposed place, so the transpose costs no trip of its own
+# through shared memory.
+#
 # pipeline.py stages the operands itself (cp.async straight from global
 # memory into the same layout) and calls `dot_plan` and `finish_dot`.
 from __future__ import annotations
@@ -84,6 +89,13 @@ def _cover(layout: Layout, d: int) -> int:
     return layout.thread_span(d) + max(off[d] for off in layout.offsets) + 1
 
 
+@dataclass
+class Transposed:
+    """A 2-D tile's transpose, not moved: its source's registers, staged transposed by `dot`."""
+
+    source: TileRegs
+
+
 @HANDLERS.on("dot")
 def dot(low: Lowering, op: Op) -> None:
     """A dot whose operands are in registers: stage them in shared memory, then multiply (on the
@@ -96,8 +108,12 @@ def dot(low: Lowering, op: Op) -> None:
     plan = dot_plan(a_v.type.shape, b_v.type.shape[1], a_v.dtype, low.threads)
     base = low.smem(plan.stage_bytes)
     low.barrier()
-    write_tile(low, low.tile(a_v), base, 0, plan.lda, plan.eb, plan.dtype)
-    write_tile(low, low.tile(b_v), base, plan.a_bytes, plan.ldb, plan.eb, plan.dtype)
+    for v, start, ld in ((a_v, 0, plan.lda), (b_v, plan.a_bytes, plan.ldb)):
+        staged = low.vals[v]
+        if isinstance(staged, Transposed):
+            write_transposed(low, staged.source, base, start, ld, plan.eb, plan.dtype)
+        else:
+            write_tile(low, staged, base, start, ld, plan.eb, plan.dtype)
     low.barrier()
     finish_dot(low, op, plan, base)
 
@@ -114,6 +130,18 @@ def finish_dot(low: Lowering, op: Op, plan: DotPlan, stage: Value) -> None:
     if layout != plan.layout:
         result = TileRegs(layout, low.relayout(result, layout, plan.dtype.compute))
     low.vals[op.result] = result
+
+
+def write_transposed(low: Lowering, t: TileRegs, base: Value, start: int, ld: int, eb: int, dtype: DType) -> None:
+    """Store the transpose of a 2-D tile row-major into shared memory: element (i, j) of `t` at row j,
+    column i (scalar stores: consecutive registers lie down a column there)."""
+    layout = t.layout
+    owner = low.owner(layout)
+    c0, c1 = low.thread_coord(layout.terms[0]), low.thread_coord(layout.terms[1])
+    thread_index = low.op("add", [low.op("mul", [c1, low.const(ld)], I32), c0], I32)
+    for r, (i, j) in enumerate(layout.offsets):
+        pred = low.all_of([low.slot_valid(layout, r), owner])
+        low.st_shared(base, thread_index, eb, [t.regs[r]], dtype, pred, offset=start + (j * ld + i) * eb)
 
 
 def dot_compute(low: Lowering, plan: DotPlan, stage: Value, acc: list[Value]) -> list[Value]:

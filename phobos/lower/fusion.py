@@ -41,7 +41,7 @@ def fusion_plan(ops: list[Op], layouts: dict[Value, Layout], use_count: dict[Val
             continue
         value = store.operands[-1]
         plan = FusedStore(layouts[value], [], [])
-        _collect(value, producers, plan, layouts, use_count, top=True)
+        _collect(value, producers, plan, layouts, use_count)
         if not plan.loads:
             continue
         first = min(index[ld] for ld in plan.loads)
@@ -57,10 +57,14 @@ def fusion_plan(ops: list[Op], layouts: dict[Value, Layout], use_count: dict[Val
 
 
 def _collect(v: Value, producers: dict, plan: FusedStore, layouts: dict[Value, Layout],
-             use_count: dict[Value, int], top: bool = False) -> None:
-    """Add the loads and element-wise ops that compute v to the plan; anything else is a leaf."""
+             use_count: dict[Value, int]) -> None:
+    """Add the loads and element-wise ops that compute v to the plan; anything else is a leaf.
+
+    A value used anywhere else than in the plan (the stored tile too: it may
+    also be stored elsewhere or used by later code) is a leaf, computed on its
+    own: the fused store only computes values that nothing else needs."""
     op = producers.get(v)
-    if op is None or (not top and use_count[v] != 1) or not isinstance(v.type, TileType) \
+    if op is None or use_count[v] != 1 or not isinstance(v.type, TileType) \
             or layouts[v] != plan.layout:
         return  # a leaf: computed before, in registers (moved to the store's layout if need be)
     if op.opcode == "load":
@@ -74,4 +78,4 @@ def _collect(v: Value, producers: dict, plan: FusedStore, layouts: dict[Value, L
 
 def _writes_memory(op: Op) -> bool:
     inner = [op] + [o for region in op.regions for o in walk(region)]
-    return any(o.opcode in ("store", "atomic_add") for o in inner)
+    return any(o.opcode in ("store", "scatter", "atomic") for o in inner)

@@ -1,4 +1,5 @@
-# Global memory: loads, stores and atomic adds of tensor slices.
+# Global memory: loads and stores of tensor slices (indexed.py: gathers,
+# scatters and atomics, which address each element on its own).
 #
 # A slice `x[i :+ N, j]` names a start per tensor dim and, per dim, a size (a
 # tile dim) or none (a single index).  Its elements follow the edge contract:
@@ -255,13 +256,8 @@ def store(low: Lowering, op: Op) -> None:
     store_like(low, op, "st_global", low.fused_stores.get(op))
 
 
-@HANDLERS.on("atomic_add")
-def atomic_add(low: Lowering, op: Op) -> None:
-    store_like(low, op, "atom_add_global")
-
-
 def store_like(low: Lowering, op: Op, opcode: str, fused: FusedStore | None = None) -> None:
-    """A store (or atomic add) of a slice: vector accesses when the slice - and, for a fused
+    """A store of a slice: vector accesses when the slice - and, for a fused
     store, every slice it loads - is inside its tensor and aligned; masked ones otherwise."""
     if op in low.global_barriers:
         low.barrier()

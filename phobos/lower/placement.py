@@ -5,8 +5,9 @@
 # Layouts are assigned by grouping, then anchoring, then propagating:
 #
 # * values joined by element-wise ops, loop-carried values (init, block
-#   argument, result, next value) and branch results form one group, which
-#   shares one layout (union-find over values);
+#   argument, result, next value), branch results, the operands and results
+#   of a scan, and the index tiles, values and results of a gather, scatter or
+#   atomic form one group, which shares one layout (union-find over values);
 # * a dot's result anchors its group to the register-blocked dot layout, or,
 #   for a product on the tensor cores, to the accumulator layout of its plan
 #   (mma_plan.py); once everything anchored has propagated, the A operand of
@@ -43,9 +44,11 @@ from .mma_plan import MmaPlan
 
 # The opcodes lowered one register slot at a time (the same op on each slot of
 # its operands, all in the result's layout).
-ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "neg", "not", "abs",
-               "cmp", "select", "cast", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh",
-               "sigmoid", "erf", "gelu", "sin", "cos"}
+ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr", "neg", "not",
+               "abs", "cmp", "select", "cast", "fma", "mulhi", "bitcast", "floor", "ceil", "round", "trunc",
+               "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "gelu", "sin", "cos"}
+# The opcodes whose tile operands and results all take one layout, element for element.
+ALIGNED = {"gather", "scatter", "atomic", "scan", "print", "assert"}
 DEFAULT_MAX_THREADS = 256
 #: The most 32-bit registers per thread one tile may take: four times the 255 a thread has, so such a
 #: tile already spills three quarters of itself; beyond it the PTX grows so long that ptxas takes minutes.
@@ -149,12 +152,21 @@ def assign_layouts(func: Function, threads: int, plans: dict | None = None) -> d
                     tiles.append(a)
         if op.opcode in ELEMENTWISE:
             groups.union(op.result, *op.operands)
+        elif op.opcode in ALIGNED:
+            groups.union(*op.results, *op.operands)
+        elif op.opcode == "reduce" and op.attrs["kind"] == "combine":
+            groups.union(*op.operands)
+            groups.union(*op.results)
         elif op.opcode == "dot" and len(op.operands) == 3:
             groups.union(op.result, op.operands[2])
         elif op.opcode == "for":
             body = op.regions[0]
             for init, arg, res, nxt in zip(op.operands[2:], body.args[1:], op.results, body.ops[-1].operands):
                 groups.union(init, arg, res, nxt)
+        elif op.opcode == "while":
+            cond, body = op.regions
+            for group in zip(op.operands, cond.args, body.args, op.results, body.ops[-1].operands):
+                groups.union(*group)
         elif op.opcode == "if":
             for i, res in enumerate(op.results):
                 groups.union(res, *(region.ops[-1].operands[i] for region in op.regions))
@@ -180,7 +192,8 @@ def assign_layouts(func: Function, threads: int, plans: dict | None = None) -> d
             elif op.opcode == "broadcast" and isinstance(op.operands[0].type, TileType):
                 src, dst = groups.find(op.operands[0]), groups.find(op.result)
                 if dst in chosen and src not in chosen:
-                    chosen[src] = broadcast_source_layout(chosen[dst], op.operands[0].type.shape)
+                    chosen[src] = broadcast_source_layout(chosen[dst], op.operands[0].type.shape,
+                                                          op.attrs.get("axes"))
                     changed = True
         return changed
 
@@ -198,21 +211,28 @@ def assign_layouts(func: Function, threads: int, plans: dict | None = None) -> d
     return {t: chosen[groups.find(t)] for t in tiles}
 
 
-def broadcast_dims(small: tuple[int, ...], big: tuple[int, ...]) -> list[int]:
+def source_axes(small: tuple[int, ...], big: tuple[int, ...], axes: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The dims of `big` that the dims of `small` become in a broadcast: `axes`, or the last ones."""
+    return tuple(axes) if axes is not None else tuple(range(len(big) - len(small), len(big)))
+
+
+def broadcast_dims(small: tuple[int, ...], big: tuple[int, ...], axes: tuple[int, ...] | None = None) -> list[int]:
     """The dims of `big` along which a tile of shape `small` is repeated by a broadcast."""
-    ext = (1,) * (len(big) - len(small)) + tuple(small)
+    ext = [1] * len(big)
+    for n, d in zip(small, source_axes(small, big, axes)):
+        ext[d] = n
     return [d for d in range(len(big)) if ext[d] == 1 and big[d] != 1]
 
 
-def broadcast_source_layout(big: Layout, small_shape: tuple[int, ...]) -> Layout:
+def broadcast_source_layout(big: Layout, small_shape: tuple[int, ...], axes: tuple[int, ...] | None = None) -> Layout:
     """The layout of a tile of `small_shape` that broadcasts onto `big` with no data movement."""
-    collapsed = big.collapse(broadcast_dims(small_shape, big.shape))
-    return drop_leading(collapsed, len(big.shape) - len(small_shape))
+    collapsed = big.collapse(broadcast_dims(small_shape, big.shape, axes))
+    return keep_axes(collapsed, source_axes(small_shape, big.shape, axes))
 
 
-def drop_leading(layout: Layout, n: int) -> Layout:
-    """Remove `n` leading dims of extent 1 (rank reduction for broadcasts like [N] -> [M, N])."""
-    if n == 0:
+def keep_axes(layout: Layout, axes: tuple[int, ...]) -> Layout:
+    """The layout without its other dims, which have extent 1 (rank reduction for broadcasts)."""
+    if tuple(axes) == tuple(range(layout.rank)):
         return layout
-    return Layout(layout.shape[n:], layout.threads, layout.terms[n:], tuple(o[n:] for o in layout.offsets),
-                  layout.replicas)
+    return Layout(tuple(layout.shape[d] for d in axes), layout.threads, tuple(layout.terms[d] for d in axes),
+                  tuple(tuple(o[d] for d in axes) for o in layout.offsets), layout.replicas)

@@ -1,5 +1,5 @@
 # Reductions: sum, max, min, argmax and argmin of a tile, along one axis or
-# over all of it.
+# over all of it (a reduction with a combine function is a scan: scan.py).
 #
 # A reduction combines in three steps, following the operand's layout: within
 # a thread (the register slots that collapse onto one slot of the result,
@@ -11,7 +11,7 @@
 #
 # argmax/argmin carry (value, index) pairs; ties go to the smaller index, so
 # the result is the first position of the extreme value, whatever order the
-# combination takes.  The result has the collapsed layout of the operand
+# combination takes; NaNs lose to every number (the first NaN when all are).  The result has the collapsed layout of the operand
 # (which is what placement.py gives it, so no data moves) or, when its group
 # was anchored elsewhere, is moved there through shared memory.
 from __future__ import annotations
@@ -20,12 +20,16 @@ from ..middle.ir import Op, Value
 from ..types import DType, ScalarType
 from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, row_major_strides, smem_bytes
 from .layout import Layout
+from .scan import reduce_with
 
 
 @HANDLERS.on("reduce")
 def reduce(low: Lowering, op: Op) -> None:
-    x = low.tile(op.operands[0])
     kind, axis = op.attrs["kind"], op.attrs["axis"]
+    if kind == "combine":
+        reduce_with(low, op)
+        return
+    x = low.tile(op.operands[0])
     layout = x.layout
     dims = list(range(layout.rank)) if axis is None else [axis]
     combine = _COMBINE[kind]
@@ -131,11 +135,18 @@ def _combine_value(opcode: str):
 
 
 def _combine_arg(pred: str):
+    """(value, index) pairs: b's is taken when its value is better, or equal with a smaller index;
+    a NaN counts as worse than any number (as the interpreter ignores NaN), and as equal to a NaN."""
     def combine(low: Lowering, a, b, dtype: DType):
         (va, ia), (vb, ib) = a, b
+        earlier = low.op("cmp", [ib, ia], BOOL, pred="lt")
         better = low.op("cmp", [vb, va], BOOL, pred=pred)
-        tie = low.all_of([low.op("cmp", [vb, va], BOOL, pred="eq"), low.op("cmp", [ib, ia], BOOL, pred="lt")])
+        tie = low.all_of([low.op("cmp", [vb, va], BOOL, pred="eq"), earlier])
         take = low.op("or", [better, tie], BOOL)
+        if dtype.is_float:  # over a NaN, any number, or a NaN of a smaller index
+            a_nan, b_nan = (low.op("cmp", [v, v], BOOL, pred="ne") for v in (va, vb))
+            b_number = low.op("not", [b_nan], BOOL)
+            take = low.op("or", [take, low.all_of([a_nan, low.op("or", [b_number, earlier], BOOL)])], BOOL)
         return (low.op("select", [take, vb, va], ScalarType(dtype)), low.op("select", [take, ib, ia], I32))
     return combine
 
@@ -145,8 +156,12 @@ _COMBINE = {"sum": _combine_value("add"), "max": _combine_value("max"), "min": _
 
 
 def _identity(kind: str, dtype: DType):
+    """The value of a padding slot: one that every element beats (NaN for floats: max and min ignore
+    it, and argmax and argmin take any number over it, and a NaN of a smaller index)."""
     if kind == "sum":
         return 0.0 if dtype.is_float else 0
-    big = float("inf") if dtype.is_float else {DType.I32: 2**31 - 1, DType.I64: 2**63 - 1, DType.U32: 2**32 - 1}[dtype]
-    small = float("-inf") if dtype.is_float else {DType.I32: -2**31, DType.I64: -2**63, DType.U32: 0}[dtype]
+    if dtype.is_float:
+        return float("nan")
+    big = {DType.I32: 2**31 - 1, DType.I64: 2**63 - 1, DType.U32: 2**32 - 1}[dtype]
+    small = {DType.I32: -2**31, DType.I64: -2**63, DType.U32: 0}[dtype]
     return small if kind in ("max", "argmax") else big

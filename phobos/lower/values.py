@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from ..middle.ir import Builder, Op, Value
 from ..types import ScalarType, TensorType, TileType
-from .core import HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides, scalar_op
+from .core import BOOL, HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides, scalar_op
 from .layout import Layout
-from .placement import ELEMENTWISE, broadcast_dims, drop_leading
+from .placement import ELEMENTWISE, broadcast_dims, keep_axes, source_axes
 
 
 @HANDLERS.on("param")
@@ -30,7 +30,7 @@ def param(low: Lowering, op: Op) -> None:
     if isinstance(t, TensorType):
         ptr = low.op("param", [], I64, **op.attrs)
         dims = [param_size(low, d) if isinstance(d, str) else low.const(d, low.index_type.dtype) for d in t.dims]
-        low.vals[op.result] = TensorRef(ptr, dims, t.dtype, not p.written)
+        low.vals[op.result] = TensorRef(ptr, dims, t.dtype, not p.written and low.read_only_cache)
     elif p.kind == "size":  # the language's i32 (with 64-bit indices, the low half of the parameter)
         size = param_size(low, p.name)
         low.vals[op.result] = size if size.type == t else low.op("cast", [size], t)
@@ -56,11 +56,14 @@ def const(low: Lowering, op: Op) -> None:
 
 @HANDLERS.on("program_id")
 def program_id(low: Lowering, op: Op) -> None:
-    axis = op.attrs["axis"]
+    low.vals[op.result] = program_index(low, op.attrs["axis"])
+
+
+def program_index(low: Lowering, axis: int) -> Value:
+    """What program_id(axis) gives the kernel (in grouped order for axes 0 and 1 when GROUP_M > 1)."""
     if low.group_m > 1 and axis in (0, 1):
-        low.vals[op.result] = grouped_program_ids(low)[axis]
-    else:
-        low.vals[op.result] = low.op("program_id", [], I32, axis=axis)
+        return grouped_program_ids(low)[axis]
+    return low.op("program_id", [], I32, axis=axis)
 
 
 @HANDLERS.on("num_programs")
@@ -78,7 +81,9 @@ def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
     A and B blocks that run together few enough to stay in L2.  The map is
     a bijection of the grid onto itself, so each program id pair still
     occurs exactly once, as the language promises (instances run in no
-    particular order).
+    particular order).  The linear index is an i32: a grid of 2^31 CTAs or
+    more (possible with a grid given by hand) keeps the plain order instead,
+    which nothing in it can wrap.
     """
     def make(b: Builder) -> tuple[Value, Value]:
         x, y = (b.value("program_id", [], I32, axis=a) for a in (0, 1))
@@ -92,7 +97,9 @@ def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
         within = b.value("rem", [linear, per_group], I32)
         pid0 = b.value("add", [first, b.value("rem", [within, size], I32)], I32)
         pid1 = b.value("div", [within, size], I32)
-        return pid0, pid1
+        ctas = b.value("mul_wide", [nx, ny], I64)
+        fits = b.value("cmp", [ctas, b.const(2**31 - 1, I64)], BOOL, pred="le")
+        return b.value("select", [fits, pid0, x], I32), b.value("select", [fits, pid1, y], I32)
     return low.entry_value(("grouped program ids",), make)
 
 
@@ -114,10 +121,9 @@ def broadcast(low: Lowering, op: Op) -> None:
     if not isinstance(src.type, TileType):
         low.vals[op.result] = TileRegs(layout, [low.vals[src]] * layout.nregs)
         return
-    dims = broadcast_dims(src.type.shape, layout.shape)
-    small, index = layout.collapse_map(dims)
-    lead = len(layout.shape) - len(src.type.shape)
-    regs = low.in_layout(src, drop_leading(small, lead)).regs
+    axes = op.attrs.get("axes")
+    small, index = layout.collapse_map(broadcast_dims(src.type.shape, layout.shape, axes))
+    regs = low.in_layout(src, keep_axes(small, source_axes(src.type.shape, layout.shape, axes))).regs
     low.vals[op.result] = TileRegs(layout, [regs[i] for i in index])
 
 

@@ -4,8 +4,10 @@
 # has operands and results (Values), attributes, a Loc, and may own nested
 # blocks (regions).  Control flow is structured, as in MLIR's scf dialect:
 #
-#   for  (lo, hi, init...) {step}  body(iv, carried...) ... yield(next...)  -> final carried
-#   if   (cond)                    then() ... yield(v...)  else() ... yield(v...)  -> v...
+#   for   (lo, hi, init...) {step}  body(iv, carried...) ... yield(next...)  -> final carried
+#   while (init...)                 cond(carried...) ... yield(go)
+#                                   body(carried...) ... yield(next...)       -> final carried
+#   if    (cond)                    then() ... yield(v...)  else() ... yield(v...)  -> v...
 #
 # so loops and branches need no phi nodes: block arguments and `yield` carry
 # values in and out, a value defined in an enclosing block is visible inside,
@@ -43,25 +45,40 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "param", "kernel parameter; attrs index, name (tensors: the base pointer at thread level)"),
     **_ops(True, "program_id num_programs", "grid index / grid size; attrs axis"),
     **_ops(True, "add sub mul div rem min max and or xor shl shr neg not abs",
-           "element-wise arithmetic and logic (div/rem truncate for integers)"),
+           "element-wise arithmetic and logic (integer div/rem truncate; their divisor is never 0 at run "
+           "time: irgen selects 1 for a divisor that may be 0, since PTX's div by 0 has no defined value)"),
     **_ops(True, "cmp", "element-wise comparison giving bool; attrs pred in eq ne lt le gt ge"),
     **_ops(True, "select", "select(cond, a, b): a where cond, else b"),
     **_ops(True, "cast", "conversion to the result dtype (float->int truncates toward zero)"),
     **_ops(True, "fma", "fma(a, b, c) = a * b + c with one rounding"),
+    **_ops(True, "mulhi", "the high half of the full product of two integers"),
+    **_ops(True, "floor ceil round trunc", "rounding of floats to integer values (round: halves to even)"),
+    **_ops(True, "bitcast", "the operand's bits as the result dtype (of the same width)"),
     **_ops(True, "exp exp2 log log2 sqrt rsqrt tanh sigmoid erf gelu sin cos rcp",
            "element-wise math"),
     **_ops(True, "ex2_approx lg2_approx rsqrt_approx sin_approx cos_approx",
            "the GPU's approximate math instructions (thread level; see mathlib.py)"),
     # tile level
-    **_ops(True, "broadcast", "operand broadcast to the result tile shape (numpy rules)"),
+    **_ops(True, "broadcast", "operand broadcast to the result tile shape (numpy rules; attrs axes: the "
+                              "result axes of the operand's dims, when not the last ones)"),
     **_ops(True, "arange", "the i32 tile start..end-1; attrs start"),
     **_ops(True, "reshape", "same elements, new shape"),
     **_ops(True, "extract", "part of a tile; attrs starts, sizes (None: single index, dropped)"),
-    **_ops(True, "reduce", "reduction; attrs kind (sum max min argmax argmin), axis (None: all)"),
+    **_ops(True, "reduce", "reduction; attrs kind (sum max min argmax argmin, or combine: several operands "
+                           "and results, and a region combine(a..., b...) -> yield(c...)), axis (None: all)"),
+    **_ops(True, "scan", "inclusive scan along attrs axis; attrs kind (add mul, or combine, as reduce)"),
+    **_ops(True, "permute", "the operand with its dims in attrs order"),
+    **_ops(True, "join", "join(a, b): a and b along a new last dim of extent 2"),
+    **_ops(True, "concat", "concat(a, b): a then b along attrs axis"),
     **_ops(True, "dot", "dot(a, b[, acc]) matrix product, accumulated into acc when given"),
     **_ops(False, "load", "load(tensor, index...) a slice; attrs sizes (None: single index)"),
     **_ops(False, "store", "store(tensor, index..., value); attrs sizes"),
-    **_ops(False, "atomic_add", "atomic_add(tensor, index..., value); attrs sizes"),
+    **_ops(False, "gather", "gather(tensor, index...): per dim a scalar index or a tile of the result's shape"),
+    **_ops(False, "scatter", "scatter(tensor, index..., value): indices as gather's"),
+    **_ops(False, "atomic", "atomic(tensor, index..., value[, value2]) -> old values; indices as gather's; "
+                            "attrs op (add max min and or xor xchg cas), used (the old values are read)"),
+    **_ops(False, "print", "print(values...): a line per element; attrs text"),
+    **_ops(False, "assert", "assert(cond): stops the kernel where cond is false; attrs text"),
     # thread level
     **_ops(True, "tid", "thread index in the CTA (x)"),
     **_ops(True, "size", "a launch-bound size; attrs name"),
@@ -70,7 +87,11 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "shfl_bfly", "shfl_bfly(x, lane_mask): x of lane (laneid ^ lane_mask)"),
     **_ops(False, "ld_global", "ld_global(addr[, pred]) -> vec values; attrs dtype, vec (masked: 0 where !pred)"),
     **_ops(False, "st_global", "st_global(addr, values...[, pred]); attrs dtype, vec"),
-    **_ops(False, "atom_add_global", "atom_add_global(addr, value[, pred]); attrs dtype"),
+    **_ops(False, "atom_global", "atom_global(addr, value[, value2][, pred]) [-> old]; attrs op, type (PTX), "
+                                 "ordered (acquire-release at GPU scope)"),
+    **_ops(True, "shfl_up", "shfl_up(x, delta): x of lane (laneid - delta), this lane's own below 0"),
+    **_ops(False, "printf", "printf(values...[, pred]): vprintf of attrs format"),
+    **_ops(False, "trap", "trap(pred): stops the kernel with an error where pred is true"),
     **_ops(False, "ld_shared", "ld_shared(addr) -> vec values; attrs dtype, vec"),
     **_ops(False, "st_shared", "st_shared(addr, values...[, pred]); attrs dtype, vec"),
     **_ops(False, "cp_async", "cp_async(smem_addr, gaddr[, src_bytes]) copies attrs bytes global->shared"),
@@ -92,6 +113,7 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(False, "fence_proxy_async", "makes this thread's shared-memory writes visible to the tensor cores' reads"),
     # structure
     **_ops(False, "for", "for(lo, hi, init...) body(iv, carried...); attrs step"),
+    **_ops(False, "while", "while(init...) cond(carried...) body(carried...)"),
     **_ops(False, "if", "if(cond) then() else(); results from their yields"),
     **_ops(False, "yield", "ends a region, passing its values out"),
 }
@@ -278,7 +300,8 @@ def _format_block(block: Block, depth: int, lines: list[str]) -> None:
         lines.append(f"{pad}{head}{op.opcode}({args}){' {' + attrs + '}' if attrs else ''}{loc}")
         for i, region in enumerate(op.regions):
             rargs = ", ".join(f"{_value_name(a)}: {format_type(a.type)}" for a in region.args)
-            label = ("then", "else")[i] if op.opcode == "if" else "body"
+            label = {"if": ("then", "else"), "while": ("cond", "body")}.get(op.opcode, ("body", "combine"))[
+                i if op.opcode in ("if", "while") else int(op.opcode in ("reduce", "scan"))]
             lines.append(f"{pad}  {label}({rargs}):")
             _format_block(region, depth + 2, lines)
 
@@ -334,6 +357,13 @@ def _check_structure(op: Op) -> None:
             if not (init.type == arg.type == res.type == nxt.type):
                 raise VerifyError(f"for: carried value types differ: {format_type(init.type)}, "
                                   f"{format_type(arg.type)}, {format_type(res.type)}, {format_type(nxt.type)}")
+    elif op.opcode == "while":
+        cond, body = op.regions
+        n = len(op.operands)
+        if not (len(cond.args) == len(body.args) == len(op.results) == len(body.terminator.operands) == n):
+            raise VerifyError("while: carried values, block arguments and results disagree")
+        if len(cond.terminator.operands) != 1 or cond.terminator.operands[0].dtype is not DType.BOOL:
+            raise VerifyError("while: the condition region must yield one bool")
     elif op.opcode == "if":
         if len(op.regions) != 2:
             raise VerifyError("if needs a then and an else region")

@@ -154,7 +154,22 @@ class SourceLine:
     loc: Loc
 
 
-Item = Instr | Label | SourceLine
+@dataclass(eq=False)
+class Raw:
+    """A line of the body that is no instruction: a declaration, or a brace opening a scope."""
+
+    text: str
+
+
+@dataclass(eq=False)
+class ModuleDecl:
+    """A module-level declaration the body needs (a string constant, an external function),
+    written before the entry however often it occurs in the body."""
+
+    text: str
+
+
+Item = Instr | Label | SourceLine | Raw | ModuleDecl
 
 
 @dataclass
@@ -184,6 +199,11 @@ def emit_module(kernel: Kernel, arch: str, source_file: str | None) -> str:
     if kernel.shared_bytes:
         out += [f"// {kernel.shared_bytes} bytes of shared memory, passed at launch",
                 f".extern .shared .align 16 .b8 {SMEM_SYMBOL}[];", ""]
+    declared = []
+    for item in kernel.body:
+        if isinstance(item, ModuleDecl) and item.text not in declared:
+            declared.append(item.text)
+    out += [*declared, ""] if declared else []
     params = [f"\t.param {p.ptx_type} {p.name}" for p in kernel.params]
     out.append(f".visible .entry {kernel.name}(")
     out.append(",\n".join(params))
@@ -198,6 +218,10 @@ def emit_module(kernel: Kernel, arch: str, source_file: str | None) -> str:
     for item in kernel.body:
         if isinstance(item, Label):
             out.append(f"{item.name}:")
+        elif isinstance(item, Raw):
+            out.append("\t" + item.text)
+        elif isinstance(item, ModuleDecl):
+            continue
         elif isinstance(item, SourceLine):
             loc = item.loc
             if (loc.file, loc.line) != last_line:

@@ -18,7 +18,8 @@ import itertools
 from ..errors import UnsupportedError
 from ..middle.ir import Function, Op, Value, uses
 from ..types import DType
-from .emit import CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item, Label, SourceLine, Sym, Vec, VReg
+from .emit import (CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item, Label, ModuleDecl, Raw,
+                   SourceLine, Sym, Vec, VReg)
 
 TYPE_SUFFIX = {
     DType.BOOL: "pred", DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32",
@@ -26,7 +27,6 @@ TYPE_SUFFIX = {
 }
 BITS_SUFFIX = {DType.I32: "b32", DType.U32: "b32", DType.F32: "b32", DType.I64: "b64", DType.F64: "b64",
                DType.BOOL: "pred", DType.F16: "b16", DType.BF16: "b16"}
-ATOMIC_TYPE = {DType.F32: "f32", DType.F64: "f64", DType.I32: "s32", DType.U32: "u32", DType.I64: "u64"}
 PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.F32: ".f32", DType.F64: ".f64",
               DType.BOOL: ".u8"}
 MEMORY_TYPE = {DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32", DType.I64: "s64",
@@ -50,6 +50,8 @@ class Selector:
         self.last_loc = None
         self.prefer: dict[Value, VReg] = {}
         self.use_count = uses(func)
+        self.strings: dict[bytes, str] = {}  # .global string constants by content
+        self.local_bytes = 0  # the local buffer vprintf's arguments need
 
     # ---------------------------------------------------------- registers
     def new(self, dtype: DType) -> VReg:
@@ -116,6 +118,8 @@ class Selector:
     def run(self) -> list[Item]:
         self.block(self.func.body.ops)
         self.emit("ret", ndefs=0)
+        if self.local_bytes:
+            self.items.insert(0, Raw(f".local .align 8 .b8 {PRINT_ARGS}[{self.local_bytes}];"))
         return self.items
 
     def block(self, ops: list[Op]) -> None:
@@ -175,8 +179,56 @@ def _arith(opcode: str):
         operands = [s.src(v) for v in op.operands]
         if opcode in ("neg", "not", "abs"):
             operands = [s.reg(op.operands[0])]
+        if dtype is DType.U32 and opcode in UNSIGNED_UNARY:  # PTX has abs and neg for signed types only
+            UNSIGNED_UNARY[opcode](s, op)
+            return
+        if opcode in ("shl", "shr"):
+            operands[1] = _shift_amount(s, op.operands[1])
         s.emit(f"{name}.{suffix}", s.define(op.result), *operands)
     return select
+
+
+def _shift_amount(s: Selector, v: Value):
+    """A shift amount as PTX wants it, a .u32; a 64-bit one first clamped to 64 (PTX clamps the rest:
+    an amount at or beyond the width shifts every bit out)."""
+    if v.dtype.bits == 32:
+        return s.src(v)
+    clamped, amount = s.new(DType.I64), s.new(DType.I32)
+    s.emit("min.u64", clamped, s.reg(v), Imm(64, DType.I64))
+    s.emit("cvt.u32.u64", amount, clamped)
+    return amount
+
+
+def _mulhi(s: Selector, op: Op) -> None:
+    s.emit(f"mul.hi.{TYPE_SUFFIX[op.result.dtype]}", s.define(op.result), s.reg(op.operands[0]),
+           s.src(op.operands[1]))
+
+
+def _round(mode: str):
+    """floor, ceil, round, trunc: cvt to the same float type with an integer rounding."""
+    def select(s: Selector, op: Op) -> None:
+        t = TYPE_SUFFIX[op.result.dtype]
+        s.emit(f"cvt.{mode}.{t}.{t}", s.define(op.result), s.reg(op.operands[0]))
+    return select
+
+
+def _bitcast(s: Selector, op: Op) -> None:
+    frm, to = op.operands[0].dtype, op.result.dtype
+    if CLASS_OF_DTYPE[frm] == CLASS_OF_DTYPE[to]:  # i32 and u32 share their registers
+        s.regs[op.result] = s.src(op.operands[0])
+        return
+    s.emit(f"mov.b{to.bits}", s.define(op.result), s.reg(op.operands[0]))
+
+
+def _unsigned_abs(s: Selector, op: Op) -> None:
+    s.regs[op.result] = s.src(op.operands[0])  # every unsigned value is its own absolute value
+
+
+def _unsigned_neg(s: Selector, op: Op) -> None:
+    s.emit("sub.u32", s.define(op.result), Imm(0, DType.U32), s.reg(op.operands[0]))
+
+
+UNSIGNED_UNARY = {"abs": _unsigned_abs, "neg": _unsigned_neg}
 
 
 def _cmp(s: Selector, op: Op) -> None:
@@ -280,24 +332,115 @@ def _cast(s: Selector, op: Op) -> None:
     convert(s, s.define(op.result), s.src(op.operands[0]), frm, to)
 
 
-def _shfl(s: Selector, op: Op) -> None:
-    x, mask = op.operands
-    dtype = x.dtype
-    dst = s.define(op.result)
-    lane = s.src(mask)
-    if dtype in (DType.I64, DType.F64):
-        lo, hi, lo2, hi2 = (s.new(DType.I32) for _ in range(4))
-        s.emit("mov.b64", Vec((lo, hi)), s.reg(x))
-        s.emit("shfl.sync.bfly.b32", lo2, lo, lane, Imm(31, DType.I32), Imm(-1, DType.I32))
-        s.emit("shfl.sync.bfly.b32", hi2, hi, lane, Imm(31, DType.I32), Imm(-1, DType.I32))
-        s.emit("mov.b64", dst, Vec((lo2, hi2)))
-    elif dtype is DType.BOOL:
-        w, w2 = s.new(DType.I32), s.new(DType.I32)
-        s.emit("selp.u32", w, Imm(1, DType.U32), Imm(0, DType.U32), s.reg(x))
-        s.emit("shfl.sync.bfly.b32", w2, w, lane, Imm(31, DType.I32), Imm(-1, DType.I32))
-        s.emit("setp.ne.u32", dst, w2, Imm(0, DType.U32))
-    else:
-        s.emit("shfl.sync.bfly.b32", dst, s.reg(x), lane, Imm(31, DType.I32), Imm(-1, DType.I32))
+def _shfl(mode: str, clamp: int):
+    """shfl_bfly (lane ^ mask) and shfl_up (lane - delta); `clamp` is shfl's c operand for the mode."""
+    def select(s: Selector, op: Op) -> None:
+        x, mask = op.operands
+        dtype = x.dtype
+        dst = s.define(op.result)
+        lane = s.src(mask)
+        name = f"shfl.sync.{mode}.b32"
+        c, members = Imm(clamp, DType.I32), Imm(-1, DType.I32)
+        if dtype in (DType.I64, DType.F64):
+            lo, hi, lo2, hi2 = (s.new(DType.I32) for _ in range(4))
+            s.emit("mov.b64", Vec((lo, hi)), s.reg(x))
+            s.emit(name, lo2, lo, lane, c, members)
+            s.emit(name, hi2, hi, lane, c, members)
+            s.emit("mov.b64", dst, Vec((lo2, hi2)))
+        elif dtype is DType.BOOL:
+            w, w2 = s.new(DType.I32), s.new(DType.I32)
+            s.emit("selp.u32", w, Imm(1, DType.U32), Imm(0, DType.U32), s.reg(x))
+            s.emit(name, w2, w, lane, c, members)
+            s.emit("setp.ne.u32", dst, w2, Imm(0, DType.U32))
+        else:
+            s.emit(name, dst, s.reg(x), lane, c, members)
+    return select
+
+
+def _atom(s: Selector, op: Op) -> None:
+    """atom (red when the old value is unused and the op has a red form); a masked atom's old value
+    is 0 where its predicate is false."""
+    operands = list(op.operands)
+    pred = operands.pop() if op.attrs["masked"] else None
+    addr, values = operands[0], operands[1:]
+    kind, ptx_type = op.attrs["op"], op.attrs["type"]
+    sem = ".acq_rel.gpu" if op.attrs["ordered"] else ""
+    guard = s.reg(pred) if pred is not None else None
+    args = [Addr(s.reg(addr))] + [s.reg(v) for v in values]
+    kind_name = {"xchg": "exch"}.get(kind, kind)
+    if not op.results and kind not in ("xchg", "cas"):
+        s.emit(f"red{sem}.global.{kind_name}.{ptx_type}", *args, ndefs=0, guard=guard)
+        return
+    dtype = values[0].dtype
+    dst = s.define(op.results[0]) if op.results else s.new(dtype)
+    if guard is not None:
+        s.mov(dst, Imm(ZERO.get(dtype, 0), dtype), dtype)
+    s.emit(f"atom{sem}.global.{kind_name}.{ptx_type}", dst, *args, guard=guard)
+
+
+PRINT_ARGS = "phobos_print_args"  # the local buffer that holds vprintf's arguments
+VPRINTF = (".extern .func (.param .b32 func_retval0) vprintf\n(\n\t.param .b64 vprintf_param_0,\n"
+           "\t.param .b64 vprintf_param_1\n);")
+PRINT_TYPE = {DType.I32: "s32", DType.U32: "u32", DType.I64: "s64", DType.F64: "f64"}
+
+
+def _global_string(s: Selector, text: str) -> Sym:
+    """A .global byte array holding `text` and its terminating 0; the generic address in a register."""
+    data = text.encode() + b"\0"
+    name = s.strings.setdefault(data, f"phobos_str_{len(s.strings)}")
+    s.items.append(ModuleDecl(f".global .align 1 .b8 {name}[{len(data)}] = {{{', '.join(map(str, data))}}};"))
+    return Sym(name)
+
+
+def _address_of(s: Selector, symbol: Sym, space: str) -> VReg:
+    raw, generic = s.new(DType.I64), s.new(DType.I64)
+    s.emit("mov.u64", raw, symbol)
+    s.emit(f"cvta.{space}.u64", generic, raw)
+    return generic
+
+
+def _printf(s: Selector, op: Op) -> None:
+    """vprintf(format, arguments): the arguments laid out in the local buffer as C passes varargs
+    (each aligned to its size; f32 promoted to f64, bools as the strings true/false)."""
+    operands = list(op.operands)
+    pred = operands.pop() if op.attrs["masked"] else None
+    skip = s.label("printed")
+    if pred is not None:
+        s.emit("bra", Sym(skip), ndefs=0, guard=s.reg(pred), negated=True)
+    offset = 0
+    for v in operands:
+        size = 4 if v.dtype in (DType.I32, DType.U32) else 8
+        offset = -(-offset // size) * size
+        at = Addr(Sym(PRINT_ARGS), offset)
+        if v.dtype is DType.F32:
+            wide = s.new(DType.F64)
+            s.emit("cvt.f64.f32", wide, s.reg(v))
+            s.emit("st.local.f64", at, wide, ndefs=0)
+        elif v.dtype is DType.BOOL:
+            text = s.new(DType.I64)
+            s.emit("selp.b64", text, _address_of(s, _global_string(s, "true"), "global"),
+                   _address_of(s, _global_string(s, "false"), "global"), s.reg(v))
+            s.emit("st.local.u64", at, text, ndefs=0)
+        else:
+            s.emit(f"st.local.{PRINT_TYPE[v.dtype]}", at, s.reg(v), ndefs=0)
+        offset += size
+    s.local_bytes = max(s.local_bytes, offset, 8)
+    fmt = _address_of(s, _global_string(s, op.attrs["format"]), "global")
+    args = _address_of(s, Sym(PRINT_ARGS), "local")
+    s.items.append(ModuleDecl(VPRINTF))
+    s.items.append(Raw("{"))
+    s.items.append(Raw(".param .b64 phobos_format;"))
+    s.items.append(Raw(".param .b64 phobos_arguments;"))
+    s.items.append(Raw(".param .b32 phobos_printed;"))
+    s.emit("st.param.b64", Addr(Sym("phobos_format")), fmt, ndefs=0)
+    s.emit("st.param.b64", Addr(Sym("phobos_arguments")), args, ndefs=0)
+    s.emit("call", Sym("(phobos_printed)"), Sym("vprintf"), Sym("(phobos_format, phobos_arguments)"), ndefs=0)
+    s.items.append(Raw("}"))
+    s.items.append(Label(skip))
+
+
+def _trap(s: Selector, op: Op) -> None:
+    s.emit("trap", ndefs=0, guard=s.reg(op.operands[0]) if op.attrs["masked"] else None)
 
 
 def _smem_addr(s: Selector, op: Op) -> None:
@@ -343,30 +486,26 @@ def _load(space: str):
     return select
 
 
-def _store(space: str, opcode: str = "st"):
+def _store(space: str):
     def select(s: Selector, op: Op) -> None:
         addr, values, pred = _memory_ops(op)
         mem = op.attrs["dtype"]
         vec = op.attrs["vec"]
         sources = []
         for v in values:
-            if v.dtype == mem or (mem.compute == v.dtype and mem in (DType.I8, DType.I16)):
-                sources.append(s.src(v) if mem not in (DType.I8, DType.I16) else s.reg(v))
-            elif mem is DType.BOOL:
+            if mem is DType.BOOL:  # a predicate is stored as the byte 0 or 1
                 w = s.new(DType.I32)
                 s.emit("selp.u32", w, Imm(1, DType.U32), Imm(0, DType.U32), s.reg(v))
                 sources.append(w)
+            elif v.dtype == mem or (mem.compute == v.dtype and mem in (DType.I8, DType.I16)):
+                sources.append(s.src(v) if mem not in (DType.I8, DType.I16) else s.reg(v))
             else:
                 t = s.new(mem)
                 convert(s, t, s.src(v), v.dtype, mem)
                 sources.append(t)
         v_ = f".v{vec}" if vec > 1 else ""
         operand = Vec(tuple(sources)) if vec > 1 else sources[0]
-        if opcode == "st":
-            name = f"st.{space}{v_}.{MEMORY_TYPE[mem]}"
-        else:
-            name = f"red.{space}.add.{ATOMIC_TYPE[mem]}"
-        s.emit(name, Addr(s.reg(addr), op.attrs.get("offset", 0)), operand, ndefs=0,
+        s.emit(f"st.{space}{v_}.{MEMORY_TYPE[mem]}", Addr(s.reg(addr), op.attrs.get("offset", 0)), operand, ndefs=0,
                guard=s.reg(pred) if pred is not None else None)
     return select
 
@@ -488,6 +627,10 @@ def _used_after(ops: list[Op], v: Value, position: int) -> bool:
 
 
 def _for(s: Selector, op: Op) -> None:
+    """The loop runs while iv is below hi (above, for a negative step).  The test after an
+    iteration compares the distance left, |hi - iv|, with |step| as unsigned numbers before
+    stepping: iv + step itself could wrap past the end of the dtype's range (range(2147483640,
+    2147483647, 4) would never end), the distance cannot (iv is on this side of hi)."""
     lo, hi = op.operands[0], op.operands[1]
     step = op.attrs["step"]
     body = op.regions[0]
@@ -496,19 +639,40 @@ def _for(s: Selector, op: Op) -> None:
     s.mov(iv, s.src(lo), lo.dtype)
     _yield_into(s, carried, op.operands[2:])
     t = TYPE_SUFFIX[lo.dtype]
-    exit_cmp, loop_cmp = ("ge", "lt") if step > 0 else ("le", "gt")
     top, end = s.label("loop"), s.label("done")
     done = s.new(DType.BOOL)
-    s.emit(f"setp.{exit_cmp}.{t}", done, iv, s.src(hi))
+    s.emit(f"setp.{'ge' if step > 0 else 'le'}.{t}", done, iv, s.src(hi))
     s.emit("bra.uni", Sym(end), ndefs=0, guard=done)
     s.items.append(Label(top))
     s.prefer_targets(carried, body, after_uses_of=body.args[1:])
     s.block(body.ops[:-1])
     _yield_into(s, carried, body.ops[-1].operands)
+    left = s.new(lo.dtype)
+    s.emit(f"sub.{t}", left, *((s.src(hi), iv) if step > 0 else (iv, s.src(hi))))
     s.emit(f"add.{t}", iv, iv, Imm(step, lo.dtype))
     again = s.new(DType.BOOL)
-    s.emit(f"setp.{loop_cmp}.{t}", again, iv, s.src(hi))
+    s.emit(f"setp.gt.u{lo.dtype.bits}", again, left, Imm(abs(step), lo.dtype))
     s.emit("bra.uni", Sym(top), ndefs=0, guard=again)
+    s.items.append(Label(end))
+    for r, c in zip(op.results, carried):
+        s.regs[r] = c
+
+
+def _while(s: Selector, op: Op) -> None:
+    """The condition region at the top, leaving when it is false; the body's next values go back
+    into the registers of the carried values (shared by both regions' arguments)."""
+    cond, body = op.regions
+    carried = [s.define(a) for a in cond.args]
+    for a, r in zip(body.args, carried):
+        s.regs[a] = r
+    _yield_into(s, carried, op.operands)
+    top, end = s.label("while"), s.label("done")
+    s.items.append(Label(top))
+    s.block(cond.ops[:-1])
+    s.emit("bra.uni", Sym(end), ndefs=0, guard=s.reg(cond.ops[-1].operands[0]), negated=True)
+    s.block(body.ops[:-1])
+    _yield_into(s, carried, body.ops[-1].operands)
+    s.emit("bra.uni", Sym(top), ndefs=0)
     s.items.append(Label(end))
     for r, c in zip(op.results, carried):
         s.regs[r] = c
@@ -548,6 +712,9 @@ SELECT = {
     "cmp": _cmp,
     "select": _select,
     "fma": _fma,
+    "mulhi": _mulhi,
+    **{name: _round(mode) for name, mode in (("floor", "rmi"), ("ceil", "rpi"), ("round", "rni"), ("trunc", "rzi"))},
+    "bitcast": _bitcast,
     "cast": _cast,
     "sqrt": _unary("sqrt.rn.{t}"),
     "rcp": _unary("rcp.rn.{t}"),
@@ -557,11 +724,14 @@ SELECT = {
     "sin_approx": _unary("sin.approx.{t}"),
     "cos_approx": _unary("cos.approx.{t}"),
     "mul_wide": _mul_wide,
-    "shfl_bfly": _shfl,
+    "shfl_bfly": _shfl("bfly", 31),
+    "shfl_up": _shfl("up", 0),
     "smem_addr": _smem_addr,
     "ld_global": _load("global"),
     "st_global": _store("global"),
-    "atom_add_global": _store("global", "red"),
+    "atom_global": _atom,
+    "printf": _printf,
+    "trap": _trap,
     "ld_shared": _load("shared"),
     "st_shared": _store("shared"),
     "barrier": _barrier,
@@ -578,6 +748,7 @@ SELECT = {
     "cp_async_commit": _cp_async_commit,
     "cp_async_wait": _cp_async_wait,
     "for": _for,
+    "while": _while,
     "if": _if,
 }
 

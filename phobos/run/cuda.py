@@ -66,7 +66,8 @@ class Launcher:
     """cuLaunchKernel for one function and launch shape, with its parameter buffer made once.
 
     The caller packs the parameters into `buffer` (a ctypes array of `size`
-    bytes) and calls `queue(stream)`, which returns the CUresult.  `lock`
+    bytes) and calls `queue(stream)` (or `launch(c_void_p(stream), None,
+    extra)`), which returns the CUresult.  `lock`
     serialises packing and launching when several threads share one Launcher
     (ctypes releases the GIL during the call).
     """
@@ -75,15 +76,16 @@ class Launcher:
                  shared_bytes: int, size: int, launch_kernel: Callable[..., int]):
         self.buffer = ctypes.create_string_buffer(max(size, 1))
         self._size = ctypes.c_size_t(size)
-        self._extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer),
-                                            _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(self._size),
-                                            _LAUNCH_PARAM_END)
+        self.extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer),
+                                           _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(self._size),
+                                           _LAUNCH_PARAM_END)
         self.lock = threading.Lock()
-        # The dimensions and shared size are below 2^31, so they pass as C ints; the handles as pointers.
-        self._call = functools.partial(launch_kernel, ctypes.c_void_p(function), *grid, *block, shared_bytes)
+        # The dimensions and shared size are below 2^31, so they pass as C ints; the handles as pointers:
+        # launch(ctypes.c_void_p(stream), None, extra) is cuLaunchKernel with the buffer packed.
+        self.launch = functools.partial(launch_kernel, ctypes.c_void_p(function), *grid, *block, shared_bytes)
 
     def queue(self, stream: int) -> int:
-        return self._call(ctypes.c_void_p(stream), None, self._extra)
+        return self.launch(ctypes.c_void_p(stream), None, self.extra)
 
 
 class DriverApi:

@@ -38,20 +38,40 @@
 #               each into a TF32 high part and a TF32 remainder and sums three
 #               products (high x high, high x low, low x high).
 #   reductions  sum in the dtype (pairwise order; the GPU's tree order differs);
-#               max/min ignore NaN like fmax; argmax/argmin pick the first of
-#               the best, ignoring NaN (0 when all are NaN).  An axis is kept
-#               with extent 1; no axis gives a scalar.
+#               max/min ignore NaN like fmax and take +0.0 above -0.0;
+#               argmax/argmin pick the first of the best, ignoring NaN (0 when
+#               all are NaN).  An axis is kept with extent 1; no axis gives a
+#               scalar.
 #   math        f32 functions are evaluated in float64 and rounded once (the
 #               GPU's approximations are documented in mathlib.py).
 #   casts       float -> int truncates toward zero and saturates, NaN -> 0
 #               (cvt.rzi); int -> int wraps; to float rounds to nearest even.
-#   faults      integer division or remainder by zero raises ExecutionError at
-#               the statement, even where a `where` would discard the result
-#               (the GPU's value is unspecified there).
+#   division    an integer divisor of 0 counts as 1 (`x / 0 == x`, `x % 0 ==
+#               0`); `cdiv` is the exact quotient rounded up.
+#   faults      an expression that cannot go on raises _Fault; the statement
+#               running it reports an ExecutionError there, noting the
+#               expression (a failing device_assert; no arithmetic faults).
+#   jumps       `break`, `continue` and `return` raise exceptions that their
+#               loop, function call or program instance catches; a device
+#               function runs its checked copy (the checker's `calls`) on
+#               slots of its own.
+#   gathers     every subscript becomes an index array of the result's shape;
+#               elements with an index outside the tensor read 0 and are not
+#               written.  A scatter's duplicate indices keep one of the values.
+#   atomics     element by element in row-major order, each seeing the ones
+#               before (the GPU's order is unspecified); float max and min order
+#               values as the GPU's integer trick does (-0 < +0, NaNs beyond the
+#               infinities by sign), compare-and-swap compares bits.
+#   scans       cumsum/cumprod in the dtype, left to right (the GPU combines in a
+#               tree); scan and reduce with a combine function apply it left to
+#               right along the axis, on whole slices at a time.
+#   printing    device_print and device_assert print the lines the GPU would,
+#               instance by instance, elements in row-major order.
 from __future__ import annotations
 
 import math
 import operator
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -60,11 +80,12 @@ import numpy as np
 from .. import constants
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES, dot_precision
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument, dot_precision
 from ..frontend.parser import parse_source, pick_kernel
 from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
-from ..frontend.sema import CheckedKernel, Symbol, check_kernel
-from ..types import VALUE_DTYPES, DType, ScalarType, TensorType, TileType, shape_of
+from ..frontend.sema import CheckedKernel, Inlined, Symbol, check_kernel
+from ..types import VALUE_DTYPES, DType, ScalarType, TensorType, TileType, TupleType, shape_of
+from .emulator import numerics
 
 try:
     from ml_dtypes import bfloat16 as _ML_BFLOAT16
@@ -76,6 +97,24 @@ Fn = Callable[[list], object]  # a compiled expression or statement: frame -> va
 NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}  # tensor element types
 VALUE = {d: constants.NUMPY[d].type for d in VALUE_DTYPES}  # values (16-bit floats held as f32)
 GRID_SLOTS = 6  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2)
+
+
+class _Jump(Exception):
+    """A `break`, `continue` or `return` on its way to what it leaves."""
+
+
+class _Break(_Jump):
+    pass
+
+
+class _Continue(_Jump):
+    pass
+
+
+class _Return(_Jump):
+    def __init__(self, values: tuple):
+        super().__init__()
+        self.values = values
 
 
 class _Fault(Exception):
@@ -100,24 +139,9 @@ def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | Non
     return lambda f: np.broadcast_to(fn(f), want)
 
 
-def _operation(opcode: str, attrs: dict, loc: Loc):
-    """The numpy function of an operation, as `phobos.constants` defines it; an integer
-    division by zero is a fault at `loc`."""
-    fn = constants.operation(opcode, attrs)
-    if opcode not in ("div", "rem"):
-        return fn
-
-    def divide(a, b):
-        try:
-            return fn(a, b)
-        except ZeroDivisionError as err:
-            raise _Fault(str(err), loc) from None
-    return divide
-
-
-def _binary_function(op: str, loc: Loc):
-    """The numpy function of the source operator `a op b`."""
-    return _operation(*constants.OPERATORS[op], loc)
+def _binary_function(op: str):
+    """The numpy function of the source operator `a op b`, as `phobos.constants` defines it."""
+    return constants.operation(*constants.OPERATORS[op])
 
 
 def _via_f64(fn):
@@ -133,6 +157,7 @@ def _erf(x):
 
 
 UNARY_FLOAT = {
+    "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "erf": _erf, "gelu": lambda x: x * (1.0 + _erf(x / math.sqrt(2.0))) / 2.0,
@@ -146,9 +171,9 @@ def _reducer(kind: str, axis: int | None):
     keep = axis is not None
     if kind == "sum":
         return lambda x: np.sum(x, axis=axis, keepdims=keep, dtype=x.dtype)
-    best = np.fmax if kind in ("max", "argmax") else np.fmin
     if kind in ("max", "min"):
-        return lambda x: best.reduce(x, axis=axis, keepdims=keep)
+        return lambda x: constants.reduce_extreme(kind, x, axis, keep)
+    best = np.fmax if kind == "argmax" else np.fmin
 
     def arg(x):  # the first element equal to the NaN-ignoring best
         hit = x == best.reduce(x, axis=axis, keepdims=True)
@@ -268,7 +293,7 @@ class _Compiler:
             for step, loc in steps:
                 try:
                     step(f)
-                except PhobosError:
+                except (PhobosError, _Jump):
                     raise
                 except _Fault as fault:
                     notes = [Note("in this operation", fault.loc)] if fault.loc != loc else []
@@ -299,11 +324,13 @@ class _Compiler:
             def run(f):
                 f[slot] = value(f)
             return run
+        slice_t = self.ck.types[s.target]
+        if self.gathers(s.target):
+            elements = self.elements(s.target)
+            old = self.gather(elements, slice_t.dtype) if s.op != "=" else None
+            return self.scatter(elements, self.assigned_value(s, old, slice_t))
         slot, starts, sizes = self.access(s.target)
-        dtype = self.ck.types[s.target.base].dtype.compute
-        shape = tuple(n for n in sizes if n is not None)
-        slice_t = TileType(dtype, shape) if shape else ScalarType(dtype)
-        old = self.load(slot, starts, sizes, dtype) if s.op != "=" else None
+        old = self.load(slot, starts, sizes, slice_t.dtype) if s.op != "=" else None
         return self.write(slot, starts, sizes, self.assigned_value(s, old, slice_t), accumulate=False)
 
     def assigned_value(self, s: ast.Assign, old: Fn | None, target_t: ScalarType | TileType) -> Fn:
@@ -317,30 +344,90 @@ class _Compiler:
             return _broadcast(self.expr(s.value, dtype), shape_of(self.ck.types[s.value]), shape_of(target_t))
         if s.op == "+=" and self.fusable_dot(s.value, target_t):
             return self.fused_dot(old, s.value)
-        fn, value = _binary_function(s.op[0], s.loc), self.expr(s.value, dtype)
+        fn, value = _binary_function(s.op[:-1]), self.expr(s.value, dtype)
         return lambda f: fn(old(f), value(f))
 
     @STATEMENTS.on(ast.ExprStmt)
-    def stmt_expr_stmt(self, s: ast.ExprStmt) -> Fn:  # atomic_add(T[...], x), the only effect builtin
-        target, x = s.expr.args
-        slot, starts, sizes = self.access(target)
-        dtype = self.ck.types[target.base].dtype.compute
-        shape = tuple(n for n in sizes if n is not None) or None
-        value = _broadcast(self.expr(x, dtype), shape_of(self.ck.types[x]), shape)
-        return self.write(slot, starts, sizes, value, accumulate=True)
+    def stmt_expr_stmt(self, s: ast.ExprStmt) -> Fn:  # a call for its effect; any value is dropped
+        return self.expr(s.expr)
+
+    @STATEMENTS.on(ast.Unpack)
+    def stmt_unpack(self, s: ast.Unpack) -> Fn:
+        syms = [self.ck.symbols[(s, i)] for i in range(len(s.names))]
+        slots = [self.slot(sym) for sym in syms]
+        if isinstance(s.value, ast.TupleLit):
+            items = [_broadcast(self.expr(x, sym.type.dtype), shape_of(self.ck.types[x]), shape_of(sym.type))
+                     for x, sym in zip(s.value.items, syms)]
+            value = lambda f: tuple(item(f) for item in items)  # noqa: E731
+        else:
+            value = self.expr(s.value)
+
+        def run(f):
+            for slot, v in zip(slots, value(f)):
+                f[slot] = v
+        return run
 
     @STATEMENTS.on(ast.For)
     def stmt_for(self, s: ast.For) -> Fn:
         sym = self.ck.symbols[s]
         slot, make = self.slot(sym), NP[sym.type.dtype]
         lo, hi = self.expr(s.start, sym.type.dtype), self.expr(s.end, sym.type.dtype)
-        step = self.ck.consts[s.step] if s.step is not None else 1
+        step = self.expr(s.step, sym.type.dtype) if s.step is not None else (lambda f: 1)
         body = self.block(s.body)
 
         def run(f):
-            for i in range(int(lo(f)), int(hi(f)), step):
+            by = int(step(f))
+            if by == 0:  # a run-time step of 0 runs no iteration
+                return
+            for i in range(int(lo(f)), int(hi(f)), by):
                 f[slot] = make(i)
-                body(f)
+                try:
+                    body(f)
+                except _Continue:
+                    pass
+                except _Break:
+                    break
+        return run
+
+    @STATEMENTS.on(ast.While)
+    def stmt_while(self, s: ast.While) -> Fn:
+        cond, body = self.expr(s.cond), self.block(s.body)
+
+        def run(f):
+            while cond(f):
+                try:
+                    body(f)
+                except _Continue:
+                    pass
+                except _Break:
+                    break
+        return run
+
+    @STATEMENTS.on(ast.Break)
+    def stmt_break(self, s: ast.Break) -> Fn:
+        def run(f):
+            raise _Break()
+        return run
+
+    @STATEMENTS.on(ast.Continue)
+    def stmt_continue(self, s: ast.Continue) -> Fn:
+        def run(f):
+            raise _Continue()
+        return run
+
+    @STATEMENTS.on(ast.Return)
+    def stmt_return(self, s: ast.Return) -> Fn:
+        frame = self.ck.returns[s]
+        if s.value is None:
+            def bare(f):
+                raise _Return(())
+            return bare
+        items = s.value.items if isinstance(s.value, ast.TupleLit) else [s.value]
+        values = [_broadcast(self.expr(x, t.dtype), shape_of(self.ck.types[x]), shape_of(t))
+                  for x, t in zip(items, frame.result_types)]
+
+        def run(f):
+            raise _Return(tuple(v(f) for v in values))
         return run
 
     @STATEMENTS.on(ast.If)
@@ -367,6 +454,69 @@ class _Compiler:
                 starts.append(self.expr(sub))
                 sizes.append(None)
         return self.slot(self.ck.symbols[e.base]), starts, tuple(sizes)
+
+    def gathers(self, e: ast.Index) -> bool:
+        return any(not isinstance(sub, ast.Slice) and isinstance(self.ck.types[sub], TileType)
+                   for sub in e.subscripts)
+
+    def elements(self, e: ast.Index) -> Fn:
+        """frame -> (tensor, index arrays of the result's shape per dim, mask of the elements inside):
+        each subscript of `T[...]` as the index of every element of the result (as irgen makes it)."""
+        result = shape_of(self.ck.types[e]) or ()
+        gathered = len(result) - sum(1 for sub in e.subscripts if isinstance(sub, ast.Slice))
+        tiles = [k for k, sub in enumerate(e.subscripts)
+                 if not isinstance(sub, ast.Slice) and isinstance(self.ck.types[sub], TileType)]
+        makers, axis = [], 0
+        for k, sub in enumerate(e.subscripts):
+            if isinstance(sub, ast.Slice):
+                start, size, at = self.expr(sub.start), self.ck.consts[sub.size], axis
+                shape = [1] * len(result)
+                shape[at] = size
+                ramp = np.arange(size, dtype=np.int64).reshape(shape)
+                makers.append(lambda f, start=start, ramp=ramp: int(start(f)) + ramp)
+                axis += 1
+            elif k in tiles:
+                index, t = self.expr(sub), self.ck.types[sub]
+                first = axis + gathered - len(t.shape)  # aligned at the end of the index tiles' part
+                shape = (1,) * first + t.shape + (1,) * (len(result) - first - len(t.shape))
+                makers.append(lambda f, index=index, shape=shape: np.asarray(index(f), np.int64).reshape(shape))
+                if k == tiles[-1]:
+                    axis += gathered
+            else:
+                index = self.expr(sub)
+                makers.append(lambda f, index=index: np.int64(index(f)))
+        slot = self.slot(self.ck.symbols[e.base])
+
+        def locate(f):
+            tensor = f[slot]
+            indices = np.broadcast_arrays(*[make(f) for make in makers], np.zeros(result, np.int64))[:-1]
+            inside = np.ones(result, bool)
+            for index, dim in zip(indices, tensor.array.shape):
+                inside &= (index >= 0) & (index < dim)
+            clipped = tuple(np.where(inside, index, 0) for index in indices)
+            return tensor, clipped, inside
+        return locate
+
+    @staticmethod
+    def gather(elements: Fn, dtype: DType) -> Fn:
+        """`T[...]` with index tiles: elements outside the tensor read 0."""
+        zero = VALUE[dtype](0)
+
+        def run(f):
+            tensor, index, inside = elements(f)
+            values = tensor.load(tensor.array[index]) if tensor.array.size else np.zeros(inside.shape, VALUE[dtype])
+            return np.where(inside, values, zero)[()]
+        return run
+
+    @staticmethod
+    def scatter(elements: Fn, value: Fn) -> Fn:
+        """`T[...] = v` with index tiles: elements outside the tensor are not written."""
+        def run(f):
+            v = value(f)
+            tensor, index, inside = elements(f)
+            v = np.broadcast_to(v, inside.shape)
+            tensor.array[tuple(i[inside] for i in index)] = tensor.store(v[inside])
+        return run
 
     @staticmethod
     def load(slot: int, starts: list[Fn], sizes: tuple[int | None, ...], dtype: DType) -> Fn:
@@ -420,6 +570,11 @@ class _Compiler:
         x, fn = self.expr(e.operand), constants.operation(constants.UNARY_OPERATORS[e.op], {})
         return lambda f: fn(x(f))
 
+    @EXPRESSIONS.on(ast.TupleLit)
+    def expr_tuple_lit(self, e: ast.TupleLit) -> Fn:
+        items = [self.expr(x) for x in e.items]
+        return lambda f: tuple(item(f) for item in items)
+
     @EXPRESSIONS.on(ast.Binary)
     def expr_binary(self, e: ast.Binary) -> Fn:
         dtype = self.operand_dtype(e.lhs, e.rhs)
@@ -427,11 +582,13 @@ class _Compiler:
             for dot, other in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
                 if self.fusable_dot(dot, self.ck.types[e]):
                     return self.fused_dot(self.expr(other, dtype), dot)
-        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, e.loc)
+        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op)
         return lambda f: fn(a(f), b(f))
 
     @EXPRESSIONS.on(ast.Index)
     def expr_index(self, e: ast.Index) -> Fn:
+        if isinstance(self.ck.types[e.base], TensorType) and self.gathers(e):
+            return self.gather(self.elements(e), self.ck.types[e].dtype)
         if isinstance(self.ck.types[e.base], TensorType):
             return self.load(*self.access(e), self.ck.types[e].dtype)
         index = tuple(slice(self.ck.consts[sub.start], self.ck.consts[sub.start] + self.ck.consts[sub.size])
@@ -441,12 +598,43 @@ class _Compiler:
 
     @EXPRESSIONS.on(ast.Call)
     def expr_call(self, e: ast.Call) -> Fn:
-        return BUILTIN_RULES.lookup(BUILTINS[e.func].rule)(self, e)
+        b = BUILTINS.get(e.func)
+        if b is None:
+            inlined = self.ck.calls[e]
+            names = [p.name for p in inlined.function.params]
+            exprs = list(e.args) + [None] * (len(names) - len(e.args))
+            for kw in e.kwargs:
+                exprs[names.index(kw.name)] = kw.value
+            args = [self.expr(x, getattr(sym.type, "dtype", None)) for x, sym in zip(exprs, inlined.params)]
+            return self.inline(inlined, args)
+        return BUILTIN_RULES.lookup(b.rule)(self, e)
+
+    def inline(self, inlined: Inlined, args: list[Fn]) -> Fn:
+        """A call of a device function: the arguments into its parameters' slots, then its body; the
+        value is what its `return` gives (one value, or a tuple)."""
+        binds = []
+        for sym, arg in zip(inlined.params, args):
+            if not isinstance(sym.type, TensorType):  # a tensor parameter is the caller's own slot
+                binds.append((self.slot(sym), arg, shape_of(sym.type)))
+        body = self.block(inlined.body)
+        single = len(inlined.frame.result_types or []) == 1
+
+        def run(f):
+            values = [(slot, arg(f), shape) for slot, arg, shape in binds]
+            for slot, v, shape in values:
+                f[slot] = v if shape is None or np.shape(v) == shape else np.broadcast_to(v, shape)
+            try:
+                body(f)
+            except _Return as out:
+                return out.values[0] if single else out.values
+            return ()
+        return run
 
     # ------------------------------------------------------------ builtins, one per typing rule
     def axis_of(self, e: ast.Call) -> int | None:
-        axis_e = e.args[1] if len(e.args) == 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
-        return None if axis_e is None else self.ck.consts[axis_e] % len(self.ck.types[e.args[0]].shape)
+        axis_e, x_t = argument(e, 1, "axis"), self.ck.types[argument(e, 0, "x")]
+        rank = len((x_t.items[0] if isinstance(x_t, TupleType) else x_t).shape)
+        return None if axis_e is None else self.ck.consts[axis_e] % rank
 
     @BUILTIN_RULES.on("grid_index")
     def call_grid_index(self, e: ast.Call) -> Fn:
@@ -494,15 +682,10 @@ class _Compiler:
         return lambda f: fn(a(f), b(f))
 
     @BUILTIN_RULES.on("binary_int")
-    def call_binary_int(self, e: ast.Call) -> Fn:  # cdiv(a, b) = (a + b - 1) / b
+    def call_binary_int(self, e: ast.Call) -> Fn:  # cdiv
         dtype = self.ck.types[e].dtype
-        a, b, one = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), NP[dtype](1)
-        div = _operation("div", {}, e.loc)
-
-        def run(f):
-            y = b(f)
-            return div(a(f) + y - one, y)
-        return run
+        a, b, fn = self.expr(e.args[0], dtype), self.expr(e.args[1], dtype), constants.operation(e.func, {})
+        return lambda f: fn(a(f), b(f))
 
     @BUILTIN_RULES.on("where")
     def call_where(self, e: ast.Call) -> Fn:
@@ -535,6 +718,237 @@ class _Compiler:
         return lambda f: constants.convert_array(x(f), to)
 
 
+    @BUILTIN_RULES.on("fma")
+    def call_fma(self, e: ast.Call) -> Fn:
+        dtype = self.ck.types[e].dtype
+        a, b, c = (self.expr(x, dtype) for x in e.args)
+        fma = numerics.fma_f32 if dtype is DType.F32 else numerics.fma_f64
+        return lambda f: np.asarray(fma(a(f), b(f), c(f), "rn"), NP[dtype])[()]
+
+    @BUILTIN_RULES.on("mulhi")
+    def call_mulhi(self, e: ast.Call) -> Fn:
+        dtype = self.ck.types[e].dtype
+        a, b = (self.expr(x, dtype) for x in e.args)
+        return lambda f: constants.multiply_high(a(f), b(f))
+
+    @BUILTIN_RULES.on("bitcast")
+    def call_bitcast(self, e: ast.Call) -> Fn:
+        x, to = self.expr(e.args[0]), NP[self.ck.types[e].dtype]
+        return lambda f: np.asarray(x(f)).view(to)[()]
+
+    @BUILTIN_RULES.on("scan_op")
+    def call_scan_op(self, e: ast.Call) -> Fn:
+        x, axis = self.expr(argument(e, 0, "x")), self.axis_of(e) or 0
+        fn = np.cumsum if e.func == "cumsum" else np.cumprod
+        return lambda f: (lambda v: fn(v, axis=axis, dtype=v.dtype))(x(f))
+
+    def combine(self, e: ast.Call) -> Callable:
+        """The combine function of a scan or reduce, called on whole slices: (a..., b...) -> tuple."""
+        inlined = self.ck.calls[e]
+        slots = [self.slot(sym) for sym in inlined.params]
+        k = len(slots) // 2
+        call = self.inline(inlined, [operator.itemgetter(slot) for slot in slots])
+
+        def combine(f, a: tuple, b: tuple) -> tuple:
+            for slot, v in zip(slots, a + b):
+                f[slot] = v
+            out = call(f)
+            return out if k > 1 else (out,)
+        return combine
+
+    def combined(self, e: ast.Call) -> tuple[Fn, bool]:
+        """frame -> the tiles a scan or reduce combines (broadcast to one shape); and whether a tuple."""
+        x_e = argument(e, 0, "x")
+        t = self.ck.types[x_e]
+        items, types = (x_e.items, t.items) if isinstance(x_e, ast.TupleLit) else ([x_e], [t])
+        fns = [_broadcast(self.expr(x, xt.dtype), shape_of(self.ck.types[x]), xt.shape) for x, xt in zip(items, types)]
+        return (lambda f: tuple(fn(f) for fn in fns)), isinstance(x_e, ast.TupleLit)
+
+    @BUILTIN_RULES.on("scan")
+    def call_scan(self, e: ast.Call) -> Fn:
+        xs, is_tuple = self.combined(e)
+        axis, combine = self.axis_of(e) or 0, self.combine(e)
+
+        def run(f):
+            values = [np.moveaxis(np.asarray(v), axis, 0) for v in xs(f)]
+            acc = tuple(v[0] for v in values)
+            out = [[a] for a in acc]
+            for i in range(1, values[0].shape[0]):
+                acc = combine(f, acc, tuple(v[i] for v in values))
+                for lst, a in zip(out, acc):
+                    lst.append(a)
+            result = tuple(np.moveaxis(np.stack(lst).astype(v.dtype), 0, axis) for lst, v in zip(out, values))
+            return result if is_tuple else result[0]
+        return run
+
+    @BUILTIN_RULES.on("reduce_with")
+    def call_reduce_with(self, e: ast.Call) -> Fn:
+        xs, is_tuple = self.combined(e)
+        axis, combine = self.axis_of(e), self.combine(e)
+
+        def run(f):
+            values = [np.asarray(v) for v in xs(f)]
+            if axis is None:
+                values = [v.reshape(-1, 1) for v in values]
+            values = [np.moveaxis(v, 0 if axis is None else axis, 0) for v in values]
+            acc = tuple(v[0] for v in values)
+            for i in range(1, values[0].shape[0]):
+                acc = combine(f, acc, tuple(v[i] for v in values))
+            result = tuple(np.asarray(a, v.dtype)[0][()] if axis is None else np.expand_dims(np.asarray(a, v.dtype), axis)
+                           for a, v in zip(acc, values))
+            return result if is_tuple else result[0]
+        return run
+
+    @BUILTIN_RULES.on("permute")
+    def call_permute(self, e: ast.Call) -> Fn:
+        x = self.expr(e.args[0])
+        order = (1, 0) if e.func == "trans" else tuple(self.ck.consts[d] for d in e.args[1].items)
+        return lambda f: np.transpose(x(f), order)
+
+    @BUILTIN_RULES.on("join")
+    def call_join(self, e: ast.Call) -> Fn:
+        t = self.ck.types[e]
+        a, b = (_broadcast(self.expr(x, t.dtype), shape_of(self.ck.types[x]), t.shape[:-1] or None) for x in e.args)
+        return lambda f: np.stack([np.asarray(a(f)), np.asarray(b(f))], axis=-1)
+
+    @BUILTIN_RULES.on("split")
+    def call_split(self, e: ast.Call) -> Fn:
+        x = self.expr(e.args[0])
+        return lambda f: (lambda v: (v[..., 0][()], v[..., 1][()]))(np.asarray(x(f)))
+
+    @BUILTIN_RULES.on("concat")
+    def call_concat(self, e: ast.Call) -> Fn:
+        t = self.ck.types[e]
+        a, b = self.expr(argument(e, 0, "a"), t.dtype), self.expr(argument(e, 1, "b"), t.dtype)
+        axis_e = argument(e, 2, "axis")
+        axis = 0 if axis_e is None else self.ck.consts[axis_e] % len(t.shape)
+        return lambda f: np.concatenate([a(f), b(f)], axis=axis)
+
+    @BUILTIN_RULES.on("atomic")
+    def call_atomic(self, e: ast.Call) -> Fn:
+        target, *operands = e.args
+        dtype = self.ck.types[target.base].dtype
+        values = [self.expr(x, dtype.compute) for x in operands]
+        elements = self.elements(target)
+        update = _ATOMIC_UPDATES[e.func[len("atomic_"):]](dtype)
+        zero = NP[dtype.compute](0)
+
+        def run(f):
+            args = [v(f) for v in values]
+            tensor, index, inside = elements(f)
+            args = [np.broadcast_to(a, inside.shape) for a in args]
+            old = np.zeros(inside.shape, NP[dtype.compute])
+            flat = tensor.array.reshape(-1)
+            where = np.ravel_multi_index(index, tensor.array.shape) if tensor.array.size else None
+            for pos in zip(*np.nonzero(inside)) if inside.ndim else ([()] if inside else []):
+                i = where[pos]
+                old[pos] = flat[i]
+                flat[i] = update(flat[i], *(a[pos] for a in args))
+            return np.where(inside, old, zero)[()]
+        return run
+
+    @BUILTIN_RULES.on("print")
+    def call_print(self, e: ast.Call) -> Fn:
+        values = [self.expr(x, self.ck.types[x].dtype) for x in e.args[1:]]
+        text = e.args[0].value
+        shape = ()
+        for x in e.args[1:]:
+            shape = np.broadcast_shapes(shape, shape_of(self.ck.types[x]) or ())
+
+        def run(f):
+            arrays = [np.broadcast_to(v(f), shape) for v in values]
+            for pos in np.ndindex(*shape):
+                sys.stdout.write(print_line(f[0:3], pos if shape else None, text,
+                                            [a[pos] for a in arrays]) + "\n")
+            return ()
+        return run
+
+    @BUILTIN_RULES.on("assert")
+    def call_assert(self, e: ast.Call) -> Fn:
+        cond = self.expr(e.args[0])
+        text = e.args[1].value if len(e.args) > 1 else ""
+        shape = shape_of(self.ck.types[e.args[0]])
+
+        def run(f):
+            ok = np.asarray(cond(f))
+            if ok.all():
+                return ()
+            for pos in zip(*np.nonzero(~ok)) if shape else [None]:
+                sys.stdout.write(assert_line(e.loc, f[0:3], pos, text) + "\n")
+            raise _Fault(f"device_assert failed{': ' + text if text else ''}", e.loc)
+        return run
+
+
+def _float_order(dtype: DType):
+    """The key by which the GPU's atomic float max/min order values: signed-integer order of the
+    bits for a clear sign bit, reversed magnitude for a set one (-0 < +0; NaNs beyond the infinities)."""
+    bits = np.dtype(f"i{dtype.nbytes}").type
+
+    def key(x):
+        i = int(np.asarray(x, NP[dtype]).view(bits))
+        return i if i >= 0 else -(i & ((1 << (dtype.bits - 1)) - 1)) - 1
+    return key
+
+
+def _atomic_extreme(pick):
+    def make(dtype: DType):
+        if not dtype.is_float:
+            return lambda old, x: pick(old, x, key=int)
+        return lambda old, x: pick(old, x, key=_float_order(dtype))
+    return make
+
+
+def _same_bits(dtype: DType):
+    bits = np.dtype(f"u{dtype.nbytes}").type
+    return lambda old, cmp, x: x if np.asarray(old).view(bits) == np.asarray(cmp).view(bits) else old
+
+
+_ATOMIC_UPDATES = {
+    "add": lambda dtype: lambda old, x: old + x,
+    "max": _atomic_extreme(max),
+    "min": _atomic_extreme(min),
+    "and": lambda dtype: lambda old, x: old & x,
+    "or": lambda dtype: lambda old, x: old | x,
+    "xor": lambda dtype: lambda old, x: old ^ x,
+    "xchg": lambda dtype: lambda old, x: x,
+    "cas": _same_bits,
+}
+
+
+# ------------------------------------------------------------ printing
+def format_value(v) -> str:
+    """A printed value, as the GPU's printf shows it: floats %.9g (f32) or %.17g (f64), integers in
+    decimal, bools true/false."""
+    v = np.asarray(v)[()]
+    if isinstance(v, np.bool_):
+        return "true" if v else "false"
+    if isinstance(v, np.floating):
+        return ("%.9g" if v.dtype == np.float32 else "%.17g") % float(v)
+    return str(int(v))
+
+
+def print_line(program, index, text: str, values) -> str:
+    """One line of device_print: `[program (x, y, z) element (i, j)] text` with each {} a value (or the
+    values after the text, when it has none)."""
+    head = f"[program ({', '.join(str(int(p)) for p in program)})"
+    head += f" element ({', '.join(map(str, index))})]" if index is not None else "]"
+    shown = [format_value(v) for v in values]
+    if "{}" in text:
+        parts = text.split("{}")
+        body = "".join(p + (shown[i] if i < len(shown) else "") for i, p in enumerate(parts))
+    else:
+        body = " ".join([text] + shown) if text else " ".join(shown)
+    return f"{head} {body}"
+
+
+def assert_line(loc: Loc, program, index, text: str) -> str:
+    """The line a failing device_assert prints (per failing element) before the kernel stops."""
+    where = f"program ({', '.join(str(int(p)) for p in program)})"
+    if index is not None:
+        where += f" element ({', '.join(str(int(i)) for i in index)})"
+    return f"{loc.file}:{loc.line}: {where}: device_assert failed{': ' + text if text else ''}"
+
+
 # ------------------------------------------------------------ running
 class InterpretedKernel:
     """One checked kernel configuration compiled to closures; `run` launches it on the CPU."""
@@ -560,6 +974,8 @@ class InterpretedKernel:
                         frame[0:3] = np.int32(x), np.int32(y), np.int32(z)
                         try:
                             self.body(frame)
+                        except _Return:
+                            pass
                         except ExecutionError as err:
                             err.notes.append(Note(f"in program instance ({x}, {y}, {z}) of kernel '{self.name}'"))
                             raise

@@ -595,6 +595,14 @@ class QueuedKernel:
         if code:
             self._retry_or_raise(code, stream)
 
+    def inline(self) -> tuple | None:
+        """What `__call__` does, in pieces, for a caller that writes the launch into its own code
+        (phobos.launch.fastpath.direct_call): (lock, pack(*values), launch(c_void_p stream, None, extra), extra,
+        fail(code, stream)); None when a launch must make the kernel's context current first."""
+        if self.switch_context:
+            return None
+        return self._lock, self._pack, self._launcher.launch, self._launcher.extra, self._retry_or_raise
+
     def _queue_in_context(self, stream: int) -> int:
         api = cuda.api()
         if api.current_context() == self.context:

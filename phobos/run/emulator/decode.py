@@ -230,7 +230,7 @@ class Decoder:
         used = self._referenced_names()
         module_vars = [v for v in self.module.variables if v.name in used and v.space == "shared"]
         for var in module_vars + self.entry.variables:
-            if var.space == "local":
+            if var.space in ("local", "param"):  # a body's .param variables live in local memory
                 local = _align(local, var.align)
                 self.local_vars[var.name] = local
                 local += var.size
@@ -260,7 +260,7 @@ class Decoder:
                 names.add(operand.name.text)
             elif isinstance(operand, syn.Address) and operand.base is not None:
                 names.add(operand.base.text)
-            elif isinstance(operand, syn.Vector):
+            elif isinstance(operand, (syn.Vector, syn.ParenList)):
                 for item in operand.items:
                     visit(item)
         for st in self.entry.statements:

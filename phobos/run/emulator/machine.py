@@ -49,7 +49,7 @@ import numpy as np
 from ...errors import LaunchError, Note, SourceFile
 from ...log import Progress
 from ..tensor_map import TensorMap
-from . import ops_arith, ops_bulk, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
+from . import ops_arith, ops_bulk, ops_call, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
 from .async_state import AsyncMma, BulkGroups, Mbarriers, RegisterPool
 from .decode import BARRIER, BRANCH, PLAIN, WAIT, Decoder, Program, literal

@@ -622,6 +622,13 @@ class GlobalRaceDetector:
     Bytes read with `ld.global.nc` remember it: a write to them by any thread
     is reported, as is such a read of bytes already written.  Atomics are not
     tracked (several atomics to one place are the point of them).
+
+    Atomics with release and acquire semantics do order CTAs (a lock, a flag):
+    each CTA counts its releases (its clock), accesses remember the clock of
+    their CTA, and an acquire of a word that another CTA released last makes
+    the acquiring CTA know that CTA's accesses up to that release (and what the
+    releasing CTA knew then, so that a lock handed along a chain of CTAs
+    orders them all).  A conflict with an access the CTA knows is none.
     """
 
     def __init__(self, heap_bytes: int, threads_per_cta: int):
@@ -634,6 +641,37 @@ class GlobalRaceDetector:
         self.read_epoch = np.zeros(heap_bytes, np.int32)
         self.read_pc = np.zeros(heap_bytes, np.int32)
         self.nc_pc: np.ndarray | None = None  # created by the first ld.global.nc
+        self.write_clock = np.zeros(heap_bytes, np.int32)  # the writer CTA's releases before the write
+        self.read_clock = np.zeros(heap_bytes, np.int32)  # the same, for the latest read
+        self.clock: dict[int, int] = {}  # CTA (in the grid) -> releases it has made
+        self.known: dict[int, dict[int, int]] = {}  # CTA -> {other CTA: releases of it that it acquired}
+        self.released: dict[int, tuple[int, int, dict[int, int]]] = {}  # byte -> (CTA, clock, what it knew)
+
+    def synchronize(self, m, threads, offsets, acquire: bool, release: bool) -> None:
+        """An atomic with acquire and/or release semantics by `threads` at heap `offsets`, in thread order."""
+        for t, b in zip(np.asarray(threads).tolist(), np.asarray(offsets).tolist()):
+            cta = m.cta_first + int(m.cta_of[t])
+            if acquire and b in self.released:
+                other, clock, knew = self.released[b]
+                if other != cta:
+                    mine = self.known.setdefault(cta, {})
+                    for x, c in [(other, clock), *knew.items()]:
+                        if x != cta and c > mine.get(x, -1):
+                            mine[x] = c
+            if release:
+                self.released[b] = (cta, self.clock.get(cta, 0), dict(self.known.get(cta, {})))
+                self.clock[cta] = self.clock.get(cta, 0) + 1
+
+    def _clocks(self, g) -> np.ndarray:
+        """The clock of the CTA of each thread (global thread indices `g`)."""
+        if not self.clock:
+            return np.zeros(len(g), np.int32)
+        return np.array([self.clock.get(int(c), 0) for c in g // self.tpc], np.int32)
+
+    def _ordered(self, g: int, other: int, clock: int) -> bool:
+        """Whether the CTA of thread g knows the access of thread `other` made at `clock` (an acquire of a
+        release of that CTA after it)."""
+        return self.known.get(g // self.tpc, {}).get(other // self.tpc, -1) >= clock
 
     def check(self, m, idx, offsets, nbytes, access: str, pc: int) -> None:
         threads = np.arange(m.n) if idx is None else np.asarray(idx)
@@ -664,6 +702,11 @@ class GlobalRaceDetector:
         window_cta = lo // self.tpc
         reset = (hi == _NONE) | ((window_cta == hi // self.tpc) & (window_cta == cta)
                                  & (self.read_epoch[b] < epoch))
+        if self.known:  # a window of another CTA's reads that this CTA acquired after starts anew too
+            single = (hi != _NONE) & (window_cta == hi // self.tpc) & (window_cta != cta)
+            for i in np.flatnonzero(single).tolist():
+                if self._ordered(int(g[i]), int(lo[i]), int(self.read_clock[b[i]])):
+                    reset[i] = True
         if reset.any():
             self.reader_lo[b[reset]] = _HIGHEST
             self.reader_hi[b[reset]] = _NONE
@@ -671,6 +714,7 @@ class GlobalRaceDetector:
         np.maximum.at(self.reader_hi, b, g)
         self.read_epoch[b] = epoch
         self.read_pc[b] = pc
+        self.read_clock[b] = self._clocks(g)
 
     def _write(self, m, b, t, g, epoch, pc) -> None:
         if len(b) > 1:
@@ -688,10 +732,11 @@ class GlobalRaceDetector:
         cta = g // self.tpc
         clash = (hi != _NONE) & ((lo // self.tpc != cta) | (hi // self.tpc != cta)
                                  | ((self.read_epoch[b] == epoch) & ((lo != g) | (hi != g))))
-        if clash.any():
-            i = int(np.flatnonzero(clash)[0])
+        for i in np.flatnonzero(clash).tolist():
             other = int(lo[i]) if int(lo[i]) != int(g[i]) else int(hi[i])
-            raise self._race(m, b, t, i, "write", "read", other, int(self.read_pc[b[i]]))
+            one_cta = int(lo[i]) // self.tpc == int(hi[i]) // self.tpc != int(cta[i])
+            if not (one_cta and self._ordered(int(g[i]), other, int(self.read_clock[b[i]]))):
+                raise self._race(m, b, t, i, "write", "read", other, int(self.read_pc[b[i]]))
         if self.nc_pc is not None:
             read_nc = self.nc_pc[b] != _NONE
             if read_nc.any():
@@ -700,13 +745,15 @@ class GlobalRaceDetector:
         self.writer[b] = g
         self.write_epoch[b] = epoch
         self.write_pc[b] = pc
+        self.write_clock[b] = self._clocks(g)
 
     def _against_writes(self, m, b, t, g, epoch, what: str) -> None:
         w = self.writer[b]
         clash = (w != _NONE) & (w != g) & ((w // self.tpc != g // self.tpc) | (self.write_epoch[b] == epoch))
-        if clash.any():
-            i = int(np.flatnonzero(clash)[0])
-            raise self._race(m, b, t, i, what, "write", int(w[i]), int(self.write_pc[b[i]]))
+        for i in np.flatnonzero(clash).tolist():
+            other_cta = int(w[i]) // self.tpc != int(g[i]) // self.tpc
+            if not (other_cta and self._ordered(int(g[i]), int(w[i]), int(self.write_clock[b[i]]))):
+                raise self._race(m, b, t, i, what, "write", int(w[i]), int(self.write_pc[b[i]]))
 
     def _race(self, m, b, t, i, what: str, earlier: str, other: int, other_pc: int) -> Fault:
         whom = m.describe_thread(other - m.cta_first * self.tpc)

@@ -3,10 +3,11 @@
 # Integers wrap like the hardware (NumPy fixed-width arithmetic); division and
 # remainder truncate toward zero as in C, and a zero divisor is reported
 # (PTX leaves the result undefined).  Floating-point operations round exactly
-# as PTX specifies through `numerics`; the `.approx` functions (ex2, lg2, sin,
-# cos, tanh, rsqrt, rcp.approx, sqrt.approx, div.approx/.full) are computed in
-# float64 and rounded to the result type, so they are at least as accurate as
-# the GPU's, which may differ from them by a few ulp.
+# as PTX specifies through `numerics`, and min/max order -0.0 below +0.0 as
+# the PTX ISA says; the `.approx` functions (ex2, lg2, sin, cos, tanh, rsqrt,
+# rcp.approx, sqrt.approx, div.approx/.full) are computed in float64 and
+# rounded to the result type, so they are at least as accurate as the GPU's,
+# which may differ from them by a few ulp.
 from __future__ import annotations
 
 from fractions import Fraction
@@ -225,6 +226,16 @@ def build_abs_neg(d, ins, mods):
     return elementwise(d, ins, t, [t], fn)
 
 
+def _zeros_ordered(fn, is_min: bool):
+    """A float min/max that takes -0.0 below +0.0 (PTX: "if values of both inputs are 0.0,
+    then +0.0 > -0.0"); NumPy's keeps either zero."""
+    def extreme(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        keep_a = np.signbit(a) if is_min else ~np.signbit(a)
+        return np.where(a == b, np.where(keep_a, a, b), fn(a, b))
+    return extreme
+
+
 @opcode("min", "max")
 def build_min_max(d, ins, mods):
     t = mods.type()
@@ -235,7 +246,7 @@ def build_min_max(d, ins, mods):
             fn = np.minimum if is_min else np.maximum
         else:  # PTX: a NaN operand is ignored unless both are NaN
             fn = np.fmin if is_min else np.fmax
-        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, fn, sat_allowed=False))
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, _zeros_ordered(fn, is_min), sat_allowed=False))
     int_type(d, t, mods.base)
     return elementwise(d, ins, t, [t, t], np.minimum if is_min else np.maximum)
 

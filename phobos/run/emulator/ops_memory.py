@@ -25,7 +25,7 @@ from . import numerics as nx
 from . import syntax as syn
 from .decode import opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError
-from .memory import ASYNC, ASYNC_SOURCE, LOAD, LOCAL_APERTURE, NC_LOAD, PARAM_APERTURE, SHARED_APERTURE
+from .memory import ASYNC, ASYNC_SOURCE, ATOMIC, LOAD, LOCAL_APERTURE, NC_LOAD, PARAM_APERTURE, SHARED_APERTURE
 from .ops_arith import elementwise, require
 from .ptxtypes import TYPES
 
@@ -112,7 +112,9 @@ def _ld_param(d, operand, t, writers):
 
 @opcode("st")
 def build_st(d, ins, mods):
-    space = _space(mods, allowed=("global", "shared", "local", "generic"))
+    space = _space(mods, allowed=("global", "shared", "local", "generic", "param"))
+    if space == "param":  # an argument of a call: a .param variable of the body, kept in local memory
+        space = "local"
     count = _vector_count(mods)
     ops = _access_operands(d, ins, mods)
     mods.drop(_is_hint)
@@ -172,6 +174,7 @@ def build_atomic(d, ins, mods):
     if op is None:
         raise d.error(f"{mods.base} needs an operation (.add, .min, .cas, ...)", PtxSyntaxError)
     require(d, returns or op not in ("exch", "cas"), f"red.{op} is not valid")
+    sem = next((w for w in mods.words if w in ("acquire", "release", "acq_rel")), None)
     mods.drop(_is_hint)
     t = mods.type()
     require(d, t.name in _ATOMIC_TYPES[op], f"{mods.base}.{op}.{t.name} is not supported")
@@ -188,9 +191,14 @@ def build_atomic(d, ins, mods):
     def run(m, idx):
         b = rb(m, idx)
         c = rc(m, idx) if rc is not None else None
-        old = m.spaces[space].atomic(m, idx, address(m, idx), dtype, update, b, c, pc)
+        at = address(m, idx)
+        old = m.spaces[space].atomic(m, idx, at, dtype, update, b, c, pc)
         if returns:
             write(m, idx, old)
+        if sem is not None and space == "global" and m.glob.races is not None:  # orders CTAs: see memory.py
+            threads = np.arange(m.n) if idx is None else np.asarray(idx)
+            offsets = m.glob.locate(m, threads, at, dtype.itemsize, ATOMIC, pc)
+            m.glob.races.synchronize(m, threads, offsets, sem != "release", sem != "acquire")
     return plain(run)
 
 

@@ -4,6 +4,9 @@
 # small kernels: module directives, `.entry` kernels with their parameters and
 # performance directives, register and shared/local variable declarations,
 # labels, `.loc` line information and instructions with guards and operands.
+# Of function calls it reads what calling an external function takes: the
+# `.extern .func` declaration, `.param` variables declared in a kernel's body
+# and the parenthesised operand lists of `call` (ops_call.py runs the calls).
 # This module only reads the text; `decode` gives instructions their meaning.
 #
 # The tokenizer keeps newlines because `.loc` and `.file` end at the end of
@@ -92,6 +95,13 @@ class Address:
     base: Name | None
     offset: int
     coords: tuple = ()
+
+
+@dataclass(frozen=True)
+class ParenList:
+    """A parenthesised list `(a, b, ...)` of names: the return and argument parameters of `call`."""
+
+    items: tuple
 
 
 @dataclass(frozen=True)
@@ -194,6 +204,7 @@ class PtxModuleAst:
     files: dict[int, str] = field(default_factory=dict)
     entries: list[Entry] = field(default_factory=list)
     variables: list[VarDecl] = field(default_factory=list)
+    functions: dict[str, int] = field(default_factory=dict)  # external functions declared -> line
 
 
 PERFORMANCE_DIRECTIVES = {"maxntid", "reqntid", "minnctapersm", "maxnctapersm", "maxnreg",
@@ -297,6 +308,8 @@ class Parser:
                 self.parse_file(module)
             elif word == ".loc":
                 self.parse_loc(tok)
+            elif word == ".extern" and self.peek().text == ".func":
+                self.parse_extern_function(module)
             elif word in (".visible", ".weak", ".extern"):
                 after = self.peek()
                 if after.text in (".shared", ".global", ".const") or word == ".extern":
@@ -319,6 +332,26 @@ class Parser:
             else:
                 raise self.error(f"unexpected {word!r} at module level", tok.line,
                                  UnsupportedPtx if word.startswith(".") else PtxSyntaxError)
+
+    def parse_extern_function(self, module: PtxModuleAst) -> None:
+        """`.extern .func [(ret)] name (params);`: the name is recorded, the signature skipped."""
+        line = self.next().line
+        depth, name = 0, None
+        while True:
+            tok = self.next()
+            if tok.kind == "eof":
+                raise self.error("unterminated .func declaration", line)
+            if tok.text == "(":
+                depth += 1
+            elif tok.text == ")":
+                depth -= 1
+            elif tok.text == ";" and depth == 0:
+                break
+            elif depth == 0 and tok.kind == "name" and name is None:
+                name = tok.text
+        if name is None:
+            raise self.error(".func declaration without a name", line)
+        module.functions[name] = line
 
     def parse_file(self, module: PtxModuleAst) -> None:
         parts = self.rest_of_line()
@@ -466,7 +499,7 @@ class Parser:
             word = tok.text
             if word == ".reg":
                 entry.statements.append(self.parse_reg(tok.line, scope))
-            elif word in (".shared", ".local"):
+            elif word in (".shared", ".local", ".param"):  # a body's .param: an argument of a call
                 entry.variables.append(self.parse_variable(word[1:], False, tok.line))
             elif word == ".extern":
                 space = self.next()
@@ -524,6 +557,13 @@ class Parser:
 
     def parse_operand(self):
         tok = self.peek()
+        if tok.text == "(":
+            self.pos += 1
+            items = [Name(self.expect_kind("name", "a parameter").text)]
+            while self.accept(","):
+                items.append(Name(self.expect_kind("name", "a parameter").text))
+            self.expect(")")
+            return ParenList(tuple(items))
         if tok.text == "{":
             self.pos += 1
             items = [self.parse_operand()]

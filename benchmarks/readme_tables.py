@@ -1,0 +1,106 @@
+"""README's Performance tables, in Markdown, from the JSON the GPU benchmarks wrote.
+
+    python benchmarks/readme_tables.py [bench_results]
+
+Reads sgemm.json (bench_sgemm.py), add.json (bench_add.py), rows.json
+(bench_rows.py) and launch.json (bench_launch.py) where they are, and prints
+one table per file: the documented call first (`mod.k(...)` back to back on
+torch's stream, beside the reference called the same way), the kernel alone
+second, then the ratios.  A missing file is named and skipped; a figure the
+file does not have (JSON of an older run: kernel times only) is left blank.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def number(value, digits: int) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def markdown(heads: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def tile_text(config: dict) -> str:
+    """64 x 128 x 32 for TILE_M, TILE_N, TILE_K (the rest after them), else NAME=value pairs."""
+    tiles = [config[name] for name in ("TILE_M", "TILE_N", "TILE_K") if name in config]
+    rest = [f"{name}={value}" for name, value in config.items() if name not in ("TILE_M", "TILE_N", "TILE_K")]
+    return " ".join(filter(None, [" x ".join(map(str, tiles)), ", ".join(rest)]))
+
+
+def sgemm_table(data: dict) -> str:
+    heads = ["M x N x K", "sgemm() TFLOP/s", "torch.mm() TFLOP/s", "call ratio", "kernel TFLOP/s",
+             "cuBLAS kernel TFLOP/s", "kernel ratio", "% of FP32 peak", "configuration chosen"]
+    rows = [[r["shape"].replace("x", " x "), number(r.get("call_phobos_tflops"), 1), number(r.get("call_cublas_tflops"), 1),
+             number(r.get("call_ratio"), 2), number(r.get("phobos_tflops"), 1), number(r.get("cublas_tflops"), 1),
+             number(r.get("ratio"), 2), number(r.get("peak_percent"), 0), tile_text(r.get("config") or {})]
+            for r in data["rows"]]
+    peak = data.get("fp32_peak_tflops")
+    note = f"SGEMM, fp32 throughout (cuBLAS through torch.mm with TF32 off; FP32 peak {number(peak, 1)} TFLOP/s):"
+    return note + "\n\n" + markdown(heads, rows)
+
+
+def add_table(data: dict) -> str:
+    heads = ["elements (fp32)", "add() GB/s", "torch.add() GB/s", "call ratio", "kernel GB/s", "torch kernel GB/s",
+             "kernel ratio", "hand-written add.ptx GB/s", "copy GB/s"]
+    rows = [[r["elements"], number(r.get("call_phobos_gbs"), 0), number(r.get("call_torch_gbs"), 0),
+             number(r.get("call_ratio"), 3), number(r.get("phobos_gbs"), 0), number(r.get("torch_gbs"), 0),
+             number(r.get("ratio"), 3), number(r.get("handwritten_gbs"), 0), number(r.get("copy_gbs"), 0)]
+            for r in data["rows"]]
+    return "Vector add, c = a + b (12 bytes per element):\n\n" + markdown(heads, rows)
+
+
+def rows_table(data: dict) -> str:
+    heads = ["kernel", "unit", "Phobos call", "reference call", "call ratio", "Phobos kernel", "reference kernel",
+             "kernel ratio", "Triton call / kernel"]
+    rows = []
+    for r in data["rows"]:
+        call, kernel = number(r.get("call_triton_gbs"), 0), number(r.get("triton_gbs"), 0)
+        triton = f"{call or '-'} / {kernel or '-'}" if call or kernel else ""
+        rows.append([r["kernel"], r.get("unit", "GB/s"), number(r.get("call_phobos_gbs"), 1),
+                     f"{r.get('reference', 'torch')} {number(r.get('call_torch_gbs'), 1)}", number(r.get("call_ratio"), 2),
+                     number(r.get("phobos_gbs"), 1), number(r.get("torch_gbs"), 1), number(r.get("ratio"), 2), triton])
+    return ("Row kernels and reductions (GB/s count one read and one write of the matrix; attention in "
+            "TFLOP/s):\n\n" + markdown(heads, rows))
+
+
+def launch_table(data: dict) -> str:
+    rows = [[r["call"], number(r["us"], 1)] for r in data["rows"]]
+    text = (f"Host cost per call (c = a + b on {data.get('elements', '?')} fp32 elements, back to back):\n\n"
+            + markdown(["call", "µs per call"], rows))
+    cold = data.get("cold_first_calls") or []
+    if cold:
+        rows = [[r["first call"], number(r.get("first_call_s"), 2) or f"failed: {r.get('error', '?')}",
+                 str(r.get("configurations", ""))] for r in cold]
+        text += ("\n\nThe first call in a fresh process with an empty cache:\n\n"
+                 + markdown(["first call", "seconds", "configurations"], rows))
+    return text
+
+
+#: The tables, in README's order: file name -> how it is printed.
+TABLES = {"sgemm.json": sgemm_table, "add.json": add_table, "rows.json": rows_table, "launch.json": launch_table}
+
+
+def main() -> None:
+    directory = Path(sys.argv[1] if len(sys.argv) > 1 else "bench_results")
+    seen = set()
+    for name, make in TABLES.items():
+        path = directory / name
+        if not path.exists():
+            print(f"<!-- {path} not found: run benchmarks/{'bench_' + path.stem}.py -->\n")
+            continue
+        data = json.loads(path.read_text())
+        seen.add((data.get("date"), data.get("device"), data.get("torch")))
+        print(make(data) + "\n")
+    for day, device, torch in sorted(seen, key=str):
+        print(f"<!-- measured {day} on {device}, torch {torch} -->")
+
+
+if __name__ == "__main__":
+    main()
