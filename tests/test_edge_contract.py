@@ -58,7 +58,7 @@ def test_a_start_anywhere_touches_only_the_tensor(mode, dtype, start):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype, start", [("i32", I32_MAX), ("i64", 2**32 + 1), ("i64", -2**32 + 1),
-                                          ("u32", 2**32 - 7), ("i64", 7), ("u32", 0)])
+                                          ("u32", 2**32 - 7), ("u32", 2**32 - 1), ("i64", 7), ("u32", 0)])
 def test_single_indices_and_atomics_anywhere(mode, dtype, start):
     src = f"""kernel k(x: tensor<f32>[N], y: tensor<f32>[N], s: {dtype}) {{
         x[s] = 5.0

@@ -19,7 +19,7 @@
 #
 # Gathers, scatters and atomics address each element on its own: every
 # subscript becomes a scalar or a tile of the result's shape (a slice `s :+ n`
-# the tile s + arange(n) along its axis; an index tile broadcast along the
+# the tile s + arange(n) along its axis, in i64 so that it cannot wrap; an index tile broadcast along the
 # others).
 #
 # Before: a CheckedKernel whose every expression has a type.  After: a Function
@@ -478,9 +478,11 @@ class IRGen:
             if isinstance(sub, ast.Slice):
                 start = self.expr(sub.start)
                 self.at(sub)
+                if start.dtype is not DType.I64:  # start + i is exact: an i32 or u32 start + i may wrap
+                    start = self.convert(start, DType.I64)
                 size = self.ck.consts[sub.size]
-                ramp = self.convert(self.b.value("arange", [], TileType(DType.I32, (size,)), start=0), start.dtype)
-                tile = self.binary("add", self.coerce(start, (size,)), ramp, start.dtype)
+                ramp = self.convert(self.b.value("arange", [], TileType(DType.I32, (size,)), start=0), DType.I64)
+                tile = self.binary("add", self.coerce(start, (size,)), ramp, DType.I64)
                 out.append(self.place(tile, (axis,), result))
                 axis += 1
             elif k in tiles:
