@@ -45,6 +45,8 @@ class Target:
     arch: str
     shared_bytes: int  # the most dynamic shared memory one CTA may have
     cp_async: bool
+    tensor_cores: bool  # mma.sync of bf16, f16 and tf32 (m16n8k16, m16n8k8)
+    wgmma: bool = False  # wgmma.mma_async (sm_90a)
 
     @property
     def compute_capability(self) -> int:
@@ -59,13 +61,13 @@ class Target:
 
 #: The targets Phobos generates code for (and ptxcheck accepts).
 TARGETS = {
-    "sm_75": Target("sm_75", 64 * 1024, False),
-    "sm_80": Target("sm_80", 163 * 1024, True),
-    "sm_86": Target("sm_86", 99 * 1024, True),
-    "sm_87": Target("sm_87", 163 * 1024, True),
-    "sm_89": Target("sm_89", 99 * 1024, True),
-    "sm_90": Target("sm_90", 227 * 1024, True),
-    "sm_90a": Target("sm_90a", 227 * 1024, True),
+    "sm_75": Target("sm_75", 64 * 1024, False, False),
+    "sm_80": Target("sm_80", 163 * 1024, True, True),
+    "sm_86": Target("sm_86", 99 * 1024, True, True),
+    "sm_87": Target("sm_87", 163 * 1024, True, True),
+    "sm_89": Target("sm_89", 99 * 1024, True, True),
+    "sm_90": Target("sm_90", 227 * 1024, True, True),
+    "sm_90a": Target("sm_90a", 227 * 1024, True, True, True),
 }
 
 
@@ -117,6 +119,7 @@ class CompiledKernel:
     registers_estimate: int
     grid_hint: list[tuple[str, int] | None]  # per grid axis: (size name, tile) when stores make it clear
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    notes: list[str] = field(default_factory=list)  # the code chosen where it matters (tensor cores or not)
     index_bits: int = 32  # width of tensor dims and size parameters (compile_kernel)
     read_only_cache: bool = True  # tensors the kernel only reads are loaded with ld.global.nc (compile_kernel)
 
@@ -287,7 +290,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     after = dumps.after if dumps is not None else None
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
-    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits, read_only_cache)
+    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits, read_only_cache, tgt.tensor_cores, tgt.wgmma)
     expand_math(thread)
     if verify_each:
         verify(thread, thread_level=True)
@@ -308,15 +311,16 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
                         + (f", {index_bits}-bit indices" if index_bits != 32 else "")
                         + (", no read-only cache loads" if not read_only_cache else ""),
                         f"{thread.attrs['threads']} threads per CTA, {thread.attrs['shared_bytes']} bytes of "
-                        f"shared memory, peak register pressure {alloc.peak_pressure}"])
+                        f"shared memory, peak register pressure {alloc.peak_pressure}",
+                        *thread.attrs["notes"]])
     source_file = k.loc.file if SourceFile.line(k.loc.file, k.loc.line) is not None else None
     ptx = emit_module(ptx_kernel, tgt.arch, source_file)
     lap("emit")
     return CompiledKernel(
         ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(func.attrs["params"]), arch=tgt.arch,
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
-        registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times, index_bits=index_bits,
-        read_only_cache=read_only_cache)
+        registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times,
+        notes=list(thread.attrs["notes"]), index_bits=index_bits, read_only_cache=read_only_cache)
 
 
 def grid_hints(func) -> GridHint:

@@ -25,7 +25,10 @@
 #              do, so their result does not depend on the operands' order.
 #   casts      int -> int keeps the low bits; float -> int truncates toward
 #              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi);
-#              to a float rounds to nearest even; to bool is `!= 0`.
+#              to a float rounds to nearest even; to bool is `!= 0`.  To f16
+#              or bf16: to f32 first, then rounded to nearest even.
+#   16-bit     values of f16 and bf16 are held as f32 arrays whose elements
+#   floats     the 16-bit format represents (`round_half` makes them).
 #   literals   an expression of literals alone is computed exactly (`exact`:
 #              Python integers and doubles, C division), then takes the dtype
 #              its context gives it, where it must be representable (`fits`).
@@ -45,6 +48,7 @@ from .types import COMPUTE_DTYPES, DType
 Constant = bool | int | float
 
 NUMPY = {d: np.dtype(d.numpy_name) for d in COMPUTE_DTYPES}
+NUMPY.update({DType.F16: np.dtype(np.float32), DType.BF16: np.dtype(np.float32)})  # held as f32 (see the header)
 
 # The language's binary operators as IR operations: opcode and attributes.
 OPERATORS: dict[str, tuple[str, dict]] = {
@@ -221,8 +225,39 @@ def operation(opcode: str, attrs: dict) -> Callable | None:
     return OPERATIONS.get(opcode)
 
 
+def bf16_bits(x):
+    """The bf16 bit patterns (uint16) of f32 values, rounded to nearest even; NaN stays a quiet NaN."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(x), (bits >> 16) | 0x40, rounded).astype(np.uint16)[()]
+
+
+def bf16_values(bits):
+    """The f32 values of bf16 bit patterns."""
+    return (np.asarray(bits, np.uint32) << 16).view(np.float32)[()]
+
+
+def round_half(x, dtype: DType):
+    """f32 values rounded to nearest even in the 16-bit format `dtype` (f16 or bf16), as f32."""
+    x = np.asarray(x, np.float32)
+    with np.errstate(all="ignore"):
+        if dtype is DType.F16:
+            return x.astype(np.float16).astype(np.float32)[()]
+        return bf16_values(bf16_bits(x))
+
+
+def round_tf32(x):
+    """f32 values rounded to TF32 (10 fraction bits) to nearest, ties away from zero (cvt.rna.tf32.f32)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).astype(np.uint32)
+    special = (bits & 0x7F800000) == 0x7F800000  # infinities and NaN keep their bits
+    return np.where(special, bits, rounded).view(np.float32)[()]
+
+
 def convert_array(x, to: DType):
     """Values of `x` converted to `to`, as the GPU's cvt does it (see the header)."""
+    if to.is_half:
+        return round_half(convert_array(x, DType.F32), to)
     target = NUMPY[to]
     if x.dtype == target:
         return x

@@ -1,10 +1,13 @@
 # The types of Phobos values, shared by the checker, the IR and the back end.
 #
 # A dtype is an element type.  Values are computed in the *compute* dtypes
-# (bool, i32, i64, u32, f32, f64); f16, bf16, i8 and i16 are *storage* dtypes:
-# they can be the element type of a tensor, and a load from such a tensor gives
-# values of the promoted compute dtype (f16/bf16 -> f32, i8/i16 -> i32), while a
-# store converts back (round to nearest even).  Three kinds of value exist:
+# (bool, i32, i64, u32, f32, f64).  f16 and bf16 are *16-bit float* dtypes:
+# values may have them (a load from such a tensor, a conversion bf16(x)), and
+# `dot` of two of them runs on the tensor cores, but any arithmetic on them is
+# computed in f32 (`compute`), and the compiler holds them in f32 registers.
+# i8 and i16 are *storage* dtypes: only the element type of a tensor, whose
+# loads give i32 values.  A store converts to the tensor's dtype (round to
+# nearest even; integers keep their low bits).  Three kinds of value exist:
 #
 #   ScalarType(dtype)          one value, the same in every thread of a program
 #   TileType(dtype, shape)     a block of values of compile-time shape
@@ -59,7 +62,18 @@ class DType(Enum):
 
     @property
     def is_storage_only(self) -> bool:
-        return self in _PROMOTED
+        """Only the element type of a tensor (i8, i16): values are never of this dtype."""
+        return self in _PROMOTED and not self.is_half
+
+    @property
+    def is_half(self) -> bool:
+        """A 16-bit float (f16, bf16): values may have it; arithmetic on them runs in f32."""
+        return self in (DType.F16, DType.BF16)
+
+    @property
+    def loaded(self) -> "DType":
+        """The dtype of the values a load from a tensor of this element type gives."""
+        return self if self.is_half else self.compute
 
     @property
     def numpy_name(self) -> str:
@@ -88,6 +102,7 @@ _NUMPY = {
 }
 
 COMPUTE_DTYPES = (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.F32, DType.F64)
+VALUE_DTYPES = COMPUTE_DTYPES + (DType.F16, DType.BF16)  # what values (scalars, tiles) may be
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ def test_the_covering_sample_covers_every_value():
 
 
 @pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: p.name)
-@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90", "sm_90a"])  # sm_90a: what an H200 runs
 def test_every_kernel_passes_ptxas(path, arch):
     """Each kernel in configurations that use every autotune value at least once."""
     assert_ptxas_accepts(path, arch, sampled=True)
@@ -192,7 +192,7 @@ def test_every_kernel_passes_ptxas(path, arch):
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in ALL_SOURCES if configurations_of(p, sampled=False)],
                          ids=lambda p: p.name)
-@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90", "sm_90a"])
 def test_every_other_configuration_passes_ptxas(path, arch):
     """The rest of every autotune space (sgemm alone has 27 configurations)."""
     assert_ptxas_accepts(path, arch, sampled=False)

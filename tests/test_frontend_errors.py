@@ -415,7 +415,7 @@ CASES = [
         """, SemanticError, 1, 25, "size name"),
     Case("storage dtype for a variable", """\
         kernel k(x: tensor<f32>[N]) {
-            let h: f16 = 1.0
+            let h: i8 = 1
         }
         """, SemanticError, 2, 12, "storage type"),
     Case("tensor variable", """\
@@ -705,6 +705,52 @@ CASES = [
             let a = device_print("x")
         }
         """, SemanticError, 2, 13, "no value"),
+    Case("dot of mismatched dtypes", """\
+        kernel k(a: tensor<bf16>[N, N], b: tensor<f32>[N, N], c: tensor<f32>[N, N]) {
+            c[0 :+ 16, 0 :+ 16] = dot(a[0 :+ 16, 0 :+ 16], b[0 :+ 16, 0 :+ 16])
+        }
+        """, SemanticError, 2, 27, "different types: bf16 and f32"),
+    Case("dot of bf16 and f16", """\
+        kernel k(a: tensor<bf16>[N, N], b: tensor<f16>[N, N], c: tensor<f32>[N, N]) {
+            c[0 :+ 16, 0 :+ 16] = dot(a[0 :+ 16, 0 :+ 16], b[0 :+ 16, 0 :+ 16])
+        }
+        """, SemanticError, 2, 27, "different types: bf16 and f16"),
+    Case("precision on bf16 operands", """\
+        kernel k(a: tensor<bf16>[N, N], c: tensor<f32>[N, N]) {
+            let x = a[0 :+ 16, 0 :+ 16]
+            c[0 :+ 16, 0 :+ 16] = dot(x, x, precision="tf32")
+        }
+        """, SemanticError, 3, 37, 'precision="tf32" applies to f32 operands, not bf16'),
+    Case("precision on f64 operands", """\
+        kernel k(a: tensor<f64>[N, N], c: tensor<f64>[N, N]) {
+            let x = a[0 :+ 16, 0 :+ 16]
+            c[0 :+ 16, 0 :+ 16] = dot(x, x, precision="tf32x3")
+        }
+        """, SemanticError, 3, 37, "only f32 products have TF32 modes"),
+    Case("unknown precision", """\
+        kernel k(a: tensor<f32>[N, N], c: tensor<f32>[N, N]) {
+            let x = a[0 :+ 16, 0 :+ 16]
+            c[0 :+ 16, 0 :+ 16] = dot(x, x, precision="tf32x2")
+        }
+        """, SemanticError, 3, 47, 'unknown precision "tf32x2" of dot(); the precisions are "ieee", "tf32", '
+                                  '"tf32x3"; did you mean'),
+    Case("precision not a string", """\
+        kernel k(a: tensor<f32>[N, N], c: tensor<f32>[N, N]) {
+            let x = a[0 :+ 16, 0 :+ 16]
+            c[0 :+ 16, 0 :+ 16] = dot(x, x, precision=3)
+        }
+        """, SemanticError, 3, 47, "the precision of dot() is a string"),
+    Case("a string as a value", """\
+        kernel k(a: tensor<f32>[N]) {
+            let s = "tf32"
+        }
+        """, SemanticError, 2, 13, "a string can only be an option of a builtin"),
+    Case("assigning f32 to a bf16 variable", """\
+        kernel k(a: tensor<bf16>[N]) {
+            var x = a[0 :+ 16]
+            x = x * 2.0
+        }
+        """, SemanticError, 3, 9, "cannot assign an f32 value to a bf16 variable; convert it with bf16(...)"),
     Case("atomic_add on an f16 tensor", """\
         kernel k(x: tensor<f16>[N]) {
             atomic_add(x[0 :+ 4], 1.0)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import phobos
+from phobos.constants import bf16_bits, bf16_values
 
 ROOT = Path(__file__).parent.parent
 KERNELS = Path(__file__).parent / "kernels"
@@ -136,6 +137,45 @@ def case_half(n):
     return make
 
 
+def bits16(dtype: str, x: np.ndarray) -> np.ndarray:
+    """x rounded to a 16-bit float array: bf16 as its uint16 bit patterns, f16 as numpy's float16."""
+    return bf16_bits(x) if dtype == "bf16" else x.astype(np.float16)
+
+
+def values16(x: np.ndarray) -> np.ndarray:
+    """The float64 values of a 16-bit float array (bf16 bit patterns or float16)."""
+    return (bf16_values(x) if x.dtype == np.uint16 else x).astype(np.float64)
+
+
+def case_gemm16(dtype, m, n, k):
+    """C = A B in a 16-bit format (tensor cores): the reference is the product of the rounded inputs."""
+    def make(rng):
+        a, b = bits16(dtype, f32(rng, m, k)), bits16(dtype, f32(rng, k, n))
+        c = bits16(dtype, np.full((m, n), np.nan, np.float32))
+        return [a, b, c], {2: (dtype, values16(a) @ values16(b))}
+    return make
+
+
+def case_sgemm_tc(m, n, k):
+    def make(rng):
+        a, b = f32(rng, m, k), f32(rng, k, n)
+        return [a, b, np.full((m, n), np.nan, np.float32)], {2: a.astype(np.float64) @ b}
+    return make
+
+
+def case_attention16(heads, length, head, causal):
+    def make(rng):
+        q, k, v = (bits16("bf16", f32(rng, heads, length, head)) for _ in range(3))
+        s = values16(q) @ np.swapaxes(values16(k), 1, 2) / np.sqrt(head)
+        if causal:
+            s = np.where(np.tril(np.ones((length, length), bool)), s, -np.inf)
+        p = np.exp(s - s.max(axis=2, keepdims=True))
+        out = (p / p.sum(axis=2, keepdims=True)) @ values16(v)
+        o = bits16("bf16", np.full((heads, length, head), np.nan, np.float32))
+        return [q, np.ascontiguousarray(np.swapaxes(k, 1, 2)), v, o, 1 / np.sqrt(head), causal], {3: ("bf16", out)}
+    return make
+
+
 def case_reduce_sum(n):
     return case_vector_sum(n)
 
@@ -238,6 +278,23 @@ CASES = [
     Case("loops", KERNELS / "loops.phobos", "loops", case_loops(200), grid=(4,)),
     Case("rowstats", KERNELS / "rowstats.phobos", "rowstats", case_rowstats(20, 32), grid=(3,)),
     Case("half", KERNELS / "half.phobos", "half", case_half(300), grid=(3,)),
+    # tensor cores: 16-bit outputs are good to their rounding (2^-8 or 2^-11) plus the f32 sums
+    Case("gemm_bf16-ragged", ROOT / "examples/gemm_bf16.phobos", "gemm_bf16", case_gemm16("bf16", 100, 70, 50),
+         rtol=2**-7, atol=1e-4),
+    Case("gemm_f16-64x128x32", ROOT / "examples/gemm_bf16.phobos", "gemm_f16", case_gemm16("f16", 130, 140, 72),
+         config={"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "WARPS": 4, "STAGES": 3}, rtol=2**-10, atol=1e-4),
+    Case("gemm_bf16-unaligned-k", ROOT / "examples/gemm_bf16.phobos", "gemm_bf16",
+         case_gemm16("bf16", 64, 128, 45), config={"TILE_M": 64, "TILE_N": 128, "TILE_K": 64, "WARPS": 4},
+         rtol=2**-7, atol=1e-4),
+    # TF32: operands rounded to 2^-11 relative; 3xTF32 about f32's accuracy
+    Case("sgemm_tf32", ROOT / "examples/sgemm_tf32.phobos", "sgemm_tf32", case_sgemm_tc(70, 90, 40),
+         config={"TILE_M": 64, "TILE_N": 128, "TILE_K": 16, "WARPS": 4}, rtol=2**-9, atol=0.05),
+    Case("sgemm_tf32x3", ROOT / "examples/sgemm_tf32.phobos", "sgemm_tf32x3", case_sgemm_tc(70, 90, 40),
+         config={"TILE_M": 64, "TILE_N": 64, "TILE_K": 32, "WARPS": 4}, rtol=1e-5, atol=3e-5),
+    Case("attention_bf16-causal", ROOT / "examples/attention_bf16.phobos", "attention",
+         case_attention16(2, 100, 64, True), config={"BM": 64, "BN": 64, "WARPS": 4}, rtol=2**-6, atol=2**-8),
+    Case("attention_bf16-d128", ROOT / "examples/attention_bf16.phobos", "attention",
+         case_attention16(1, 70, 128, False), rtol=2**-6, atol=2**-8),
     Case("embedding_bag", ROOT / "examples/embedding_bag.phobos", "embedding_bag",
          case_embedding_bag(12, 200, 70, False), rtol=1e-5, atol=1e-5),
     Case("embedding_bag-mean", ROOT / "examples/embedding_bag.phobos", "embedding_bag",
@@ -251,10 +308,6 @@ CASES = [
     Case("splitk", ROOT / "examples/splitk_matmul.phobos", "splitk_matmul", case_splitk(40, 70, 300),
          grid=splitk_grid, rtol=1e-5, atol=1e-4),
 ]
-
-
-def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 def run_case(case: Case, mode: str) -> None:
@@ -271,8 +324,8 @@ def check_outputs(name: str, args: list, expected: dict, rtol: float, atol: floa
     """The arguments a kernel wrote against their float64 references (bf16 bits within bf16's precision)."""
     for index, want in expected.items():
         got = args[index]
-        if isinstance(want, tuple):  # bf16 bit patterns: compare within bf16's precision
-            np.testing.assert_allclose(bf16_to_f32(got), want[1], rtol=2**-8, atol=0, err_msg=name)
+        if isinstance(want, tuple):  # 16-bit floats: compare within their precision
+            np.testing.assert_allclose(values16(got), want[1], rtol=max(rtol, 2**-8), atol=atol, err_msg=name)
             continue
         assert np.all(np.isfinite(got)) or not np.all(np.isfinite(want)), f"{name}: unwritten elements"
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=name)

@@ -612,7 +612,7 @@ def test_print_and_assert_errors():
         'kernel k(X: tensor<f32>[N]) { device_print("{} {}", X[0]) }': "2 {} but 1 value",
         'kernel k(X: tensor<f32>[N]) { device_print(X[0]) }': "starts with its text",
         'kernel k(X: tensor<f32>[N]) { device_assert(X[0], "x") }': "must be bool",
-        'kernel k(X: tensor<f32>[N]) { let s = "x" }': "only be the message",
+        'kernel k(X: tensor<f32>[N]) { let s = "x" }': "or the message of device_print",
         'kernel k(X: tensor<f32>[N]) { device_print("unterminated) }': "unterminated string",
     }
     for src, message in cases.items():

@@ -107,7 +107,7 @@ def gpu(stand_in_driver, monkeypatch):
 
 def test_device_properties_come_from_the_driver(gpu):
     assert runtime.device_properties() == runtime.DeviceProperties("Stand-in GPU", (9, 0), 227 * 1024, 65536, 1024)
-    assert backends.GpuBackend().arch() == "sm_90"
+    assert backends.GpuBackend().arch() == "sm_90a"
 
 
 def test_device_copies_from_host_and_device(gpu):

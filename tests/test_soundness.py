@@ -25,9 +25,10 @@ import phobos
 from phobos.compiler import parse_source
 from phobos.errors import LaunchError
 
-from .test_kernels import (case_add, case_attention, case_cumsum, case_dropout, case_embedding_bag, case_ew2d,
-                           case_half, case_layernorm, case_loops, case_reduce_sum, case_rowstats, case_sgemm,
-                           case_softmax, case_splitk, case_top8, case_vector_sum, check_outputs, splitk_grid)
+from .test_kernels import (case_add, case_attention, case_attention16, case_cumsum, case_dropout, case_embedding_bag,
+                           case_ew2d, case_gemm16, case_half, case_layernorm, case_loops, case_reduce_sum,
+                           case_rowstats, case_sgemm, case_sgemm_tc, case_softmax, case_splitk, case_top8,
+                           case_vector_sum, check_outputs, splitk_grid)
 
 ROOT = Path(__file__).parent.parent
 SOURCES = sorted((ROOT / "examples").glob("*.phobos")) + sorted((ROOT / "tests" / "kernels").glob("*.phobos"))
@@ -66,6 +67,22 @@ REGISTRY: dict[tuple[str, str], Entry] = {
     ("examples/attention.phobos", "attention"): Entry(
         lambda s: case_attention(s["L"], s["D"]), ({"L": 1, "D": 64}, {"L": 100, "D": 64}, {"L": 200, "D": 64}),
         rtol=1e-4, atol=1e-5, refused={"L": 8, "D": 32}),
+    **{("examples/gemm_bf16.phobos", f"gemm_{dtype}"): Entry(
+        lambda s, dtype=dtype: case_gemm16(dtype, s["M"], s["N"], s["K"]),
+        ({"M": 1, "N": 1, "K": 1}, {"M": 70, "N": 90, "K": 40}, {"M": 130, "N": 260, "K": 70}),
+        rtol=2 ** -7 if dtype == "bf16" else 2 ** -10, atol=1e-4) for dtype in ("bf16", "f16")},
+    ("examples/sgemm_tf32.phobos", "sgemm_tf32"): Entry(
+        lambda s: case_sgemm_tc(s["M"], s["N"], s["K"]),
+        ({"M": 1, "N": 1, "K": 1}, {"M": 70, "N": 90, "K": 40}, {"M": 130, "N": 260, "K": 70}),
+        rtol=2 ** -9, atol=0.05),
+    ("examples/sgemm_tf32.phobos", "sgemm_tf32x3"): Entry(
+        lambda s: case_sgemm_tc(s["M"], s["N"], s["K"]),
+        ({"M": 1, "N": 1, "K": 1}, {"M": 70, "N": 90, "K": 40}, {"M": 130, "N": 140, "K": 70}),
+        rtol=1e-5, atol=1e-4),
+    ("examples/attention_bf16.phobos", "attention"): Entry(
+        lambda s: case_attention16(s["H"], s["L"], s["D"], causal=True),
+        ({"H": 1, "L": 1, "D": 64}, {"H": 2, "L": 100, "D": 64}, {"H": 1, "L": 150, "D": 128}),
+        rtol=2 ** -6, atol=2 ** -8, refused={"H": 1, "L": 8, "D": 160}),
     ("examples/embedding_bag.phobos", "embedding_bag"): Entry(
         lambda s: case_embedding_bag(s["B"], s["V"], s["D"], s.get("mean", False)),
         ({"B": 1, "V": 1, "D": 1}, {"B": 7, "V": 50, "D": 100, "mean": True}, {"B": 3, "V": 300, "D": 300}),

@@ -38,7 +38,7 @@ class BoolLit(Expr):
 
 @node
 class StrLit(Expr):
-    """A string literal: only as the message of device_print and device_assert."""
+    """A string literal: an option of a builtin (dot's precision) or the message of device_print and device_assert."""
 
     value: str
 

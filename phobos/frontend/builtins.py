@@ -43,9 +43,11 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "Index of this program instance along grid axis 0, 1 or 2 (i32).", "grid_index"),
     Builtin("num_programs", "num_programs(axis)",
             "Number of program instances along grid axis 0, 1 or 2 (i32).", "grid_index"),
-    Builtin("dot", "dot(a, b)",
-            "Matrix product of tiles [M, K] and [K, N]: a [M, N] tile, computed in exact f32 "
-            "(or f64) arithmetic, one fused multiply-add per term.", "dot"),
+    Builtin("dot", "dot(a, b, precision=\"ieee\")",
+            "Matrix product of tiles [M, K] and [K, N]: a [M, N] tile.  f32 (or f64) tiles: exact "
+            "arithmetic, one fused multiply-add per term; for f32, precision=\"tf32\" or \"tf32x3\" runs "
+            "on the tensor cores instead.  bf16 or f16 tiles: an f32 tile, each element the exact "
+            "products summed in f32 (on the tensor cores).", "dot"),
     Builtin("sum", "sum(x, axis=None)",
             "Sum of the elements of a tile along `axis` (kept with extent 1), or of all of them (a scalar).",
             "reduce"),
@@ -136,6 +138,9 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             effect=True, void=True),
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}.", "cast")
       for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32)],
+    *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: to f32, then rounded to nearest even "
+              f"in the 16-bit format (arithmetic on the result is computed in f32).", "cast")
+      for dt in (DType.BF16, DType.F16)],
 ]}
 
 def argument(call, position: int, name: str):
@@ -150,4 +155,19 @@ CAST_DTYPES = {b.name: DType(b.name) for b in BUILTINS.values() if b.rule == "ca
 # Keyword arguments each builtin accepts.
 KEYWORDS = {"sum": {"axis"}, "max": {"axis"}, "min": {"axis"}, "argmax": {"axis"}, "argmin": {"axis"},
             "cumsum": {"axis"}, "cumprod": {"axis"}, "scan": {"axis", "combine"}, "reduce": {"axis", "combine"},
-            "concat": {"axis"}}
+            "concat": {"axis"}, "dot": {"precision"}}
+
+# The precisions of an f32 dot (its `precision=` argument): what each computes.
+DOT_PRECISIONS = {
+    "ieee": "exact IEEE f32: one fused multiply-add per term (the default)",
+    "tf32": "the operands rounded to TF32 (10 fraction bits; nearest, ties away), products exact, "
+            "sums in f32: on the tensor cores",
+    "tf32x3": "each operand split into a TF32 high part and the TF32 rounding of the rest; the sum of "
+              "three products (high x high, high x low, low x high), close to f32 accuracy: on the tensor cores",
+}
+
+
+def dot_precision(call) -> str:
+    """The precision a checked dot() call asks for (its string argument, or the default)."""
+    given = next((k.value for k in call.kwargs if k.name == "precision"), None)
+    return given.value if given is not None else "ieee"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from . import ast
 from .ast import start_loc
-from .builtins import BUILTINS, CAST_DTYPES, KEYWORDS
+from .builtins import BUILTINS, CAST_DTYPES, DOT_PRECISIONS, KEYWORDS
 from .launch_rules import RULE_DECORATORS, LaunchRules, rules_of
 from ..configuration import Knobs, config_text, knob_problem
 from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
@@ -39,6 +39,7 @@ from ..types import (VOID, DType, ScalarType, TensorType, TileType, TupleType, V
 
 MAX_TILE_ELEMENTS = 1 << 20
 SCALAR_PARAM_DTYPES = (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.BOOL)
+DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16)  # 16-bit floats: products exact, f32 sums
 
 
 @dataclass(eq=False)
@@ -648,7 +649,8 @@ class Checker:
 
     @EXPRESSIONS.on(ast.StrLit)
     def expr_str_lit(self, e: ast.StrLit):
-        raise SemanticError("a string can only be the message of device_print() or device_assert()", e.loc)
+        raise SemanticError("a string can only be an option of a builtin, like dot(a, b, precision=\"tf32\"), "
+                            "or the message of device_print() or device_assert()", e.loc)
 
     @EXPRESSIONS.on(ast.TupleLit)
     def expr_tuple_lit(self, e: ast.TupleLit):
@@ -800,7 +802,7 @@ class Checker:
         self.single(e, vt)
         if isinstance(vt, TensorType):
             raise SemanticError("a tensor cannot be used as a value; index it to load a tile", loc)
-        if vt.dtype != target.dtype and not self.adapts(e, vt.dtype, target.dtype):
+        if not widens(vt.dtype, target.dtype) and not self.adapts(e, vt.dtype, target.dtype):
             raise SemanticError(f"cannot assign {_a(vt.dtype)} value to {_a(target.dtype)} variable; "
                                 f"convert it with {target.dtype}(...)", loc)
         self.settle(e, target.dtype)
@@ -811,7 +813,7 @@ class Checker:
         """Check that `vt` may be stored into a tensor slice of element type `dtype`."""
         self.single(e, vt)
         compute = dtype.compute
-        if vt.dtype != compute and not self.adapts(e, vt.dtype, compute):
+        if not widens(vt.dtype, compute) and not self.adapts(e, vt.dtype, compute):
             raise SemanticError(f"cannot store {_a(vt.dtype)} value into a tensor of {dtype}; "
                                 f"convert it with {compute}(...)", loc)
         self.settle(e, dtype)
@@ -839,7 +841,8 @@ class Checker:
 
     def unify_dtypes(self, a: ast.Expr | None, da: DType, b: ast.Expr | None, db: DType, loc: Loc) -> DType:
         """The dtype of an operation on `a` and `b`: theirs when equal, else the one that
-        a literal-only side adapts to."""
+        a literal-only side adapts to.  16-bit floats take part as f32 (their compute dtype)."""
+        da, db = da.compute, db.compute
         if da == db or (b is not None and self.adapts(b, db, da)):
             dtype = da
         elif a is not None and self.adapts(a, da, db):
@@ -920,6 +923,7 @@ class Checker:
         if e.op == "-":
             if t.dtype is DType.BOOL:
                 raise SemanticError("unary '-' needs a number, not bool; use '!' for logical not", e.loc)
+            t = with_dtype(t, t.dtype.compute)
             if value is not None:
                 if e.operand in self.weak:
                     self.check_fits(-value, DType.I64, e.loc)
@@ -1105,7 +1109,7 @@ class Checker:
                 self.settle(sub, DType.I32)
         if gathered is not None:
             shape[gather_at:gather_at] = gathered
-        dtype = bt.dtype.compute
+        dtype = bt.dtype.loaded
         if not shape:
             return ScalarType(dtype)
         self.check_size(shape, e.loc)
@@ -1169,18 +1173,42 @@ class Checker:
     def call_dot(self, e: ast.Call):
         self.arity(e, 2)
         a, b = (self.value(x) for x in e.args)
+        self.dot_precision(e, a)
         for x, t in zip(e.args, (a, b)):
             if not isinstance(t, TileType) or len(t.shape) != 2:
                 raise SemanticError(f"dot() needs 2-D tiles, got {t}", start_loc(x))
-            if t.dtype not in (DType.F32, DType.F64):
-                raise SemanticError(f"dot() needs f32 or f64 tiles, got {t.dtype}", start_loc(x))
+            if t.dtype not in DOT_DTYPES:
+                raise SemanticError(f"dot() needs tiles of {', '.join(map(str, DOT_DTYPES))}, got {t.dtype}",
+                                    start_loc(x))
         if a.dtype != b.dtype:
-            raise SemanticError(f"dot() operands have different types: {a.dtype} and {b.dtype}", e.loc)
+            raise SemanticError(f"dot() operands have different types: {a.dtype} and {b.dtype}; convert one, "
+                                f"e.g. {a.dtype}(...) or {b.dtype}(...)", e.loc)
         if a.shape[1] != b.shape[0]:
             raise SemanticError(f"dot() needs [M, K] x [K, N]: got [{a.shape[0]}, {a.shape[1]}] x "
                                 f"[{b.shape[0]}, {b.shape[1]}]", e.loc)
         self.check_size((a.shape[0], b.shape[1]), e.loc)
-        return TileType(a.dtype, (a.shape[0], b.shape[1]))
+        return TileType(a.dtype.compute, (a.shape[0], b.shape[1]))
+
+    @staticmethod
+    def dot_precision(e: ast.Call, a: ValueType) -> None:
+        """The precision= argument of a dot: a string naming one of DOT_PRECISIONS, for f32 operands."""
+        kw = next((k for k in e.kwargs if k.name == "precision"), None)
+        if kw is None:
+            return
+        names = ", ".join(f'"{p}"' for p in DOT_PRECISIONS)
+        if not isinstance(kw.value, ast.StrLit):
+            raise SemanticError(f"the precision of dot() is a string: {names}", start_loc(kw.value))
+        if kw.value.value not in DOT_PRECISIONS:
+            close = difflib.get_close_matches(kw.value.value, list(DOT_PRECISIONS), n=1)
+            hint = f'; did you mean "{close[0]}"?' if close else ""
+            raise SemanticError(f'unknown precision "{kw.value.value}" of dot(); the precisions are {names}{hint}',
+                                kw.value.loc)
+        dtype = a.dtype if isinstance(a, TileType) else None
+        if kw.value.value != "ieee" and dtype is not DType.F32:
+            what = ("bf16 and f16 products are always exact, with f32 sums, on the tensor cores"
+                    if dtype is not None and dtype.is_half else "only f32 products have TF32 modes")
+            raise SemanticError(f'precision="{kw.value.value}" applies to f32 operands, not {dtype}: {what}',
+                                kw.loc)
 
     def reduce_axis(self, e: ast.Call) -> tuple[TileType, int | None]:
         self.arity(e, 1, 2)
@@ -1209,7 +1237,7 @@ class Checker:
         t, axis = self.reduce_axis(e)
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs numbers, not bool", start_loc(e.args[0]))
-        return self.reduced(t, axis, t.dtype)
+        return self.reduced(t, axis, t.dtype.compute)
 
     @BUILTIN_RULES.on("reduce_index")
     def call_reduce_index(self, e: ast.Call):
@@ -1228,6 +1256,7 @@ class Checker:
         if not t.dtype.is_float:
             raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                                 start_loc(e.args[0]))
+        t = with_dtype(t, t.dtype.compute)
         allowed = BUILTINS[e.func].dtypes
         if t.dtype not in allowed:
             names = " and ".join(str(d) for d in allowed)
@@ -1241,7 +1270,7 @@ class Checker:
         t = self.value(e.args[0])
         if t.dtype is DType.BOOL:
             raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
-        return self.concrete(e.args[0], t)
+        return self.concrete(e.args[0], with_dtype(t, t.dtype.compute))
 
     @BUILTIN_RULES.on("binary_numeric")
     def call_binary_numeric(self, e: ast.Call):
@@ -1632,6 +1661,12 @@ def _always_returns(block: ast.Block) -> bool:
         return True
     return isinstance(last, ast.If) and last.orelse is not None and _always_returns(last.then) \
         and _always_returns(last.orelse)
+
+
+def widens(have: DType, want: DType) -> bool:
+    """Whether a value of dtype `have` is taken where `want` is asked for: the same dtype, or a
+    16-bit float where an f32 is (exact, so no conversion needs writing)."""
+    return have == want or (have.is_half and want is DType.F32)
 
 
 def _a(dtype: DType) -> str:

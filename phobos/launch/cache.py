@@ -269,6 +269,7 @@ def encode_compiled(kernel: CompiledKernel) -> dict:
                     "written": p.written} for p in kernel.params],
         "grid_hint": [list(hint) if hint is not None else None for hint in kernel.grid_hint],
         "index_bits": kernel.index_bits, "read_only_cache": kernel.read_only_cache,
+        "notes": list(kernel.notes),
     }
 
 
@@ -284,7 +285,8 @@ def decode_compiled(payload: Any) -> CompiledKernel:
             params=params, arch=_typed(payload["arch"], str), threads=_typed(payload["threads"], int),
             shared_bytes=_typed(payload["shared_bytes"], int),
             registers_estimate=_typed(payload["registers_estimate"], int), grid_hint=hints,
-            index_bits=_typed(payload["index_bits"], int), read_only_cache=_typed(payload["read_only_cache"], bool))
+            index_bits=_typed(payload["index_bits"], int), read_only_cache=_typed(payload["read_only_cache"], bool),
+            notes=[_typed(note, str) for note in payload["notes"]])
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         raise MalformedEntry(f"not a compiled kernel: {error}") from None
 

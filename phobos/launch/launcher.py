@@ -65,7 +65,7 @@ from .. import toolchain
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind, call_device, overlapping_tensors
 from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos,
-                        sizes_text, term_text)
+                        sizes_text, target, term_text)
 from ..configuration import config_text
 from ..errors import LaunchError, PhobosError, PtxasTimeout, ToolchainError
 from ..ptxcheck import Report
@@ -568,8 +568,8 @@ class _Kernel:
 
     def cubin(self, compiled: CompiledKernel, capability: tuple[int, int]) -> bytes | None:
         """The cubin ptxas already made of `compiled`, when there is one and it is for exactly this GPU."""
-        if compiled.arch != f"sm_{capability[0]}{capability[1]}":
-            return None  # PTX for an older target: the driver compiles it for this GPU
+        if target(compiled.arch).compute_capability != capability[0] * 10 + capability[1]:
+            return None  # PTX for an older target: the driver compiles it for this GPU (sm_90a is 9.0's own)
         try:
             ptxas = toolchain.find_ptxas()
         except ToolchainError:

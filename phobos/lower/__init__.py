@@ -1,6 +1,6 @@
 # Lowering: tile-level Function -> thread-level Function.
 #
-#   driver.py     lower(func, smem_limit, cp_async): the entry point
+#   driver.py     lower(func, smem_limit, cp_async, ...): the entry point
 #   core.py       the state of one lowering, the HANDLERS table (IR opcode ->
 #                 handler), thread coordinates, the shared-memory scratch
 #                 buffer and relayout, the loop builder, the walk over ops
@@ -12,6 +12,9 @@
 #   memory.py     loads, stores, atomics: the edge contract, bounds and
 #                 alignment tests, vector accesses, fused stores
 #   dot.py        dot through shared memory: DotPlan, staging, FMA order
+#   mma_plan.py   which dots run on the tensor cores, and how (MmaPlan)
+#   mma.py        dot on the tensor cores: mma.sync fragments, wgmma
+#                 descriptors, the operands' shared-memory layouts
 #   pipeline.py   cp.async pipelining of a matrix product's K loop
 #   reduce.py     reductions: in thread, butterfly shuffles, across warps
 #   scan.py       scans (and reductions with a combine function): in thread,
@@ -24,9 +27,11 @@
 #
 # The concern modules (values ... reduce) register their handlers in
 # core.HANDLERS and import core, placement, fusion and layout; of each other,
-# only pipeline.py imports memory.py and dot.py, control.py imports
-# pipeline.py, indexed.py imports memory.py, reduce.py imports scan.py,
-# rearrange.py imports dot.py and debug.py imports indexed.py and values.py.  A new op: a function `handler(low, op)` decorated with
+# only pipeline.py imports memory.py, dot.py and mma.py, dot.py imports
+# mma.py, control.py imports pipeline.py, indexed.py imports memory.py,
+# reduce.py imports scan.py, rearrange.py imports dot.py and debug.py imports
+# indexed.py and values.py.  mma_plan.py writes no IR: placement.py and
+# core.py read its plans.  A new op: a function `handler(low, op)` decorated with
 # `@HANDLERS.on("opcode")` in the module of its concern (a new module is
 # imported by driver.py).
 #

@@ -21,7 +21,7 @@ from .pipeline import lower_pipelined, pipeline_plan
 def for_loop(low: Lowering, op: Op) -> None:
     plan = pipeline_plan(low, op)
     if plan is not None:
-        lower_pipelined(low, op, *plan)
+        lower_pipelined(low, op, plan)
         return
 
     def body(ops: list[Op], extra: list) -> list:

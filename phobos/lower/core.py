@@ -5,7 +5,8 @@
 # layout (chosen beforehand by placement.py) and becomes one scalar SSA value
 # per register slot of a thread (`TileRegs`); a tensor parameter becomes its
 # base address and dims (`TensorRef`); a scalar stays one value.  `vals` maps
-# each tile-level value to what it became.
+# each tile-level value to what it became.  A value of a 16-bit float dtype is
+# held in f32 registers (its compute dtype), which hold it exactly.
 #
 # Each tile-level op is lowered by the handler registered for its opcode in
 # HANDLERS, a `phobos.dispatch.Dispatch` table.  A handler is a function
@@ -52,6 +53,7 @@ from ..middle.passes.fold import identity
 from ..types import DType, ScalarType, TileType
 from .fusion import FusedStore, fusion_plan
 from .layout import Layout, Term
+from .mma_plan import describe, plan_dots
 from .ordering import global_barriers
 from .placement import assign_layouts, check_register_need, choose_threads, program_grouping
 
@@ -89,7 +91,7 @@ class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
     def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32,
-                 read_only_cache: bool = True):
+                 read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False):
         self.src = func
         self.smem_limit = smem_limit
         self.cp_async = cp_async
@@ -97,7 +99,9 @@ class Lowering:
         self.index_type = INDEX_TYPES[index_bits]  # tensor dims, bounds tests and element coordinates
         self.use_count = uses(func)
         self.threads = choose_threads(func)
-        self.layouts = assign_layouts(func, self.threads)
+        self.plans = plan_dots(func, self.threads, tensor_cores, wgmma)  # dot -> MmaPlan, or why not
+        self.layouts = assign_layouts(func, self.threads, self.plans)
+        self.notes = [describe(op, plan) for op, plan in self.plans.items()]  # for the compiled kernel's report
         check_register_need(func, self.layouts, self.threads)
         attrs = dict(func.attrs, threads=self.threads, index_bits=index_bits)
         self.out = Function(func.name, Block(), attrs)
@@ -106,6 +110,9 @@ class Lowering:
         self.b = Builder(self.out, self.out.body)
         self.vals: dict[Value, object] = {}
         self.smem_bytes = 0
+        self.scratch_start = 0  # where the scratch buffer starts (see smem)
+        self.staged: dict[Value, object] = {}  # loaded operands a pipelined loop keeps in shared memory
+        self.wgmma_in_flight: dict[Op, int] = {}  # wgmma products whose group may stay in flight (pipeline.py)
         self.cache: dict[tuple, Value] = {}
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
         self.memo: dict[Block, dict] = {}
@@ -248,12 +255,17 @@ class Lowering:
 
     # ---------------------------------------------------------- shared memory
     def smem(self, nbytes: int) -> Value:
-        """The scratch buffer's address; records how much of it this op uses."""
-        self.smem_bytes = max(self.smem_bytes, align(nbytes, SMEM_ALIGN))
+        """The scratch buffer's address; records how much of it this op uses.
+
+        The buffer starts `scratch_start` bytes in: a pipelined loop keeps its
+        ring of stages below that while its body runs (pipeline.py).
+        """
+        start = self.scratch_start
+        self.smem_bytes = max(self.smem_bytes, start + align(nbytes, SMEM_ALIGN))
         if self.smem_bytes > self.smem_limit:
             raise ResourceError(f"this needs {self.smem_bytes} bytes of shared memory; the target allows "
                                 f"{self.smem_limit} per CTA (use smaller tiles)", self.b.loc)
-        return self.entry_value(("smem",), lambda b: b.value("smem_addr", [], U32, offset=0))
+        return self.entry_value(("smem", start), lambda b: b.value("smem_addr", [], U32, offset=start))
 
     def barrier(self) -> None:
         self.b.op("barrier", [], [])
@@ -320,7 +332,7 @@ class Lowering:
         t = self.vals[v]
         if t.layout == layout:
             return t
-        return TileRegs(layout, self.relayout(t, layout, v.dtype))
+        return TileRegs(layout, self.relayout(t, layout, v.dtype.compute))
 
     def flat(self, v: Value) -> list[Value]:
         """The registers of v (a tile's slots, or the one value of a scalar)."""
@@ -338,8 +350,8 @@ class Lowering:
 
     def lowered_types(self, v: Value) -> list[ScalarType]:
         if isinstance(v.type, TileType):
-            return [ScalarType(v.dtype)] * self.layouts[v].nregs
-        return [v.type]
+            return [ScalarType(v.dtype.compute)] * self.layouts[v].nregs
+        return [ScalarType(v.dtype.compute)]
 
     # ---------------------------------------------------------- the walk
     def lower_block(self, block: Block, out: Block) -> None:
@@ -395,6 +407,45 @@ class Lowering:
 
 
 # ------------------------------------------------------------------ plain helpers
+
+def scalar_op(low: "Lowering", op: Op, operands: list[Value]) -> Value:
+    """One element of element-wise `op`, on the registers of its operands' elements."""
+    dtype = op.result.dtype
+    if op.opcode == "cast" and (dtype.is_half or op.operands[0].dtype.is_half):
+        return convert_register(low, operands[0], dtype)
+    return low.op(op.opcode, operands, ScalarType(dtype), **op.attrs)
+
+
+def convert_register(low: "Lowering", x: Value, to: DType) -> Value:
+    """Register `x` converted to a value of dtype `to`, in a register of its compute dtype.
+
+    A 16-bit float is held in an f32 register: widening one to f32 is nothing,
+    and a conversion to one goes to f32, then rounds through the 16-bit format
+    (what the language says a conversion does) back into f32.
+    """
+    if to.is_half:
+        if x.dtype is not DType.F32:
+            x = low.op("cast", [x], ScalarType(DType.F32))
+        return low.op("cast", [low.op("cast", [x], ScalarType(to))], ScalarType(DType.F32))
+    return x if to is x.dtype else low.op("cast", [x], ScalarType(to))
+
+
+def write_tile(low: "Lowering", t: TileRegs, base: Value, start: int, ld: int, eb: int, dtype: DType) -> None:
+    """Store a 2-D tile row-major into shared memory at byte `start`, rows `ld` elements apart."""
+    layout = t.layout
+    owner = low.owner(layout)
+    c0, c1 = low.thread_coord(layout.terms[0]), low.thread_coord(layout.terms[1])
+    thread_index = low.op("add", [low.op("mul", [c0, low.const(ld)], I32), c1], I32)
+    width = layout.vector_width()
+    while width * eb > 16:
+        width //= 2
+    for group in access_groups(layout, width):
+        i, j = layout.offsets[group[0]]
+        pred = low.all_of([low.slot_valid(layout, group[0]), owner])
+        low.st_shared(base, thread_index, eb, [t.regs[r] for r in group], dtype, pred,
+                      offset=start + (i * ld + j) * eb)
+
+
 def access_groups(layout: Layout | None, width: int) -> list[list[int]]:
     """The register slots in runs of `width`, one run per vector access (one slot for a scalar)."""
     nregs = layout.nregs if layout is not None else 1

@@ -1,4 +1,5 @@
-# Dot: C[M, N] (+)= A[M, K] @ B[K, N] on the CUDA cores.
+# Dot: C[M, N] (+)= A[M, K] @ B[K, N] on the CUDA cores (products that their
+# plan puts on the tensor cores go to mma.py).
 #
 # The result lives in the register-blocked dot layout (layout.dot_layout):
 # each thread holds a block of rows x cols of C.  The operands are staged in
@@ -26,8 +27,10 @@ from dataclasses import dataclass
 
 from ..middle.ir import Block, Op, Value
 from ..types import DType, ScalarType
-from .core import HANDLERS, I32, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align
+from . import mma
+from .core import HANDLERS, I32, SMEM_ALIGN, U32, Lowering, TileRegs, align, write_tile
 from .layout import Layout, dot_layout
+from .mma_plan import MmaPlan
 
 DOT_UNROLL_LIMIT = 64  # a dot's K up to this is fully unrolled; beyond, a loop of DOT_STEP steps
 DOT_STEP = 16
@@ -46,7 +49,7 @@ class DotPlan:
     a_bytes: int  # A's region (B follows it)
     stage_bytes: int  # A and B together
     eb: int
-    dtype: DType
+    dtype: DType  # of the operands in shared memory (a 16-bit float's values are f32 in registers)
     kgroup: int  # k steps read from A at once (a vector along K)
     fma_order: list[int]  # the order of the result registers' FMAs in one k step
 
@@ -95,9 +98,14 @@ class Transposed:
 
 @HANDLERS.on("dot")
 def dot(low: Lowering, op: Op) -> None:
-    """A dot whose operands are in registers: stage them in shared memory, then multiply."""
+    """A dot whose operands are in registers: stage them in shared memory, then multiply (on the
+    tensor cores when its plan says so, mma.py)."""
+    plan = low.plans.get(op)
+    if isinstance(plan, MmaPlan):
+        mma.lower_dot(low, op, plan)
+        return
     a_v, b_v = op.operands[0], op.operands[1]
-    plan = dot_plan(a_v.type.shape, b_v.type.shape[1], op.result.dtype, low.threads)
+    plan = dot_plan(a_v.type.shape, b_v.type.shape[1], a_v.dtype, low.threads)
     base = low.smem(plan.stage_bytes)
     low.barrier()
     for v, start, ld in ((a_v, 0, plan.lda), (b_v, plan.a_bytes, plan.ldb)):
@@ -115,29 +123,13 @@ def finish_dot(low: Lowering, op: Op, plan: DotPlan, stage: Value) -> None:
     if len(op.operands) == 3:
         acc = low.in_layout(op.operands[2], plan.layout).regs
     else:
-        acc = [low.const(0.0, plan.dtype)] * plan.layout.nregs
+        acc = [low.const(0.0, plan.dtype.compute)] * plan.layout.nregs
     acc = dot_compute(low, plan, stage, acc)
     result = TileRegs(plan.layout, acc)
     layout = low.layouts[op.result]
     if layout != plan.layout:
-        result = TileRegs(layout, low.relayout(result, layout, plan.dtype))
+        result = TileRegs(layout, low.relayout(result, layout, plan.dtype.compute))
     low.vals[op.result] = result
-
-
-def write_tile(low: Lowering, t: TileRegs, base: Value, start: int, ld: int, eb: int, dtype: DType) -> None:
-    """Store a 2-D tile row-major into shared memory at byte `start`, rows `ld` elements apart."""
-    layout = t.layout
-    owner = low.owner(layout)
-    c0, c1 = low.thread_coord(layout.terms[0]), low.thread_coord(layout.terms[1])
-    thread_index = low.op("add", [low.op("mul", [c0, low.const(ld)], I32), c1], I32)
-    width = layout.vector_width()
-    while width * eb > 16:
-        width //= 2
-    for group in access_groups(layout, width):
-        i, j = layout.offsets[group[0]]
-        pred = low.all_of([low.slot_valid(layout, group[0]), owner])
-        low.st_shared(base, thread_index, eb, [t.regs[r] for r in group], dtype, pred,
-                      offset=start + (i * ld + j) * eb)
 
 
 def write_transposed(low: Lowering, t: TileRegs, base: Value, start: int, ld: int, eb: int, dtype: DType) -> None:
@@ -164,12 +156,12 @@ def dot_compute(low: Lowering, plan: DotPlan, stage: Value, acc: list[Value]) ->
         return acc
     main = plan.k - plan.k % DOT_STEP
     body = Block()
-    loop = low.b.op("for", [low.const(0), low.const(main), *acc], [ScalarType(plan.dtype)] * len(acc),
+    loop = low.b.op("for", [low.const(0), low.const(main), *acc], [ScalarType(plan.dtype.compute)] * len(acc),
                     {"step": DOT_STEP}, [body])
     outer = low.b
     low.b = low.builder_for(body, outer.block, outer.loc)
     kk = low.b.block_arg(body, I32, "k")
-    carried = [low.b.block_arg(body, ScalarType(plan.dtype)) for _ in acc]
+    carried = [low.b.block_arg(body, ScalarType(plan.dtype.compute)) for _ in acc]
     k_bytes = low.op("mul", [low.op("cast", [kk], U32), low.const(plan.eb, DType.U32)], U32)
     a_k = low.op("add", [a_base, k_bytes], U32)
     b_k = low.op("add", [b_base, low.op("mul", [k_bytes, low.const(plan.ldb, DType.U32)], U32)], U32)
@@ -186,7 +178,7 @@ def dot_compute(low: Lowering, plan: DotPlan, stage: Value, acc: list[Value]) ->
 def dot_steps(low: Lowering, plan: DotPlan, a_base: Value, b_base: Value, k0: int, count: int,
               acc: list[Value]) -> list[Value]:
     """`count` steps of k from k0: read A's rows as vectors along K, B's row pieces, then FMAs."""
-    t = ScalarType(plan.dtype)
+    t = ScalarType(plan.dtype.compute)
     a_vals = {}
     for row in plan.rows:
         ld = low.b.op("ld_shared", [a_base], [t] * count,
@@ -206,7 +198,7 @@ def dot_steps(low: Lowering, plan: DotPlan, a_base: Value, b_base: Value, k0: in
 def read_runs(low: Lowering, base: Value, offsets: list[int], start: int, plan: DotPlan) -> dict[int, Value]:
     """ld.shared the elements at `offsets` from base + start, runs of contiguous ones as vectors."""
     out = {}
-    per_vector = max(1, 16 // plan.eb)
+    per_vector = max(1, min(4, 16 // plan.eb))  # ld.shared vectors have at most 4 elements
     i = 0
     while i < len(offsets):
         run = 1
@@ -215,7 +207,7 @@ def read_runs(low: Lowering, base: Value, offsets: list[int], start: int, plan: 
             run += 1
         while run & (run - 1):
             run -= 1
-        ld = low.b.op("ld_shared", [base], [ScalarType(plan.dtype)] * run,
+        ld = low.b.op("ld_shared", [base], [ScalarType(plan.dtype.compute)] * run,
                       {"dtype": plan.dtype, "vec": run, "offset": start + offsets[i] * plan.eb,
                        "masked": False})
         for j in range(run):

@@ -8,25 +8,30 @@
 from __future__ import annotations
 
 from ..middle.ir import Function
-from . import control, debug, dot, indexed, memory, pipeline, rearrange, reduce, scan, values  # noqa: F401
+from . import control, debug, dot, indexed, memory, mma, pipeline, rearrange, reduce, scan, values  # noqa: F401
 from .core import Lowering
 
 
 def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32,
-          read_only_cache: bool = True) -> Function:
+          read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
-    After: a Function of scalar ops only, with attrs `threads` (per CTA) and
-    `shared_bytes` (the scratch buffer), ready for math expansion and
+    After: a Function of scalar ops only, with attrs `threads` (per CTA),
+    `shared_bytes` (the scratch buffer) and `notes` (what the compiled
+    kernel's report says about the code chosen), ready for math expansion and
     instruction selection.  `smem_limit` is the target's shared memory per
     CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
     `index_bits` 64 makes tensor dims (and the size parameters) and element
     coordinates 64-bit, for tensors with dims of 2^31 or more (attr
     `index_bits`); `read_only_cache` False loads no tensor through the
-    read-only cache (ld.global.nc), for calls whose tensors overlap.
+    read-only cache (ld.global.nc), for calls whose tensors overlap;
+    `tensor_cores` allows mma.sync (sm_80 and newer), `wgmma` wgmma.mma_async
+    (sm_90a).
     """
-    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache)
+    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma)
     low.lower_block(func.body, low.out.body)
     low.out.attrs["shared_bytes"] = low.smem_bytes
+    low.out.attrs["notes"] = list(low.notes)
+    low.out.attrs["native_bf16"] = tensor_cores  # cvt to bf16 exists where mma.sync does (sm_80)
     return low.out

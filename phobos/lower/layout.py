@@ -72,7 +72,7 @@ class Layout:
         """Elements each thread holds contiguously along the last dim, aligned (1 when none)."""
         if not self.offsets:
             return 1
-        for v in (4, 2):
+        for v in (8, 4, 2):
             if self.shape[-1] % v == 0 and all(t.scale % v == 0 for t in self.terms[-1]) \
                     and self._runs_of(v):
                 return v
@@ -233,3 +233,79 @@ def _powers_of_two_upto(n: int):
     while p <= n:
         yield p
         p *= 2
+
+
+MMA_ROWS = 16  # an mma tile: 16 rows x 8 columns, four f32 registers per lane
+MMA_COLS = 8
+
+
+def mma_layout(shape: tuple[int, int], threads: int, warps_m: int, warps_n: int,
+               share_columns: bool = False) -> Layout:
+    """The layout of the accumulators of `mma.sync` (and wgmma) on tiles of 16 x 8.
+
+    The warps form a warps_m x warps_n grid, warp w at (w % warps_m, w //
+    warps_m), each holding a block of shape[0] / warps_m rows by shape[1] /
+    warps_n columns as 16 x 8 tiles.  In a tile, lane l holds rows l/4 and
+    l/4 + 8, columns 2(l%4) and 2(l%4) + 1: registers c0, c1 (row l/4), c2, c3
+    (row l/4 + 8), in that order, tile after tile (rows of tiles outer).
+
+    With `share_columns` every warp holds all the columns of its rows (the
+    warps along N are replicas): the layout of an [M, K] tile whose registers,
+    packed in pairs, are the A fragments of an m16n8k16 mma (c0..c3 of column
+    tiles 2k and 2k + 1 are a0..a7 of k step k) - which is also the result
+    layout of a product whose warps are warps_m x 1, so a product fed to
+    another (attention's P V) stays in registers.
+    """
+    m, n = shape
+    col_warps = 1 if share_columns else warps_n
+    block_m, block_n = m // warps_m, n // col_warps
+    assert block_m % MMA_ROWS == 0 and block_n % MMA_COLS == 0, (shape, warps_m, warps_n)
+    rows = [Term(4, 8, 1)] + ([Term(WARP, warps_m, block_m)] if warps_m > 1 else [])
+    cols = [Term(1, 4, 2)] + ([Term(WARP * warps_m, warps_n, block_n)] if col_warps > 1 else [])
+    replicas = []
+    if share_columns and warps_n > 1:
+        replicas.append((WARP * warps_m, warps_n))
+    if WARP * warps_m * warps_n < threads:
+        replicas.append((WARP * warps_m * warps_n, threads // (WARP * warps_m * warps_n)))
+    offsets = [(MMA_ROWS * i + 8 * half, MMA_COLS * j + c)
+               for i in range(block_m // MMA_ROWS) for j in range(block_n // MMA_COLS)
+               for half in (0, 1) for c in (0, 1)]
+    return Layout((m, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))
+
+
+def copy_layout(shape: tuple[int, ...], threads: int, elem_bytes: int) -> Layout:
+    """`blocked`, but with vectors of up to 16 bytes along the last dim (8 elements of 16 bits)."""
+    rank = len(shape)
+    vec = next(v for v in (16 // elem_bytes, 8, 4, 2, 1) if v * elem_bytes <= 16 and shape[-1] % v == 0)
+    spt = (1,) * (rank - 1) + (vec,)
+    lanes = _spread(shape, spt, WARP, (1,) * rank)
+    warps = _spread(shape, spt, threads // WARP, lanes)
+    return grid_layout(shape, threads, spt, lanes, warps)
+
+
+WARPGROUP = 128  # four warps: what one wgmma runs on
+WGMMA_ROWS = 64
+
+
+def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int) -> Layout:
+    """The layout of the accumulators of `wgmma.mma_async` m64nN (sm_90a).
+
+    The warpgroups (four warps each) form a groups_m x groups_n grid, group g
+    at (g % groups_m, g // groups_m), each holding shape[0] / groups_m rows (a
+    stack of 64-row tiles) by shape[1] / groups_n columns.  Within a 64-row
+    tile, warp w of the group holds rows 16w .. 16w + 15 as mma.sync's
+    accumulators do (lane l: rows l/4 and l/4 + 8, columns 2(l%4) and
+    2(l%4) + 1 of each 8 columns, registers c0 c1 c2 c3), column tile after
+    column tile: the registers of one 64-row tile are one wgmma's, in order.
+    """
+    m, n = shape
+    block_m, block_n = m // groups_m, n // groups_n
+    assert block_m % WGMMA_ROWS == 0 and block_n % MMA_COLS == 0, (shape, groups_m, groups_n)
+    rows = [Term(4, 8, 1), Term(WARP, 4, MMA_ROWS)] + ([Term(WARPGROUP, groups_m, block_m)] if groups_m > 1 else [])
+    cols = [Term(1, 4, 2)] + ([Term(WARPGROUP * groups_m, groups_n, block_n)] if groups_n > 1 else [])
+    used = WARPGROUP * groups_m * groups_n
+    replicas = [(used, threads // used)] if used < threads else []
+    offsets = [(WGMMA_ROWS * i + 8 * half, MMA_COLS * j + c)
+               for i in range(block_m // WGMMA_ROWS) for j in range(block_n // MMA_COLS)
+               for half in (0, 1) for c in (0, 1)]
+    return Layout((m, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))

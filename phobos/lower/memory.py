@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from ..middle.ir import Block, Op, Value
 from ..types import DType, ScalarType, TileType
-from .core import BOOL, HANDLERS, I32, I64, U32, Lowering, TensorRef, TileRegs, access_groups
+from .core import BOOL, HANDLERS, I32, I64, U32, Lowering, TensorRef, TileRegs, access_groups, scalar_op
 from .fusion import FusedStore
 from .layout import Layout
 
@@ -128,7 +128,7 @@ def vector_ok(tensor: TensorRef, tile_dims, layout: Layout | None) -> int:
     """The vector width (elements) usable when the slice is aligned, 1 if none."""
     if layout is None or not tile_dims or tile_dims[-1] != len(tensor.dims) - 1:
         return 1
-    if tensor.dtype.nbytes < 4:
+    if tensor.dtype.nbytes < 4 and not tensor.dtype.is_half:
         return 1
     width = layout.vector_width()
     while width > 1 and width * tensor.dtype.nbytes > 16:
@@ -329,13 +329,12 @@ def fused_values(low: Lowering, fused: FusedStore, loads, addrs, group: list[int
                             "read_only": tensor.read_only}).results
         values.update(((ld.result, r), v) for r, v in zip(group, results))
     for o in fused.ops:
-        t = ScalarType(o.result.dtype)
         low.b.loc = o.loc
         for r in group:
             if o.opcode == "const":
-                values[(o.result, r)] = low.const(o.attrs["value"], o.result.dtype)
+                values[(o.result, r)] = low.const(o.attrs["value"], o.result.dtype.compute)
             elif o.opcode == "broadcast":
                 values[(o.result, r)] = low.vals[o.operands[0]]
             else:
                 operands = [values[(x, r)] if (x, r) in values else low.vals[x] for x in o.operands]
-                values[(o.result, r)] = low.op(o.opcode, operands, t, **o.attrs)
+                values[(o.result, r)] = scalar_op(low, o, operands)

@@ -1,82 +1,181 @@
 # Software pipelining of a matrix product's K loop with cp.async (sm_80+).
 #
-# A loop qualifies (`pipeline_plan`) when the target has cp.async and its body
-# is one `dot` whose operands are slices loaded in the body for it alone (in
-# the dot's dtype), plus pure arithmetic.  Such a loop is lowered with its
-# operand tiles copied global -> shared by cp.async into a ring of STAGES
-# buffers, each laid out as dot.py's DotPlan stages them, so the product is
-# computed straight from shared memory (`dot.finish_dot`) and no operand
-# passes through registers.
+# A loop qualifies (`pipeline_plan`) when the target has cp.async, its body
+# writes no memory and has no nested control flow, and either
 #
-# Stage s of the ring holds the tiles of iteration i when i = s (mod STAGES).
-# Before the loop, iterations 0..STAGES-2 are requested (a loop of its own,
-# one copy of the code); at iteration i each thread waits for its copies of
-# iteration i, a barrier makes everyone's visible (and says everyone is done
-# with iteration i-1's stage), iteration i+STAGES-1 is requested into that
-# stage, and the product is computed from stage i.  Each request is one
-# cp.async group, empty when its iteration is past the end.  STAGES shrinks
-# (down to 2) until the ring fits the target's shared memory.
+# * it is one `dot` on the CUDA cores whose operands are slices loaded in the
+#   body for it alone (in the dot's dtype), plus pure arithmetic - the
+#   operands are staged as dot.py's DotPlan lays them out and the product is
+#   computed from the stage (`dot.finish_dot`); or
+# * it has products on the tensor cores (mma.py) with operands loaded in the
+#   body for them alone (in the instruction's operand dtype): those loads are
+#   *staged*, each in a region of the stage laid out as mma.py reads it
+#   (`mma.operand_space`), and the products read them from the stage
+#   (`Lowering.staged`), wherever they are in the body - the rest of the body
+#   (attention's softmax, say) is lowered as usual, with the scratch buffer
+#   above the ring.
+#
+# Either way the operand tiles go global -> shared by cp.async into a ring of
+# STAGES buffers and never pass through registers.  Stage s of the ring holds
+# the tiles of iteration i when i = s (mod STAGES).  Before the loop,
+# iterations 0..STAGES-2 are requested (a loop of its own, one copy of the
+# code); at iteration i each thread waits for its copies of iteration i, a
+# barrier makes everyone's visible (and says everyone is done with iteration
+# i-1's stage), iteration i+STAGES-1 is requested into that stage, and the
+# body computes from stage i.  Each request is one cp.async group, empty when
+# its iteration is past the end.  STAGES shrinks (down to 2) until the ring
+# fits the target's shared memory.
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
-# that zero-fills the elements outside.  This module builds on memory.py (slice
-# geometry, addresses, bounds tests) and dot.py (the plan and the product);
-# control.py's `for` handler asks it whether a loop is pipelined.
+# that zero-fills the elements outside (16-bit elements, too small for
+# cp.async, are loaded and stored instead).  This module builds on memory.py
+# (slice geometry, addresses, bounds tests), dot.py and mma.py (the stage
+# layouts and the products); control.py's `for` handler asks it whether a
+# loop is pipelined.
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..configuration import Knobs
 from ..middle.ir import Block, Op, Value
-from ..types import DType
-from .core import BOOL, I32, I64, U32, Lowering, access_groups
-from .dot import dot_plan, finish_dot
-from .layout import blocked
+from ..types import DType, ScalarType
+from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, access_groups, align
+from .dot import DotPlan, dot_plan, finish_dot
+from .layout import copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
+from .mma import SharedOperand, TileSpace, aligned_base, operand_space
+from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
 
 
-def pipeline_plan(low: Lowering, op: Op):
-    """(dot, [load of A, load of B], ops computing their indices) when `op` is a loop to pipeline, else None."""
+@dataclass
+class Staged:
+    """A load copied into each stage: from byte `start` of the stage, laid out as `space` says."""
+
+    load: Op
+    start: int
+    space: TileSpace
+
+
+@dataclass
+class PipelinePlan:
+    staged: list[Staged]
+    index_ops: list[Op]  # the body's ops that compute the staged loads' indices
+    stage_bytes: int
+    cuda_dot: tuple[Op, DotPlan] | None  # the product on the CUDA cores computed from the stage
+    in_flight: Op | None = None  # a wgmma product whose group stays in flight into the next iteration
+
+    @property
+    def alignment(self) -> int:
+        return max(st.space.alignment for st in self.staged)
+
+
+def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
+    """How the loop `op` is pipelined, or None when it is not (see the header)."""
     if not low.cp_async:
         return None
     body = op.regions[0].ops[:-1]
+    if any(o.regions or o.opcode in ("store", "atomic_add") for o in body):
+        return None
     dots = [o for o in body if o.opcode == "dot"]
-    if len(dots) != 1:
-        return None
-    dot = dots[0]
-    loads = [v.owner for v in dot.operands[:2]]
-    if any(not isinstance(ld, Op) or ld.opcode != "load" or ld not in body or low.use_count[ld.result] != 1
-           for ld in loads) or loads[0] is loads[1]:
-        return None
-    if any(ld.operands[0].dtype != dot.result.dtype for ld in loads):
-        return None
-    if any(o not in loads and o is not dot and (not o.pure or o.regions) for o in body):
+    tensor_core = [d for d in dots if isinstance(low.plans.get(d), MmaPlan)]
+    if tensor_core:
+        staged = _staged_operands(low, body, tensor_core)
+        cuda_dot = None
+    else:
+        if len(dots) != 1 or low.plans.get(dots[0]) is not None:  # a tf32 kind computed in f32: in registers
+            return None
+        dot = dots[0]
+        loads = [v.owner for v in dot.operands[:2]]
+        if any(not _loaded_for(low, body, v) for v in dot.operands[:2]) or loads[0] is loads[1]:
+            return None
+        if any(ld.operands[0].dtype != dot.result.dtype for ld in loads):
+            return None
+        if any(o not in loads and o is not dot and not o.pure for o in body):
+            return None
+        plan = dot_plan(loads[0].result.type.shape, loads[1].result.type.shape[1], dot.result.dtype, low.threads)
+        (m, k), n = loads[0].result.type.shape, loads[1].result.type.shape[1]
+        staged = [Staged(loads[0], 0, TileSpace(m, k, plan.eb, plan.lda * plan.eb)),
+                  Staged(loads[1], plan.a_bytes, TileSpace(k, n, plan.eb, plan.ldb * plan.eb))]
+        cuda_dot = (dot, plan)
+    if not staged:
         return None
     producers = {r: o for o in body for r in o.results}
-    needed, stack = [], [v for ld in loads for v in ld.operands[1:]]
+    needed, stack = [], [v for st in staged for v in st.load.operands[1:]]
     while stack:
         v = stack.pop()
         o = producers.get(v)
         if o is not None and o not in needed:
+            if not o.pure:
+                return None
             needed.append(o)
             stack += o.operands
     index_ops = [o for o in body if o in needed]
-    return dot, loads, index_ops
+    if cuda_dot:
+        stage_bytes = cuda_dot[1].stage_bytes
+    else:
+        stage_bytes = align(staged[-1].start + staged[-1].space.nbytes, max(st.space.alignment for st in staged))
+    return PipelinePlan(staged, index_ops, stage_bytes, cuda_dot, _accumulating_wgmma(low, op, tensor_core))
 
 
-def lower_pipelined(low: Lowering, op: Op, dot: Op, loads: list[Op], index_ops: list[Op]) -> None:
+def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
+    """The loop's one product, if it is a wgmma that accumulates into a carried value nothing else in the
+    loop reads (a GEMM's K loop): its group may then stay in flight while the next iteration starts."""
+    if len(dots) != 1 or low.plans[dots[0]].instruction != "wgmma" or len(dots[0].operands) != 3:
+        return None
+    dot, body = dots[0], op.regions[0]
+    acc = dot.operands[2]
+    position = next((i for i, arg in enumerate(body.args[1:]) if arg is acc), None)
+    if position is None or low.use_count[acc] != 1 or body.ops[-1].operands[position] is not dot.result \
+            or low.use_count[dot.result] != 1:
+        return None
+    return dot
+
+
+def _loaded_for(low: Lowering, body: list[Op], v: Value) -> bool:
+    """Whether v is a slice loaded in the loop body for this one use."""
+    ld = v.owner
+    return isinstance(ld, Op) and ld.opcode == "load" and ld in body and low.use_count[ld.result] == 1
+
+
+def _staged_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Staged]:
+    """The operands of tensor-core products that are loaded for them alone, one after another in a stage."""
+    staged, start = [], 0
+    for dot in dots:
+        plan = low.plans[dot]
+        for which, v in zip("ab", dot.operands[:2]):
+            if not _loaded_for(low, body, v) or v.owner.operands[0].dtype != plan.kind.operand:
+                continue
+            space = operand_space(plan, which, *v.type.shape)
+            start = align(start, space.alignment)
+            staged.append(Staged(v.owner, start, space))
+            start += space.nbytes
+    return staged
+
+
+def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep (see the header)."""
-    plan = dot_plan(loads[0].result.type.shape, loads[1].result.type.shape[1], dot.result.dtype, low.threads)
-    if any(ld in low.global_barriers for ld in loads):
-        low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop
+    loads = [st.load for st in plan.staged]
+    if any(ld in low.global_barriers for ld in loads) or low.smem_bytes:
+        low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
+        # and no thread may still read shared memory the ring overwrites
     stages = low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES
-    while stages > 2 and stages * plan.stage_bytes > low.smem_limit:
+    pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
+    while stages > 2 and stages * plan.stage_bytes + pad > low.smem_limit:
         stages -= 1
-    base = low.smem(stages * plan.stage_bytes)
+    # a wgmma group in flight still reads the stage before: the loads run one iteration less ahead
+    in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
+    ahead_by = stages - 1 - in_flight
+    ring_end = low.scratch_start + stages * plan.stage_bytes + pad
+    base = aligned_base(low, stages * plan.stage_bytes, plan.alignment)
+    swizzled = any(st.space.swizzled for st in plan.staged)
     lo, hi = low.vals[op.operands[0]], low.vals[op.operands[1]]
     step = op.attrs["step"]
     before = "lt" if step > 0 else "gt"
     kt_arg = op.regions[0].args[0]
+    index_ops = plan.index_ops
 
     def stage_address(index: Value) -> Value:
         offset = low.op("mul", [low.op("cast", [index], U32), low.const(plan.stage_bytes, DType.U32)], U32)
@@ -90,14 +189,14 @@ def lower_pipelined(low: Lowering, op: Op, dot: Op, loads: list[Op], index_ops: 
         low.lower_ops(index_ops)
         enabled = low.op("cmp", [kt, hi], BOOL, pred=before)
         stage = stage_address(index)
-        async_copy(low, loads[0], stage, 0, plan.lda, enabled)
-        async_copy(low, loads[1], stage, plan.a_bytes, plan.ldb, enabled)
+        for st in plan.staged:
+            async_copy(low, st.load, stage, st.start, st.space, enabled)
         low.b.op("cp_async_commit", [], [])
         low.vals.update(saved)
 
-    # the prologue: requests for iterations 0 .. STAGES-2, as a loop (one copy of the code)
+    # the prologue: requests for iterations 0 .. ahead_by - 1, as a loop (one copy of the code)
     prologue = Block()
-    low.b.op("for", [low.const(0), low.const(stages - 1)], [], {"step": 1}, [prologue])
+    low.b.op("for", [low.const(0), low.const(ahead_by)], [], {"step": 1}, [prologue])
     outer = low.b
     low.b = low.builder_for(prologue, outer.block, outer.loc)
     s_arg = low.b.block_arg(prologue, I32, "stage")
@@ -108,38 +207,75 @@ def lower_pipelined(low: Lowering, op: Op, dot: Op, loads: list[Op], index_ops: 
 
     def body(ops: list[Op], extra: list[Value]) -> list[Value]:
         (read,) = extra
-        low.b.op("cp_async_wait", [], [], {"pending": stages - 2})
+        low.b.op("cp_async_wait", [], [], {"pending": ahead_by - 1})
+        if swizzled:
+            low.b.op("fence_proxy_async", [], [])  # the copies, seen by wgmma's reads
         low.barrier()
         kt = low.vals[kt_arg]
-        ahead = low.op("add", [kt, low.const((stages - 1) * step, kt.dtype)], kt.type)
-        at_start = low.op("cmp", [read, low.const(0)], BOOL, pred="eq")
-        write = low.op("select", [at_start, low.const(stages - 1),
-                                  low.op("sub", [read, low.const(1)], I32)], I32)
+        ahead = low.op("add", [kt, low.const(ahead_by * step, kt.dtype)], kt.type)
+        back = stages - ahead_by  # the stage refilled is this many behind the one read, round the ring
+        if back == 1:
+            wraps, over = low.op("cmp", [read, low.const(0)], BOOL, pred="eq"), low.const(stages - 1)
+        else:
+            wraps = low.op("cmp", [read, low.const(back)], BOOL, pred="lt")
+            over = low.op("add", [read, low.const(ahead_by)], I32)
+        write = low.op("select", [wraps, over, low.op("sub", [read, low.const(back)], I32)], I32)
         request(ahead, write)
+        stage = stage_address(read)
+        for st in plan.staged:
+            low.staged[st.load.result] = SharedOperand(stage, st.start, st.space)
+        if in_flight:
+            low.wgmma_in_flight[plan.in_flight] = in_flight
+        dot = plan.cuda_dot[0] if plan.cuda_dot else None
+        saved_start, low.scratch_start = low.scratch_start, align(ring_end, SMEM_ALIGN)
         low.lower_ops([o for o in ops if o not in loads and o is not dot and o not in index_ops])
-        finish_dot(low, dot, plan, stage_address(read))
+        low.scratch_start = saved_start
+        if plan.cuda_dot:
+            finish_dot(low, dot, plan.cuda_dot[1], stage)
+        for st in plan.staged:
+            del low.staged[st.load.result]
         at_end = low.op("cmp", [read, low.const(stages - 1)], BOOL, pred="eq")
         return [low.op("select", [at_end, low.const(0), low.op("add", [read, low.const(1)], I32)], I32)]
 
     low.build_for(op, [low.const(0)], body)
+    if in_flight:
+        low.b.op("wgmma_wait", [], [], {"pending": 0})
     low.b.op("cp_async_wait", [], [], {"pending": 0})
     low.barrier()
 
 
-def async_copy(low: Lowering, load: Op, stage: Value, start: int, ld: int, enabled: Value) -> None:
-    """Copy a load's slice into shared memory (row-major, rows `ld` apart) with cp.async.
+def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpace, enabled: Value) -> None:
+    """Copy a load's slice into shared memory, from byte `start` of `stage`, laid out as `space` says,
+    with cp.async.
 
-    Inside the tensor and aligned: 16-byte copies.  Otherwise 4-byte copies,
-    zero-filled outside the tensor (the edge contract).
+    Inside the tensor and aligned: 16-byte copies.  Otherwise one copy per
+    element, zero-filled outside the tensor (the edge contract); 16-bit
+    elements are loaded and stored (cp.async moves 4 bytes or more).
     """
     tensor = low.vals[load.operands[0]]
     starts, sizes, tile_dims = slice_geometry(low, load, tensor)
-    layout = blocked(load.result.type.shape, low.threads)
     eb = tensor.dtype.nbytes
+    layout = copy_layout(load.result.type.shape, low.threads, eb)
     addrs = row_addresses(low, tensor, starts, tile_dims, layout)
+
+    # the thread's part of the address, once; the register's part an immediate where the layout allows
     c0, c1 = low.thread_coord(layout.terms[0]), low.thread_coord(layout.terms[1])
-    thread_index = low.op("add", [low.op("mul", [c0, low.const(ld)], I32), c1], I32)
-    dst = low.smem_address(stage, thread_index, eb)
+    if space.swizzled:
+        thread_dst = low.op("add", [stage, low.op("cast", [space.offset(low, c0, c1)], U32)], U32)
+    else:
+        thread_index = low.op("add", [low.op("mul", [c0, low.const(space.stride // eb)], I32), c1], I32)
+        thread_dst = low.smem_address(stage, thread_index, eb)
+    chunk_aligned = layout.vector_width() * eb == 16  # every thread's columns start 16-byte chunks
+
+    def destination(r: int) -> tuple[Value, int]:
+        """(shared address, immediate offset) of register slot r's element in the stage."""
+        i, j = layout.offsets[r]
+        delta = space.delta(i, j) if chunk_aligned or not space.swizzled else None
+        if delta is not None:
+            return thread_dst, start + delta
+        row, col = (low.coord(layout, r, d) for d in (0, 1))
+        return low.op("add", [stage, low.op("cast", [space.offset(low, row, col)], U32)], U32), start
+
     width = vector_ok(tensor, tile_dims, layout)
     fast = in_bounds(low, tensor, starts, sizes)
     if width > 1:
@@ -150,12 +286,11 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, ld: int, enabl
     low.b.op("if", [fast], [], {}, regions)
     low.b = low.builder_for(regions[0], outer.block, outer.loc)
     for group in access_groups(layout, width):
-        i, j = layout.offsets[group[0]]
         addr, off = addrs[group[0]]
+        dst, offset = destination(group[0])
         pred = low.slot_valid(layout, group[0])
         low.b.op("cp_async", [dst, addr] + ([pred] if pred is not None else []), [],
-                 {"bytes": width * eb, "offset": start + (i * ld + j) * eb, "goffset": off,
-                  "masked": pred is not None})
+                 {"bytes": width * eb, "offset": offset, "goffset": off, "masked": pred is not None})
     low.b.op("yield", [], [])
     low.b = low.builder_for(regions[1], outer.block, outer.loc)
     inner = [Block(), Block()]
@@ -163,16 +298,23 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, ld: int, enabl
     low.b.op("yield", [], [])
     low.b = low.builder_for(inner[0], regions[1], outer.loc)
     for r in range(layout.nregs):
-        i, j = layout.offsets[r]
         addr, off = addrs[r]
         valid = element_valid(low, tensor, starts, sizes, tile_dims, layout, r)
         pred = low.slot_valid(layout, r)
+        dst, offset = destination(r)
+        if eb < 4:
+            value = low.b.op("ld_global", [addr, valid], [ScalarType(tensor.dtype)],  # the bits, as they are
+                             {"dtype": tensor.dtype, "vec": 1, "offset": off, "masked": True,
+                              "read_only": tensor.read_only}).result
+            low.b.op("st_shared", [dst, value] + ([pred] if pred is not None else []), [],
+                     {"dtype": tensor.dtype, "vec": 1, "offset": offset, "masked": pred is not None})
+            continue
         size = low.op("select", [valid, low.const(eb, DType.U32), low.const(0, DType.U32)], U32)
         if off:
             addr = low.op("add", [addr, low.const(off, DType.I64)], I64)
         src = low.op("select", [valid, addr, tensor.ptr], I64)
         low.b.op("cp_async", [dst, src, size] + ([pred] if pred is not None else []), [],
-                 {"bytes": eb, "offset": start + (i * ld + j) * eb, "goffset": 0,
+                 {"bytes": eb, "offset": offset, "goffset": 0,
                   "masked": pred is not None, "zero_fill": True})
     low.b.op("yield", [], [])
     low.b = low.builder_for(inner[1], regions[1], outer.loc)

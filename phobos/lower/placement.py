@@ -8,7 +8,13 @@
 #   argument, result, next value), branch results, the operands and results
 #   of a scan, and the index tiles, values and results of a gather, scatter or
 #   atomic form one group, which shares one layout (union-find over values);
-# * a dot's result anchors its group to the register-blocked dot layout;
+# * a dot's result anchors its group to the register-blocked dot layout, or,
+#   for a product on the tensor cores, to the accumulator layout of its plan
+#   (mma_plan.py); once everything anchored has propagated, the A operand of
+#   a 16-bit tensor-core product anchors a group still undecided to the
+#   layout whose registers are its fragments (a tile loaded once and used by
+#   every trip of a loop, like attention's Q, is then loaded straight into
+#   them);
 # * a reduction's result takes the collapsed layout of its operand, and a
 #   broadcast's operand the collapsed layout of its result, so that
 #   `x - max(x, axis=1)` and the row maxima of softmax live where the row
@@ -34,6 +40,7 @@ from ..errors import ResourceError
 from ..middle.ir import Function, Op, Value, walk
 from ..types import TileType
 from .layout import WARP, Layout, blocked, dot_layout
+from .mma_plan import MmaPlan
 
 # The opcodes lowered one register slot at a time (the same op on each slot of
 # its operands, all in the result's layout).
@@ -124,8 +131,13 @@ class _Groups:
                 self.parent[b] = a
 
 
-def assign_layouts(func: Function, threads: int) -> dict[Value, Layout]:
-    """A layout for every tile value; see the module header for the rules."""
+def assign_layouts(func: Function, threads: int, plans: dict | None = None) -> dict[Value, Layout]:
+    """A layout for every tile value; see the module header for the rules.
+
+    `plans` maps each dot that asks for the tensor cores to its MmaPlan (or the
+    reason it runs on the CUDA cores), as mma_plan.plan_dots gives them.
+    """
+    plans = plans or {}
     groups = _Groups()
     ops = list(walk(func.body))
     tiles: list[Value] = []
@@ -163,7 +175,11 @@ def assign_layouts(func: Function, threads: int) -> dict[Value, Layout]:
     for op in ops:
         if op.opcode == "dot":
             root = groups.find(op.result)
-            chosen.setdefault(root, dot_layout(op.result.type.shape, threads))
+            plan = plans.get(op)
+            chosen.setdefault(root, plan.layout if isinstance(plan, MmaPlan) else
+                              dot_layout(op.result.type.shape, threads))
+    fragments = [(op.operands[0], plan.a_layout) for op, plan in plans.items()
+                 if isinstance(plan, MmaPlan) and plan.a_layout is not None]
 
     def propagate() -> bool:
         changed = False
@@ -184,6 +200,10 @@ def assign_layouts(func: Function, threads: int) -> dict[Value, Layout]:
     while True:
         while propagate():
             pass
+        operand = next(((v, layout) for v, layout in fragments if groups.find(v) not in chosen), None)
+        if operand is not None:
+            chosen[groups.find(operand[0])] = operand[1]
+            continue
         undecided = next((t for t in tiles if groups.find(t) not in chosen), None)
         if undecided is None:
             break

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..middle.ir import Builder, Op, Value
 from ..types import ScalarType, TensorType, TileType
-from .core import BOOL, HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides
+from .core import BOOL, HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides, scalar_op
 from .layout import Layout
 from .placement import ELEMENTWISE, broadcast_dims, keep_axes, source_axes
 
@@ -48,10 +48,10 @@ def param_size(low: Lowering, name: str) -> Value:
 def const(low: Lowering, op: Op) -> None:
     t = op.result.type
     if isinstance(t, TileType):
-        v = low.const(op.attrs["value"], t.dtype)
+        v = low.const(op.attrs["value"], t.dtype.compute)
         low.vals[op.result] = TileRegs(low.layouts[op.result], [v] * low.layouts[op.result].nregs)
     else:
-        low.vals[op.result] = low.const(op.attrs["value"], t.dtype)
+        low.vals[op.result] = low.const(op.attrs["value"], t.dtype.compute)
 
 
 @HANDLERS.on("program_id")
@@ -106,12 +106,11 @@ def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
 @HANDLERS.on(*ELEMENTWISE)
 def elementwise(low: Lowering, op: Op) -> None:
     if not isinstance(op.result.type, TileType):
-        low.vals[op.result] = low.op(op.opcode, [low.vals[v] for v in op.operands], op.result.type, **op.attrs)
+        low.vals[op.result] = scalar_op(low, op, [low.vals[v] for v in op.operands])
         return
     layout = low.layouts[op.result]
     operands = [low.in_layout(v, layout).regs for v in op.operands]
-    t = ScalarType(op.result.dtype)
-    regs = [low.op(op.opcode, [o[r] for o in operands], t, **op.attrs) for r in range(layout.nregs)]
+    regs = [scalar_op(low, op, [o[r] for o in operands]) for r in range(layout.nregs)]
     low.vals[op.result] = TileRegs(layout, regs)
 
 
@@ -142,7 +141,7 @@ def reshape(low: Lowering, op: Op) -> None:
     src = low.tile(op.operands[0])
     layout = low.layouts[op.result]
     strides = row_major_strides(layout.shape)
-    regs = low.relayout(src, layout, op.result.dtype, lambda coords: low.dot_product(coords, strides))
+    regs = low.relayout(src, layout, op.result.dtype.compute, lambda coords: low.dot_product(coords, strides))
     low.vals[op.result] = TileRegs(layout, regs)
 
 
@@ -163,7 +162,7 @@ def extract(low: Lowering, op: Op) -> None:
 
     if isinstance(result_t, TileType):
         layout = low.layouts[op.result]
-        low.vals[op.result] = TileRegs(layout, low.relayout(src, layout, op.result.dtype, source_index))
+        low.vals[op.result] = TileRegs(layout, low.relayout(src, layout, op.result.dtype.compute, source_index))
     else:
         scalar_layout = Layout((), low.threads, (), ((),), ((1, low.threads),))
-        low.vals[op.result] = low.relayout(src, scalar_layout, op.result.dtype, source_index)[0]
+        low.vals[op.result] = low.relayout(src, scalar_layout, op.result.dtype.compute, source_index)[0]

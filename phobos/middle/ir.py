@@ -98,6 +98,19 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(False, "cp_async_commit", "closes a group of cp.async copies"),
     **_ops(False, "cp_async_wait", "waits until at most attrs pending groups remain"),
     **_ops(False, "barrier", "bar.sync: every thread of the CTA arrives before any goes on"),
+    **_ops(False, "ldmatrix", "ldmatrix(addr) -> count b32 fragments of 8x8 16-bit matrices in shared memory; "
+                              "attrs count (1, 2, 4), trans, offset"),
+    **_ops(True, "mma", "mma(a..., b..., c0..c3) -> d0..d3: one warp's tensor-core product of a 16 x 8 tile; "
+                        "attrs shape (m16n8k16, m16n8k8), type (bf16 f16 tf32: of a and b)"),
+    **_ops(True, "pack_half2", "pack_half2(lo, hi) -> b32: two f32 rounded to 16-bit floats; attrs dtype"),
+    **_ops(True, "tf32", "tf32(x) -> b32: f32 x rounded to TF32 (nearest, ties away)"),
+    **_ops(True, "tf32_low", "tf32_low(x, high) -> b32: x - high (high a TF32 pattern) rounded to TF32"),
+    **_ops(False, "wgmma", "wgmma(desc_a, desc_b, acc...) -> acc...: one warpgroup's asynchronous product of a "
+                           "64-row tile (the results take the accumulators' registers); attrs n, type, fence "
+                           "(a wgmma.fence first)"),
+    **_ops(False, "wgmma_commit", "closes a group of wgmma"),
+    **_ops(False, "wgmma_wait", "waits until at most attrs pending wgmma groups remain"),
+    **_ops(False, "fence_proxy_async", "makes this thread's shared-memory writes visible to the tensor cores' reads"),
     # structure
     **_ops(False, "for", "for(lo, hi, init...) body(iv, carried...); attrs step"),
     **_ops(False, "while", "while(init...) cond(carried...) body(carried...)"),

@@ -5,7 +5,8 @@
 # so they become the loop's carried values (block arguments + yield) or the
 # `if`'s results.  Everything implicit in the source becomes explicit: literals
 # get the dtype their context asks for, scalars and size-1 extents are widened
-# by `broadcast`, compound assignment to a tensor slice becomes load-op-store.
+# by `broadcast`, compound assignment to a tensor slice becomes load-op-store,
+# and a 16-bit float value used where f32 is computed is converted by a `cast`.
 #
 # Jumps become data.  `break`, `continue` and `return` set hidden bool
 # variables (the checker's flags), which loops and branches carry like any
@@ -29,7 +30,7 @@ from __future__ import annotations
 from ..constants import OPERATORS, UNARY_OPERATORS, convert
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument, dot_precision
 from .ir import Block, Builder, Function, KernelParam, Value
 from ..frontend.sema import CheckedKernel, Inlined, Symbol
 from ..types import DType, ScalarType, TensorType, TileType, TupleType, broadcast_shapes, shape_of
@@ -99,11 +100,12 @@ class IRGen:
         return self.b.value("cast", [v], t)
 
     def operand_dtype(self, a: ast.Expr, b: ast.Expr) -> DType:
-        """The dtype two operands meet in: a literal-only side follows the other."""
-        ta, tb = self.ck.types[a], self.ck.types[b]
-        if ta.dtype == tb.dtype or b in self.ck.weak:
-            return ta.dtype
-        return tb.dtype
+        """The dtype two operands meet in: a literal-only side follows the other; 16-bit floats
+        meet as f32."""
+        da, db = self.ck.types[a].dtype.compute, self.ck.types[b].dtype.compute
+        if da == db or b in self.ck.weak:
+            return da
+        return db
 
     def typed(self, dtype: DType, shape) -> ScalarType | TileType:
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
@@ -386,14 +388,20 @@ class IRGen:
 
     # ------------------------------------------------------------ expressions
     def expr(self, e: ast.Expr, want: DType | None = None) -> Value | tuple[Value, ...]:
-        """The value of `e` (a tuple of them for a tuple); a literal-only expression takes the dtype `want`."""
+        """The value of `e` (a tuple of them for a tuple); a literal-only expression takes the dtype
+        `want`, and a 16-bit float is converted when `want` is f32 (the dtype it is computed in)."""
         t = self.ck.types[e]
         value = self.ck.consts.get(e)
         if value is not None and isinstance(t, ScalarType):
-            dtype = want if (want is not None and e in self.ck.weak) else t.dtype
+            widened = want is not None and t.dtype.is_half and want is t.dtype.compute
+            dtype = want if (want is not None and e in self.ck.weak) or widened else t.dtype
             self.at(e)
             return self.b.const(convert(value, dtype), ScalarType(dtype))
-        return EXPRESSIONS.lookup(type(e))(self, e)
+        v = EXPRESSIONS.lookup(type(e))(self, e)
+        if want is not None and isinstance(v, Value) and v.dtype.is_half and want is v.dtype.compute:
+            self.at(e)
+            v = self.convert(v, want)
+        return v
 
     @EXPRESSIONS.on(ast.Name)
     def expr_name(self, e: ast.Name) -> Value:
@@ -421,7 +429,7 @@ class IRGen:
 
     @EXPRESSIONS.on(ast.Unary)
     def expr_unary(self, e: ast.Unary) -> Value:
-        x = self.expr(e.operand)
+        x = self.expr(e.operand, self.ck.types[e].dtype)
         self.at(e)
         return self.b.value(UNARY_OPERATORS[e.op], [x], x.type)
 
@@ -563,11 +571,12 @@ class IRGen:
     def call_dot(self, e: ast.Call) -> Value:
         a, b = self.expr(e.args[0]), self.expr(e.args[1])
         self.at(e)
-        return self.b.value("dot", [a, b], self.ck.types[e])
+        precision = dot_precision(e)
+        return self.b.value("dot", [a, b], self.ck.types[e], **({"precision": precision} if precision != "ieee" else {}))
 
     @BUILTIN_RULES.on("reduce", "reduce_index")
     def call_reduce(self, e: ast.Call) -> Value:
-        x = self.expr(e.args[0])
+        x = self.expr(e.args[0], self.ck.types[e.args[0]].dtype.compute)
         axis_e = e.args[1] if len(e.args) == 2 else next((k.value for k in e.kwargs if k.name == "axis"), None)
         axis = None
         if axis_e is not None:

@@ -95,6 +95,7 @@ class Instr:
     ndefs: int = 0
     guard: VReg | None = None
     guard_negated: bool = False
+    tied: bool = False  # the registers written are read too (wgmma's accumulators)
     _defs: list | None = field(default=None, repr=False)  # computed once: operands do not change
     _uses: list | None = field(default=None, repr=False)
 
@@ -108,6 +109,7 @@ class Instr:
             regs = _regs(self.operands[self.ndefs:])
             if self.guard is not None:
                 regs.append(self.guard)
+            if self.guard is not None or self.tied:
                 regs += self.defs()  # a guarded write keeps the old value where the guard is false
             self._uses = regs
         return self._uses

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 
 from ..errors import UnsupportedError
-from ..middle.ir import Function, Op, Value
+from ..middle.ir import Function, Op, Value, uses
 from ..types import DType
 from .emit import (CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item, Label, ModuleDecl, Raw,
                    SourceLine, Sym, Vec, VReg)
@@ -32,6 +32,7 @@ PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.F32
 MEMORY_TYPE = {DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32", DType.I64: "s64",
                DType.F32: "f32", DType.F64: "f64", DType.F16: "b16", DType.BF16: "b16", DType.BOOL: "u8"}
 SPECIAL_AXIS = "xyz"
+MMA_FRAGMENT_REGISTERS = {"m16n8k16": (4, 2), "m16n8k8": (4, 2)}  # b32 registers of A and B per lane
 FLOAT_ROUNDED = {"add", "sub", "mul", "div", "fma"}
 COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 FLOAT_COMPARE = dict(COMPARE, ne="neu")  # NaN != x is true, as in C and numpy
@@ -48,6 +49,7 @@ class Selector:
         self.params = func.attrs["params"]
         self.last_loc = None
         self.prefer: dict[Value, VReg] = {}
+        self.use_count = uses(func)
         self.strings: dict[bytes, str] = {}  # .global string constants by content
         self.local_bytes = 0  # the local buffer vprintf's arguments need
 
@@ -85,6 +87,14 @@ class Selector:
         """The operand for `v`: its register, or an immediate for a constant."""
         return self.regs[v]
 
+    def reg_of(self, x, dtype: DType) -> VReg:
+        """An operand (register or immediate) in a register."""
+        if isinstance(x, VReg):
+            return x
+        r = self.new(dtype)
+        self.mov(r, x, dtype)
+        return r
+
     def reg(self, v: Value) -> VReg:
         """`v` in a register (constants are moved into one)."""
         x = self.regs[v]
@@ -94,8 +104,9 @@ class Selector:
         self.mov(r, x, v.dtype)
         return r
 
-    def emit(self, opcode: str, *operands, ndefs: int = 1, guard: VReg | None = None, negated: bool = False):
-        self.items.append(Instr(opcode, list(operands), ndefs, guard, negated))
+    def emit(self, opcode: str, *operands, ndefs: int = 1, guard: VReg | None = None, negated: bool = False,
+             tied: bool = False):
+        self.items.append(Instr(opcode, list(operands), ndefs, guard, negated, tied))
 
     def mov(self, dst: VReg, src, dtype: DType) -> None:
         self.emit(f"mov.{BITS_SUFFIX.get(dtype, TYPE_SUFFIX[dtype])}", dst, src)
@@ -293,11 +304,15 @@ def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
 
 
 def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
-    """f32 -> bf16, rounding to nearest even, with integer ops (works on every target)."""
+    """f32 -> bf16, rounding to nearest even: cvt.rn.bf16.f32 on sm_80 and newer (the function's attr
+    `native_bf16`), else with integer ops."""
     if frm is not DType.F32:
         f32 = s.new(DType.F32)
         convert(s, f32, src, frm, DType.F32)
         src = f32
+    if s.func.attrs.get("native_bf16"):
+        s.emit("cvt.rn.bf16.f32", dst, s.reg_of(src, DType.F32))
+        return
     bits, lsb, out, nan = s.new(DType.I32), s.new(DType.I32), s.new(DType.I32), s.new(DType.BOOL)
     s.emit("mov.b32", bits, src)
     s.emit("bfe.u32", lsb, bits, Imm(16, DType.I32), Imm(1, DType.I32))
@@ -517,6 +532,65 @@ def _cp_async_wait(s: Selector, op: Op) -> None:
     s.emit("cp.async.wait_group", Imm(op.attrs["pending"], DType.I32), ndefs=0)
 
 
+def _ldmatrix(s: Selector, op: Op) -> None:
+    count = op.attrs["count"]
+    trans = ".trans" if op.attrs["trans"] else ""
+    dsts = Vec(tuple(s.define(r) for r in op.results))
+    s.emit(f"ldmatrix.sync.aligned.m8n8.x{count}{trans}.shared.b16", dsts,
+           Addr(s.reg(op.operands[0]), op.attrs.get("offset", 0)))
+
+
+def _mma(s: Selector, op: Op) -> None:
+    """mma.sync of one 16 x 8 tile: the operands are A's registers, B's, then the four of C."""
+    shape, kind = op.attrs["shape"], op.attrs["type"]
+    na, nb = MMA_FRAGMENT_REGISTERS[shape]
+    regs = [s.reg(v) for v in op.operands]
+    a, b, c = regs[:na], regs[na:na + nb], regs[na + nb:]
+    dsts = Vec(tuple(s.define(r) for r in op.results))
+    s.emit(f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32", dsts, Vec(tuple(a)), Vec(tuple(b)),
+           Vec(tuple(c)))
+
+
+def _pack_half2(s: Selector, op: Op) -> None:
+    lo, hi = op.operands
+    s.emit(f"cvt.rn.{TYPE_SUFFIX[op.attrs['dtype']]}x2.f32", s.define(op.result), s.reg(hi), s.reg(lo))
+
+
+def _tf32(s: Selector, op: Op) -> None:
+    s.emit("cvt.rna.tf32.f32", s.define(op.result), s.reg(op.operands[0]))
+
+
+def _tf32_low(s: Selector, op: Op) -> None:
+    x, high = op.operands
+    rest = s.new(DType.F32)
+    s.emit("mov.b32", rest, s.reg(high))
+    s.emit("sub.rn.f32", rest, s.reg(x), rest)
+    s.emit("cvt.rna.tf32.f32", s.define(op.result), rest)
+
+
+def _wgmma(s: Selector, op: Op) -> None:
+    """wgmma.mma_async in place: its results take its accumulators' registers (copied first where an
+    accumulator value is a constant or used again), after a wgmma.fence where the op asks for one or
+    registers were copied."""
+    desc_a, desc_b = (s.reg(v) for v in op.operands[:2])
+    regs, copied = [], False
+    for v in op.operands[2:]:
+        x = s.regs[v]
+        if not (isinstance(x, VReg) and s.use_count.get(v) == 1):
+            r = s.new(DType.F32)
+            s.mov(r, x, DType.F32)
+            x, copied = r, True
+        regs.append(x)
+    for r, result in zip(regs, op.results):
+        s.regs[result] = r
+    if op.attrs["fence"] or copied:
+        s.emit("wgmma.fence.sync.aligned", ndefs=0)
+    kind = op.attrs["type"]
+    one, zero = Imm(1, DType.I32), Imm(0, DType.I32)
+    s.emit(f"wgmma.mma_async.sync.aligned.m64n{op.attrs['n']}k16.f32.{kind}.{kind}", Vec(tuple(regs)), desc_a, desc_b,
+           one, one, one, zero, one, tied=True)  # scale-d, scale-a, scale-b, A K-major, B N-major (transposed)
+
+
 def _barrier(s: Selector, op: Op) -> None:
     s.emit("bar.sync", Imm(0, DType.I32), ndefs=0)
 
@@ -661,6 +735,15 @@ SELECT = {
     "ld_shared": _load("shared"),
     "st_shared": _store("shared"),
     "barrier": _barrier,
+    "ldmatrix": _ldmatrix,
+    "mma": _mma,
+    "pack_half2": _pack_half2,
+    "tf32": _tf32,
+    "tf32_low": _tf32_low,
+    "wgmma": _wgmma,
+    "wgmma_commit": lambda s, op: s.emit("wgmma.commit_group.sync.aligned", ndefs=0),
+    "wgmma_wait": lambda s, op: s.emit("wgmma.wait_group.sync.aligned", Imm(op.attrs["pending"], DType.I32), ndefs=0),
+    "fence_proxy_async": lambda s, op: s.emit("fence.proxy.async.shared::cta", ndefs=0),
     "cp_async": _cp_async,
     "cp_async_commit": _cp_async_commit,
     "cp_async_wait": _cp_async_wait,

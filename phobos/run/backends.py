@@ -195,12 +195,16 @@ class GpuBackend:
 
 
 def arch_for(compute_capability: tuple[int, int]) -> str:
-    """The newest target Phobos has that a GPU of this compute capability runs (PTX runs on newer GPUs)."""
+    """The newest target Phobos has that a GPU of this compute capability runs: portable PTX
+    runs on newer GPUs, an architecture-specific target (sm_90a) only on its own, and is
+    preferred there (it has wgmma)."""
     major, minor = compute_capability
-    runnable = [t for t in TARGETS.values() if not t.arch_specific and t.compute_capability <= major * 10 + minor]
+    here = major * 10 + minor
+    runnable = [t for t in TARGETS.values()
+                if (t.compute_capability == here if t.arch_specific else t.compute_capability <= here)]
     if not runnable:
         raise ToolchainError(f"this GPU is sm_{major}{minor}; Phobos generates code for {', '.join(TARGETS)}")
-    return max(runnable, key=lambda t: t.compute_capability).arch
+    return max(runnable, key=lambda t: (t.compute_capability, t.arch_specific)).arch
 
 
 class CpuBackend:

@@ -12,15 +12,16 @@
 #
 # Semantics, exactly those of the language unless noted:
 #   values      numpy scalars or arrays of the exact compute dtype (bool, i32,
-#               i64, u32, f32, f64); every operator and cast is the one
+#               i64, u32, f32, f64; f16 and bf16 values are f32 arrays of
+#               values the 16-bit format holds); every operator and cast is the one
 #               `phobos.constants` defines (the checker folds constants with the
 #               same functions): f32 rounds each step, integers wrap, integer
 #               `/` truncates toward zero and `%` takes the dividend's sign;
 #               float `/` and comparisons are IEEE (NaN != NaN).  Values are
 #               never modified in place, so broadcasts may be read-only views.
 #   loads       a tile of the slice sizes (a single index drops its dimension);
-#               elements outside the tensor read 0.  f16 and bf16 load as f32,
-#               i8 and i16 as i32.
+#               elements outside the tensor read 0.  f16 and bf16 load as
+#               such (held as f32), i8 and i16 as i32.
 #   stores      only elements inside the tensor are written, converted to the
 #               tensor's dtype (round to nearest even; integers wrap).
 #               atomic_add adds into the elements inside the tensor.
@@ -29,8 +30,13 @@
 #   dot         computed exactly in float64 and rounded once to f32; `x + dot(a,
 #               b)` of equal types (so `acc += dot(a, b)`) is fused as the
 #               back end's fuse-dot pass fuses it: x + a @ b rounded once.  The
-#               GPU rounds after every fused multiply-add of its chain, so its
-#               f32 result may differ from this one by those roundings.
+#               GPU rounds after every fused multiply-add of its chain (or, on
+#               the tensor cores, after each group of products), so its f32
+#               result may differ from this one by those roundings.  The
+#               operands are first rounded as the precision asks: tf32 rounds
+#               them to TF32 (to nearest, ties away: cvt.rna), tf32x3 splits
+#               each into a TF32 high part and a TF32 remainder and sums three
+#               products (high x high, high x low, low x high).
 #   reductions  sum in the dtype (pairwise order; the GPU's tree order differs);
 #               max/min ignore NaN like fmax and take +0.0 above -0.0;
 #               argmax/argmin pick the first of the best, ignoring NaN (0 when
@@ -74,11 +80,11 @@ import numpy as np
 from .. import constants
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument, dot_precision
 from ..frontend.parser import parse_source, pick_kernel
 from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
 from ..frontend.sema import CheckedKernel, Inlined, Symbol, check_kernel
-from ..types import DType, ScalarType, TensorType, TileType, TupleType, shape_of
+from ..types import VALUE_DTYPES, DType, ScalarType, TensorType, TileType, TupleType, shape_of
 from .emulator import numerics
 
 try:
@@ -88,7 +94,8 @@ except ImportError:  # bf16 tensors are then uint16 arrays of bit patterns
 
 Fn = Callable[[list], object]  # a compiled expression or statement: frame -> value
 
-NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}
+NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}  # tensor element types
+VALUE = {d: constants.NUMPY[d].type for d in VALUE_DTYPES}  # values (16-bit floats held as f32)
 GRID_SLOTS = 6  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2)
 
 
@@ -122,7 +129,7 @@ class _Fault(Exception):
 # ------------------------------------------------------------ value helpers
 def _const(value, dtype: DType):
     """A compile-time value as a numpy scalar of `dtype` (wrapped or rounded as the dtype does)."""
-    return NP[dtype](constants.convert(value, dtype))
+    return VALUE[dtype](constants.convert(value, dtype))
 
 
 def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | None) -> Fn:
@@ -175,17 +182,6 @@ def _reducer(kind: str, axis: int | None):
 
 
 # ------------------------------------------------------------ tensors
-def _bf16_bits_to_f32(bits):
-    return (np.asarray(bits, np.uint32) << 16).view(np.float32)[()]
-
-
-def _f32_to_bf16_bits(x):
-    """Round to nearest even; NaN stays a (quiet) NaN of the same sign."""
-    bits = np.asarray(x, np.float32).view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return np.where(np.isnan(x), (bits >> 16) | 0x40, rounded).astype(np.uint16)[()]
-
-
 @dataclass
 class _Tensor:
     """A tensor argument and its conversions from storage to compute dtype and back."""
@@ -197,7 +193,7 @@ class _Tensor:
 
 def _tensor_codec(dtype: DType, array: np.ndarray) -> _Tensor:
     if dtype is DType.BF16 and array.dtype == np.uint16:
-        return _Tensor(array, _bf16_bits_to_f32, _f32_to_bf16_bits)
+        return _Tensor(array, constants.bf16_values, constants.bf16_bits)
     compute, storage = NP[dtype.compute], array.dtype
     return _Tensor(array, lambda x: x.astype(compute), lambda x: x.astype(storage))
 
@@ -246,6 +242,33 @@ EXPRESSIONS = Dispatch("expression")
 BUILTIN_RULES = Dispatch("builtin rule")
 
 
+def _dot_product(dtype: DType, precision: str):
+    """(a, b, x or None) -> x + a @ b: exact in float64, rounded once to f32 (f64: in f64), the
+    operands first rounded as `precision` says (see the header)."""
+    if dtype is DType.F64:
+        return lambda a, b, x: a @ b if x is None else x + a @ b
+    split = _PRECISION_TERMS[precision]
+
+    def product(a, b, x):
+        total = sum(p.astype(np.float64) @ q.astype(np.float64) for p, q in split(a, b))
+        return (total if x is None else x.astype(np.float64) + total).astype(np.float32)
+    return product
+
+
+def _tf32x3_terms(a, b):
+    """high x high, high x low, low x high of operands split into a TF32 part and a TF32 rest."""
+    a_hi, b_hi = constants.round_tf32(a), constants.round_tf32(b)
+    a_lo, b_lo = constants.round_tf32(a - a_hi), constants.round_tf32(b - b_hi)
+    return [(a_hi, b_hi), (a_hi, b_lo), (a_lo, b_hi)]
+
+
+_PRECISION_TERMS = {
+    "ieee": lambda a, b: [(a, b)],
+    "tf32": lambda a, b: [(constants.round_tf32(a), constants.round_tf32(b))],
+    "tf32x3": _tf32x3_terms,
+}
+
+
 class _Compiler:
     """Turns the statements and expressions of one checked kernel into closures over a frame."""
 
@@ -257,9 +280,10 @@ class _Compiler:
         return self.slots.setdefault(sym, GRID_SLOTS + len(self.slots))
 
     def operand_dtype(self, a: ast.Expr, b: ast.Expr) -> DType:
-        """The dtype two operands meet in: a literal-only side follows the other (as irgen)."""
-        ta, tb = self.ck.types[a], self.ck.types[b]
-        return ta.dtype if ta.dtype == tb.dtype or b in self.ck.weak else tb.dtype
+        """The dtype two operands meet in: a literal-only side follows the other, 16-bit floats
+        meet as f32 (as irgen)."""
+        da, db = self.ck.types[a].dtype.compute, self.ck.types[b].dtype.compute
+        return da if da == db or b in self.ck.weak else db
 
     # ------------------------------------------------------------ statements
     def block(self, block: ast.Block) -> Fn:
@@ -476,11 +500,11 @@ class _Compiler:
     @staticmethod
     def gather(elements: Fn, dtype: DType) -> Fn:
         """`T[...]` with index tiles: elements outside the tensor read 0."""
-        zero = NP[dtype](0)
+        zero = VALUE[dtype](0)
 
         def run(f):
             tensor, index, inside = elements(f)
-            values = tensor.load(tensor.array[index]) if tensor.array.size else np.zeros(inside.shape, NP[dtype])
+            values = tensor.load(tensor.array[index]) if tensor.array.size else np.zeros(inside.shape, VALUE[dtype])
             return np.where(inside, values, zero)[()]
         return run
 
@@ -498,7 +522,7 @@ class _Compiler:
     def load(slot: int, starts: list[Fn], sizes: tuple[int | None, ...], dtype: DType) -> Fn:
         """`T[...]` read: elements outside the tensor read 0."""
         locate = _locator(slot, starts, sizes)
-        shape, zero = tuple(n for n in sizes if n is not None), NP[dtype]
+        shape, zero = tuple(n for n in sizes if n is not None), VALUE[dtype]
 
         def run(f):
             tensor, index, part, inside = locate(f)
@@ -620,9 +644,8 @@ class _Compiler:
     @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call) -> Fn:
         a, b = self.expr(e.args[0]), self.expr(e.args[1])
-        if self.ck.types[e].dtype is DType.F64:
-            return lambda f: a(f) @ b(f)
-        return lambda f: (a(f).astype(np.float64) @ b(f).astype(np.float64)).astype(np.float32)
+        product = _dot_product(self.ck.types[e].dtype, dot_precision(e))
+        return lambda f: product(a(f), b(f), None)
 
     def fusable_dot(self, e: ast.Expr, sum_t) -> bool:
         """Whether `x + e` is fused: e is a dot whose type is that of the sum (as fuse-dot requires)."""
@@ -631,10 +654,8 @@ class _Compiler:
     def fused_dot(self, x: Fn, e: ast.Call) -> Fn:
         """x + dot(a, b) with one rounding."""
         a, b = self.expr(e.args[0]), self.expr(e.args[1])
-        if self.ck.types[e].dtype is DType.F64:
-            return lambda f: x(f) + a(f) @ b(f)
-        f64 = np.float64
-        return lambda f: (x(f).astype(f64) + a(f).astype(f64) @ b(f).astype(f64)).astype(np.float32)
+        product = _dot_product(self.ck.types[e].dtype, dot_precision(e))
+        return lambda f: product(a(f), b(f), x(f))
 
     @BUILTIN_RULES.on("reduce", "reduce_index")
     def call_reduce(self, e: ast.Call) -> Fn:

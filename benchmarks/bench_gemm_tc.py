@@ -1,0 +1,256 @@
+"""Tensor cores on the GPU: Phobos's GEMMs and attention against cuBLAS and torch's flash attention.
+
+    python benchmarks/bench_gemm_tc.py [--only gemm_bf16,gemm_f16,tf32,tf32x3,attention]
+                                       [--sizes 4096,8192] [--timeout 300] [--out bench_results]
+
+Cases (each Phobos kernel is the example's, autotuned by its first call, and called through the
+documented call `mod.kernel(...)` on torch tensors; the reference is called the same way, in the
+same run):
+
+  gemm_bf16, gemm_f16  C = A B, 16-bit in and out (examples/gemm_bf16.phobos)  vs torch.mm (cuBLAS)
+  tf32                 C = A B, f32, TF32 (examples/sgemm_tf32.phobos)          vs torch.mm, TF32 on
+  tf32x3               C = A B, f32, 3xTF32                                     vs torch.mm, TF32 off (SGEMM)
+  attention            flash-attention forward, bf16, L = 4096, d = 64 and 128, causal and not
+                       (examples/attention_bf16.phobos)                         vs scaled_dot_product_attention
+                                                                                   (flash backend)
+
+Each call is timed back to back between two CUDA events, many calls per sample, the median of the
+samples.  Errors are max |result - float64 reference| (for attention, on the first heads only).
+Prints a table (time, TFLOP/s, ratio, errors, the configuration chosen), writes
+OUT/gemm_tc.json (rows of earlier runs of other cases are kept) and OUT/gemm_tc.png.
+
+Robustness: the cases run in a worker process; a case that fails reports why and the next one
+runs; a case still running after --timeout seconds (a hang, or a tuning far slower than expected)
+has its worker killed and the remaining cases go on in a new one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples"
+ROW = "ROW "  # the prefix of a worker's result line
+HEADS = 32  # batch x heads of the attention cases
+LENGTH = 4096
+CHECKED_HEADS = 2  # attention heads checked against float64
+
+TARGETS = {"gemm_bf16": 0.80, "gemm_f16": 0.80, "tf32": 0.80, "tf32x3": 1.5, "attention": 0.70}
+
+
+def cases(only: list[str], sizes: list[int]) -> list[str]:
+    out = []
+    for group in only:
+        if group == "attention":
+            out += [f"attention:{d}:{int(causal)}" for d in (64, 128) for causal in (False, True)]
+        else:
+            out += [f"{group}:{n}" for n in sizes]
+    return out
+
+
+# ------------------------------------------------------------------ worker side
+def timed_ms(fn, min_sample_ms: float = 20.0, samples: int = 7) -> float:
+    """Milliseconds per call of fn(), called back to back between two CUDA events; the median of samples."""
+    import torch
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    calls = max(1, min(1000, math.ceil(min_sample_ms / max(start.elapsed_time(end), 1e-3))))
+    times = []
+    for _ in range(samples):
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def run_gemm(group: str, n: int) -> dict:
+    import torch
+    import phobos
+    if group in ("gemm_bf16", "gemm_f16"):
+        dtype = torch.bfloat16 if group == "gemm_bf16" else torch.float16
+        kernel = getattr(phobos.load(EXAMPLES / "gemm_bf16.phobos"), group)
+        reference_name, tf32 = "cuBLAS (torch.mm)", False
+    else:
+        dtype = torch.float32
+        kernel = getattr(phobos.load(EXAMPLES / "sgemm_tf32.phobos"), f"sgemm_{group}")
+        tf32 = group == "tf32"
+        reference_name = "cuBLAS TF32 (torch.mm)" if tf32 else "cuBLAS SGEMM (torch.mm, TF32 off)"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a = torch.randn(n, n, device="cuda").to(dtype)
+    b = torch.randn(n, n, device="cuda").to(dtype)
+    c, c_ref = torch.empty(n, n, device="cuda", dtype=dtype), torch.empty(n, n, device="cuda", dtype=dtype)
+    started = time.perf_counter()
+    kernel(a, b, c)  # tunes: the first call for these sizes
+    tuning_s = time.perf_counter() - started
+    torch.mm(a, b, out=c_ref)
+    exact = a.double() @ b.double()
+    errors = {"phobos_error": (c.double() - exact).abs().max().item(),
+              "reference_error": (c_ref.double() - exact).abs().max().item()}
+    del exact
+    phobos_ms = timed_ms(lambda: kernel(a, b, c))
+    reference_ms = timed_ms(lambda: torch.mm(a, b, out=c_ref))
+    flops = 2 * n ** 3
+    notes = [note.split(": ", 1)[1] for note in kernel.compiled.notes]
+    return {"shape": f"{n}^3", "reference": reference_name, "phobos_ms": phobos_ms, "reference_ms": reference_ms,
+            "flops": flops, "config": kernel.config, "tuning_s": tuning_s, "notes": notes, **errors}
+
+
+def attention_reference(q, k, v, causal: bool):
+    import torch
+    s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    return torch.softmax(s, dim=-1) @ v.double()
+
+
+def run_attention(d: int, causal: bool) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import phobos
+    attention = phobos.load(EXAMPLES / "attention_bf16.phobos").attention
+    q, k, v = (torch.randn(1, HEADS, LENGTH, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    kt = k[0].transpose(1, 2).contiguous()  # the kernel reads K transposed per head (not timed)
+    o, o_ref = torch.empty_like(q[0]), None
+    scale = 1 / math.sqrt(d)
+    started = time.perf_counter()
+    attention(q[0], kt, v[0], o, scale=scale, causal=causal)
+    tuning_s = time.perf_counter() - started
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        o_ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        exact = attention_reference(q[0, :CHECKED_HEADS], k[0, :CHECKED_HEADS], v[0, :CHECKED_HEADS], causal)
+        errors = {"phobos_error": (o[:CHECKED_HEADS].double() - exact).abs().max().item(),
+                  "reference_error": (o_ref[0, :CHECKED_HEADS].double() - exact).abs().max().item()}
+        phobos_ms = timed_ms(lambda: attention(q[0], kt, v[0], o, scale=scale, causal=causal))
+        reference_ms = timed_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    flops = 4 * HEADS * LENGTH * LENGTH * d // (2 if causal else 1)
+    notes = [note.split(": ", 1)[1] for note in attention.compiled.notes]
+    return {"shape": f"{HEADS}x{LENGTH}x{d}{' causal' if causal else ''}",
+            "reference": "torch SDPA (flash backend)", "phobos_ms": phobos_ms, "reference_ms": reference_ms,
+            "flops": flops, "config": attention.config, "tuning_s": tuning_s, "notes": notes, **errors}
+
+
+def worker(names: list[str]) -> None:
+    for name in names:
+        group, *rest = name.split(":")
+        try:
+            row = run_attention(int(rest[0]), rest[1] == "1") if group == "attention" else run_gemm(group, int(rest[0]))
+            row.update(case=name, group=group, status="ok")
+        except Exception as error:  # report and go on with the next case
+            row = {"case": name, "group": group, "status": f"failed: {type(error).__name__}: {error}"}
+        print(ROW + json.dumps(row), flush=True)
+
+
+# ------------------------------------------------------------------ driver side
+def drive(names: list[str], timeout: float) -> list[dict]:
+    """Run the cases in worker processes; a case past `timeout` seconds is recorded and skipped."""
+    rows, left = [], list(names)
+
+    def record(row: dict) -> None:
+        rows.append(finish(row))
+        left.remove(row["case"])
+        print(summary(rows[-1]), flush=True)
+
+    while left:
+        proc = subprocess.Popen([sys.executable, __file__, "--worker", ",".join(left)], stdout=subprocess.PIPE,
+                                text=True, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
+                         daemon=True).start()
+        while True:
+            try:
+                line = lines.get(timeout=timeout)
+            except queue.Empty:
+                proc.kill()
+                proc.wait()
+                record({"case": left[0], "group": left[0].split(":")[0],
+                        "status": f"timeout: still running after {timeout:g} s"})
+                break
+            if line is None:  # the worker ended; a case it did not report killed it
+                proc.wait()
+                if left:
+                    record({"case": left[0], "group": left[0].split(":")[0],
+                            "status": f"failed: the worker exited with status {proc.returncode}"})
+                break
+            if line.startswith(ROW):
+                record(json.loads(line[len(ROW):]))
+            else:
+                print(line, end="", flush=True)  # the worker's own output (tuning progress goes to stderr)
+    return rows
+
+
+def summary(row: dict) -> str:
+    if row["status"] != "ok":
+        return f"{row['case']}: {row['status']}"
+    return (f"{row['case']}: Phobos {row['phobos_tflops']:.0f} TFLOP/s, {row['reference']} "
+            f"{row['reference_tflops']:.0f}: ratio {row['ratio']:.2f} (target {TARGETS[row['group']]}); "
+            f"errors {row['phobos_error']:.3g} vs {row['reference_error']:.3g}; {row['config']}")
+
+
+def finish(row: dict) -> dict:
+    if row["status"] == "ok":
+        row["phobos_tflops"] = row["flops"] / row["phobos_ms"] / 1e9
+        row["reference_tflops"] = row["flops"] / row["reference_ms"] / 1e9
+        row["ratio"] = row["reference_ms"] / row["phobos_ms"]
+        row["target"] = TARGETS[row["group"]]
+        row["meets_target"] = row["ratio"] >= row["target"]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="gemm_bf16,gemm_f16,tf32,tf32x3,attention")
+    parser.add_argument("--sizes", default="4096,8192")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take, tuning included")
+    parser.add_argument("--out", default="bench_results")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        sys.stdout.reconfigure(line_buffering=True)
+        worker(args.worker.split(","))
+        return
+    sys.path.insert(0, str(Path(__file__).parent))
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("bench_gemm_tc.py needs a GPU (torch.cuda.is_available() is false)")
+    names = cases(args.only.split(","), [int(s) for s in args.sizes.split(",")])
+    rows = drive(names, args.timeout)
+    from common import plot, save, table
+    done = [r for r in rows if r["status"] == "ok"]
+    print(table(done, [("case", "case", ""), ("reference", "reference", ""), ("phobos_tflops", "Phobos TFLOP/s", ".1f"),
+                       ("reference_tflops", "ref TFLOP/s", ".1f"), ("ratio", "ratio", ".2f"), ("target", "target", ".2f"),
+                       ("phobos_error", "Phobos max err", ".3g"), ("reference_error", "ref max err", ".3g"),
+                       ("config", "configuration", "")]) if done else "no case finished")
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"{r['case']}: {r['status']}")
+    out = Path(args.out) / "gemm_tc.json"
+    if out.exists():  # keep the rows of cases this run did not touch
+        rows = [r for r in json.loads(out.read_text())["rows"] if r["case"] not in names] + rows
+    path = save("gemm_tc", rows, {"targets": TARGETS, "attention_heads": HEADS, "attention_length": LENGTH},
+                args.out)
+    print(f"wrote {path}")
+    plot("gemm_tc", [r for r in rows if r["status"] == "ok"], "case",
+         [("phobos_tflops", "Phobos"), ("reference_tflops", "reference")], "TFLOP/s", args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,405 @@
+# Products on the tensor cores with mma.sync (sm_80 and newer).
+#
+# A product whose plan (mma_plan.py) puts it on the tensor cores computes its
+# [M, N] result as 16 x 8 tiles, each warp those of its block of the warp grid,
+# one `mma.sync` per tile and k step (m16n8k16 for bf16/f16 operands, m16n8k8
+# for tf32; three per step for tf32x3).  The accumulators live in the layout
+# of the plan (layout.mma_layout), which the rest of the kernel uses like any
+# other: element-wise work, reductions along rows (two butterfly shuffles
+# within a quad of lanes) and vector stores of column pairs.
+#
+# Operands come from shared memory, row-major (A [M, K], B [K, N]) with row
+# strides padded so that the fragment reads have no bank conflicts
+# (`operand_stride`): 16-bit A fragments by `ldmatrix.x4`, 16-bit B fragments
+# by `ldmatrix.x4.trans` (two 8-column tiles at once), tf32 fragments by
+# 32-bit loads, rounded to TF32 by `cvt.rna` (tf32x3: the high part and the
+# TF32 rounding of the remainder).  A 16-bit A operand held in the plan's
+# A layout needs no shared memory: its registers, packed in pairs, are the
+# fragments (a loop-invariant operand is packed once, by LICM).
+#
+# On sm_90a a product whose plan says "wgmma" runs `wgmma.mma_async` instead
+# (`wgmma_compute`): each warpgroup issues one m64nNk16 per 64-row tile and
+# k step, reading both operands from shared memory through 64-bit matrix
+# descriptors - A K-major, B N-major (imm-trans-b) - in the 128-byte swizzled
+# layout (`TileSpace`), then commits the group; the caller waits for it (at
+# once, or, in a pipelined K loop, one iteration later: pipeline.py).  The
+# accumulators are wgmma's registers in place (isel ties them), and every
+# thread fences its shared-memory writes for the asynchronous proxy
+# (fence.proxy.async) before the barrier that precedes the wgmmas.
+#
+# `lower_dot` stages operands held in registers in the scratch buffer;
+# pipeline.py copies loaded operands into its stages with cp.async and calls
+# `finish` on them.  Either way, every k step of the product is unrolled.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..middle.ir import Op, Value
+from ..types import DType, ScalarType
+from .core import I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, write_tile
+from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS
+from .mma_plan import MmaPlan
+
+F32 = ScalarType(DType.F32)
+
+
+@dataclass(frozen=True)
+class TileSpace:
+    """How an operand tile of `rows` x `cols` elements of `eb` bytes lies in shared memory.
+
+    Padded (`stride` > 0): row-major, rows `stride` bytes apart (mma.sync).
+    Swizzled (`stride` 0): wgmma's canonical 128-byte-swizzled layout - boxes
+    of 128 bytes of each row (64 16-bit elements), box after box; within a
+    box, row r at 128 r, its 16-byte chunk c at chunk c ^ (r % 8).  A K-major
+    A tile of K = 64 is one box; an N-major B tile is N / 64 boxes.  Starts
+    1024-byte aligned (the swizzle repeats every 8 rows).
+    """
+
+    rows: int
+    cols: int
+    eb: int
+    stride: int
+
+    @property
+    def swizzled(self) -> bool:
+        return self.stride == 0
+
+    @property
+    def box_bytes(self) -> int:
+        return self.rows * SWIZZLE_BYTES
+
+    @property
+    def nbytes(self) -> int:
+        if self.swizzled:
+            return -(-self.cols * self.eb // SWIZZLE_BYTES) * self.box_bytes
+        return self.rows * self.stride
+
+    @property
+    def alignment(self) -> int:
+        return SWIZZLE_ATOM if self.swizzled else SMEM_ALIGN
+
+    def delta(self, i: int, j: int) -> int | None:
+        """offset(row + i, col + j) - offset(row, col) when that is the same for every (row, col) with
+        col a multiple of 8 (a 16-byte chunk's first element); None when it is not."""
+        if not self.swizzled:
+            return i * self.stride + j * self.eb
+        per_box = SWIZZLE_BYTES // self.eb
+        if i % 8 or j % per_box >= 8:
+            return None
+        return j // per_box * self.box_bytes + i * SWIZZLE_BYTES + j % per_box * self.eb
+
+    def offset(self, low: Lowering, row: Value, col: Value) -> Value:
+        """The byte offset of element (row, col) from the tile's start (i32)."""
+        if not self.swizzled:
+            return low.op("add", [low.op("mul", [row, low.const(self.stride)], I32),
+                                  low.op("mul", [col, low.const(self.eb)], I32)], I32)
+        per_box = SWIZZLE_BYTES // self.eb
+        box = low.op("div", [col, low.const(per_box)], I32)
+        within = low.op("rem", [col, low.const(per_box)], I32)
+        chunk = low.op("xor", [low.op("div", [within, low.const(8)], I32), low.op("rem", [row, low.const(8)], I32)],
+                       I32)
+        parts = [low.op("mul", [box, low.const(self.box_bytes)], I32),
+                 low.op("mul", [row, low.const(SWIZZLE_BYTES)], I32),
+                 low.op("mul", [chunk, low.const(16)], I32),
+                 low.op("mul", [low.op("rem", [within, low.const(8)], I32), low.const(self.eb)], I32)]
+        total = parts[0]
+        for part in parts[1:]:
+            total = low.op("add", [total, part], I32)
+        return total
+
+
+SWIZZLE_BYTES = 128  # the width of a swizzled box
+SWIZZLE_ATOM = 1024  # 8 rows of it: where the pattern repeats
+
+
+@dataclass(frozen=True)
+class SharedOperand:
+    """An operand tile in shared memory, from byte `start` of `base`, laid out as `space` says."""
+
+    base: Value  # u32 shared address
+    start: int
+    space: TileSpace
+
+    @property
+    def stride(self) -> int:
+        return self.space.stride
+
+
+@dataclass(frozen=True)
+class RegisterOperand:
+    """An A operand in the plan's A layout: its registers are the fragments."""
+
+    regs: list[Value]
+
+
+def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpace:
+    """How an operand tile lies in shared memory for the plan's instruction.
+
+    wgmma: swizzled (TileSpace).  mma.sync: row-major with a row stride that
+    is a multiple of 16 bytes (cp.async and ldmatrix move 16-byte rows),
+    padded so that the rows one fragment read touches fall in different
+    banks: eight rows of 16 bytes for ldmatrix and for tf32 A (an odd number
+    of 16-byte units), four rows of 32 bytes for tf32 B (32 or 96 bytes past
+    a multiple of 128).
+    """
+    eb = plan.kind.operand.nbytes
+    if plan.instruction == "wgmma":
+        return TileSpace(rows, cols, eb, 0)
+    stride = align(cols * eb, 16)
+    ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit else \
+        (lambda s: (s // 16) % 2 == 1)
+    while not ok(stride):
+        stride += 16
+    return TileSpace(rows, cols, eb, stride)
+
+
+def a_in_registers(low: Lowering, plan: MmaPlan, a: Value) -> bool:
+    return plan.a_layout is not None and low.tile(a).layout == plan.a_layout
+
+
+def aligned_base(low: Lowering, nbytes: int, alignment: int) -> Value:
+    """The scratch buffer's address rounded up to `alignment` (recording `nbytes` past it)."""
+    base = low.smem(nbytes + (alignment - SMEM_ALIGN if alignment > SMEM_ALIGN else 0))
+    if alignment <= SMEM_ALIGN:
+        return base
+    return low.op("and", [low.op("add", [base, low.const(alignment - 1, DType.U32)], U32),
+                          low.const(-alignment % 2**32, DType.U32)], U32)
+
+
+def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
+    """A tensor-core product: operands a pipelined loop staged are read from its stage; others, held
+    in registers, are written to the scratch buffer - except an A operand whose registers are its
+    fragments."""
+    a_v, b_v = op.operands[0], op.operands[1]
+    a, b = low.staged.get(a_v), low.staged.get(b_v)
+    if a is None and a_in_registers(low, plan, a_v):
+        a = RegisterOperand(_unrounded(low, a_v))
+    if a is None or b is None:
+        spaces = {"a": operand_space(plan, "a", plan.m, plan.k) if a is None else None,
+                  "b": operand_space(plan, "b", plan.k, plan.n) if b is None else None}
+        starts, at = {}, 0
+        for name, space in spaces.items():
+            if space is not None:
+                at = align(at, space.alignment)
+                starts[name], at = at, at + space.nbytes
+        base = aligned_base(low, at, max(sp.alignment for sp in spaces.values() if sp is not None))
+        low.barrier()
+        for name, v in (("a", a_v), ("b", b_v)):
+            if spaces[name] is not None:
+                store_tile(low, low.tile(v), base, starts[name], spaces[name], plan.kind.operand)
+        if plan.instruction == "wgmma":
+            low.b.op("fence_proxy_async", [], [])  # the stores, seen by the tensor cores' reads
+        low.barrier()
+        if a is None:
+            a = SharedOperand(base, starts["a"], spaces["a"])
+        if b is None:
+            b = SharedOperand(base, starts["b"], spaces["b"])
+    finish(low, op, plan, a, b)
+
+
+def _unrounded(low: Lowering, a: Value) -> list[Value]:
+    """The registers of A operand `a`; for a conversion of an f32 tile to the operand's 16-bit dtype
+    (attention's bf16(P)), those of the f32 tile: packing rounds them alike, and the conversion's
+    own rounding is then left unused (and removed)."""
+    source = a.owner.operands[0] if isinstance(a.owner, Op) and a.owner.opcode == "cast" else None
+    if source is not None and source.dtype is DType.F32 and low.tile(source).layout == low.tile(a).layout:
+        return low.tile(source).regs
+    return low.tile(a).regs
+
+
+def store_tile(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, dtype: DType) -> None:
+    """Store a 2-D tile into shared memory at byte `start` of `base`, laid out as `space` says."""
+    if not space.swizzled:
+        write_tile(low, t, base, start, space.stride // space.eb, space.eb, dtype)
+        return
+    layout = t.layout
+    owner = low.owner(layout)
+    width = layout.vector_width()
+    while width * space.eb > 16:
+        width //= 2
+    for group in access_groups(layout, width):
+        row, col = (low.coord(layout, group[0], d) for d in (0, 1))
+        pred = low.all_of([low.slot_valid(layout, group[0]), owner])
+        addr = low.op("add", [base, low.op("cast", [space.offset(low, row, col)], U32)], U32)
+        low.st_shared(addr, low.const(0), space.eb, [t.regs[r] for r in group], dtype, pred, offset=start)
+
+
+def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
+    """The product of `op` from its operands into its result (accumulating into a third operand)."""
+    zero = [low.const(0.0, DType.F32)] * plan.layout.nregs
+    if plan.instruction == "wgmma":
+        acc = low.in_layout(op.operands[2], plan.layout).regs if len(op.operands) == 3 else zero
+        product = wgmma_compute(low, plan, a, b, acc)
+        low.b.op("wgmma_wait", [], [], {"pending": low.wgmma_in_flight.get(op, 0)})
+    elif len(op.operands) == 2:
+        product = compute(low, plan, a, b, zero)
+    elif plan.kind.products == 1:
+        product = compute(low, plan, a, b, low.in_layout(op.operands[2], plan.layout).regs)
+    else:  # tf32x3: the tensor cores' sums round toward zero; they stay within one product, added to acc as f32
+        acc = low.in_layout(op.operands[2], plan.layout).regs
+        product = [low.op("add", [x, y], F32) for x, y in zip(acc, compute(low, plan, a, b, zero))]
+    result = TileRegs(plan.layout, product)
+    layout = low.layouts[op.result]
+    if layout != plan.layout:
+        result = TileRegs(layout, low.relayout(result, layout, DType.F32))
+    low.vals[op.result] = result
+
+
+# ------------------------------------------------------------------ the product
+def compute(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value]) -> list[Value]:
+    """acc + A @ B for this thread's accumulators (the registers of plan.layout)."""
+    acc = list(acc)
+    kind = plan.kind
+    nt = plan.n_tiles
+    for s in range(plan.k // kind.k):
+        b_frags = _b_fragments(low, plan, b, s)
+        for i in range(plan.m_tiles):
+            a_frags = _a_fragments(low, plan, a, s, i)
+            for j in range(nt):
+                first = (i * nt + j) * 4
+                c = acc[first:first + 4]
+                for fa, fb in _products(a_frags, b_frags[j]):
+                    c = list(low.b.op("mma", [*fa, *fb, *c], [F32] * 4,
+                                      {"shape": kind.shape, "type": kind.ptx}).results)
+                acc[first:first + 4] = c
+    return acc
+
+
+def wgmma_compute(low: Lowering, plan: MmaPlan, a: SharedOperand, b: SharedOperand, acc: list[Value]) -> list[Value]:
+    """acc + A @ B with wgmma: each warpgroup its block, one wgmma per 64-row tile and k step, then a
+    commit.  The operands are swizzled tiles (TileSpace): A K-major, B N-major (imm-trans-b).  The
+    caller waits for the group (wgmma_wait) before the result is used."""
+    group_m = low.digit(WARPGROUP, plan.warps_m)
+    group_n = low.digit(WARPGROUP * plan.warps_m, plan.warps_n)
+    block_m = plan.m // plan.warps_m
+    a_row = low.op("mul", [group_m, low.const(block_m * SWIZZLE_BYTES)], I32)
+    b_box = low.op("mul", [group_n, low.const(plan.wgmma_n * plan.kind.operand.nbytes // SWIZZLE_BYTES
+                                              * b.space.box_bytes)], I32)
+    desc_a = _descriptor(low, a, a_row, leading=16)
+    desc_b = _descriptor(low, b, b_box, leading=b.space.box_bytes)
+    acc = list(acc)
+    per_tile = plan.wgmma_n // 2  # accumulators of one 64-row tile, one wgmma's
+    for s in range(plan.k // 16):
+        for i in range(plan.wgmma_m_tiles):
+            da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + 32 * s) >> 4)
+            db = _plus(low, desc_b, (16 * s * SWIZZLE_BYTES) >> 4)
+            tile = acc[i * per_tile:(i + 1) * per_tile]
+            acc[i * per_tile:(i + 1) * per_tile] = low.b.op(
+                "wgmma", [da, db, *tile], [F32] * per_tile,
+                {"n": plan.wgmma_n, "type": plan.kind.ptx, "fence": s == 0 and i == 0}).results
+    low.b.op("wgmma_commit", [], [])
+    return acc
+
+
+def _descriptor(low: Lowering, operand: SharedOperand, offset: Value, leading: int) -> Value:
+    """The 64-bit shared-memory matrix descriptor of a swizzled tile from `offset` bytes into it:
+    start address / 16, the leading byte offset (the next box), the stride byte offset (the next
+    8 rows: 1024) and the 128-byte swizzle mode."""
+    addr = low.op("add", [operand.base, low.op("cast", [low.op("add", [offset, low.const(operand.start)], I32)], U32)],
+                  U32)
+    start = low.op("cast", [low.op("shr", [addr, low.const(4, DType.U32)], U32)], I64)
+    template = (1 << 62) | ((SWIZZLE_ATOM >> 4) << 32) | ((leading >> 4) << 16)
+    return low.op("add", [start, low.const(template, DType.I64)], I64)
+
+
+def _plus(low: Lowering, desc: Value, units: int) -> Value:
+    return desc if units == 0 else low.op("add", [desc, low.const(units, DType.I64)], I64)
+
+
+def _products(a_frags, b_frags):
+    """The (A, B) fragment pairs one tile multiplies: one pair, or tf32x3's three (small terms first)."""
+    if len(a_frags) == 1:
+        return [(a_frags[0], b_frags[0])]
+    (a_hi, a_lo), (b_hi, b_lo) = a_frags, b_frags
+    return [(a_lo, b_hi), (a_hi, b_lo), (a_hi, b_hi)]
+
+
+def _lane(low: Lowering) -> tuple[Value, Value]:
+    """(lane / 4, lane % 4): the row and column group of a lane in a fragment."""
+    return low.digit(4, 8), low.digit(1, 4)
+
+
+def _warp_offset(low: Lowering, plan: MmaPlan, dim: int) -> Value:
+    """The first row (dim 0) or column (dim 1) of this warp's block."""
+    if dim == 0:
+        return low.op("mul", [low.digit(WARP, plan.warps_m), low.const(plan.m // plan.warps_m)], I32) \
+            if plan.warps_m > 1 else low.const(0)
+    return low.op("mul", [low.digit(WARP * plan.warps_m, plan.warps_n), low.const(plan.n // plan.warps_n)], I32) \
+        if plan.warps_n > 1 else low.const(0)
+
+
+def _address(low: Lowering, op: SharedOperand, row: Value, col_bytes: Value) -> Value:
+    """The shared address of (row, byte col_bytes within the row) of an operand tile."""
+    offset = low.op("add", [low.op("mul", [row, low.const(op.stride)], I32), col_bytes], I32)
+    return low.op("add", [op.base, low.op("cast", [offset], U32)], U32)
+
+
+def _a_fragments(low: Lowering, plan: MmaPlan, a, s: int, i: int) -> list[list[Value]]:
+    """The A fragments of m tile i at k step s: [registers], or [high, low] for tf32x3."""
+    kind = plan.kind
+    if isinstance(a, RegisterOperand):
+        cols = plan.k // MMA_COLS
+        regs = []
+        for j8 in (2 * s, 2 * s + 1):
+            first = (i * cols + j8) * 4
+            r = a.regs[first:first + 4]
+            regs += [_pack(low, kind.operand, r[0], r[1]), _pack(low, kind.operand, r[2], r[3])]
+        return [regs]  # a0a1, a2a3 (row + 8), a4a5 (k + 8), a6a7
+    if kind.sixteen_bit:  # lane l: the address of row l % 16, k chunk l / 16 (matrices a01 a23 a45 a67)
+        row = low.op("add", [_warp_offset(low, plan, 0), low.digit(1, 16)], I32)
+        addr = _address(low, a, row, low.op("mul", [low.digit(16, 2), low.const(16)], I32))
+        offset = a.start + MMA_ROWS * i * a.stride + 2 * kind.k * s
+        ld = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * 4, {"count": 4, "trans": False,
+                                                                          "offset": offset})
+        return [list(ld.results)]
+    group, quad = _lane(low)
+    row = low.op("add", [_warp_offset(low, plan, 0), group], I32)
+    addr = _address(low, a, row, low.op("mul", [quad, low.const(4)], I32))
+    values = []
+    for half_k in (0, 1):
+        for half_m in (0, 1):
+            offset = a.start + (MMA_ROWS * i + 8 * half_m) * a.stride + (kind.k * s + 4 * half_k) * 4
+            values.append(_ld_f32(low, addr, offset))
+    return _tf32_fragments(low, plan, values)
+
+
+def _b_fragments(low: Lowering, plan: MmaPlan, b: SharedOperand, s: int) -> list[list[list[Value]]]:
+    """The B fragments of each n tile at k step s ([registers], or [high, low] for tf32x3)."""
+    kind = plan.kind
+    nt = plan.n_tiles
+    if kind.sixteen_bit:  # lane l: the address of k row l % 16 of tile 2p + l / 16; .x2 for an odd last tile
+        col = low.op("mul", [low.op("add", [_warp_offset(low, plan, 1),
+                                            low.op("mul", [low.digit(16, 2), low.const(MMA_COLS)], I32)], I32),
+                             low.const(2)], I32)
+        addr = _address(low, b, low.digit(1, 16), col)
+        frags = []
+        for pair in range(0, nt, 2):
+            count = 4 if pair + 1 < nt else 2
+            offset = b.start + MMA_ROWS * s * b.stride + pair * MMA_COLS * 2
+            regs = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * count,
+                            {"count": count, "trans": True, "offset": offset}).results
+            frags += [[list(regs[q:q + 2])] for q in range(0, count, 2)]
+        return frags
+    group, quad = _lane(low)
+    col = low.op("mul", [low.op("add", [_warp_offset(low, plan, 1), group], I32), low.const(4)], I32)
+    addr = _address(low, b, quad, col)
+    return [_tf32_fragments(low, plan, [_ld_f32(low, addr, b.start + (kind.k * s + 4 * half) * b.stride
+                                                 + j * MMA_COLS * 4) for half in (0, 1)])
+            for j in range(nt)]
+
+
+def _ld_f32(low: Lowering, addr: Value, offset: int) -> Value:
+    return low.b.op("ld_shared", [addr], [F32], {"dtype": DType.F32, "vec": 1, "offset": offset,
+                                                 "masked": False}).result
+
+
+def _tf32_fragments(low: Lowering, plan: MmaPlan, values: list[Value]) -> list[list[Value]]:
+    high = [low.op("tf32", [v], ScalarType(DType.U32)) for v in values]
+    if plan.kind.products == 1:
+        return [high]
+    return [high, [low.op("tf32_low", [v, h], ScalarType(DType.U32)) for v, h in zip(values, high)]]
+
+
+def _pack(low: Lowering, dtype: DType, lo: Value, hi: Value) -> Value:
+    """Two f32 registers as one b32 of two 16-bit floats (the first in the low half)."""
+    return low.op("pack_half2", [lo, hi], ScalarType(DType.U32), dtype=dtype)

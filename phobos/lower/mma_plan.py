@@ -1,0 +1,254 @@
+# Which products run on the tensor cores, and how: decided from the whole
+# tile-level function before any code is written (placement.py needs the
+# layouts the decisions imply, mma.py and pipeline.py the decisions).
+#
+# A `dot` is a tensor-core product when its operands are bf16 or f16, or f32
+# with precision "tf32" or "tf32x3" (`MMA_KINDS`), the target has `mma.sync`
+# (sm_80 and newer), and its tile shape is whole instruction tiles: M a
+# multiple of 16, N of 8 and K of the instruction's k (16 for 16-bit
+# operands, 8 for tf32).  Otherwise it runs on the CUDA cores, and a note
+# names the dot and the reason (a tensor-core kind that falls back: 16-bit
+# operands are exact in f32, so the products are exact there too; tf32 kinds
+# are computed in full f32 there, more accurately than asked).
+#
+# On sm_90a a 16-bit product whose operands are both slices loaded beside it
+# for it alone (a K loop's: the pipeline streams them into shared memory),
+# whose K is 64 (one 128-byte row of an operand in the 128-byte swizzled
+# layout wgmma reads) and whose warps make whole warpgroups that tile it by
+# 64-row blocks and 64-column multiples (at most 256 per instruction) runs
+# `wgmma.mma_async` instead (`instruction` "wgmma"): the warpgroups form a
+# grid over the product.  Otherwise the warps
+# of the CTA form a warps_m x warps_n grid over the product (`MmaPlan`); each
+# warp computes its block as 16 x 8 tiles with mma.sync.  The grid is
+# chosen to load the fewest fragments per k step (balanced warp blocks), or
+# with one warp column when the product's rows matter as a whole: when its A
+# operand is computed in registers (the warps then read it from their own
+# registers), or its result feeds a row reduction or another product's A
+# operand (softmax and P V of attention stay within each warp).
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..middle.ir import Block, Function, Op, Value, walk
+from ..types import DType
+from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, mma_layout, wgmma_layout
+
+WGMMA_K = 64  # a wgmma product's K: one 128-byte swizzled row of 16-bit operands
+WGMMA_MAX_N = 256
+
+ELEMENTWISE_LIKE = {"add", "sub", "mul", "div", "min", "max", "neg", "abs", "select", "cast", "exp", "exp2",
+                    "broadcast"}
+
+
+@dataclass(frozen=True)
+class MmaKind:
+    """One way of running a product on the tensor cores."""
+
+    name: str  # as dot's precision names it, or the operand dtype
+    operand: DType  # the operands' element dtype in shared memory
+    k: int  # the instruction's k: m16n8k16 or m16n8k8
+    ptx: str  # the PTX operand type
+    products: int  # 1, or 3 for tf32x3 (split operands)
+
+    @property
+    def shape(self) -> str:
+        return f"m16n8k{self.k}"
+
+    @property
+    def sixteen_bit(self) -> bool:
+        return self.operand.is_half
+
+
+MMA_KINDS = {
+    "bf16": MmaKind("bf16", DType.BF16, 16, "bf16", 1),
+    "f16": MmaKind("f16", DType.F16, 16, "f16", 1),
+    "tf32": MmaKind("tf32", DType.F32, 8, "tf32", 1),
+    "tf32x3": MmaKind("tf32x3", DType.F32, 8, "tf32", 3),
+}
+
+
+@dataclass(frozen=True)
+class MmaPlan:
+    """A product [M, K] x [K, N] on the tensor cores: its instruction and warp grid."""
+
+    kind: MmaKind
+    m: int
+    n: int
+    k: int
+    warps_m: int  # for wgmma: warpgroups
+    warps_n: int
+    threads: int
+    instruction: str = "mma"  # or "wgmma"
+
+    @property
+    def m_tiles(self) -> int:
+        """16-row tiles per warp."""
+        return self.m // self.warps_m // MMA_ROWS
+
+    @property
+    def n_tiles(self) -> int:
+        """8-column tiles per warp."""
+        return self.n // self.warps_n // MMA_COLS
+
+    @property
+    def wgmma_m_tiles(self) -> int:
+        """64-row tiles per warpgroup."""
+        return self.m // self.warps_m // WGMMA_ROWS
+
+    @property
+    def wgmma_n(self) -> int:
+        """The N of each warpgroup's wgmma instructions."""
+        return self.n // self.warps_n
+
+    @cached_property
+    def layout(self) -> Layout:
+        """Of the result (the accumulators)."""
+        if self.instruction == "wgmma":
+            return wgmma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
+        return mma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
+
+    @cached_property
+    def a_layout(self) -> Layout | None:
+        """Of an A operand whose registers are its fragments (16-bit kinds with mma.sync only)."""
+        if not self.kind.sixteen_bit or self.instruction == "wgmma":
+            return None
+        return mma_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n, share_columns=True)
+
+
+def kind_of(op: Op) -> MmaKind | None:
+    """The tensor-core kind a dot asks for by its operands and precision; None for the CUDA cores."""
+    dtype = op.operands[0].dtype
+    if dtype.is_half:
+        return MMA_KINDS[dtype.value]
+    return MMA_KINDS.get(op.attrs.get("precision", "ieee"))
+
+
+def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = False) -> dict[Op, MmaPlan | str]:
+    """For each dot of a tensor-core kind: its plan, or why it runs on the CUDA cores."""
+    ops = list(walk(func.body))
+    users: dict[Value, list[Op]] = {}
+    for op in ops:
+        for v in op.operands:
+            users.setdefault(v, []).append(op)
+    block_of = {o: block for block in _blocks(func.body) for o in block.ops}
+    out: dict[Op, MmaPlan | str] = {}
+    for op in ops:
+        if op.opcode != "dot" or (kind := kind_of(op)) is None:
+            continue
+        if not tensor_cores:
+            out[op] = f"the target has no {kind.ptx} tensor cores (sm_80 and newer have them)"
+            continue
+        m, k = op.operands[0].type.shape
+        n = op.operands[1].type.shape[1]
+        wrong = [f"{name} = {size} is not a multiple of {unit}"
+                 for name, size, unit in (("M", m, MMA_ROWS), ("N", n, MMA_COLS), ("K", k, kind.k)) if size % unit]
+        if wrong:
+            out[op] = f"the {kind.shape} instruction cannot tile it ({', '.join(wrong)})"
+            continue
+        loaded = all(_is_load(v) and block_of.get(v.owner) is block_of[op] and len(users.get(v, [])) == 1
+                     for v in op.operands[:2])
+        groups = wgmma_groups(kind, m, n, k, threads) if wgmma and loaded else None
+        if groups is not None:
+            out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma")
+            continue
+        rows_only = not _is_load(op.operands[0]) or _feeds_rows(op.result, users)
+        warps_m, warps_n = choose_warps(m, n, threads // WARP, rows_only)
+        out[op] = MmaPlan(kind, m, n, k, warps_m, warps_n, threads)
+    return out
+
+
+def wgmma_groups(kind: MmaKind, m: int, n: int, k: int, threads: int) -> tuple[int, int] | None:
+    """The warpgroup grid of a product wgmma can run (see the header), the most rows of groups first."""
+    if not kind.sixteen_bit or k != WGMMA_K or threads % WARPGROUP:
+        return None
+    groups = threads // WARPGROUP
+    for gm in reversed(_powers_upto(groups)):
+        gn = groups // gm
+        if m % (gm * WGMMA_ROWS) or n % gn:
+            continue
+        block_n = n // gn
+        if block_n <= WGMMA_MAX_N and (block_n % 64 == 0 or (gn == 1 and block_n < 64 and block_n % MMA_COLS == 0)):
+            return gm, gn
+    return None
+
+
+def describe(op: Op, plan: MmaPlan | str) -> str:
+    """What the compiled kernel's report says about a product that asks for the tensor cores."""
+    where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc is not None else "a dot"
+    if isinstance(plan, str):
+        return f"{where}: dot runs on the CUDA cores: {plan}"
+    if plan.instruction == "wgmma":
+        return (f"{where}: dot runs on the tensor cores: wgmma m64n{plan.wgmma_n}k16 {plan.kind.name}, "
+                f"{plan.warps_m} x {plan.warps_n} warpgroups of {plan.m // plan.warps_m} x {plan.wgmma_n}")
+    return (f"{where}: dot runs on the tensor cores: mma.sync {plan.kind.shape} {plan.kind.name}, "
+            f"{plan.warps_m} x {plan.warps_n} warps of {plan.m // plan.warps_m} x {plan.n // plan.warps_n}")
+
+
+def choose_warps(m: int, n: int, warps: int, rows_only: bool) -> tuple[int, int]:
+    """The warp grid of an [m, n] product: every warp a whole number of 16 x 8 tiles, as many
+    warps as can take part, then the fewest fragment loads per warp and k step (an ldmatrix.x4
+    per 16-row tile of A, one per two 8-column tiles of B); one warp column if `rows_only`."""
+    best = None
+    wm = 1
+    while wm <= warps:
+        for wn in ([1] if rows_only else _powers_upto(warps // wm)):
+            if m % (wm * MMA_ROWS) or n % (wn * MMA_COLS):
+                continue
+            loads = m // wm // MMA_ROWS + n // wn // MMA_COLS / 2
+            cost = (-(wm * wn), loads, -wm)
+            if best is None or cost < best[0]:
+                best = (cost, (wm, wn))
+        wm *= 2
+    return best[1]
+
+
+def _powers_upto(n: int) -> list[int]:
+    out, p = [], 1
+    while p <= n:
+        out.append(p)
+        p *= 2
+    return out
+
+
+def _blocks(block: Block):
+    yield block
+    for op in block.ops:
+        for region in op.regions:
+            yield from _blocks(region)
+
+
+def _is_load(v: Value) -> bool:
+    return isinstance(v.owner, Op) and v.owner.opcode == "load"
+
+
+def _feeds_rows(v: Value, users: dict[Value, list[Op]]) -> bool:
+    """Whether v, through element-wise ops, reaches a reduction along its last axis or the A
+    operand of a product."""
+    seen, stack = set(), [v]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        for op in users.get(x, []):
+            if op.opcode == "reduce" and op.attrs["axis"] == len(x.type.shape) - 1:
+                return True
+            if op.opcode == "dot" and op.operands[0] is x:
+                return True
+            if op.opcode in ELEMENTWISE_LIKE:
+                stack += op.results
+            elif op.opcode in ("for", "yield"):
+                stack += _carried_onwards(op, x)
+    return False
+
+
+def _carried_onwards(op: Op, x: Value) -> list[Value]:
+    """The values a loop's init or a yielded value becomes (block argument, result)."""
+    out = []
+    if op.opcode == "for":
+        body = op.regions[0]
+        for i, init in enumerate(op.operands[2:]):
+            if init is x:
+                out += [body.args[1 + i], op.results[i]]
+    return out

@@ -1,0 +1,247 @@
+# Products on the tensor cores: which dots get them and what the report says, the code generated
+# (mma.sync, ldmatrix, the A operand kept in registers, the pipelined stages), golden PTX for one
+# bf16 GEMM configuration, ptxas on every target, the numerics of each precision in the
+# interpreter and the emulator, and the CUDA-core fallbacks run correctly.
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import phobos
+from phobos.compiler import compile_kernel, parse_source, pick_kernel
+from phobos.constants import bf16_bits, bf16_values, round_tf32
+from phobos.ptxcheck import check
+from phobos.run import emulator
+
+from .test_backend import without_version
+
+ROOT = Path(__file__).parent.parent
+GEMM_BF16 = ROOT / "examples" / "gemm_bf16.phobos"
+SGEMM_TF32 = ROOT / "examples" / "sgemm_tf32.phobos"
+ATTENTION = ROOT / "examples" / "attention_bf16.phobos"
+GOLDEN_CONFIG = {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "WARPS": 4, "STAGES": 3}
+
+DOT = """
+@autotune(WARPS in [{warps}])
+kernel k(a: tensor<{dtype}>[M, K], b: tensor<{dtype}>[K, N], c: tensor<f32>[M, N]) {{
+    c[0 :+ {m}, 0 :+ {n}] = dot(a[0 :+ {m}, 0 :+ {k}], b[0 :+ {k}, 0 :+ {n}]{precision})
+}}
+"""
+
+
+def dot_source(m, n, k, dtype="bf16", warps=4, precision=""):
+    return DOT.format(m=m, n=n, k=k, dtype=dtype, warps=warps,
+                      precision=f', precision="{precision}"' if precision else "")
+
+
+def compiled(path: Path, kernel: str, config: dict, arch: str = "sm_90a"):
+    k = pick_kernel(parse_source(path.read_text(), str(path.relative_to(ROOT))), kernel)
+    return compile_kernel(k, arch=arch, config=config)
+
+
+def instructions(ptx: str, name: str) -> int:
+    return sum(1 for line in ptx.splitlines() if line.strip().split(" ")[0].startswith(name))
+
+
+# ------------------------------------------------------------------ the choice and the report
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
+def test_bf16_dot_runs_on_the_tensor_cores_and_the_report_says_so(arch):
+    k = phobos.compile(dot_source(64, 64, 32), arch=arch)
+    (note,) = k.notes
+    assert "dot runs on the tensor cores: mma.sync m16n8k16 bf16, 2 x 2 warps of 32 x 32" in note
+    assert note.startswith("<source") and note in k.ptx  # located, and in the PTX header
+    assert instructions(k.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 2 * 4 * 2
+    assert instructions(k.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans") == 2 * 2  # B: 2 k steps x 2 tile pairs
+
+
+def test_sm_75_falls_back_to_the_cuda_cores_and_says_why():
+    k = phobos.compile(dot_source(64, 64, 32), arch="sm_75")
+    assert k.notes == [k.notes[0]] and "dot runs on the CUDA cores: the target has no bf16 tensor cores" in k.notes[0]
+    assert "mma" not in k.ptx and "ldmatrix" not in k.ptx and "fma.rn.f32" in k.ptx
+
+
+@pytest.mark.parametrize("shape,why", [((20, 64, 32), "M = 20 is not a multiple of 16"),
+                                       ((32, 12, 32), "N = 12 is not a multiple of 8"),
+                                       ((32, 64, 24), "K = 24 is not a multiple of 16")])
+def test_shapes_the_instruction_cannot_tile_fall_back_and_say_why(shape, why):
+    k = phobos.compile(dot_source(*shape), arch="sm_90a")
+    assert len(k.notes) == 1 and "runs on the CUDA cores" in k.notes[0] and why in k.notes[0]
+    assert "mma" not in k.ptx
+
+
+def test_f32_dots_stay_on_the_cuda_cores_unless_a_precision_asks():
+    assert phobos.compile(dot_source(64, 64, 32, "f32"), arch="sm_90a").notes == []
+    k = phobos.compile(dot_source(64, 64, 32, "f32", precision="tf32x3"), arch="sm_90a")
+    assert "mma.sync m16n8k8 tf32x3" in k.notes[0]
+    assert instructions(k.ptx, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 3 * 2 * 4 * 4
+    assert instructions(k.ptx, "cvt.rna.tf32.f32") > 0
+
+
+# ------------------------------------------------------------------ the code
+def test_gemm_k_loop_streams_16_byte_copies_and_reads_fragments_with_ldmatrix():
+    ptx = compiled(GEMM_BF16, "gemm_bf16", GOLDEN_CONFIG).ptx
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.ca" not in ptx  # 16 bytes, or bf16 one by one
+    assert instructions(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 * 2  # 2 m tiles x 2 k steps
+    assert instructions(ptx, "st.shared") == instructions(ptx, "st.shared.b16")  # only the edges' elements
+
+
+def test_attention_keeps_q_and_p_in_registers():
+    """Q's fragments are packed once, before the loop; P feeds the second product from its
+    accumulators (no trip through shared memory); only K and V go through the stages."""
+    k = compiled(ATTENTION, "attention", {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 2, "HEAD": 64}, "sm_90a")
+    assert all("4 x 1 warps" in note for note in k.notes) and len(k.notes) == 2
+    label = re.findall(r"^(\$L_loop_\d+):", k.ptx, re.M)[-1]  # the main loop: the last one
+    loop = k.ptx[k.ptx.index(f"{label}:"):k.ptx.index(f"bra.uni {label};")]
+    body = loop.split("cp.async.commit_group;")[-1]  # after its request for the next tiles
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared" not in body  # no A operand is read from shared memory
+    assert instructions(body, "ldmatrix.sync.aligned.m8n8.x4.trans") > 0
+    assert instructions(body, "cvt.rn.bf16x2.f32") == 64 * 64 // 128 // 2  # P packed in pairs
+    assert "st.shared" not in body and "bar.sync" not in body
+
+
+def test_golden_bf16_gemm(golden):
+    golden.check("gemm_bf16.sm_90a.ptx", without_version(compiled(GEMM_BF16, "gemm_bf16", GOLDEN_CONFIG).ptx))
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90", "sm_90a"])
+@pytest.mark.parametrize("path,kernel,config", [
+    (GEMM_BF16, "gemm_bf16", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 4}),
+    (GEMM_BF16, "gemm_f16", GOLDEN_CONFIG),
+    (SGEMM_TF32, "sgemm_tf32", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}),
+    (SGEMM_TF32, "sgemm_tf32x3", {"TILE_M": 128, "TILE_N": 64, "TILE_K": 32, "WARPS": 4, "STAGES": 4}),
+    (ATTENTION, "attention", {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 2, "HEAD": 64}),
+], ids=["gemm_bf16", "gemm_f16", "sgemm_tf32", "sgemm_tf32x3", "attention"])
+def test_ptxas_accepts_the_tensor_core_kernels(path, kernel, config, arch):
+    k = compiled(path, kernel, config, arch)
+    report = check(k.ptx, arch=arch, name=kernel)
+    report.raise_for_errors()
+    assert ("mma.sync" in k.ptx) == (arch != "sm_75")
+    if arch != "sm_75":  # the CUDA-core fallback is correct, not tuned
+        assert report.kernel(kernel).spill_stores == 0, report.kernel(kernel)
+
+
+# ------------------------------------------------------------------ numerics
+def run_both(src: str, args_of, grid=(1,)):
+    """The kernel run by the interpreter and in the emulator (sm_90a's PTX), each on fresh arguments."""
+    out = {}
+    for mode in ("interpret", "emulate"):
+        args = args_of()
+        phobos.jit(src, mode=mode).k[grid](*args)
+        out[mode] = args
+    return out
+
+
+def test_tf32_rounds_the_operands_to_nearest_ties_away():
+    one_and_half_ulp = np.float32(1 + 2.0 ** -11)  # halfway between two TF32 values: away from zero
+    assert round_tf32(one_and_half_ulp) == np.float32(1 + 2.0 ** -10)
+    assert round_tf32(-one_and_half_ulp) == -np.float32(1 + 2.0 ** -10)
+    assert round_tf32(np.float32(1 + 2.0 ** -12)) == 1
+    a = np.full((16, 8), 1 + 2.0 ** -11, np.float32)
+    b = np.eye(8, dtype=np.float32)
+    src = dot_source(16, 8, 8, "f32", warps=1, precision="tf32")
+    for mode, (_, _, c) in run_both(src, lambda: [a, b, np.zeros((16, 8), np.float32)]).items():
+        np.testing.assert_array_equal(c, np.float32(1 + 2.0 ** -10), err_msg=mode)
+
+
+@pytest.mark.parametrize("precision,bound", [("tf32", 2.0 ** -10), ("tf32x3", 2.0 ** -21), ("ieee", 2.0 ** -22)])
+def test_each_precision_is_as_accurate_as_documented(precision, bound):
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((32, 64), dtype=np.float32), rng.standard_normal((64, 32), dtype=np.float32)
+    exact = a.astype(np.float64) @ b
+    scale = np.abs(a).astype(np.float64) @ np.abs(b)
+    src = dot_source(32, 32, 64, "f32", precision=precision if precision != "ieee" else "")
+    for mode, (_, _, c) in run_both(src, lambda: [a, b, np.zeros((32, 32), np.float32)]).items():
+        error = np.abs(c - exact) / scale
+        assert error.max() <= bound, (mode, error.max())
+        if precision == "tf32":
+            assert error.max() > 2.0 ** -16  # TF32 does lose precision: the operands were rounded
+
+
+def test_bf16_products_are_exact_and_summed_in_f32():
+    rng = np.random.default_rng(6)
+    a, b = bf16_bits(rng.standard_normal((48, 32), dtype=np.float32)), bf16_bits(rng.standard_normal((32, 40),
+                                                                                                       np.float32))
+    exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
+    src = dot_source(48, 40, 32, "bf16", warps=2)
+    for mode, (_, _, c) in run_both(src, lambda: [a, b, np.zeros((48, 40), np.float32)]).items():
+        np.testing.assert_allclose(c, exact, rtol=0, atol=32 * 2.0 ** -22 * np.abs(exact).max(), err_msg=mode)
+
+
+CONVERSIONS = """
+kernel k(x: tensor<f32>[N], h: tensor<bf16>[N], y: tensor<f32>[N], z: tensor<f16>[N]) {
+    let v = x[0 :+ 8]
+    let b = bf16(v)              // rounded to bf16, held exactly
+    h[0 :+ 8] = b
+    y[0 :+ 8] = b * 0.1 + f16(v) // arithmetic on 16-bit values is f32; 0.1 is an f32 literal
+    z[0 :+ 8] = v                // a store rounds to the tensor's format
+}
+"""
+
+
+def test_conversions_and_arithmetic_of_16_bit_values():
+    x = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 65504 * 2, -0.1, 1e-30, 3.0, np.inf, np.nan], np.float32)
+    want_b = bf16_values(bf16_bits(x))
+    with np.errstate(over="ignore"):
+        want_h, want_z = x.astype(np.float16).astype(np.float32), x.astype(np.float16)
+    for mode, (_, h, y, z) in run_both(CONVERSIONS, lambda: [x, np.zeros(8, np.uint16), np.zeros(8, np.float32),
+                                                            np.zeros(8, np.float16)]).items():
+        np.testing.assert_array_equal(bf16_values(h), want_b, err_msg=mode)
+        np.testing.assert_array_equal(y, want_b * np.float32(0.1) + want_h, err_msg=mode)
+        np.testing.assert_array_equal(z, want_z, err_msg=mode)
+
+
+def test_the_sm_75_fallback_computes_the_same_product_on_the_cuda_cores():
+    rng = np.random.default_rng(7)
+    a, b = bf16_bits(rng.standard_normal((64, 32), dtype=np.float32)), bf16_bits(rng.standard_normal((32, 64),
+                                                                                                       np.float32))
+    k = phobos.compile(dot_source(64, 64, 32), arch="sm_75")
+    c = np.zeros((64, 64), np.float32)
+    emulator.launch(k.ptx, "k", (1,), (k.threads,), [a, b, c, 64, 32, 64], shared_bytes=k.shared_bytes)
+    exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
+    np.testing.assert_allclose(c, exact, rtol=0, atol=32 * 2.0 ** -23 * np.abs(exact).max())
+
+
+# ------------------------------------------------------------------ wgmma (sm_90a)
+WGMMA_CONFIGS = [
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64, "WARPS": 8, "STAGES": 4}, (150, 300, 200), "2 x 1 warpgroups of 64 x 256"),
+    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 64, "WARPS": 4, "STAGES": 3}, (70, 130, 77), "1 x 1 warpgroups of 64 x 128"),
+    ({"TILE_M": 64, "TILE_N": 256, "TILE_K": 64, "WARPS": 8, "STAGES": 2}, (130, 64, 64), "1 x 2 warpgroups of 64 x 128"),
+]
+
+
+@pytest.mark.parametrize("config,sizes,grid_text", WGMMA_CONFIGS, ids=["128x256-4", "64x128-3", "64x256-2"])
+def test_wgmma_gemm_runs_in_the_emulator_on_ragged_sizes(config, sizes, grid_text):
+    k = compiled(GEMM_BF16, "gemm_bf16", config, "sm_90a")
+    assert len(k.notes) == 1 and f"wgmma m64n{grid_text.split(' x ')[-1]}k16 bf16, {grid_text}" in k.notes[0]
+    in_flight = config["STAGES"] >= 3  # one wgmma group stays in flight into the next iteration
+    assert ("wgmma.wait_group.sync.aligned 1;" in k.ptx) == in_flight
+    assert "fence.proxy.async.shared::cta" in k.ptx and "mma.sync" not in k.ptx
+    m, n, kk = sizes
+    rng = np.random.default_rng(8)
+    a, b = bf16_bits(rng.standard_normal((m, kk), dtype=np.float32)), bf16_bits(rng.standard_normal((kk, n),
+                                                                                                      np.float32))
+    c = np.zeros((m, n), np.uint16)
+    grid = (-(-m // config["TILE_M"]), -(-n // config["TILE_N"]))
+    emulator.launch(k.ptx, "gemm_bf16", grid, (k.threads,), [a, b, c, m, kk, n], shared_bytes=k.shared_bytes)
+    exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
+    np.testing.assert_allclose(bf16_values(c), exact, rtol=2 ** -7, atol=1e-3)
+
+
+def test_wgmma_is_for_sm_90a_and_for_operands_streamed_beside_it():
+    config = WGMMA_CONFIGS[0][0]
+    assert "mma.sync m16n8k16" in compiled(GEMM_BF16, "gemm_bf16", config, "sm_90").notes[0]
+    assert "wgmma" not in compiled(GEMM_BF16, "gemm_bf16", dict(config, TILE_K=32), "sm_90a").ptx
+    attention = compiled(ATTENTION, "attention", {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 2, "HEAD": 64},
+                         "sm_90a")
+    assert "wgmma" not in attention.ptx  # Q and P come from registers: mma.sync
+
+
+def test_ptxas_accepts_the_wgmma_gemm_without_spills():
+    k = compiled(GEMM_BF16, "gemm_bf16", WGMMA_CONFIGS[0][0], "sm_90a")
+    report = check(k.ptx, arch="sm_90a", name="gemm_bf16")
+    report.raise_for_errors()
+    assert report.kernel("gemm_bf16").spill_stores == 0, report.kernel("gemm_bf16")
+    assert not any("C7510" in w or "serializ" in w for w in report.warnings), report.warnings

@@ -1,0 +1,90 @@
+# The tensor-core examples on the GPU, through the documented call on torch tensors, against
+# torch at sizes that are not multiples of any tile: bf16 and f16 GEMMs against torch.mm, TF32
+# against cuBLAS's TF32, 3xTF32 no less accurate than cuBLAS's SGEMM, attention against torch's
+# scaled_dot_product_attention.  Every kernel runs the configuration the autotuner chose, and its
+# report must say the products ran on the tensor cores.
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import phobos
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    return torch
+
+
+def on_tensor_cores(fn) -> None:
+    notes = fn.compiled.notes
+    assert notes and all("runs on the tensor cores" in note for note in notes), notes
+
+
+@pytest.mark.parametrize("name,dtype", [("gemm_bf16", "bfloat16"), ("gemm_f16", "float16")])
+def test_16_bit_gemm_matches_torch(torch, name, dtype):
+    dt = getattr(torch, dtype)
+    m, k, n = 1000 + 3, 700 + 5, 900 + 1
+    a, b = torch.randn(m, k, device="cuda").to(dt), torch.randn(k, n, device="cuda").to(dt)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
+    gemm = getattr(phobos.load(EXAMPLES / "gemm_bf16.phobos", mode="gpu"), name)
+    gemm(a, b, c)
+    on_tensor_cores(gemm)
+    exact = a.double() @ b.double()
+    ours, theirs = (c.double() - exact).abs().max().item(), (torch.mm(a, b).double() - exact).abs().max().item()
+    assert ours <= 2 * theirs + 1e-3, (ours, theirs)
+
+
+@pytest.mark.parametrize("precision", ["tf32", "tf32x3"])
+def test_tf32_gemms_are_as_accurate_as_cublas(torch, precision):
+    m, k, n = 1000 + 3, 2048 + 5, 900 + 1
+    a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+    c = torch.full((m, n), float("nan"), device="cuda")
+    gemm = getattr(phobos.load(EXAMPLES / "sgemm_tf32.phobos", mode="gpu"), f"sgemm_{precision}")
+    gemm(a, b, c)
+    on_tensor_cores(gemm)
+    exact = a.double() @ b.double()
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"  # 3xTF32 is held to SGEMM's accuracy
+    try:
+        theirs = (torch.mm(a, b).double() - exact).abs().max().item()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    ours = (c.double() - exact).abs().max().item()
+    assert ours <= 1.5 * theirs, (ours, theirs)
+
+
+@pytest.mark.parametrize("head", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_matches_torch_sdpa(torch, head, causal):
+    import torch.nn.functional as F
+    heads, length = 3, 1000 + 7
+    q, k, v = (torch.randn(heads, length, head, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    attention = phobos.load(EXAMPLES / "attention_bf16.phobos", mode="gpu").attention
+    attention(q, k.transpose(1, 2).contiguous(), v, o, scale=1 / math.sqrt(head), causal=causal)
+    on_tensor_cores(attention)
+    s = (q.double() @ k.double().transpose(1, 2)) / math.sqrt(head)
+    if causal:
+        s = s.masked_fill(torch.ones(length, length, dtype=torch.bool, device="cuda").triu(1), -math.inf)
+    exact = torch.softmax(s, dim=-1) @ v.double()
+    theirs = (F.scaled_dot_product_attention(q, k, v, is_causal=causal).double() - exact).abs().max().item()
+    ours = (o.double() - exact).abs().max().item()
+    assert ours <= 2 * theirs + 2 ** -9, (ours, theirs)
+
+
+def test_an_h200_compiles_for_sm_90a(torch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("not a compute capability 9.0 GPU")
+    gemm = phobos.load(EXAMPLES / "gemm_bf16.phobos", mode="gpu").gemm_bf16
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    gemm(a, a, torch.empty_like(a))
+    assert gemm.compiled.arch == "sm_90a" and ".target sm_90a" in gemm.ptx
