@@ -595,12 +595,12 @@ def test_device_assert_on_the_gpu_reports_a_failed_launch(tmp_path):
     """In a process of its own: a trap leaves the CUDA context unusable."""
     script = tmp_path / "assert.py"
     script.write_text(
-        "import numpy as np, phobos\\n"
-        f"k = phobos.jit({ASSERTS!r}, filename='test.phobos', mode='gpu').k\\n"
-        "try:\\n"
-        "    k(np.array([1, 200, 3, 4, 5, 6, 7, 8], np.float32), np.zeros(8, np.float32))\\n"
-        "except phobos.PhobosError as err:\\n"
-        "    print('ERROR', type(err).__name__, err)\\n")
+        "import numpy as np, phobos\n"
+        f"k = phobos.jit({ASSERTS!r}, filename='test.phobos', mode='gpu').k\n"
+        "try:\n"
+        "    k(np.array([1, 200, 3, 4, 5, 6, 7, 8], np.float32), np.zeros(8, np.float32))\n"
+        "except phobos.PhobosError as err:\n"
+        "    print('ERROR', type(err).__name__, err)\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     # the failure line is printed before the trap; whether the driver still flushes it after the
     # kernel failed is the driver's affair, so only the error is required here
