@@ -1,4 +1,4 @@
-# The Phobos parser: tokens -> AST (phobos/ast.py).
+# The Phobos parser: tokens -> AST (phobos/frontend/ast.py).
 #
 # A PLY LALR grammar in the style of pycparser: one `p_` function per rule with
 # the rule in its docstring (PLY reads it) and the EBNF it implements above it,

@@ -6,10 +6,11 @@
 #                 buffer and relayout, the loop builder, the walk over ops
 #   placement.py  threads per CTA, a layout per tile value, program order
 #   fusion.py     which stores are lowered together with their loads
+#   ordering.py   which tensor accesses need a barrier before them
 #   values.py     params, constants, program ids, arange, element-wise ops,
 #                 broadcast, reshape, extract
-#   control.py    for, if, yield
-#   memory.py     loads, stores, atomics: the edge contract, bounds and
+#   control.py    for, while, if, yield
+#   memory.py     loads and stores of slices: the edge contract, bounds and
 #                 alignment tests, vector accesses, fused stores
 #   dot.py        dot through shared memory: DotPlan, staging, FMA order
 #   mma_plan.py   which dots run on the tensor cores, and how (MmaPlan)

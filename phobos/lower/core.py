@@ -12,9 +12,9 @@
 # HANDLERS, a `phobos.dispatch.Dispatch` table.  A handler is a function
 # `handler(low: Lowering, op: Op) -> None` that writes thread-level ops at
 # `low.b` and records the op's results in `low.vals`.  The concern modules
-# (values, control, memory, dot, pipeline, reduce) register their handlers on
-# import; driver.py imports them all.  They import this module, never the
-# other way round.
+# (values, control, memory, dot, mma, pipeline, reduce, scan, indexed,
+# rearrange, debug) register their handlers on import; driver.py imports them
+# all.  They import this module, never the other way round.
 #
 # What lives here is what more than one concern needs:
 #

@@ -10,8 +10,8 @@
 # x[i :+ B]`: a thread would load elements other threads store).
 #
 # Only the plan is made here, from the tile-level ops, the layouts and the use
-# counts; core.lower_ops consults it to skip the ops that a fused store will
-# compute, and memory.py writes the code.
+# counts; Lowering.lower_ops (core.py) consults it to skip the ops that a fused
+# store will compute, and memory.py writes the code.
 from __future__ import annotations
 
 from dataclasses import dataclass

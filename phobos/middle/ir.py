@@ -14,9 +14,10 @@
 # and passes can reason about loops without building a CFG.
 #
 # The same classes serve both levels.  At the tile level values may be tiles
-# and tensors; after `lower.py` every value is a scalar of one thread.  What an
-# opcode means, whether it is pure (no memory or barrier effects, so that CSE,
-# DCE and LICM may move or drop it) and how many results it has is in OPCODES.
+# and tensors; after lowering (phobos/lower/) every value is a scalar of one
+# thread.  What an opcode means, whether it is pure (no memory or barrier
+# effects, so that CSE, DCE and LICM may move or drop it) and how many results
+# it has is in OPCODES.
 from __future__ import annotations
 
 import itertools
