@@ -16,6 +16,7 @@ from phobos.constants import bf16_bits, bf16_values, round_tf32
 from phobos.ptxcheck import check
 from phobos.run import emulator
 
+from .tensor_core_support import tf32_gemm_reference
 from .test_backend import without_version
 
 ROOT = Path(__file__).parent.parent
@@ -74,7 +75,7 @@ def test_shapes_the_instruction_cannot_tile_fall_back_and_say_why(shape, why):
 
 def test_f32_dots_stay_on_the_cuda_cores_unless_a_precision_asks():
     assert phobos.compile(dot_source(64, 64, 32, "f32"), arch="sm_90a").notes == []
-    k = phobos.compile(dot_source(64, 64, 32, "f32", precision="tf32x3"), arch="sm_90a")
+    k = phobos.compile(dot_source(64, 64, 32, "f32", precision="tf32x3"), arch="sm_90")  # sm_90a: wgmma
     assert "mma.sync m16n8k8 tf32x3" in k.notes[0]
     assert instructions(k.ptx, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 3 * 2 * 4 * 4
     assert instructions(k.ptx, "cvt.rna.tf32.f32") > 0
@@ -118,7 +119,7 @@ def test_ptxas_accepts_the_tensor_core_kernels(path, kernel, config, arch):
     k = compiled(path, kernel, config, arch)
     report = check(k.ptx, arch=arch, name=kernel)
     report.raise_for_errors()
-    assert ("mma.sync" in k.ptx) == (arch != "sm_75")
+    assert ("mma.sync" in k.ptx or "wgmma.mma_async" in k.ptx) == (arch != "sm_75")
     if arch != "sm_75":  # the CUDA-core fallback is correct, not tuned
         assert report.kernel(kernel).spill_stores == 0, report.kernel(kernel)
 
@@ -244,4 +245,98 @@ def test_ptxas_accepts_the_wgmma_gemm_without_spills():
     report = check(k.ptx, arch="sm_90a", name="gemm_bf16")
     report.raise_for_errors()
     assert report.kernel("gemm_bf16").spill_stores == 0, report.kernel("gemm_bf16")
+    assert not any("C7510" in w or "serializ" in w for w in report.warnings), report.warnings
+
+
+# ------------------------------------------------------------------ tf32 and tf32x3 on wgmma (sm_90a)
+TF32_WGMMA_CONFIGS = [
+    ("sgemm_tf32", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}, (150, 300, 100),
+     "m64n128k8 tf32, 2 x 1 warpgroups of 64 x 128"),
+    ("sgemm_tf32", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 2}, (130, 270, 70),
+     "m64n256k8 tf32, 2 x 1 warpgroups of 64 x 256"),
+    ("sgemm_tf32", {"TILE_M": 64, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 4}, (70, 260, 97),
+     "m64n128k8 tf32, 1 x 2 warpgroups of 64 x 128"),
+    ("sgemm_tf32x3", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}, (150, 200, 100),
+     "m64n128k8 tf32x3, 2 x 1 warpgroups of 64 x 128"),
+    ("sgemm_tf32x3", {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32, "WARPS": 4, "STAGES": 2}, (70, 65, 33),
+     "m64n64k8 tf32x3, 1 x 1 warpgroups of 64 x 64"),
+]
+
+
+def emulate_sgemm(kernel: str, config: dict, sizes, arch: str = "sm_90a", seed: int = 9):
+    """(A, B, C) of the example's kernel run in the emulator on random f32 operands of (M, N, K) `sizes`."""
+    k = compiled(SGEMM_TF32, kernel, config, arch)
+    m, n, kk = sizes
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, kk), dtype=np.float32), rng.standard_normal((kk, n), dtype=np.float32)
+    c = np.zeros((m, n), np.float32)
+    grid = (-(-m // config["TILE_M"]), -(-n // config["TILE_N"]))
+    emulator.launch(k.ptx, kernel, grid, (k.threads,), [a, b, c, m, kk, n], shared_bytes=k.shared_bytes)
+    return k, a, b, c
+
+
+@pytest.mark.parametrize("kernel,config,sizes,what", TF32_WGMMA_CONFIGS,
+                         ids=["tf32-128x128-3", "tf32-128x256-2", "tf32-64x256-4", "tf32x3-128x128-3", "tf32x3-64x64-2"])
+def test_tf32_wgmma_gemm_is_bit_exact_in_the_emulator_on_ragged_sizes(kernel, config, sizes, what):
+    k, a, b, c = emulate_sgemm(kernel, config, sizes)
+    assert len(k.notes) == 1 and f"dot runs on the tensor cores: wgmma {what}" in k.notes[0]
+    assert "mma.sync" not in k.ptx and "cp.async" not in k.ptx  # staged through registers
+    assert instructions(k.ptx, "cvt.rna.tf32.f32") > 0 and "fence.proxy.async.shared::cta" in k.ptx
+    in_flight = kernel == "sgemm_tf32" and config["STAGES"] >= 3  # tf32x3 adds each product after its wait
+    assert ("wgmma.wait_group.sync.aligned 1;" in k.ptx) == in_flight
+    precision = kernel.split("_")[1]
+    expected = tf32_gemm_reference(a, b, precision, config["TILE_K"])
+    np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
+    scale = np.abs(a).astype(np.float64) @ np.abs(b)
+    assert (np.abs(c - a.astype(np.float64) @ b) / scale).max() <= {"tf32": 2.0 ** -10, "tf32x3": 2.0 ** -21}[precision]
+
+
+@pytest.mark.parametrize("kernel", ["sgemm_tf32", "sgemm_tf32x3"])
+def test_tf32_wgmma_and_mma_sync_compute_the_same_bits_and_the_interpreter_agrees_to_the_documented_bound(kernel):
+    config = {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "WARPS": 4, "STAGES": 3}
+    sizes = (70, 130, 77)
+    wgmma, a, b, c = emulate_sgemm(kernel, config, sizes, "sm_90a")
+    mma, _, _, c_mma = emulate_sgemm(kernel, config, sizes, "sm_90")
+    assert "wgmma" in wgmma.notes[0] and "mma.sync" in mma.notes[0]
+    np.testing.assert_array_equal(c.view(np.uint32), c_mma.view(np.uint32))
+    c_interpreted = np.zeros_like(c)
+    getattr(phobos.load(SGEMM_TF32, mode="interpret"), kernel).configure(**config)(a, b, c_interpreted)
+    scale = np.abs(a).astype(np.float64) @ np.abs(b)
+    bound = {"sgemm_tf32": 2.0 ** -10, "sgemm_tf32x3": 2.0 ** -21}[kernel]
+    for result in (c, c_interpreted):
+        assert (np.abs(result - a.astype(np.float64) @ b) / scale).max() <= bound
+    if kernel == "sgemm_tf32":  # the same rounded operands: the sums differ by the tensor cores' truncations
+        assert np.abs(c - c_interpreted).max() <= 2.0 ** -20 * scale.max()
+
+
+@pytest.mark.parametrize("precision", ["tf32", "tf32x3"])
+def test_a_tf32_dot_outside_a_loop_runs_on_wgmma_from_registers_stored_rounded(precision):
+    src = dot_source(128, 64, 32, "f32", warps=8, precision=precision)
+    k = phobos.compile(src, arch="sm_90a")
+    assert f"wgmma m64n64k8 {precision}, 2 x 1 warpgroups of 64 x 64" in k.notes[0]
+    rng = np.random.default_rng(10)
+    a, b = rng.standard_normal((128, 32), dtype=np.float32), rng.standard_normal((32, 64), dtype=np.float32)
+    out = run_both(src, lambda: [a, b, np.zeros((128, 64), np.float32)])
+    np.testing.assert_array_equal(out["emulate"][2], tf32_gemm_reference(a, b, precision, 32))
+    scale = np.abs(a).astype(np.float64) @ np.abs(b)
+    for mode, (_, _, c) in out.items():
+        assert (np.abs(c - a.astype(np.float64) @ b) / scale).max() <= {"tf32": 2.0 ** -10, "tf32x3": 2.0 ** -21}[
+            precision], mode
+
+
+def test_tf32_wgmma_needs_a_k_slice_of_32():
+    config = dict(TF32_WGMMA_CONFIGS[0][1], TILE_K=16)
+    assert "mma.sync m16n8k8 tf32" in compiled(SGEMM_TF32, "sgemm_tf32", config, "sm_90a").notes[0]
+
+
+@pytest.mark.parametrize("kernel,config", [
+    ("sgemm_tf32", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}),
+    ("sgemm_tf32", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 3}),
+    ("sgemm_tf32x3", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}),
+], ids=["tf32-128x128", "tf32-128x256", "tf32x3-128x128"])
+def test_ptxas_accepts_the_tf32_wgmma_gemms_without_spills(kernel, config):
+    k = compiled(SGEMM_TF32, kernel, config, "sm_90a")
+    report = check(k.ptx, arch="sm_90a", name=kernel)
+    report.raise_for_errors()
+    assert report.kernel(kernel).spill_stores == 0, report.kernel(kernel)
     assert not any("C7510" in w or "serializ" in w for w in report.warnings), report.warnings

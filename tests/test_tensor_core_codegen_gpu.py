@@ -62,6 +62,36 @@ def test_tf32_gemms_are_as_accurate_as_cublas(torch, precision):
     assert ours <= 1.5 * theirs, (ours, theirs)
 
 
+TF32_WGMMA = {"tf32": [(128, 128, 8, 3), (128, 256, 8, 2), (64, 256, 8, 4)],
+              "tf32x3": [(128, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 4)]}
+
+
+@pytest.mark.parametrize("precision,tile", [(p, t) for p, tiles in TF32_WGMMA.items() for t in tiles])
+def test_tf32_wgmma_gemms_give_the_tensor_core_model_bit_for_bit(torch, precision, tile):
+    """sm_90a: each product on wgmma, its operands rounded and staged through registers, gives exactly the
+    bits of the H200's tensor-core model (what the emulator checks on the CPU)."""
+    import numpy as np
+
+    from .tensor_core_support import tf32_gemm_reference
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs a compute capability 9.0 GPU")
+    tile_m, tile_n, warps, stages = tile
+    m, k, n = 300 + 3, 200 + 5, 260 + 1
+    a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+    c = torch.full((m, n), float("nan"), device="cuda")
+    gemm = getattr(phobos.load(EXAMPLES / "sgemm_tf32.phobos", mode="gpu"), f"sgemm_{precision}").configure(
+        TILE_M=tile_m, TILE_N=tile_n, TILE_K=32, WARPS=warps, STAGES=stages)
+    gemm(a, b, c)
+    assert "wgmma" in gemm.compiled.notes[0], gemm.compiled.notes
+    expected = tf32_gemm_reference(a.cpu().numpy(), b.cpu().numpy(), precision, 32)
+    got = c.cpu().numpy()
+    differ = np.flatnonzero(got.view(np.uint32) != expected.view(np.uint32))
+    if differ.size:
+        first = differ[0]
+        pytest.fail(f"{differ.size} of {got.size} results differ; the first at {divmod(first, n)}: "
+                    f"{got.flat[first]!r}, the model {expected.flat[first]!r}")
+
+
 @pytest.mark.parametrize("head", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_matches_torch_sdpa(torch, head, causal):

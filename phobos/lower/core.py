@@ -113,6 +113,7 @@ class Lowering:
         self.scratch_start = 0  # where the scratch buffer starts (see smem)
         self.staged: dict[Value, object] = {}  # loaded operands a pipelined loop keeps in shared memory
         self.wgmma_in_flight: dict[Op, int] = {}  # wgmma products whose group may stay in flight (pipeline.py)
+        self.while_wgmma: Callable[[], None] | None = None  # code the next wgmma product runs before its wait
         self.cache: dict[tuple, Value] = {}
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
         self.memo: dict[Block, dict] = {}

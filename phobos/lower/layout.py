@@ -309,3 +309,31 @@ def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: 
                for i in range(block_m // WGMMA_ROWS) for j in range(block_n // MMA_COLS)
                for half in (0, 1) for c in (0, 1)]
     return Layout((m, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))
+
+
+def transposing_copy_layout(shape: tuple[int, int], threads: int, elem_bytes: int) -> Layout:
+    """The layout of a row-major [K, N] tile loaded to be stored transposed (K contiguous) in shared
+    memory: each thread holds a block of 16 bytes along K by 16 bytes along N, loaded as vectors along
+    N and stored as vectors along K (the transpose is a renaming of registers).
+
+    The lanes of a warp take up to 8 consecutive blocks along K first (eight lanes store eight distinct
+    16-byte chunks of one transposed row: no bank conflicts with wgmma's 128-byte swizzle), then blocks
+    along N; the warps take blocks along N, then along K.  Register slots: the blocks of a thread
+    (repeats of the thread grid, K outer), within a block K outer and N inner (vectors along N).
+    """
+    k, n = shape
+    v = 16 // elem_bytes
+    assert k % v == 0 and n % v == 0, (shape, elem_bytes)
+    lanes_k = min(8, _pow2_at_least(k // v))
+    lanes_n = WARP // lanes_k
+    warps = threads // WARP
+    warps_n = min(warps, _pow2_at_least(_cdiv(n, v * lanes_n)))
+    warps_k = warps // warps_n
+    rows = [Term(1, lanes_k, v)] + ([Term(WARP * warps_n, warps_k, v * lanes_k)] if warps_k > 1 else [])
+    cols = [Term(lanes_k, lanes_n, v)] + ([Term(WARP, warps_n, v * lanes_n)] if warps_n > 1 else [])
+    cover_k, cover_n = v * lanes_k * warps_k, v * lanes_n * warps_n
+    offsets = [(rk * cover_k + i, rn * cover_n + j)
+               for rk in range(_cdiv(k, cover_k)) for rn in range(_cdiv(n, cover_n))
+               for i in range(v) for j in range(v)
+               if rk * cover_k + i < k and rn * cover_n + j < n]
+    return Layout((k, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), ())

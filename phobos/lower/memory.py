@@ -215,9 +215,16 @@ def element_valid(low: Lowering, tensor: TensorRef, starts, sizes, tile_dims, la
 def load(low: Lowering, op: Op) -> None:
     if op in low.global_barriers:
         low.barrier()
+    layout = low.layouts.get(op.result) if isinstance(op.result.type, TileType) else None
+    regs = load_registers(low, op, layout)
+    low.vals[op.result] = regs[0] if layout is None else TileRegs(layout, regs)
+
+
+def load_registers(low: Lowering, op: Op, layout: Layout | None, enabled: Value | None = None) -> list[Value]:
+    """The registers of load `op` in `layout` (None: a scalar's one): vector loads when the slice is inside
+    the tensor and aligned, else element by element with zeros outside; all zeros, nothing read, where the
+    uniform predicate `enabled` is false."""
     tensor = low.vals[op.operands[0]]
-    result_t = op.result.type
-    layout = low.layouts.get(op.result) if isinstance(result_t, TileType) else None
     starts, sizes, tile_dims = slice_geometry(low, op, tensor)
     addrs = row_addresses(low, tensor, starts, tile_dims, layout)
     dtype = tensor.dtype.compute
@@ -225,6 +232,7 @@ def load(low: Lowering, op: Op) -> None:
     fast = in_bounds(low, tensor, starts, sizes)
     if width > 1:
         fast = low.all_of([fast, aligned(low, tensor, starts, width)])
+    fast = low.all_of([enabled, fast])
     nregs = len(addrs)
     regions = [Block(), Block()]
     branch = low.b.op("if", [fast], [ScalarType(dtype)] * nregs, {}, regions)
@@ -237,7 +245,7 @@ def load(low: Lowering, op: Op) -> None:
             if vec > 1 or region is regions[0]:
                 pred = low.slot_valid(layout, group[0]) if layout is not None else None
             else:
-                pred = element_valid(low, tensor, starts, sizes, tile_dims, layout, group[0])
+                pred = low.all_of([element_valid(low, tensor, starts, sizes, tile_dims, layout, group[0]), enabled])
             ld = low.b.op("ld_global", [addr] + ([pred] if pred is not None else []),
                           [ScalarType(dtype)] * len(group),
                           {"dtype": tensor.dtype, "vec": len(group), "offset": off,
@@ -245,10 +253,7 @@ def load(low: Lowering, op: Op) -> None:
             regs += ld.results
         low.b.op("yield", regs, [])
     low.b = outer
-    if layout is None:
-        low.vals[op.result] = branch.results[0]
-    else:
-        low.vals[op.result] = TileRegs(layout, list(branch.results))
+    return list(branch.results)
 
 
 @HANDLERS.on("store")

@@ -18,14 +18,19 @@
 # fragments (a loop-invariant operand is packed once, by LICM).
 #
 # On sm_90a a product whose plan says "wgmma" runs `wgmma.mma_async` instead
-# (`wgmma_compute`): each warpgroup issues one m64nNk16 per 64-row tile and
-# k step, reading both operands from shared memory through 64-bit matrix
-# descriptors - A K-major, B N-major (imm-trans-b) - in the 128-byte swizzled
-# layout (`TileSpace`), then commits the group; the caller waits for it (at
-# once, or, in a pipelined K loop, one iteration later: pipeline.py).  The
-# accumulators are wgmma's registers in place (isel ties them), and every
-# thread fences its shared-memory writes for the asynchronous proxy
-# (fence.proxy.async) before the barrier that precedes the wgmmas.
+# (`wgmma_compute`): each warpgroup issues one m64nNk16 (16-bit) or m64nNk8
+# (tf32; three for tf32x3) per 64-row tile and k step, reading both operands
+# from shared memory through 64-bit matrix descriptors in the 128-byte
+# swizzled layout (`TileSpace`) - A K-major; B N-major (imm-trans-b) for
+# 16-bit operands, K-major for tf32, which wgmma cannot transpose - then
+# commits the group; the caller waits for it (at once, or, in a pipelined K
+# loop, one iteration later: pipeline.py).  The accumulators are wgmma's
+# registers in place (isel ties them), and every thread fences its
+# shared-memory writes for the asynchronous proxy (fence.proxy.async) before
+# the barrier that precedes the wgmmas.  The tensor cores truncate tf32
+# operands, so tf32 operands are rounded (`cvt.rna`) on their way to shared
+# memory (`store_operand`; tf32x3: the high parts, and the TF32 roundings of
+# the rests beside them) and B is transposed there.
 #
 # `lower_dot` stages operands held in registers in the scratch buffer;
 # pipeline.py copies loaded operands into its stages with cp.async and calls
@@ -49,16 +54,21 @@ class TileSpace:
 
     Padded (`stride` > 0): row-major, rows `stride` bytes apart (mma.sync).
     Swizzled (`stride` 0): wgmma's canonical 128-byte-swizzled layout - boxes
-    of 128 bytes of each row (64 16-bit elements), box after box; within a
-    box, row r at 128 r, its 16-byte chunk c at chunk c ^ (r % 8).  A K-major
-    A tile of K = 64 is one box; an N-major B tile is N / 64 boxes.  Starts
-    1024-byte aligned (the swizzle repeats every 8 rows).
+    of 128 bytes of each row (64 16-bit elements, 32 f32), box after box;
+    within a box, row r at 128 r, its 16-byte chunk c at chunk c ^ (r % 8).  A
+    K-major tile of K = 128 bytes is one box; an N-major B tile is N / 64
+    boxes.  Starts 1024-byte aligned (the swizzle repeats every 8 rows).
+    `transposed`: the rows and columns are those of the operand tile's
+    transpose (a [K, N] B tile held K-major, [N, K]).  `parts`: copies of that
+    geometry one after another (tf32x3: the high parts, then the low parts).
     """
 
     rows: int
     cols: int
     eb: int
     stride: int
+    transposed: bool = False
+    parts: int = 1
 
     @property
     def swizzled(self) -> bool:
@@ -69,10 +79,14 @@ class TileSpace:
         return self.rows * SWIZZLE_BYTES
 
     @property
-    def nbytes(self) -> int:
+    def part_bytes(self) -> int:
         if self.swizzled:
             return -(-self.cols * self.eb // SWIZZLE_BYTES) * self.box_bytes
         return self.rows * self.stride
+
+    @property
+    def nbytes(self) -> int:
+        return self.parts * self.part_bytes
 
     @property
     def alignment(self) -> int:
@@ -80,11 +94,11 @@ class TileSpace:
 
     def delta(self, i: int, j: int) -> int | None:
         """offset(row + i, col + j) - offset(row, col) when that is the same for every (row, col) with
-        col a multiple of 8 (a 16-byte chunk's first element); None when it is not."""
+        col a 16-byte chunk's first element; None when it is not."""
         if not self.swizzled:
             return i * self.stride + j * self.eb
         per_box = SWIZZLE_BYTES // self.eb
-        if i % 8 or j % per_box >= 8:
+        if i % 8 or j % per_box >= 16 // self.eb:
             return None
         return j // per_box * self.box_bytes + i * SWIZZLE_BYTES + j % per_box * self.eb
 
@@ -93,15 +107,15 @@ class TileSpace:
         if not self.swizzled:
             return low.op("add", [low.op("mul", [row, low.const(self.stride)], I32),
                                   low.op("mul", [col, low.const(self.eb)], I32)], I32)
-        per_box = SWIZZLE_BYTES // self.eb
+        per_box, per_chunk = SWIZZLE_BYTES // self.eb, 16 // self.eb
         box = low.op("div", [col, low.const(per_box)], I32)
         within = low.op("rem", [col, low.const(per_box)], I32)
-        chunk = low.op("xor", [low.op("div", [within, low.const(8)], I32), low.op("rem", [row, low.const(8)], I32)],
-                       I32)
+        chunk = low.op("xor", [low.op("div", [within, low.const(per_chunk)], I32),
+                               low.op("rem", [row, low.const(8)], I32)], I32)
         parts = [low.op("mul", [box, low.const(self.box_bytes)], I32),
                  low.op("mul", [row, low.const(SWIZZLE_BYTES)], I32),
                  low.op("mul", [chunk, low.const(16)], I32),
-                 low.op("mul", [low.op("rem", [within, low.const(8)], I32), low.const(self.eb)], I32)]
+                 low.op("mul", [low.op("rem", [within, low.const(per_chunk)], I32), low.const(self.eb)], I32)]
         total = parts[0]
         for part in parts[1:]:
             total = low.op("add", [total, part], I32)
@@ -135,7 +149,8 @@ class RegisterOperand:
 def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpace:
     """How an operand tile lies in shared memory for the plan's instruction.
 
-    wgmma: swizzled (TileSpace).  mma.sync: row-major with a row stride that
+    wgmma: swizzled (TileSpace), A K-major; B N-major for 16-bit operands,
+    transposed to K-major for tf32 kinds (two parts for tf32x3).  mma.sync: row-major with a row stride that
     is a multiple of 16 bytes (cp.async and ldmatrix move 16-byte rows),
     padded so that the rows one fragment read touches fall in different
     banks: eight rows of 16 bytes for ldmatrix and for tf32 A (an odd number
@@ -144,7 +159,10 @@ def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpac
     """
     eb = plan.kind.operand.nbytes
     if plan.instruction == "wgmma":
-        return TileSpace(rows, cols, eb, 0)
+        parts = 2 if plan.kind.products == 3 else 1
+        if operand == "b" and not plan.kind.sixteen_bit:
+            return TileSpace(cols, rows, eb, 0, transposed=True, parts=parts)
+        return TileSpace(rows, cols, eb, 0, parts=parts)
     stride = align(cols * eb, 16)
     ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit else \
         (lambda s: (s // 16) % 2 == 1)
@@ -186,7 +204,7 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
         low.barrier()
         for name, v in (("a", a_v), ("b", b_v)):
             if spaces[name] is not None:
-                store_tile(low, low.tile(v), base, starts[name], spaces[name], plan.kind.operand)
+                store_operand(low, low.tile(v), base, starts[name], spaces[name], plan)
         if plan.instruction == "wgmma":
             low.b.op("fence_proxy_async", [], [])  # the stores, seen by the tensor cores' reads
         low.barrier()
@@ -205,6 +223,45 @@ def _unrounded(low: Lowering, a: Value) -> list[Value]:
     if source is not None and source.dtype is DType.F32 and low.tile(source).layout == low.tile(a).layout:
         return low.tile(source).regs
     return low.tile(a).regs
+
+
+def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, plan: MmaPlan) -> None:
+    """Store operand tile `t` of a product into shared memory at byte `start` of `base`, laid out as `space`
+    says: as it is, or - tf32 kinds on wgmma - rounded to TF32 (tf32x3: the high parts, then the TF32
+    roundings of the rests, a part further), in 16-byte vectors along the space's rows where the layout
+    holds them (`transposing_copy_layout` does for a transposed B).  Each distinct (row % 8, column within
+    the box) of the thread's elements gets an address of its own; the rest are immediate offsets."""
+    if plan.kind.sixteen_bit or not space.swizzled:
+        store_tile(low, t, base, start, space, plan.kind.operand)
+        return
+    layout = t.layout
+    per_chunk, per_box = 16 // space.eb, SWIZZLE_BYTES // space.eb
+    row_dim, col_dim = (1, 0) if space.transposed else (0, 1)
+    at = {(off[row_dim], off[col_dim]): r for r, off in enumerate(layout.offsets)}
+    whole = all(term.scale % per_chunk == 0 for term in layout.terms[col_dim]) and \
+        all((row, col - col % per_chunk + x) in at for row, col in at for x in range(per_chunk))
+    width = per_chunk if whole else 1
+    thread_row, thread_col = (low.thread_coord(layout.terms[d]) for d in (row_dim, col_dim))
+    owner = low.owner(layout)
+    addresses: dict[tuple[int, int], Value] = {}
+    for (row, col), r in sorted(at.items()):
+        if col % width:
+            continue
+        group = [at[(row, col + x)] for x in range(width)]
+        key = (row % 8, col % per_box)
+        if key not in addresses:
+            offset = space.offset(low, low.op("add", [thread_row, low.const(key[0])], I32),
+                                  low.op("add", [thread_col, low.const(key[1])], I32))
+            addresses[key] = low.op("add", [base, low.op("cast", [offset], U32)], U32)
+        pred = low.all_of([low.slot_valid(layout, g) for g in group] + [owner])
+        offset = start + space.delta(row - key[0], col - key[1])
+        high = [low.op("tf32", [t.regs[g]], U32) for g in group]
+        parts = [high] + ([[low.op("tf32_low", [t.regs[g], h], U32) for g, h in zip(group, high)]]
+                          if space.parts == 2 else [])
+        for p, regs in enumerate(parts):
+            low.b.op("st_shared", [addresses[key], *regs] + ([pred] if pred is not None else []),
+                     [], {"dtype": DType.U32, "vec": width, "offset": offset + p * space.part_bytes,
+                          "masked": pred is not None})
 
 
 def store_tile(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, dtype: DType) -> None:
@@ -229,8 +286,14 @@ def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
     zero = [low.const(0.0, DType.F32)] * plan.layout.nregs
     if plan.instruction == "wgmma":
         acc = low.in_layout(op.operands[2], plan.layout).regs if len(op.operands) == 3 else zero
-        product = wgmma_compute(low, plan, a, b, acc)
+        apart = plan.kind.products == 3 and len(op.operands) == 3  # tf32x3: summed apart, as mma.sync does
+        product = wgmma_compute(low, plan, a, b, zero if apart else acc)
+        overlap, low.while_wgmma = low.while_wgmma, None
+        if overlap is not None:
+            overlap()
         low.b.op("wgmma_wait", [], [], {"pending": low.wgmma_in_flight.get(op, 0)})
+        if apart:
+            product = [low.op("add", [x, y], F32) for x, y in zip(acc, product)]
     elif len(op.operands) == 2:
         product = compute(low, plan, a, b, zero)
     elif plan.kind.products == 1:
@@ -266,27 +329,38 @@ def compute(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value])
 
 
 def wgmma_compute(low: Lowering, plan: MmaPlan, a: SharedOperand, b: SharedOperand, acc: list[Value]) -> list[Value]:
-    """acc + A @ B with wgmma: each warpgroup its block, one wgmma per 64-row tile and k step, then a
-    commit.  The operands are swizzled tiles (TileSpace): A K-major, B N-major (imm-trans-b).  The
-    caller waits for the group (wgmma_wait) before the result is used."""
+    """acc + A @ B with wgmma: each warpgroup its block, one wgmma per 64-row tile and k step (tf32x3:
+    three, low x high, high x low, high x high, as mma.sync runs them), then a commit.  The operands are
+    swizzled tiles (TileSpace): A K-major, B N-major (imm-trans-b) or, transposed, K-major.  The caller
+    waits for the group (wgmma_wait) before the result is used."""
+    kind = plan.kind
     group_m = low.digit(WARPGROUP, plan.warps_m)
     group_n = low.digit(WARPGROUP * plan.warps_m, plan.warps_n)
     block_m = plan.m // plan.warps_m
     a_row = low.op("mul", [group_m, low.const(block_m * SWIZZLE_BYTES)], I32)
-    b_box = low.op("mul", [group_n, low.const(plan.wgmma_n * plan.kind.operand.nbytes // SWIZZLE_BYTES
-                                              * b.space.box_bytes)], I32)
+    if b.space.transposed:  # K-major: the warpgroup's first row of B's transpose
+        b_first = low.op("mul", [group_n, low.const(plan.wgmma_n * SWIZZLE_BYTES)], I32)
+        desc_b = _descriptor(low, b, b_first, leading=16)
+    else:  # N-major: its first box of columns
+        b_first = low.op("mul", [group_n, low.const(plan.wgmma_n * kind.operand.nbytes // SWIZZLE_BYTES
+                                                    * b.space.box_bytes)], I32)
+        desc_b = _descriptor(low, b, b_first, leading=b.space.box_bytes)
     desc_a = _descriptor(low, a, a_row, leading=16)
-    desc_b = _descriptor(low, b, b_box, leading=b.space.box_bytes)
+    step_bytes = kind.k * kind.operand.nbytes  # a k step's part of a K-major row
+    pairs = [(1, 0), (0, 1), (0, 0)] if kind.products == 3 else [(0, 0)]  # (A part, B part): 1 the low parts
     acc = list(acc)
     per_tile = plan.wgmma_n // 2  # accumulators of one 64-row tile, one wgmma's
-    for s in range(plan.k // 16):
+    for s in range(plan.k // kind.k):
+        db = _plus(low, desc_b, (step_bytes * s if b.space.transposed else kind.k * s * SWIZZLE_BYTES) >> 4)
         for i in range(plan.wgmma_m_tiles):
-            da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + 32 * s) >> 4)
-            db = _plus(low, desc_b, (16 * s * SWIZZLE_BYTES) >> 4)
-            tile = acc[i * per_tile:(i + 1) * per_tile]
-            acc[i * per_tile:(i + 1) * per_tile] = low.b.op(
-                "wgmma", [da, db, *tile], [F32] * per_tile,
-                {"n": plan.wgmma_n, "type": plan.kind.ptx, "fence": s == 0 and i == 0}).results
+            da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4)
+            for pa, pb in pairs:
+                tile = acc[i * per_tile:(i + 1) * per_tile]
+                acc[i * per_tile:(i + 1) * per_tile] = low.b.op(
+                    "wgmma", [_plus(low, da, pa * a.space.part_bytes >> 4), _plus(low, db, pb * b.space.part_bytes >> 4),
+                              *tile], [F32] * per_tile,
+                    {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "fence": s == 0 and i == 0 and (pa, pb) == pairs[0]}
+                ).results
     low.b.op("wgmma_commit", [], [])
     return acc
 

@@ -11,13 +11,17 @@
 # operands are exact in f32, so the products are exact there too; tf32 kinds
 # are computed in full f32 there, more accurately than asked).
 #
-# On sm_90a a 16-bit product whose operands are both slices loaded beside it
-# for it alone (a K loop's: the pipeline streams them into shared memory),
-# whose K is 64 (one 128-byte row of an operand in the 128-byte swizzled
-# layout wgmma reads) and whose warps make whole warpgroups that tile it by
-# 64-row blocks and 64-column multiples (at most 256 per instruction) runs
-# `wgmma.mma_async` instead (`instruction` "wgmma"): the warpgroups form a
-# grid over the product.  Otherwise the warps
+# On sm_90a a product whose operands are both slices loaded beside it for it
+# alone (a K loop's: the pipeline streams them into shared memory), whose K
+# is one 128-byte row of an operand in the 128-byte swizzled layout wgmma
+# reads (64 16-bit elements, 32 f32) and whose warps make whole warpgroups
+# that tile it by 64-row blocks and column blocks of at most 256 (multiples
+# of 64 for 16-bit operands, which wgmma reads N-major; of 8 for tf32 kinds,
+# read K-major) runs `wgmma.mma_async` instead (`instruction` "wgmma"): the
+# warpgroups form a grid over the product.  The operands of a tf32 kind pass
+# through registers on their way to shared memory (they are rounded, and B is
+# transposed: wgmma reads tf32 K-major only), so the plan also names the
+# layouts they are loaded in (`staging_layouts`).  Otherwise the warps
 # of the CTA form a warps_m x warps_n grid over the product (`MmaPlan`); each
 # warp computes its block as 16 x 8 tiles with mma.sync.  The grid is
 # chosen to load the fewest fragments per k step (balanced warp blocks), or
@@ -32,9 +36,10 @@ from functools import cached_property
 
 from ..middle.ir import Block, Function, Op, Value, walk
 from ..types import DType
-from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, mma_layout, wgmma_layout
+from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, copy_layout, mma_layout,
+                     transposing_copy_layout, wgmma_layout)
 
-WGMMA_K = 64  # a wgmma product's K: one 128-byte swizzled row of 16-bit operands
+WGMMA_ROW_BYTES = 128  # a wgmma product's K, in bytes of an operand: one row of the 128-byte swizzle
 WGMMA_MAX_N = 256
 
 ELEMENTWISE_LIKE = {"add", "sub", "mul", "div", "min", "max", "neg", "abs", "select", "cast", "exp", "exp2",
@@ -58,6 +63,11 @@ class MmaKind:
     @property
     def sixteen_bit(self) -> bool:
         return self.operand.is_half
+
+    @property
+    def wgmma_k(self) -> int:
+        """The K of a product wgmma runs: one 128-byte swizzled row of the operand."""
+        return WGMMA_ROW_BYTES // self.operand.nbytes
 
 
 MMA_KINDS = {
@@ -115,6 +125,25 @@ class MmaPlan:
             return None
         return mma_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n, share_columns=True)
 
+    @cached_property
+    def staging_layouts(self) -> tuple[Layout, Layout] | None:
+        """Of the A and B operands of a tf32 kind on wgmma, loaded into registers to be rounded and
+        stored K-major (B transposed); None for products whose operands go to shared memory as
+        they are."""
+        if self.kind.sixteen_bit or self.instruction != "wgmma":
+            return None
+        eb = self.kind.operand.nbytes
+        return (copy_layout((self.m, self.k), self.threads, eb),
+                transposing_copy_layout((self.k, self.n), self.threads, eb))
+
+    @property
+    def operand_layouts(self) -> dict[int, Layout]:
+        """The layouts operands (by position) should be given when nothing else decides theirs."""
+        out = {0: self.a_layout} if self.a_layout is not None else {}
+        if self.staging_layouts is not None:
+            out.update(enumerate(self.staging_layouts))
+        return out
+
 
 def kind_of(op: Op) -> MmaKind | None:
     """The tensor-core kind a dot asks for by its operands and precision; None for the CUDA cores."""
@@ -160,7 +189,7 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
 
 def wgmma_groups(kind: MmaKind, m: int, n: int, k: int, threads: int) -> tuple[int, int] | None:
     """The warpgroup grid of a product wgmma can run (see the header), the most rows of groups first."""
-    if not kind.sixteen_bit or k != WGMMA_K or threads % WARPGROUP:
+    if k != kind.wgmma_k or threads % WARPGROUP:
         return None
     groups = threads // WARPGROUP
     for gm in reversed(_powers_upto(groups)):
@@ -168,7 +197,9 @@ def wgmma_groups(kind: MmaKind, m: int, n: int, k: int, threads: int) -> tuple[i
         if m % (gm * WGMMA_ROWS) or n % gn:
             continue
         block_n = n // gn
-        if block_n <= WGMMA_MAX_N and (block_n % 64 == 0 or (gn == 1 and block_n < 64 and block_n % MMA_COLS == 0)):
+        if block_n > WGMMA_MAX_N or block_n % MMA_COLS:
+            continue
+        if not kind.sixteen_bit or block_n % 64 == 0 or (gn == 1 and block_n < 64):
             return gm, gn
     return None
 
@@ -179,7 +210,7 @@ def describe(op: Op, plan: MmaPlan | str) -> str:
     if isinstance(plan, str):
         return f"{where}: dot runs on the CUDA cores: {plan}"
     if plan.instruction == "wgmma":
-        return (f"{where}: dot runs on the tensor cores: wgmma m64n{plan.wgmma_n}k16 {plan.kind.name}, "
+        return (f"{where}: dot runs on the tensor cores: wgmma m64n{plan.wgmma_n}k{plan.kind.k} {plan.kind.name}, "
                 f"{plan.warps_m} x {plan.warps_n} warpgroups of {plan.m // plan.warps_m} x {plan.wgmma_n}")
     return (f"{where}: dot runs on the tensor cores: mma.sync {plan.kind.shape} {plan.kind.name}, "
             f"{plan.warps_m} x {plan.warps_n} warps of {plan.m // plan.warps_m} x {plan.n // plan.warps_n}")

@@ -16,7 +16,9 @@
 #   above the ring.
 #
 # Either way the operand tiles go global -> shared by cp.async into a ring of
-# STAGES buffers and never pass through registers.  Stage s of the ring holds
+# STAGES buffers and never pass through registers - except the operands of a
+# tf32 product on wgmma (the loop's one product), which must be rounded and B
+# transposed on the way (`lower_register_staged`, below).  Stage s of the ring holds
 # the tiles of iteration i when i = s (mod STAGES).  Before the loop,
 # iterations 0..STAGES-2 are requested (a loop of its own, one copy of the
 # code); at iteration i each thread waits for its copies of iteration i, a
@@ -25,6 +27,17 @@
 # body computes from stage i.  Each request is one cp.async group, empty when
 # its iteration is past the end.  STAGES shrinks (down to 2) until the ring
 # fits the target's shared memory.
+#
+# Register staging (tf32 kinds on wgmma): the tiles of iteration i + 1 are
+# loaded into registers (16-byte vectors, memory.py's `load_registers`) during
+# iteration i - 1, so the loads have a whole iteration to arrive; in iteration
+# i, after the barrier, the wgmma group of stage i is issued, and while it
+# runs (`Lowering.while_wgmma`) the registers are rounded and stored into
+# stage i + 1 (mma.py's `store_operand`), every thread fences them for the
+# tensor cores, and the tiles of iteration i + 2 are loaded.  Stage i + 1 was
+# last read by the group of iteration i + 1 - STAGES, which every thread
+# waited for before this iteration's barrier: with 2 stages each group is
+# waited for in its own iteration, with 3 or more one stays in flight.
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
@@ -40,11 +53,11 @@ from dataclasses import dataclass
 from ..configuration import Knobs
 from ..middle.ir import Block, Op, Value
 from ..types import DType, ScalarType
-from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, access_groups, align
+from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout
-from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
-from .mma import SharedOperand, TileSpace, aligned_base, operand_space
+from .memory import aligned, element_valid, in_bounds, load_registers, row_addresses, slice_geometry, vector_ok
+from .mma import SharedOperand, TileSpace, aligned_base, operand_space, store_operand
 from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
@@ -57,6 +70,7 @@ class Staged:
     load: Op
     start: int
     space: TileSpace
+    converted: MmaPlan | None = None  # the product whose operand is stored from registers (register staging)
 
 
 @dataclass
@@ -71,6 +85,10 @@ class PipelinePlan:
     def alignment(self) -> int:
         return max(st.space.alignment for st in self.staged)
 
+    @property
+    def through_registers(self) -> bool:
+        return any(st.converted is not None for st in self.staged)
+
 
 def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
     """How the loop `op` is pipelined, or None when it is not (see the header)."""
@@ -83,6 +101,9 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
     tensor_core = [d for d in dots if isinstance(low.plans.get(d), MmaPlan)]
     if tensor_core:
         staged = _staged_operands(low, body, tensor_core)
+        converted = [st for st in staged if st.converted is not None]
+        if converted and (len(tensor_core) != 1 or len(converted) != len(staged)):
+            return None  # register staging serves one product alone
         cuda_dot = None
     else:
         if len(dots) != 1 or low.plans.get(dots[0]) is not None:  # a tf32 kind computed in f32: in registers
@@ -123,7 +144,8 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
 def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
     """The loop's one product, if it is a wgmma that accumulates into a carried value nothing else in the
     loop reads (a GEMM's K loop): its group may then stay in flight while the next iteration starts."""
-    if len(dots) != 1 or low.plans[dots[0]].instruction != "wgmma" or len(dots[0].operands) != 3:
+    if len(dots) != 1 or low.plans[dots[0]].instruction != "wgmma" or len(dots[0].operands) != 3 \
+            or low.plans[dots[0]].kind.products != 1:  # tf32x3 adds each product to acc after its wait
         return None
     dot, body = dots[0], op.regions[0]
     acc = dot.operands[2]
@@ -150,49 +172,90 @@ def _staged_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Stag
                 continue
             space = operand_space(plan, which, *v.type.shape)
             start = align(start, space.alignment)
-            staged.append(Staged(v.owner, start, space))
+            staged.append(Staged(v.owner, start, space, plan if plan.staging_layouts is not None else None))
             start += space.nbytes
     return staged
 
 
-def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
-    """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep (see the header)."""
-    loads = [st.load for st in plan.staged]
-    if any(ld in low.global_barriers for ld in loads) or low.smem_bytes:
+@dataclass
+class Ring:
+    """The stages of a pipelined loop in shared memory."""
+
+    stages: int
+    base: Value  # u32 shared address of stage 0
+    end: int  # the scratch buffer's offset past the ring (and the room to align it)
+    stage_bytes: int
+
+    def stage(self, low: Lowering, index: Value) -> Value:
+        """The shared address of stage `index` (an i32)."""
+        offset = low.op("mul", [low.op("cast", [index], U32), low.const(self.stage_bytes, DType.U32)], U32)
+        return low.op("add", [self.base, offset], U32)
+
+
+def _ring(low: Lowering, plan: PipelinePlan) -> Ring:
+    """STAGES stages (fewer, down to 2, where they do not fit), after a barrier where one is needed."""
+    if any(st.load in low.global_barriers for st in plan.staged) or low.smem_bytes:
         low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
         # and no thread may still read shared memory the ring overwrites
     stages = low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
     while stages > 2 and stages * plan.stage_bytes + pad > low.smem_limit:
         stages -= 1
+    end = low.scratch_start + stages * plan.stage_bytes + pad
+    return Ring(stages, aligned_base(low, stages * plan.stage_bytes, plan.alignment), end, plan.stage_bytes)
+
+
+def _at_iteration(low: Lowering, op: Op, plan: PipelinePlan, kt: Value, emit):
+    """emit(enabled) with the staged loads' indices computed for the iteration whose loop variable is `kt`
+    (`enabled`: whether that iteration runs); what emit returns."""
+    kt_arg = op.regions[0].args[0]
+    saved = {r: low.vals.get(r) for o in plan.index_ops for r in o.results}
+    saved[kt_arg] = low.vals.get(kt_arg)
+    low.vals[kt_arg] = kt
+    low.lower_ops(plan.index_ops)
+    out = emit(low.op("cmp", [kt, low.vals[op.operands[1]]], BOOL, pred="lt" if op.attrs["step"] > 0 else "gt"))
+    low.vals.update(saved)
+    return out
+
+
+def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, stage: Value) -> None:
+    """The loop body's ops but the staged loads and their indices, the staged operands read from `stage`."""
+    for st in plan.staged:
+        low.staged[st.load.result] = SharedOperand(stage, st.start, st.space)
+    dot = plan.cuda_dot[0] if plan.cuda_dot else None
+    skipped = {st.load for st in plan.staged} | set(plan.index_ops) | {dot}
+    saved_start, low.scratch_start = low.scratch_start, align(ring.end, SMEM_ALIGN)
+    low.lower_ops([o for o in ops if o not in skipped])
+    low.scratch_start = saved_start
+    if plan.cuda_dot:
+        finish_dot(low, dot, plan.cuda_dot[1], stage)
+    for st in plan.staged:
+        del low.staged[st.load.result]
+
+
+def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
+    """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep (see the header)."""
+    ring = _ring(low, plan)
+    stages = ring.stages
     # a wgmma group in flight still reads the stage before: the loads run one iteration less ahead
     in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
+    if plan.through_registers:
+        lower_register_staged(low, op, plan, ring, in_flight)
+        return
     ahead_by = stages - 1 - in_flight
-    ring_end = low.scratch_start + stages * plan.stage_bytes + pad
-    base = aligned_base(low, stages * plan.stage_bytes, plan.alignment)
     swizzled = any(st.space.swizzled for st in plan.staged)
-    lo, hi = low.vals[op.operands[0]], low.vals[op.operands[1]]
+    lo = low.vals[op.operands[0]]
     step = op.attrs["step"]
-    before = "lt" if step > 0 else "gt"
     kt_arg = op.regions[0].args[0]
-    index_ops = plan.index_ops
-
-    def stage_address(index: Value) -> Value:
-        offset = low.op("mul", [low.op("cast", [index], U32), low.const(plan.stage_bytes, DType.U32)], U32)
-        return low.op("add", [base, offset], U32)
 
     def request(kt: Value, index: Value) -> None:
         """cp.async the operand tiles of the iteration with loop variable `kt` into stage `index`."""
-        saved = {r: low.vals.get(r) for o in index_ops for r in o.results}
-        saved[kt_arg] = low.vals.get(kt_arg)
-        low.vals[kt_arg] = kt
-        low.lower_ops(index_ops)
-        enabled = low.op("cmp", [kt, hi], BOOL, pred=before)
-        stage = stage_address(index)
-        for st in plan.staged:
-            async_copy(low, st.load, stage, st.start, st.space, enabled)
-        low.b.op("cp_async_commit", [], [])
-        low.vals.update(saved)
+        def copy(enabled: Value) -> None:
+            stage = ring.stage(low, index)
+            for st in plan.staged:
+                async_copy(low, st.load, stage, st.start, st.space, enabled)
+            low.b.op("cp_async_commit", [], [])
+        _at_iteration(low, op, plan, kt, copy)
 
     # the prologue: requests for iterations 0 .. ahead_by - 1, as a loop (one copy of the code)
     prologue = Block()
@@ -221,19 +284,9 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
             over = low.op("add", [read, low.const(ahead_by)], I32)
         write = low.op("select", [wraps, over, low.op("sub", [read, low.const(back)], I32)], I32)
         request(ahead, write)
-        stage = stage_address(read)
-        for st in plan.staged:
-            low.staged[st.load.result] = SharedOperand(stage, st.start, st.space)
         if in_flight:
             low.wgmma_in_flight[plan.in_flight] = in_flight
-        dot = plan.cuda_dot[0] if plan.cuda_dot else None
-        saved_start, low.scratch_start = low.scratch_start, align(ring_end, SMEM_ALIGN)
-        low.lower_ops([o for o in ops if o not in loads and o is not dot and o not in index_ops])
-        low.scratch_start = saved_start
-        if plan.cuda_dot:
-            finish_dot(low, dot, plan.cuda_dot[1], stage)
-        for st in plan.staged:
-            del low.staged[st.load.result]
+        _lower_body(low, ops, plan, ring, ring.stage(low, read))
         at_end = low.op("cmp", [read, low.const(stages - 1)], BOOL, pred="eq")
         return [low.op("select", [at_end, low.const(0), low.op("add", [read, low.const(1)], I32)], I32)]
 
@@ -241,6 +294,58 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     if in_flight:
         low.b.op("wgmma_wait", [], [], {"pending": 0})
     low.b.op("cp_async_wait", [], [], {"pending": 0})
+    low.barrier()
+
+
+def lower_register_staged(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, in_flight: int) -> None:
+    """The K loop of a tf32 product on wgmma: its operand tiles loaded into registers an iteration ahead,
+    rounded and stored into the ring while the previous stage's wgmma group runs (see the header)."""
+    lo = low.vals[op.operands[0]]
+    step = op.attrs["step"]
+    kt_arg = op.regions[0].args[0]
+    layouts = [low.layouts[st.load.result] for st in plan.staged]
+
+    def fetch(kt: Value) -> list[Value]:
+        """The registers of the staged tiles of the iteration with loop variable `kt` (zeros past the end)."""
+        return _at_iteration(low, op, plan, kt, lambda enabled: [
+            r for st, layout in zip(plan.staged, layouts) for r in load_registers(low, st.load, layout, enabled)])
+
+    def deposit(regs: list[Value], index: Value) -> None:
+        """Store fetched registers, rounded, into stage `index` and fence them for the tensor cores."""
+        stage = ring.stage(low, index)
+        at = 0
+        for st, layout in zip(plan.staged, layouts):
+            store_operand(low, TileRegs(layout, regs[at:at + layout.nregs]), stage, st.start, st.space, st.converted)
+            at += layout.nregs
+        low.b.op("fence_proxy_async", [], [])
+
+    def iteration(kt: Value, n: int) -> Value:
+        return low.op("add", [kt, low.const(n * step, kt.dtype)], kt.type)
+
+    deposit(fetch(lo), low.const(0))
+    ahead = fetch(iteration(lo, 1))
+
+    def body(ops: list[Op], extra: list[Value]) -> list[Value]:
+        read, regs = extra[0], extra[1:]
+        low.barrier()  # stage `read` stored and fenced by every thread; the stage stored next read by no group
+        at_end = low.op("cmp", [read, low.const(ring.stages - 1)], BOOL, pred="eq")
+        write = low.op("select", [at_end, low.const(0), low.op("add", [read, low.const(1)], I32)], I32)
+        fetched: list[Value] = []
+
+        def while_wgmma() -> None:
+            deposit(regs, write)
+            fetched.extend(fetch(iteration(low.vals[kt_arg], 2)))
+
+        low.while_wgmma = while_wgmma
+        if in_flight:
+            low.wgmma_in_flight[plan.in_flight] = in_flight
+        _lower_body(low, ops, plan, ring, ring.stage(low, read))
+        assert low.while_wgmma is None, "the loop's wgmma product ran the stores of the next stage"
+        return [write, *fetched]
+
+    low.build_for(op, [low.const(0), *ahead], body)
+    if in_flight:
+        low.b.op("wgmma_wait", [], [], {"pending": 0})
     low.barrier()
 
 

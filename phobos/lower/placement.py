@@ -14,7 +14,8 @@
 #   a 16-bit tensor-core product anchors a group still undecided to the
 #   layout whose registers are its fragments (a tile loaded once and used by
 #   every trip of a loop, like attention's Q, is then loaded straight into
-#   them);
+#   them), and the operands of a tf32 product on wgmma to the layouts they
+#   are stored to shared memory from (`MmaPlan.operand_layouts`);
 # * a reduction's result takes the collapsed layout of its operand, and a
 #   broadcast's operand the collapsed layout of its result, so that
 #   `x - max(x, axis=1)` and the row maxima of softmax live where the row
@@ -178,8 +179,8 @@ def assign_layouts(func: Function, threads: int, plans: dict | None = None) -> d
             plan = plans.get(op)
             chosen.setdefault(root, plan.layout if isinstance(plan, MmaPlan) else
                               dot_layout(op.result.type.shape, threads))
-    fragments = [(op.operands[0], plan.a_layout) for op, plan in plans.items()
-                 if isinstance(plan, MmaPlan) and plan.a_layout is not None]
+    fragments = [(op.operands[i], layout) for op, plan in plans.items() if isinstance(plan, MmaPlan)
+                 for i, layout in plan.operand_layouts.items()]
 
     def propagate() -> bool:
         changed = False

@@ -107,7 +107,7 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "tf32", "tf32(x) -> b32: f32 x rounded to TF32 (nearest, ties away)"),
     **_ops(True, "tf32_low", "tf32_low(x, high) -> b32: x - high (high a TF32 pattern) rounded to TF32"),
     **_ops(False, "wgmma", "wgmma(desc_a, desc_b, acc...) -> acc...: one warpgroup's asynchronous product of a "
-                           "64-row tile (the results take the accumulators' registers); attrs n, type, fence "
+                           "64-row tile (the results take the accumulators' registers); attrs n, k, type, fence "
                            "(a wgmma.fence first)"),
     **_ops(False, "wgmma_commit", "closes a group of wgmma"),
     **_ops(False, "wgmma_wait", "waits until at most attrs pending wgmma groups remain"),

@@ -587,8 +587,9 @@ def _wgmma(s: Selector, op: Op) -> None:
         s.emit("wgmma.fence.sync.aligned", ndefs=0)
     kind = op.attrs["type"]
     one, zero = Imm(1, DType.I32), Imm(0, DType.I32)
-    s.emit(f"wgmma.mma_async.sync.aligned.m64n{op.attrs['n']}k16.f32.{kind}.{kind}", Vec(tuple(regs)), desc_a, desc_b,
-           one, one, one, zero, one, tied=True)  # scale-d, scale-a, scale-b, A K-major, B N-major (transposed)
+    trans = [] if kind == "tf32" else [zero, one]  # A K-major, B N-major (transposed); tf32: both K-major, no operand
+    s.emit(f"wgmma.mma_async.sync.aligned.m64n{op.attrs['n']}k{op.attrs['k']}.f32.{kind}.{kind}", Vec(tuple(regs)),
+           desc_a, desc_b, one, one, one, *trans, tied=True)  # scale-d, scale-a, scale-b
 
 
 def _barrier(s: Selector, op: Op) -> None:
