@@ -3,7 +3,8 @@
     python benchmarks/readme_tables.py [bench_results]
 
 Reads sgemm.json (bench_sgemm.py), add.json (bench_add.py), rows.json
-(bench_rows.py) and launch.json (bench_launch.py) where they are, and prints
+(bench_rows.py), launch.json (bench_launch.py), gemm_tc.json
+(bench_gemm_tc.py) and dag.json (bench_dag.py) where they are, and prints
 one table per file: the documented call first (`mod.k(...)` back to back on
 torch's stream, beside the reference called the same way), the kernel alone
 second, then the ratios.  A missing file is named and skipped; a figure the
@@ -83,8 +84,36 @@ def launch_table(data: dict) -> str:
     return text
 
 
+def gemm_tc_table(data: dict) -> str:
+    heads = ["kernel", "shape", "Phobos TFLOP/s", "reference", "reference TFLOP/s", "ratio", "bar",
+             "max error (reference's)", "configuration chosen"]
+    rows = []
+    for r in data["rows"]:
+        if r.get("status", "ok") != "ok":
+            rows.append([r.get("group", "?"), r.get("shape", ""), f"{r.get('status')}: {r.get('error', '')}"[:80],
+                         r.get("reference", ""), "", "", "", "", ""])
+            continue
+        error = f"{r['phobos_error']:.2g} ({r['reference_error']:.2g})" if "phobos_error" in r else ""
+        bar = r.get("target")
+        rows.append([r["group"], r["shape"], number(r.get("phobos_tflops"), 0), r.get("reference", ""),
+                     number(r.get("reference_tflops"), 0), number(r.get("ratio"), 2),
+                     (f">= {bar}" + ("" if r.get("meets_target") else " (missed)")) if bar else "", error,
+                     tile_text(r.get("config") or {})])
+    return ("Tensor cores, through the call (`mod.k(...)`) beside the reference called the same way "
+            "(attention: L = 4096, 32 heads, K given transposed; a causal attention counts half the products):\n\n" + markdown(heads, rows))
+
+
+def dag_table(data: dict) -> str:
+    heads = ["workers", "GPUs", "split", "tasks", "DAG ms", "direct call ms", "DAG / direct", "same bits", "TFLOP/s"]
+    rows = [[str(r["workers"]), str(r["gpus"]), " x ".join(map(str, r.get("split", []))), str(r.get("tasks", "")),
+             number(r.get("wall_ms"), 1), number(r.get("direct_ms"), 1), number(r.get("dag_over_direct"), 3),
+             str(r.get("same_bits", "")), number(r.get("tflops"), 1)] for r in data["rows"]]
+    return "The tile DAG (sgemm through Dask workers, against the same kernel called directly):\n\n" + markdown(heads, rows)
+
+
 #: The tables, in README's order: file name -> how it is printed.
-TABLES = {"sgemm.json": sgemm_table, "add.json": add_table, "rows.json": rows_table, "launch.json": launch_table}
+TABLES = {"sgemm.json": sgemm_table, "add.json": add_table, "rows.json": rows_table, "launch.json": launch_table,
+          "gemm_tc.json": gemm_tc_table, "dag.json": dag_table}
 
 
 def main() -> None:

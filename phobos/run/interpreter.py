@@ -111,6 +111,17 @@ class _Continue(_Jump):
     pass
 
 
+def _iteration(body: Fn, f: list) -> bool:
+    """Runs one iteration of a loop's body; False when it left the loop with `break`."""
+    try:
+        body(f)
+    except _Continue:
+        pass
+    except _Break:
+        return False
+    return True
+
+
 class _Return(_Jump):
     def __init__(self, values: tuple):
         super().__init__()
@@ -381,11 +392,7 @@ class _Compiler:
                 return
             for i in range(int(lo(f)), int(hi(f)), by):
                 f[slot] = make(i)
-                try:
-                    body(f)
-                except _Continue:
-                    pass
-                except _Break:
+                if not _iteration(body, f):
                     break
         return run
 
@@ -394,13 +401,8 @@ class _Compiler:
         cond, body = self.expr(s.cond), self.block(s.body)
 
         def run(f):
-            while cond(f):
-                try:
-                    body(f)
-                except _Continue:
-                    pass
-                except _Break:
-                    break
+            while cond(f) and _iteration(body, f):
+                pass
         return run
 
     @STATEMENTS.on(ast.Break)

@@ -41,6 +41,7 @@ import re
 import statistics
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -398,7 +399,10 @@ def _driver() -> ModuleType:
         context.push()
     except driver.Error as error:
         raise ToolchainError(f"no CUDA GPU/driver found: {error}") from error
-    atexit.register(_release_context, context)
+    if threading.current_thread() is threading.main_thread():
+        atexit.register(_release_context, context)
+    else:  # PyCUDA aborts the process when a thread ends with a context pushed (a Dask executor's)
+        _loading_thread.release = _PopAtThreadExit(driver)
     _loaded_driver = driver
     return driver
 
@@ -406,6 +410,23 @@ def _driver() -> ModuleType:
 def _release_context(context: Any) -> None:
     _modules.clear()  # forget modules while their context is still current
     context.pop()
+
+
+class _PopAtThreadExit:
+    """Pops the context `_driver` pushed in a thread other than the main one when that thread ends
+    (Python clears the thread's locals before the thread's own C++ cleanup checks its stack)."""
+
+    def __init__(self, driver: ModuleType):
+        self.driver = driver
+
+    def __del__(self) -> None:
+        try:
+            self.driver.Context.pop()
+        except Exception:  # the driver is already shut down: nothing is left to pop
+            pass
+
+
+_loading_thread = threading.local()
 
 
 @functools.lru_cache(maxsize=None)

@@ -61,6 +61,15 @@ def _threads(idx, n):
     return np.arange(n) if idx is None else idx
 
 
+def _same_byte_twice(b):
+    """Indices (i, j) of two accesses of one instruction to the same byte `b[i] == b[j]`, else None."""
+    if len(b) < 2:
+        return None
+    order = np.argsort(b, kind="stable")
+    dup = np.flatnonzero(b[order][1:] == b[order][:-1])
+    return (order[dup[0]], order[dup[0] + 1]) if dup.size else None
+
+
 def _check_alignment(space_name, addr, align, idx, access):
     bad = (addr & np.uint64(align - 1)) != 0
     if bad.any():
@@ -473,17 +482,14 @@ class RaceDetector:
         self.unfenced[b] = t + 1
         self.unfenced_pc[b] = pc
         self._check(m, b, t, "write", [self.writes, self.reads, self.atomics])
-        if len(b) > 1:
-            order = np.argsort(b, kind="stable")
-            sb = b[order]
-            dup = np.flatnonzero(sb[1:] == sb[:-1])
-            if dup.size:
-                i, j = order[dup[0]], order[dup[0] + 1]
-                raise Fault(SharedMemoryRace,
-                            f"data race on shared memory at {m.describe_shared(int(b[i]) % self.stride)}: "
-                            f"threads {m.describe_local(int(t[i]))} and {m.describe_local(int(t[j]))} "
-                            f"write it in the same instruction",
-                            thread=self._thread(b[j], t[j]))
+        pair = _same_byte_twice(b)
+        if pair is not None:
+            i, j = pair
+            raise Fault(SharedMemoryRace,
+                        f"data race on shared memory at {m.describe_shared(int(b[i]) % self.stride)}: "
+                        f"threads {m.describe_local(int(t[i]))} and {m.describe_local(int(t[j]))} "
+                        f"write it in the same instruction",
+                        thread=self._thread(b[j], t[j]))
         self.writes.record(b, t, pc, self._epoch(b, t), only_this_thread=True)
 
     def _epoch(self, b, t):
@@ -717,16 +723,13 @@ class GlobalRaceDetector:
         self.read_clock[b] = self._clocks(g)
 
     def _write(self, m, b, t, g, epoch, pc) -> None:
-        if len(b) > 1:
-            order = np.argsort(b, kind="stable")
-            sb = b[order]
-            dup = np.flatnonzero(sb[1:] == sb[:-1])
-            if dup.size:
-                i, j = order[dup[0]], order[dup[0] + 1]
-                raise Fault(GlobalMemoryRace,
-                            f"data race on global memory at {m.glob.describe_offset(int(b[i]))}: "
-                            f"{m.describe_thread(int(t[i]))} and {m.describe_thread(int(t[j]))} "
-                            f"write it in the same instruction", thread=int(t[j]))
+        pair = _same_byte_twice(b)
+        if pair is not None:
+            i, j = pair
+            raise Fault(GlobalMemoryRace,
+                        f"data race on global memory at {m.glob.describe_offset(int(b[i]))}: "
+                        f"{m.describe_thread(int(t[i]))} and {m.describe_thread(int(t[j]))} "
+                        f"write it in the same instruction", thread=int(t[j]))
         self._against_writes(m, b, t, g, epoch, "write")
         lo, hi = self.reader_lo[b], self.reader_hi[b]
         cta = g // self.tpc
