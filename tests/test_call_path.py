@@ -421,6 +421,38 @@ def test_prepared_calls_are_bounded(gpu, monkeypatch):
     assert [key[1][0][2] for key in add._variant.fast] == [(200,), (300,)]  # the oldest went
 
 
+def test_a_grid_function_is_asked_at_every_call_and_its_calls_are_prepared(gpu, monkeypatch):
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=128)
+    asked, blocks = [], {"count": 3}
+    grid = lambda config, sizes: asked.append(dict(sizes)) or (blocks["count"],)  # noqa: E731
+    bound, real_bind = [], launcher.bind
+    monkeypatch.setattr(launcher, "bind", lambda *args, **kwargs: bound.append(1) or real_bind(*args, **kwargs))
+    a, b, da, db, dc = add_inputs(gpu, 300)
+    add[grid](da, db, dc)
+    add[grid](da, db, dc)  # prepared: not bound again, the function asked again
+    assert len(bound) == 1 and len(gpu.launches) == 2 and gpu.launches[-1]["grid"] == (3, 1, 1)
+    assert asked[-1] == {"N": 300}
+    np.testing.assert_array_equal(dc.get(), a + b)
+    blocks["count"] = 2  # another answer: the full path, on the new grid
+    add[grid](da, db, dc)
+    assert len(bound) == 2 and gpu.launches[-1]["grid"] == (2, 1, 1) and add.grid == (2, 1, 1)
+    add[grid](da, db, dc)
+    assert len(bound) == 2 and gpu.launches[-1]["grid"] == (2, 1, 1)
+    blocks["count"] = "many"  # a bad answer on a prepared signature gets the full path's message
+    with pytest.raises(LaunchError, match=r"the grid function returned \('many',\)"):
+        add[grid](da, db, dc)
+    assert len(gpu.launches) == 4
+
+
+def test_grid_functions_made_at_every_call_do_not_pile_up(gpu, monkeypatch):
+    monkeypatch.setattr(launcher, "MAX_GRID_FUNCTIONS", 3)
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=128)
+    inputs = add_inputs(gpu, 300)[2:]
+    for _ in range(5):
+        add[lambda config, sizes: (3,)](*inputs)
+    assert sum(callable(key[1]) for key in add._kernel._variants) == 3 and len(gpu.launches) == 5
+
+
 # --- the most recent signature, written out as one function (fastpath.direct_call)
 
 

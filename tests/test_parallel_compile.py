@@ -71,3 +71,24 @@ def test_a_kernel_past_the_devices_limits_is_not_assembled(two_workers, monkeypa
     except ToolchainError:
         return
     assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 2  # BLOCK 128 and 256 (64 threads)
+
+
+def test_configurations_are_timed_in_the_order_their_compiles_finish():
+    from concurrent.futures import Future
+    configs = [{"B": 1}, {"B": 2}, {"B": 3}, {"B": 4}]
+    ahead = {(("B", 2),): Future(), (("B", 3),): Future(), (("B", 4),): Future()}  # {"B": 1} is compiled already
+    order = launcher.completion_order(configs, ahead)
+    assert next(order) == {"B": 1}
+    ahead[(("B", 4),)].set_result(None)
+    assert next(order) == {"B": 4}  # the last submitted finished first: timed first
+    ahead[(("B", 2),)].set_result(None)
+    ahead[(("B", 3),)].set_exception(OSError("worker gone"))  # handed over too: the caller compiles it itself
+    assert sorted(c["B"] for c in order) == [2, 3]
+
+
+def test_ties_go_to_the_earlier_configuration_whatever_the_timing_order():
+    from phobos.launch import autotune
+    configs = [{"B": 1}, {"B": 2}, {"B": 3}]
+    times = {1: 2.0, 2: 1.0, 3: 1.0}
+    result = autotune.tune("k", configs, lambda c: c, lambda c: times[c["B"]], order=reversed(configs))
+    assert result.config == {"B": 2} and set(result.timings) == {"B=1", "B=2", "B=3"}

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,13 +190,16 @@ class TuneResult:
 
 
 def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable[[dict[str, int]], Any],
-         measure: Callable[[Any], float]) -> TuneResult:
+         measure: Callable[[Any], float], order: Iterable[dict[str, int]] | None = None) -> TuneResult:
     """The fastest of `configs`.
 
     `evaluate(config)` prepares a configuration for timing (compiles it) or
     raises Skipped (or any PhobosError, recorded as the reason);
     `measure(prepared)` returns its time in milliseconds or raises the same.
-    Raises LaunchError, listing every reason, when no configuration can run.
+    `order` is the order to time them in (each of `configs` once; default,
+    theirs): the launcher passes the order their compiles finish in.  Ties go
+    to the earlier of `configs`.  Raises LaunchError, listing every reason,
+    when no configuration can run.
     """
     progress = Progress(logger, f"tuning {kernel_name} over {len(configs)} configurations", len(configs),
                         "configurations", threshold=PROGRESS_THRESHOLD)
@@ -216,7 +219,7 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
         outcome = f"{timings[text]:.4g} ms" if isinstance(timings[text], float) else f"skipped: {timings[text]}"
         logger.debug("tuning %s: %s: %s", kernel_name, text, outcome)
 
-    for done, config in enumerate(configs, start=1):
+    for done, config in enumerate(configs if order is None else order, start=1):
         attempt(config, lambda: measure(evaluate(config)))
         progress.update(done)
     if not _timed(timings):
@@ -227,7 +230,8 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
         progress.finish("no configuration can run")
         reasons = "\n".join(f"  {text}: {reason}" for text, reason in timings.items())
         raise LaunchError(f"{kernel_name}: no configuration can run on this device:\n{reasons}")
-    best = min(timed, key=timed.__getitem__)
+    rank = {config_text(config): index for index, config in enumerate(configs)}
+    best = min(timed, key=lambda text: (timed[text], rank[text]))
     progress.finish(f"best {best}: {timed[best]:.4g} ms")
     return TuneResult(next(c for c in configs if config_text(c) == best), timings)
 

@@ -32,6 +32,12 @@
 # key's launches are kept per aliasing (Prepared), and each call compares the
 # address ranges of those tensor pairs only: a few integer comparisons.
 #
+# A grid given as a function is asked again at every call, with the
+# configuration and sizes the signature fixes (`grid_holds`): the prepared
+# launch serves the call only while the function gives the grid it was
+# prepared with; any other answer, or an exception, sends the call to the full
+# path, which launches on the new grid (or reports the problem).
+#
 # The most recent signature of positional arguments also has its whole call
 # written out as one function (`direct_call`): the kernel callable tries it
 # first, and only a call it does not match pays for probing and the lookup.
@@ -216,6 +222,10 @@ class ScalarOverflow(Exception):
     """A scalar the fast conversion cannot pack: the full path reports it."""
 
 
+class GridChanged(Exception):
+    """The call's grid function gives another grid than the prepared launch's: the full path launches it."""
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -283,7 +293,8 @@ class FastCall:
     sizes in bytes, and `aliased` whether they overlapped when this launch was
     prepared: the launch serves only calls where they do the same.  `direct`,
     for a signature of positional arguments only, is the whole call written
-    out as one function (`direct_call`).
+    out as one function (`direct_call`).  `grid_holds`, for a grid given as a
+    function, says whether the function still gives the prepared grid.
     """
 
     queue: Callable[[int, Sequence[Any]], None] | None
@@ -295,6 +306,7 @@ class FastCall:
     aliased: bool = False
     parts: Key | None = None  # the signature's key parts, when its arguments are all positional
     locate: Locate | None = None
+    grid_holds: Callable[[], bool] | None = None
     checked_streams: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -303,7 +315,10 @@ class FastCall:
         self.direct = direct_call(self) if self.parts is not None else None
 
     def __call__(self, values: Sequence[Any], pointers: list, hints: list, stream: Any) -> None:
-        """Queue the kernel; ScalarOverflow (before any GPU work) when a scalar does not pack."""
+        """Queue the kernel; ScalarOverflow (before any GPU work) when a scalar does not pack, GridChanged when
+        the grid function gives another grid."""
+        if self.grid_holds is not None and not self.grid_holds():
+            raise GridChanged
         if self.queue is None:
             return
         handle = self.stream_of(hints) if stream is None else self._given(stream)
@@ -332,6 +347,18 @@ class Prepared:
 
     def add(self, call: FastCall) -> None:
         self.calls[call.aliased] = call
+
+
+def grid_check(spec: Callable, config: dict, sizes: dict, grid: tuple,
+               normalize: Callable[[Any], tuple]) -> Callable[[], bool]:
+    """A function () -> whether the grid function `spec` still gives `grid` for `config` and `sizes`
+    (`normalize` turns its answer into an (x, y, z) tuple, raising on a bad one)."""
+    def grid_holds() -> bool:
+        try:
+            return normalize(spec(dict(config), dict(sizes))) == grid
+        except Exception:  # the full path calls it again and reports what it raises
+            return False
+    return grid_holds
 
 
 # ---------------------------------------------------------------------------
@@ -391,6 +418,9 @@ def direct_call(fast: FastCall) -> Callable[[tuple], FastCall | None]:
         lines.append(f"{''.join(f'v{i}, ' for i in range(count))}= values")
     for i, part in enumerate(fast.parts):
         lines += GUARDS.get(PROBES[part[0]], _guard_probed)(i, part, names)
+    if fast.grid_holds is not None:
+        names["grid_holds"] = fast.grid_holds
+        lines.append("if not grid_holds(): return None")
     if fast.pairs:
         names["aliasing"] = fast.aliasing
         pointers = ", ".join(f"p{i}" if i in _pointer_positions(fast) else "None" for i in range(count))

@@ -54,7 +54,7 @@ import numbers
 import os
 import types
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -408,18 +408,21 @@ class _LastLaunch:
 class _Variant:
     """A forced configuration, grid specification and tuning, with the calls prepared under them, by signature.
 
-    `fast` is None where calls cannot be prepared (a grid function, which may
-    answer differently each time).  `direct` is the whole call of the most
-    recent signature of positional arguments (fastpath.direct_call), tried
-    before anything else.
+    `fast` holds the prepared calls by signature (a grid function's are
+    asked again at every call: fastpath.grid_check).  `direct` is the whole
+    call of the most recent signature of positional arguments
+    (fastpath.direct_call), tried before anything else.
     """
 
     forced: Config
     grid: GridSpec
     tuning: autotune.Tuning
-    fast: dict[tuple, fastpath.Prepared] | None
+    fast: dict[tuple, fastpath.Prepared]
     direct: Callable[[tuple], fastpath.FastCall | None] | None = None
 
+
+#: Grid functions whose prepared calls a kernel keeps (each a _Variant); past this many the oldest is forgotten.
+MAX_GRID_FUNCTIONS = 64
 
 #: Compiled kernels of this process, by (source digest, file, kernel, configuration, target).
 _compiled_kernels: dict[tuple, CompiledKernel] = {}
@@ -489,11 +492,14 @@ class _Kernel:
 
     def variant(self, forced: Config, spec: GridSpec, tuning: autotune.Tuning) -> _Variant:
         """The one _Variant of a forced configuration, grid and tuning, so that callables made alike share
-        prepared calls."""
-        if callable(spec):
-            return _Variant(forced, spec, tuning, None)
+        prepared calls (a grid function is known by its identity; past MAX_GRID_FUNCTIONS of them the oldest
+        variant is forgotten, so a new lambda at every call does not pile up)."""
         key = (tuple(sorted(forced.items())), spec, tuning)
         if key not in self._variants:
+            if callable(spec):
+                functions = [k for k in self._variants if callable(k[1])]
+                if len(functions) >= MAX_GRID_FUNCTIONS:
+                    del self._variants[functions[0]]
             self._variants[key] = _Variant(forced, spec, tuning, {})
         return self._variants[key]
 
@@ -680,8 +686,8 @@ class _Kernel:
                         if prepared.direct is not None and stream is None:
                             variant.direct = prepared.direct
                         return
-                    except fastpath.ScalarOverflow:
-                        pass  # the full path reports it
+                    except (fastpath.ScalarOverflow, fastpath.GridChanged):
+                        pass  # the full path reports it, or launches on the new grid
         self.launch(variant, args, kwargs, stream)
 
     def launch(self, variant: _Variant, args: Sequence[Any], kwargs: dict[str, Any], stream: Any) -> None:
@@ -771,8 +777,6 @@ class _Kernel:
     def _keep(self, variant: _Variant, queued: Any, call: BoundCall, stream_of: fastpath.StreamSource,
               device: int, launch: Launch | None = None) -> None:
         """Keep the prepared launch of this call's signature for the next calls (see phobos.launch.fastpath)."""
-        if variant.fast is None:
-            return
         backend = self.module.backend()
         self._locate = backend.locate
         try:
@@ -795,9 +799,13 @@ class _Kernel:
                       for read in tensors if not read.param.written for written in tensors if written.param.written)
         aliased = launch is not None and not launch.compiled.read_only_cache
         check = getattr(backend, "check_stream", lambda handle, device, what: None)
+        grid_holds = None
+        if callable(variant.grid):
+            grid_holds = fastpath.grid_check(variant.grid, self.last.config, call.sizes, self.last.grid,
+                                             lambda result: normalize_grid(self.name, result, ""))
         fast = fastpath.FastCall(queued, recipe, stream_of, self.last,
                                  lambda handle: check(handle, device, f"{self.name}: argument 'stream'"),
-                                 pairs, aliased, parts if not key[0] else None, self._locate)
+                                 pairs, aliased, parts if not key[0] else None, self._locate, grid_holds)
         if key in variant.fast:
             variant.fast[key].add(fast)
         else:
@@ -875,12 +883,26 @@ class _Kernel:
                                        device=device_index, cubin=self.cubin(compiled, device.compute_capability)))
 
         try:
-            return autotune.tune(self.name, configs, evaluate, measure)
+            return autotune.tune(self.name, configs, evaluate, measure, completion_order(configs, ahead))
         finally:
             for future in ahead.values():
                 future.cancel()
             for copy in (scratch or {}).values():
                 backend.free(copy)
+
+
+def completion_order(configs: list[Config], ahead: dict[tuple, Future]) -> Iterator[Config]:
+    """The configurations in the order they can be timed: those compiled already, then the others as their
+    compiles in the worker processes finish, so the GPU times one while the rest still compile."""
+    pending = {}
+    for config in configs:
+        future = ahead.get(tuple(config.items()))
+        if future is None:
+            yield config
+        else:
+            pending[future] = config
+    for future in as_completed(pending):
+        yield pending[future]
 
 
 def code_options(call: BoundCall) -> CodeOptions:
