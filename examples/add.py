@@ -32,7 +32,7 @@ def main() -> int:
     add(a, b, c)
     print(f"add: n = {n}, mode = {mode}, configuration {add.config}")
     ok = report("c - (a + b)", c, a.astype(np.float64) + b, rtol=1e-6, atol=1e-6)
-    if mode == "gpu" and ok:
+    if mode == "gpu" and ok and not args.check_only:
         ms = time_on_gpu(add, [a, b, c])
         print(f"time: {ms:.3f} ms per call, {3 * a.nbytes / ms / 1e6:.0f} GB/s")
     return 0 if ok else 1

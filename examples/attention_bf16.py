@@ -48,7 +48,7 @@ def main() -> int:
         expected = reference(*(bf16_values(x).astype(np.float64) for x in (q, k, v)), causal)
         ok &= report("O - attention(Q, K, V)", bf16_values(o).astype(np.float64), expected, rtol=2.0 ** -6,
                      atol=2.0 ** -8)
-        if mode == "gpu" and ok:
+        if mode == "gpu" and ok and not args.check_only:
             ms = time_on_gpu(attention, [q, kt, v, o], scale=1 / math.sqrt(head), causal=causal)
             flops = 4 * heads * length * length * head / (2 if causal else 1)
             print(f"time: {ms:.3f} ms per call, {flops / ms / 1e9:.2f} TFLOP/s")

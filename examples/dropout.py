@@ -48,7 +48,7 @@ def main() -> int:
     dropped = 1 - float(np.mean(y != 0))
     ok &= abs(dropped - p) < 5 / np.sqrt(n)
     print(f"dropped {dropped:.4f} of the elements (p = {p}): {'ok' if ok else 'WRONG'}")
-    if mode == "gpu" and ok:
+    if mode == "gpu" and ok and not args.check_only:
         ms = time_on_gpu(dropout, [x, y], p=p, seed0=seed0, seed1=seed1, offset=offset)
         print(f"time: {ms:.3f} ms per call, {2 * x.nbytes / ms / 1e6:.0f} GB/s")
     return 0 if ok else 1

@@ -16,10 +16,12 @@ MODES = ["gpu", "interpret", "emulate"]
 
 
 def arguments(description: str, **size_options) -> argparse.Namespace:
-    """--mode (default: what Phobos picks for mode=None) and the script's own size options."""
+    """--mode (default: what Phobos picks for mode=None), --check-only and the script's own size options."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--mode", choices=MODES,
                         help="default: PHOBOS_MODE if set, else the GPU if there is one, else the interpreter")
+    parser.add_argument("--check-only", action="store_true",
+                        help="check the result and do not time the kernel (for runs under compute-sanitizer)")
     for name, options in size_options.items():
         parser.add_argument(f"--{name}", **options)
     return parser.parse_args()

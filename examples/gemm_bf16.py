@@ -40,7 +40,7 @@ def main() -> int:
         # C is rounded to 8 (bf16) or 11 (f16) significant bits; the f32 sums add about K * 2^-23
         ok &= report(f"C - A B ({name})", to_values(C).astype(np.float64), expected,
                      rtol=2.0 ** -7 if name == "bf16" else 2.0 ** -10, atol=1e-5 * K)
-        if mode == "gpu" and ok:
+        if mode == "gpu" and ok and not args.check_only:
             ms = time_on_gpu(gemm, [A, B, C])
             print(f"time: {ms:.3f} ms per call, {2 * M * N * K / ms / 1e9:.2f} TFLOP/s")
     return 0 if ok else 1
