@@ -2,8 +2,9 @@
 
     python benchmarks/bench_language.py [--out bench_results]
 
-Each example kernel, autotuned through its documented call, then timed launched directly
-(CUDA events, median of the samples):
+Each example kernel, autotuned through its documented call, then timed through that call made back
+to back beside the torch reference called the same way (common.call_ms), and both kernels alone
+(Phobos launched directly, common.time_phobos; torch behind a busy GPU, common.gpu_ms):
 
   embedding_bag   examples/embedding_bag.phobos (gathers)       vs torch.nn.functional.embedding_bag
   dropout         examples/dropout.phobos (Philox in bit ops)   vs torch.nn.functional.dropout
@@ -24,9 +25,23 @@ from pathlib import Path
 import torch
 
 import phobos
-from common import gpu_ms, plot, save, table, time_phobos
+from common import call_ms, gpu_ms, plot, save, table, time_phobos
 
 ROOT = Path(__file__).parent.parent
+
+
+def timed(call, reference, repeat: int, kernel) -> tuple[float, float, float, float]:
+    """Milliseconds: the documented call and the reference called the same way, then both kernels alone."""
+    return (call_ms(call, repeat=repeat), call_ms(reference, repeat=repeat), kernel(),
+            gpu_ms(reference, repeat=repeat))
+
+
+def row(kernel: str, unit: str, work: float, times: tuple, config: dict) -> dict:
+    """A table row from the work done (MB or GFLOP, so that work / ms is GB/s or TFLOP/s) and `timed`'s times."""
+    call, reference_call, alone, reference_alone = times
+    return {"kernel": kernel, "unit": unit, "call_phobos": work / call, "call_torch": work / reference_call,
+            "call_ratio": reference_call / call, "phobos": work / alone, "torch": work / reference_alone,
+            "ratio": reference_alone / alone, "config": config}
 
 
 def load(name: str, kernel: str):
@@ -43,12 +58,13 @@ def bench_embedding_bag(repeat: int) -> dict:
     fn(table_, ids, offsets, out, False)
     ref = torch.nn.functional.embedding_bag(ids.long(), table_, offsets[:-1].long(), mode="sum")
     assert torch.allclose(out, ref, rtol=1e-4, atol=1e-4), "embedding_bag: wrong result"
-    ph = time_phobos(fn, {"E": table_, "ids": ids, "offsets": offsets, "out": out, "mean": False}, fn.grid, repeat)
-    th = gpu_ms(lambda: torch.nn.functional.embedding_bag(ids.long(), table_, offsets[:-1].long(), mode="sum"),
-                repeat=repeat)
+    reference = lambda: torch.nn.functional.embedding_bag(ids.long(), table_, offsets[:-1].long(),  # noqa: E731
+                                                         mode="sum")
+    times = timed(lambda: fn(table_, ids, offsets, out, False), reference, repeat,
+                  lambda: time_phobos(fn, {"E": table_, "ids": ids, "offsets": offsets, "out": out, "mean": False},
+                                      fn.grid, repeat))
     moved = bags * per_bag * dim * 4 + out.numel() * 4
-    return {"kernel": "embedding_bag", "unit": "GB/s", "phobos": moved / ph / 1e6, "torch": moved / th / 1e6,
-            "config": fn.config}
+    return row("embedding_bag", "GB/s", moved / 1e6, times, fn.config)
 
 
 def bench_dropout(repeat: int) -> dict:
@@ -59,10 +75,10 @@ def bench_dropout(repeat: int) -> dict:
     kept = y != 0
     assert torch.allclose(y[kept], x[kept] / 0.7), "dropout: wrong result"
     assert abs(1 - kept.float().mean().item() - 0.3) < 1e-3, "dropout: wrong rate"
-    ph = time_phobos(fn, {"x": x, "y": y, "p": 0.3, "seed0": 1, "seed1": 2, "offset": 0}, fn.grid, repeat)
-    th = gpu_ms(lambda: torch.nn.functional.dropout(x, 0.3), repeat=repeat)
-    return {"kernel": "dropout", "unit": "GB/s", "phobos": 8 * n / ph / 1e6, "torch": 8 * n / th / 1e6,
-            "config": fn.config}
+    times = timed(lambda: fn(x, y, 0.3, 1, 2, 0), lambda: torch.nn.functional.dropout(x, 0.3), repeat,
+                  lambda: time_phobos(fn, {"x": x, "y": y, "p": 0.3, "seed0": 1, "seed1": 2, "offset": 0}, fn.grid,
+                                      repeat))
+    return row("dropout", "GB/s", 8 * n / 1e6, times, fn.config)
 
 
 def bench_cumsum(repeat: int) -> dict:
@@ -71,10 +87,9 @@ def bench_cumsum(repeat: int) -> dict:
     fn = load("cumsum", "cumsum_rows")
     fn(x, y)
     assert torch.allclose(y, torch.cumsum(x.double(), dim=1).float(), rtol=1e-4, atol=1e-2), "cumsum: wrong"
-    ph = time_phobos(fn, {"x": x, "y": y}, fn.grid, repeat)
-    th = gpu_ms(lambda: torch.cumsum(x, dim=1, out=y), repeat=repeat)
-    return {"kernel": "cumsum", "unit": "GB/s", "phobos": 8 * m * n / ph / 1e6, "torch": 8 * m * n / th / 1e6,
-            "config": fn.config}
+    times = timed(lambda: fn(x, y), lambda: torch.cumsum(x, dim=1, out=y), repeat,
+                  lambda: time_phobos(fn, {"x": x, "y": y}, fn.grid, repeat))
+    return row("cumsum", "GB/s", 8 * m * n / 1e6, times, fn.config)
 
 
 def bench_top8(repeat: int) -> dict:
@@ -85,10 +100,9 @@ def bench_top8(repeat: int) -> dict:
     fn(x, values, indices)
     ref = torch.topk(x, 8, dim=1)
     assert torch.equal(values, ref.values), "top8: wrong values"
-    ph = time_phobos(fn, {"x": x, "values": values, "indices": indices}, fn.grid, repeat)
-    th = gpu_ms(lambda: torch.topk(x, 8, dim=1), repeat=repeat)
-    return {"kernel": "top8", "unit": "GB/s", "phobos": 4 * m * n / ph / 1e6, "torch": 4 * m * n / th / 1e6,
-            "config": fn.config}
+    times = timed(lambda: fn(x, values, indices), lambda: torch.topk(x, 8, dim=1), repeat,
+                  lambda: time_phobos(fn, {"x": x, "values": values, "indices": indices}, fn.grid, repeat))
+    return row("top8", "GB/s", 4 * m * n / 1e6, times, fn.config)
 
 
 def bench_splitk(repeat: int) -> dict:
@@ -101,11 +115,9 @@ def bench_splitk(repeat: int) -> dict:
                                    config["SPLIT"])]
     fn(a, b, c)
     assert torch.allclose(c, a.double().matmul(b.double()).float(), rtol=1e-3, atol=1e-2), "splitk: wrong"
-    ph = time_phobos(fn, {"A": a, "B": b, "C": c}, fn.grid, repeat)  # C accumulates: only the time counts
-    th = gpu_ms(lambda: torch.matmul(a, b), repeat=repeat)
-    flops = 2 * m * n * k
-    return {"kernel": "splitk_matmul", "unit": "TFLOP/s", "phobos": flops / ph / 1e9, "torch": flops / th / 1e9,
-            "config": fn.config}
+    times = timed(lambda: fn(a, b, c), lambda: torch.matmul(a, b), repeat,  # C accumulates: only the time counts
+                  lambda: time_phobos(fn, {"A": a, "B": b, "C": c}, fn.grid, repeat))
+    return row("splitk_matmul", "TFLOP/s", 2 * m * n * k / 1e9, times, fn.config)
 
 
 def main() -> None:
@@ -115,12 +127,13 @@ def main() -> None:
     args = parser.parse_args()
     rows = [bench(args.repeat) for bench in (bench_embedding_bag, bench_dropout, bench_cumsum, bench_top8,
                                               bench_splitk)]
-    for r in rows:
-        r["ratio"] = r["phobos"] / r["torch"]
-    print(table(rows, [("kernel", "kernel", ""), ("unit", "unit", ""), ("phobos", "Phobos", ".1f"),
-                       ("torch", "torch", ".1f"), ("ratio", "Phobos/torch", ".2f"), ("config", "configuration", "")]))
+    print(table(rows, [("kernel", "kernel", ""), ("unit", "unit", ""), ("call_phobos", "Phobos call", ".1f"),
+                       ("call_torch", "torch call", ".1f"), ("call_ratio", "call ratio", ".2f"),
+                       ("phobos", "Phobos kernel", ".1f"), ("torch", "torch kernel", ".1f"),
+                       ("ratio", "kernel ratio", ".2f"), ("config", "configuration", "")]))
     print(f"wrote {save('language', rows, {}, args.out)}")
-    plot("language", rows, "kernel", [("ratio", "Phobos / torch")], "throughput ratio", args.out)
+    plot("language", rows, "kernel", [("call_ratio", "call: Phobos / torch"), ("ratio", "kernel: Phobos / torch")],
+         "throughput ratio", args.out)
 
 
 if __name__ == "__main__":

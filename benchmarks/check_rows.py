@@ -9,10 +9,10 @@ the configuration among those valid for the shape.  Printed per row:
 
 - the configuration chosen and the largest absolute error against float64
   torch (the script exits with status 1 if any is beyond the tolerance);
-- GB/s (one read and one write of the matrix) of the chosen kernel alone
-  (launched directly, like the reference: benchmarks/common.py) and of the
-  documented call (host work included, phobos.launch.launcher.benchmark);
-- GB/s of torch.softmax / torch.nn.functional.layer_norm in the same run.
+- GB/s (one read and one write of the matrix) of the documented call made
+  back to back (host work included, common.call_ms) beside
+  torch.softmax / torch.nn.functional.layer_norm called the same way in the
+  same run, then of both kernels alone (common.time_phobos, common.gpu_ms).
 
 Writes <out>/rows_check.json.  Memory and race checks of the same kernels:
 
@@ -31,8 +31,7 @@ from pathlib import Path
 import torch
 
 import phobos
-from common import gpu_ms, save, table, time_phobos
-from phobos.launch.launcher import benchmark
+from common import call_ms, gpu_ms, save, table, time_phobos
 
 ROOT = Path(__file__).parent.parent
 SHAPES = ((4096, 4096), (8192, 4096), (4096, 1000), (64, 100000))
@@ -74,16 +73,19 @@ def main() -> int:
             max_error = error()
             nbytes = 2 * m * n * 4
             row = {"kernel": name, "shape": f"{m}x{n}", "config": str(fn.config), "max_error": max_error,
+                   "call_gbs": nbytes / call_ms(call, repeat=args.repeat) / 1e6,
+                   "torch_call_gbs": nbytes / call_ms(reference, repeat=args.repeat) / 1e6,
                    "kernel_gbs": nbytes / time_phobos(fn, values, fn.grid, args.repeat) / 1e6,
-                   "call_gbs": nbytes / benchmark(call, repeat=args.repeat) / 1e6,
                    "torch_gbs": nbytes / gpu_ms(reference, repeat=args.repeat) / 1e6}
+            row["call_vs_torch"] = row["call_gbs"] / row["torch_call_gbs"]
             row["vs_torch"] = row["kernel_gbs"] / row["torch_gbs"]
             rows.append(row)
             if not max_error <= TOLERANCE[name]:
                 wrong.append(f"{name} {m}x{n}: max error {max_error:.3g} (tolerance {TOLERANCE[name]})")
     print(table(rows, [("kernel", "kernel", ""), ("shape", "shape", ""), ("config", "configuration", ""),
-                       ("max_error", "max |error|", ".2e"), ("kernel_gbs", "kernel GB/s", ".0f"),
-                       ("call_gbs", "call GB/s", ".0f"), ("torch_gbs", "torch GB/s", ".0f"),
+                       ("max_error", "max |error|", ".2e"), ("call_gbs", "call GB/s", ".0f"),
+                       ("torch_call_gbs", "torch call GB/s", ".0f"), ("call_vs_torch", "call / torch", ".2f"),
+                       ("kernel_gbs", "kernel GB/s", ".0f"), ("torch_gbs", "torch kernel GB/s", ".0f"),
                        ("vs_torch", "kernel / torch", ".2f")]))
     print(f"wrote {save('rows_check', rows, {'eps': EPS}, args.out)}")
     for line in wrong:
