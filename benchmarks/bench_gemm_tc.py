@@ -81,6 +81,12 @@ def timed_ms(fn, min_sample_ms: float = 20.0, samples: int = 7) -> float:
     return statistics.median(times)
 
 
+def fastest(kernel, count: int = 6) -> list[list]:
+    """The `count` fastest configurations the first call timed, [configuration, ms], fastest first."""
+    timed = [(ms, name) for name, ms in kernel.timings.items() if isinstance(ms, (int, float))]
+    return [[name, ms] for ms, name in sorted(timed)[:count]]
+
+
 def run_gemm(group: str, n: int) -> dict:
     import torch
     import phobos
@@ -110,7 +116,8 @@ def run_gemm(group: str, n: int) -> dict:
     flops = 2 * n ** 3
     notes = [note.split(": ", 1)[1] for note in kernel.compiled.notes]
     return {"shape": f"{n}^3", "reference": reference_name, "phobos_ms": phobos_ms, "reference_ms": reference_ms,
-            "flops": flops, "config": kernel.config, "tuning_s": tuning_s, "notes": notes, **errors}
+            "flops": flops, "config": kernel.config, "tuning_s": tuning_s, "notes": notes, **errors,
+            "fastest": fastest(kernel)}
 
 
 def attention_reference(q, k, v, causal: bool):
@@ -145,7 +152,8 @@ def run_attention(d: int, causal: bool) -> dict:
     notes = [note.split(": ", 1)[1] for note in attention.compiled.notes]
     return {"shape": f"{HEADS}x{LENGTH}x{d}{' causal' if causal else ''}",
             "reference": "torch SDPA (flash backend)", "phobos_ms": phobos_ms, "reference_ms": reference_ms,
-            "flops": flops, "config": attention.config, "tuning_s": tuning_s, "notes": notes, **errors}
+            "flops": flops, "config": attention.config, "tuning_s": tuning_s, "notes": notes, **errors,
+            "fastest": fastest(attention)}
 
 
 def worker(names: list[str]) -> None:
@@ -202,7 +210,8 @@ def summary(row: dict) -> str:
         return f"{row['case']}: {row['status']}"
     return (f"{row['case']}: Phobos {row['phobos_tflops']:.0f} TFLOP/s, {row['reference']} "
             f"{row['reference_tflops']:.0f}: ratio {row['ratio']:.2f} (target {TARGETS[row['group']]}); "
-            f"errors {row['phobos_error']:.3g} vs {row['reference_error']:.3g}; {row['config']}")
+            f"errors {row['phobos_error']:.3g} vs {row['reference_error']:.3g}; {row['config']}; fastest timed: "
+            + "; ".join(f"{name} {ms:.3f} ms" for name, ms in row.get("fastest", [])))
 
 
 def finish(row: dict) -> dict:

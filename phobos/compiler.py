@@ -47,6 +47,15 @@ class Target:
     cp_async: bool
     tensor_cores: bool  # mma.sync of bf16, f16 and tf32 (m16n8k16, m16n8k8)
     wgmma: bool = False  # wgmma.mma_async (sm_90a)
+    sm_shared_bytes: int = 0  # shared memory of one SM, which its resident CTAs share
+
+    def shared_limit(self, ctas_per_sm: int | None) -> int:
+        """The most shared memory one CTA may have when `ctas_per_sm` of them must fit on an SM at once
+        (each CTA also takes 1 KiB the system reserves, from sm_80 on)."""
+        if not ctas_per_sm:
+            return self.shared_bytes
+        reserved = 1024 if self.compute_capability >= 80 else 0
+        return min(self.shared_bytes, self.sm_shared_bytes // ctas_per_sm - reserved)
 
     @property
     def compute_capability(self) -> int:
@@ -61,13 +70,13 @@ class Target:
 
 #: The targets Phobos generates code for (and ptxcheck accepts).
 TARGETS = {
-    "sm_75": Target("sm_75", 64 * 1024, False, False),
-    "sm_80": Target("sm_80", 163 * 1024, True, True),
-    "sm_86": Target("sm_86", 99 * 1024, True, True),
-    "sm_87": Target("sm_87", 163 * 1024, True, True),
-    "sm_89": Target("sm_89", 99 * 1024, True, True),
-    "sm_90": Target("sm_90", 227 * 1024, True, True),
-    "sm_90a": Target("sm_90a", 227 * 1024, True, True, True),
+    "sm_75": Target("sm_75", 64 * 1024, False, False, sm_shared_bytes=64 * 1024),
+    "sm_80": Target("sm_80", 163 * 1024, True, True, sm_shared_bytes=164 * 1024),
+    "sm_86": Target("sm_86", 99 * 1024, True, True, sm_shared_bytes=100 * 1024),
+    "sm_87": Target("sm_87", 163 * 1024, True, True, sm_shared_bytes=164 * 1024),
+    "sm_89": Target("sm_89", 99 * 1024, True, True, sm_shared_bytes=100 * 1024),
+    "sm_90": Target("sm_90", 227 * 1024, True, True, sm_shared_bytes=228 * 1024),
+    "sm_90a": Target("sm_90a", 227 * 1024, True, True, True, sm_shared_bytes=228 * 1024),
 }
 
 
@@ -290,7 +299,8 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     after = dumps.after if dumps is not None else None
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
-    thread = lower(func, tgt.shared_bytes, tgt.cp_async, index_bits, read_only_cache, tgt.tensor_cores, tgt.wgmma)
+    thread = lower(func, tgt.shared_limit(ck.knobs.ctas_per_sm), tgt.cp_async, index_bits, read_only_cache,
+                   tgt.tensor_cores, tgt.wgmma)
     expand_math(thread)
     if verify_each:
         verify(thread, thread_level=True)
@@ -305,6 +315,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     lap("isel+regalloc")
     ptx_kernel = Kernel(
         name=k.name, params=entry_params(thread), body=items, threads=thread.attrs["threads"],
+        ctas_per_sm=ck.knobs.ctas_per_sm,
         register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
         header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
                         + (f", configuration {config_text(ck.config)}" if ck.config else "")

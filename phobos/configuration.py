@@ -1,7 +1,7 @@
 # Configurations: the values a kernel's autotune parameters take in one
 # compilation, the typed knobs among them, and how a configuration is written.
 #
-# Three autotune parameter names are knobs: besides being i32 constants in the
+# Four autotune parameter names are knobs: besides being i32 constants in the
 # kernel, they set how the compiler lays the kernel out.  The checker
 # validates their values (a located error at the value in the decorator) and
 # hands lowering a `Knobs` value, where None means "the compiler chooses":
@@ -13,6 +13,9 @@
 #            tiles in shared memory; lowering takes fewer when they do not fit)
 #   GROUP_M  row blocks per group in the grouped order of program ids of
 #            matrix-product kernels: 1 (plain order) to 64
+#   CTAS_PER_SM  CTAs that must fit on one SM at once: 1 to 32 (the PTX's
+#            `.minnctapersm`, so ptxas caps each thread's registers to fit, and
+#            lowering the shared memory a CTA may take, pipeline stages first)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -33,6 +36,7 @@ KNOBS: dict[str, Knob] = {
                   lambda v: 1 <= v <= MAX_WARPS and v & (v - 1) == 0),
     "STAGES": Knob("stages", "from 2 to 8", lambda v: 2 <= v <= 8),
     "GROUP_M": Knob("group_m", "from 1 to 64", lambda v: 1 <= v <= 64),
+    "CTAS_PER_SM": Knob("ctas_per_sm", "from 1 to 32", lambda v: 1 <= v <= 32),
 }
 
 
@@ -43,6 +47,7 @@ class Knobs:
     warps: int | None = None
     stages: int | None = None
     group_m: int | None = None
+    ctas_per_sm: int | None = None
 
     @staticmethod
     def of(config: Mapping[str, int]) -> Knobs:

@@ -891,6 +891,12 @@ CASES = [
             x[0 :+ 32] = x[0 :+ 32] + 1.0
         }
         """, SemanticError, 1, 23, "GROUP_M must be from 1 to 64, got 0"),
+    Case("CTAS_PER_SM too many", """\
+        @autotune(CTAS_PER_SM in [1, 33])
+        kernel k(x: tensor<f32>[N]) {
+            x[0 :+ 32] = x[0 :+ 32] + 1.0
+        }
+        """, SemanticError, 1, 30, "CTAS_PER_SM must be from 1 to 32, got 33"),
     Case("GROUP_M negative", """\
         @autotune(GROUP_M in [-8])
         kernel k(x: tensor<f32>[N]) {

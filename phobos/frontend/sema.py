@@ -126,7 +126,7 @@ class CheckedKernel:
     carried: dict[object, list[Symbol]] = field(default_factory=dict)  # For/While/If/guard -> outer vars assigned
     written: set[str] = field(default_factory=set)  # tensor parameters the kernel stores into
     weak: set[object] = field(default_factory=set)  # literal-only expressions; their dtype follows context
-    knobs: Knobs = field(default_factory=Knobs)  # what the configuration's WARPS, STAGES, GROUP_M set
+    knobs: Knobs = field(default_factory=Knobs)  # what the configuration's WARPS, STAGES, GROUP_M, CTAS_PER_SM set
     frame: Frame | None = None  # the kernel's: `return` sets its flag
     loops: dict[object, Loop] = field(default_factory=dict)  # For/While -> its break/continue flags
     jumps: dict[object, Symbol] = field(default_factory=dict)  # Break/Continue/Return -> the flag it sets

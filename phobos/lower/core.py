@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from ..configuration import Knobs
 from ..constants import evaluate
 from ..dispatch import Dispatch
 from ..errors import ResourceError, UnsupportedError
@@ -264,8 +265,11 @@ class Lowering:
         start = self.scratch_start
         self.smem_bytes = max(self.smem_bytes, start + align(nbytes, SMEM_ALIGN))
         if self.smem_bytes > self.smem_limit:
-            raise ResourceError(f"this needs {self.smem_bytes} bytes of shared memory; the target allows "
-                                f"{self.smem_limit} per CTA (use smaller tiles)", self.b.loc)
+            shared_by = self.src.attrs.get("knobs", Knobs()).ctas_per_sm
+            where = (f"a CTA may have {self.smem_limit} when CTAS_PER_SM={shared_by} of them share an SM"
+                     if shared_by else f"the target allows {self.smem_limit} per CTA")
+            raise ResourceError(f"this needs {self.smem_bytes} bytes of shared memory; {where} (use smaller tiles)",
+                                self.b.loc)
         return self.entry_value(("smem", start), lambda b: b.value("smem_addr", [], U32, offset=start))
 
     def barrier(self) -> None:

@@ -184,6 +184,7 @@ class Kernel:
     params: list[EntryParam]
     body: list[Item]
     threads: int
+    ctas_per_sm: int | None = None  # `.minnctapersm`: CTAs ptxas must fit on one SM (it caps the registers)
     register_counts: dict[str, int] = field(default_factory=dict)  # class -> registers to declare
     shared_bytes: int = 0
     header_comment: list[str] = field(default_factory=list)
@@ -209,6 +210,8 @@ def emit_module(kernel: Kernel, arch: str, source_file: str | None) -> str:
     out.append(",\n".join(params))
     out.append(")")
     out.append(f".maxntid {kernel.threads}, 1, 1")
+    if kernel.ctas_per_sm:
+        out.append(f".minnctapersm {kernel.ctas_per_sm}")
     out.append("{")
     for cls, (ptx_type, prefix) in REG_CLASSES.items():
         n = kernel.register_counts.get(cls, 0)
