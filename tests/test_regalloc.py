@@ -158,3 +158,19 @@ def test_registers_live_at_once_never_share_a_number(program, loops):
     for cls in ("b32", "f32"):
         numbers = [v.number for v in defined if v.cls == cls]
         assert alloc.counts.get(cls, 0) == (max(numbers) + 1 if numbers else 0)  # %r<N> declares 0..N-1
+
+
+def test_registers_an_instruction_holds_stay_live_to_it_and_unprinted():
+    """A register a later instruction holds (wgmma.wait_group: the A fragments of a wgmma in flight) is
+    live until there, so nothing written in between takes its number; the instruction prints without it."""
+    r = Regs()
+    fragment, temp, other = r(), r(), r()
+    wait = Instr("wgmma.wait_group.sync.aligned", [Imm(0, DType.I32)], ndefs=0, holds=(fragment,))
+    items = [mov(fragment), store(fragment), mov(temp), add(other, temp, Imm(1, DType.I32)), store(other), wait]
+    allocate(items)
+    assert fragment.number not in (temp.number, other.number)
+    assert wait.text() == "wgmma.wait_group.sync.aligned 0;"
+    free = [mov(fragment), store(fragment), mov(temp), add(other, temp, Imm(1, DType.I32)), store(other),
+            Instr("wgmma.wait_group.sync.aligned", [Imm(0, DType.I32)], ndefs=0)]
+    allocate(free)
+    assert fragment.number in (temp.number, other.number)  # without the hold the number is reused

@@ -12,6 +12,7 @@ import pytest
 
 import phobos
 from phobos.compiler import compile_kernel, parse_source, pick_kernel
+from phobos.lower.mma_plan import MMA_KINDS, MmaPlan
 from phobos.constants import bf16_bits, bf16_values, round_tf32
 from phobos.ptxcheck import check
 from phobos.run import emulator
@@ -251,15 +252,15 @@ def test_ptxas_accepts_the_wgmma_gemm_without_spills():
 # ------------------------------------------------------------------ tf32 and tf32x3 on wgmma (sm_90a)
 TF32_WGMMA_CONFIGS = [
     ("sgemm_tf32", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}, (150, 300, 100),
-     "m64n128k8 tf32, 2 x 1 warpgroups of 64 x 128"),
+     "m64n128k8 tf32, computing C^T = B^T A^T, 2 x 1 warpgroups of 64 x 128"),
     ("sgemm_tf32", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 2}, (130, 270, 70),
-     "m64n256k8 tf32, 2 x 1 warpgroups of 64 x 256"),
+     "m64n128k8 tf32, computing C^T = B^T A^T, 2 x 1 warpgroups of 128 x 128"),
     ("sgemm_tf32", {"TILE_M": 64, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 4}, (70, 260, 97),
-     "m64n128k8 tf32, 1 x 2 warpgroups of 64 x 128"),
+     "m64n64k8 tf32, computing C^T = B^T A^T, 2 x 1 warpgroups of 128 x 64"),
     ("sgemm_tf32x3", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}, (150, 200, 100),
-     "m64n128k8 tf32x3, 2 x 1 warpgroups of 64 x 128"),
+     "m64n128k8 tf32x3, computing C^T = B^T A^T, 2 x 1 warpgroups of 64 x 128"),
     ("sgemm_tf32x3", {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32, "WARPS": 4, "STAGES": 2}, (70, 65, 33),
-     "m64n64k8 tf32x3, 1 x 1 warpgroups of 64 x 64"),
+     "m64n64k8 tf32x3, computing C^T = B^T A^T, 1 x 1 warpgroups of 64 x 64"),
 ]
 
 
@@ -282,8 +283,8 @@ def test_tf32_wgmma_gemm_is_bit_exact_in_the_emulator_on_ragged_sizes(kernel, co
     assert len(k.notes) == 1 and f"dot runs on the tensor cores: wgmma {what}" in k.notes[0]
     assert "mma.sync" not in k.ptx and "cp.async" not in k.ptx  # staged through registers
     assert instructions(k.ptx, "cvt.rna.tf32.f32") > 0 and "fence.proxy.async.shared::cta" in k.ptx
-    in_flight = kernel == "sgemm_tf32" and config["STAGES"] >= 3  # tf32x3 adds each product after its wait
-    assert ("wgmma.wait_group.sync.aligned 1;" in k.ptx) == in_flight
+    assert re.search(r"wgmma\.mma_async\S* \{[^}]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd", k.ptx)  # B^T's fragments
+    assert "wgmma.wait_group.sync.aligned 1;" not in k.ptx  # each group reads registers: waited for in its iteration
     precision = kernel.split("_")[1]
     expected = tf32_gemm_reference(a, b, precision, config["TILE_K"])
     np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
@@ -313,7 +314,7 @@ def test_tf32_wgmma_and_mma_sync_compute_the_same_bits_and_the_interpreter_agree
 def test_a_tf32_dot_outside_a_loop_runs_on_wgmma_from_registers_stored_rounded(precision):
     src = dot_source(128, 64, 32, "f32", warps=8, precision=precision)
     k = phobos.compile(src, arch="sm_90a")
-    assert f"wgmma m64n64k8 {precision}, 2 x 1 warpgroups of 64 x 64" in k.notes[0]
+    assert f"wgmma m64n64k8 {precision}, computing C^T = B^T A^T, 1 x 2 warpgroups of 64 x 64" in k.notes[0]
     rng = np.random.default_rng(10)
     a, b = rng.standard_normal((128, 32), dtype=np.float32), rng.standard_normal((32, 64), dtype=np.float32)
     out = run_both(src, lambda: [a, b, np.zeros((128, 64), np.float32)])
@@ -340,3 +341,71 @@ def test_ptxas_accepts_the_tf32_wgmma_gemms_without_spills(kernel, config):
     report.raise_for_errors()
     assert report.kernel(kernel).spill_stores == 0, report.kernel(kernel)
     assert not any("C7510" in w or "serializ" in w for w in report.warnings), report.warnings
+
+
+# ------------------------------------------------------------------ a swapped product's layouts
+def element(layout, tid: int, r: int) -> tuple[int, ...]:
+    """The tile coordinates of register r of thread tid."""
+    return tuple(sum((tid // t.div) % t.mod * t.scale for t in terms) + off
+                 for terms, off in zip(layout.terms, layout.offsets[r]))
+
+
+@pytest.mark.parametrize("m,n,warps,groups", [(128, 256, 8, (2, 1)), (128, 128, 8, (2, 1)), (64, 256, 8, (2, 1)),
+                                              (128, 64, 8, (1, 2)), (128, 64, 4, (1, 1))],
+                         ids=["128x256", "128x128", "64x256", "128x64-1x2", "128x64-w4"])
+def test_a_swapped_product_puts_each_wgmma_row_in_one_column_of_c_for_fragments_and_accumulators(m, n, warps, groups):
+    """wgmma's A fragments (B's staging layout) and its accumulators (the result layout) hold the
+    hardware's fragment positions, with one order of C^T's rows for both, a bijection onto the
+    group's columns; each thread's columns come in runs (vectors along N)."""
+    plan = MmaPlan(MMA_KINDS["tf32"], m, n, 32, *groups, warps * 32, "wgmma", swapped=True)
+    fragments, result = plan.staging_layouts[1], plan.layout
+    tiles, block_n = plan.wgmma_m_tiles, n // groups[0]
+    column_of_row: dict[tuple[int, int], int] = {}
+    for tid in range(warps * 32):
+        lane, warp, group = tid % 32, tid // 32 % 4, tid // 128
+        g, t = lane // 4, lane % 4
+        group_m, group_n = group % groups[0], group // groups[0]
+        for i in range(tiles):
+            for h in (0, 1):
+                row = 64 * i + 16 * warp + g + 8 * h
+                for s in range(4):
+                    for half_k in (0, 1):
+                        k, col = element(fragments, tid, plan.wgmma_fragments(s, i)[2 * half_k + h])
+                        assert k == 8 * s + t + 4 * half_k
+                        assert column_of_row.setdefault((group_m, row), col) == col
+                for j in range(plan.wgmma_n // 8):
+                    for c in (0, 1):
+                        mm, col = element(result, tid, plan.wgmma_accumulators(i)[4 * j + 2 * h + c])
+                        assert mm == group_n * plan.wgmma_n + 8 * j + 2 * t + c
+                        assert column_of_row[(group_m, row)] == col
+    for group_m in range(groups[0]):
+        columns = sorted(col for (gm, _), col in column_of_row.items() if gm == group_m)
+        assert columns == list(range(group_m * block_n, (group_m + 1) * block_n))
+    assert fragments.vector_width() == result.vector_width() == min(2 * tiles, 8)
+
+
+def k_loop(ptx: str) -> str:
+    """The PTX of a kernel's one loop: from its label to the label after it."""
+    start = re.search(r"^\$L_loop_\d+:", ptx, re.M).start()
+    return ptx[start:re.search(r"^\$L_done_\d+:", ptx, re.M).start()]
+
+
+def test_the_tf32_wgmma_loop_loads_b_and_stores_c_as_vectors_and_holds_the_fragments_to_the_wait():
+    k = compiled(SGEMM_TF32, "sgemm_tf32", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 2})
+    loop = k_loop(k.ptx)
+    assert instructions(loop, "ld.global.nc.v4.f32") == 8 + 4  # B: 2 tiles x 4 k steps; A: 128 x 32 / 256 / 4
+    assert instructions(k.ptx, "st.global.v4.f32") > 0 and instructions(k.ptx, "st.global.f32") == 0
+    # the fragment registers of each wgmma are written by nothing between it and the wait
+    issued = loop.index("wgmma.mma_async")
+    waited = loop.index("wgmma.wait_group")
+    held = set(re.findall(r"wgmma\.mma_async.*\{(%r\d+), (%r\d+), (%r\d+), (%r\d+)\}", loop[issued:waited]))
+    written = re.findall(r"^\s*(?:@%p\d+ )?[a-z][\w.:]* (%r\d+),", loop[issued:waited], re.M)
+    assert held and not {r for regs in held for r in regs} & set(written)
+
+
+def test_tf32x3_on_wgmma_starts_each_product_from_zero_with_scale_d_0():
+    k = compiled(SGEMM_TF32, "sgemm_tf32x3", {"TILE_M": 128, "TILE_N": 64, "TILE_K": 32, "WARPS": 4, "STAGES": 2})
+    loop = k_loop(k.ptx)
+    scales = re.findall(r"wgmma\.mma_async[^;]*, %rd\d+, ([01]), 1, 1;", loop)
+    assert scales == ["0"] + ["1"] * 11  # 1 tile x 4 k steps x 3 products, the first from zero
+    assert not re.search(r"mov\.f32 %f\d+, 0f00000000;", loop)

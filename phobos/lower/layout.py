@@ -311,29 +311,49 @@ def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: 
     return Layout((m, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))
 
 
-def transposing_copy_layout(shape: tuple[int, int], threads: int, elem_bytes: int) -> Layout:
-    """The layout of a row-major [K, N] tile loaded to be stored transposed (K contiguous) in shared
-    memory: each thread holds a block of 16 bytes along K by 16 bytes along N, loaded as vectors along
-    N and stored as vectors along K (the transpose is a renaming of registers).
+# A product computed as its transpose, C^T = B^T A^T (tf32 on wgmma: mma_plan.py), may take C^T's rows
+# in any order, the same in B^T's fragments and in the accumulators, since wgmma sums over k alone.  Of
+# a warpgroup's block of T 64-row tiles, wgmma's row 64 i + 16 w + g + 8 h (tile i, warp w, lane group
+# g = lane / 4, half h) is taken to be C^T's row - C's column - 2T (8 w + g) + 2 i + h: each thread then
+# holds 2T consecutive columns of C, loaded from B and stored to C as vectors.
+def _transposed_rows(groups_m: int, tiles: int) -> list[Term]:
+    """The thread terms of C's column in a swapped product (see above)."""
+    return [Term(4, 8, 2 * tiles), Term(WARP, 4, 16 * tiles)] + (
+        [Term(WARPGROUP, groups_m, WGMMA_ROWS * tiles)] if groups_m > 1 else [])
 
-    The lanes of a warp take up to 8 consecutive blocks along K first (eight lanes store eight distinct
-    16-byte chunks of one transposed row: no bank conflicts with wgmma's 128-byte swizzle), then blocks
-    along N; the warps take blocks along N, then along K.  Register slots: the blocks of a thread
-    (repeats of the thread grid, K outer), within a block K outer and N inner (vectors along N).
-    """
+
+def swapped_wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int) -> Layout:
+    """The layout of C [M, N] held in the accumulators of `wgmma.mma_async` computing C^T, the
+    warpgroups a groups_m x groups_n grid over C^T (along N, along M), C^T's rows in the order above.
+    Lane l holds C's rows 2(l%4) and 2(l%4) + 1 of each 8 (wgmma's columns, registers c0 c1 of a
+    half).  Registers: 8-row block j, row c, then the thread's 2T consecutive columns (vectors along N;
+    mma_plan.py's `wgmma_accumulators` picks each wgmma's)."""
+    m, n = shape
+    block_m, block_n = m // groups_n, n // groups_m
+    assert block_n % WGMMA_ROWS == 0 and block_m % MMA_COLS == 0, (shape, groups_m, groups_n)
+    tiles = block_n // WGMMA_ROWS
+    rows = [Term(1, 4, 2)] + ([Term(WARPGROUP * groups_m, groups_n, block_m)] if groups_n > 1 else [])
+    used = WARPGROUP * groups_m * groups_n
+    replicas = [(used, threads // used)] if used < threads else []
+    offsets = [(MMA_COLS * j + c, col) for j in range(block_m // MMA_COLS) for c in (0, 1) for col in range(2 * tiles)]
+    return Layout((m, n), threads, (tuple(rows), tuple(_transposed_rows(groups_m, tiles))), tuple(offsets),
+                  _sorted(replicas))
+
+
+def swapped_fragment_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int) -> Layout:
+    """The layout of B [K, N] loaded as the 32-bit A fragments of `wgmma.mma_async` m64nNk8 computing
+    C^T, B^T's rows in the order above: as mma.sync's m16n8k8 A, lane l holds k l%4 and l%4 + 4 of each
+    k step (a0 a1 the first, a2 a3 the second, B^T's rows h = 0, 1 of each).  Registers: k step s, half
+    of it, then the thread's 2T consecutive columns (vectors along N).  The groups along M hold copies."""
     k, n = shape
-    v = 16 // elem_bytes
-    assert k % v == 0 and n % v == 0, (shape, elem_bytes)
-    lanes_k = min(8, _pow2_at_least(k // v))
-    lanes_n = WARP // lanes_k
-    warps = threads // WARP
-    warps_n = min(warps, _pow2_at_least(_cdiv(n, v * lanes_n)))
-    warps_k = warps // warps_n
-    rows = [Term(1, lanes_k, v)] + ([Term(WARP * warps_n, warps_k, v * lanes_k)] if warps_k > 1 else [])
-    cols = [Term(lanes_k, lanes_n, v)] + ([Term(WARP, warps_n, v * lanes_n)] if warps_n > 1 else [])
-    cover_k, cover_n = v * lanes_k * warps_k, v * lanes_n * warps_n
-    offsets = [(rk * cover_k + i, rn * cover_n + j)
-               for rk in range(_cdiv(k, cover_k)) for rn in range(_cdiv(n, cover_n))
-               for i in range(v) for j in range(v)
-               if rk * cover_k + i < k and rn * cover_n + j < n]
-    return Layout((k, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), ())
+    block_n = n // groups_m
+    assert block_n % WGMMA_ROWS == 0 and k % MMA_COLS == 0, (shape, groups_m, groups_n)
+    tiles = block_n // WGMMA_ROWS
+    replicas = [(WARPGROUP * groups_m, groups_n)]
+    used = WARPGROUP * groups_m * groups_n
+    if used < threads:
+        replicas.append((used, threads // used))
+    offsets = [(MMA_COLS * s + 4 * half_k, col) for s in range(k // MMA_COLS) for half_k in (0, 1)
+               for col in range(2 * tiles)]
+    return Layout((k, n), threads, ((Term(1, 4, 1),), tuple(_transposed_rows(groups_m, tiles))), tuple(offsets),
+                  _sorted(replicas))

@@ -19,18 +19,19 @@
 #
 # On sm_90a a product whose plan says "wgmma" runs `wgmma.mma_async` instead
 # (`wgmma_compute`): each warpgroup issues one m64nNk16 (16-bit) or m64nNk8
-# (tf32; three for tf32x3) per 64-row tile and k step, reading both operands
-# from shared memory through 64-bit matrix descriptors in the 128-byte
-# swizzled layout (`TileSpace`) - A K-major; B N-major (imm-trans-b) for
-# 16-bit operands, K-major for tf32, which wgmma cannot transpose - then
-# commits the group; the caller waits for it (at once, or, in a pipelined K
-# loop, one iteration later: pipeline.py).  The accumulators are wgmma's
-# registers in place (isel ties them), and every thread fences its
-# shared-memory writes for the asynchronous proxy (fence.proxy.async) before
-# the barrier that precedes the wgmmas.  The tensor cores truncate tf32
-# operands, so tf32 operands are rounded (`cvt.rna`) on their way to shared
-# memory (`store_operand`; tf32x3: the high parts, and the TF32 roundings of
-# the rests beside them) and B is transposed there.
+# (tf32; three for tf32x3) per 64-row tile and k step, then commits the
+# group; the caller waits for it (at once, or, in a pipelined K loop, one
+# iteration later: pipeline.py).  16-bit operands are read from shared memory
+# through 64-bit matrix descriptors in the 128-byte swizzled layout
+# (`TileSpace`): A K-major, B N-major (imm-trans-b).  A tf32 kind computes
+# C^T = B^T A^T (mma_plan.py): wgmma's A is B^T, from registers - B's
+# fragments rounded there (`cvt.rna`; tf32x3: the high parts and the TF32
+# roundings of the rests), kept until the wait that covers the group - and
+# its B is A, K-major in shared memory, rounded on its way there
+# (`store_operand`; tf32x3: the high parts, then the low parts).  The
+# accumulators are wgmma's registers in place (isel ties them), and every
+# thread fences its shared-memory writes for the asynchronous proxy
+# (fence.proxy.async) before the barrier that precedes the wgmmas.
 #
 # `lower_dot` stages operands held in registers in the scratch buffer;
 # pipeline.py copies loaded operands into its stages with cp.async and calls
@@ -58,16 +59,14 @@ class TileSpace:
     within a box, row r at 128 r, its 16-byte chunk c at chunk c ^ (r % 8).  A
     K-major tile of K = 128 bytes is one box; an N-major B tile is N / 64
     boxes.  Starts 1024-byte aligned (the swizzle repeats every 8 rows).
-    `transposed`: the rows and columns are those of the operand tile's
-    transpose (a [K, N] B tile held K-major, [N, K]).  `parts`: copies of that
-    geometry one after another (tf32x3: the high parts, then the low parts).
+    `parts`: copies of that geometry one after another (tf32x3: the high
+    parts, then the low parts).
     """
 
     rows: int
     cols: int
     eb: int
     stride: int
-    transposed: bool = False
     parts: int = 1
 
     @property
@@ -141,16 +140,22 @@ class SharedOperand:
 
 @dataclass(frozen=True)
 class RegisterOperand:
-    """An A operand in the plan's A layout: its registers are the fragments."""
+    """An operand whose registers are its fragments: an A operand in the plan's A layout, or the B
+    operand of a swapped product in its staging layout (B^T's wgmma fragments)."""
 
     regs: list[Value]
+
+
+def in_registers(plan: MmaPlan, operand: str) -> bool:
+    """Whether the plan reads an operand ("a" or "b") loaded for it from registers, not shared memory."""
+    return plan.swapped and operand == "b"
 
 
 def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpace:
     """How an operand tile lies in shared memory for the plan's instruction.
 
-    wgmma: swizzled (TileSpace), A K-major; B N-major for 16-bit operands,
-    transposed to K-major for tf32 kinds (two parts for tf32x3).  mma.sync: row-major with a row stride that
+    wgmma: swizzled (TileSpace), A K-major (two parts for tf32x3); B N-major (16-bit operands; a
+    swapped product holds B in registers).  mma.sync: row-major with a row stride that
     is a multiple of 16 bytes (cp.async and ldmatrix move 16-byte rows),
     padded so that the rows one fragment read touches fall in different
     banks: eight rows of 16 bytes for ldmatrix and for tf32 A (an odd number
@@ -159,10 +164,8 @@ def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpac
     """
     eb = plan.kind.operand.nbytes
     if plan.instruction == "wgmma":
-        parts = 2 if plan.kind.products == 3 else 1
-        if operand == "b" and not plan.kind.sixteen_bit:
-            return TileSpace(cols, rows, eb, 0, transposed=True, parts=parts)
-        return TileSpace(rows, cols, eb, 0, parts=parts)
+        assert not in_registers(plan, operand), "a swapped product's B is its registers"
+        return TileSpace(rows, cols, eb, 0, parts=2 if plan.kind.products == 3 else 1)
     stride = align(cols * eb, 16)
     ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit else \
         (lambda s: (s // 16) % 2 == 1)
@@ -187,11 +190,13 @@ def aligned_base(low: Lowering, nbytes: int, alignment: int) -> Value:
 def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
     """A tensor-core product: operands a pipelined loop staged are read from its stage; others, held
     in registers, are written to the scratch buffer - except an A operand whose registers are its
-    fragments."""
+    fragments and a swapped product's B."""
     a_v, b_v = op.operands[0], op.operands[1]
     a, b = low.staged.get(a_v), low.staged.get(b_v)
     if a is None and a_in_registers(low, plan, a_v):
         a = RegisterOperand(_unrounded(low, a_v))
+    if b is None and in_registers(plan, "b"):
+        b = RegisterOperand(low.in_layout(b_v, plan.staging_layouts[1]).regs)
     if a is None or b is None:
         spaces = {"a": operand_space(plan, "a", plan.m, plan.k) if a is None else None,
                   "b": operand_space(plan, "b", plan.k, plan.n) if b is None else None}
@@ -228,20 +233,19 @@ def _unrounded(low: Lowering, a: Value) -> list[Value]:
 def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, plan: MmaPlan) -> None:
     """Store operand tile `t` of a product into shared memory at byte `start` of `base`, laid out as `space`
     says: as it is, or - tf32 kinds on wgmma - rounded to TF32 (tf32x3: the high parts, then the TF32
-    roundings of the rests, a part further), in 16-byte vectors along the space's rows where the layout
-    holds them (`transposing_copy_layout` does for a transposed B).  Each distinct (row % 8, column within
-    the box) of the thread's elements gets an address of its own; the rest are immediate offsets."""
+    roundings of the rests, a part further), in 16-byte vectors along the rows where the layout holds
+    them.  Each distinct (row % 8, column within the box) of the thread's elements gets an address of its
+    own; the rest are immediate offsets."""
     if plan.kind.sixteen_bit or not space.swizzled:
         store_tile(low, t, base, start, space, plan.kind.operand)
         return
     layout = t.layout
     per_chunk, per_box = 16 // space.eb, SWIZZLE_BYTES // space.eb
-    row_dim, col_dim = (1, 0) if space.transposed else (0, 1)
-    at = {(off[row_dim], off[col_dim]): r for r, off in enumerate(layout.offsets)}
-    whole = all(term.scale % per_chunk == 0 for term in layout.terms[col_dim]) and \
+    at = {off: r for r, off in enumerate(layout.offsets)}
+    whole = all(term.scale % per_chunk == 0 for term in layout.terms[1]) and \
         all((row, col - col % per_chunk + x) in at for row, col in at for x in range(per_chunk))
     width = per_chunk if whole else 1
-    thread_row, thread_col = (low.thread_coord(layout.terms[d]) for d in (row_dim, col_dim))
+    thread_row, thread_col = (low.thread_coord(layout.terms[d]) for d in (0, 1))
     owner = low.owner(layout)
     addresses: dict[tuple[int, int], Value] = {}
     for (row, col), r in sorted(at.items()):
@@ -285,13 +289,13 @@ def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
     """The product of `op` from its operands into its result (accumulating into a third operand)."""
     zero = [low.const(0.0, DType.F32)] * plan.layout.nregs
     if plan.instruction == "wgmma":
-        acc = low.in_layout(op.operands[2], plan.layout).regs if len(op.operands) == 3 else zero
-        apart = plan.kind.products == 3 and len(op.operands) == 3  # tf32x3: summed apart, as mma.sync does
-        product = wgmma_compute(low, plan, a, b, zero if apart else acc)
+        acc = low.in_layout(op.operands[2], plan.layout).regs if len(op.operands) == 3 else None
+        apart = plan.kind.products == 3 and acc is not None  # tf32x3: summed apart, as mma.sync does
+        product, fragments = wgmma_compute(low, plan, a, b, None if apart else acc)
         overlap, low.while_wgmma = low.while_wgmma, None
         if overlap is not None:
             overlap()
-        low.b.op("wgmma_wait", [], [], {"pending": low.wgmma_in_flight.get(op, 0)})
+        low.b.op("wgmma_wait", fragments, [], {"pending": low.wgmma_in_flight.get(op, 0)})
         if apart:
             product = [low.op("add", [x, y], F32) for x, y in zip(acc, product)]
     elif len(op.operands) == 2:
@@ -328,41 +332,53 @@ def compute(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value])
     return acc
 
 
-def wgmma_compute(low: Lowering, plan: MmaPlan, a: SharedOperand, b: SharedOperand, acc: list[Value]) -> list[Value]:
-    """acc + A @ B with wgmma: each warpgroup its block, one wgmma per 64-row tile and k step (tf32x3:
-    three, low x high, high x low, high x high, as mma.sync runs them), then a commit.  The operands are
-    swizzled tiles (TileSpace): A K-major, B N-major (imm-trans-b) or, transposed, K-major.  The caller
-    waits for the group (wgmma_wait) before the result is used."""
+def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -> tuple[list[Value], list[Value]]:
+    """acc + A @ B with wgmma (A @ B when acc is None: each tile's first wgmma starts from zero, its
+    scale-d 0): each warpgroup its block, one wgmma per 64-row tile and k step (tf32x3:
+    three, low x high, high x low, high x high, as mma.sync runs them), then a commit.  16-bit operands
+    are swizzled tiles (TileSpace), A K-major, B N-major (imm-trans-b); a swapped product's A (wgmma's B)
+    is one K-major and its B (wgmma's A) the registers of B^T's fragments, rounded here.  Returns the
+    accumulators and the fragment registers the group reads: the caller's wait (wgmma_wait) keeps them
+    and must come before the result is used."""
     kind = plan.kind
     group_m = low.digit(WARPGROUP, plan.warps_m)
     group_n = low.digit(WARPGROUP * plan.warps_m, plan.warps_n)
-    block_m = plan.m // plan.warps_m
-    a_row = low.op("mul", [group_m, low.const(block_m * SWIZZLE_BYTES)], I32)
-    if b.space.transposed:  # K-major: the warpgroup's first row of B's transpose
-        b_first = low.op("mul", [group_n, low.const(plan.wgmma_n * SWIZZLE_BYTES)], I32)
-        desc_b = _descriptor(low, b, b_first, leading=16)
-    else:  # N-major: its first box of columns
+    step_bytes = kind.k * kind.operand.nbytes  # a k step's part of a K-major row
+    if plan.swapped:  # wgmma's B is A, K-major: the warpgroup's first row of it
+        shared = a
+        fragments = _tf32_fragments(low, plan, b.regs)  # [high] or [high, low], B^T's fragments
+        desc_b = _descriptor(low, a, low.op("mul", [group_n, low.const(plan.wgmma_n * SWIZZLE_BYTES)], I32),
+                             leading=16)
+    else:  # B N-major: its first box of columns; A K-major, the warpgroup's first row
+        shared = b
         b_first = low.op("mul", [group_n, low.const(plan.wgmma_n * kind.operand.nbytes // SWIZZLE_BYTES
                                                     * b.space.box_bytes)], I32)
         desc_b = _descriptor(low, b, b_first, leading=b.space.box_bytes)
-    desc_a = _descriptor(low, a, a_row, leading=16)
-    step_bytes = kind.k * kind.operand.nbytes  # a k step's part of a K-major row
+        block_m = plan.m // plan.warps_m
+        desc_a = _descriptor(low, a, low.op("mul", [group_m, low.const(block_m * SWIZZLE_BYTES)], I32), leading=16)
     pairs = [(1, 0), (0, 1), (0, 0)] if kind.products == 3 else [(0, 0)]  # (A part, B part): 1 the low parts
-    acc = list(acc)
-    per_tile = plan.wgmma_n // 2  # accumulators of one 64-row tile, one wgmma's
+    acc = list(acc) if acc is not None else [None] * plan.layout.nregs
     for s in range(plan.k // kind.k):
-        db = _plus(low, desc_b, (step_bytes * s if b.space.transposed else kind.k * s * SWIZZLE_BYTES) >> 4)
+        db = _plus(low, desc_b, (step_bytes * s if plan.swapped else kind.k * s * SWIZZLE_BYTES) >> 4)
         for i in range(plan.wgmma_m_tiles):
-            da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4)
             for pa, pb in pairs:
-                tile = acc[i * per_tile:(i + 1) * per_tile]
-                acc[i * per_tile:(i + 1) * per_tile] = low.b.op(
-                    "wgmma", [_plus(low, da, pa * a.space.part_bytes >> 4), _plus(low, db, pb * b.space.part_bytes >> 4),
-                              *tile], [F32] * per_tile,
-                    {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "fence": s == 0 and i == 0 and (pa, pb) == pairs[0]}
-                ).results
+                if plan.swapped:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
+                    operands = [*(fragments[pb][r] for r in plan.wgmma_fragments(s, i)),
+                                _plus(low, db, pa * shared.space.part_bytes >> 4)]
+                else:
+                    da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4)
+                    operands = [_plus(low, da, pa * a.space.part_bytes >> 4),
+                                _plus(low, db, pb * shared.space.part_bytes >> 4)]
+                registers = plan.wgmma_accumulators(i)
+                zero = acc[registers[0]] is None
+                results = low.b.op(
+                    "wgmma", [*operands, *([] if zero else (acc[r] for r in registers))], [F32] * len(registers),
+                    {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "registers_a": plan.swapped,
+                     "zero": zero, "fence": s == 0 and i == 0 and (pa, pb) == pairs[0]}).results
+                for r, result in zip(registers, results):
+                    acc[r] = result
     low.b.op("wgmma_commit", [], [])
-    return acc
+    return acc, [r for part in fragments for r in part] if plan.swapped else []
 
 
 def _descriptor(low: Lowering, operand: SharedOperand, offset: Value, leading: int) -> Value:

@@ -16,12 +16,16 @@
 # is one 128-byte row of an operand in the 128-byte swizzled layout wgmma
 # reads (64 16-bit elements, 32 f32) and whose warps make whole warpgroups
 # that tile it by 64-row blocks and column blocks of at most 256 (multiples
-# of 64 for 16-bit operands, which wgmma reads N-major; of 8 for tf32 kinds,
-# read K-major) runs `wgmma.mma_async` instead (`instruction` "wgmma"): the
-# warpgroups form a grid over the product.  The operands of a tf32 kind pass
-# through registers on their way to shared memory (they are rounded, and B is
-# transposed: wgmma reads tf32 K-major only), so the plan also names the
-# layouts they are loaded in (`staging_layouts`).  Otherwise the warps
+# of 64 for 16-bit operands, which wgmma reads N-major) runs `wgmma.mma_async`
+# instead (`instruction` "wgmma"): the warpgroups form a grid over the
+# product.  wgmma reads tf32 operands in shared memory K-major only, and the
+# tensor cores truncate them where dot rounds, so a tf32 kind computes the
+# product's transpose, C^T = B^T A^T (`swapped`): wgmma's A operand is B^T,
+# its fragments loaded from B straight into registers and rounded there; its
+# B operand is A, rounded in registers on its way to shared memory, where it
+# lies K-major as it is in memory.  The warpgroups then tile C^T (64-row
+# tiles along N, wgmma's N along M: multiples of 8), and the plan names the
+# layouts the operands are loaded in (`staging_layouts`).  Otherwise the warps
 # of the CTA form a warps_m x warps_n grid over the product (`MmaPlan`); each
 # warp computes its block as 16 x 8 tiles with mma.sync.  The grid is
 # chosen to load the fewest fragments per k step (balanced warp blocks), or
@@ -37,7 +41,7 @@ from functools import cached_property
 from ..middle.ir import Block, Function, Op, Value, walk
 from ..types import DType
 from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, copy_layout, mma_layout,
-                     transposing_copy_layout, wgmma_layout)
+                     swapped_fragment_layout, swapped_wgmma_layout, wgmma_layout)
 
 WGMMA_ROW_BYTES = 128  # a wgmma product's K, in bytes of an operand: one row of the 128-byte swizzle
 WGMMA_MAX_N = 256
@@ -90,6 +94,7 @@ class MmaPlan:
     warps_n: int
     threads: int
     instruction: str = "mma"  # or "wgmma"
+    swapped: bool = False  # wgmma computes C^T = B^T A^T; warps_m, warps_n then group C^T's rows, columns
 
     @property
     def m_tiles(self) -> int:
@@ -102,21 +107,44 @@ class MmaPlan:
         return self.n // self.warps_n // MMA_COLS
 
     @property
+    def wgmma_shape(self) -> tuple[int, int]:
+        """The [rows, columns] of the product wgmma computes: C's, or C^T's when swapped."""
+        return (self.n, self.m) if self.swapped else (self.m, self.n)
+
+    @property
     def wgmma_m_tiles(self) -> int:
         """64-row tiles per warpgroup."""
-        return self.m // self.warps_m // WGMMA_ROWS
+        return self.wgmma_shape[0] // self.warps_m // WGMMA_ROWS
 
     @property
     def wgmma_n(self) -> int:
         """The N of each warpgroup's wgmma instructions."""
-        return self.n // self.warps_n
+        return self.wgmma_shape[1] // self.warps_n
 
     @cached_property
     def layout(self) -> Layout:
         """Of the result (the accumulators)."""
+        if self.swapped:
+            return swapped_wgmma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
         if self.instruction == "wgmma":
             return wgmma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
         return mma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
+
+    def wgmma_accumulators(self, tile: int) -> list[int]:
+        """The result layout's registers that are the accumulators of a warpgroup's wgmma on its 64-row
+        tile `tile`, in the instruction's order."""
+        per_tile = self.wgmma_n // 2
+        if not self.swapped:
+            return list(range(tile * per_tile, (tile + 1) * per_tile))
+        at = self.layout.register_of
+        return [at[(MMA_COLS * j + c, 2 * tile + half)]
+                for j in range(self.wgmma_n // MMA_COLS) for half in (0, 1) for c in (0, 1)]
+
+    def wgmma_fragments(self, step: int, tile: int) -> list[int]:
+        """The registers of B's staging layout that are a swapped product's A fragments a0..a3 of k step
+        `step` and 64-row tile `tile`."""
+        at = self.staging_layouts[1].register_of
+        return [at[(MMA_COLS * step + 4 * half_k, 2 * tile + half)] for half_k in (0, 1) for half in (0, 1)]
 
     @cached_property
     def a_layout(self) -> Layout | None:
@@ -127,14 +155,13 @@ class MmaPlan:
 
     @cached_property
     def staging_layouts(self) -> tuple[Layout, Layout] | None:
-        """Of the A and B operands of a tf32 kind on wgmma, loaded into registers to be rounded and
-        stored K-major (B transposed); None for products whose operands go to shared memory as
-        they are."""
-        if self.kind.sixteen_bit or self.instruction != "wgmma":
+        """Of the A and B operands of a swapped product, loaded into registers and rounded there: A to be
+        stored into shared memory, B in the layout of B^T's wgmma fragments; None for products whose
+        operands go to shared memory as they are."""
+        if not self.swapped:
             return None
-        eb = self.kind.operand.nbytes
-        return (copy_layout((self.m, self.k), self.threads, eb),
-                transposing_copy_layout((self.k, self.n), self.threads, eb))
+        return (copy_layout((self.m, self.k), self.threads, self.kind.operand.nbytes),
+                swapped_fragment_layout((self.k, self.n), self.threads, self.warps_m, self.warps_n))
 
     @property
     def operand_layouts(self) -> dict[int, Layout]:
@@ -177,9 +204,10 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
             continue
         loaded = all(_is_load(v) and block_of.get(v.owner) is block_of[op] and len(users.get(v, [])) == 1
                      for v in op.operands[:2])
-        groups = wgmma_groups(kind, m, n, k, threads) if wgmma and loaded else None
+        swapped = not kind.sixteen_bit
+        groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), k, threads) if wgmma and loaded else None
         if groups is not None:
-            out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma")
+            out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma", swapped)
             continue
         rows_only = not _is_load(op.operands[0]) or _feeds_rows(op.result, users)
         warps_m, warps_n = choose_warps(m, n, threads // WARP, rows_only)
@@ -188,7 +216,8 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
 
 
 def wgmma_groups(kind: MmaKind, m: int, n: int, k: int, threads: int) -> tuple[int, int] | None:
-    """The warpgroup grid of a product wgmma can run (see the header), the most rows of groups first."""
+    """The warpgroup grid of an [m, n] product wgmma can run (see the header), the most rows of groups
+    first."""
     if k != kind.wgmma_k or threads % WARPGROUP:
         return None
     groups = threads // WARPGROUP
@@ -210,8 +239,10 @@ def describe(op: Op, plan: MmaPlan | str) -> str:
     if isinstance(plan, str):
         return f"{where}: dot runs on the CUDA cores: {plan}"
     if plan.instruction == "wgmma":
-        return (f"{where}: dot runs on the tensor cores: wgmma m64n{plan.wgmma_n}k{plan.kind.k} {plan.kind.name}, "
-                f"{plan.warps_m} x {plan.warps_n} warpgroups of {plan.m // plan.warps_m} x {plan.wgmma_n}")
+        rows, _ = plan.wgmma_shape
+        swapped = ", computing C^T = B^T A^T" if plan.swapped else ""
+        return (f"{where}: dot runs on the tensor cores: wgmma m64n{plan.wgmma_n}k{plan.kind.k} {plan.kind.name}{swapped}, "
+                f"{plan.warps_m} x {plan.warps_n} warpgroups of {rows // plan.warps_m} x {plan.wgmma_n}")
     return (f"{where}: dot runs on the tensor cores: mma.sync {plan.kind.shape} {plan.kind.name}, "
             f"{plan.warps_m} x {plan.warps_n} warps of {plan.m // plan.warps_m} x {plan.n // plan.warps_n}")
 

@@ -17,8 +17,9 @@
 #
 # Either way the operand tiles go global -> shared by cp.async into a ring of
 # STAGES buffers and never pass through registers - except the operands of a
-# tf32 product on wgmma (the loop's one product), which must be rounded and B
-# transposed on the way (`lower_register_staged`, below).  Stage s of the ring holds
+# tf32 product on wgmma (the loop's one product, swapped: mma_plan.py), which
+# must be rounded: A on its way to the ring, B in the registers that are
+# wgmma's fragments (`lower_register_staged`, below).  Stage s of the ring holds
 # the tiles of iteration i when i = s (mod STAGES).  Before the loop,
 # iterations 0..STAGES-2 are requested (a loop of its own, one copy of the
 # code); at iteration i each thread waits for its copies of iteration i, a
@@ -28,16 +29,17 @@
 # its iteration is past the end.  STAGES shrinks (down to 2) until the ring
 # fits the target's shared memory.
 #
-# Register staging (tf32 kinds on wgmma): the tiles of iteration i + 1 are
-# loaded into registers (16-byte vectors, memory.py's `load_registers`) during
-# iteration i - 1, so the loads have a whole iteration to arrive; in iteration
-# i, after the barrier, the wgmma group of stage i is issued, and while it
-# runs (`Lowering.while_wgmma`) the registers are rounded and stored into
-# stage i + 1 (mma.py's `store_operand`), every thread fences them for the
-# tensor cores, and the tiles of iteration i + 2 are loaded.  Stage i + 1 was
-# last read by the group of iteration i + 1 - STAGES, which every thread
-# waited for before this iteration's barrier: with 2 stages each group is
-# waited for in its own iteration, with 3 or more one stays in flight.
+# Register staging (tf32 kinds on wgmma): in iteration i, after the barrier,
+# the wgmma group of stage i is issued on B's fragments of iteration i, and
+# while it runs (`Lowering.while_wgmma`) B's fragments of iteration i + 1 are
+# loaded (memory.py's `load_registers`, in their layout) and carried to it,
+# A's tile of iteration i + 1, loaded during iteration i - 1 (in 16-byte
+# vectors), is rounded and stored into stage i + 1 (mma.py's
+# `store_operand`) and every thread fences it for the tensor cores, and A's
+# tile of iteration i + 2 is loaded: every load has an iteration to arrive.
+# The group is waited for in its iteration (it reads B's fragments until
+# then), so stage i + 1, last read by the group of iteration i + 1 - STAGES,
+# is free: two stages are enough.
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
@@ -57,7 +59,7 @@ from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_gr
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout
 from .memory import aligned, element_valid, in_bounds, load_registers, row_addresses, slice_geometry, vector_ok
-from .mma import SharedOperand, TileSpace, aligned_base, operand_space, store_operand
+from .mma import RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers, operand_space, store_operand
 from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
@@ -65,12 +67,13 @@ DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune param
 
 @dataclass
 class Staged:
-    """A load copied into each stage: from byte `start` of the stage, laid out as `space` says."""
+    """A load copied into each stage: from byte `start` of the stage, laid out as `space` says - or, with
+    no space, kept in the registers it is loaded into (a swapped product's B)."""
 
     load: Op
     start: int
-    space: TileSpace
-    converted: MmaPlan | None = None  # the product whose operand is stored from registers (register staging)
+    space: TileSpace | None
+    converted: MmaPlan | None = None  # the product whose operand is loaded into registers (register staging)
 
 
 @dataclass
@@ -82,8 +85,12 @@ class PipelinePlan:
     in_flight: Op | None = None  # a wgmma product whose group stays in flight into the next iteration
 
     @property
+    def in_shared(self) -> list[Staged]:
+        return [st for st in self.staged if st.space is not None]
+
+    @property
     def alignment(self) -> int:
-        return max(st.space.alignment for st in self.staged)
+        return max(st.space.alignment for st in self.in_shared)
 
     @property
     def through_registers(self) -> bool:
@@ -137,15 +144,21 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
     if cuda_dot:
         stage_bytes = cuda_dot[1].stage_bytes
     else:
-        stage_bytes = align(staged[-1].start + staged[-1].space.nbytes, max(st.space.alignment for st in staged))
-    return PipelinePlan(staged, index_ops, stage_bytes, cuda_dot, _accumulating_wgmma(low, op, tensor_core))
+        stage_bytes = 0
+    plan = PipelinePlan(staged, index_ops, stage_bytes, cuda_dot, _accumulating_wgmma(low, op, tensor_core))
+    if not cuda_dot:
+        last = plan.in_shared[-1]
+        plan.stage_bytes = align(last.start + last.space.nbytes, plan.alignment)
+    return plan
 
 
 def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
     """The loop's one product, if it is a wgmma that accumulates into a carried value nothing else in the
-    loop reads (a GEMM's K loop): its group may then stay in flight while the next iteration starts."""
+    loop reads (a GEMM's K loop): its group may then stay in flight while the next iteration starts - unless
+    it reads fragments from registers (a swapped product), or is tf32x3 (which adds each product to acc
+    after its wait)."""
     if len(dots) != 1 or low.plans[dots[0]].instruction != "wgmma" or len(dots[0].operands) != 3 \
-            or low.plans[dots[0]].kind.products != 1:  # tf32x3 adds each product to acc after its wait
+            or low.plans[dots[0]].swapped or low.plans[dots[0]].kind.products != 1:
         return None
     dot, body = dots[0], op.regions[0]
     acc = dot.operands[2]
@@ -170,9 +183,13 @@ def _staged_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Stag
         for which, v in zip("ab", dot.operands[:2]):
             if not _loaded_for(low, body, v) or v.owner.operands[0].dtype != plan.kind.operand:
                 continue
+            converted = plan if plan.staging_layouts is not None else None
+            if in_registers(plan, which):
+                staged.append(Staged(v.owner, 0, None, converted))
+                continue
             space = operand_space(plan, which, *v.type.shape)
             start = align(start, space.alignment)
-            staged.append(Staged(v.owner, start, space, plan if plan.staging_layouts is not None else None))
+            staged.append(Staged(v.owner, start, space, converted))
             start += space.nbytes
     return staged
 
@@ -218,10 +235,14 @@ def _at_iteration(low: Lowering, op: Op, plan: PipelinePlan, kt: Value, emit):
     return out
 
 
-def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, stage: Value) -> None:
-    """The loop body's ops but the staged loads and their indices, the staged operands read from `stage`."""
+def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, stage: Value,
+                kept: list[list[Value]] = ()) -> None:
+    """The loop body's ops but the staged loads and their indices, the staged operands read from `stage`
+    (those kept in registers from `kept`, in order)."""
+    registers = iter(kept)
     for st in plan.staged:
-        low.staged[st.load.result] = SharedOperand(stage, st.start, st.space)
+        low.staged[st.load.result] = SharedOperand(stage, st.start, st.space) if st.space is not None \
+            else RegisterOperand(next(registers))
     dot = plan.cuda_dot[0] if plan.cuda_dot else None
     skipped = {st.load for st in plan.staged} | set(plan.index_ops) | {dot}
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, SMEM_ALIGN)
@@ -240,7 +261,7 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     # a wgmma group in flight still reads the stage before: the loads run one iteration less ahead
     in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
     if plan.through_registers:
-        lower_register_staged(low, op, plan, ring, in_flight)
+        lower_register_staged(low, op, plan, ring)
         return
     ahead_by = stages - 1 - in_flight
     swizzled = any(st.space.swizzled for st in plan.staged)
@@ -297,56 +318,65 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     low.barrier()
 
 
-def lower_register_staged(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, in_flight: int) -> None:
-    """The K loop of a tf32 product on wgmma: its operand tiles loaded into registers an iteration ahead,
-    rounded and stored into the ring while the previous stage's wgmma group runs (see the header)."""
+def lower_register_staged(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> None:
+    """The K loop of a tf32 product on wgmma: while the wgmma group of an iteration runs, B's fragments of
+    the next are loaded, A's tile of the next, loaded an iteration earlier, is rounded and stored into
+    the ring and fenced, and A's tile of the one after is loaded (see the header)."""
     lo = low.vals[op.operands[0]]
     step = op.attrs["step"]
     kt_arg = op.regions[0].args[0]
-    layouts = [low.layouts[st.load.result] for st in plan.staged]
+    shared = plan.in_shared
+    kept = [st for st in plan.staged if st.space is None]
+    size = {st.load: low.layouts[st.load.result].nregs for st in plan.staged}
+    ahead_size = sum(size[st.load] for st in shared)
 
-    def fetch(kt: Value) -> list[Value]:
-        """The registers of the staged tiles of the iteration with loop variable `kt` (zeros past the end)."""
+    def fetch(staged: list[Staged], kt: Value) -> list[Value]:
+        """The registers of the `staged` tiles of the iteration with loop variable `kt` (zeros past the end)."""
         return _at_iteration(low, op, plan, kt, lambda enabled: [
-            r for st, layout in zip(plan.staged, layouts) for r in load_registers(low, st.load, layout, enabled)])
+            r for st in staged for r in load_registers(low, st.load, low.layouts[st.load.result], enabled)])
 
     def deposit(regs: list[Value], index: Value) -> None:
-        """Store fetched registers, rounded, into stage `index` and fence them for the tensor cores."""
+        """Store A's fetched registers, rounded, into stage `index` and fence them for the tensor cores."""
         stage = ring.stage(low, index)
-        at = 0
-        for st, layout in zip(plan.staged, layouts):
-            store_operand(low, TileRegs(layout, regs[at:at + layout.nregs]), stage, st.start, st.space, st.converted)
-            at += layout.nregs
+        for st, tile in zip(shared, _split(regs, [size[st.load] for st in shared])):
+            store_operand(low, TileRegs(low.layouts[st.load.result], tile), stage, st.start, st.space, st.converted)
         low.b.op("fence_proxy_async", [], [])
 
     def iteration(kt: Value, n: int) -> Value:
         return low.op("add", [kt, low.const(n * step, kt.dtype)], kt.type)
 
-    deposit(fetch(lo), low.const(0))
-    ahead = fetch(iteration(lo, 1))
+    deposit(fetch(shared, lo), low.const(0))
+    carried = fetch(shared, iteration(lo, 1)) + fetch(kept, lo)
 
     def body(ops: list[Op], extra: list[Value]) -> list[Value]:
-        read, regs = extra[0], extra[1:]
+        read, ahead, now = extra[0], extra[1:1 + ahead_size], extra[1 + ahead_size:]
         low.barrier()  # stage `read` stored and fenced by every thread; the stage stored next read by no group
         at_end = low.op("cmp", [read, low.const(ring.stages - 1)], BOOL, pred="eq")
         write = low.op("select", [at_end, low.const(0), low.op("add", [read, low.const(1)], I32)], I32)
         fetched: list[Value] = []
 
         def while_wgmma() -> None:
-            deposit(regs, write)
-            fetched.extend(fetch(iteration(low.vals[kt_arg], 2)))
+            kt = low.vals[kt_arg]
+            following = fetch(kept, iteration(kt, 1))
+            deposit(ahead, write)
+            fetched.extend(fetch(shared, iteration(kt, 2)) + following)
 
         low.while_wgmma = while_wgmma
-        if in_flight:
-            low.wgmma_in_flight[plan.in_flight] = in_flight
-        _lower_body(low, ops, plan, ring, ring.stage(low, read))
+        _lower_body(low, ops, plan, ring, ring.stage(low, read), _split(now, [size[st.load] for st in kept]))
         assert low.while_wgmma is None, "the loop's wgmma product ran the stores of the next stage"
         return [write, *fetched]
 
-    low.build_for(op, [low.const(0), *ahead], body)
-    if in_flight:
-        low.b.op("wgmma_wait", [], [], {"pending": 0})
+    low.build_for(op, [low.const(0), *carried], body)
     low.barrier()
+
+
+def _split(regs: list[Value], sizes: list[int]) -> list[list[Value]]:
+    """`regs` cut into consecutive lists of `sizes`."""
+    out, at = [], 0
+    for n in sizes:
+        out.append(regs[at:at + n])
+        at += n
+    return out
 
 
 def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpace, enabled: Value) -> None:

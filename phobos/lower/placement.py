@@ -15,7 +15,8 @@
 #   layout whose registers are its fragments (a tile loaded once and used by
 #   every trip of a loop, like attention's Q, is then loaded straight into
 #   them), and the operands of a tf32 product on wgmma to the layouts they
-#   are stored to shared memory from (`MmaPlan.operand_layouts`);
+#   are loaded in (`MmaPlan.operand_layouts`: A's to be stored to shared
+#   memory, B's the registers wgmma reads);
 # * a reduction's result takes the collapsed layout of its operand, and a
 #   broadcast's operand the collapsed layout of its result, so that
 #   `x - max(x, axis=1)` and the row maxima of softmax live where the row

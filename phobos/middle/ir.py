@@ -108,9 +108,11 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "tf32_low", "tf32_low(x, high) -> b32: x - high (high a TF32 pattern) rounded to TF32"),
     **_ops(False, "wgmma", "wgmma(desc_a, desc_b, acc...) -> acc...: one warpgroup's asynchronous product of a "
                            "64-row tile (the results take the accumulators' registers); attrs n, k, type, fence "
-                           "(a wgmma.fence first)"),
+                           "(a wgmma.fence first), registers_a (the operands begin with the four b32 A "
+                           "fragments, not desc_a), zero (no acc operands: the product starts from zero)"),
     **_ops(False, "wgmma_commit", "closes a group of wgmma"),
-    **_ops(False, "wgmma_wait", "waits until at most attrs pending wgmma groups remain"),
+    **_ops(False, "wgmma_wait", "wgmma_wait(fragments...): waits until at most attrs pending wgmma groups "
+                                "remain; the A fragments the groups read are kept until then"),
     **_ops(False, "fence_proxy_async", "makes this thread's shared-memory writes visible to the tensor cores' reads"),
     # structure
     **_ops(False, "for", "for(lo, hi, init...) body(iv, carried...); attrs step"),

@@ -96,6 +96,7 @@ class Instr:
     guard: VReg | None = None
     guard_negated: bool = False
     tied: bool = False  # the registers written are read too (wgmma's accumulators)
+    holds: tuple = ()  # registers live until here though not printed (A fragments an async wgmma reads)
     _defs: list | None = field(default=None, repr=False)  # computed once: operands do not change
     _uses: list | None = field(default=None, repr=False)
 
@@ -106,7 +107,7 @@ class Instr:
 
     def uses(self) -> list[VReg]:
         if self._uses is None:
-            regs = _regs(self.operands[self.ndefs:])
+            regs = _regs(self.operands[self.ndefs:]) + list(self.holds)
             if self.guard is not None:
                 regs.append(self.guard)
             if self.guard is not None or self.tied:

@@ -105,8 +105,8 @@ class Selector:
         return r
 
     def emit(self, opcode: str, *operands, ndefs: int = 1, guard: VReg | None = None, negated: bool = False,
-             tied: bool = False):
-        self.items.append(Instr(opcode, list(operands), ndefs, guard, negated, tied))
+             tied: bool = False, holds: tuple = ()):
+        self.items.append(Instr(opcode, list(operands), ndefs, guard, negated, tied, holds))
 
     def mov(self, dst: VReg, src, dtype: DType) -> None:
         self.emit(f"mov.{BITS_SUFFIX.get(dtype, TYPE_SUFFIX[dtype])}", dst, src)
@@ -571,10 +571,14 @@ def _tf32_low(s: Selector, op: Op) -> None:
 def _wgmma(s: Selector, op: Op) -> None:
     """wgmma.mma_async in place: its results take its accumulators' registers (copied first where an
     accumulator value is a constant or used again), after a wgmma.fence where the op asks for one or
-    registers were copied."""
-    desc_a, desc_b = (s.reg(v) for v in op.operands[:2])
-    regs, copied = [], False
-    for v in op.operands[2:]:
+    registers were copied.  A is a descriptor or (registers_a) four fragment registers.  With `zero` the
+    op has no accumulator operands: scale-d 0, the results in new registers, written and not read."""
+    first = 4 if op.attrs["registers_a"] else 1
+    a = Vec(tuple(s.reg(v) for v in op.operands[:first])) if first > 1 else s.reg(op.operands[0])
+    desc_b = s.reg(op.operands[first])
+    from_zero = op.attrs["zero"]
+    regs, copied = [s.new(DType.F32) for _ in op.results] if from_zero else [], False
+    for v in op.operands[first + 1:]:
         x = s.regs[v]
         if not (isinstance(x, VReg) and s.use_count.get(v) == 1):
             r = s.new(DType.F32)
@@ -589,7 +593,7 @@ def _wgmma(s: Selector, op: Op) -> None:
     one, zero = Imm(1, DType.I32), Imm(0, DType.I32)
     trans = [] if kind == "tf32" else [zero, one]  # A K-major, B N-major (transposed); tf32: both K-major, no operand
     s.emit(f"wgmma.mma_async.sync.aligned.m64n{op.attrs['n']}k{op.attrs['k']}.f32.{kind}.{kind}", Vec(tuple(regs)),
-           desc_a, desc_b, one, one, one, *trans, tied=True)  # scale-d, scale-a, scale-b
+           a, desc_b, zero if from_zero else one, one, one, *trans, tied=not from_zero)  # scale-d, -a, -b
 
 
 def _barrier(s: Selector, op: Op) -> None:
@@ -743,7 +747,8 @@ SELECT = {
     "tf32_low": _tf32_low,
     "wgmma": _wgmma,
     "wgmma_commit": lambda s, op: s.emit("wgmma.commit_group.sync.aligned", ndefs=0),
-    "wgmma_wait": lambda s, op: s.emit("wgmma.wait_group.sync.aligned", Imm(op.attrs["pending"], DType.I32), ndefs=0),
+    "wgmma_wait": lambda s, op: s.emit("wgmma.wait_group.sync.aligned", Imm(op.attrs["pending"], DType.I32), ndefs=0,
+                                       holds=tuple(s.reg(v) for v in op.operands)),
     "fence_proxy_async": lambda s, op: s.emit("fence.proxy.async.shared::cta", ndefs=0),
     "cp_async": _cp_async,
     "cp_async_commit": _cp_async_commit,
