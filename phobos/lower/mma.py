@@ -287,7 +287,6 @@ def store_tile(low: Lowering, t: TileRegs, base: Value, start: int, space: TileS
 
 def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
     """The product of `op` from its operands into its result (accumulating into a third operand)."""
-    zero = [low.const(0.0, DType.F32)] * plan.layout.nregs
     if plan.instruction == "wgmma":
         acc = low.in_layout(op.operands[2], plan.layout).regs if len(op.operands) == 3 else None
         apart = plan.kind.products == 3 and acc is not None  # tf32x3: summed apart, as mma.sync does
@@ -299,11 +298,12 @@ def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
         if apart:
             product = [low.op("add", [x, y], F32) for x, y in zip(acc, product)]
     elif len(op.operands) == 2:
-        product = compute(low, plan, a, b, zero)
+        product = compute(low, plan, a, b, [low.const(0.0, DType.F32)] * plan.layout.nregs)
     elif plan.kind.products == 1:
         product = compute(low, plan, a, b, low.in_layout(op.operands[2], plan.layout).regs)
     else:  # tf32x3: the tensor cores' sums round toward zero; they stay within one product, added to acc as f32
         acc = low.in_layout(op.operands[2], plan.layout).regs
+        zero = [low.const(0.0, DType.F32)] * plan.layout.nregs
         product = [low.op("add", [x, y], F32) for x, y in zip(acc, compute(low, plan, a, b, zero))]
     result = TileRegs(plan.layout, product)
     layout = low.layouts[op.result]
