@@ -358,6 +358,7 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
         desc_a = _descriptor(low, a, low.op("mul", [group_m, low.const(block_m * SWIZZLE_BYTES)], I32), leading=16)
     pairs = [(1, 0), (0, 1), (0, 0)] if kind.products == 3 else [(0, 0)]  # (A part, B part): 1 the low parts
     acc = list(acc) if acc is not None else [None] * plan.layout.nregs
+    accumulators = [plan.wgmma_accumulators(i) for i in range(plan.wgmma_m_tiles)]
     for s in range(plan.k // kind.k):
         db = _plus(low, desc_b, (step_bytes * s if plan.swapped else kind.k * s * SWIZZLE_BYTES) >> 4)
         for i in range(plan.wgmma_m_tiles):
@@ -369,7 +370,7 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
                     da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4)
                     operands = [_plus(low, da, pa * a.space.part_bytes >> 4),
                                 _plus(low, db, pb * shared.space.part_bytes >> 4)]
-                registers = plan.wgmma_accumulators(i)
+                registers = accumulators[i]
                 zero = acc[registers[0]] is None
                 results = low.b.op(
                     "wgmma", [*operands, *([] if zero else (acc[r] for r in registers))], [F32] * len(registers),
