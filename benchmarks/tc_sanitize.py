@@ -51,9 +51,11 @@ def main(mode: str) -> int:
     tf32 = phobos.load(EXAMPLES / "sgemm_tf32.phobos", mode=mode)
     af, bf = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     for name, config, tol in (("sgemm_tf32", dict(TILE_M=128, TILE_N=128, TILE_K=32, WARPS=8, STAGES=3), 0.05),
-                              ("sgemm_tf32", dict(TILE_M=128, TILE_N=256, TILE_K=32, WARPS=8, STAGES=2), 0.05),
+                              ("sgemm_tf32", dict(TILE_M=128, TILE_N=256, TILE_K=32, WARPS=8, STAGES=3), 0.05),
+                              ("sgemm_tf32", dict(TILE_M=128, TILE_N=256, TILE_K=32, WARPS=8, STAGES=4), 0.05),
                               ("sgemm_tf32x3", dict(TILE_M=64, TILE_N=64, TILE_K=32, WARPS=4, STAGES=3), 1e-4),
-                              ("sgemm_tf32x3", dict(TILE_M=128, TILE_N=64, TILE_K=32, WARPS=4, STAGES=2), 1e-4)):
+                              ("sgemm_tf32x3", dict(TILE_M=128, TILE_N=64, TILE_K=32, WARPS=4, STAGES=2), 1e-4),
+                              ("sgemm_tf32x3", dict(TILE_M=128, TILE_N=128, TILE_K=32, WARPS=8, STAGES=3), 1e-4)):
         c = np.zeros((m, n), np.float32)
         getattr(tf32, name).configure(**config)(af, bf, c)
         ok &= check(f"{name} {config}", c, af.astype(np.float64) @ bf, 0, tol)

@@ -281,7 +281,7 @@ def emulate_sgemm(kernel: str, config: dict, sizes, arch: str = "sm_90a", seed: 
 def test_tf32_wgmma_gemm_is_bit_exact_in_the_emulator_on_ragged_sizes(kernel, config, sizes, what):
     k, a, b, c = emulate_sgemm(kernel, config, sizes)
     assert len(k.notes) == 1 and f"dot runs on the tensor cores: wgmma {what}" in k.notes[0]
-    assert "mma.sync" not in k.ptx and "cp.async" not in k.ptx  # staged through registers
+    assert "mma.sync" not in k.ptx and "cp.async.cg.shared.global" in k.ptx and "ld.global" not in k_loop(k.ptx)
     assert instructions(k.ptx, "cvt.rna.tf32.f32") > 0 and "fence.proxy.async.shared::cta" in k.ptx
     assert re.search(r"wgmma\.mma_async\S* \{[^}]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd", k.ptx)  # B^T's fragments
     assert "wgmma.wait_group.sync.aligned 1;" not in k.ptx  # each group reads registers: waited for in its iteration
@@ -385,15 +385,21 @@ def test_a_swapped_product_puts_each_wgmma_row_in_one_column_of_c_for_fragments_
 
 
 def k_loop(ptx: str) -> str:
-    """The PTX of a kernel's one loop: from its label to the label after it."""
-    start = re.search(r"^\$L_loop_\d+:", ptx, re.M).start()
-    return ptx[start:re.search(r"^\$L_done_\d+:", ptx, re.M).start()]
+    """The PTX of a kernel's K loop (the loop with the products, not the pipeline's prologue): from its
+    label to the label after it."""
+    loops = [ptx[m.start():re.compile(r"^\$L_done_\d+:", re.M).search(ptx, m.end()).start()]
+             for m in re.finditer(r"^\$L_loop_\d+:", ptx, re.M)]
+    (loop,) = [body for body in loops if "wgmma.mma_async" in body]
+    return loop
 
 
-def test_the_tf32_wgmma_loop_loads_b_and_stores_c_as_vectors_and_holds_the_fragments_to_the_wait():
+def test_the_tf32_wgmma_loop_copies_rounds_and_reads_as_vectors_and_holds_the_fragments_to_the_wait():
     k = compiled(SGEMM_TF32, "sgemm_tf32", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 2})
     loop = k_loop(k.ptx)
-    assert instructions(loop, "ld.global.nc.v4.f32") == 8 + 4  # B: 2 tiles x 4 k steps; A: 128 x 32 / 256 / 4
+    assert instructions(loop, "cp.async.cg.shared.global") == 4 + 8  # A: 128 x 32 / 256 / 4; B: 32 x 256 / 256 / 4
+    # A rounded in place (read, stored back), B read as 2 tiles x 4 k steps of fragment vectors
+    assert instructions(loop, "ld.shared.v4.f32") == 4 + 8 and instructions(loop, "st.shared.v4.u32") == 4
+    assert "ld.global" not in loop and instructions(loop, "cvt.rna.tf32.f32") == 4 * (4 + 8)
     assert instructions(k.ptx, "st.global.v4.f32") > 0 and instructions(k.ptx, "st.global.f32") == 0
     # the fragment registers of each wgmma are written by nothing between it and the wait
     issued = loop.index("wgmma.mma_async")
@@ -401,6 +407,17 @@ def test_the_tf32_wgmma_loop_loads_b_and_stores_c_as_vectors_and_holds_the_fragm
     held = set(re.findall(r"wgmma\.mma_async.*\{(%r\d+), (%r\d+), (%r\d+), (%r\d+)\}", loop[issued:waited]))
     written = re.findall(r"^\s*(?:@%p\d+ )?[a-z][\w.:]* (%r\d+),", loop[issued:waited], re.M)
     assert held and not {r for regs in held for r in regs} & set(written)
+
+
+def test_register_staging_keeps_three_stages_at_least():
+    # the rounding pass reads the next iteration's stage while this one's group runs: STAGES=2 gets three
+    shared = {s: compiled(SGEMM_TF32, "sgemm_tf32", {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "WARPS": 4,
+                                                     "STAGES": s}).shared_bytes for s in (2, 3, 4)}
+    stage = shared[4] - shared[3]
+    assert stage >= (64 * 32 + 32 * 128) * 4 and shared[2] == shared[3] and shared[3] >= 3 * stage
+    mma = {s: compiled(SGEMM_TF32, "sgemm_tf32", {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "WARPS": 4, "STAGES": s},
+                       "sm_90") for s in (2, 3)}  # mma.sync keeps its two
+    assert "wgmma" not in mma[2].ptx and mma[2].shared_bytes < mma[3].shared_bytes
 
 
 def test_tf32x3_on_wgmma_starts_each_product_from_zero_with_scale_d_0():

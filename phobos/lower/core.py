@@ -437,18 +437,37 @@ def convert_register(low: "Lowering", x: Value, to: DType) -> Value:
 
 def write_tile(low: "Lowering", t: TileRegs, base: Value, start: int, ld: int, eb: int, dtype: DType) -> None:
     """Store a 2-D tile row-major into shared memory at byte `start`, rows `ld` elements apart."""
-    layout = t.layout
-    owner = low.owner(layout)
+    owner = low.owner(t.layout)
+    for group, pred, index, offset in _row_major_accesses(low, t.layout, start, ld, eb):
+        low.st_shared(base, index, eb, [t.regs[r] for r in group], dtype, low.all_of([pred, owner]), offset=offset)
+
+
+def read_tile(low: "Lowering", layout: Layout, base: Value, start: int, ld: int, eb: int, dtype: DType) -> list[Value]:
+    """The registers of a 2-D tile in `layout` read from shared memory, row-major from byte `start`, rows
+    `ld` elements apart (write_tile's inverse; every replica reads)."""
+    regs: list[Value | None] = [None] * layout.nregs
+    for group, pred, index, offset in _row_major_accesses(low, layout, start, ld, eb):
+        ld_op = low.b.op("ld_shared", [low.smem_address(base, index, eb)] + ([pred] if pred is not None else []),
+                         [ScalarType(dtype)] * len(group),
+                         {"dtype": dtype, "vec": len(group), "offset": offset, "masked": pred is not None})
+        for r, value in zip(group, ld_op.results):
+            regs[r] = value
+    return regs
+
+
+def _row_major_accesses(low: "Lowering", layout: Layout, start: int, ld: int, eb: int):
+    """(register slots, their predicate, the thread's element index, byte offset) of each access of at
+    most 16 bytes to a tile in `layout` lying row-major from byte `start`, rows `ld` elements apart."""
     c0, c1 = low.thread_coord(layout.terms[0]), low.thread_coord(layout.terms[1])
     thread_index = low.op("add", [low.op("mul", [c0, low.const(ld)], I32), c1], I32)
     width = layout.vector_width()
     while width * eb > 16:
         width //= 2
+    out = []
     for group in access_groups(layout, width):
         i, j = layout.offsets[group[0]]
-        pred = low.all_of([low.slot_valid(layout, group[0]), owner])
-        low.st_shared(base, thread_index, eb, [t.regs[r] for r in group], dtype, pred,
-                      offset=start + (i * ld + j) * eb)
+        out.append((group, low.slot_valid(layout, group[0]), thread_index, start + (i * ld + j) * eb))
+    return out
 
 
 def access_groups(layout: Layout | None, width: int) -> list[list[int]]:

@@ -226,10 +226,9 @@ def load(low: Lowering, op: Op) -> None:
     low.vals[op.result] = regs[0] if layout is None else TileRegs(layout, regs)
 
 
-def load_registers(low: Lowering, op: Op, layout: Layout | None, enabled: Value | None = None) -> list[Value]:
+def load_registers(low: Lowering, op: Op, layout: Layout | None) -> list[Value]:
     """The registers of load `op` in `layout` (None: a scalar's one): vector loads when the slice is inside
-    the tensor and aligned, else element by element with zeros outside; all zeros, nothing read, where the
-    uniform predicate `enabled` is false."""
+    the tensor and aligned, else element by element with zeros outside."""
     tensor = low.vals[op.operands[0]]
     starts, sizes, tile_dims = slice_geometry(low, op, tensor)
     addrs = row_addresses(low, tensor, starts, tile_dims, layout)
@@ -238,7 +237,6 @@ def load_registers(low: Lowering, op: Op, layout: Layout | None, enabled: Value 
     fast = in_bounds(low, tensor, starts, sizes)
     if width > 1:
         fast = low.all_of([fast, aligned(low, tensor, starts, width)])
-    fast = low.all_of([enabled, fast])
     nregs = len(addrs)
     regions = [Block(), Block()]
     branch = low.b.op("if", [fast], [ScalarType(dtype)] * nregs, {}, regions)
@@ -251,7 +249,7 @@ def load_registers(low: Lowering, op: Op, layout: Layout | None, enabled: Value 
             if vec > 1 or region is regions[0]:
                 pred = low.slot_valid(layout, group[0]) if layout is not None else None
             else:
-                pred = low.all_of([element_valid(low, tensor, starts, sizes, tile_dims, layout, group[0]), enabled])
+                pred = element_valid(low, tensor, starts, sizes, tile_dims, layout, group[0])
             ld = low.b.op("ld_global", [addr] + ([pred] if pred is not None else []),
                           [ScalarType(dtype)] * len(group),
                           {"dtype": tensor.dtype, "vec": len(group), "offset": off,

@@ -27,8 +27,9 @@
 # C^T = B^T A^T (mma_plan.py): wgmma's A is B^T, from registers - B's
 # fragments rounded there (`cvt.rna`; tf32x3: the high parts and the TF32
 # roundings of the rests), kept until the wait that covers the group - and
-# its B is A, K-major in shared memory, rounded on its way there
-# (`store_operand`; tf32x3: the high parts, then the low parts).  The
+# its B is A, K-major in shared memory, rounded on its way there or in place
+# (`load_operand`, `store_operand`; tf32x3: the high parts, then the low
+# parts).  The
 # accumulators are wgmma's registers in place (isel ties them), and every
 # thread fences its shared-memory writes for the asynchronous proxy
 # (fence.proxy.async) before the barrier that precedes the wgmmas.
@@ -42,8 +43,8 @@ from dataclasses import dataclass
 
 from ..middle.ir import Op, Value
 from ..types import DType, ScalarType
-from .core import I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, write_tile
-from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS
+from .core import I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, read_tile, write_tile
+from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout
 from .mma_plan import MmaPlan
 
 F32 = ScalarType(DType.F32)
@@ -154,17 +155,16 @@ def in_registers(plan: MmaPlan, operand: str) -> bool:
 def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpace:
     """How an operand tile lies in shared memory for the plan's instruction.
 
-    wgmma: swizzled (TileSpace), A K-major (two parts for tf32x3); B N-major (16-bit operands; a
-    swapped product holds B in registers).  mma.sync: row-major with a row stride that
-    is a multiple of 16 bytes (cp.async and ldmatrix move 16-byte rows),
-    padded so that the rows one fragment read touches fall in different
-    banks: eight rows of 16 bytes for ldmatrix and for tf32 A (an odd number
-    of 16-byte units), four rows of 32 bytes for tf32 B (32 or 96 bytes past
-    a multiple of 128).
+    wgmma: swizzled (TileSpace), A K-major (two parts for tf32x3); B N-major
+    (16-bit operands).  mma.sync, and the B a swapped product reads into its
+    fragment registers: row-major with a row stride that is a multiple of 16
+    bytes (cp.async and ldmatrix move 16-byte rows), padded so that the rows
+    one fragment read touches fall in different banks: eight rows of 16 bytes
+    for ldmatrix and for tf32 A (an odd number of 16-byte units), four rows of
+    32 bytes for tf32 B (32 or 96 bytes past a multiple of 128).
     """
     eb = plan.kind.operand.nbytes
-    if plan.instruction == "wgmma":
-        assert not in_registers(plan, operand), "a swapped product's B is its registers"
+    if plan.instruction == "wgmma" and not in_registers(plan, operand):
         return TileSpace(rows, cols, eb, 0, parts=2 if plan.kind.products == 3 else 1)
     stride = align(cols * eb, 16)
     ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit else \
@@ -234,20 +234,50 @@ def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: Ti
     """Store operand tile `t` of a product into shared memory at byte `start` of `base`, laid out as `space`
     says: as it is, or - tf32 kinds on wgmma - rounded to TF32 (tf32x3: the high parts, then the TF32
     roundings of the rests, a part further), in 16-byte vectors along the rows where the layout holds
-    them.  Each distinct (row % 8, column within the box) of the thread's elements gets an address of its
-    own; the rest are immediate offsets."""
+    them (`_swizzled_accesses`)."""
     if plan.kind.sixteen_bit or not space.swizzled:
         store_tile(low, t, base, start, space, plan.kind.operand)
         return
-    layout = t.layout
+    owner = low.owner(t.layout)
+    for group, address, offset, pred in _swizzled_accesses(low, t.layout, base, start, space):
+        pred = low.all_of([pred, owner])
+        high = [low.op("tf32", [t.regs[g]], U32) for g in group]
+        parts = [high] + ([[low.op("tf32_low", [t.regs[g], h], U32) for g, h in zip(group, high)]]
+                          if space.parts == 2 else [])
+        for p, regs in enumerate(parts):
+            low.b.op("st_shared", [address, *regs] + ([pred] if pred is not None else []),
+                     [], {"dtype": DType.U32, "vec": len(group), "offset": offset + p * space.part_bytes,
+                          "masked": pred is not None})
+
+
+def load_operand(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace,
+                 dtype: DType) -> list[Value]:
+    """The registers of an operand tile in `layout` read from shared memory at byte `start` of `base`,
+    laid out as `space` says (its first part), in vectors along the rows where the layout holds them."""
+    if not space.swizzled:
+        return read_tile(low, layout, base, start, space.stride // space.eb, space.eb, dtype)
+    regs: list[Value | None] = [None] * layout.nregs
+    for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
+        ld = low.b.op("ld_shared", [address] + ([pred] if pred is not None else []), [ScalarType(dtype)] * len(group),
+                      {"dtype": dtype, "vec": len(group), "offset": offset, "masked": pred is not None})
+        for g, value in zip(group, ld.results):
+            regs[g] = value
+    return regs
+
+
+def _swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace):
+    """(register slots, shared address, byte offset from it, predicate) of each access to a tile in
+    `layout` lying in the swizzled `space` from byte `start` of `base`: 16-byte vectors along the rows
+    where the layout holds whole chunks, else elements.  Each distinct (row % 8, column within the box) of
+    the thread's elements gets an address of its own; the rest are immediate offsets."""
     per_chunk, per_box = 16 // space.eb, SWIZZLE_BYTES // space.eb
     at = {off: r for r, off in enumerate(layout.offsets)}
     whole = all(term.scale % per_chunk == 0 for term in layout.terms[1]) and \
         all((row, col - col % per_chunk + x) in at for row, col in at for x in range(per_chunk))
     width = per_chunk if whole else 1
     thread_row, thread_col = (low.thread_coord(layout.terms[d]) for d in (0, 1))
-    owner = low.owner(layout)
     addresses: dict[tuple[int, int], Value] = {}
+    out = []
     for (row, col), r in sorted(at.items()):
         if col % width:
             continue
@@ -257,15 +287,9 @@ def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: Ti
             offset = space.offset(low, low.op("add", [thread_row, low.const(key[0])], I32),
                                   low.op("add", [thread_col, low.const(key[1])], I32))
             addresses[key] = low.op("add", [base, low.op("cast", [offset], U32)], U32)
-        pred = low.all_of([low.slot_valid(layout, g) for g in group] + [owner])
-        offset = start + space.delta(row - key[0], col - key[1])
-        high = [low.op("tf32", [t.regs[g]], U32) for g in group]
-        parts = [high] + ([[low.op("tf32_low", [t.regs[g], h], U32) for g, h in zip(group, high)]]
-                          if space.parts == 2 else [])
-        for p, regs in enumerate(parts):
-            low.b.op("st_shared", [addresses[key], *regs] + ([pred] if pred is not None else []),
-                     [], {"dtype": DType.U32, "vec": width, "offset": offset + p * space.part_bytes,
-                          "masked": pred is not None})
+        pred = low.all_of([low.slot_valid(layout, g) for g in group])
+        out.append((group, addresses[key], start + space.delta(row - key[0], col - key[1]), pred))
+    return out
 
 
 def store_tile(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, dtype: DType) -> None:

@@ -21,9 +21,9 @@
 # product.  wgmma reads tf32 operands in shared memory K-major only, and the
 # tensor cores truncate them where dot rounds, so a tf32 kind computes the
 # product's transpose, C^T = B^T A^T (`swapped`): wgmma's A operand is B^T,
-# its fragments loaded from B straight into registers and rounded there; its
-# B operand is A, rounded in registers on its way to shared memory, where it
-# lies K-major as it is in memory.  The warpgroups then tile C^T (64-row
+# its fragments read from B into registers and rounded there; its B operand
+# is A, rounded on its way to shared memory (in place, in a K loop's stage),
+# where it lies K-major as it is in memory.  The warpgroups then tile C^T (64-row
 # tiles along N, wgmma's N along M: multiples of 8), and the plan names the
 # layouts the operands are loaded in (`staging_layouts`).  Otherwise the warps
 # of the CTA form a warps_m x warps_n grid over the product (`MmaPlan`); each
@@ -155,9 +155,9 @@ class MmaPlan:
 
     @cached_property
     def staging_layouts(self) -> tuple[Layout, Layout] | None:
-        """Of the A and B operands of a swapped product, loaded into registers and rounded there: A to be
-        stored into shared memory, B in the layout of B^T's wgmma fragments; None for products whose
-        operands go to shared memory as they are."""
+        """Of the A and B operands of a swapped product, rounded in registers: A to be stored into shared
+        memory (as each thread copies it, in a K loop), B in the layout of B^T's wgmma fragments; None for
+        products whose operands go to shared memory as they are."""
         if not self.swapped:
             return None
         return (copy_layout((self.m, self.k), self.threads, self.kind.operand.nbytes),

@@ -16,30 +16,30 @@
 #   above the ring.
 #
 # Either way the operand tiles go global -> shared by cp.async into a ring of
-# STAGES buffers and never pass through registers - except the operands of a
-# tf32 product on wgmma (the loop's one product, swapped: mma_plan.py), which
-# must be rounded: A on its way to the ring, B in the registers that are
-# wgmma's fragments (`lower_register_staged`, below).  Stage s of the ring holds
-# the tiles of iteration i when i = s (mod STAGES).  Before the loop,
-# iterations 0..STAGES-2 are requested (a loop of its own, one copy of the
-# code); at iteration i each thread waits for its copies of iteration i, a
-# barrier makes everyone's visible (and says everyone is done with iteration
-# i-1's stage), iteration i+STAGES-1 is requested into that stage, and the
-# body computes from stage i.  Each request is one cp.async group, empty when
-# its iteration is past the end.  STAGES shrinks (down to 2) until the ring
-# fits the target's shared memory.
+# STAGES buffers.  Stage s of the ring holds the tiles of iteration i when
+# i = s (mod STAGES).  Before the loop, iterations 0..STAGES-2 are requested
+# (a loop of its own, one copy of the code); at iteration i each thread waits
+# for its copies of iteration i, a barrier makes everyone's visible (and says
+# everyone is done with iteration i-1's stage), iteration i+STAGES-1 is
+# requested into that stage, and the body computes from stage i.  Each
+# request is one cp.async group, empty when its iteration is past the end.
+# STAGES shrinks (down to 2) until the ring fits the target's shared memory.
 #
-# Register staging (tf32 kinds on wgmma): in iteration i, after the barrier,
-# the wgmma group of stage i is issued on B's fragments of iteration i, and
-# while it runs (`Lowering.while_wgmma`) B's fragments of iteration i + 1 are
-# loaded (memory.py's `load_registers`, in their layout) and carried to it,
-# A's tile of iteration i + 1, loaded during iteration i - 1 (in 16-byte
-# vectors), is rounded and stored into stage i + 1 (mma.py's
-# `store_operand`) and every thread fences it for the tensor cores, and A's
-# tile of iteration i + 2 is loaded: every load has an iteration to arrive.
-# The group is waited for in its iteration (it reads B's fragments until
-# then), so stage i + 1, last read by the group of iteration i + 1 - STAGES,
-# is free: two stages are enough.
+# Register staging: the operands of a tf32 product on wgmma (the loop's one
+# product, swapped: mma_plan.py) must be rounded on their way from the ring
+# to the tensor cores - A in place, B in the registers that are wgmma's
+# fragments - and that pass reads the *next* iteration's stage while this
+# one's group runs (`Lowering.while_wgmma`).  So iteration i waits for its
+# copies of iteration i + 1 instead, and after the barrier the wgmma group of
+# stage i is issued on B's fragments of iteration i; while it runs, each
+# thread rounds the chunks of A it copied into stage i + 1 in place (mma.py's
+# `load_operand` and `store_operand`; tf32x3: the low parts a part further)
+# and fences them for the tensor cores, and reads B's fragments of iteration
+# i + 1 from stage i + 1, carried to it (rounded there, by the product).  The
+# group is waited for in its iteration (it reads B's fragments until then; a
+# group kept in flight would need the fragments of two iterations in
+# registers that alternate).  The copies run STAGES - 2 iterations ahead of
+# that pass, so register staging needs three stages at least.
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
@@ -58,8 +58,9 @@ from ..types import DType, ScalarType
 from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout
-from .memory import aligned, element_valid, in_bounds, load_registers, row_addresses, slice_geometry, vector_ok
-from .mma import RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers, operand_space, store_operand
+from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
+from .mma import (RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers, load_operand, operand_space,
+                  store_operand)
 from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
@@ -67,13 +68,13 @@ DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune param
 
 @dataclass
 class Staged:
-    """A load copied into each stage: from byte `start` of the stage, laid out as `space` says - or, with
-    no space, kept in the registers it is loaded into (a swapped product's B)."""
+    """A load copied into each stage: from byte `start` of the stage, laid out as `space` says."""
 
     load: Op
     start: int
-    space: TileSpace | None
-    converted: MmaPlan | None = None  # the product whose operand is loaded into registers (register staging)
+    space: TileSpace
+    converted: MmaPlan | None = None  # the product whose operand is rounded by register staging
+    kept: bool = False  # read from the stage into registers, which the product reads (a swapped product's B)
 
 
 @dataclass
@@ -85,12 +86,8 @@ class PipelinePlan:
     in_flight: Op | None = None  # a wgmma product whose group stays in flight into the next iteration
 
     @property
-    def in_shared(self) -> list[Staged]:
-        return [st for st in self.staged if st.space is not None]
-
-    @property
     def alignment(self) -> int:
-        return max(st.space.alignment for st in self.in_shared)
+        return max(st.space.alignment for st in self.staged)
 
     @property
     def through_registers(self) -> bool:
@@ -147,7 +144,7 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
         stage_bytes = 0
     plan = PipelinePlan(staged, index_ops, stage_bytes, cuda_dot, _accumulating_wgmma(low, op, tensor_core))
     if not cuda_dot:
-        last = plan.in_shared[-1]
+        last = plan.staged[-1]
         plan.stage_bytes = align(last.start + last.space.nbytes, plan.alignment)
     return plan
 
@@ -184,12 +181,9 @@ def _staged_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Stag
             if not _loaded_for(low, body, v) or v.owner.operands[0].dtype != plan.kind.operand:
                 continue
             converted = plan if plan.staging_layouts is not None else None
-            if in_registers(plan, which):
-                staged.append(Staged(v.owner, 0, None, converted))
-                continue
             space = operand_space(plan, which, *v.type.shape)
             start = align(start, space.alignment)
-            staged.append(Staged(v.owner, start, space, converted))
+            staged.append(Staged(v.owner, start, space, converted, in_registers(plan, which)))
             start += space.nbytes
     return staged
 
@@ -210,13 +204,15 @@ class Ring:
 
 
 def _ring(low: Lowering, plan: PipelinePlan) -> Ring:
-    """STAGES stages (fewer, down to 2, where they do not fit), after a barrier where one is needed."""
+    """STAGES stages (fewer, down to 2 - 3 for register staging - where they do not fit), after a barrier
+    where one is needed."""
     if any(st.load in low.global_barriers for st in plan.staged) or low.smem_bytes:
         low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
         # and no thread may still read shared memory the ring overwrites
-    stages = low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES
+    fewest = 3 if plan.through_registers else 2
+    stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
-    while stages > 2 and stages * plan.stage_bytes + pad > low.smem_limit:
+    while stages > fewest and stages * plan.stage_bytes + pad > low.smem_limit:
         stages -= 1
     end = low.scratch_start + stages * plan.stage_bytes + pad
     return Ring(stages, aligned_base(low, stages * plan.stage_bytes, plan.alignment), end, plan.stage_bytes)
@@ -241,8 +237,8 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
     (those kept in registers from `kept`, in order)."""
     registers = iter(kept)
     for st in plan.staged:
-        low.staged[st.load.result] = SharedOperand(stage, st.start, st.space) if st.space is not None \
-            else RegisterOperand(next(registers))
+        low.staged[st.load.result] = RegisterOperand(next(registers)) if st.kept \
+            else SharedOperand(stage, st.start, st.space)
     dot = plan.cuda_dot[0] if plan.cuda_dot else None
     skipped = {st.load for st in plan.staged} | set(plan.index_ops) | {dot}
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, SMEM_ALIGN)
@@ -255,19 +251,23 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
 
 
 def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
-    """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep (see the header)."""
+    """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep, and register
+    staging's pass from the next stage while the products run (see the header).
+
+    Before: `plan` says what is staged where.  After: the loop reads no staged load from global memory
+    but through the ring, and every cp.async group is waited for when it ends."""
     ring = _ring(low, plan)
     stages = ring.stages
     # a wgmma group in flight still reads the stage before: the loads run one iteration less ahead
     in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
-    if plan.through_registers:
-        lower_register_staged(low, op, plan, ring)
-        return
     ahead_by = stages - 1 - in_flight
-    swizzled = any(st.space.swizzled for st in plan.staged)
+    # register staging reads the next iteration's stage while this one's group runs: it must have arrived
+    early = 1 if plan.through_registers else 0
+    swizzled = any(st.space.swizzled for st in plan.staged) and not early
     lo = low.vals[op.operands[0]]
     step = op.attrs["step"]
     kt_arg = op.regions[0].args[0]
+    kept = [st for st in plan.staged if st.kept]
 
     def request(kt: Value, index: Value) -> None:
         """cp.async the operand tiles of the iteration with loop variable `kt` into stage `index`."""
@@ -277,6 +277,20 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
                 async_copy(low, st.load, stage, st.start, st.space, enabled)
             low.b.op("cp_async_commit", [], [])
         _at_iteration(low, op, plan, kt, copy)
+
+    def from_stage(index: Value) -> list[Value]:
+        """Register staging: round the tiles of stage `index` wgmma reads in place (each thread the
+        chunks it copied; tf32x3: the low parts beside them) and fence them for the tensor cores; the
+        registers of the kept tiles, read from the stage."""
+        stage = ring.stage(low, index)
+        for st in plan.staged:
+            if not st.kept:
+                layout = low.layouts[st.load.result]
+                raw = load_operand(low, layout, stage, st.start, st.space, st.converted.kind.operand)
+                store_operand(low, TileRegs(layout, raw), stage, st.start, st.space, st.converted)
+        low.b.op("fence_proxy_async", [], [])
+        return [r for st in kept for r in load_operand(low, low.layouts[st.load.result], stage, st.start, st.space,
+                                                          st.converted.kind.operand)]
 
     # the prologue: requests for iterations 0 .. ahead_by - 1, as a loop (one copy of the code)
     prologue = Block()
@@ -288,10 +302,16 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     request(low.op("add", [lo, low.op("mul", [s_kt, low.const(step, lo.dtype)], lo.type)], lo.type), s_arg)
     low.b.op("yield", [], [])
     low.b = outer
+    carried = []
+    if early:
+        low.b.op("cp_async_wait", [], [], {"pending": ahead_by - 1})
+        low.barrier()
+        carried = from_stage(low.const(0))
+    sizes = [low.layouts[st.load.result].nregs for st in kept]
 
     def body(ops: list[Op], extra: list[Value]) -> list[Value]:
-        (read,) = extra
-        low.b.op("cp_async_wait", [], [], {"pending": ahead_by - 1})
+        read, now = extra[0], extra[1:]
+        low.b.op("cp_async_wait", [], [], {"pending": ahead_by - 1 - early})
         if swizzled:
             low.b.op("fence_proxy_async", [], [])  # the copies, seen by wgmma's reads
         low.barrier()
@@ -307,76 +327,27 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
         request(ahead, write)
         if in_flight:
             low.wgmma_in_flight[plan.in_flight] = in_flight
-        _lower_body(low, ops, plan, ring, ring.stage(low, read))
-        at_end = low.op("cmp", [read, low.const(stages - 1)], BOOL, pred="eq")
-        return [low.op("select", [at_end, low.const(0), low.op("add", [read, low.const(1)], I32)], I32)]
+        fetched: list[Value] = []
+        if early:
+            following = next_stage(read)
+            low.while_wgmma = lambda: fetched.extend(from_stage(following))
+        registers, at = [], 0
+        for n in sizes:
+            registers.append(now[at:at + n])
+            at += n
+        _lower_body(low, ops, plan, ring, ring.stage(low, read), registers)
+        assert low.while_wgmma is None, "the loop's wgmma product read the next stage"
+        return [following if early else next_stage(read), *fetched]
 
-    low.build_for(op, [low.const(0)], body)
+    def next_stage(read: Value) -> Value:
+        at_end = low.op("cmp", [read, low.const(stages - 1)], BOOL, pred="eq")
+        return low.op("select", [at_end, low.const(0), low.op("add", [read, low.const(1)], I32)], I32)
+
+    low.build_for(op, [low.const(0), *carried], body)
     if in_flight:
         low.b.op("wgmma_wait", [], [], {"pending": 0})
     low.b.op("cp_async_wait", [], [], {"pending": 0})
     low.barrier()
-
-
-def lower_register_staged(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> None:
-    """The K loop of a tf32 product on wgmma: while the wgmma group of an iteration runs, B's fragments of
-    the next are loaded, A's tile of the next, loaded an iteration earlier, is rounded and stored into
-    the ring and fenced, and A's tile of the one after is loaded (see the header)."""
-    lo = low.vals[op.operands[0]]
-    step = op.attrs["step"]
-    kt_arg = op.regions[0].args[0]
-    shared = plan.in_shared
-    kept = [st for st in plan.staged if st.space is None]
-    size = {st.load: low.layouts[st.load.result].nregs for st in plan.staged}
-    ahead_size = sum(size[st.load] for st in shared)
-
-    def fetch(staged: list[Staged], kt: Value) -> list[Value]:
-        """The registers of the `staged` tiles of the iteration with loop variable `kt` (zeros past the end)."""
-        return _at_iteration(low, op, plan, kt, lambda enabled: [
-            r for st in staged for r in load_registers(low, st.load, low.layouts[st.load.result], enabled)])
-
-    def deposit(regs: list[Value], index: Value) -> None:
-        """Store A's fetched registers, rounded, into stage `index` and fence them for the tensor cores."""
-        stage = ring.stage(low, index)
-        for st, tile in zip(shared, _split(regs, [size[st.load] for st in shared])):
-            store_operand(low, TileRegs(low.layouts[st.load.result], tile), stage, st.start, st.space, st.converted)
-        low.b.op("fence_proxy_async", [], [])
-
-    def iteration(kt: Value, n: int) -> Value:
-        return low.op("add", [kt, low.const(n * step, kt.dtype)], kt.type)
-
-    deposit(fetch(shared, lo), low.const(0))
-    carried = fetch(shared, iteration(lo, 1)) + fetch(kept, lo)
-
-    def body(ops: list[Op], extra: list[Value]) -> list[Value]:
-        read, ahead, now = extra[0], extra[1:1 + ahead_size], extra[1 + ahead_size:]
-        low.barrier()  # stage `read` stored and fenced by every thread; the stage stored next read by no group
-        at_end = low.op("cmp", [read, low.const(ring.stages - 1)], BOOL, pred="eq")
-        write = low.op("select", [at_end, low.const(0), low.op("add", [read, low.const(1)], I32)], I32)
-        fetched: list[Value] = []
-
-        def while_wgmma() -> None:
-            kt = low.vals[kt_arg]
-            following = fetch(kept, iteration(kt, 1))
-            deposit(ahead, write)
-            fetched.extend(fetch(shared, iteration(kt, 2)) + following)
-
-        low.while_wgmma = while_wgmma
-        _lower_body(low, ops, plan, ring, ring.stage(low, read), _split(now, [size[st.load] for st in kept]))
-        assert low.while_wgmma is None, "the loop's wgmma product ran the stores of the next stage"
-        return [write, *fetched]
-
-    low.build_for(op, [low.const(0), *carried], body)
-    low.barrier()
-
-
-def _split(regs: list[Value], sizes: list[int]) -> list[list[Value]]:
-    """`regs` cut into consecutive lists of `sizes`."""
-    out, at = [], 0
-    for n in sizes:
-        out.append(regs[at:at + n])
-        at += n
-    return out
 
 
 def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpace, enabled: Value) -> None:
