@@ -28,7 +28,7 @@
 # fragments rounded there (`cvt.rna`; tf32x3: the high parts and the TF32
 # roundings of the rests), kept until the wait that covers the group - and
 # its B is A, K-major in shared memory, rounded on its way there or in place
-# (`load_operand`, `store_operand`; tf32x3: the high parts, then the low
+# (`store_operand`, `round_in_place`; tf32x3: the high parts, then the low
 # parts).  The
 # accumulators are wgmma's registers in place (isel ties them), and every
 # thread fences its shared-memory writes for the asynchronous proxy
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from ..middle.ir import Op, Value
 from ..types import DType, ScalarType
-from .core import I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, read_tile, write_tile
+from .core import I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, write_tile
 from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout
 from .mma_plan import MmaPlan
 
@@ -240,29 +240,30 @@ def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: Ti
         return
     owner = low.owner(t.layout)
     for group, address, offset, pred in _swizzled_accesses(low, t.layout, base, start, space):
-        pred = low.all_of([pred, owner])
-        high = [low.op("tf32", [t.regs[g]], U32) for g in group]
-        parts = [high] + ([[low.op("tf32_low", [t.regs[g], h], U32) for g, h in zip(group, high)]]
-                          if space.parts == 2 else [])
-        for p, regs in enumerate(parts):
-            low.b.op("st_shared", [address, *regs] + ([pred] if pred is not None else []),
-                     [], {"dtype": DType.U32, "vec": len(group), "offset": offset + p * space.part_bytes,
-                          "masked": pred is not None})
+        _store_rounded(low, [t.regs[g] for g in group], address, offset, low.all_of([pred, owner]), space)
 
 
-def load_operand(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace,
-                 dtype: DType) -> list[Value]:
-    """The registers of an operand tile in `layout` read from shared memory at byte `start` of `base`,
-    laid out as `space` says (its first part), in vectors along the rows where the layout holds them."""
-    if not space.swizzled:
-        return read_tile(low, layout, base, start, space.stride // space.eb, space.eb, dtype)
-    regs: list[Value | None] = [None] * layout.nregs
+def round_in_place(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace) -> None:
+    """Round to TF32 the f32 elements of a tile in `layout` that lie in the swizzled `space` from byte
+    `start` of `base` as they are (tf32x3: the TF32 roundings of the rests a part further), chunk by
+    chunk: read, rounded and written back, one replica of each element."""
+    owner = low.owner(layout)
     for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
-        ld = low.b.op("ld_shared", [address] + ([pred] if pred is not None else []), [ScalarType(dtype)] * len(group),
-                      {"dtype": dtype, "vec": len(group), "offset": offset, "masked": pred is not None})
-        for g, value in zip(group, ld.results):
-            regs[g] = value
-    return regs
+        pred = low.all_of([pred, owner])
+        raw = low.b.op("ld_shared", [address] + ([pred] if pred is not None else []), [F32] * len(group),
+                       {"dtype": DType.F32, "vec": len(group), "offset": offset, "masked": pred is not None}).results
+        _store_rounded(low, list(raw), address, offset, pred, space)
+
+
+def _store_rounded(low: Lowering, values: list[Value], address: Value, offset: int, pred: Value | None,
+                   space: TileSpace) -> None:
+    """Store f32 `values` rounded to TF32 as one access (tf32x3: the roundings of the rests a part further)."""
+    high = [low.op("tf32", [v], U32) for v in values]
+    parts = [high] + ([[low.op("tf32_low", [v, h], U32) for v, h in zip(values, high)]] if space.parts == 2 else [])
+    for p, regs in enumerate(parts):
+        low.b.op("st_shared", [address, *regs] + ([pred] if pred is not None else []),
+                 [], {"dtype": DType.U32, "vec": len(regs), "offset": offset + p * space.part_bytes,
+                      "masked": pred is not None})
 
 
 def _swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace):

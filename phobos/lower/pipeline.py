@@ -33,7 +33,7 @@
 # copies of iteration i + 1 instead, and after the barrier the wgmma group of
 # stage i is issued on B's fragments of iteration i; while it runs, each
 # thread rounds the chunks of A it copied into stage i + 1 in place (mma.py's
-# `load_operand` and `store_operand`; tf32x3: the low parts a part further)
+# `round_in_place`; tf32x3: the low parts a part further)
 # and fences them for the tensor cores, and reads B's fragments of iteration
 # i + 1 from stage i + 1, carried to it (rounded there, by the product).  The
 # group is waited for in its iteration (it reads B's fragments until then; a
@@ -55,12 +55,11 @@ from dataclasses import dataclass
 from ..configuration import Knobs
 from ..middle.ir import Block, Op, Value
 from ..types import DType, ScalarType
-from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align
+from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, access_groups, align, read_tile
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
-from .mma import (RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers, load_operand, operand_space,
-                  store_operand)
+from .mma import RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers, operand_space, round_in_place
 from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
@@ -285,12 +284,10 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
         stage = ring.stage(low, index)
         for st in plan.staged:
             if not st.kept:
-                layout = low.layouts[st.load.result]
-                raw = load_operand(low, layout, stage, st.start, st.space, st.converted.kind.operand)
-                store_operand(low, TileRegs(layout, raw), stage, st.start, st.space, st.converted)
+                round_in_place(low, low.layouts[st.load.result], stage, st.start, st.space)
         low.b.op("fence_proxy_async", [], [])
-        return [r for st in kept for r in load_operand(low, low.layouts[st.load.result], stage, st.start, st.space,
-                                                          st.converted.kind.operand)]
+        return [r for st in kept for r in read_tile(low, low.layouts[st.load.result], stage, st.start,
+                                                      st.space.stride // st.space.eb, st.space.eb, st.load.result.dtype)]
 
     # the prologue: requests for iterations 0 .. ahead_by - 1, as a loop (one copy of the code)
     prologue = Block()
