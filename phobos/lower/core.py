@@ -287,9 +287,14 @@ class Lowering:
 
     def ld_shared(self, base: Value, index: Value, eb: int, dtype: DType, pred: Value | None,
                   offset: int = 0) -> Value:
-        addr = self.smem_address(base, index, eb)
-        return self.b.op("ld_shared", [addr] + ([pred] if pred is not None else []), [ScalarType(dtype)],
-                         {"dtype": dtype, "vec": 1, "offset": offset, "masked": pred is not None}).result
+        (value,) = self.ld_shared_at(self.smem_address(base, index, eb), dtype, 1, pred, offset)
+        return value
+
+    def ld_shared_at(self, addr: Value, dtype: DType, count: int, pred: Value | None, offset: int = 0) -> list[Value]:
+        """`count` consecutive elements from shared address `addr` + `offset`, one access (zeros where `pred`
+        is false)."""
+        return list(self.b.op("ld_shared", [addr] + ([pred] if pred is not None else []), [ScalarType(dtype)] * count,
+                              {"dtype": dtype, "vec": count, "offset": offset, "masked": pred is not None}).results)
 
     def relayout(self, t: TileRegs, dst: Layout, dtype: DType,
                  source_index: Callable[[list[Value]], Value] | None = None) -> list[Value]:
@@ -447,10 +452,8 @@ def read_tile(low: "Lowering", layout: Layout, base: Value, start: int, ld: int,
     `ld` elements apart (write_tile's inverse; every replica reads)."""
     regs: list[Value | None] = [None] * layout.nregs
     for group, pred, index, offset in _row_major_accesses(low, layout, start, ld, eb):
-        ld_op = low.b.op("ld_shared", [low.smem_address(base, index, eb)] + ([pred] if pred is not None else []),
-                         [ScalarType(dtype)] * len(group),
-                         {"dtype": dtype, "vec": len(group), "offset": offset, "masked": pred is not None})
-        for r, value in zip(group, ld_op.results):
+        for r, value in zip(group, low.ld_shared_at(low.smem_address(base, index, eb), dtype, len(group), pred,
+                                                    offset)):
             regs[r] = value
     return regs
 

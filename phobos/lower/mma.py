@@ -250,9 +250,8 @@ def round_in_place(low: Lowering, layout: Layout, base: Value, start: int, space
     owner = low.owner(layout)
     for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
         pred = low.all_of([pred, owner])
-        raw = low.b.op("ld_shared", [address] + ([pred] if pred is not None else []), [F32] * len(group),
-                       {"dtype": DType.F32, "vec": len(group), "offset": offset, "masked": pred is not None}).results
-        _store_rounded(low, list(raw), address, offset, pred, space)
+        _store_rounded(low, low.ld_shared_at(address, DType.F32, len(group), pred, offset), address, offset, pred,
+                       space)
 
 
 def _store_rounded(low: Lowering, values: list[Value], address: Value, offset: int, pred: Value | None,

@@ -72,7 +72,7 @@ class Staged:
     load: Op
     start: int
     space: TileSpace
-    converted: MmaPlan | None = None  # the product whose operand is rounded by register staging
+    rounded: bool = False  # a tf32 operand of a swapped product, rounded by register staging
     kept: bool = False  # read from the stage into registers, which the product reads (a swapped product's B)
 
 
@@ -90,7 +90,7 @@ class PipelinePlan:
 
     @property
     def through_registers(self) -> bool:
-        return any(st.converted is not None for st in self.staged)
+        return any(st.rounded for st in self.staged)
 
 
 def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
@@ -104,8 +104,8 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
     tensor_core = [d for d in dots if isinstance(low.plans.get(d), MmaPlan)]
     if tensor_core:
         staged = _staged_operands(low, body, tensor_core)
-        converted = [st for st in staged if st.converted is not None]
-        if converted and (len(tensor_core) != 1 or len(converted) != len(staged)):
+        rounded = [st for st in staged if st.rounded]
+        if rounded and (len(tensor_core) != 1 or len(rounded) != len(staged)):
             return None  # register staging serves one product alone
         cuda_dot = None
     else:
@@ -179,10 +179,9 @@ def _staged_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Stag
         for which, v in zip("ab", dot.operands[:2]):
             if not _loaded_for(low, body, v) or v.owner.operands[0].dtype != plan.kind.operand:
                 continue
-            converted = plan if plan.staging_layouts is not None else None
             space = operand_space(plan, which, *v.type.shape)
             start = align(start, space.alignment)
-            staged.append(Staged(v.owner, start, space, converted, in_registers(plan, which)))
+            staged.append(Staged(v.owner, start, space, plan.swapped, in_registers(plan, which)))
             start += space.nbytes
     return staged
 
