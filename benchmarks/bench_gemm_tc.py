@@ -15,7 +15,8 @@ same run):
                                                                                    (flash backend)
 
 Each call is timed back to back between two CUDA events, many calls per sample, the median of the
-samples.  Errors are max |result - float64 reference| (for attention, on the first heads only).
+samples; Phobos's and the reference's samples alternate, so both see the GPU in the same clock and
+power state (it drifts by 10-15% under a sustained load).  Errors are max |result - float64 reference| (for attention, on the first heads only).
 Prints a table (time, TFLOP/s, ratio, errors, the configuration chosen), writes
 OUT/gemm_tc.json (rows of earlier runs of other cases are kept) and OUT/gemm_tc.png.
 
@@ -58,27 +59,32 @@ def cases(only: list[str], sizes: list[int]) -> list[str]:
 
 
 # ------------------------------------------------------------------ worker side
-def timed_ms(fn, min_sample_ms: float = 20.0, samples: int = 7) -> float:
-    """Milliseconds per call of fn(), called back to back between two CUDA events; the median of samples."""
+def timed_pair_ms(phobos_fn, reference_fn, min_sample_ms: float = 20.0, samples: int = 7) -> tuple[float, float]:
+    """Milliseconds per call of each function, called back to back between two CUDA events; the median of
+    `samples` samples each, taken in turn (Phobos, reference, Phobos, ...) so that both run through the same
+    clock and power states of the GPU, which drift under a sustained load."""
     import torch
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    calls = max(1, min(1000, math.ceil(min_sample_ms / max(start.elapsed_time(end), 1e-3))))
-    times = []
-    for _ in range(samples):
+
+    def sample(fn, calls: int) -> float:
         start.record()
         for _ in range(calls):
             fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+        return start.elapsed_time(end) / calls
+
+    counts = []
+    for fn in (phobos_fn, reference_fn):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        counts.append(max(1, min(1000, math.ceil(min_sample_ms / max(sample(fn, 1), 1e-3)))))
+    times: tuple[list, list] = ([], [])
+    for _ in range(samples):
+        for fn, calls, out in zip((phobos_fn, reference_fn), counts, times):
+            out.append(sample(fn, calls))
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def fastest(kernel, count: int = 6) -> list[list]:
@@ -111,8 +117,7 @@ def run_gemm(group: str, n: int) -> dict:
     errors = {"phobos_error": (c.double() - exact).abs().max().item(),
               "reference_error": (c_ref.double() - exact).abs().max().item()}
     del exact
-    phobos_ms = timed_ms(lambda: kernel(a, b, c))
-    reference_ms = timed_ms(lambda: torch.mm(a, b, out=c_ref))
+    phobos_ms, reference_ms = timed_pair_ms(lambda: kernel(a, b, c), lambda: torch.mm(a, b, out=c_ref))
     flops = 2 * n ** 3
     notes = [note.split(": ", 1)[1] for note in kernel.compiled.notes]
     return {"shape": f"{n}^3", "reference": reference_name, "phobos_ms": phobos_ms, "reference_ms": reference_ms,
@@ -146,8 +151,8 @@ def run_attention(d: int, causal: bool) -> dict:
         exact = attention_reference(q[0, :CHECKED_HEADS], k[0, :CHECKED_HEADS], v[0, :CHECKED_HEADS], causal)
         errors = {"phobos_error": (o[:CHECKED_HEADS].double() - exact).abs().max().item(),
                   "reference_error": (o_ref[0, :CHECKED_HEADS].double() - exact).abs().max().item()}
-        phobos_ms = timed_ms(lambda: attention(q[0], kt, v[0], o, scale=scale, causal=causal))
-        reference_ms = timed_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        phobos_ms, reference_ms = timed_pair_ms(lambda: attention(q[0], kt, v[0], o, scale=scale, causal=causal),
+                                                lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
     flops = 4 * HEADS * LENGTH * LENGTH * d // (2 if causal else 1)
     notes = [note.split(": ", 1)[1] for note in attention.compiled.notes]
     return {"shape": f"{HEADS}x{LENGTH}x{d}{' causal' if causal else ''}",

@@ -53,6 +53,7 @@ def main(mode: str) -> int:
     for name, config, tol in (("sgemm_tf32", dict(TILE_M=128, TILE_N=128, TILE_K=32, WARPS=8, STAGES=3), 0.05),
                               ("sgemm_tf32", dict(TILE_M=128, TILE_N=256, TILE_K=32, WARPS=8, STAGES=3), 0.05),
                               ("sgemm_tf32", dict(TILE_M=128, TILE_N=256, TILE_K=32, WARPS=8, STAGES=4), 0.05),
+                              ("sgemm_tf32", dict(TILE_M=256, TILE_N=128, TILE_K=32, WARPS=8, STAGES=3), 0.05),
                               ("sgemm_tf32x3", dict(TILE_M=64, TILE_N=64, TILE_K=32, WARPS=4, STAGES=3), 1e-4),
                               ("sgemm_tf32x3", dict(TILE_M=128, TILE_N=64, TILE_K=32, WARPS=4, STAGES=2), 1e-4),
                               ("sgemm_tf32x3", dict(TILE_M=128, TILE_N=128, TILE_K=32, WARPS=8, STAGES=3), 1e-4)):

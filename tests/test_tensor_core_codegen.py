@@ -257,6 +257,8 @@ TF32_WGMMA_CONFIGS = [
      "m64n128k8 tf32, computing C^T = B^T A^T, 2 x 1 warpgroups of 128 x 128"),
     ("sgemm_tf32", {"TILE_M": 64, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 4}, (70, 260, 97),
      "m64n64k8 tf32, computing C^T = B^T A^T, 2 x 1 warpgroups of 128 x 64"),
+    ("sgemm_tf32", {"TILE_M": 256, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}, (270, 130, 70),
+     "m64n256k8 tf32, computing C^T = B^T A^T, 2 x 1 warpgroups of 64 x 256"),
     ("sgemm_tf32x3", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}, (150, 200, 100),
      "m64n128k8 tf32x3, computing C^T = B^T A^T, 2 x 1 warpgroups of 64 x 128"),
     ("sgemm_tf32x3", {"TILE_M": 64, "TILE_N": 64, "TILE_K": 32, "WARPS": 4, "STAGES": 2}, (70, 65, 33),
@@ -277,7 +279,8 @@ def emulate_sgemm(kernel: str, config: dict, sizes, arch: str = "sm_90a", seed: 
 
 
 @pytest.mark.parametrize("kernel,config,sizes,what", TF32_WGMMA_CONFIGS,
-                         ids=["tf32-128x128-3", "tf32-128x256-2", "tf32-64x256-4", "tf32x3-128x128-3", "tf32x3-64x64-2"])
+                         ids=["tf32-128x128-3", "tf32-128x256-2", "tf32-64x256-4", "tf32-256x128-3", "tf32x3-128x128-3",
+                              "tf32x3-64x64-2"])
 def test_tf32_wgmma_gemm_is_bit_exact_in_the_emulator_on_ragged_sizes(kernel, config, sizes, what):
     k, a, b, c = emulate_sgemm(kernel, config, sizes)
     assert len(k.notes) == 1 and f"dot runs on the tensor cores: wgmma {what}" in k.notes[0]
@@ -333,8 +336,9 @@ def test_tf32_wgmma_needs_a_k_slice_of_32():
 @pytest.mark.parametrize("kernel,config", [
     ("sgemm_tf32", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}),
     ("sgemm_tf32", {"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 3}),
+    ("sgemm_tf32", {"TILE_M": 256, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 4}),  # 64 rows of C a thread
     ("sgemm_tf32x3", {"TILE_M": 128, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 3}),
-], ids=["tf32-128x128", "tf32-128x256", "tf32x3-128x128"])
+], ids=["tf32-128x128", "tf32-128x256", "tf32-256x128", "tf32x3-128x128"])
 def test_ptxas_accepts_the_tf32_wgmma_gemms_without_spills(kernel, config):
     k = compiled(SGEMM_TF32, kernel, config, "sm_90a")
     report = check(k.ptx, arch="sm_90a", name=kernel)

@@ -35,7 +35,7 @@
 # is widened to i64, the tests are the i64 ones and addresses are computed
 # from i64 coordinates.
 #
-# Addresses are computed per row (`row_addresses`): the part of an element's
+# Addresses are computed per row (`RowAddresses`): the part of an element's
 # address that depends on the thread and the row is arithmetic, and the
 # register's constant offset along the last dim becomes the access's
 # immediate offset.  Offsets are 64-bit from the first product on (mul.wide).
@@ -153,51 +153,65 @@ def aligned(low: Lowering, tensor: TensorRef, starts, width: int) -> Value:
     return low.all_of(preds)
 
 
-def row_addresses(low: Lowering, tensor: TensorRef, starts, tile_dims, layout: Layout | None):
-    """For each register: (address of its row, byte offset of the element within the row).
+class RowAddresses:
+    """For each register of `layout`: (address of its row, byte offset of the element within the row),
+    built where it is asked for (`addresses[r]`) from a base computed once.
 
     The address of element r is base + sum_d coord_d * stride_d * size; the
     part of the last dim that is constant per register is returned apart, to
-    become the access's immediate offset.
+    become the access's immediate offset.  A store asks for each row's address
+    just before its access, so that no more than a few are live at once (a
+    thread of a swapped product's accumulators holds 64 rows).
     """
-    eb = tensor.dtype.nbytes
-    strides = strides_of(low, tensor)
-    last = len(tensor.dims) - 1
-    nregs = layout.nregs if layout is not None else 1
-    starts = [address_index(low, start) for start in starts]
-    index_t = low.index_type
-    thread_c = {}
-    for k, d in enumerate(tile_dims):
-        thread_c[d] = low.op("add", [starts[d], as_type(low, low.thread_coord(layout.terms[k]), index_t)], index_t)
-    base = tensor.ptr
-    for d in range(len(tensor.dims)):
-        c = thread_c.get(d, starts[d])
-        if d == last:
-            term = low.op("mul_wide", [c, low.const(eb)], I64) if index_t == I32 else \
-                low.op("mul", [c, low.const(eb, DType.I64)], I64)
-        elif d == last - 1:  # the stride is the last dim
-            row = low.op("mul_wide", [c, tensor.dims[last]], I64) if index_t == I32 else \
-                low.op("mul", [c, tensor.dims[last]], I64)
-            term = low.op("mul", [row, low.const(eb, DType.I64)], I64)
-        else:
-            term = low.op("mul", [as_type(low, c, I64), strides[d]], I64)
-            term = low.op("mul", [term, low.const(eb, DType.I64)], I64)
-        base = low.op("add", [base, term], I64)
-    out = []
-    for r in range(nregs):
-        offsets = layout.offsets[r] if layout is not None else ()
-        addr = base
-        last_off = 0
+
+    def __init__(self, low: Lowering, tensor: TensorRef, starts, tile_dims, layout: Layout | None):
+        self.low, self.tile_dims, self.layout = low, tile_dims, layout
+        self.eb = eb = tensor.dtype.nbytes
+        self.strides = strides = strides_of(low, tensor)
+        self.last = last = len(tensor.dims) - 1
+        starts = [address_index(low, start) for start in starts]
+        index_t = low.index_type
+        thread_c = {}
         for k, d in enumerate(tile_dims):
+            thread_c[d] = low.op("add", [starts[d], as_type(low, low.thread_coord(layout.terms[k]), index_t)],
+                                 index_t)
+        base = tensor.ptr
+        for d in range(len(tensor.dims)):
+            c = thread_c.get(d, starts[d])
+            if d == last:
+                term = low.op("mul_wide", [c, low.const(eb)], I64) if index_t == I32 else \
+                    low.op("mul", [c, low.const(eb, DType.I64)], I64)
+            elif d == last - 1:  # the stride is the last dim
+                row = low.op("mul_wide", [c, tensor.dims[last]], I64) if index_t == I32 else \
+                    low.op("mul", [c, tensor.dims[last]], I64)
+                term = low.op("mul", [row, low.const(eb, DType.I64)], I64)
+            else:
+                term = low.op("mul", [as_type(low, c, I64), strides[d]], I64)
+                term = low.op("mul", [term, low.const(eb, DType.I64)], I64)
+            base = low.op("add", [base, term], I64)
+        self.base = base
+
+    def __len__(self) -> int:
+        return self.layout.nregs if self.layout is not None else 1
+
+    def __getitem__(self, r: int) -> tuple[Value, int]:
+        low, addr, last_off = self.low, self.base, 0
+        offsets = self.layout.offsets[r] if self.layout is not None else ()
+        for k, d in enumerate(self.tile_dims):
             if offsets[k] == 0:
                 continue
-            if d == last:
-                last_off = offsets[k] * eb
+            if d == self.last:
+                last_off = offsets[k] * self.eb
             else:
-                row = low.op("mul", [strides[d], low.const(offsets[k] * eb, DType.I64)], I64)
+                row = low.op("mul", [self.strides[d], low.const(offsets[k] * self.eb, DType.I64)], I64)
                 addr = low.op("add", [addr, row], I64)
-        out.append((addr, last_off))
-    return out
+        return addr, last_off
+
+
+def row_addresses(low: Lowering, tensor: TensorRef, starts, tile_dims, layout: Layout | None):
+    """Every register's (row address, byte offset in the row), built now (RowAddresses)."""
+    addresses = RowAddresses(low, tensor, starts, tile_dims, layout)
+    return [addresses[r] for r in range(len(addresses))]
 
 
 def element_valid(low: Lowering, tensor: TensorRef, starts, sizes, tile_dims, layout: Layout | None, r: int):
@@ -301,7 +315,7 @@ def store_like(low: Lowering, op: Op, opcode: str, fused: FusedStore | None = No
         if width > 1:
             conditions.append(aligned(low, t, st, width))
     fast = low.all_of(conditions)
-    addrs = {a[0]: row_addresses(low, a[1], a[2], a[4], layout) for a in accesses}
+    addrs = {a[0]: RowAddresses(low, a[1], a[2], a[4], layout) for a in accesses}  # built at each access
     regions = [Block(), Block()]
     low.b.op("if", [fast], [], {}, regions)
     outer = low.b
