@@ -5,7 +5,8 @@
     python benchmarks/tc_sanitize.py emulate        # the same on the CPU (sm_90's code: no wgmma)
 
 Each kernel runs in fixed configurations (no autotuning: every launch under the sanitizer is
-slow), covering mma.sync (TILE_K 32), wgmma (TILE_K 64, sm_90a only), TF32 and 3xTF32, and
+slow), covering mma.sync (TILE_K 32), wgmma (TILE_K 64, sm_90a only; on the GPU also with TMA
+copies, from torch tensors whose rows are 16-byte multiples apart), TF32 and 3xTF32, and
 attention causal and not with head sizes 64 and 128, on sizes that are not multiples of any tile
 (so the masked edges run too), each checked against float64 NumPy.  Prints one line per run and
 exits non-zero if any result is wrong.
@@ -48,6 +49,18 @@ def main(mode: str) -> int:
         fn(a, b, c)
         ok &= check(f"gemm_bf16 {config} ({fn.compiled.notes[0].split(': ', 2)[-1]})", bf16_values(c), exact,
                     2 ** -7, 1e-3)
+    if mode == "gpu":  # device tensors whose rows are 16-byte multiples apart: the K loop copies by TMA
+        import torch
+        mt, kt, nt = m, k + 5, n + 3  # 160 and 304 elements a row
+        at, bt = (torch.randn(*shape, device="cuda").to(torch.bfloat16) for shape in ((mt, kt), (kt, nt)))
+        exact_t = (at.double() @ bt.double()).cpu().numpy()
+        for config in (dict(TILE_M=128, TILE_N=256, TILE_K=64, WARPS=8, STAGES=4),
+                       dict(TILE_M=256, TILE_N=128, TILE_K=64, WARPS=8, STAGES=3)):
+            ct = torch.zeros(mt, nt, device="cuda", dtype=torch.bfloat16)
+            fn = gemms.gemm_bf16.configure(**config)
+            fn(at, bt, ct)
+            ok &= check(f"gemm_bf16 {config} ({fn.compiled.notes[-1].split(': ', 1)[-1]})",
+                        ct.double().cpu().numpy(), exact_t, 2 ** -7, 1e-3)
     tf32 = phobos.load(EXAMPLES / "sgemm_tf32.phobos", mode=mode)
     af, bf = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
     for name, config, tol in (("sgemm_tf32", dict(TILE_M=128, TILE_N=128, TILE_K=32, WARPS=8, STAGES=3), 0.05),

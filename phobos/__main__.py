@@ -2,7 +2,7 @@
 #
 #   check FILE...                       every error of every kernel and configuration
 #   compile FILE [-D NAME=VALUE]... [--kernel K] [--arch sm_90] [--index-bits 64] [--no-read-only-cache]
-#           [-o out.ptx]
+#           [--tma] [-o out.ptx]
 #           [--dump-ast | --dump-ir | --dump-thread-ir | --dump-after=PASS]
 #   cache info | cache clear            where the disk cache is, what it holds; empty it
 #   --version
@@ -84,7 +84,7 @@ def cmd_compile(args) -> int:
                 _warning(f"{name}={value} is not among the values @autotune lists for kernel '{node.name}' "
                          f"({', '.join(map(str, space[name]))}); compiling with {name}={value} as given")
         kernel = compile_kernel(node, arch=args.arch, config=config or None, dumps=dumps,
-                                index_bits=args.index_bits, read_only_cache=args.read_only_cache)
+                                index_bits=args.index_bits, read_only_cache=args.read_only_cache, tma=args.tma)
     except PhobosError as err:
         print(err, file=sys.stderr)
         return 1
@@ -132,6 +132,9 @@ def _main(argv: list[str] | None) -> int:
                       help="width of tensor dims and element indices (64: dims of 2^31 or more)")
     comp.add_argument("--no-read-only-cache", dest="read_only_cache", action="store_false",
                       help="load no tensor with ld.global.nc (the code for calls whose tensors overlap)")
+    comp.add_argument("--tma", action="store_true",
+                      help="let K loops copy by TMA (sm_90a; the kernel then takes tensor map parameters, which "
+                           "the launcher builds per call)")
     comp.add_argument("-o", "--output", metavar="OUT.ptx", help="write the PTX here (default: stdout)")
     comp.add_argument("--dump-ast", action="store_true", help="print the AST")
     comp.add_argument("--dump-ir", action="store_true", help="print the tile-level IR before the passes")

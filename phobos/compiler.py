@@ -105,10 +105,11 @@ class Dumps:
 class CodeOptions:
     """What a call's arguments decide about a kernel's code besides its configuration (compile_kernel's
     keywords): 64-bit indices for tensors past what i32 indexes, no read-only-cache loads where a tensor
-    the kernel only reads overlaps one it writes."""
+    the kernel only reads overlaps one it writes, TMA copies where every tensor can have a tensor map."""
 
     index_bits: int = 32
     read_only_cache: bool = True
+    tma: bool = False  # K loops may copy by TMA: the launcher can build tensor maps over every tensor of the call
 
     def keywords(self) -> dict[str, Any]:
         """compile_kernel's keywords for these options: those that differ from the defaults (so the cache
@@ -245,7 +246,7 @@ def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = No
 def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int] | None = None,
                    dumps: Dumps | None = None, verify_each: bool = False,
                    allocate_registers: bool = True, index_bits: int = 32,
-                   read_only_cache: bool = True) -> CompiledKernel:
+                   read_only_cache: bool = True, tma: bool = False) -> CompiledKernel:
     """Compile one parsed kernel; `verify_each` checks the IR after every pass,
     `allocate_registers=False` keeps one PTX register per value (for comparison).
 
@@ -257,12 +258,15 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
     tensor with plain ld.global: for calls where a tensor the kernel only reads
     overlaps one it writes (an in-place call, `add(x, y, x)`), which the
     read-only cache of ld.global.nc must not see (the PTX leaves it undefined).
+    `tma` lets a GEMM's K loop on wgmma (sm_90a) copy its stages by TMA: the
+    kernel then has `tensor_map` parameters (after the others), which the
+    launcher builds for each call from the tensors they name.
     """
     tgt = target(arch)
     if index_bits not in INDEX_WIDTHS:
         raise PhobosError(f"index_bits must be 32 or 64, got {index_bits!r}")
     try:
-        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers, index_bits, read_only_cache)
+        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers, index_bits, read_only_cache, tma)
     except PhobosError as err:
         resolved = resolve_config(k, config) if not isinstance(err, SemanticError) or config else {}
         if resolved:
@@ -276,7 +280,7 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
 
 
 def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool,
-              allocate_registers: bool, index_bits: int, read_only_cache: bool) -> CompiledKernel:
+              allocate_registers: bool, index_bits: int, read_only_cache: bool, tma: bool) -> CompiledKernel:
     times: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -300,7 +304,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
     thread = lower(func, tgt.shared_limit(ck.knobs.ctas_per_sm), tgt.cp_async, index_bits, read_only_cache,
-                   tgt.tensor_cores, tgt.wgmma)
+                   tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma)
     expand_math(thread)
     if verify_each:
         verify(thread, thread_level=True)
@@ -328,7 +332,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     ptx = emit_module(ptx_kernel, tgt.arch, source_file)
     lap("emit")
     return CompiledKernel(
-        ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(func.attrs["params"]), arch=tgt.arch,
+        ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(thread.attrs["params"]), arch=tgt.arch,
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
         registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times,
         notes=list(thread.attrs["notes"]), index_bits=index_bits, read_only_cache=read_only_cache)

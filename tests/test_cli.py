@@ -89,3 +89,13 @@ def test_cache_info_and_clear(capsys, isolated_cache):
     status, out, _ = run_main(capsys, "cache", "clear")
     assert status == 0 and out == f"cache: {isolated_cache}: 2 entries deleted\n"
     assert store.info().entries == {"kernels": 0, "ptxas": 0, "autotune": 0}
+
+
+def test_tma_gives_the_gemm_kernel_tensor_map_parameters_and_bulk_copies(capsys):
+    gemm = str(ROOT / "examples" / "gemm_bf16.phobos")
+    args = ["compile", gemm, "--kernel", "gemm_bf16", "--arch", "sm_90a", "-D", "TILE_K=64", "-D", "STAGES=3"]
+    status, plain, err = run_main(capsys, *args)
+    assert status == 0 and err == "" and "cp.async.bulk.tensor" not in plain and ".param .align 64" not in plain
+    status, out, err = run_main(capsys, *args, "--tma")
+    assert status == 0 and err == ""
+    assert out.count(".param .align 64 .b8 ") == 2 and "cp.async.bulk.tensor.2d" in out

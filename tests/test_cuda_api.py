@@ -92,7 +92,7 @@ def test_the_launcher_packs_into_a_buffer_that_extra_points_at(library):
     assert ctypes.c_size_t.from_address(extra[3]).value == 12
 
 
-def test_parameter_info_asks_parameter_by_parameter_until_the_driver_says_no_more(library):
+def test_parameter_info_asks_for_the_parameters_it_is_told_of_and_stops_where_the_driver_has_no_more(library):
     layout = [(0, 8), (48, 128), (176, 128), (304, 4)]
 
     def info(function, index, offset, size):
@@ -107,8 +107,10 @@ def test_parameter_info_asks_parameter_by_parameter_until_the_driver_says_no_mor
 
     library.functions["cuFuncGetParamInfo"] = ParamInfo(info)
     api = cuda.DriverApi(library)
-    assert api.parameter_info(0xF00) == layout
-    assert [call[1] for call in library.cuFuncGetParamInfo.calls] == [0, 1, 2, 3, 4]
+    assert api.parameter_info(0xF00, 4) == layout
+    assert [call[1] for call in library.cuFuncGetParamInfo.calls] == [0, 1, 2, 3]  # none past the last
+    assert api.parameter_info(0xF00, 6) == layout  # the driver has fewer: the runtime names the mismatch
+    assert [call[1] for call in library.cuFuncGetParamInfo.calls][4:] == [0, 1, 2, 3, 4]
     assert library.cuFuncGetParamInfo.argtypes[1] is ctypes.c_size_t
 
 
@@ -122,4 +124,4 @@ def test_parameter_info_needs_a_driver_that_has_it(library):
     older = Older()
     older.functions.update(library.functions)
     with pytest.raises(ToolchainError, match=r"cuFuncGetParamInfo needs CUDA 12.4"):
-        cuda.DriverApi(older).parameter_info(0xF00)
+        cuda.DriverApi(older).parameter_info(0xF00, 1)

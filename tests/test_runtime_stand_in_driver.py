@@ -195,7 +195,7 @@ class StandInApi:
     def set_max_dynamic_shared(self, function: int, nbytes: int) -> None:
         self.handles[function].attributes["MAX_DYNAMIC_SHARED_SIZE_BYTES"] = nbytes
 
-    def parameter_info(self, function: int) -> list[tuple[int, int]]:
+    def parameter_info(self, function: int, count: int) -> list[tuple[int, int]]:
         self.driver.asked.append(self.handles[function].name)
         return self.driver.layouts[self.handles[function].name]
 

@@ -265,6 +265,9 @@ def assembler(recipe: Sequence[tuple]) -> Callable[[Sequence[Any], list], tuple]
         elif step[0] == "scalar":
             names[f"convert{index}"] = step[2]
             items.append(f"convert{index}(values[{step[1]}])")
+        elif step[0] == "tensor_map":
+            names[f"encode{index}"] = step[2]
+            items.append(f"encode{index}(pointers[{step[1]}])")
         else:
             items.append(repr(int(step[1])))
     exec(f"def assemble(values, pointers):\n    return ({', '.join(items)}{',' if items else ''})\n", names)
@@ -286,7 +289,8 @@ class FastCall:
 
     `recipe` has one entry per PTX parameter: ("pointer", i) the address of
     argument value i, ("scalar", i, convert) argument value i converted,
-    ("const", v) a size the signature fixes; `assembler` writes it out as one
+    ("tensor_map", i, encode) the tensor map over argument value i's address
+    (tensor_map.MapEncoder), ("const", v) a size the signature fixes; `assembler` writes it out as one
     function.  `queue(stream, values)` launches (None when the grid is empty:
     nothing runs).  `pairs` are the (read, written) tensor pairs whose overlap
     decides the code (phobos.launch.binding.overlapping_tensors), with their
@@ -436,6 +440,9 @@ def direct_call(fast: FastCall) -> Callable[[tuple], FastCall | None]:
             elif step[0] == "scalar":
                 names[f"convert{index}"] = step[2]
                 items.append(f"convert{index}(v{step[1]})")
+            elif step[0] == "tensor_map":
+                names[f"encode{index}"] = step[2]
+                items.append(f"encode{index}(p{step[1]})")
             else:
                 items.append(repr(int(step[1])))
         arguments = ", ".join(items)

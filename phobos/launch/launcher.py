@@ -61,6 +61,7 @@ from typing import Any
 
 from . import autotune, cache, fastpath, parallel
 from ..run import runtime
+from ..run.tensor_map import MapEncoder, describable
 from .. import toolchain
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind, call_device, overlapping_tensors
@@ -702,7 +703,8 @@ class _Kernel:
         self._refuse_during_capture(backend, call, handle)
         self._refuse_wrapping_indices(call, variant)
         config, timings = self.choose(call, backend, variant.forced, variant.grid, variant.tuning, device)
-        compiled = self.compiled(config, backend.arch(device), code_options(call)) if backend.compiles else None
+        arch = backend.arch(device)
+        compiled = self.compiled(config, arch, code_options(call, backend, arch)) if backend.compiles else None
         grid = self.grid_for(config, compiled, call, variant.grid)
         problem = self.wrapping_indices(config, compiled, call, variant.grid)
         if problem is not None:
@@ -722,7 +724,7 @@ class _Kernel:
         if queued is None:
             backend.run(launch)
             return
-        queued(handle, launch.ptx_arguments())
+        queued(handle, launch.queued_arguments())
         self._keep(variant, queued, call, stream_of, device, launch)
 
     def _stream_source(self, call: BoundCall, device: int) -> fastpath.StreamSource:
@@ -792,6 +794,9 @@ class _Kernel:
             elif param.kind == "scalar":
                 kind = type(call.given[param.name])
                 recipe.append(("scalar", positions[param.name], fastpath.scalar_converter(self.name, param, kind)))
+            elif param.kind == "tensor_map":
+                recipe.append(("tensor_map", positions[param.name],
+                               MapEncoder(call.tensors[param.name].shape, param.dtype.value, param.box)))
             else:
                 recipe.append(("const", call.sizes[param.name]))
         tensors = [call.tensors[name] for name in call.given if name in call.tensors]
@@ -856,7 +861,7 @@ class _Kernel:
         """Time every configuration that can run; tensors the kernel writes are replaced by scratch copies."""
         device, arch = backend.device(device_index), backend.arch(device_index)
         scratch: dict[str, Any] | None = None
-        options = code_options(call)
+        options = code_options(call, backend, arch)
         ahead = self._compile_ahead(configs, arch, options, device)
 
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
@@ -905,10 +910,16 @@ def completion_order(configs: list[Config], ahead: dict[tuple, Future]) -> Itera
         yield pending[future]
 
 
-def code_options(call: BoundCall) -> CodeOptions:
+def code_options(call: BoundCall, backend: Backend, arch: str) -> CodeOptions:
     """The code a call needs: 64-bit indices past i32; no read-only-cache loads when a tensor the kernel only
-    reads overlaps one it writes (an in-place call such as add(x, y, x))."""
-    return CodeOptions(call.index_bits, not overlapping_tensors(call))
+    reads overlaps one it writes (an in-place call such as add(x, y, x)); TMA copies on a target with wgmma
+    where every tensor can have a tensor map (`tensor_map.describable`) that the backend can build - the GPU
+    over device memory only, the emulator over its arrays."""
+    tma = target(arch).wgmma and call.index_bits == 32 and all(
+        (tensor.host is None or backend.maps_host_arrays)
+        and describable(tensor.shape, tensor.param.dtype.nbytes, tensor.pointer)
+        for tensor in call.tensors.values())
+    return CodeOptions(call.index_bits, not overlapping_tensors(call), tma)
 
 
 def _decoded(payload: Any, decode: Callable[[Any], Any]) -> Any:

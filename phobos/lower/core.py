@@ -48,7 +48,7 @@ from ..configuration import Knobs
 from ..constants import evaluate
 from ..dispatch import Dispatch
 from ..errors import ResourceError, UnsupportedError
-from ..middle.ir import Block, Builder, Function, Op, Value, uses, walk
+from ..middle.ir import Block, Builder, Function, KernelParam, Op, Value, uses, walk
 from ..middle.passes.cse import freeze
 from ..middle.passes.fold import identity
 from ..types import DType, ScalarType, TileType
@@ -92,8 +92,9 @@ class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
     def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32,
-                 read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False):
+                 read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False):
         self.src = func
+        self.tma = tma  # a K loop's stages may be copied by TMA, through tensor maps the launcher builds
         self.smem_limit = smem_limit
         self.cp_async = cp_async
         self.read_only_cache = read_only_cache  # tensors the kernel does not write may use ld.global.nc
@@ -115,6 +116,8 @@ class Lowering:
         self.staged: dict[Value, object] = {}  # loaded operands a pipelined loop keeps in shared memory
         self.wgmma_in_flight: dict[Op, int] = {}  # wgmma products whose group may stay in flight (pipeline.py)
         self.while_wgmma: Callable[[], None] | None = None  # code the next wgmma product runs before its wait
+        # once a producer warpgroup has branched off (pipeline.py), barriers count the consumers alone
+        self.barrier_threads: int | None = None
         self.cache: dict[tuple, Value] = {}
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
         self.memo: dict[Block, dict] = {}
@@ -273,7 +276,22 @@ class Lowering:
         return self.entry_value(("smem", start), lambda b: b.value("smem_addr", [], U32, offset=start))
 
     def barrier(self) -> None:
-        self.b.op("barrier", [], [])
+        self.b.op("barrier", [], [], {} if self.barrier_threads is None else {"threads": self.barrier_threads})
+
+    def tensor_map(self, tensor: Value, box) -> Value:
+        """The generic address of the tensor map over tensor parameter `tensor` (tile level) that moves
+        boxes of box.rows x box.cols elements: a `tensor_map` parameter of the compiled kernel, added once,
+        which the launcher fills for each call."""
+        p = self.src.attrs["params"][tensor.owner.attrs["index"]]
+        if self.out.attrs["params"] is self.src.attrs["params"]:
+            self.out.attrs["params"] = list(self.src.attrs["params"])
+        params, shape = self.out.attrs["params"], (box.rows, box.cols)
+        index = next((i for i, q in enumerate(params) if q.kind == "tensor_map" and (q.name, q.box) == (p.name, shape)),
+                     None)
+        if index is None:
+            index = len(params)
+            params.append(KernelParam(p.name, "tensor_map", p.dtype, p.dims, box=shape))
+        return self.entry_value(("tensor_map", index), lambda b: b.value("tensor_map_addr", [], I64, index=index))
 
     def smem_address(self, base: Value, index: Value, eb: int) -> Value:
         off = self.op("mul", [self.op("cast", [index], U32), self.const(eb, DType.U32)], U32)

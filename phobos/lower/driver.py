@@ -13,7 +13,7 @@ from .core import Lowering
 
 
 def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32,
-          read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False) -> Function:
+          read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
@@ -27,9 +27,10 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     `index_bits`); `read_only_cache` False loads no tensor through the
     read-only cache (ld.global.nc), for calls whose tensors overlap;
     `tensor_cores` allows mma.sync (sm_80 and newer), `wgmma` wgmma.mma_async
-    (sm_90a).
+    (sm_90a), `tma` copies by TMA through tensor maps (parameters of kind
+    `tensor_map` in attrs `params`, which the launcher fills per call).
     """
-    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma)
+    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma)
     low.lower_block(func.body, low.out.body)
     low.out.attrs["shared_bytes"] = low.smem_bytes
     low.out.attrs["notes"] = list(low.notes)

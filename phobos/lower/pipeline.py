@@ -41,10 +41,18 @@
 # registers that alternate).  The copies run STAGES - 2 iterations ahead of
 # that pass, so register staging needs three stages at least.
 #
+# TMA (`lower_specialized`, sm_90a, when the launcher can build tensor maps
+# for the call): a GEMM's K loop on wgmma whose operands are slices of
+# tensor parameters gets a producer warpgroup - 128 threads more, one of
+# which copies each stage's slices by cp.async.bulk.tensor through tensor
+# map parameters, full and empty mbarriers per stage in place of the
+# barrier, setmaxnreg giving the producer's registers to the consumers.
+#
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
 # that zero-fills the elements outside (16-bit elements, too small for
-# cp.async, are loaded and stored instead).  This module builds on memory.py
+# cp.async, are loaded and stored instead); TMA zero-fills a box's elements
+# outside the tensor itself.  This module builds on memory.py
 # (slice geometry, addresses, bounds tests), dot.py and mma.py (the stage
 # layouts and the products); control.py's `for` handler asks it whether a
 # loop is pipelined.
@@ -53,13 +61,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..configuration import Knobs
-from ..middle.ir import Block, Op, Value
+from ..middle.ir import Block, Op, Value, walk
 from ..types import DType, ScalarType
 from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, access_groups, align, read_tile
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
-from .mma import RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers, operand_space, round_in_place
+from .mma import (SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers,
+                  operand_space, round_in_place)
 from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
@@ -83,6 +92,7 @@ class PipelinePlan:
     stage_bytes: int
     cuda_dot: tuple[Op, DotPlan] | None  # the product on the CUDA cores computed from the stage
     in_flight: Op | None = None  # a wgmma product whose group stays in flight into the next iteration
+    specialized: bool = False  # a producer warpgroup copies the stages (see the header)
 
     @property
     def alignment(self) -> int:
@@ -145,7 +155,22 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
     if not cuda_dot:
         last = plan.staged[-1]
         plan.stage_bytes = align(last.start + last.space.nbytes, plan.alignment)
+    plan.specialized = _specializable(low, op, plan)
     return plan
+
+
+def _specializable(low: Lowering, op: Op, plan: PipelinePlan) -> bool:
+    """Whether a producer warpgroup can copy this loop's stages by TMA: a GEMM's K loop on wgmma (one
+    product whose group stays in flight, operands straight from the stage, each a slice TMA can copy:
+    `tma_box`), at the kernel's top level, with nothing but register arithmetic before it - the
+    producer's threads run that code too, outside every layout, so it may not touch memory (not even a
+    load: their elements lie past the slice)."""
+    body = low.src.body.ops
+    if plan.in_flight is None or plan.through_registers or low.barrier_threads is not None or op not in body \
+            or any(tma_box(low, st) is None for st in plan.staged):
+        return False
+    before = Block(ops=body[:body.index(op)])
+    return low.smem_bytes == 0 and all(o.pure for o in walk(before))
 
 
 def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
@@ -207,7 +232,7 @@ def _ring(low: Lowering, plan: PipelinePlan) -> Ring:
     if any(st.load in low.global_barriers for st in plan.staged) or low.smem_bytes:
         low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
         # and no thread may still read shared memory the ring overwrites
-    fewest = 3 if plan.through_registers else 2
+    fewest = 3 if plan.through_registers or plan.specialized else 2
     stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
     while stages > fewest and stages * plan.stage_bytes + pad > low.smem_limit:
@@ -255,6 +280,8 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     Before: `plan` says what is staged where.  After: the loop reads no staged load from global memory
     but through the ring, and every cp.async group is waited for when it ends."""
     ring = _ring(low, plan)
+    if plan.specialized:
+        return lower_specialized(low, op, plan, ring)
     stages = ring.stages
     # a wgmma group in flight still reads the stage before: the loads run one iteration less ahead
     in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
@@ -344,6 +371,163 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
         low.b.op("wgmma_wait", [], [], {"pending": 0})
     low.b.op("cp_async_wait", [], [], {"pending": 0})
     low.barrier()
+
+
+PRODUCER_THREADS = 128  # one warpgroup
+PRODUCER_REGISTERS = 40  # what the producer keeps (setmaxnreg): one thread issues the copies
+REGISTER_FILE = 65536  # 32-bit registers of an SM, which one CTA has to itself when it runs alone
+
+
+def entry_registers(threads: int) -> int:
+    """The registers a thread of a CTA of `threads` starts with (ptxas's cap under `.maxntid`)."""
+    return min(REGISTER_FILE // threads // 8 * 8, 255)
+
+
+@dataclass(frozen=True)
+class TmaBox:
+    """How one staged slice is copied by TMA: `count` boxes of `rows` x `cols` elements, side by side along
+    the slice's columns, box j `bytes` * j into its region of the stage (the swizzled layout's boxes)."""
+
+    rows: int
+    cols: int
+    count: int
+
+    @property
+    def bytes(self) -> int:
+        return self.rows * SWIZZLE_BYTES
+
+
+def tma_box(low: Lowering, st: Staged) -> TmaBox | None:
+    """The TMA boxes of a staged slice, or None where TMA cannot copy it: a slice of both dims of a
+    rank-2 tensor parameter, with i32 starts (32-bit indices), into a swizzled single-part region."""
+    load, space = st.load, st.space
+    tensor = load.operands[0]
+    if not low.tma or not space.swizzled or space.parts != 1 or low.index_type != I32 or tensor.owner is None \
+            or getattr(tensor.owner, "opcode", None) != "param" or len(tensor.type.dims) != 2:
+        return None
+    if any(n is None for n in load.attrs["sizes"]) or any(v.dtype is not DType.I32 for v in load.operands[1:3]):
+        return None
+    cols = SWIZZLE_BYTES // space.eb
+    if space.rows > 256 or space.cols % cols:
+        return None
+    return TmaBox(space.rows, cols, space.cols // cols)
+
+
+def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> None:
+    """The K loop with a producer warpgroup: PRODUCER_THREADS more threads, one of which copies the
+    stages by TMA while the kernel's own threads, the consumers, multiply them.
+
+    Stage s has two mbarriers: full[s] (the producer's thread arrives expecting the stage's bytes, and
+    the TMA copies complete them) and empty[s] (a thread of each consumer warpgroup arrives when its
+    products are done reading it).  The producer runs the loop as the kernel does: at iteration i it
+    waits until the consumers emptied the stage (the parity of its use before: the first use passes),
+    then copies iteration i into it, each staged slice as TmaBox says, through the tensor maps the
+    launcher builds for the call (a `tensor_map` parameter per slice shape); then it exits.  The
+    consumers wait for full[s], issue the product's group, wait for the group before it and release
+    that one's stage.  Before the loop every thread ran the same register arithmetic
+    (`_specializable`); after it only the consumers run, so their barriers count them alone
+    (`Lowering.barrier_threads`).  Where the CTA's registers are too few for the consumers'
+    accumulators, setmaxnreg moves the producer's to them.  Elements of a box outside the tensor are
+    zeros (the edge contract), which TMA writes itself.
+
+    Before: `plan.specialized`, the ring allocated.  After: the kernel has PRODUCER_THREADS more threads,
+    the producer's all exited, and every copy landed and was read."""
+    stages, consumers = ring.stages, low.threads
+    total = consumers + PRODUCER_THREADS
+    low.out.attrs["threads"] = total
+    where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc is not None else "a K loop"
+    low.notes.append(f"{where}: the loop's {stages} stages are copied by TMA, issued by a producer warpgroup "
+                     f"({PRODUCER_THREADS} threads more)")
+    saved_start, low.scratch_start = low.scratch_start, align(ring.end, 8)
+    barriers = low.smem(16 * stages)
+    low.scratch_start = saved_start
+    ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 16 * stages, ring.stage_bytes)
+    boxes = [(st, tma_box(low, st)) for st in plan.staged]
+    maps = [(st, box, low.tensor_map(st.load.operands[0], box)) for st, box in boxes]
+
+    def barrier(kind: int, index: Value) -> Value:  # kind 0: full, 1: empty
+        offset = low.op("mul", [low.op("cast", [index], U32), low.const(8, DType.U32)], U32)
+        return low.op("add", [barriers, low.op("add", [offset, low.const(8 * stages * kind, DType.U32)], U32)], U32)
+
+    def branch(cond: Value, then) -> None:
+        outer, regions = low.b, [Block(), Block()]
+        low.b.op("if", [cond], [], {}, regions)
+        for region, fill in zip(regions, (then, lambda: None)):
+            low.b = low.builder_for(region, outer.block, outer.loc)
+            fill()
+            low.b.op("yield", [], [])
+        low.b = outer
+
+    first = low.op("cmp", [low.tid(), low.const(0)], BOOL, pred="eq")
+    for s in range(stages):
+        low.b.op("mbarrier_init", [barrier(0, low.const(s)), first], [], {"count": 1})
+        low.b.op("mbarrier_init", [barrier(1, low.const(s)), first], [], {"count": consumers // PRODUCER_THREADS})
+    low.barrier()  # every thread of the CTA: the barriers are initialised
+
+    entry = entry_registers(total)
+    given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // consumers // 8 * 8
+    moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
+    lo, step = low.vals[op.operands[0]], op.attrs["step"]
+
+    def next_stage(s: Value, phase: Value) -> tuple[Value, Value]:
+        wraps = low.op("cmp", [s, low.const(stages - 1)], BOOL, pred="eq")
+        return (low.op("select", [wraps, low.const(0), low.op("add", [s, low.const(1)], I32)], I32),
+                low.op("xor", [phase, low.op("cast", [wraps], I32)], I32))
+
+    def copy(kt: Value, s: Value, leader: Value) -> None:
+        """Thread `leader` copies iteration kt into stage s, arriving on full[s] with the bytes to expect."""
+        full = barrier(0, s)
+        low.b.op("mbarrier_expect_tx", [full, leader], [], {"bytes": sum(box.bytes * box.count for _, box, _ in maps)})
+
+        def issue(enabled: Value) -> None:  # enabled: kt < hi, always within the loop
+            stage = ring.stage(low, s)
+            for st, box, tensor_map in maps:
+                starts, _, _ = slice_geometry(low, st.load, low.vals[st.load.operands[0]])
+                for j in range(box.count):
+                    column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
+                    low.b.op("tma_load", [stage, tensor_map, column, starts[0], full, leader], [],
+                             {"offset": st.start + j * box.bytes})
+        _at_iteration(low, op, plan, kt, issue)
+
+    def produce() -> None:
+        if moved:
+            low.b.op("setmaxnreg", [], [], {"count": PRODUCER_REGISTERS, "inc": False})
+        index = low.op("sub", [low.tid(), low.const(consumers)], I32)  # the thread's, in the producer
+        leader = low.op("cmp", [index, low.const(0)], BOOL, pred="eq")
+
+        def iterate() -> None:
+            body, outer = Block(), low.b
+            low.b.op("for", [lo, low.vals[op.operands[1]], low.const(0), low.const(0)], [I32, I32],
+                     {"step": step}, [body])
+            low.b = low.builder_for(body, outer.block, outer.loc)
+            kt = low.b.block_arg(body, lo.type, "kt")
+            s, phase = low.b.block_arg(body, I32, "stage"), low.b.block_arg(body, I32, "phase")
+            low.b.op("mbarrier_wait", [barrier(1, s), low.op("xor", [phase, low.const(1)], I32)], [])
+            copy(kt, s, leader)
+            low.b.op("yield", list(next_stage(s, phase)), [])
+            low.b = outer
+        branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), iterate)  # the producer's first warp
+        low.b.op("exit", [], [])
+    branch(low.op("cmp", [low.tid(), low.const(consumers)], BOOL, pred="ge"), produce)
+
+    if moved:
+        low.b.op("setmaxnreg", [], [], {"count": entry + given, "inc": True})
+    low.barrier_threads = consumers
+    low.wgmma_in_flight[plan.in_flight] = 1
+    leader = low.op("cmp", [low.op("and", [low.tid(), low.const(PRODUCER_THREADS - 1)], I32), low.const(0)],
+                    BOOL, pred="eq")
+
+    def consume(ops: list[Op], extra: list[Value]) -> list[Value]:
+        s, phase, previous = extra
+        low.b.op("mbarrier_wait", [barrier(0, s), phase], [])
+        _lower_body(low, ops, plan, ring, ring.stage(low, s))
+        not_first = low.op("cmp", [low.vals[op.regions[0].args[0]], lo], BOOL, pred="ne")
+        low.b.op("mbarrier_arrive", [barrier(1, previous), low.all_of([not_first, leader])], [])
+        return [*next_stage(s, phase), s]
+
+    low.build_for(op, [low.const(0), low.const(0), low.const(0)], consume)
+    low.b.op("wgmma_wait", [], [], {"pending": 0})
+    low.barrier()  # no consumer still reads the ring
 
 
 def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpace, enabled: Value) -> None:

@@ -98,7 +98,19 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(False, "cp_async", "cp_async(smem_addr, gaddr[, src_bytes]) copies attrs bytes global->shared"),
     **_ops(False, "cp_async_commit", "closes a group of cp.async copies"),
     **_ops(False, "cp_async_wait", "waits until at most attrs pending groups remain"),
-    **_ops(False, "barrier", "bar.sync: every thread of the CTA arrives before any goes on"),
+    **_ops(False, "barrier", "bar.sync: every thread of the CTA arrives before any goes on (attrs threads: "
+                             "only that many, the first ones - a named barrier)"),
+    **_ops(False, "mbarrier_init", "mbarrier_init(addr[, pred]): an mbarrier in shared memory expecting attrs count arrivals "
+                                   "a phase"),
+    **_ops(False, "mbarrier_arrive", "mbarrier_arrive(addr[, pred]): this thread arrives (release)"),
+    **_ops(False, "mbarrier_wait", "mbarrier_wait(addr, parity): waits until the phase of that parity has completed "
+                                   "(acquire)"),
+    **_ops(False, "mbarrier_expect_tx", "mbarrier_expect_tx(addr[, pred]): arrives, expecting attrs bytes of copies"),
+    **_ops(True, "tensor_map_addr", "the generic address of tensor map parameter attrs index (u64)"),
+    **_ops(False, "tma_load", "tma_load(smem, map, c0, c1, mbarrier[, pred]): a box of the map at (c0 inner, c1) into "
+                              "smem + attrs offset, completing bytes on the mbarrier"),
+    **_ops(False, "setmaxnreg", "this warpgroup's registers a thread become attrs count (attrs inc: more)"),
+    **_ops(False, "exit", "the thread ends"),
     **_ops(False, "ldmatrix", "ldmatrix(addr) -> count b32 fragments of 8x8 16-bit matrices in shared memory; "
                               "attrs count (1, 2, 4), trans, offset"),
     **_ops(True, "mma", "mma(a..., b..., c0..c3) -> d0..d3: one warp's tensor-core product of a 16 x 8 tile; "
@@ -173,10 +185,11 @@ class KernelParam:
     """One parameter of the compiled kernel, in PTX order (tensor sizes come last)."""
 
     name: str
-    kind: str  # 'tensor' (a pointer), 'scalar', or 'size' (an i32 bound from tensor shapes)
+    kind: str  # 'tensor' (a pointer), 'scalar', 'size' (an i32 bound from tensor shapes), or 'tensor_map'
     dtype: DType
     dims: tuple[str | int, ...] = ()  # tensors: size names or literal extents
     written: bool = False  # tensors the kernel stores into
+    box: tuple[int, ...] = ()  # a tensor_map: the box it moves (rows, columns) of tensor `name` (TMA, sm_90)
 
 
 @dataclass(eq=False)

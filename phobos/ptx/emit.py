@@ -86,6 +86,17 @@ class Vec:
         return "{" + ", ".join(map(str, self.regs)) + "}"
 
 
+@dataclass(frozen=True)
+class MapAddr:
+    """A tensor map and a box's coordinates in it, innermost first: `[map, {c0, c1}]` (cp.async.bulk.tensor)."""
+
+    map: object  # VReg
+    coords: Vec
+
+    def __str__(self) -> str:
+        return f"[{self.map}, {self.coords}]"
+
+
 @dataclass(eq=False)
 class Instr:
     """One PTX instruction: `[@guard] opcode operands;` - the first `ndefs` operands are written."""
@@ -140,6 +151,8 @@ def _regs(operands) -> list[VReg]:
             out += [r for r in o.regs if type(r) is VReg]
         elif kind is Addr and type(o.base) is VReg:
             out.append(o.base)
+        elif kind is MapAddr:
+            out += [r for r in (o.map, *o.coords.regs) if type(r) is VReg]
     return out
 
 
@@ -176,7 +189,8 @@ Item = Instr | Label | SourceLine | Raw | ModuleDecl
 @dataclass
 class EntryParam:
     name: str
-    ptx_type: str  # .u64, .f32, .u32, ...
+    ptx_type: str  # .u64, .f32, .u32, ... (a byte array: .align N .b8)
+    array: int | None = None  # bytes of a byte-array parameter (a tensor map)
 
 
 @dataclass
@@ -206,7 +220,7 @@ def emit_module(kernel: Kernel, arch: str, source_file: str | None) -> str:
         if isinstance(item, ModuleDecl) and item.text not in declared:
             declared.append(item.text)
     out += [*declared, ""] if declared else []
-    params = [f"\t.param {p.ptx_type} {p.name}" for p in kernel.params]
+    params = [f"\t.param {p.ptx_type} {p.name}" + (f"[{p.array}]" if p.array else "") for p in kernel.params]
     out.append(f".visible .entry {kernel.name}(")
     out.append(",\n".join(params))
     out.append(")")

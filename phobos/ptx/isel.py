@@ -18,8 +18,8 @@ import itertools
 from ..errors import UnsupportedError
 from ..middle.ir import Function, Op, Value, uses
 from ..types import DType
-from .emit import (CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item, Label, ModuleDecl, Raw,
-                   SourceLine, Sym, Vec, VReg)
+from .emit import (CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item, Label, MapAddr, ModuleDecl,
+                   Raw, SourceLine, Sym, Vec, VReg)
 
 TYPE_SUFFIX = {
     DType.BOOL: "pred", DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32",
@@ -37,6 +37,7 @@ FLOAT_ROUNDED = {"add", "sub", "mul", "div", "fma"}
 COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 FLOAT_COMPARE = dict(COMPARE, ne="neu")  # NaN != x is true, as in C and numpy
 ZERO = {DType.F32: 0.0, DType.F64: 0.0}
+TENSOR_MAP_BYTES, TENSOR_MAP_ALIGN = 128, 64  # a CUtensorMap parameter, as the driver takes it
 
 
 class Selector:
@@ -597,7 +598,43 @@ def _wgmma(s: Selector, op: Op) -> None:
 
 
 def _barrier(s: Selector, op: Op) -> None:
-    s.emit("bar.sync", Imm(0, DType.I32), ndefs=0)
+    """bar.sync 0 for the whole CTA; barrier 1 for the first attrs threads (the consumers, beside a producer)."""
+    count = op.attrs.get("threads")
+    s.emit("bar.sync", *((Imm(0, DType.I32),) if count is None else (Imm(1, DType.I32), Imm(count, DType.I32))),
+           ndefs=0)
+
+
+def _guard(s: Selector, op: Op, position: int) -> VReg | None:
+    """The predicate operand at `position`, when the op has one."""
+    return s.reg(op.operands[position]) if len(op.operands) > position else None
+
+
+def _mbarrier_arrive(s: Selector, op: Op) -> None:
+    s.emit("mbarrier.arrive.shared::cta.b64", s.new(DType.I64), Addr(s.reg(op.operands[0]), 0),
+           guard=_guard(s, op, 1))
+
+
+def _tensor_map_addr(s: Selector, op: Op) -> None:
+    """The generic address of a tensor map parameter (as nvcc reaches one)."""
+    dst = s.define(op.result)
+    s.emit("mov.b64", dst, Sym(f"{s.func.name}_param_{op.attrs['index']}"))
+    s.emit("cvta.param.u64", dst, dst)
+
+
+def _tma_load(s: Selector, op: Op) -> None:
+    """A box of a tensor map into shared memory; its bytes complete the mbarrier's transaction count."""
+    stage, tensor_map, c0, c1, barrier = op.operands[:5]
+    s.emit("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+           Addr(s.reg(stage), op.attrs["offset"]), MapAddr(s.reg(tensor_map), Vec((s.reg(c0), s.reg(c1)))),
+           Addr(s.reg(barrier), 0), ndefs=0, guard=_guard(s, op, 5))
+
+
+def _mbarrier_wait(s: Selector, op: Op) -> None:
+    """try_wait until the phase of the given parity has completed (the thread sleeps in try_wait meanwhile)."""
+    again, done = s.label("wait"), s.new(DType.BOOL)
+    s.items.append(Label(again))
+    s.emit("mbarrier.try_wait.parity.shared::cta.b64", done, Addr(s.reg(op.operands[0]), 0), s.reg(op.operands[1]))
+    s.emit("bra", Sym(again), ndefs=0, guard=done, negated=True)
 
 
 def _yield_into(s: Selector, targets: list[VReg], values: list[Value]) -> None:
@@ -750,6 +787,18 @@ SELECT = {
     "wgmma_wait": lambda s, op: s.emit("wgmma.wait_group.sync.aligned", Imm(op.attrs["pending"], DType.I32), ndefs=0,
                                        holds=tuple(s.reg(v) for v in op.operands)),
     "fence_proxy_async": lambda s, op: s.emit("fence.proxy.async.shared::cta", ndefs=0),
+    "mbarrier_init": lambda s, op: s.emit("mbarrier.init.shared::cta.b64", Addr(s.reg(op.operands[0]), 0),
+                                          Imm(op.attrs["count"], DType.I32), ndefs=0, guard=_guard(s, op, 1)),
+    "mbarrier_arrive": _mbarrier_arrive,
+    "mbarrier_expect_tx": lambda s, op: s.emit("mbarrier.arrive.expect_tx.shared::cta.b64", s.new(DType.I64),
+                                               Addr(s.reg(op.operands[0]), 0), Imm(op.attrs["bytes"], DType.I32),
+                                               guard=_guard(s, op, 1)),
+    "tensor_map_addr": _tensor_map_addr,
+    "tma_load": _tma_load,
+    "mbarrier_wait": _mbarrier_wait,
+    "setmaxnreg": lambda s, op: s.emit(f"setmaxnreg.{'inc' if op.attrs['inc'] else 'dec'}.sync.aligned.u32",
+                                       Imm(op.attrs["count"], DType.I32), ndefs=0),
+    "exit": lambda s, op: s.emit("exit", ndefs=0),
     "cp_async": _cp_async,
     "cp_async_commit": _cp_async_commit,
     "cp_async_wait": _cp_async_wait,
@@ -763,8 +812,12 @@ def entry_params(func: Function) -> list[EntryParam]:
     out = []
     index_type = DType.I64 if func.attrs.get("index_bits") == 64 else DType.I32
     for i, p in enumerate(func.attrs["params"]):
+        name = f"{func.name}_param_{i}"
+        if p.kind == "tensor_map":
+            out.append(EntryParam(name, f".align {TENSOR_MAP_ALIGN} .b8", TENSOR_MAP_BYTES))
+            continue
         ptx_type = ".u64" if p.kind == "tensor" else PARAM_TYPE[index_type if p.kind == "size" else p.dtype]
-        out.append(EntryParam(f"{func.name}_param_{i}", ptx_type))
+        out.append(EntryParam(name, ptx_type))
     return out
 
 

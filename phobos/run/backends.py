@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from . import runtime
+from .tensor_map import TensorMap, kernel_map
 from ..launch.binding import BoundCall, TensorArgument
 from ..compiler import TARGETS, CompiledKernel
+from ..middle.ir import KernelParam
 from ..errors import PhobosError, ToolchainError
 
 if TYPE_CHECKING:
@@ -75,8 +77,20 @@ class Launch:
         return [self._argument(p.name) for p in self.call.params]
 
     def ptx_arguments(self) -> list[Any]:
-        """The arguments in the PTX's parameter order (bools as 0/1, the PTX's .u8)."""
-        return [_as_ptx_value(self._argument(p.name)) for p in self.compiled.params]
+        """The arguments in the PTX's parameter order (bools as 0/1, the PTX's .u8; a TensorMap over the
+        tensor a `tensor_map` parameter names)."""
+        return [self._tensor_map(p) if p.kind == "tensor_map" else _as_ptx_value(self._argument(p.name))
+                for p in self.compiled.params]
+
+    def queued_arguments(self) -> list[Any]:
+        """ptx_arguments with the tensor maps encoded by the driver, as a QueuedKernel packs them."""
+        return [value.encode() if isinstance(value, TensorMap) else value for value in self.ptx_arguments()]
+
+    def _tensor_map(self, param: KernelParam) -> TensorMap:
+        value = self._argument(param.name)
+        if not isinstance(value, np.ndarray):
+            value = runtime.device_address(value)
+        return kernel_map(value, self.call.tensors[param.name].shape, param.dtype.value, param.box)
 
     @property
     def asynchronous(self) -> bool:
@@ -105,6 +119,7 @@ class Backend(Protocol):
     compiles: bool  # runs PTX, so needs a CompiledKernel per configuration
     host_only: bool  # takes numpy arrays only
     tunes: bool  # can time launches (`time`, `device_copy` and `free` exist)
+    maps_host_arrays: bool  # can pass a TensorMap over a numpy array (kernels copying by TMA)
 
     def arch(self, index: int = 0) -> str:
         """The target to compile for (device `index`'s)."""
@@ -133,6 +148,7 @@ class GpuBackend:
     compiles = True
     host_only = False
     tunes = True
+    maps_host_arrays = False  # a map holds a device address; numpy arrays are copied in during the launch
 
     def __init__(self) -> None:
         self._devices: dict[int, runtime.DeviceProperties] = {}
@@ -171,7 +187,7 @@ class GpuBackend:
         """Queue an asynchronous launch; otherwise copy, launch, wait and copy back."""
         queued = self.prepare(launch)
         if queued is not None:
-            queued(launch.stream, launch.ptx_arguments())
+            queued(launch.stream, launch.queued_arguments())
             return
         compiled = launch.compiled
         runtime.launch(self._module(launch), compiled.kernel_name, launch.grid, launch.block,
@@ -214,6 +230,7 @@ class CpuBackend:
     compiles = False
     host_only = True
     tunes = False
+    maps_host_arrays = True
 
     def arch(self, index: int = 0) -> str:
         return DEFAULT_ARCH

@@ -157,18 +157,21 @@ class DriverApi:
         self._check(self._lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()))
         return function.value
 
-    def parameter_info(self, function: int) -> list[tuple[int, int]]:
-        """(offset, size) of every parameter of `function` in its parameter buffer."""
+    def parameter_info(self, function: int, count: int) -> list[tuple[int, int]]:
+        """(offset, size) of the first `count` parameters of `function` in its parameter buffer (fewer
+        where it has fewer; asking past the last one is an error the driver reports, and tools such as
+        compute-sanitizer with it, so a caller asks for the parameters it knows of)."""
         if not hasattr(self._lib, "cuFuncGetParamInfo"):
             raise ToolchainError("this CUDA driver cannot report kernel parameter offsets (cuFuncGetParamInfo "
                                  "needs CUDA 12.4 or newer), which parameters aligned beyond 16 bytes need")
         layout, offset, size = [], ctypes.c_size_t(), ctypes.c_size_t()
-        while True:
+        while len(layout) < count:
             code = self._lib.cuFuncGetParamInfo(function, len(layout), ctypes.byref(offset), ctypes.byref(size))
             if code == CUDA_ERROR_INVALID_VALUE and layout:  # past the last parameter
-                return layout
+                break
             self._check(code)
             layout.append((offset.value, size.value))
+        return layout
 
     def set_max_dynamic_shared(self, function: int, nbytes: int) -> None:
         self._check(self._lib.cuFuncSetAttribute(function, _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes))

@@ -205,6 +205,16 @@ def _byte_array(param: PtxParam, arg: Any, fail: Callable[[str], LaunchError]) -
     return raw
 
 
+def device_address(arg: Any) -> int:
+    """The device address of a launch argument in device memory (an int, or what `_device_pointer` knows)."""
+    if isinstance(arg, (int, np.integer)):
+        return int(arg)
+    address = _device_pointer(arg)
+    if address is None:
+        raise LaunchError(f"expected device memory, got {_describe(arg)}")
+    return address
+
+
 def _device_pointer(arg: Any) -> int | None:
     """The device address `arg` stands for, or None if it is not device memory."""
     interface = getattr(arg, "__cuda_array_interface__", None)
@@ -522,7 +532,7 @@ def parameter_offsets(handle: int, kernel_name: str, params: list[PtxParam]) -> 
     parameter, where the driver's sizes disagree with the PTX's."""
     if not needs_driver_layout(params):
         return natural_offsets(params)
-    layout = cuda.api().parameter_info(handle)
+    layout = cuda.api().parameter_info(handle, len(params))
     if len(layout) != len(params):
         raise LaunchError(f"kernel '{kernel_name}': the driver reports {len(layout)} parameters, the PTX declares "
                           f"{len(params)}")

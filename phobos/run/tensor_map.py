@@ -292,3 +292,52 @@ def _error_name(code: int) -> str:
         return f"{name.value.decode()} ({code})" if name.value else f"CUresult {code}"
     except OSError:
         return f"CUresult {code}"
+
+
+# ---------------------------------------------------------------- the maps a compiled kernel asks for
+#: How the maps of a compiled kernel's `tensor_map` parameters are described: the shared-memory layout
+#: its stages have (the 128-byte swizzle), boxes of the shape the parameter names, zeros outside.
+KERNEL_SWIZZLE = "128B"
+DTYPE_NAMES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}  # DType.value -> map element type
+
+
+def kernel_map(tensor: Any, shape: tuple[int, ...], dtype: str, box: tuple[int, ...]) -> TensorMap:
+    """The map a `tensor_map` parameter takes over a dense row-major tensor (a NumPy array in the
+    emulator, else its device address) of `shape` and element type `dtype` (a DType value), moving boxes of
+    `box` elements (the tensor's own order)."""
+    name = DTYPE_NAMES[dtype]
+    itemsize = DTYPES[name][1]
+    strides = [itemsize]
+    for extent in reversed(shape[1:]):
+        strides.append(strides[-1] * extent)
+    return TensorMap(tensor, name, tuple(reversed(shape)), tuple(strides[1:]), tuple(reversed(box)),
+                     swizzle=KERNEL_SWIZZLE)
+
+
+def describable(shape: tuple[int, ...], itemsize: int, address: int | None) -> bool:
+    """Whether a dense row-major tensor of `shape` at `address` (None: one the launcher places, aligned) can
+    have a tensor map: 16-byte aligned, rows a multiple of 16 bytes apart, every size 1 .. 2^32, rank 1 .. 5."""
+    if not 1 <= len(shape) <= MAX_RANK or any(not 1 <= d <= 1 << 32 for d in shape):
+        return False
+    if address is not None and address % 16:
+        return False
+    return len(shape) == 1 or (shape[-1] * itemsize) % 16 == 0
+
+
+class MapEncoder:
+    """The driver's encoding of one `tensor_map` parameter for each device address it is given (the launcher's
+    fast path: shape, type and box fixed by the call's signature), the last few kept."""
+
+    KEPT = 64
+
+    def __init__(self, shape: tuple[int, ...], dtype: str, box: tuple[int, ...]):
+        self.shape, self.dtype, self.box = shape, dtype, box
+        self.encoded: dict[int, bytes] = {}
+
+    def __call__(self, address: int) -> bytes:
+        raw = self.encoded.get(address)
+        if raw is None:
+            if len(self.encoded) >= self.KEPT:
+                del self.encoded[next(iter(self.encoded))]
+            raw = self.encoded[address] = kernel_map(address, self.shape, self.dtype, self.box).encode()
+        return raw

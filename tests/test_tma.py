@@ -1,0 +1,138 @@
+# A GEMM's K loop copied by TMA (sm_90a): a producer warpgroup, tensor map parameters the launcher
+# builds per call, the same bits as the cp.async kernel in the emulator on ragged sizes, ptxas without
+# spills, and the launcher's choice: TMA where every tensor of the call can have a tensor map, the
+# cp.async kernel where one cannot (rows not a multiple of 16 bytes apart, an empty dimension).
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import phobos
+from phobos.compiler import compile_kernel, parse_source, pick_kernel
+from phobos.constants import bf16_bits, bf16_values
+from phobos.launch import cache, fastpath
+from phobos.ptxcheck import check
+from phobos.run import backends, emulator
+from phobos.run.tensor_map import EmulatedTensorMap, MapEncoder, describable, kernel_map
+
+from .test_tensor_core_codegen import GEMM_BF16, ROOT, instructions, k_loop
+
+CONFIGS = [
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64, "WARPS": 8, "STAGES": 3}, (130, 264, 600)),
+    ({"TILE_M": 256, "TILE_N": 128, "TILE_K": 64, "WARPS": 8, "STAGES": 4}, (250, 136, 648)),
+    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 64, "WARPS": 4, "STAGES": 3}, (70, 128, 456)),
+]
+
+
+def gemm(config: dict, tma: bool):
+    k = pick_kernel(parse_source(GEMM_BF16.read_text(), str(GEMM_BF16.relative_to(ROOT))), "gemm_bf16")
+    return compile_kernel(k, arch="sm_90a", config=config, tma=tma)
+
+
+def run(k, config: dict, a, b, c) -> None:
+    """Launch `k` in the emulator as the launcher would: tensors, sizes, then the tensor maps."""
+    (m, kk), n = a.shape, b.shape[1]
+    values = {"A": a, "B": b, "C": c, "M": m, "K": kk, "N": n}
+    args = [kernel_map(values[p.name], values[p.name].shape, p.dtype.value, p.box) if p.kind == "tensor_map"
+            else values[p.name] for p in k.params]
+    grid = (-(-m // config["TILE_M"]), -(-n // config["TILE_N"]))
+    emulator.launch(k.ptx, "gemm_bf16", grid, (k.threads,), args, shared_bytes=k.shared_bytes)
+
+
+@pytest.mark.parametrize("config,sizes", CONFIGS, ids=["128x256-3", "256x128-4", "64x128-3"])
+def test_tma_gemm_computes_the_cp_async_kernels_bits_on_ragged_sizes(config, sizes):
+    k, plain = gemm(config, tma=True), gemm(config, tma=False)
+    assert "copied by TMA, issued by a producer warpgroup (128 threads more)" in k.notes[-1]
+    assert k.threads == config["WARPS"] * 32 + 128 and plain.threads == config["WARPS"] * 32
+    maps = [(p.name, p.box) for p in k.params if p.kind == "tensor_map"]
+    assert maps == [("A", (config["TILE_M"], 64)), ("B", (64, 64))], maps
+    assert k.params[:len(plain.params)] == plain.params  # the maps come after the others
+    assert ".param .align 64 .b8 gemm_bf16_param_6[128]" in k.ptx
+    loop = k_loop(k.ptx)
+    assert "cp.async.cg" not in k.ptx and "mbarrier.try_wait.parity" in loop
+    producer = k.ptx[k.ptx.index("setmaxnreg.dec") if "setmaxnreg.dec" in k.ptx else 0:k.ptx.index("exit;")]
+    boxes = 1 + config["TILE_N"] // 64  # A's one box, B's TILE_N / 64
+    assert instructions(producer, "@%p") and producer.count("cp.async.bulk.tensor.2d") == boxes
+    m, n, kk = sizes
+    rng = np.random.default_rng(3)
+    a, b = bf16_bits(rng.standard_normal((m, kk), dtype=np.float32)), bf16_bits(rng.standard_normal((kk, n),
+                                                                                                     np.float32))
+    c, c_plain = np.zeros((m, n), np.uint16), np.zeros((m, n), np.uint16)
+    run(k, config, a, b, c)
+    run(plain, config, a, b, c_plain)
+    np.testing.assert_array_equal(c, c_plain)
+    exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
+    np.testing.assert_allclose(bf16_values(c), exact, rtol=2 ** -7, atol=1e-3)
+
+
+def test_the_consumers_of_a_tma_loop_get_the_producers_registers_and_nothing_spills():
+    config = CONFIGS[0][0]
+    k = gemm(config, tma=True)
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in k.ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in k.ptx
+    assert ".maxntid 384, 1, 1" in k.ptx and "bar.sync 1, 256;" in k.ptx  # barriers after it: consumers only
+    report = check(k.ptx, arch="sm_90a", name="gemm_bf16")
+    report.raise_for_errors()
+    assert report.kernel("gemm_bf16").spill_stores == 0, report.kernel("gemm_bf16")
+
+
+def test_tma_needs_sm_90a_and_a_gemm_k_loop():
+    k = pick_kernel(parse_source(GEMM_BF16.read_text(), "gemm_bf16.phobos"), "gemm_bf16")
+    config = CONFIGS[0][0]
+    assert all(p.kind != "tensor_map" for p in compile_kernel(k, arch="sm_90", config=config, tma=True).params)
+    mma = compile_kernel(k, arch="sm_90a", config=dict(config, TILE_K=32), tma=True)  # mma.sync: no TMA
+    assert "cp.async.cg" in mma.ptx and all(p.kind != "tensor_map" for p in mma.params)
+
+
+def test_a_tensor_can_have_a_map_when_aligned_with_rows_16_bytes_apart_and_no_empty_dim():
+    assert describable((130, 264), 2, 0x1000) and describable((64,), 2, None)
+    assert not describable((130, 260), 2, None)  # 520-byte rows
+    assert not describable((128, 0), 2, None) and not describable((130, 264), 2, 0x1008)
+
+
+@pytest.fixture
+def emulate_sm_90a(monkeypatch):
+    """The emulator backend compiling for sm_90a (it compiles for sm_90 unless told)."""
+    monkeypatch.setattr(backends.EmulateBackend, "arch", lambda self, index=0: "sm_90a")
+
+
+@pytest.mark.parametrize("sizes,tma", [((130, 136, 200), True), ((64, 130, 64), False), ((64, 128, 0), False)],
+                         ids=["maps", "rows-260-bytes", "k-0"])
+def test_the_launcher_copies_by_tma_where_every_tensor_can_have_a_map(emulate_sm_90a, sizes, tma):
+    import ml_dtypes
+    fn = phobos.load(GEMM_BF16, mode="emulate").gemm_bf16.configure(TILE_M=128, TILE_N=128, TILE_K=64, WARPS=8,
+                                                                     STAGES=3)
+    m, n, kk = sizes
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((m, kk), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((kk, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    c = np.full((m, n), np.nan, ml_dtypes.bfloat16)
+    fn(a, b, c)
+    assert any("copied by TMA" in note for note in fn.compiled.notes) == tma, fn.compiled.notes
+    assert any(p.kind == "tensor_map" for p in fn.compiled.params) == tma
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), exact, rtol=2 ** -7, atol=1e-3)
+
+
+def test_a_kernel_map_describes_the_tensor_innermost_first_with_the_kernels_swizzle():
+    a = np.zeros((130, 264), np.uint16)
+    tmap = kernel_map(a, a.shape, "bf16", (128, 64))
+    assert (tmap.shape, tmap.strides, tmap.box, tmap.swizzle) == ((264, 130), (528,), (64, 128), "128B")
+    decoded = EmulatedTensorMap.decode(tmap.emulator_bytes(4096))
+    assert decoded.address == 4096 and tuple(decoded.box) == (64, 128)
+
+
+def test_the_fast_path_encodes_a_map_per_address_and_keeps_the_last_ones(monkeypatch):
+    encoded = []
+    monkeypatch.setattr("phobos.run.tensor_map.TensorMap.encode",
+                        lambda self: encoded.append(self.tensor) or self.tensor.to_bytes(128, "little"))
+    encoder = MapEncoder((130, 264), "bf16", (128, 64))
+    assemble = fastpath.assembler([("pointer", 0), ("tensor_map", 0, encoder), ("const", 7)])
+    first = assemble([], [4096])
+    assert first == (4096, (4096).to_bytes(128, "little"), 7) and assemble([], [4096]) == first
+    assemble([], [8192])
+    assert encoded == [4096, 8192]  # each address encoded once
+
+
+def test_the_disk_cache_keeps_a_tensor_maps_box():
+    k = gemm(CONFIGS[0][0], tma=True)
+    assert cache.decode_compiled(cache.encode_compiled(k)).params == k.params
