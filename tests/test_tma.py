@@ -70,6 +70,7 @@ def test_the_consumers_of_a_tma_loop_get_the_producers_registers_and_nothing_spi
     k = gemm(config, tma=True)
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in k.ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in k.ptx
     assert ".maxntid 384, 1, 1" in k.ptx and "bar.sync 1, 256;" in k.ptx  # barriers after it: consumers only
+    assert k.ptx.count("mbarrier.inval") == 2 * config["STAGES"]  # before their bytes serve anything else
     report = check(k.ptx, arch="sm_90a", name="gemm_bf16")
     report.raise_for_errors()
     assert report.kernel("gemm_bf16").spill_stores == 0, report.kernel("gemm_bf16")

@@ -431,7 +431,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     zeros (the edge contract), which TMA writes itself.
 
     Before: `plan.specialized`, the ring allocated.  After: the kernel has PRODUCER_THREADS more threads,
-    the producer's all exited, and every copy landed and was read."""
+    the producer's all exited, every copy landed and was read, and the mbarriers are invalidated."""
     stages, consumers = ring.stages, low.threads
     total = consumers + PRODUCER_THREADS
     low.out.attrs["threads"] = total
@@ -527,7 +527,11 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
 
     low.build_for(op, [low.const(0), low.const(0), low.const(0)], consume)
     low.b.op("wgmma_wait", [], [], {"pending": 0})
-    low.barrier()  # no consumer still reads the ring
+    low.barrier()  # no consumer still reads the ring or arrives on an mbarrier
+    for s in range(stages):  # their shared memory may serve another purpose only once they are invalidated
+        for kind in (0, 1):
+            low.b.op("mbarrier_inval", [barrier(kind, low.const(s)), first], [])
+    low.barrier()
 
 
 def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpace, enabled: Value) -> None:

@@ -103,6 +103,7 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(False, "mbarrier_init", "mbarrier_init(addr[, pred]): an mbarrier in shared memory expecting attrs count arrivals "
                                    "a phase"),
     **_ops(False, "mbarrier_arrive", "mbarrier_arrive(addr[, pred]): this thread arrives (release)"),
+    **_ops(False, "mbarrier_inval", "mbarrier_inval(addr[, pred]): the mbarrier ends; its bytes may be reused"),
     **_ops(False, "mbarrier_wait", "mbarrier_wait(addr, parity): waits until the phase of that parity has completed "
                                    "(acquire)"),
     **_ops(False, "mbarrier_expect_tx", "mbarrier_expect_tx(addr[, pred]): arrives, expecting attrs bytes of copies"),

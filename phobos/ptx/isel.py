@@ -790,6 +790,8 @@ SELECT = {
     "mbarrier_init": lambda s, op: s.emit("mbarrier.init.shared::cta.b64", Addr(s.reg(op.operands[0]), 0),
                                           Imm(op.attrs["count"], DType.I32), ndefs=0, guard=_guard(s, op, 1)),
     "mbarrier_arrive": _mbarrier_arrive,
+    "mbarrier_inval": lambda s, op: s.emit("mbarrier.inval.shared::cta.b64", Addr(s.reg(op.operands[0]), 0), ndefs=0,
+                                           guard=_guard(s, op, 1)),
     "mbarrier_expect_tx": lambda s, op: s.emit("mbarrier.arrive.expect_tx.shared::cta.b64", s.new(DType.I64),
                                                Addr(s.reg(op.operands[0]), 0), Imm(op.attrs["bytes"], DType.I32),
                                                guard=_guard(s, op, 1)),
