@@ -15,6 +15,7 @@ from phobos.ptxcheck import check
 from phobos.run import backends, emulator
 from phobos.run.tensor_map import EmulatedTensorMap, MapEncoder, describable, kernel_map
 
+from .test_backend import without_version
 from .test_tensor_core_codegen import GEMM_BF16, ROOT, k_loop
 
 CONFIGS = [
@@ -64,6 +65,10 @@ def test_tma_gemm_computes_the_cp_async_kernels_bits_on_ragged_sizes(config, siz
     np.testing.assert_array_equal(c, c_plain)
     exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
     np.testing.assert_allclose(bf16_values(c), exact, rtol=2 ** -7, atol=1e-3)
+
+
+def test_golden_tma_gemm(golden):
+    golden.check("gemm_bf16_tma.sm_90a.ptx", without_version(gemm(CONFIGS[2][0], tma=True).ptx))
 
 
 def test_the_consumers_of_a_tma_loop_get_the_producers_registers_and_nothing_spills():
