@@ -105,7 +105,8 @@ class Lowering:
         self.layouts = assign_layouts(func, self.threads, self.plans)
         self.notes = [describe(op, plan) for op, plan in self.plans.items()]  # for the compiled kernel's report
         check_register_need(func, self.layouts, self.threads)
-        attrs = dict(func.attrs, threads=self.threads, index_bits=index_bits)
+        attrs = dict(func.attrs, threads=self.threads, index_bits=index_bits,
+                     params=list(func.attrs["params"]))  # its own: tensor_map parameters join it
         self.out = Function(func.name, Block(), attrs)
         self.entry = Builder(self.out, self.out.body)
         self.entry.index = 0
@@ -283,8 +284,6 @@ class Lowering:
         boxes of box.rows x box.cols elements: a `tensor_map` parameter of the compiled kernel, added once,
         which the launcher fills for each call."""
         p = self.src.attrs["params"][tensor.owner.attrs["index"]]
-        if self.out.attrs["params"] is self.src.attrs["params"]:
-            self.out.attrs["params"] = list(self.src.attrs["params"])
         params, shape = self.out.attrs["params"], (box.rows, box.cols)
         index = next((i for i, q in enumerate(params) if q.kind == "tensor_map" and (q.name, q.box) == (p.name, shape)),
                      None)

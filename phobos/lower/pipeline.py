@@ -92,11 +92,16 @@ class PipelinePlan:
     stage_bytes: int
     cuda_dot: tuple[Op, DotPlan] | None  # the product on the CUDA cores computed from the stage
     in_flight: Op | None = None  # a wgmma product whose group stays in flight into the next iteration
-    specialized: bool = False  # a producer warpgroup copies the stages (see the header)
+    tma_boxes: list | None = None  # a producer warpgroup copies the stages by TMA, each staged slice so
+    # (TmaBox, in the order of `staged`; see the header)
 
     @property
     def alignment(self) -> int:
         return max(st.space.alignment for st in self.staged)
+
+    @property
+    def specialized(self) -> bool:
+        return self.tma_boxes is not None
 
     @property
     def through_registers(self) -> bool:
@@ -155,22 +160,24 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
     if not cuda_dot:
         last = plan.staged[-1]
         plan.stage_bytes = align(last.start + last.space.nbytes, plan.alignment)
-    plan.specialized = _specializable(low, op, plan)
+    plan.tma_boxes = _tma_boxes(low, op, plan)
     return plan
 
 
-def _specializable(low: Lowering, op: Op, plan: PipelinePlan) -> bool:
-    """Whether a producer warpgroup can copy this loop's stages by TMA: a GEMM's K loop on wgmma (one
-    product whose group stays in flight, operands straight from the stage, each a slice TMA can copy:
-    `tma_box`), at the kernel's top level, with nothing but register arithmetic before it - the
-    producer's threads run that code too, outside every layout, so it may not touch memory (not even a
-    load: their elements lie past the slice)."""
+def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
+    """The TMA boxes of the staged slices where a producer warpgroup can copy this loop's stages by TMA,
+    else None: a GEMM's K loop on wgmma (one product whose group stays in flight, operands straight from
+    the stage, each a slice TMA can copy: `tma_box`), at the kernel's top level, with nothing but
+    register arithmetic before it - the producer's threads run that code too, outside every layout, so
+    it may not touch memory (not even a load: their elements lie past the slice)."""
     body = low.src.body.ops
-    if plan.in_flight is None or plan.through_registers or low.barrier_threads is not None or op not in body \
-            or any(tma_box(low, st) is None for st in plan.staged):
-        return False
+    if plan.in_flight is None or plan.through_registers or low.barrier_threads is not None or op not in body:
+        return None
+    boxes = [tma_box(low, st) for st in plan.staged]
     before = Block(ops=body[:body.index(op)])
-    return low.smem_bytes == 0 and all(o.pure for o in walk(before))
+    if None in boxes or low.smem_bytes or not all(o.pure for o in walk(before)):
+        return None
+    return boxes
 
 
 def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
@@ -442,8 +449,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     barriers = low.smem(16 * stages)
     low.scratch_start = saved_start
     ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 16 * stages, ring.stage_bytes)
-    boxes = [(st, tma_box(low, st)) for st in plan.staged]
-    maps = [(st, box, low.tensor_map(st.load.operands[0], box)) for st, box in boxes]
+    maps = [(st, box, low.tensor_map(st.load.operands[0], box)) for st, box in zip(plan.staged, plan.tma_boxes)]
 
     def barrier(kind: int, index: Value) -> Value:  # kind 0: full, 1: empty
         offset = low.op("mul", [low.op("cast", [index], U32), low.const(8, DType.U32)], U32)

@@ -142,7 +142,7 @@ def _const(s: Selector, op: Op) -> None:
 def _param(s: Selector, op: Op) -> None:
     index = op.attrs["index"]
     p = s.params[index]
-    name = Sym(f"{s.func.name}_param_{index}")
+    name = Sym(param_symbol(s.func, index))
     dst = s.define(op.result)
     if p.kind == "tensor":
         raw = s.new(DType.I64)
@@ -617,7 +617,7 @@ def _mbarrier_arrive(s: Selector, op: Op) -> None:
 def _tensor_map_addr(s: Selector, op: Op) -> None:
     """The generic address of a tensor map parameter (as nvcc reaches one)."""
     dst = s.define(op.result)
-    s.emit("mov.b64", dst, Sym(f"{s.func.name}_param_{op.attrs['index']}"))
+    s.emit("mov.b64", dst, Sym(param_symbol(s.func, op.attrs["index"])))
     s.emit("cvta.param.u64", dst, dst)
 
 
@@ -810,11 +810,16 @@ SELECT = {
 }
 
 
+def param_symbol(func: Function, index: int) -> str:
+    """The PTX name of kernel parameter `index`."""
+    return f"{func.name}_param_{index}"
+
+
 def entry_params(func: Function) -> list[EntryParam]:
     out = []
     index_type = DType.I64 if func.attrs.get("index_bits") == 64 else DType.I32
     for i, p in enumerate(func.attrs["params"]):
-        name = f"{func.name}_param_{i}"
+        name = param_symbol(func, i)
         if p.kind == "tensor_map":
             out.append(EntryParam(name, f".align {TENSOR_MAP_ALIGN} .b8", TENSOR_MAP_BYTES))
             continue

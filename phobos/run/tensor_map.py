@@ -298,19 +298,17 @@ def _error_name(code: int) -> str:
 #: How the maps of a compiled kernel's `tensor_map` parameters are described: the shared-memory layout
 #: its stages have (the 128-byte swizzle), boxes of the shape the parameter names, zeros outside.
 KERNEL_SWIZZLE = "128B"
-DTYPE_NAMES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}  # DType.value -> map element type
 
 
 def kernel_map(tensor: Any, shape: tuple[int, ...], dtype: str, box: tuple[int, ...]) -> TensorMap:
     """The map a `tensor_map` parameter takes over a dense row-major tensor (a NumPy array in the
     emulator, else its device address) of `shape` and element type `dtype` (a DType value), moving boxes of
-    `box` elements (the tensor's own order)."""
-    name = DTYPE_NAMES[dtype]
-    itemsize = DTYPES[name][1]
+    `box` elements (the tensor's own order).  DType values name the map's element types (bf16, f16, f32)."""
+    itemsize = DTYPES[dtype][1]
     strides = [itemsize]
     for extent in reversed(shape[1:]):
         strides.append(strides[-1] * extent)
-    return TensorMap(tensor, name, tuple(reversed(shape)), tuple(strides[1:]), tuple(reversed(box)),
+    return TensorMap(tensor, dtype, tuple(reversed(shape)), tuple(strides[1:]), tuple(reversed(box)),
                      swizzle=KERNEL_SWIZZLE)
 
 
