@@ -6,7 +6,7 @@
 
 Each kernel runs in fixed configurations (no autotuning: every launch under the sanitizer is
 slow), covering mma.sync (TILE_K 32), wgmma (TILE_K 64, sm_90a only; on the GPU also with TMA
-copies, from torch tensors whose rows are 16-byte multiples apart), TF32 and 3xTF32, and
+copies, from torch tensors whose rows are 16-byte multiples apart), TF32 (on the GPU also with TMA) and 3xTF32, and
 attention causal and not with head sizes 64 and 128, on sizes that are not multiples of any tile
 (so the masked edges run too), each checked against float64 NumPy.  Prints one line per run and
 exits non-zero if any result is wrong.
@@ -73,6 +73,17 @@ def main(mode: str) -> int:
         c = np.zeros((m, n), np.float32)
         getattr(tf32, name).configure(**config)(af, bf, c)
         ok &= check(f"{name} {config}", c, af.astype(np.float64) @ bf, 0, tol)
+    if mode == "gpu":  # rows 16-byte multiples apart: A by TMA, B loaded and transposed by the producer
+        import torch
+        at, bt = (torch.randn(*shape, device="cuda") for shape in ((m, k + 1), (k + 1, n + 3)))
+        exact_t = (at.double() @ bt.double()).cpu().numpy()
+        for config in (dict(TILE_M=256, TILE_N=128, TILE_K=32, WARPS=8, STAGES=4),
+                       dict(TILE_M=128, TILE_N=128, TILE_K=32, WARPS=8, STAGES=3)):
+            ct = torch.zeros(m, n + 3, device="cuda")
+            fn = tf32.sgemm_tf32.configure(**config)
+            fn(at, bt, ct)
+            ok &= check(f"sgemm_tf32 {config} ({fn.compiled.notes[-1].split(': ', 1)[-1]})", ct.cpu().numpy(),
+                        exact_t, 0, 0.05)
     attention = phobos.load(EXAMPLES / "attention_bf16.phobos", mode=mode).attention
     heads, length = 2, 200 + 7
     for head in (64, 128):

@@ -246,8 +246,19 @@ def round_half(x, dtype: DType):
         return bf16_values(bf16_bits(x))
 
 
+def round_tf32_even(x):
+    """f32 values rounded to TF32 (10 fraction bits) to nearest, ties to even, as cvt.rn.tf32.f32 and a TMA
+    copy through a tf32 tensor map round them: dot's precision="tf32".  Past the largest TF32 an infinity;
+    NaN the canonical 0x7FFFFFFF (as the emulator's cvt)."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).astype(np.uint32)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, np.uint32(0x7FFFFFFF), rounded).view(np.float32)[()]
+
+
 def round_tf32(x):
-    """f32 values rounded to TF32 (10 fraction bits) to nearest, ties away from zero (cvt.rna.tf32.f32)."""
+    """f32 values rounded to TF32 (10 fraction bits) to nearest, ties away from zero (cvt.rna.tf32.f32):
+    tf32x3's split."""
     bits = np.asarray(x, np.float32).view(np.uint32)
     rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).astype(np.uint32)
     special = (bits & 0x7F800000) == 0x7F800000  # infinities and NaN keep their bits

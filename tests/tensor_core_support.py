@@ -79,10 +79,11 @@ def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, kind: str, model: str
 
 def tf32_gemm_reference(a: np.ndarray, b: np.ndarray, precision: str, tile_k: int, model: str = "hopper") -> np.ndarray:
     """What the tensor cores compute for f32 A @ B in a K loop of `tile_k` with dot's `precision`, bit for
-    bit: the operands rounded to TF32 (cvt.rna; tf32x3 also the TF32 roundings of the rests), K padded with
+    bit: tf32 the operands rounded to TF32 (nearest even: cvt.rn), tf32x3 rounded ties away (cvt.rna) and
+    the TF32 roundings of the rests; K padded with
     zeros.  tf32: one chain of k8 instructions into the accumulator.  tf32x3: per K tile a product from
     zero, each k8 step low x high, high x low, high x high, then added to the accumulator in f32."""
-    from phobos.constants import round_tf32
+    from phobos.constants import round_tf32, round_tf32_even
     k = a.shape[1]
     padded = -(-k // tile_k) * tile_k
     a, b = np.pad(a, ((0, 0), (0, padded - k))), np.pad(b, ((0, padded - k), (0, 0)))
@@ -91,7 +92,7 @@ def tf32_gemm_reference(a: np.ndarray, b: np.ndarray, precision: str, tile_k: in
     f64 = lambda x: x.astype(np.float64)  # noqa: E731
     acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
     if precision == "tf32":
-        return reference(f64(a_hi), f64(b_hi), acc, "tf32", model, step=8)
+        return reference(f64(round_tf32_even(a)), f64(round_tf32_even(b)), acc, "tf32", model, step=8)
     for k0 in range(0, padded, tile_k):
         product = np.zeros_like(acc)
         for s in range(k0, k0 + tile_k, 8):

@@ -13,7 +13,7 @@ import pytest
 import phobos
 from phobos.compiler import compile_kernel, parse_source, pick_kernel
 from phobos.lower.mma_plan import MMA_KINDS, MmaPlan
-from phobos.constants import bf16_bits, bf16_values, round_tf32
+from phobos.constants import bf16_bits, bf16_values, round_tf32, round_tf32_even
 from phobos.ptxcheck import check
 from phobos.run import emulator
 
@@ -136,16 +136,30 @@ def run_both(src: str, args_of, grid=(1,)):
     return out
 
 
-def test_tf32_rounds_the_operands_to_nearest_ties_away():
-    one_and_half_ulp = np.float32(1 + 2.0 ** -11)  # halfway between two TF32 values: away from zero
-    assert round_tf32(one_and_half_ulp) == np.float32(1 + 2.0 ** -10)
-    assert round_tf32(-one_and_half_ulp) == -np.float32(1 + 2.0 ** -10)
-    assert round_tf32(np.float32(1 + 2.0 ** -12)) == 1
-    a = np.full((16, 8), 1 + 2.0 ** -11, np.float32)
+def test_tf32_rounds_the_operands_to_nearest_ties_to_even_and_tf32x3_splits_them_ties_away():
+    halfway = np.float32(1 + 2.0 ** -11)  # halfway between 1 and 1 + 2^-10: to the even one, 1
+    odd_halfway = np.float32(1 + 2.0 ** -10 + 2.0 ** -11)  # between 1 + 2^-10 (odd) and 1 + 2^-9: up
+    assert round_tf32_even(halfway) == 1 and round_tf32_even(-halfway) == -1
+    assert round_tf32_even(odd_halfway) == np.float32(1 + 2.0 ** -9)
+    assert round_tf32_even(np.float32(1 + 2.0 ** -11 + 2.0 ** -20)) == np.float32(1 + 2.0 ** -10)
+    assert round_tf32(halfway) == np.float32(1 + 2.0 ** -10)  # tf32x3's split: away from zero
+    largest = np.uint32(0x7F7FFFFF).view(np.float32)  # past the largest TF32 by more than half its ulp
+    assert np.isinf(round_tf32_even(largest)) and np.isnan(round_tf32_even(np.float32("nan")))
+    a = np.tile(np.array([halfway, odd_halfway, -halfway, 3.0], np.float32), (16, 2))
     b = np.eye(8, dtype=np.float32)
     src = dot_source(16, 8, 8, "f32", warps=1, precision="tf32")
     for mode, (_, _, c) in run_both(src, lambda: [a, b, np.zeros((16, 8), np.float32)]).items():
-        np.testing.assert_array_equal(c, np.float32(1 + 2.0 ** -10), err_msg=mode)
+        np.testing.assert_array_equal(c, round_tf32_even(a), err_msg=mode)
+
+
+def test_the_integer_rounding_of_targets_before_sm_90_equals_cvt_rn_on_every_kind_of_value():
+    from phobos.run.emulator import numerics as nx
+    rng = np.random.default_rng(4)
+    bits = np.concatenate([rng.integers(0, 2 ** 32, 20000, dtype=np.uint64).astype(np.uint32),
+                           np.array([0x7F800000, 0xFF800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800001, 0xFFC00000, 0,
+                                     0x80000000, 0x00001000, 0x00003000, 0x007FF000, 0x3F801000], np.uint32)])
+    values = bits.view(np.float32)
+    np.testing.assert_array_equal(round_tf32_even(values).view(np.uint32), nx.round_to_tf32(values, "rn"))
 
 
 @pytest.mark.parametrize("precision,bound", [("tf32", 2.0 ** -10), ("tf32x3", 2.0 ** -21), ("ieee", 2.0 ** -22)])
@@ -285,10 +299,11 @@ def test_tf32_wgmma_gemm_is_bit_exact_in_the_emulator_on_ragged_sizes(kernel, co
     k, a, b, c = emulate_sgemm(kernel, config, sizes)
     assert len(k.notes) == 1 and f"dot runs on the tensor cores: wgmma {what}" in k.notes[0]
     assert "mma.sync" not in k.ptx and "cp.async.cg.shared.global" in k.ptx and "ld.global" not in k_loop(k.ptx)
-    assert instructions(k.ptx, "cvt.rna.tf32.f32") > 0 and "fence.proxy.async.shared::cta" in k.ptx
+    precision = kernel.split("_")[1]
+    assert instructions(k.ptx, {"tf32": "cvt.rn.tf32.f32", "tf32x3": "cvt.rna.tf32.f32"}[precision]) > 0
+    assert "fence.proxy.async.shared::cta" in k.ptx
     assert re.search(r"wgmma\.mma_async\S* \{[^}]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd", k.ptx)  # B^T's fragments
     assert "wgmma.wait_group.sync.aligned 1;" not in k.ptx  # each group reads registers: waited for in its iteration
-    precision = kernel.split("_")[1]
     expected = tf32_gemm_reference(a, b, precision, config["TILE_K"])
     np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
     scale = np.abs(a).astype(np.float64) @ np.abs(b)
@@ -403,7 +418,7 @@ def test_the_tf32_wgmma_loop_copies_rounds_and_reads_as_vectors_and_holds_the_fr
     assert instructions(loop, "cp.async.cg.shared.global") == 4 + 8  # A: 128 x 32 / 256 / 4; B: 32 x 256 / 256 / 4
     # A rounded in place (read, stored back), B read as 2 tiles x 4 k steps of fragment vectors
     assert instructions(loop, "ld.shared.v4.f32") == 4 + 8 and instructions(loop, "st.shared.v4.u32") == 4
-    assert "ld.global" not in loop and instructions(loop, "cvt.rna.tf32.f32") == 4 * (4 + 8)
+    assert "ld.global" not in loop and instructions(loop, "cvt.rn.tf32.f32") == 4 * (4 + 8)
     assert instructions(k.ptx, "st.global.v4.f32") > 0 and instructions(k.ptx, "st.global.f32") == 0
     # the fragment registers of each wgmma are written by nothing between it and the wait
     issued = loop.index("wgmma.mma_async")

@@ -84,25 +84,29 @@ def test_tf32_gemms_are_as_accurate_as_cublas(torch, precision):
 
 TF32_WGMMA = {"tf32": [(128, 128, 8, 3), (128, 256, 8, 2), (64, 256, 8, 4)],
               "tf32x3": [(128, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 4)]}
+TF32_TMA = [(256, 128, 8, 4), (128, 256, 8, 3), (64, 128, 4, 3)]  # rows of 204 and 264 f32: tensor maps
 
 
-@pytest.mark.parametrize("precision,tile", [(p, t) for p, tiles in TF32_WGMMA.items() for t in tiles])
-def test_tf32_wgmma_gemms_give_the_tensor_core_model_bit_for_bit(torch, precision, tile):
-    """sm_90a: each product on wgmma, its operands rounded and staged through registers, gives exactly the
-    bits of the H200's tensor-core model (what the emulator checks on the CPU)."""
+@pytest.mark.parametrize("precision,tile,tma", [(p, t, False) for p, tiles in TF32_WGMMA.items() for t in tiles]
+                         + [("tf32", t, True) for t in TF32_TMA])
+def test_tf32_wgmma_gemms_give_the_tensor_core_model_bit_for_bit(torch, precision, tile, tma):
+    """sm_90a: each product on wgmma, its operands rounded and staged through registers (rows of 205 and 261
+    f32: no tensor maps) or copied by TMA through a tf32 map and transposed by the producer warpgroup, gives
+    exactly the bits of the H200's tensor-core model (what the emulator checks on the CPU)."""
     import numpy as np
 
     from .tensor_core_support import tf32_gemm_reference
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs a compute capability 9.0 GPU")
     tile_m, tile_n, warps, stages = tile
-    m, k, n = 300 + 3, 200 + 5, 260 + 1
+    m, k, n = (300 + 3, 200 + 4, 260 + 4) if tma else (300 + 3, 200 + 5, 260 + 1)
     a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
     c = torch.full((m, n), float("nan"), device="cuda")
     gemm = getattr(phobos.load(EXAMPLES / "sgemm_tf32.phobos", mode="gpu"), f"sgemm_{precision}").configure(
         TILE_M=tile_m, TILE_N=tile_n, TILE_K=32, WARPS=warps, STAGES=stages)
     gemm(a, b, c)
     assert "wgmma" in gemm.compiled.notes[0], gemm.compiled.notes
+    assert any("copied by TMA" in note for note in gemm.compiled.notes) == tma, gemm.compiled.notes
     expected = tf32_gemm_reference(a.cpu().numpy(), b.cpu().numpy(), precision, 32)
     got = c.cpu().numpy()
     differ = np.flatnonzero(got.view(np.uint32) != expected.view(np.uint32))

@@ -4,6 +4,8 @@
 # cp.async kernel where one cannot (rows not a multiple of 16 bytes apart, an empty dimension).
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -15,8 +17,9 @@ from phobos.ptxcheck import check
 from phobos.run import backends, emulator
 from phobos.run.tensor_map import EmulatedTensorMap, MapEncoder, describable, kernel_map
 
+from .tensor_core_support import tf32_gemm_reference
 from .test_backend import without_version
-from .test_tensor_core_codegen import GEMM_BF16, ROOT, k_loop
+from .test_tensor_core_codegen import GEMM_BF16, ROOT, SGEMM_TF32, k_loop
 
 CONFIGS = [
     ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64, "WARPS": 8, "STAGES": 3}, (130, 264, 600)),
@@ -25,8 +28,15 @@ CONFIGS = [
 ]
 
 
-def gemm(config: dict, tma: bool):
-    k = pick_kernel(parse_source(GEMM_BF16.read_text(), str(GEMM_BF16.relative_to(ROOT))), "gemm_bf16")
+TF32_CONFIGS = [
+    ({"TILE_M": 256, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 4}, (250, 136, 200)),
+    ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 3}, (130, 264, 100)),
+    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "WARPS": 4, "STAGES": 3}, (70, 130, 76)),
+]
+
+
+def gemm(config: dict, tma: bool, path=GEMM_BF16, name: str = "gemm_bf16"):
+    k = pick_kernel(parse_source(path.read_text(), str(path.relative_to(ROOT))), name)
     return compile_kernel(k, arch="sm_90a", config=config, tma=tma)
 
 
@@ -34,10 +44,10 @@ def run(k, config: dict, a, b, c) -> None:
     """Launch `k` in the emulator as the launcher would: tensors, sizes, then the tensor maps."""
     (m, kk), n = a.shape, b.shape[1]
     values = {"A": a, "B": b, "C": c, "M": m, "K": kk, "N": n}
-    args = [kernel_map(values[p.name], values[p.name].shape, p.dtype.value, p.box) if p.kind == "tensor_map"
+    args = [kernel_map(values[p.name], values[p.name].shape, p.map_dtype, p.box) if p.kind == "tensor_map"
             else values[p.name] for p in k.params]
     grid = (-(-m // config["TILE_M"]), -(-n // config["TILE_N"]))
-    emulator.launch(k.ptx, "gemm_bf16", grid, (k.threads,), args, shared_bytes=k.shared_bytes)
+    emulator.launch(k.ptx, k.kernel_name, grid, (k.threads,), args, shared_bytes=k.shared_bytes)
 
 
 @pytest.mark.parametrize("config,sizes", CONFIGS, ids=["128x256-3", "256x128-4", "64x128-3"])
@@ -140,6 +150,44 @@ def test_the_fast_path_encodes_a_map_per_address_and_keeps_the_last_ones(monkeyp
     assert encoded == [4096, 8192]  # each address encoded once
 
 
-def test_the_disk_cache_keeps_a_tensor_maps_box():
-    k = gemm(CONFIGS[0][0], tma=True)
-    assert cache.decode_compiled(cache.encode_compiled(k)).params == k.params
+def test_the_disk_cache_keeps_a_tensor_maps_box_and_rounding():
+    for k in (gemm(CONFIGS[0][0], tma=True), gemm(TF32_CONFIGS[2][0], True, SGEMM_TF32, "sgemm_tf32")):
+        assert cache.decode_compiled(cache.encode_compiled(k)).params == k.params
+
+
+@pytest.mark.parametrize("config,sizes", TF32_CONFIGS, ids=["256x128-4", "128x256-3", "64x128-3"])
+def test_tf32_tma_gemm_rounds_a_by_the_copy_and_b_in_the_producer_and_gives_the_model_bits(config, sizes):
+    k = gemm(config, True, SGEMM_TF32, "sgemm_tf32")
+    assert "A rounded to TF32 by the copy; B loaded by its threads, rounded to TF32 and stored transposed" \
+        in k.notes[-1], k.notes
+    assert [(p.name, p.box, p.map_dtype) for p in k.params if p.kind == "tensor_map"] == \
+        [("A", (config["TILE_M"], 32), "tf32")]  # B has no map: the producer's threads load it
+    producer = k.ptx[k.ptx.index(".maxntid"):k.ptx.index("exit;")]
+    consumer = k.ptx[k.ptx.index("exit;"):]
+    assert "cp.async.cg" not in k.ptx and "cvt.rn.tf32.f32" in producer and "st.shared.v4.u32" in producer
+    assert "cvt.rn" not in k_loop(consumer) and "ld.shared" not in k_loop(consumer)  # nothing left to round or read
+    assert re.search(r"wgmma\.mma_async\S*tf32 \{[^}]*\}, %rd\d+, %rd\d+, 1, 1, 1;", consumer)  # both from shared memory
+    assert "wgmma.wait_group.sync.aligned 1;" in consumer  # a group in flight
+    m, n, kk = sizes
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((m, kk), dtype=np.float32), rng.standard_normal((kk, n), dtype=np.float32)
+    a.flat[::7] = np.float32(1 + 2.0 ** -11)  # ties: to even, in the copy and in the producer alike
+    b.flat[::5] = np.float32(1 + 2.0 ** -10 + 2.0 ** -11)
+    c, c_plain = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
+    run(k, config, a, b, c)
+    run(gemm(config, False, SGEMM_TF32, "sgemm_tf32"), config, a, b, c_plain)
+    expected = tf32_gemm_reference(a, b, "tf32", 32)
+    np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
+    np.testing.assert_array_equal(c_plain.view(np.uint32), expected.view(np.uint32))
+
+
+def test_golden_tf32_tma_gemm(golden):
+    golden.check("sgemm_tf32_tma.sm_90a.ptx", without_version(gemm(TF32_CONFIGS[2][0], True, SGEMM_TF32,
+                                                                     "sgemm_tf32").ptx))
+
+
+def test_the_tf32_tma_gemm_the_tuner_picks_has_no_spills():
+    k = gemm(TF32_CONFIGS[0][0], True, SGEMM_TF32, "sgemm_tf32")
+    report = check(k.ptx, arch="sm_90a", name="sgemm_tf32")
+    report.raise_for_errors()
+    assert report.kernel("sgemm_tf32").spill_stores == 0, report.kernel("sgemm_tf32")

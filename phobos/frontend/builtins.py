@@ -160,7 +160,7 @@ KEYWORDS = {"sum": {"axis"}, "max": {"axis"}, "min": {"axis"}, "argmax": {"axis"
 # The precisions of an f32 dot (its `precision=` argument): what each computes.
 DOT_PRECISIONS = {
     "ieee": "exact IEEE f32: one fused multiply-add per term (the default)",
-    "tf32": "the operands rounded to TF32 (10 fraction bits; nearest, ties away), products exact, "
+    "tf32": "the operands rounded to TF32 (10 fraction bits; nearest, ties to even), products exact, "
             "sums in f32: on the tensor cores",
     "tf32x3": "each operand split into a TF32 high part and the TF32 rounding of the rest; the sum of "
               "three products (high x high, high x low, low x high), close to f32 accuracy: on the tensor cores",

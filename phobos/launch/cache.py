@@ -266,7 +266,7 @@ def encode_compiled(kernel: CompiledKernel) -> dict:
         "threads": kernel.threads, "shared_bytes": kernel.shared_bytes,
         "registers_estimate": kernel.registers_estimate,
         "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype.value, "dims": list(p.dims),
-                    "written": p.written, "box": list(p.box)} for p in kernel.params],
+                    "written": p.written, "box": list(p.box), "rounds": p.rounds} for p in kernel.params],
         "grid_hint": [list(hint) if hint is not None else None for hint in kernel.grid_hint],
         "index_bits": kernel.index_bits, "read_only_cache": kernel.read_only_cache,
         "notes": list(kernel.notes),
@@ -277,7 +277,7 @@ def decode_compiled(payload: Any) -> CompiledKernel:
     try:
         params = [KernelParam(_typed(p["name"], str), _typed(p["kind"], str), DType(p["dtype"]),
                               tuple(_typed(d, (str, int)) for d in p["dims"]), _typed(p["written"], bool),
-                              tuple(_typed(n, int) for n in p.get("box", ())))
+                              tuple(_typed(n, int) for n in p.get("box", ())), _typed(p.get("rounds", False), bool))
                   for p in payload["params"]]
         hints = [None if h is None else (_typed(h[0], str), _typed(h[1], int)) for h in payload["grid_hint"]]
         config = {_typed(name, str): _typed(value, int) for name, value in payload["config"].items()}

@@ -796,7 +796,7 @@ class _Kernel:
                 recipe.append(("scalar", positions[param.name], fastpath.scalar_converter(self.name, param, kind)))
             elif param.kind == "tensor_map":
                 recipe.append(("tensor_map", positions[param.name],
-                               MapEncoder(call.tensors[param.name].shape, param.dtype.value, param.box)))
+                               MapEncoder(call.tensors[param.name].shape, param.map_dtype, param.box)))
             else:
                 recipe.append(("const", call.sizes[param.name]))
         tensors = [call.tensors[name] for name in call.given if name in call.tensors]

@@ -95,6 +95,7 @@ class Lowering:
                  read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False):
         self.src = func
         self.tma = tma  # a K loop's stages may be copied by TMA, through tensor maps the launcher builds
+        self.wgmma = wgmma  # the target is sm_90a (wgmma; cvt.rn.tf32 too)
         self.smem_limit = smem_limit
         self.cp_async = cp_async
         self.read_only_cache = read_only_cache  # tensors the kernel does not write may use ld.global.nc
@@ -208,12 +209,14 @@ class Lowering:
         return self.entry_value(("tid",), lambda b: b.value("tid", [], I32))
 
     def digit(self, div: int, mod: int) -> Value:
-        """(tid // div) % mod, once per kernel."""
+        """(tid // div) % mod, once per kernel (the modulo left out where tid < `threads` makes it moot)."""
+        whole = div * mod >= self.threads
+
         def make(b: Builder) -> Value:  # div and mod are powers of two, tid is never negative
             t = self.tid()
             q = t if div == 1 else b.value("shr", [t, b.const(div.bit_length() - 1, I32)], I32)
-            return q if div * mod >= self.threads else b.value("and", [q, b.const(mod - 1, I32)], I32)
-        return self.entry_value(("digit", div, mod), make)
+            return q if whole else b.value("and", [q, b.const(mod - 1, I32)], I32)
+        return self.entry_value(("digit", div, mod, whole), make)
 
     def thread_coord(self, terms: tuple[Term, ...]) -> Value:
         """The thread part of a coordinate: sum of digit * scale over the terms (i32)."""
@@ -224,7 +227,7 @@ class Lowering:
                 part = d if t.scale == 1 else b.value("mul", [d, b.const(t.scale, I32)], I32)
                 acc = part if acc.owner.opcode == "const" else b.value("add", [acc, part], I32)
             return acc
-        return self.entry_value(("coord", terms), make)
+        return self.entry_value(("coord", terms, self.threads), make)
 
     def coord(self, layout: Layout, r: int, d: int) -> Value:
         """Coordinate d of the element in register slot r of `layout` (i32)."""
@@ -279,17 +282,17 @@ class Lowering:
     def barrier(self) -> None:
         self.b.op("barrier", [], [], {} if self.barrier_threads is None else {"threads": self.barrier_threads})
 
-    def tensor_map(self, tensor: Value, box) -> Value:
+    def tensor_map(self, tensor: Value, box, rounds: bool = False) -> Value:
         """The generic address of the tensor map over tensor parameter `tensor` (tile level) that moves
-        boxes of box.rows x box.cols elements: a `tensor_map` parameter of the compiled kernel, added once,
-        which the launcher fills for each call."""
+        boxes of box.rows x box.cols elements (`rounds`: f32 data rounded to TF32 on the way): a
+        `tensor_map` parameter of the compiled kernel, added once, which the launcher fills for each call."""
         p = self.src.attrs["params"][tensor.owner.attrs["index"]]
         params, shape = self.out.attrs["params"], (box.rows, box.cols)
-        index = next((i for i, q in enumerate(params) if q.kind == "tensor_map" and (q.name, q.box) == (p.name, shape)),
-                     None)
+        index = next((i for i, q in enumerate(params) if q.kind == "tensor_map"
+                      and (q.name, q.box, q.rounds) == (p.name, shape, rounds)), None)
         if index is None:
             index = len(params)
-            params.append(KernelParam(p.name, "tensor_map", p.dtype, p.dims, box=shape))
+            params.append(KernelParam(p.name, "tensor_map", p.dtype, p.dims, box=shape, rounds=rounds))
         return self.entry_value(("tensor_map", index), lambda b: b.value("tensor_map_addr", [], I64, index=index))
 
     def smem_address(self, base: Value, index: Value, eb: int) -> Value:

@@ -340,6 +340,16 @@ def swapped_wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, gr
                   _sorted(replicas))
 
 
+def transpose_layout(shape: tuple[int, int], threads: int = WARPGROUP) -> Layout:
+    """The layout a producer warpgroup loads a swapped product's B [K, N] in to store it as B^T: 4 x 4
+    blocks a thread (four k rows of one 16-byte vector of columns: four rows of B^T, 16 bytes each), the
+    lanes along N (coalesced rows), the warps along K, then N."""
+    k, n = shape
+    lanes_n = min(WARP, n // 4)
+    warps_n = min(threads // WARP, n // 4 // lanes_n)
+    return grid_layout(shape, threads, (4, 4), (WARP // lanes_n, lanes_n), (threads // WARP // warps_n, warps_n))
+
+
 def swapped_fragment_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int) -> Layout:
     """The layout of B [K, N] loaded as the 32-bit A fragments of `wgmma.mma_async` m64nNk8 computing
     C^T, B^T's rows in the order above: as mma.sync's m16n8k8 A, lane l holds k l%4 and l%4 + 4 of each

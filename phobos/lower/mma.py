@@ -12,8 +12,9 @@
 # strides padded so that the fragment reads have no bank conflicts
 # (`operand_stride`): 16-bit A fragments by `ldmatrix.x4`, 16-bit B fragments
 # by `ldmatrix.x4.trans` (two 8-column tiles at once), tf32 fragments by
-# 32-bit loads, rounded to TF32 by `cvt.rna` (tf32x3: the high part and the
-# TF32 rounding of the remainder).  A 16-bit A operand held in the plan's
+# 32-bit loads, rounded to TF32 (`round_tf32`: tf32 to nearest even, as
+# `cvt.rn`; tf32x3: the high part by `cvt.rna` and the TF32 rounding of the
+# remainder).  A 16-bit A operand held in the plan's
 # A layout needs no shared memory: its registers, packed in pairs, are the
 # fragments (a loop-invariant operand is packed once, by LICM).
 #
@@ -25,11 +26,11 @@
 # through 64-bit matrix descriptors in the 128-byte swizzled layout
 # (`TileSpace`): A K-major, B N-major (imm-trans-b).  A tf32 kind computes
 # C^T = B^T A^T (mma_plan.py): wgmma's A is B^T, from registers - B's
-# fragments rounded there (`cvt.rna`; tf32x3: the high parts and the TF32
-# roundings of the rests), kept until the wait that covers the group - and
-# its B is A, K-major in shared memory, rounded on its way there or in place
+# fragments rounded there (tf32x3: the high parts and the TF32 roundings of
+# the rests), kept until the wait that covers the group - and its B is A,
+# K-major in shared memory, rounded on its way there or in place
 # (`store_operand`, `round_in_place`; tf32x3: the high parts, then the low
-# parts).  The
+# parts) or by the TMA copy that brings it (pipeline.py).  The
 # accumulators are wgmma's registers in place (isel ties them), and every
 # thread fences its shared-memory writes for the asynchronous proxy
 # (fence.proxy.async) before the barrier that precedes the wgmmas.
@@ -43,9 +44,9 @@ from dataclasses import dataclass
 
 from ..middle.ir import Op, Value
 from ..types import DType, ScalarType
-from .core import I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, write_tile
+from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, write_tile
 from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout
-from .mma_plan import MmaPlan
+from .mma_plan import MmaKind, MmaPlan
 
 F32 = ScalarType(DType.F32)
 
@@ -240,10 +241,12 @@ def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: Ti
         return
     owner = low.owner(t.layout)
     for group, address, offset, pred in _swizzled_accesses(low, t.layout, base, start, space):
-        _store_rounded(low, [t.regs[g] for g in group], address, offset, low.all_of([pred, owner]), space)
+        _store_rounded(low, [t.regs[g] for g in group], address, offset, low.all_of([pred, owner]), space,
+                       plan.kind)
 
 
-def round_in_place(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace) -> None:
+def round_in_place(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace,
+                   kind: MmaKind) -> None:
     """Round to TF32 the f32 elements of a tile in `layout` that lie in the swizzled `space` from byte
     `start` of `base` as they are (tf32x3: the TF32 roundings of the rests a part further), chunk by
     chunk: read, rounded and written back, one replica of each element."""
@@ -251,18 +254,66 @@ def round_in_place(low: Lowering, layout: Layout, base: Value, start: int, space
     for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
         pred = low.all_of([pred, owner])
         _store_rounded(low, low.ld_shared_at(address, DType.F32, len(group), pred, offset), address, offset, pred,
-                       space)
+                       space, kind)
 
 
 def _store_rounded(low: Lowering, values: list[Value], address: Value, offset: int, pred: Value | None,
-                   space: TileSpace) -> None:
+                   space: TileSpace, kind: MmaKind) -> None:
     """Store f32 `values` rounded to TF32 as one access (tf32x3: the roundings of the rests a part further)."""
-    high = [low.op("tf32", [v], U32) for v in values]
+    high = [round_tf32(low, v, kind) for v in values]
     parts = [high] + ([[low.op("tf32_low", [v, h], U32) for v, h in zip(values, high)]] if space.parts == 2 else [])
     for p, regs in enumerate(parts):
         low.b.op("st_shared", [address, *regs] + ([pred] if pred is not None else []),
                  [], {"dtype": DType.U32, "vec": len(regs), "offset": offset + p * space.part_bytes,
                       "masked": pred is not None})
+
+
+def round_tf32(low: Lowering, v: Value, kind: MmaKind) -> Value:
+    """f32 `v` rounded to TF32 as `kind` rounds its operands (the b32 pattern): tf32x3's high parts to
+    nearest, ties away (cvt.rna); tf32 to nearest, ties to even - cvt.rn from sm_90 on (wgmma's targets
+    here), before it integer arithmetic: add 0xFFF and the lowest kept bit, drop the 13 low bits (past
+    the largest TF32: an infinity), NaN the canonical 0x7FFFFFFF."""
+    if kind.rounding == "rna" or low.wgmma:
+        return low.op("tf32", [v], U32, mode=kind.rounding)
+    bits = low.op("bitcast", [v], U32)
+    odd = low.op("and", [low.op("shr", [bits, low.const(13, DType.U32)], U32), low.const(1, DType.U32)], U32)
+    up = low.op("add", [low.op("add", [bits, low.const(0xFFF, DType.U32)], U32), odd], U32)
+    rounded = low.op("and", [up, low.const(0xFFFFE000, DType.U32)], U32)
+    nan = low.op("cmp", [low.op("and", [bits, low.const(0x7FFFFFFF, DType.U32)], U32),
+                         low.const(0x7F800000, DType.U32)], BOOL, pred="gt")
+    return low.op("select", [nan, low.const(0x7FFFFFFF, DType.U32), rounded], U32)
+
+
+def store_transposed(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, plan: MmaPlan) -> None:
+    """Store a swapped product's B [K, N] (`t`, in layout.transpose_layout) rounded to TF32 as B^T into the
+    swizzled K-major
+    `space` from byte `start` of `base`, as wgmma's A operand: B's column n is B^T's row in the order of
+    layout.py's swapped layouts - of warpgroup block j of 64 T rows, column 64 T j + 2 T (8 w + g) + 2 i + h
+    at row 64 T j + 64 i + 16 w + g + 8 h - each thread's four k rows of a column one 16-byte vector."""
+    tiles = plan.wgmma_m_tiles
+    block = tiles * WGMMA_ROWS
+    layout = t.layout
+    k0, n0 = (low.thread_coord(layout.terms[d]) for d in (0, 1))
+    at = layout.register_of
+    for (row, col), r in sorted(at.items()):
+        if row % 4:
+            continue
+        n = low.op("add", [n0, low.const(col)], I32)
+        local = low.op("rem", [n, low.const(block)], I32)
+        q = low.op("div", [local, low.const(2 * tiles)], I32)
+        c = low.op("rem", [local, low.const(2 * tiles)], I32)
+        parts = [low.op("sub", [n, local], I32),  # the warpgroup block's first row
+                 low.op("mul", [low.op("div", [c, low.const(2)], I32), low.const(WGMMA_ROWS)], I32),
+                 low.op("mul", [low.op("div", [q, low.const(8)], I32), low.const(16)], I32),
+                 low.op("rem", [q, low.const(8)], I32),
+                 low.op("mul", [low.op("rem", [c, low.const(2)], I32), low.const(8)], I32)]
+        b_row = parts[0]
+        for p in parts[1:]:
+            b_row = low.op("add", [b_row, p], I32)
+        k = low.op("add", [k0, low.const(row)], I32)
+        addr = low.op("add", [base, low.op("cast", [space.offset(low, b_row, k)], U32)], U32)
+        values = [round_tf32(low, t.regs[at[(row + x, col)]], plan.kind) for x in range(4)]
+        low.b.op("st_shared", [addr, *values], [], {"dtype": DType.U32, "vec": 4, "offset": start, "masked": False})
 
 
 def _swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace):
@@ -361,18 +412,25 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
     scale-d 0): each warpgroup its block, one wgmma per 64-row tile and k step (tf32x3:
     three, low x high, high x low, high x high, as mma.sync runs them), then a commit.  16-bit operands
     are swizzled tiles (TileSpace), A K-major, B N-major (imm-trans-b); a swapped product's A (wgmma's B)
-    is one K-major and its B (wgmma's A) the registers of B^T's fragments, rounded here.  Returns the
+    is one K-major and its B (wgmma's A) the registers of B^T's fragments (tf32x3: split here) or, where a
+    producer warpgroup stored it so (pipeline.py), B^T K-major in shared memory.  Returns the
     accumulators and the fragment registers the group reads: the caller's wait (wgmma_wait) keeps them
     and must come before the result is used."""
     kind = plan.kind
     group_m = low.digit(WARPGROUP, plan.warps_m)
     group_n = low.digit(WARPGROUP * plan.warps_m, plan.warps_n)
     step_bytes = kind.k * kind.operand.nbytes  # a k step's part of a K-major row
+    registers_a = plan.swapped and isinstance(b, RegisterOperand)
     if plan.swapped:  # wgmma's B is A, K-major: the warpgroup's first row of it
         shared = a
-        fragments = _tf32_fragments(low, plan, b.regs)  # [high] or [high, low], B^T's fragments
         desc_b = _descriptor(low, a, low.op("mul", [group_n, low.const(plan.wgmma_n * SWIZZLE_BYTES)], I32),
                              leading=16)
+    if registers_a:
+        fragments = _tf32_fragments(low, plan, b.regs)  # [high] or [high, low], B^T's fragments
+    elif plan.swapped:  # wgmma's A is B^T, K-major in shared memory (its rows in the order of layout.py's
+        # swapped layouts): the warpgroup's first row of it
+        desc_a = _descriptor(low, b, low.op("mul", [group_m, low.const(plan.wgmma_m_tiles * WGMMA_ROWS * SWIZZLE_BYTES)],
+                                            I32), leading=16)
     else:  # B N-major: its first box of columns; A K-major, the warpgroup's first row
         shared = b
         b_first = low.op("mul", [group_n, low.const(plan.wgmma_n * kind.operand.nbytes // SWIZZLE_BYTES
@@ -387,9 +445,11 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
         db = _plus(low, desc_b, (step_bytes * s if plan.swapped else kind.k * s * SWIZZLE_BYTES) >> 4)
         for i in range(plan.wgmma_m_tiles):
             for pa, pb in pairs:
-                if plan.swapped:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
+                if registers_a:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
                     operands = [*(fragments[pb][r] for r in plan.wgmma_fragments(s, i)),
                                 _plus(low, db, pa * shared.space.part_bytes >> 4)]
+                elif plan.swapped:  # tf32 (one part each): B^T's tile i, A
+                    operands = [_plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4), db]
                 else:
                     da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4)
                     operands = [_plus(low, da, pa * a.space.part_bytes >> 4),
@@ -398,12 +458,12 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
                 zero = acc[registers[0]] is None
                 results = low.b.op(
                     "wgmma", [*operands, *([] if zero else (acc[r] for r in registers))], [F32] * len(registers),
-                    {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "registers_a": plan.swapped,
+                    {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "registers_a": registers_a,
                      "zero": zero, "fence": s == 0 and i == 0 and (pa, pb) == pairs[0]}).results
                 for r, result in zip(registers, results):
                     acc[r] = result
     low.b.op("wgmma_commit", [], [])
-    return acc, [r for part in fragments for r in part] if plan.swapped else []
+    return acc, [r for part in fragments for r in part] if registers_a else []
 
 
 def _descriptor(low: Lowering, operand: SharedOperand, offset: Value, leading: int) -> Value:
@@ -509,7 +569,7 @@ def _ld_f32(low: Lowering, addr: Value, offset: int) -> Value:
 
 
 def _tf32_fragments(low: Lowering, plan: MmaPlan, values: list[Value]) -> list[list[Value]]:
-    high = [low.op("tf32", [v], ScalarType(DType.U32)) for v in values]
+    high = [round_tf32(low, v, plan.kind) for v in values]
     if plan.kind.products == 1:
         return [high]
     return [high, [low.op("tf32_low", [v, h], ScalarType(DType.U32)) for v, h in zip(values, high)]]

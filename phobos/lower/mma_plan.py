@@ -21,9 +21,11 @@
 # product.  wgmma reads tf32 operands in shared memory K-major only, and the
 # tensor cores truncate them where dot rounds, so a tf32 kind computes the
 # product's transpose, C^T = B^T A^T (`swapped`): wgmma's A operand is B^T,
-# its fragments read from B into registers and rounded there; its B operand
-# is A, rounded on its way to shared memory (in place, in a K loop's stage),
-# where it lies K-major as it is in memory.  The warpgroups then tile C^T (64-row
+# its fragments read from B into registers and rounded there (or, in a K
+# loop copied by TMA, B^T stored rounded into shared memory K-major by a
+# producer warpgroup: pipeline.py); its B operand is A, rounded on its way to
+# shared memory (in place, in a K loop's stage, or by its TMA copy), where it
+# lies K-major as it is in memory.  The warpgroups then tile C^T (64-row
 # tiles along N, wgmma's N along M: multiples of 8), and the plan names the
 # layouts the operands are loaded in (`staging_layouts`).  Otherwise the warps
 # of the CTA form a warps_m x warps_n grid over the product (`MmaPlan`); each
@@ -59,6 +61,8 @@ class MmaKind:
     k: int  # the instruction's k: m16n8k16 or m16n8k8
     ptx: str  # the PTX operand type
     products: int  # 1, or 3 for tf32x3 (split operands)
+    rounding: str = ""  # how f32 operands become TF32: "rn" (nearest, ties to even: dot's tf32), "rna"
+    # (ties away: tf32x3's high parts, whose rests make up the difference)
 
     @property
     def shape(self) -> str:
@@ -77,8 +81,8 @@ class MmaKind:
 MMA_KINDS = {
     "bf16": MmaKind("bf16", DType.BF16, 16, "bf16", 1),
     "f16": MmaKind("f16", DType.F16, 16, "f16", 1),
-    "tf32": MmaKind("tf32", DType.F32, 8, "tf32", 1),
-    "tf32x3": MmaKind("tf32x3", DType.F32, 8, "tf32", 3),
+    "tf32": MmaKind("tf32", DType.F32, 8, "tf32", 1, "rn"),
+    "tf32x3": MmaKind("tf32x3", DType.F32, 8, "tf32", 3, "rna"),
 }
 
 

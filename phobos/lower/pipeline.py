@@ -47,6 +47,10 @@
 # which copies each stage's slices by cp.async.bulk.tensor through tensor
 # map parameters, full and empty mbarriers per stage in place of the
 # barrier, setmaxnreg giving the producer's registers to the consumers.
+# A tf32 product's loop (`_transposed`) has A copied through a tf32 map, which
+# rounds it, and B loaded by all the producer's threads and stored rounded as
+# B^T, K-major, so that wgmma reads both operands from the stage and its group
+# stays in flight.
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
@@ -63,12 +67,12 @@ from dataclasses import dataclass
 from ..configuration import Knobs
 from ..middle.ir import Block, Op, Value, walk
 from ..types import DType, ScalarType
-from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, access_groups, align, read_tile
+from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, read_tile
 from .dot import DotPlan, dot_plan, finish_dot
-from .layout import copy_layout
+from .layout import copy_layout, transpose_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
 from .mma import (SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers,
-                  operand_space, round_in_place)
+                  operand_space, round_in_place, store_transposed)
 from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
@@ -83,6 +87,7 @@ class Staged:
     space: TileSpace
     rounded: bool = False  # a tf32 operand of a swapped product, rounded by register staging
     kept: bool = False  # read from the stage into registers, which the product reads (a swapped product's B)
+    transposed: bool = False  # a swapped product's B, stored as B^T K-major by the producer's threads
 
 
 @dataclass
@@ -93,7 +98,8 @@ class PipelinePlan:
     cuda_dot: tuple[Op, DotPlan] | None  # the product on the CUDA cores computed from the stage
     in_flight: Op | None = None  # a wgmma product whose group stays in flight into the next iteration
     tma_boxes: list | None = None  # a producer warpgroup copies the stages by TMA, each staged slice so
-    # (TmaBox, in the order of `staged`; see the header)
+    # (TmaBox, in the order of `staged`, None for a transposed one; see the header)
+    product: Op | None = None  # the loop's one tensor-core product, when it has one
 
     @property
     def alignment(self) -> int:
@@ -156,12 +162,39 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
         stage_bytes = cuda_dot[1].stage_bytes
     else:
         stage_bytes = 0
-    plan = PipelinePlan(staged, index_ops, stage_bytes, cuda_dot, _accumulating_wgmma(low, op, tensor_core))
+    plan = PipelinePlan(staged, index_ops, stage_bytes, cuda_dot, _accumulating_wgmma(low, op, tensor_core),
+                        product=tensor_core[0] if len(tensor_core) == 1 else None)
     if not cuda_dot:
-        last = plan.staged[-1]
-        plan.stage_bytes = align(last.start + last.space.nbytes, plan.alignment)
+        plan.stage_bytes = _stage_bytes(plan)
     plan.tma_boxes = _tma_boxes(low, op, plan)
-    return plan
+    transposed = _transposed(low, op, plan, tensor_core)
+    return transposed if transposed is not None and transposed.tma_boxes is not None else plan
+
+
+def _stage_bytes(plan: PipelinePlan) -> int:
+    last = plan.staged[-1]
+    return align(last.start + last.space.nbytes, plan.alignment)
+
+
+def _transposed(low: Lowering, op: Op, plan: PipelinePlan, dots: list[Op]) -> PipelinePlan | None:
+    """A tf32 product's K loop (swapped, B^T's fragments in registers) as a producer warpgroup runs it:
+    A copied by TMA through a tf32 tensor map, which rounds it to nearest even on the way; B loaded by
+    the producer's threads and stored rounded and transposed, B^T K-major in the 128-byte swizzled
+    layout, for wgmma to read from shared memory with A; the product's group stays in flight.  None
+    where the loop is no such loop, or TMA is off."""
+    if not low.tma or plan.product is None or low.plans[plan.product].kind.name != "tf32" \
+            or len(plan.staged) != 2 or not plan.staged[1].kept:
+        return None
+    a, b = plan.staged
+    k, n = b.load.result.type.shape
+    space = TileSpace(n, k, b.space.eb, 0)
+    start = align(a.start + a.space.nbytes, space.alignment)
+    staged = [Staged(a.load, a.start, a.space), Staged(b.load, start, space, transposed=True)]
+    out = PipelinePlan(staged, plan.index_ops, 0, None, _accumulating_wgmma(low, op, dots, from_registers=False),
+                       product=plan.product)
+    out.stage_bytes = _stage_bytes(out)
+    out.tma_boxes = _tma_boxes(low, op, out)
+    return out
 
 
 def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
@@ -173,20 +206,21 @@ def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
     body = low.src.body.ops
     if plan.in_flight is None or plan.through_registers or low.barrier_threads is not None or op not in body:
         return None
-    boxes = [tma_box(low, st) for st in plan.staged]
+    boxes = [None if st.transposed else tma_box(low, st) for st in plan.staged]
     before = Block(ops=body[:body.index(op)])
-    if None in boxes or low.smem_bytes or not all(o.pure for o in walk(before)):
+    if any(box is None and not (st.transposed and _tensor_slice(low, st.load)) for st, box in zip(plan.staged, boxes)) \
+            or low.smem_bytes or not all(o.pure for o in walk(before)):
         return None
     return boxes
 
 
-def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
+def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op], from_registers: bool = True) -> Op | None:
     """The loop's one product, if it is a wgmma that accumulates into a carried value nothing else in the
     loop reads (a GEMM's K loop): its group may then stay in flight while the next iteration starts - unless
-    it reads fragments from registers (a swapped product), or is tf32x3 (which adds each product to acc
-    after its wait)."""
+    it reads fragments from registers (a swapped product, unless `from_registers` is False: its B^T in
+    shared memory), or is tf32x3 (which adds each product to acc after its wait)."""
     if len(dots) != 1 or low.plans[dots[0]].instruction != "wgmma" or len(dots[0].operands) != 3 \
-            or low.plans[dots[0]].swapped or low.plans[dots[0]].kind.products != 1:
+            or (low.plans[dots[0]].swapped and from_registers) or low.plans[dots[0]].kind.products != 1:
         return None
     dot, body = dots[0], op.regions[0]
     acc = dot.operands[2]
@@ -317,7 +351,8 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
         stage = ring.stage(low, index)
         for st in plan.staged:
             if not st.kept:
-                round_in_place(low, low.layouts[st.load.result], stage, st.start, st.space)
+                round_in_place(low, low.layouts[st.load.result], stage, st.start, st.space,
+                               low.plans[plan.product].kind)
         low.b.op("fence_proxy_async", [], [])
         return [r for st in kept for r in read_tile(low, low.layouts[st.load.result], stage, st.start,
                                                       st.space.stride // st.space.eb, st.space.eb, st.load.result.dtype)]
@@ -407,17 +442,23 @@ class TmaBox:
 def tma_box(low: Lowering, st: Staged) -> TmaBox | None:
     """The TMA boxes of a staged slice, or None where TMA cannot copy it: a slice of both dims of a
     rank-2 tensor parameter, with i32 starts (32-bit indices), into a swizzled single-part region."""
-    load, space = st.load, st.space
-    tensor = load.operands[0]
-    if not low.tma or not space.swizzled or space.parts != 1 or low.index_type != I32 or tensor.owner is None \
-            or getattr(tensor.owner, "opcode", None) != "param" or len(tensor.type.dims) != 2:
-        return None
-    if any(n is None for n in load.attrs["sizes"]) or any(v.dtype is not DType.I32 for v in load.operands[1:3]):
+    space = st.space
+    if not space.swizzled or space.parts != 1 or not _tensor_slice(low, st.load):
         return None
     cols = SWIZZLE_BYTES // space.eb
     if space.rows > 256 or space.cols % cols:
         return None
     return TmaBox(space.rows, cols, space.cols // cols)
+
+
+def _tensor_slice(low: Lowering, load: Op) -> bool:
+    """Whether a producer warpgroup can copy `load` (TMA on): a slice of both dims of a rank-2 tensor
+    parameter, with i32 starts (32-bit indices)."""
+    tensor = load.operands[0]
+    if not low.tma or low.index_type != I32 or tensor.owner is None \
+            or getattr(tensor.owner, "opcode", None) != "param" or len(tensor.type.dims) != 2:
+        return False
+    return all(n is not None for n in load.attrs["sizes"]) and all(v.dtype is DType.I32 for v in load.operands[1:3])
 
 
 def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> None:
@@ -431,8 +472,10 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     then copies iteration i into it, each staged slice as TmaBox says, through the tensor maps the
     launcher builds for the call (a `tensor_map` parameter per slice shape); then it exits.  The
     consumers wait for full[s], issue the product's group, wait for the group before it and release
-    that one's stage.  Before the loop every thread ran the same register arithmetic
-    (`_specializable`); after it only the consumers run, so their barriers count them alone
+    that one's stage.  With a transposed tile (a tf32 product's B) every producer thread loads its part
+    of the next iteration (layout.transpose_layout) after storing this one's as B^T (mma.store_transposed),
+    fences the stores and arrives on full[s] too.  Before the loop every thread ran the same register arithmetic
+    (`_tma_boxes`); after it only the consumers run, so their barriers count them alone
     (`Lowering.barrier_threads`).  Where the CTA's registers are too few for the consumers'
     accumulators, setmaxnreg moves the producer's to them.  Elements of a box outside the tensor are
     zeros (the edge contract), which TMA writes itself.
@@ -443,13 +486,24 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     total = consumers + PRODUCER_THREADS
     low.out.attrs["threads"] = total
     where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc is not None else "a K loop"
+    transposed = [st for st in plan.staged if st.transposed]
+    rounds = plan.product is not None and low.plans[plan.product].kind.rounding == "rn"  # tf32: maps typed tf32
+    names = [low.src.attrs["params"][st.load.operands[0].owner.attrs["index"]].name for st in plan.staged]
     low.notes.append(f"{where}: the loop's {stages} stages are copied by TMA, issued by a producer warpgroup "
-                     f"({PRODUCER_THREADS} threads more)")
+                     f"({PRODUCER_THREADS} threads more)"
+                     + "".join(f"; {name} rounded to TF32 by the copy" for st, name in zip(plan.staged, names)
+                               if rounds and not st.transposed)
+                     + "".join(f"; {name} loaded by its threads, rounded to TF32 and stored transposed"
+                               for st, name in zip(plan.staged, names) if st.transposed))
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, 8)
     barriers = low.smem(16 * stages)
     low.scratch_start = saved_start
     ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 16 * stages, ring.stage_bytes)
-    maps = [(st, box, low.tensor_map(st.load.operands[0], box)) for st, box in zip(plan.staged, plan.tma_boxes)]
+    maps = [(st, box, low.tensor_map(st.load.operands[0], box, rounds))
+            for st, box in zip(plan.staged, plan.tma_boxes) if box is not None]
+    # registers a producer thread keeps: its share of two iterations' transposed tiles besides what copying takes
+    layouts = {st.load: transpose_layout(st.load.result.type.shape) for st in transposed}
+    keeps = align(PRODUCER_REGISTERS + 2 * sum(lay.nregs for lay in layouts.values()) + (24 if transposed else 0), 8)
 
     def barrier(kind: int, index: Value) -> Value:  # kind 0: full, 1: empty
         offset = low.op("mul", [low.op("cast", [index], U32), low.const(8, DType.U32)], U32)
@@ -465,13 +519,14 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         low.b = outer
 
     first = low.op("cmp", [low.tid(), low.const(0)], BOOL, pred="eq")
-    for s in range(stages):
-        low.b.op("mbarrier_init", [barrier(0, low.const(s)), first], [], {"count": 1})
+    for s in range(stages):  # full: the TMA bytes and the leader's arrival, and every producer thread's with a transpose
+        low.b.op("mbarrier_init", [barrier(0, low.const(s)), first], [],
+                 {"count": 1 + (PRODUCER_THREADS if transposed else 0)})
         low.b.op("mbarrier_init", [barrier(1, low.const(s)), first], [], {"count": consumers // PRODUCER_THREADS})
     low.barrier()  # every thread of the CTA: the barriers are initialised
 
     entry = entry_registers(total)
-    given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // consumers // 8 * 8
+    given = (entry - keeps) * PRODUCER_THREADS // consumers // 8 * 8
     moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
     lo, step = low.vals[op.operands[0]], op.attrs["step"]
 
@@ -480,13 +535,29 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         return (low.op("select", [wraps, low.const(0), low.op("add", [s, low.const(1)], I32)], I32),
                 low.op("xor", [phase, low.op("cast", [wraps], I32)], I32))
 
-    def copy(kt: Value, s: Value, leader: Value) -> None:
-        """Thread `leader` copies iteration kt into stage s, arriving on full[s] with the bytes to expect."""
+    def load_transposed(kt: Value) -> list[Value]:
+        """The producer thread's registers of the transposed tiles of the iteration whose loop variable is
+        `kt`, in their transpose layouts (zeros outside the tensor, all of them past its end)."""
+        def emit(enabled: Value) -> list[Value]:
+            regs = []
+            for st in transposed:
+                saved, low.layouts[st.load.result] = low.layouts[st.load.result], layouts[st.load]
+                low.lower_ops([st.load])
+                regs += low.vals.pop(st.load.result).regs
+                low.layouts[st.load.result] = saved
+            return regs
+        return _at_iteration(low, op, plan, kt, emit)
+
+    def copy(kt: Value, s: Value, phase: Value, leader: Value, tiles: list[Value]) -> None:
+        """Copy iteration kt into stage s once the consumers emptied it: thread `leader` arrives on full[s]
+        with the bytes to expect and issues the TMA copies; with transposed tiles (their registers `tiles`)
+        every thread then stores its part, fences it for the tensor cores and arrives."""
         full = barrier(0, s)
+        low.b.op("mbarrier_wait", [barrier(1, s), low.op("xor", [phase, low.const(1)], I32)], [])
         low.b.op("mbarrier_expect_tx", [full, leader], [], {"bytes": sum(box.bytes * box.count for _, box, _ in maps)})
+        stage = ring.stage(low, s)
 
         def issue(enabled: Value) -> None:  # enabled: kt < hi, always within the loop
-            stage = ring.stage(low, s)
             for st, box, tensor_map in maps:
                 starts, _, _ = slice_geometry(low, st.load, low.vals[st.load.operands[0]])
                 for j in range(box.count):
@@ -494,26 +565,45 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
                     low.b.op("tma_load", [stage, tensor_map, column, starts[0], full, leader], [],
                              {"offset": st.start + j * box.bytes})
         _at_iteration(low, op, plan, kt, issue)
+        at = 0
+        for st in transposed:
+            layout = layouts[st.load]
+            store_transposed(low, TileRegs(layout, tiles[at:at + layout.nregs]), stage, st.start, st.space,
+                             low.plans[plan.product])
+            at += layout.nregs
+        if transposed:
+            low.b.op("fence_proxy_async", [], [])
+            low.b.op("mbarrier_arrive", [full], [])
 
-    def produce() -> None:
+    def produce() -> None:  # its threads' digits count all the CTA's threads (`Lowering.digit`)
+        low.threads = total
         if moved:
-            low.b.op("setmaxnreg", [], [], {"count": PRODUCER_REGISTERS, "inc": False})
+            low.b.op("setmaxnreg", [], [], {"count": keeps, "inc": False})
         index = low.op("sub", [low.tid(), low.const(consumers)], I32)  # the thread's, in the producer
         leader = low.op("cmp", [index, low.const(0)], BOOL, pred="eq")
 
         def iterate() -> None:
+            """The producer's loop; each iteration loads the next one's transposed tiles after it stored its
+            own (past the fence, which would wait for them), carried to it: in flight while it waits.  (Two
+            iterations ahead ran slower on the H200: 250 against 260 TFLOP/s, 4096^3.)"""
+            loaded = load_transposed(lo)
             body, outer = Block(), low.b
-            low.b.op("for", [lo, low.vals[op.operands[1]], low.const(0), low.const(0)], [I32, I32],
-                     {"step": step}, [body])
+            low.b.op("for", [lo, low.vals[op.operands[1]], low.const(0), low.const(0), *loaded],
+                     [I32, I32] + [v.type for v in loaded], {"step": step}, [body])
             low.b = low.builder_for(body, outer.block, outer.loc)
             kt = low.b.block_arg(body, lo.type, "kt")
             s, phase = low.b.block_arg(body, I32, "stage"), low.b.block_arg(body, I32, "phase")
-            low.b.op("mbarrier_wait", [barrier(1, s), low.op("xor", [phase, low.const(1)], I32)], [])
-            copy(kt, s, leader)
-            low.b.op("yield", list(next_stage(s, phase)), [])
+            tiles = [low.b.block_arg(body, v.type, "b") for v in loaded]
+            copy(kt, s, phase, leader, tiles)
+            following = load_transposed(low.op("add", [kt, low.const(step, kt.dtype)], kt.type)) if loaded else []
+            low.b.op("yield", [*next_stage(s, phase), *following], [])
             low.b = outer
-        branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), iterate)  # the producer's first warp
+        if transposed:  # every producer thread stores its part
+            iterate()
+        else:
+            branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), iterate)  # the producer's first warp
         low.b.op("exit", [], [])
+        low.threads = consumers
     branch(low.op("cmp", [low.tid(), low.const(consumers)], BOOL, pred="ge"), produce)
 
     if moved:

@@ -117,7 +117,7 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "mma", "mma(a..., b..., c0..c3) -> d0..d3: one warp's tensor-core product of a 16 x 8 tile; "
                         "attrs shape (m16n8k16, m16n8k8), type (bf16 f16 tf32: of a and b)"),
     **_ops(True, "pack_half2", "pack_half2(lo, hi) -> b32: two f32 rounded to 16-bit floats; attrs dtype"),
-    **_ops(True, "tf32", "tf32(x) -> b32: f32 x rounded to TF32 (nearest, ties away)"),
+    **_ops(True, "tf32", "tf32(x) -> b32: f32 x rounded to TF32, attrs mode (rna: nearest, ties away; rn: ties to even, sm_90+)"),
     **_ops(True, "tf32_low", "tf32_low(x, high) -> b32: x - high (high a TF32 pattern) rounded to TF32"),
     **_ops(False, "wgmma", "wgmma(desc_a, desc_b, acc...) -> acc...: one warpgroup's asynchronous product of a "
                            "64-row tile (the results take the accumulators' registers); attrs n, k, type, fence "
@@ -191,6 +191,12 @@ class KernelParam:
     dims: tuple[str | int, ...] = ()  # tensors: size names or literal extents
     written: bool = False  # tensors the kernel stores into
     box: tuple[int, ...] = ()  # a tensor_map: the box it moves (rows, columns) of tensor `name` (TMA, sm_90)
+    rounds: bool = False  # a tensor_map of f32 data typed tf32: the copy rounds it to TF32 (nearest even)
+
+    @property
+    def map_dtype(self) -> str:
+        """A tensor_map's element type, as tensor_map.DTYPES names it."""
+        return "tf32" if self.rounds else self.dtype.value
 
 
 @dataclass(eq=False)

@@ -558,7 +558,7 @@ def _pack_half2(s: Selector, op: Op) -> None:
 
 
 def _tf32(s: Selector, op: Op) -> None:
-    s.emit("cvt.rna.tf32.f32", s.define(op.result), s.reg(op.operands[0]))
+    s.emit(f"cvt.{op.attrs['mode']}.tf32.f32", s.define(op.result), s.reg(op.operands[0]))
 
 
 def _tf32_low(s: Selector, op: Op) -> None:

@@ -90,7 +90,7 @@ class Launch:
         value = self._argument(param.name)
         if not isinstance(value, np.ndarray):
             value = runtime.device_address(value)
-        return kernel_map(value, self.call.tensors[param.name].shape, param.dtype.value, param.box)
+        return kernel_map(value, self.call.tensors[param.name].shape, param.map_dtype, param.box)
 
     @property
     def asynchronous(self) -> bool:

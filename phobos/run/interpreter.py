@@ -34,7 +34,7 @@
 #               the tensor cores, after each group of products), so its f32
 #               result may differ from this one by those roundings.  The
 #               operands are first rounded as the precision asks: tf32 rounds
-#               them to TF32 (to nearest, ties away: cvt.rna), tf32x3 splits
+#               them to TF32 (to nearest, ties to even: cvt.rn), tf32x3 splits
 #               each into a TF32 high part and a TF32 remainder and sums three
 #               products (high x high, high x low, low x high).
 #   reductions  sum in the dtype (pairwise order; the GPU's tree order differs);
@@ -275,7 +275,7 @@ def _tf32x3_terms(a, b):
 
 _PRECISION_TERMS = {
     "ieee": lambda a, b: [(a, b)],
-    "tf32": lambda a, b: [(constants.round_tf32(a), constants.round_tf32(b))],
+    "tf32": lambda a, b: [(constants.round_tf32_even(a), constants.round_tf32_even(b))],
     "tf32x3": _tf32x3_terms,
 }
 

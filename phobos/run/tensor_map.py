@@ -303,7 +303,8 @@ KERNEL_SWIZZLE = "128B"
 def kernel_map(tensor: Any, shape: tuple[int, ...], dtype: str, box: tuple[int, ...]) -> TensorMap:
     """The map a `tensor_map` parameter takes over a dense row-major tensor (a NumPy array in the
     emulator, else its device address) of `shape` and element type `dtype` (a DType value), moving boxes of
-    `box` elements (the tensor's own order).  DType values name the map's element types (bf16, f16, f32)."""
+    `box` elements (the tensor's own order).  DType values name the map's element types (bf16, f16, f32;
+    tf32: f32 data the copy rounds to TF32, KernelParam.map_dtype)."""
     itemsize = DTYPES[dtype][1]
     strides = [itemsize]
     for extent in reversed(shape[1:]):

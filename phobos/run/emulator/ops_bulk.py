@@ -31,6 +31,7 @@ import numpy as np
 
 from ..tensor_map import EmulatedTensorMap
 from . import fragments as fr
+from . import numerics as nx
 from . import syntax as syn
 from .decode import WAIT, Semantics, opcode, plain
 from .errors import Fault, MemoryFault, MisalignedAddress, PtxSyntaxError, UnsupportedPtx
@@ -39,7 +40,7 @@ from .ops_arith import require
 from .ptxtypes import TYPES
 
 U32, S32, U64, PRED = TYPES["u32"], TYPES["s32"], TYPES["u64"], TYPES["pred"]
-_CONVERTING = ("tf32", "tf32.ftz", "f32.ftz")
+_CONVERTING = ("tf32.ftz", "f32.ftz")  # tf32: f32 data rounded to TF32, nearest even (measured on the H200)
 _ORDERING = {"release", "acquire", "relaxed", "cta", "cluster", "sem"}
 
 
@@ -283,6 +284,8 @@ def _bulk_load(m, thread: int, dst: int, tm: EmulatedTensorMap, coords, bar_flat
         at = m.glob.locate(m, np.full(len(source), thread), source.astype(np.uint64), esize,
                            "bulk tensor copy read", pc)
         data[inside] = m.glob.data[at[:, None] + np.arange(esize)]
+        if tm.dtype == "tf32":
+            data = nx.round_to_tf32(data.view(np.float32).reshape(-1), "rn").view(np.uint8).reshape(count, esize)
     row = int(m.cta_of[thread]) * m.shared.stride
     flat = row + fr.swizzle(dst + np.arange(nbytes, dtype=np.int64), tm.swizzle)
     number = m.mbarriers.lookup(bar_flat, thread)
