@@ -286,30 +286,28 @@ def round_tf32(low: Lowering, v: Value, kind: MmaKind) -> Value:
 
 def store_transposed(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, plan: MmaPlan) -> None:
     """Store a swapped product's B [K, N] (`t`, in layout.transpose_layout) rounded to TF32 as B^T into the
-    swizzled K-major
-    `space` from byte `start` of `base`, as wgmma's A operand: B's column n is B^T's row in the order of
-    layout.py's swapped layouts - of warpgroup block j of 64 T rows, column 64 T j + 2 T (8 w + g) + 2 i + h
-    at row 64 T j + 64 i + 16 w + g + 8 h - each thread's four k rows of a column one 16-byte vector."""
+    swizzled K-major `space` from byte `start` of `base`, as wgmma's A operand: B's column n is B^T's row
+    in the order of layout.py's swapped layouts - of warpgroup block j of 64 T rows, column
+    64 T j + 2 T (8 w + g) + 2 i + h at row 64 T j + 64 i + 16 w + g + 8 h - each thread's four k rows
+    of a column one 16-byte vector."""
     tiles = plan.wgmma_m_tiles
-    block = tiles * WGMMA_ROWS
     layout = t.layout
     k0, n0 = (low.thread_coord(layout.terms[d]) for d in (0, 1))
     at = layout.register_of
-    for (row, col), r in sorted(at.items()):
+
+    def term(v: Value, div: int, mod: int | None, scale: int) -> Value:  # (v // div) % mod * scale
+        digit = low.op("div", [v, low.const(div)], I32) if div > 1 else v
+        digit = low.op("rem", [digit, low.const(mod)], I32) if mod is not None else digit
+        return low.op("mul", [digit, low.const(scale)], I32)
+
+    for row, col in sorted(at):
         if row % 4:
             continue
         n = low.op("add", [n0, low.const(col)], I32)
-        local = low.op("rem", [n, low.const(block)], I32)
-        q = low.op("div", [local, low.const(2 * tiles)], I32)
-        c = low.op("rem", [local, low.const(2 * tiles)], I32)
-        parts = [low.op("sub", [n, local], I32),  # the warpgroup block's first row
-                 low.op("mul", [low.op("div", [c, low.const(2)], I32), low.const(WGMMA_ROWS)], I32),
-                 low.op("mul", [low.op("div", [q, low.const(8)], I32), low.const(16)], I32),
-                 low.op("rem", [q, low.const(8)], I32),
-                 low.op("mul", [low.op("rem", [c, low.const(2)], I32), low.const(8)], I32)]
-        b_row = parts[0]
-        for p in parts[1:]:
-            b_row = low.op("add", [b_row, p], I32)
+        b_row = term(n, tiles * WGMMA_ROWS, None, tiles * WGMMA_ROWS)  # the warpgroup block's first row
+        for part in (term(n, 2, tiles, WGMMA_ROWS), term(n, 16 * tiles, 4, 16), term(n, 2 * tiles, 8, 1),
+                     term(n, 1, 2, 8)):  # i, w, g, h
+            b_row = low.op("add", [b_row, part], I32)
         k = low.op("add", [k0, low.const(row)], I32)
         addr = low.op("add", [base, low.op("cast", [space.offset(low, b_row, k)], U32)], U32)
         values = [round_tf32(low, t.regs[at[(row + x, col)]], plan.kind) for x in range(4)]

@@ -70,7 +70,7 @@ from ..types import DType, ScalarType
 from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, read_tile
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout, transpose_layout
-from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
+from .memory import aligned, element_valid, in_bounds, load_registers, row_addresses, slice_geometry, vector_ok
 from .mma import (SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers,
                   operand_space, round_in_place, store_transposed)
 from .mma_plan import MmaPlan
@@ -538,15 +538,8 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     def load_transposed(kt: Value) -> list[Value]:
         """The producer thread's registers of the transposed tiles of the iteration whose loop variable is
         `kt`, in their transpose layouts (zeros outside the tensor, all of them past its end)."""
-        def emit(enabled: Value) -> list[Value]:
-            regs = []
-            for st in transposed:
-                saved, low.layouts[st.load.result] = low.layouts[st.load.result], layouts[st.load]
-                low.lower_ops([st.load])
-                regs += low.vals.pop(st.load.result).regs
-                low.layouts[st.load.result] = saved
-            return regs
-        return _at_iteration(low, op, plan, kt, emit)
+        return _at_iteration(low, op, plan, kt, lambda enabled: [
+            r for st in transposed for r in load_registers(low, st.load, layouts[st.load])])
 
     def copy(kt: Value, s: Value, phase: Value, leader: Value, tiles: list[Value]) -> None:
         """Copy iteration kt into stage s once the consumers emptied it: thread `leader` arrives on full[s]
