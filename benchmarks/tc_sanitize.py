@@ -73,7 +73,7 @@ def main(mode: str) -> int:
         c = np.zeros((m, n), np.float32)
         getattr(tf32, name).configure(**config)(af, bf, c)
         ok &= check(f"{name} {config}", c, af.astype(np.float64) @ bf, 0, tol)
-    if mode == "gpu":  # rows 16-byte multiples apart: A by TMA, B loaded and transposed by the producer
+    if mode == "gpu":  # rows 16-byte multiples apart: A and B by TMA, B transposed by the producer
         import torch
         at, bt = (torch.randn(*shape, device="cuda") for shape in ((m, k + 1), (k + 1, n + 3)))
         exact_t = (at.double() @ bt.double()).cpu().numpy()

@@ -15,6 +15,7 @@ from phobos.constants import bf16_bits, bf16_values
 from phobos.launch import cache, fastpath
 from phobos.ptxcheck import check
 from phobos.run import backends, emulator
+from phobos.lower.layout import transpose_layout
 from phobos.run.tensor_map import EmulatedTensorMap, MapEncoder, describable, kernel_map
 
 from .tensor_core_support import tf32_gemm_reference
@@ -31,7 +32,7 @@ CONFIGS = [
 TF32_CONFIGS = [
     ({"TILE_M": 256, "TILE_N": 128, "TILE_K": 32, "WARPS": 8, "STAGES": 4}, (250, 136, 200)),
     ({"TILE_M": 128, "TILE_N": 256, "TILE_K": 32, "WARPS": 8, "STAGES": 3}, (130, 264, 100)),
-    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "WARPS": 4, "STAGES": 3}, (70, 130, 76)),
+    ({"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "WARPS": 4, "STAGES": 3}, (70, 132, 76)),
 ]
 
 
@@ -156,22 +157,26 @@ def test_the_disk_cache_keeps_a_tensor_maps_box_and_rounding():
 
 
 @pytest.mark.parametrize("config,sizes", TF32_CONFIGS, ids=["256x128-4", "128x256-3", "64x128-3"])
-def test_tf32_tma_gemm_rounds_a_by_the_copy_and_b_in_the_producer_and_gives_the_model_bits(config, sizes):
+def test_tf32_tma_gemm_rounds_both_by_the_copy_transposes_b_in_the_producer_and_gives_the_model_bits(config, sizes):
     k = gemm(config, True, SGEMM_TF32, "sgemm_tf32")
-    assert "A rounded to TF32 by the copy; B loaded by its threads, rounded to TF32 and stored transposed" \
-        in k.notes[-1], k.notes
+    assert "A rounded to TF32 by the copy; B rounded to TF32 by the copy; B landed 2 iterations ahead and stored " \
+        "transposed by its threads" in k.notes[-1], k.notes
     assert [(p.name, p.box, p.map_dtype) for p in k.params if p.kind == "tensor_map"] == \
-        [("A", (config["TILE_M"], 32), "tf32")]  # B has no map: the producer's threads load it
+        [("A", (config["TILE_M"], 32), "tf32"), ("B", (32, 32), "tf32")]  # B: TILE_N / 32 boxes into a landing slot
     producer = k.ptx[k.ptx.index(".maxntid"):k.ptx.index("exit;")]
     consumer = k.ptx[k.ptx.index("exit;"):]
-    assert "cp.async.cg" not in k.ptx and "cvt.rn.tf32.f32" in producer and "st.shared.v4.u32" in producer
+    copies = [line.strip() for line in producer.splitlines() if "cp.async.bulk.tensor.2d" in line]
+    assert len(copies) == 1 + 3 * config["TILE_N"] // 32  # A's box; B's: two slots landed before the loop, one in it
+    assert all(line.startswith("@%p") for line in copies)  # one lane issues them
+    assert "cp.async.cg" not in k.ptx and "cvt.rn.tf32" not in k.ptx and "ld.global" not in producer
+    assert "ld.shared.v4.f32" in producer and "st.shared.v4.f32" in producer  # the landing slot -> B^T
     assert "cvt.rn" not in k_loop(consumer) and "ld.shared" not in k_loop(consumer)  # nothing left to round or read
     assert re.search(r"wgmma\.mma_async\S*tf32 \{[^}]*\}, %rd\d+, %rd\d+, 1, 1, 1;", consumer)  # both from shared memory
     assert "wgmma.wait_group.sync.aligned 1;" in consumer  # a group in flight
     m, n, kk = sizes
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((m, kk), dtype=np.float32), rng.standard_normal((kk, n), dtype=np.float32)
-    a.flat[::7] = np.float32(1 + 2.0 ** -11)  # ties: to even, in the copy and in the producer alike
+    a.flat[::7] = np.float32(1 + 2.0 ** -11)  # ties: to even, in both copies
     b.flat[::5] = np.float32(1 + 2.0 ** -10 + 2.0 ** -11)
     c, c_plain = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
     run(k, config, a, b, c)
@@ -179,6 +184,48 @@ def test_tf32_tma_gemm_rounds_a_by_the_copy_and_b_in_the_producer_and_gives_the_
     expected = tf32_gemm_reference(a, b, "tf32", 32)
     np.testing.assert_array_equal(c.view(np.uint32), expected.view(np.uint32))
     np.testing.assert_array_equal(c_plain.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("n,tma", [(132, True), (130, False)], ids=["maps", "b-rows-520-bytes"])
+def test_a_tf32_call_copies_by_tma_only_where_b_can_have_a_map_too(emulate_sm_90a, n, tma):
+    fn = phobos.load(SGEMM_TF32, mode="emulate").sgemm_tf32.configure(TILE_M=64, TILE_N=128, TILE_K=32, WARPS=4,
+                                                                       STAGES=3)
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((40, 72), dtype=np.float32), rng.standard_normal((72, n), dtype=np.float32)
+    c = np.full((40, n), np.nan, np.float32)
+    fn(a, b, c)
+    assert any("copied by TMA" in note for note in fn.compiled.notes) == tma, fn.compiled.notes
+    np.testing.assert_array_equal(c.view(np.uint32), tf32_gemm_reference(a, b, "tf32", 32).view(np.uint32))
+
+
+def _chunk(row: int, col: int, eb: int = 4) -> int:
+    """The 16-byte chunk of 128 (bank group) that element (row, col) of a 128-byte swizzled tile falls in."""
+    return (col * eb % 128 // 16) ^ (row % 8)
+
+
+@pytest.mark.parametrize("tiles", [1, 2])
+def test_the_transpose_layout_reads_the_landing_and_stores_b_t_without_bank_conflicts(tiles):
+    """Each quarter warp's 16-byte accesses - a row of four columns of the landing slot, a B^T row's four k -
+    touch eight distinct chunks of banks, for the B^T row order store_transposed uses."""
+    k, n = 32, 128
+    layout = transpose_layout((k, n), tiles)
+
+    def coord(t: int, d: int) -> int:
+        return sum((t // term.div) % term.mod * term.scale for term in layout.terms[d])
+
+    def b_t_row(col: int) -> int:  # store_transposed's row order: column 64 T j + 2 T (8 w + g) + 2 i + h
+        j, i, w, g, h = (col // (64 * tiles), col // 2 % tiles, col // (16 * tiles) % 4, col // (2 * tiles) % 8,
+                         col % 2)
+        return 64 * tiles * j + 64 * i + 16 * w + g + 8 * h
+
+    blocks = sorted({(row - row % 4, col - col % 4) for row, col in layout.offsets})
+    for first in range(0, 128, 8):
+        quarter = range(first, first + 8)
+        for r0, c0 in blocks:
+            for x in range(4):
+                reads = {_chunk(coord(t, 0) + r0 + x, coord(t, 1) + c0) for t in quarter}
+                stores = {_chunk(b_t_row(coord(t, 1) + c0 + x), coord(t, 0) + r0) for t in quarter}
+                assert len(reads) == 8 and len(stores) == 8, (tiles, first, r0, c0, x, reads, stores)
 
 
 def test_golden_tf32_tma_gemm(golden):

@@ -340,14 +340,25 @@ def swapped_wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, gr
                   _sorted(replicas))
 
 
-def transpose_layout(shape: tuple[int, int], threads: int = WARPGROUP) -> Layout:
-    """The layout a producer warpgroup loads a swapped product's B [K, N] in to store it as B^T: 4 x 4
-    blocks a thread (four k rows of one 16-byte vector of columns: four rows of B^T, 16 bytes each), the
-    lanes along N (coalesced rows), the warps along K, then N."""
+def transpose_layout(shape: tuple[int, int], tiles: int, threads: int = WARPGROUP) -> Layout:
+    """The layout a producer warpgroup reads a swapped product's B [K, N] in from its landing slot (N-major,
+    swizzled) to store it as B^T (K-major, swizzled; `tiles`: the product's 64-row tiles a warpgroup,
+    which order B^T's rows): 4 x 4 blocks a thread (four k rows of one 16-byte vector of columns: four
+    rows of B^T, 16 bytes each), the lanes along N, the warps along N, then K.  With one tile a warpgroup
+    a lane's lowest digit goes along K instead: columns 16 apart then hold B^T rows 8 apart, whose
+    16-byte chunks of one k chunk fall in the same banks, and chunks of two k chunks do not - so each
+    quarter warp's stores, and its reads, touch eight distinct chunks of 16 banks.  (Two tiles: all
+    lanes along N already do; four: the stores conflict two ways whatever the digits.)"""
     k, n = shape
-    lanes_n = min(WARP, n // 4)
+    lanes_k = 2 if tiles == 1 else 1
+    lanes_n = WARP // lanes_k
     warps_n = min(threads // WARP, n // 4 // lanes_n)
-    return grid_layout(shape, threads, (4, 4), (WARP // lanes_n, lanes_n), (threads // WARP // warps_n, warps_n))
+    grid = grid_layout(shape, threads, (4, 4), (lanes_k, lanes_n), (threads // WARP // warps_n, warps_n))
+    if lanes_k == 1:
+        return grid
+    lane_k, lane_n = Term(1, lanes_k, 4), Term(lanes_k, lanes_n, 4)  # the lane digits swapped: K's the lowest
+    terms = tuple(tuple(lane if t.in_warp else t for t in ts) for ts, lane in zip(grid.terms, (lane_k, lane_n)))
+    return Layout(grid.shape, threads, terms, grid.offsets, grid.replicas)
 
 
 def swapped_fragment_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int) -> Layout:

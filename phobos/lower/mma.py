@@ -285,8 +285,8 @@ def round_tf32(low: Lowering, v: Value, kind: MmaKind) -> Value:
 
 
 def store_transposed(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, plan: MmaPlan) -> None:
-    """Store a swapped product's B [K, N] (`t`, in layout.transpose_layout) rounded to TF32 as B^T into the
-    swizzled K-major `space` from byte `start` of `base`, as wgmma's A operand: B's column n is B^T's row
+    """Store a swapped product's B [K, N] (`t`, in layout.transpose_layout, TF32 values already) as B^T
+    into the swizzled K-major `space` from byte `start` of `base`, as wgmma's A operand: B's column n is B^T's row
     in the order of layout.py's swapped layouts - of warpgroup block j of 64 T rows, column
     64 T j + 2 T (8 w + g) + 2 i + h at row 64 T j + 64 i + 16 w + g + 8 h - each thread's four k rows
     of a column one 16-byte vector."""
@@ -310,8 +310,18 @@ def store_transposed(low: Lowering, t: TileRegs, base: Value, start: int, space:
             b_row = low.op("add", [b_row, part], I32)
         k = low.op("add", [k0, low.const(row)], I32)
         addr = low.op("add", [base, low.op("cast", [space.offset(low, b_row, k)], U32)], U32)
-        values = [round_tf32(low, t.regs[at[(row + x, col)]], plan.kind) for x in range(4)]
-        low.b.op("st_shared", [addr, *values], [], {"dtype": DType.U32, "vec": 4, "offset": start, "masked": False})
+        values = [t.regs[at[(row + x, col)]] for x in range(4)]
+        low.b.op("st_shared", [addr, *values], [], {"dtype": DType.F32, "vec": 4, "offset": start, "masked": False})
+
+
+def read_swizzled(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace) -> list[Value]:
+    """The f32 registers of a tile in `layout` read from the swizzled `space` from byte `start` of `base`
+    (every replica reads)."""
+    regs: list[Value | None] = [None] * layout.nregs
+    for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
+        for r, value in zip(group, low.ld_shared_at(address, DType.F32, len(group), pred, offset)):
+            regs[r] = value
+    return regs
 
 
 def _swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace):

@@ -22,8 +22,8 @@
 # tensor cores truncate them where dot rounds, so a tf32 kind computes the
 # product's transpose, C^T = B^T A^T (`swapped`): wgmma's A operand is B^T,
 # its fragments read from B into registers and rounded there (or, in a K
-# loop copied by TMA, B^T stored rounded into shared memory K-major by a
-# producer warpgroup: pipeline.py); its B operand is A, rounded on its way to
+# loop copied by TMA, B^T stored into shared memory K-major by a producer
+# warpgroup from B's rounding copy: pipeline.py); its B operand is A, rounded on its way to
 # shared memory (in place, in a K loop's stage, or by its TMA copy), where it
 # lies K-major as it is in memory.  The warpgroups then tile C^T (64-row
 # tiles along N, wgmma's N along M: multiples of 8), and the plan names the

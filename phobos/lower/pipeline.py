@@ -47,9 +47,10 @@
 # which copies each stage's slices by cp.async.bulk.tensor through tensor
 # map parameters, full and empty mbarriers per stage in place of the
 # barrier, setmaxnreg giving the producer's registers to the consumers.
-# A tf32 product's loop (`_transposed`) has A copied through a tf32 map, which
-# rounds it, and B loaded by all the producer's threads and stored rounded as
-# B^T, K-major, so that wgmma reads both operands from the stage and its group
+# A tf32 product's loop (`_transposed`) has A and B copied through tf32 maps,
+# which round them: A into the stage, B as it lies into landing slots two
+# iterations ahead, from which all the producer's threads store it as B^T,
+# K-major, so that wgmma reads both operands from the stage and its group
 # stays in flight.
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
@@ -70,12 +71,13 @@ from ..types import DType, ScalarType
 from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, read_tile
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout, transpose_layout
-from .memory import aligned, element_valid, in_bounds, load_registers, row_addresses, slice_geometry, vector_ok
+from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
 from .mma import (SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers,
-                  operand_space, round_in_place, store_transposed)
+                  operand_space, read_swizzled, round_in_place, store_transposed)
 from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
+LANDING_SLOTS = 2  # a transposed tile's TMA copies land this many iterations ahead of its threads' transpose
 
 
 @dataclass
@@ -88,6 +90,8 @@ class Staged:
     rounded: bool = False  # a tf32 operand of a swapped product, rounded by register staging
     kept: bool = False  # read from the stage into registers, which the product reads (a swapped product's B)
     transposed: bool = False  # a swapped product's B, stored as B^T K-major by the producer's threads
+    landing: TileSpace | None = None  # a transposed tile as TMA lays it in a landing slot, before the threads
+    # transpose it into the stage
 
 
 @dataclass
@@ -98,7 +102,7 @@ class PipelinePlan:
     cuda_dot: tuple[Op, DotPlan] | None  # the product on the CUDA cores computed from the stage
     in_flight: Op | None = None  # a wgmma product whose group stays in flight into the next iteration
     tma_boxes: list | None = None  # a producer warpgroup copies the stages by TMA, each staged slice so
-    # (TmaBox, in the order of `staged`, None for a transposed one; see the header)
+    # (TmaBox, in the order of `staged`; a transposed one's into its landing slots; see the header)
     product: Op | None = None  # the loop's one tensor-core product, when it has one
 
     @property
@@ -112,6 +116,11 @@ class PipelinePlan:
     @property
     def through_registers(self) -> bool:
         return any(st.rounded for st in self.staged)
+
+    @property
+    def landing_bytes(self) -> int:
+        """The shared memory past the ring that the transposed tiles' landing slots take."""
+        return LANDING_SLOTS * sum(st.landing.nbytes for st in self.staged if st.landing is not None)
 
 
 def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
@@ -178,10 +187,10 @@ def _stage_bytes(plan: PipelinePlan) -> int:
 
 def _transposed(low: Lowering, op: Op, plan: PipelinePlan, dots: list[Op]) -> PipelinePlan | None:
     """A tf32 product's K loop (swapped, B^T's fragments in registers) as a producer warpgroup runs it:
-    A copied by TMA through a tf32 tensor map, which rounds it to nearest even on the way; B loaded by
-    the producer's threads and stored rounded and transposed, B^T K-major in the 128-byte swizzled
-    layout, for wgmma to read from shared memory with A; the product's group stays in flight.  None
-    where the loop is no such loop, or TMA is off."""
+    A and B copied by TMA through tf32 tensor maps, which round them to nearest even on the way - A into
+    the stage, B as it lies (N-major) into a landing slot, from which the producer's threads store it
+    transposed, B^T K-major in the 128-byte swizzled layout, for wgmma to read from shared memory with
+    A; the product's group stays in flight.  None where the loop is no such loop, or TMA is off."""
     if not low.tma or plan.product is None or low.plans[plan.product].kind.name != "tf32" \
             or len(plan.staged) != 2 or not plan.staged[1].kept:
         return None
@@ -189,7 +198,8 @@ def _transposed(low: Lowering, op: Op, plan: PipelinePlan, dots: list[Op]) -> Pi
     k, n = b.load.result.type.shape
     space = TileSpace(n, k, b.space.eb, 0)
     start = align(a.start + a.space.nbytes, space.alignment)
-    staged = [Staged(a.load, a.start, a.space), Staged(b.load, start, space, transposed=True)]
+    staged = [Staged(a.load, a.start, a.space),
+              Staged(b.load, start, space, transposed=True, landing=TileSpace(k, n, b.space.eb, 0))]
     out = PipelinePlan(staged, plan.index_ops, 0, None, _accumulating_wgmma(low, op, dots, from_registers=False),
                        product=plan.product)
     out.stage_bytes = _stage_bytes(out)
@@ -206,10 +216,9 @@ def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
     body = low.src.body.ops
     if plan.in_flight is None or plan.through_registers or low.barrier_threads is not None or op not in body:
         return None
-    boxes = [None if st.transposed else tma_box(low, st) for st in plan.staged]
+    boxes = [tma_box(low, st.load, st.landing or st.space) for st in plan.staged]
     before = Block(ops=body[:body.index(op)])
-    if any(box is None and not (st.transposed and _tensor_slice(low, st.load)) for st, box in zip(plan.staged, boxes)) \
-            or low.smem_bytes or not all(o.pure for o in walk(before)):
+    if None in boxes or low.smem_bytes or not all(o.pure for o in walk(before)):
         return None
     return boxes
 
@@ -276,10 +285,11 @@ def _ring(low: Lowering, plan: PipelinePlan) -> Ring:
     fewest = 3 if plan.through_registers or plan.specialized else 2
     stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
-    while stages > fewest and stages * plan.stage_bytes + pad > low.smem_limit:
+    while stages > fewest and stages * plan.stage_bytes + plan.landing_bytes + pad > low.smem_limit:
         stages -= 1
-    end = low.scratch_start + stages * plan.stage_bytes + pad
-    return Ring(stages, aligned_base(low, stages * plan.stage_bytes, plan.alignment), end, plan.stage_bytes)
+    nbytes = stages * plan.stage_bytes + plan.landing_bytes  # the landing slots follow the stages
+    end = low.scratch_start + nbytes + pad
+    return Ring(stages, aligned_base(low, nbytes, plan.alignment), end, plan.stage_bytes)
 
 
 def _at_iteration(low: Lowering, op: Op, plan: PipelinePlan, kt: Value, emit):
@@ -439,11 +449,11 @@ class TmaBox:
         return self.rows * SWIZZLE_BYTES
 
 
-def tma_box(low: Lowering, st: Staged) -> TmaBox | None:
-    """The TMA boxes of a staged slice, or None where TMA cannot copy it: a slice of both dims of a
-    rank-2 tensor parameter, with i32 starts (32-bit indices), into a swizzled single-part region."""
-    space = st.space
-    if not space.swizzled or space.parts != 1 or not _tensor_slice(low, st.load):
+def tma_box(low: Lowering, load: Op, space: TileSpace) -> TmaBox | None:
+    """The TMA boxes of a load's slice laid out as `space` says, or None where TMA cannot copy it: a slice
+    of both dims of a rank-2 tensor parameter, with i32 starts (32-bit indices), into a swizzled
+    single-part region."""
+    if not space.swizzled or space.parts != 1 or not _tensor_slice(low, load):
         return None
     cols = SWIZZLE_BYTES // space.eb
     if space.rows > 256 or space.cols % cols:
@@ -472,13 +482,20 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     then copies iteration i into it, each staged slice as TmaBox says, through the tensor maps the
     launcher builds for the call (a `tensor_map` parameter per slice shape); then it exits.  The
     consumers wait for full[s], issue the product's group, wait for the group before it and release
-    that one's stage.  With a transposed tile (a tf32 product's B) every producer thread loads its part
-    of the next iteration (layout.transpose_layout) after storing this one's as B^T (mma.store_transposed),
-    fences the stores and arrives on full[s] too.  Before the loop every thread ran the same register arithmetic
-    (`_tma_boxes`); after it only the consumers run, so their barriers count them alone
-    (`Lowering.barrier_threads`).  Where the CTA's registers are too few for the consumers'
-    accumulators, setmaxnreg moves the producer's to them.  Elements of a box outside the tensor are
-    zeros (the edge contract), which TMA writes itself.
+    that one's stage.
+
+    A transposed tile (a tf32 product's B) is copied by TMA LANDING_SLOTS iterations ahead into a ring
+    of landing slots past the stages, each with mbarriers landed[d] (the leader's arrival and the
+    copy's bytes) and free[d] (every producer thread): at iteration i every producer thread waits for
+    iteration i's slot to land, reads its part (layout.transpose_layout) and stores it as B^T into
+    stage s (mma.store_transposed), fences its accesses for the async proxy and arrives on free[d] and
+    on full[s] (count 1 + PRODUCER_THREADS); the leader then waits for free[d] and copies iteration
+    i + LANDING_SLOTS into the slot.
+
+    Before the loop every thread ran the same register arithmetic (`_tma_boxes`); after it only the
+    consumers run, so their barriers count them alone (`Lowering.barrier_threads`).  Where the CTA's
+    registers are too few for the consumers' accumulators, setmaxnreg moves the producer's to them.
+    Elements of a box outside the tensor are zeros (the edge contract), which TMA writes itself.
 
     Before: `plan.specialized`, the ring allocated.  After: the kernel has PRODUCER_THREADS more threads,
     the producer's all exited, every copy landed and was read, and the mbarriers are invalidated."""
@@ -491,23 +508,26 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     names = [low.src.attrs["params"][st.load.operands[0].owner.attrs["index"]].name for st in plan.staged]
     low.notes.append(f"{where}: the loop's {stages} stages are copied by TMA, issued by a producer warpgroup "
                      f"({PRODUCER_THREADS} threads more)"
-                     + "".join(f"; {name} rounded to TF32 by the copy" for st, name in zip(plan.staged, names)
-                               if rounds and not st.transposed)
-                     + "".join(f"; {name} loaded by its threads, rounded to TF32 and stored transposed"
-                               for st, name in zip(plan.staged, names) if st.transposed))
+                     + "".join(f"; {name} rounded to TF32 by the copy" for name in names if rounds)
+                     + "".join(f"; {name} landed {LANDING_SLOTS} iterations ahead and stored transposed by its "
+                               f"threads" for st, name in zip(plan.staged, names) if st.transposed))
+    slots = LANDING_SLOTS if transposed else 0
+    # mbarriers, 8 bytes each: full[stages], empty[stages], then landed[slots], free[slots]
+    firsts, count = (0, stages, 2 * stages, 2 * stages + slots), 2 * stages + 2 * slots
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, 8)
-    barriers = low.smem(16 * stages)
+    barriers = low.smem(8 * count)
     low.scratch_start = saved_start
-    ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 16 * stages, ring.stage_bytes)
-    maps = [(st, box, low.tensor_map(st.load.operands[0], box, rounds))
-            for st, box in zip(plan.staged, plan.tma_boxes) if box is not None]
-    # registers a producer thread keeps: its share of two iterations' transposed tiles besides what copying takes
-    layouts = {st.load: transpose_layout(st.load.result.type.shape) for st in transposed}
-    keeps = align(PRODUCER_REGISTERS + 2 * sum(lay.nregs for lay in layouts.values()) + (24 if transposed else 0), 8)
+    ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * count, ring.stage_bytes)
+    maps = [(st, box, low.tensor_map(st.load.operands[0], box, rounds)) for st, box in zip(plan.staged, plan.tma_boxes)]
+    landing = low.op("add", [ring.base, low.const(stages * ring.stage_bytes, DType.U32)], U32) if slots else None
+    # registers a producer thread keeps: its share of the transposed tiles besides what copying takes
+    layouts = {st.load: transpose_layout(st.load.result.type.shape, low.plans[plan.product].wgmma_m_tiles)
+               for st in transposed}
+    keeps = align(PRODUCER_REGISTERS + sum(lay.nregs for lay in layouts.values()) + (24 if transposed else 0), 8)
 
-    def barrier(kind: int, index: Value) -> Value:  # kind 0: full, 1: empty
+    def barrier(kind: int, index: Value) -> Value:  # kind 0: full, 1: empty, 2: landed, 3: free
         offset = low.op("mul", [low.op("cast", [index], U32), low.const(8, DType.U32)], U32)
-        return low.op("add", [barriers, low.op("add", [offset, low.const(8 * stages * kind, DType.U32)], U32)], U32)
+        return low.op("add", [barriers, low.op("add", [offset, low.const(8 * firsts[kind], DType.U32)], U32)], U32)
 
     def branch(cond: Value, then) -> None:
         outer, regions = low.b, [Block(), Block()]
@@ -523,6 +543,9 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         low.b.op("mbarrier_init", [barrier(0, low.const(s)), first], [],
                  {"count": 1 + (PRODUCER_THREADS if transposed else 0)})
         low.b.op("mbarrier_init", [barrier(1, low.const(s)), first], [], {"count": consumers // PRODUCER_THREADS})
+    for d in range(slots):
+        low.b.op("mbarrier_init", [barrier(2, low.const(d)), first], [], {"count": 1})
+        low.b.op("mbarrier_init", [barrier(3, low.const(d)), first], [], {"count": PRODUCER_THREADS})
     low.barrier()  # every thread of the CTA: the barriers are initialised
 
     entry = entry_registers(total)
@@ -530,43 +553,69 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
     lo, step = low.vals[op.operands[0]], op.attrs["step"]
 
-    def next_stage(s: Value, phase: Value) -> tuple[Value, Value]:
-        wraps = low.op("cmp", [s, low.const(stages - 1)], BOOL, pred="eq")
+    def next_stage(s: Value, phase: Value, count: int) -> tuple[Value, Value]:
+        wraps = low.op("cmp", [s, low.const(count - 1)], BOOL, pred="eq")
         return (low.op("select", [wraps, low.const(0), low.op("add", [s, low.const(1)], I32)], I32),
                 low.op("xor", [phase, low.op("cast", [wraps], I32)], I32))
 
-    def load_transposed(kt: Value) -> list[Value]:
-        """The producer thread's registers of the transposed tiles of the iteration whose loop variable is
-        `kt`, in their transpose layouts (zeros outside the tensor, all of them past its end)."""
-        return _at_iteration(low, op, plan, kt, lambda enabled: [
-            r for st in transposed for r in load_registers(low, st.load, layouts[st.load])])
+    def issue(boxes, kt: Value, stage: Value, bar: Value, leader: Value) -> None:
+        """Thread `leader` copies the slices of iteration kt that `boxes` lists, (staged, box, map), into
+        `stage` by TMA, each box `bar` completes."""
+        for st, box, tensor_map in boxes:
+            starts, _, _ = slice_geometry(low, st.load, low.vals[st.load.operands[0]])
+            for j in range(box.count):
+                column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
+                low.b.op("tma_load", [stage, tensor_map, column, starts[0], bar, leader], [],
+                         {"offset": (0 if st.transposed else st.start) + j * box.bytes})
 
-    def copy(kt: Value, s: Value, phase: Value, leader: Value, tiles: list[Value]) -> None:
+    landed = [(st, box, tensor_map) for st, box, tensor_map in maps if st.transposed]
+    slot_bytes = sum(st.landing.nbytes for st in transposed)
+
+    def slot(d: Value) -> Value:
+        return low.op("add", [landing, low.op("mul", [low.op("cast", [d], U32), low.const(slot_bytes, DType.U32)],
+                                              U32)], U32)
+
+    def land(kt: Value, d: Value, read: Value | None, leader: Value, first_warp: Value) -> None:
+        """The leader copies the transposed tiles of iteration kt into landing slot d once every producer
+        thread read it (the parity of that use, `read`; None: the slot's first use), when that iteration
+        runs; its warp waits with it (a branch is uniform across a warp)."""
+        def lands(enabled: Value) -> None:
+            def leads() -> None:
+                if read is not None:
+                    low.b.op("mbarrier_wait", [barrier(3, d), read], [])
+                bar = barrier(2, d)
+                low.b.op("mbarrier_expect_tx", [bar, leader], [], {"bytes": slot_bytes})
+                issue(landed, kt, slot(d), bar, leader)
+            branch(low.all_of([enabled, first_warp]), leads)
+        _at_iteration(low, op, plan, kt, lands)
+
+    def copy(kt: Value, s: Value, phase: Value, d: Value, landing_phase: Value, leader: Value,
+             first_warp: Value) -> None:
         """Copy iteration kt into stage s once the consumers emptied it: thread `leader` arrives on full[s]
-        with the bytes to expect and issues the TMA copies; with transposed tiles (their registers `tiles`)
-        every thread then stores its part, fences it for the tensor cores and arrives."""
+        with the bytes to expect and issues the TMA copies; with transposed tiles every thread then stores
+        its part of landing slot d (of parity `landing_phase`) into the stage, fences its accesses for the
+        async proxy and arrives, and the leader lands iteration kt + LANDING_SLOTS in the slot."""
         full = barrier(0, s)
         low.b.op("mbarrier_wait", [barrier(1, s), low.op("xor", [phase, low.const(1)], I32)], [])
-        low.b.op("mbarrier_expect_tx", [full, leader], [], {"bytes": sum(box.bytes * box.count for _, box, _ in maps)})
+        low.b.op("mbarrier_expect_tx", [full, leader], [],
+                 {"bytes": sum(box.bytes * box.count for st, box, _ in maps if not st.transposed)})
         stage = ring.stage(low, s)
-
-        def issue(enabled: Value) -> None:  # enabled: kt < hi, always within the loop
-            for st, box, tensor_map in maps:
-                starts, _, _ = slice_geometry(low, st.load, low.vals[st.load.operands[0]])
-                for j in range(box.count):
-                    column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
-                    low.b.op("tma_load", [stage, tensor_map, column, starts[0], full, leader], [],
-                             {"offset": st.start + j * box.bytes})
-        _at_iteration(low, op, plan, kt, issue)
+        _at_iteration(low, op, plan, kt, lambda enabled: issue(  # enabled: kt < hi, always within the loop
+            [m for m in maps if not m[0].transposed], kt, stage, full, leader))
+        if not transposed:
+            return
+        low.b.op("mbarrier_wait", [barrier(2, d), landing_phase], [])
         at = 0
         for st in transposed:
             layout = layouts[st.load]
-            store_transposed(low, TileRegs(layout, tiles[at:at + layout.nregs]), stage, st.start, st.space,
-                             low.plans[plan.product])
-            at += layout.nregs
-        if transposed:
-            low.b.op("fence_proxy_async", [], [])
-            low.b.op("mbarrier_arrive", [full], [])
+            tile = TileRegs(layout, read_swizzled(low, layout, slot(d), at, st.landing))
+            store_transposed(low, tile, stage, st.start, st.space, low.plans[plan.product])
+            at += st.landing.nbytes
+        low.b.op("fence_proxy_async", [], [])
+        low.b.op("mbarrier_arrive", [barrier(3, d)], [])  # before full[s]: the consumers' wait for it orders both
+        low.b.op("mbarrier_arrive", [full], [])
+        land(low.op("add", [kt, low.const(LANDING_SLOTS * step, kt.dtype)], kt.type), d, landing_phase, leader,
+             first_warp)
 
     def produce() -> None:  # its threads' digits count all the CTA's threads (`Lowering.digit`)
         low.threads = total
@@ -574,27 +623,31 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
             low.b.op("setmaxnreg", [], [], {"count": keeps, "inc": False})
         index = low.op("sub", [low.tid(), low.const(consumers)], I32)  # the thread's, in the producer
         leader = low.op("cmp", [index, low.const(0)], BOOL, pred="eq")
+        first_warp = low.op("cmp", [index, low.const(32)], BOOL, pred="lt")
 
         def iterate() -> None:
-            """The producer's loop; each iteration loads the next one's transposed tiles after it stored its
-            own (past the fence, which would wait for them), carried to it: in flight while it waits.  (Two
-            iterations ahead ran slower on the H200: 250 against 260 TFLOP/s, 4096^3.)"""
-            loaded = load_transposed(lo)
+            """The producer's loop (landing the first LANDING_SLOTS iterations' transposed tiles before it)."""
+            for d in range(slots):
+                land(low.op("add", [lo, low.const(d * step, lo.dtype)], lo.type), low.const(d), None, leader,
+                     first_warp)
             body, outer = Block(), low.b
-            low.b.op("for", [lo, low.vals[op.operands[1]], low.const(0), low.const(0), *loaded],
-                     [I32, I32] + [v.type for v in loaded], {"step": step}, [body])
+            carried = 4 if slots else 2  # stage and phase; landing slot and its phase
+            low.b.op("for", [lo, low.vals[op.operands[1]], *[low.const(0)] * carried], [I32] * carried,
+                     {"step": step}, [body])
             low.b = low.builder_for(body, outer.block, outer.loc)
             kt = low.b.block_arg(body, lo.type, "kt")
             s, phase = low.b.block_arg(body, I32, "stage"), low.b.block_arg(body, I32, "phase")
-            tiles = [low.b.block_arg(body, v.type, "b") for v in loaded]
-            copy(kt, s, phase, leader, tiles)
-            following = load_transposed(low.op("add", [kt, low.const(step, kt.dtype)], kt.type)) if loaded else []
-            low.b.op("yield", [*next_stage(s, phase), *following], [])
+            d = landing_phase = None
+            if slots:
+                d, landing_phase = low.b.block_arg(body, I32, "slot"), low.b.block_arg(body, I32, "landing")
+            copy(kt, s, phase, d, landing_phase, leader, first_warp)
+            following = [*next_stage(s, phase, stages)] + ([*next_stage(d, landing_phase, slots)] if slots else [])
+            low.b.op("yield", following, [])
             low.b = outer
         if transposed:  # every producer thread stores its part
             iterate()
         else:
-            branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), iterate)  # the producer's first warp
+            branch(first_warp, iterate)
         low.b.op("exit", [], [])
         low.threads = consumers
     branch(low.op("cmp", [low.tid(), low.const(consumers)], BOOL, pred="ge"), produce)
@@ -612,14 +665,15 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         _lower_body(low, ops, plan, ring, ring.stage(low, s))
         not_first = low.op("cmp", [low.vals[op.regions[0].args[0]], lo], BOOL, pred="ne")
         low.b.op("mbarrier_arrive", [barrier(1, previous), low.all_of([not_first, leader])], [])
-        return [*next_stage(s, phase), s]
+        return [*next_stage(s, phase, stages), s]
 
     low.build_for(op, [low.const(0), low.const(0), low.const(0)], consume)
     low.b.op("wgmma_wait", [], [], {"pending": 0})
     low.barrier()  # no consumer still reads the ring or arrives on an mbarrier
-    for s in range(stages):  # their shared memory may serve another purpose only once they are invalidated
-        for kind in (0, 1):
-            low.b.op("mbarrier_inval", [barrier(kind, low.const(s)), first], [])
+    for kinds, count in (((0, 1), stages), ((2, 3), slots)):  # their shared memory may serve another purpose
+        for s in range(count):  # only once they are invalidated
+            for kind in kinds:
+                low.b.op("mbarrier_inval", [barrier(kind, low.const(s)), first], [])
     low.barrier()
 
 
