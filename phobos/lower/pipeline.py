@@ -89,9 +89,12 @@ class Staged:
     space: TileSpace
     rounded: bool = False  # a tf32 operand of a swapped product, rounded by register staging
     kept: bool = False  # read from the stage into registers, which the product reads (a swapped product's B)
-    transposed: bool = False  # a swapped product's B, stored as B^T K-major by the producer's threads
-    landing: TileSpace | None = None  # a transposed tile as TMA lays it in a landing slot, before the threads
-    # transpose it into the stage
+    landing: TileSpace | None = None  # a swapped product's B as TMA lays it in a landing slot, before the
+    # producer's threads store it transposed into the stage (B^T K-major)
+
+    @property
+    def transposed(self) -> bool:
+        return self.landing is not None
 
 
 @dataclass
@@ -199,7 +202,7 @@ def _transposed(low: Lowering, op: Op, plan: PipelinePlan, dots: list[Op]) -> Pi
     space = TileSpace(n, k, b.space.eb, 0)
     start = align(a.start + a.space.nbytes, space.alignment)
     staged = [Staged(a.load, a.start, a.space),
-              Staged(b.load, start, space, transposed=True, landing=TileSpace(k, n, b.space.eb, 0))]
+              Staged(b.load, start, space, landing=TileSpace(k, n, b.space.eb, 0))]
     out = PipelinePlan(staged, plan.index_ops, 0, None, _accumulating_wgmma(low, op, dots, from_registers=False),
                        product=plan.product)
     out.stage_bytes = _stage_bytes(out)
@@ -560,7 +563,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
 
     def issue(boxes, kt: Value, stage: Value, bar: Value, leader: Value) -> None:
         """Thread `leader` copies the slices of iteration kt that `boxes` lists, (staged, box, map), into
-        `stage` by TMA, each box `bar` completes."""
+        `stage` by TMA, every box completing bytes on mbarrier `bar`."""
         for st, box, tensor_map in boxes:
             starts, _, _ = slice_geometry(low, st.load, low.vals[st.load.operands[0]])
             for j in range(box.count):
