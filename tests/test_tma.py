@@ -186,6 +186,19 @@ def test_tf32_tma_gemm_rounds_both_by_the_copy_transposes_b_in_the_producer_and_
     np.testing.assert_array_equal(c_plain.view(np.uint32), expected.view(np.uint32))
 
 
+@pytest.mark.parametrize("kk", [20, 40, 4], ids=["one-iteration", "two", "k-4"])
+def test_tf32_tma_gemm_with_fewer_k_iterations_than_landing_slots_gives_the_model_bits(kk):
+    """A loop of one or two iterations (K = 4 a ragged one): each is landed before the loop, the landings
+    past its end are disabled, and the bits are the model's."""
+    config = TF32_CONFIGS[2][0]
+    k = gemm(config, True, SGEMM_TF32, "sgemm_tf32")
+    rng = np.random.default_rng(kk)
+    a, b = rng.standard_normal((66, kk), dtype=np.float32), rng.standard_normal((kk, 132), dtype=np.float32)
+    c = np.full((66, 132), np.nan, np.float32)
+    run(k, config, a, b, c)
+    np.testing.assert_array_equal(c.view(np.uint32), tf32_gemm_reference(a, b, "tf32", 32).view(np.uint32))
+
+
 @pytest.mark.parametrize("n,tma", [(132, True), (130, False)], ids=["maps", "b-rows-520-bytes"])
 def test_a_tf32_call_copies_by_tma_only_where_b_can_have_a_map_too(emulate_sm_90a, n, tma):
     fn = phobos.load(SGEMM_TF32, mode="emulate").sgemm_tf32.configure(TILE_M=64, TILE_N=128, TILE_K=32, WARPS=4,
