@@ -121,9 +121,14 @@ class PipelinePlan:
         return any(st.rounded for st in self.staged)
 
     @property
+    def landing_slot_bytes(self) -> int:
+        """One landing slot: the transposed tiles, one after another, as TMA lays them."""
+        return sum(st.landing.nbytes for st in self.staged if st.transposed)
+
+    @property
     def landing_bytes(self) -> int:
         """The shared memory past the ring that the transposed tiles' landing slots take."""
-        return LANDING_SLOTS * sum(st.landing.nbytes for st in self.staged if st.landing is not None)
+        return LANDING_SLOTS * self.landing_slot_bytes
 
 
 def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
@@ -522,6 +527,8 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     low.scratch_start = saved_start
     ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * count, ring.stage_bytes)
     maps = [(st, box, low.tensor_map(st.load.operands[0], box, rounds)) for st, box in zip(plan.staged, plan.tma_boxes)]
+    staged_maps = [m for m in maps if not m[0].transposed]  # into the stage; the others into landing slots
+    landed = [m for m in maps if m[0].transposed]
     landing = low.op("add", [ring.base, low.const(stages * ring.stage_bytes, DType.U32)], U32) if slots else None
     # registers a producer thread keeps: its share of the transposed tiles besides what copying takes
     layouts = {st.load: transpose_layout(st.load.result.type.shape, low.plans[plan.product].wgmma_m_tiles)
@@ -571,8 +578,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
                 low.b.op("tma_load", [stage, tensor_map, column, starts[0], bar, leader], [],
                          {"offset": (0 if st.transposed else st.start) + j * box.bytes})
 
-    landed = [(st, box, tensor_map) for st, box, tensor_map in maps if st.transposed]
-    slot_bytes = sum(st.landing.nbytes for st in transposed)
+    slot_bytes = plan.landing_slot_bytes
 
     def slot(d: Value) -> Value:
         return low.op("add", [landing, low.op("mul", [low.op("cast", [d], U32), low.const(slot_bytes, DType.U32)],
@@ -601,10 +607,10 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         full = barrier(0, s)
         low.b.op("mbarrier_wait", [barrier(1, s), low.op("xor", [phase, low.const(1)], I32)], [])
         low.b.op("mbarrier_expect_tx", [full, leader], [],
-                 {"bytes": sum(box.bytes * box.count for st, box, _ in maps if not st.transposed)})
+                 {"bytes": sum(box.bytes * box.count for _, box, _ in staged_maps)})
         stage = ring.stage(low, s)
         _at_iteration(low, op, plan, kt, lambda enabled: issue(  # enabled: kt < hi, always within the loop
-            [m for m in maps if not m[0].transposed], kt, stage, full, leader))
+            staged_maps, kt, stage, full, leader))
         if not transposed:
             return
         low.b.op("mbarrier_wait", [barrier(2, d), landing_phase], [])
