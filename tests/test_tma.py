@@ -15,7 +15,7 @@ from phobos.constants import bf16_bits, bf16_values
 from phobos.launch import cache, fastpath
 from phobos.ptxcheck import check
 from phobos.run import backends, emulator
-from phobos.lower.layout import transpose_layout
+from phobos.lower.layout import WARPGROUP, swapped_fragment_layout
 from phobos.run.tensor_map import EmulatedTensorMap, MapEncoder, describable, kernel_map
 
 from .tensor_core_support import tf32_gemm_reference
@@ -157,22 +157,23 @@ def test_the_disk_cache_keeps_a_tensor_maps_box_and_rounding():
 
 
 @pytest.mark.parametrize("config,sizes", TF32_CONFIGS, ids=["256x128-4", "128x256-3", "64x128-3"])
-def test_tf32_tma_gemm_rounds_both_by_the_copy_transposes_b_in_the_producer_and_gives_the_model_bits(config, sizes):
+def test_tf32_tma_gemm_rounds_both_by_the_copy_reads_b_fragments_from_the_stage_and_gives_the_model_bits(config,
+                                                                                                        sizes):
     k = gemm(config, True, SGEMM_TF32, "sgemm_tf32")
-    assert "A rounded to TF32 by the copy; B rounded to TF32 by the copy; B landed 2 iterations ahead and stored " \
-        "transposed by its threads" in k.notes[-1], k.notes
+    assert "A rounded to TF32 by the copy; B rounded to TF32 by the copy; B's fragments read from the stage an " \
+        "iteration ahead" in k.notes[-1], k.notes
     assert [(p.name, p.box, p.map_dtype) for p in k.params if p.kind == "tensor_map"] == \
-        [("A", (config["TILE_M"], 32), "tf32"), ("B", (32, 32), "tf32")]  # B: TILE_N / 32 boxes into a landing slot
+        [("A", (config["TILE_M"], 32), "tf32"), ("B", (32, 32), "tf32")]  # B: TILE_N / 32 boxes into the stage
     producer = k.ptx[k.ptx.index(".maxntid"):k.ptx.index("exit;")]
     consumer = k.ptx[k.ptx.index("exit;"):]
     copies = [line.strip() for line in producer.splitlines() if "cp.async.bulk.tensor.2d" in line]
-    assert len(copies) == 1 + 3 * config["TILE_N"] // 32  # A's box; B's: two slots landed before the loop, one in it
+    assert len(copies) == 1 + config["TILE_N"] // 32  # A's box, B's
     assert all(line.startswith("@%p") for line in copies)  # one lane issues them
-    assert "cp.async.cg" not in k.ptx and "cvt.rn.tf32" not in k.ptx and "ld.global" not in producer
-    assert "ld.shared.v4.f32" in producer and "st.shared.v4.f32" in producer  # the landing slot -> B^T
-    assert "cvt.rn" not in k_loop(consumer) and "ld.shared" not in k_loop(consumer)  # nothing left to round or read
-    assert re.search(r"wgmma\.mma_async\S*tf32 \{[^}]*\}, %rd\d+, %rd\d+, 1, 1, 1;", consumer)  # both from shared memory
-    assert "wgmma.wait_group.sync.aligned 1;" in consumer  # a group in flight
+    assert "cp.async.cg" not in k.ptx and "cvt.rn.tf32" not in k.ptx and "ld.shared" not in producer
+    loop = k_loop(consumer)
+    assert "cvt.rn" not in loop and re.search(r"ld\.shared\.v[24]\.u32", loop) and "st.shared" not in loop  # rounded
+    assert re.search(r"wgmma\.mma_async\S*tf32 \{[^}]*\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+, 1, 1, 1;", loop)
+    assert "wgmma.wait_group.sync.aligned 0;" in loop  # each group waited for in its iteration
     m, n, kk = sizes
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((m, kk), dtype=np.float32), rng.standard_normal((kk, n), dtype=np.float32)
@@ -187,9 +188,9 @@ def test_tf32_tma_gemm_rounds_both_by_the_copy_transposes_b_in_the_producer_and_
 
 
 @pytest.mark.parametrize("kk", [20, 40, 4], ids=["one-iteration", "two", "k-4"])
-def test_tf32_tma_gemm_with_fewer_k_iterations_than_landing_slots_gives_the_model_bits(kk):
-    """A loop of one or two iterations (K = 4 a ragged one): each is landed before the loop, the landings
-    past its end are disabled, and the bits are the model's."""
+def test_tf32_tma_gemm_of_one_or_two_k_iterations_gives_the_model_bits(kk):
+    """A loop of one or two iterations (K = 4 a ragged one): the fragments of stage 0 read before the loop,
+    no wait for a stage past its end, and the bits are the model's."""
     config = TF32_CONFIGS[2][0]
     k = gemm(config, True, SGEMM_TF32, "sgemm_tf32")
     rng = np.random.default_rng(kk)
@@ -216,29 +217,25 @@ def _chunk(row: int, col: int, eb: int = 4) -> int:
     return (col * eb % 128 // 16) ^ (row % 8)
 
 
-@pytest.mark.parametrize("tiles", [1, 2])
-def test_the_transpose_layout_reads_the_landing_and_stores_b_t_without_bank_conflicts(tiles):
-    """Each quarter warp's 16-byte accesses - a row of four columns of the landing slot, a B^T row's four k -
-    touch eight distinct chunks of banks, for the B^T row order store_transposed uses."""
-    k, n = 32, 128
-    layout = transpose_layout((k, n), tiles)
+@pytest.mark.parametrize("n", [128, 256, 512], ids=["tiles-1", "tiles-2", "tiles-4"])
+def test_b_fragments_read_from_the_swizzled_stage_touch_every_bank_once_a_phase(n):
+    """Each phase of lanes of a fragment read - 16 lanes of 8-byte vectors with one 64-row tile a warpgroup,
+    8 lanes of 16 bytes with more - touches every bank once: four k rows of the lanes' columns, in the
+    order of the swapped layouts, fall in distinct chunks of the 128-byte swizzled N-major B."""
+    layout = swapped_fragment_layout((32, n), 2 * WARPGROUP, 2, 1)
+    width = min(4, 2 * n // 128)  # the thread's consecutive columns a vector reads
+    lanes = 128 // (4 * width)
 
-    def coord(t: int, d: int) -> int:
-        return sum((t // term.div) % term.mod * term.scale for term in layout.terms[d])
+    def coord(t: int, r: int, d: int) -> int:
+        return sum((t // term.div) % term.mod * term.scale for term in layout.terms[d]) + layout.offsets[r][d]
 
-    def b_t_row(col: int) -> int:  # store_transposed's row order: column 64 T j + 2 T (8 w + g) + 2 i + h
-        j, i, w, g, h = (col // (64 * tiles), col // 2 % tiles, col // (16 * tiles) % 4, col // (2 * tiles) % 8,
-                         col % 2)
-        return 64 * tiles * j + 64 * i + 16 * w + g + 8 * h
-
-    blocks = sorted({(row - row % 4, col - col % 4) for row, col in layout.offsets})
-    for first in range(0, 128, 8):
-        quarter = range(first, first + 8)
-        for r0, c0 in blocks:
-            for x in range(4):
-                reads = {_chunk(coord(t, 0) + r0 + x, coord(t, 1) + c0) for t in quarter}
-                stores = {_chunk(b_t_row(coord(t, 1) + c0 + x), coord(t, 0) + r0) for t in quarter}
-                assert len(reads) == 8 and len(stores) == 8, (tiles, first, r0, c0, x, reads, stores)
+    for warp in range(8):
+        for r in range(0, layout.nregs, width):
+            for first in range(0, 32, lanes):
+                words = {(coord(t, r, 0), _chunk(coord(t, r, 0), coord(t, r, 1)), coord(t, r, 1) % 4 // width)
+                         for t in range(32 * warp + first, 32 * warp + first + lanes)}
+                banks = {(chunk, part) for _, chunk, part in words}
+                assert len(words) == lanes and len(banks) == lanes, (n, warp, r, first, sorted(words))
 
 
 def test_golden_tf32_tma_gemm(golden):

@@ -314,11 +314,28 @@ def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: 
 # A product computed as its transpose, C^T = B^T A^T (tf32 on wgmma: mma_plan.py), may take C^T's rows
 # in any order, the same in B^T's fragments and in the accumulators, since wgmma sums over k alone.  Of
 # a warpgroup's block of T 64-row tiles, wgmma's row 64 i + 16 w + g + 8 h (tile i, warp w, lane group
-# g = lane / 4, half h) is taken to be C^T's row - C's column - 2T (8 w + g) + 2 i + h: each thread then
-# holds 2T consecutive columns of C, loaded from B and stored to C as vectors.
+# g = lane / 4, half h) is taken to be C^T's row - C's column - in the warpgroup's block: 2 i + h, then
+# the bits of g and w spread over the column's higher bits (`_ROW_BITS`).  Each thread then holds 2T
+# consecutive columns of C, loaded from B and stored to C as vectors of 8 T bytes.  The digit of g that
+# still varies within one phase of those accesses (16 lanes for 8-byte vectors, 8 for 16-byte ones)
+# takes column bit 4 - half a 128-byte box of f32 - so that the four k rows those lanes read from a
+# 128-byte swizzled N-major B (the TMA copy's layout: chunk c of row k at chunk c ^ k % 8) fall in
+# eight distinct chunks of banks, and rows padded by an odd number of 16 bytes (cp.async) likewise.
+def _row_bits(tiles: int) -> list[int]:
+    """The column bit each of g's three bits and w's two takes (lowest first), for T 64-row tiles a
+    warpgroup: bit 4 to the digit of g that varies within a phase, the rest above the thread's 2T columns
+    in order."""
+    assert tiles <= 4, tiles  # bit 4 lies above the thread's columns
+    run = (2 * tiles).bit_length() - 1
+    in_phase = 1 if tiles == 1 else 0  # 8-byte vectors: phases of 16 lanes (g's bits 0, 1); 16 bytes: 8 lanes
+    free = [b for b in range(run, run + 6) if b != 4][:4]
+    return free[:in_phase] + [4] + free[in_phase:]
+
+
 def _transposed_rows(groups_m: int, tiles: int) -> list[Term]:
     """The thread terms of C's column in a swapped product (see above)."""
-    return [Term(4, 8, 2 * tiles), Term(WARP, 4, 16 * tiles)] + (
+    bits = _row_bits(tiles)
+    return [Term(4 << d, 2, 1 << bit) for d, bit in enumerate(bits)] + (
         [Term(WARPGROUP, groups_m, WGMMA_ROWS * tiles)] if groups_m > 1 else [])
 
 
@@ -338,27 +355,6 @@ def swapped_wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, gr
     offsets = [(MMA_COLS * j + c, col) for j in range(block_m // MMA_COLS) for c in (0, 1) for col in range(2 * tiles)]
     return Layout((m, n), threads, (tuple(rows), tuple(_transposed_rows(groups_m, tiles))), tuple(offsets),
                   _sorted(replicas))
-
-
-def transpose_layout(shape: tuple[int, int], tiles: int, threads: int = WARPGROUP) -> Layout:
-    """The layout a producer warpgroup reads a swapped product's B [K, N] in from its landing slot (N-major,
-    swizzled) to store it as B^T (K-major, swizzled; `tiles`: the product's 64-row tiles a warpgroup,
-    which order B^T's rows): 4 x 4 blocks a thread (four k rows of one 16-byte vector of columns: four
-    rows of B^T, 16 bytes each), the lanes along N, the warps along N, then K.  With one tile a warpgroup
-    a lane's lowest digit goes along K instead: columns 16 apart then hold B^T rows 8 apart, whose
-    16-byte chunks of one k chunk fall in the same banks, and chunks of two k chunks do not - so each
-    quarter warp's stores, and its reads, touch eight distinct chunks of 16 banks.  (Two tiles: all
-    lanes along N already do; four: the stores conflict two ways whatever the digits.)"""
-    k, n = shape
-    lanes_k = 2 if tiles == 1 else 1
-    lanes_n = WARP // lanes_k
-    warps_n = min(threads // WARP, n // 4 // lanes_n)
-    grid = grid_layout(shape, threads, (4, 4), (lanes_k, lanes_n), (threads // WARP // warps_n, warps_n))
-    if lanes_k == 1:
-        return grid
-    lane_k, lane_n = Term(1, lanes_k, 4), Term(lanes_k, lanes_n, 4)  # the lane digits swapped: K's the lowest
-    terms = tuple(tuple(lane if t.in_warp else t for t in ts) for ts, lane in zip(grid.terms, (lane_k, lane_n)))
-    return Layout(grid.shape, threads, terms, grid.offsets, grid.replicas)
 
 
 def swapped_fragment_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int) -> Layout:

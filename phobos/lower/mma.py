@@ -26,8 +26,9 @@
 # through 64-bit matrix descriptors in the 128-byte swizzled layout
 # (`TileSpace`): A K-major, B N-major (imm-trans-b).  A tf32 kind computes
 # C^T = B^T A^T (mma_plan.py): wgmma's A is B^T, from registers - B's
-# fragments rounded there (tf32x3: the high parts and the TF32 roundings of
-# the rests), kept until the wait that covers the group - and its B is A,
+# fragments rounded there, or by the TMA copy that brought B (tf32x3: the
+# high parts and the TF32 roundings of the rests), kept until the wait that
+# covers the group - and its B is A,
 # K-major in shared memory, rounded on its way there or in place
 # (`store_operand`, `round_in_place`; tf32x3: the high parts, then the low
 # parts) or by the TMA copy that brings it (pipeline.py).  The
@@ -143,9 +144,11 @@ class SharedOperand:
 @dataclass(frozen=True)
 class RegisterOperand:
     """An operand whose registers are its fragments: an A operand in the plan's A layout, or the B
-    operand of a swapped product in its staging layout (B^T's wgmma fragments)."""
+    operand of a swapped product in its staging layout (B^T's wgmma fragments; `rounded`: TF32 values
+    already, as a tf32 tensor map's copy leaves them)."""
 
     regs: list[Value]
+    rounded: bool = False
 
 
 def in_registers(plan: MmaPlan, operand: str) -> bool:
@@ -162,13 +165,16 @@ def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpac
     bytes (cp.async and ldmatrix move 16-byte rows), padded so that the rows
     one fragment read touches fall in different banks: eight rows of 16 bytes
     for ldmatrix and for tf32 A (an odd number of 16-byte units), four rows of
-    32 bytes for tf32 B (32 or 96 bytes past a multiple of 128).
+    32 bytes for mma.sync's tf32 B (32 or 96 bytes past a multiple of 128);
+    a swapped product's B an odd number of 16-byte units too (the four k rows
+    a phase of lanes reads, its columns in the order of layout.py's swapped
+    layouts).
     """
     eb = plan.kind.operand.nbytes
     if plan.instruction == "wgmma" and not in_registers(plan, operand):
         return TileSpace(rows, cols, eb, 0, parts=2 if plan.kind.products == 3 else 1)
     stride = align(cols * eb, 16)
-    ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit else \
+    ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit and not plan.swapped else \
         (lambda s: (s // 16) % 2 == 1)
     while not ok(stride):
         stride += 16
@@ -284,56 +290,28 @@ def round_tf32(low: Lowering, v: Value, kind: MmaKind) -> Value:
     return low.op("select", [nan, low.const(0x7FFFFFFF, DType.U32), rounded], U32)
 
 
-def store_transposed(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, plan: MmaPlan) -> None:
-    """Store a swapped product's B [K, N] (`t`, in layout.transpose_layout, TF32 values already) as B^T
-    into the swizzled K-major `space` from byte `start` of `base`, as wgmma's A operand: B's column n is B^T's row
-    in the order of layout.py's swapped layouts - of warpgroup block j of 64 T rows, column
-    64 T j + 2 T (8 w + g) + 2 i + h at row 64 T j + 64 i + 16 w + g + 8 h - each thread's four k rows
-    of a column one 16-byte vector."""
-    tiles = plan.wgmma_m_tiles
-    layout = t.layout
-    k0, n0 = (low.thread_coord(layout.terms[d]) for d in (0, 1))
-    at = layout.register_of
-
-    def term(v: Value, div: int, mod: int | None, scale: int) -> Value:  # (v // div) % mod * scale
-        digit = low.op("div", [v, low.const(div)], I32) if div > 1 else v
-        digit = low.op("rem", [digit, low.const(mod)], I32) if mod is not None else digit
-        return low.op("mul", [digit, low.const(scale)], I32)
-
-    for row, col in sorted(at):
-        if row % 4:
-            continue
-        n = low.op("add", [n0, low.const(col)], I32)
-        b_row = term(n, tiles * WGMMA_ROWS, None, tiles * WGMMA_ROWS)  # the warpgroup block's first row
-        for part in (term(n, 2, tiles, WGMMA_ROWS), term(n, 16 * tiles, 4, 16), term(n, 2 * tiles, 8, 1),
-                     term(n, 1, 2, 8)):  # i, w, g, h
-            b_row = low.op("add", [b_row, part], I32)
-        k = low.op("add", [k0, low.const(row)], I32)
-        addr = low.op("add", [base, low.op("cast", [space.offset(low, b_row, k)], U32)], U32)
-        values = [t.regs[at[(row + x, col)]] for x in range(4)]
-        low.b.op("st_shared", [addr, *values], [], {"dtype": DType.F32, "vec": 4, "offset": start, "masked": False})
-
-
-def read_swizzled(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace) -> list[Value]:
-    """The f32 registers of a tile in `layout` read from the swizzled `space` from byte `start` of `base`
-    (every replica reads)."""
+def read_swizzled(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace,
+                  dtype: DType = DType.F32) -> list[Value]:
+    """The registers of a tile of 32-bit `dtype` in `layout` read from the swizzled `space` from byte
+    `start` of `base` (every replica reads)."""
     regs: list[Value | None] = [None] * layout.nregs
     for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
-        for r, value in zip(group, low.ld_shared_at(address, DType.F32, len(group), pred, offset)):
+        for r, value in zip(group, low.ld_shared_at(address, dtype, len(group), pred, offset)):
             regs[r] = value
     return regs
 
 
 def _swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace):
     """(register slots, shared address, byte offset from it, predicate) of each access to a tile in
-    `layout` lying in the swizzled `space` from byte `start` of `base`: 16-byte vectors along the rows
-    where the layout holds whole chunks, else elements.  Each distinct (row % 8, column within the box) of
+    `layout` lying in the swizzled `space` from byte `start` of `base`: vectors along the rows, as wide as
+    the aligned runs of columns the layout holds (16 bytes at most: a chunk).  Each distinct (row % 8, column within the box) of
     the thread's elements gets an address of its own; the rest are immediate offsets."""
     per_chunk, per_box = 16 // space.eb, SWIZZLE_BYTES // space.eb
     at = {off: r for r, off in enumerate(layout.offsets)}
-    whole = all(term.scale % per_chunk == 0 for term in layout.terms[1]) and \
-        all((row, col - col % per_chunk + x) in at for row, col in at for x in range(per_chunk))
-    width = per_chunk if whole else 1
+    width = per_chunk
+    while width > 1 and not (all(term.scale % width == 0 for term in layout.terms[1]) and
+                             all((row, col - col % width + x) in at for row, col in at for x in range(width))):
+        width //= 2
     thread_row, thread_col = (low.thread_coord(layout.terms[d]) for d in (0, 1))
     addresses: dict[tuple[int, int], Value] = {}
     out = []
@@ -420,25 +398,20 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
     scale-d 0): each warpgroup its block, one wgmma per 64-row tile and k step (tf32x3:
     three, low x high, high x low, high x high, as mma.sync runs them), then a commit.  16-bit operands
     are swizzled tiles (TileSpace), A K-major, B N-major (imm-trans-b); a swapped product's A (wgmma's B)
-    is one K-major and its B (wgmma's A) the registers of B^T's fragments (tf32x3: split here) or, where a
-    producer warpgroup stored it so (pipeline.py), B^T K-major in shared memory.  Returns the
+    is one K-major and its B (wgmma's A) the registers of B^T's fragments (rounded here unless they are
+    already; tf32x3: split here).  Returns the
     accumulators and the fragment registers the group reads: the caller's wait (wgmma_wait) keeps them
     and must come before the result is used."""
     kind = plan.kind
     group_m = low.digit(WARPGROUP, plan.warps_m)
     group_n = low.digit(WARPGROUP * plan.warps_m, plan.warps_n)
     step_bytes = kind.k * kind.operand.nbytes  # a k step's part of a K-major row
-    registers_a = plan.swapped and isinstance(b, RegisterOperand)
-    if plan.swapped:  # wgmma's B is A, K-major: the warpgroup's first row of it
+    registers_a = plan.swapped
+    if plan.swapped:  # wgmma's B is A, K-major: the warpgroup's first row of it; its A B^T's fragments
         shared = a
         desc_b = _descriptor(low, a, low.op("mul", [group_n, low.const(plan.wgmma_n * SWIZZLE_BYTES)], I32),
                              leading=16)
-    if registers_a:
-        fragments = _tf32_fragments(low, plan, b.regs)  # [high] or [high, low], B^T's fragments
-    elif plan.swapped:  # wgmma's A is B^T, K-major in shared memory (its rows in the order of layout.py's
-        # swapped layouts): the warpgroup's first row of it
-        desc_a = _descriptor(low, b, low.op("mul", [group_m, low.const(plan.wgmma_m_tiles * WGMMA_ROWS * SWIZZLE_BYTES)],
-                                            I32), leading=16)
+        fragments = [b.regs] if b.rounded else _tf32_fragments(low, plan, b.regs)  # [high] or [high, low]
     else:  # B N-major: its first box of columns; A K-major, the warpgroup's first row
         shared = b
         b_first = low.op("mul", [group_n, low.const(plan.wgmma_n * kind.operand.nbytes // SWIZZLE_BYTES
@@ -456,8 +429,6 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
                 if registers_a:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
                     operands = [*(fragments[pb][r] for r in plan.wgmma_fragments(s, i)),
                                 _plus(low, db, pa * shared.space.part_bytes >> 4)]
-                elif plan.swapped:  # tf32 (one part each): B^T's tile i, A
-                    operands = [_plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4), db]
                 else:
                     da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4)
                     operands = [_plus(low, da, pa * a.space.part_bytes >> 4),

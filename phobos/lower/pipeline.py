@@ -47,11 +47,10 @@
 # which copies each stage's slices by cp.async.bulk.tensor through tensor
 # map parameters, full and empty mbarriers per stage in place of the
 # barrier, setmaxnreg giving the producer's registers to the consumers.
-# A tf32 product's loop (`_transposed`) has A and B copied through tf32 maps,
-# which round them: A into the stage, B as it lies into landing slots two
-# iterations ahead, from which all the producer's threads store it as B^T,
-# K-major, so that wgmma reads both operands from the stage and its group
-# stays in flight.
+# A tf32 product's loop (`_tma_swapped`) has A and B copied through tf32 maps,
+# which round them, into the stage as a 16-bit GEMM's are (B N-major, as it
+# lies); the consumers read B's fragments from the stage into registers one
+# iteration ahead while the group runs on the ones they read before.
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
@@ -68,16 +67,15 @@ from dataclasses import dataclass
 from ..configuration import Knobs
 from ..middle.ir import Block, Op, Value, walk
 from ..types import DType, ScalarType
-from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, read_tile
+from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, access_groups, align, read_tile
 from .dot import DotPlan, dot_plan, finish_dot
-from .layout import copy_layout, transpose_layout
+from .layout import copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
 from .mma import (SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers,
-                  operand_space, read_swizzled, round_in_place, store_transposed)
+                  operand_space, read_swizzled, round_in_place)
 from .mma_plan import MmaPlan
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
-LANDING_SLOTS = 2  # a transposed tile's TMA copies land this many iterations ahead of its threads' transpose
 
 
 @dataclass
@@ -89,12 +87,6 @@ class Staged:
     space: TileSpace
     rounded: bool = False  # a tf32 operand of a swapped product, rounded by register staging
     kept: bool = False  # read from the stage into registers, which the product reads (a swapped product's B)
-    landing: TileSpace | None = None  # a swapped product's B as TMA lays it in a landing slot, before the
-    # producer's threads store it transposed into the stage (B^T K-major)
-
-    @property
-    def transposed(self) -> bool:
-        return self.landing is not None
 
 
 @dataclass
@@ -105,7 +97,7 @@ class PipelinePlan:
     cuda_dot: tuple[Op, DotPlan] | None  # the product on the CUDA cores computed from the stage
     in_flight: Op | None = None  # a wgmma product whose group stays in flight into the next iteration
     tma_boxes: list | None = None  # a producer warpgroup copies the stages by TMA, each staged slice so
-    # (TmaBox, in the order of `staged`; a transposed one's into its landing slots; see the header)
+    # (TmaBox, in the order of `staged`; see the header)
     product: Op | None = None  # the loop's one tensor-core product, when it has one
 
     @property
@@ -121,14 +113,8 @@ class PipelinePlan:
         return any(st.rounded for st in self.staged)
 
     @property
-    def landing_slot_bytes(self) -> int:
-        """One landing slot: the transposed tiles, one after another, as TMA lays them."""
-        return sum(st.landing.nbytes for st in self.staged if st.transposed)
-
-    @property
-    def landing_bytes(self) -> int:
-        """The shared memory past the ring that the transposed tiles' landing slots take."""
-        return LANDING_SLOTS * self.landing_slot_bytes
+    def kept(self) -> list[Staged]:
+        return [st for st in self.staged if st.kept]
 
 
 def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
@@ -184,8 +170,8 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
     if not cuda_dot:
         plan.stage_bytes = _stage_bytes(plan)
     plan.tma_boxes = _tma_boxes(low, op, plan)
-    transposed = _transposed(low, op, plan, tensor_core)
-    return transposed if transposed is not None and transposed.tma_boxes is not None else plan
+    swapped = _tma_swapped(low, op, plan)
+    return swapped if swapped is not None and swapped.tma_boxes is not None else plan
 
 
 def _stage_bytes(plan: PipelinePlan) -> int:
@@ -193,23 +179,20 @@ def _stage_bytes(plan: PipelinePlan) -> int:
     return align(last.start + last.space.nbytes, plan.alignment)
 
 
-def _transposed(low: Lowering, op: Op, plan: PipelinePlan, dots: list[Op]) -> PipelinePlan | None:
+def _tma_swapped(low: Lowering, op: Op, plan: PipelinePlan) -> PipelinePlan | None:
     """A tf32 product's K loop (swapped, B^T's fragments in registers) as a producer warpgroup runs it:
-    A and B copied by TMA through tf32 tensor maps, which round them to nearest even on the way - A into
-    the stage, B as it lies (N-major) into a landing slot, from which the producer's threads store it
-    transposed, B^T K-major in the 128-byte swizzled layout, for wgmma to read from shared memory with
-    A; the product's group stays in flight.  None where the loop is no such loop, or TMA is off."""
+    A and B copied by TMA through tf32 tensor maps, which round them to nearest even on the way, into
+    the stage - A K-major, B N-major as it lies, both 128-byte swizzled - and B's fragments read from
+    there, rounded already.  None where the loop is no such loop, or TMA is off."""
     if not low.tma or plan.product is None or low.plans[plan.product].kind.name != "tf32" \
             or len(plan.staged) != 2 or not plan.staged[1].kept:
         return None
     a, b = plan.staged
     k, n = b.load.result.type.shape
-    space = TileSpace(n, k, b.space.eb, 0)
+    space = TileSpace(k, n, b.space.eb, 0)
     start = align(a.start + a.space.nbytes, space.alignment)
-    staged = [Staged(a.load, a.start, a.space),
-              Staged(b.load, start, space, landing=TileSpace(k, n, b.space.eb, 0))]
-    out = PipelinePlan(staged, plan.index_ops, 0, None, _accumulating_wgmma(low, op, dots, from_registers=False),
-                       product=plan.product)
+    out = PipelinePlan([Staged(a.load, a.start, a.space), Staged(b.load, start, space, kept=True)],
+                       plan.index_ops, 0, None, product=plan.product)
     out.stage_bytes = _stage_bytes(out)
     out.tma_boxes = _tma_boxes(low, op, out)
     return out
@@ -217,27 +200,29 @@ def _transposed(low: Lowering, op: Op, plan: PipelinePlan, dots: list[Op]) -> Pi
 
 def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
     """The TMA boxes of the staged slices where a producer warpgroup can copy this loop's stages by TMA,
-    else None: a GEMM's K loop on wgmma (one product whose group stays in flight, operands straight from
-    the stage, each a slice TMA can copy: `tma_box`), at the kernel's top level, with nothing but
+    else None: a GEMM's K loop on wgmma (one product whose group stays in flight, or a swapped one that
+    reads B's fragments from the stage; operands straight from the stage, each a slice TMA can copy:
+    `tma_box`), at the kernel's top level, with nothing but
     register arithmetic before it - the producer's threads run that code too, outside every layout, so
     it may not touch memory (not even a load: their elements lie past the slice)."""
     body = low.src.body.ops
-    if plan.in_flight is None or plan.through_registers or low.barrier_threads is not None or op not in body:
+    if (plan.in_flight is None and not plan.kept) or plan.through_registers or low.barrier_threads is not None \
+            or op not in body:
         return None
-    boxes = [tma_box(low, st.load, st.landing or st.space) for st in plan.staged]
+    boxes = [tma_box(low, st.load, st.space) for st in plan.staged]
     before = Block(ops=body[:body.index(op)])
     if None in boxes or low.smem_bytes or not all(o.pure for o in walk(before)):
         return None
     return boxes
 
 
-def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op], from_registers: bool = True) -> Op | None:
+def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
     """The loop's one product, if it is a wgmma that accumulates into a carried value nothing else in the
     loop reads (a GEMM's K loop): its group may then stay in flight while the next iteration starts - unless
-    it reads fragments from registers (a swapped product, unless `from_registers` is False: its B^T in
-    shared memory), or is tf32x3 (which adds each product to acc after its wait)."""
+    it reads fragments from registers (a swapped product), or is tf32x3 (which adds each product to acc
+    after its wait)."""
     if len(dots) != 1 or low.plans[dots[0]].instruction != "wgmma" or len(dots[0].operands) != 3 \
-            or (low.plans[dots[0]].swapped and from_registers) or low.plans[dots[0]].kind.products != 1:
+            or low.plans[dots[0]].swapped or low.plans[dots[0]].kind.products != 1:
         return None
     dot, body = dots[0], op.regions[0]
     acc = dot.operands[2]
@@ -293,9 +278,9 @@ def _ring(low: Lowering, plan: PipelinePlan) -> Ring:
     fewest = 3 if plan.through_registers or plan.specialized else 2
     stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
-    while stages > fewest and stages * plan.stage_bytes + plan.landing_bytes + pad > low.smem_limit:
+    while stages > fewest and stages * plan.stage_bytes + pad > low.smem_limit:
         stages -= 1
-    nbytes = stages * plan.stage_bytes + plan.landing_bytes  # the landing slots follow the stages
+    nbytes = stages * plan.stage_bytes
     end = low.scratch_start + nbytes + pad
     return Ring(stages, aligned_base(low, nbytes, plan.alignment), end, plan.stage_bytes)
 
@@ -319,8 +304,8 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
     (those kept in registers from `kept`, in order)."""
     registers = iter(kept)
     for st in plan.staged:
-        low.staged[st.load.result] = RegisterOperand(next(registers)) if st.kept \
-            else SharedOperand(stage, st.start, st.space)
+        low.staged[st.load.result] = RegisterOperand(next(registers), rounded=plan.specialized) if st.kept \
+            else SharedOperand(stage, st.start, st.space)  # TMA's tf32 maps round what they copy
     dot = plan.cuda_dot[0] if plan.cuda_dot else None
     skipped = {st.load for st in plan.staged} | set(plan.index_ops) | {dot}
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, SMEM_ALIGN)
@@ -351,7 +336,7 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     lo = low.vals[op.operands[0]]
     step = op.attrs["step"]
     kt_arg = op.regions[0].args[0]
-    kept = [st for st in plan.staged if st.kept]
+    kept = plan.kept
 
     def request(kt: Value, index: Value) -> None:
         """cp.async the operand tiles of the iteration with loop variable `kt` into stage `index`."""
@@ -490,15 +475,11 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     then copies iteration i into it, each staged slice as TmaBox says, through the tensor maps the
     launcher builds for the call (a `tensor_map` parameter per slice shape); then it exits.  The
     consumers wait for full[s], issue the product's group, wait for the group before it and release
-    that one's stage.
-
-    A transposed tile (a tf32 product's B) is copied by TMA LANDING_SLOTS iterations ahead into a ring
-    of landing slots past the stages, each with mbarriers landed[d] (the leader's arrival and the
-    copy's bytes) and free[d] (every producer thread): at iteration i every producer thread waits for
-    iteration i's slot to land, reads its part (layout.transpose_layout) and stores it as B^T into
-    stage s (mma.store_transposed), fences its accesses for the async proxy and arrives on free[d] and
-    on full[s] (count 1 + PRODUCER_THREADS); the leader then waits for free[d] and copies iteration
-    i + LANDING_SLOTS into the slot.
+    that one's stage.  A swapped product's B^T fragments (`plan.kept`) are read from the stage instead,
+    one iteration ahead: before the loop the consumers wait for stage 0 and read its fragments; at
+    iteration i they issue the group on the fragments read before, and while it runs wait for
+    iteration i + 1's stage (where there is one) and read its fragments, carried to it; then they wait
+    for the group and release stage i.
 
     Before the loop every thread ran the same register arithmetic (`_tma_boxes`); after it only the
     consumers run, so their barriers count them alone (`Lowering.barrier_threads`).  Where the CTA's
@@ -511,33 +492,24 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     total = consumers + PRODUCER_THREADS
     low.out.attrs["threads"] = total
     where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc is not None else "a K loop"
-    transposed = [st for st in plan.staged if st.transposed]
+    kept = plan.kept
     rounds = plan.product is not None and low.plans[plan.product].kind.rounding == "rn"  # tf32: maps typed tf32
     names = [low.src.attrs["params"][st.load.operands[0].owner.attrs["index"]].name for st in plan.staged]
     low.notes.append(f"{where}: the loop's {stages} stages are copied by TMA, issued by a producer warpgroup "
                      f"({PRODUCER_THREADS} threads more)"
                      + "".join(f"; {name} rounded to TF32 by the copy" for name in names if rounds)
-                     + "".join(f"; {name} landed {LANDING_SLOTS} iterations ahead and stored transposed by its "
-                               f"threads" for st, name in zip(plan.staged, names) if st.transposed))
-    slots = LANDING_SLOTS if transposed else 0
-    # mbarriers, 8 bytes each: full[stages], empty[stages], then landed[slots], free[slots]
-    firsts, count = (0, stages, 2 * stages, 2 * stages + slots), 2 * stages + 2 * slots
+                     + "".join(f"; {name}'s fragments read from the stage an iteration ahead"
+                               for st, name in zip(plan.staged, names) if st.kept))
+    # mbarriers, 8 bytes each: full[stages], then empty[stages]
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, 8)
-    barriers = low.smem(8 * count)
+    barriers = low.smem(8 * 2 * stages)
     low.scratch_start = saved_start
-    ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * count, ring.stage_bytes)
+    ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * 2 * stages, ring.stage_bytes)
     maps = [(st, box, low.tensor_map(st.load.operands[0], box, rounds)) for st, box in zip(plan.staged, plan.tma_boxes)]
-    staged_maps = [m for m in maps if not m[0].transposed]  # into the stage; the others into landing slots
-    landed = [m for m in maps if m[0].transposed]
-    landing = low.op("add", [ring.base, low.const(stages * ring.stage_bytes, DType.U32)], U32) if slots else None
-    # registers a producer thread keeps: its share of the transposed tiles besides what copying takes
-    layouts = {st.load: transpose_layout(st.load.result.type.shape, low.plans[plan.product].wgmma_m_tiles)
-               for st in transposed}
-    keeps = align(PRODUCER_REGISTERS + sum(lay.nregs for lay in layouts.values()) + (24 if transposed else 0), 8)
 
-    def barrier(kind: int, index: Value) -> Value:  # kind 0: full, 1: empty, 2: landed, 3: free
+    def barrier(empty: bool, index: Value) -> Value:
         offset = low.op("mul", [low.op("cast", [index], U32), low.const(8, DType.U32)], U32)
-        return low.op("add", [barriers, low.op("add", [offset, low.const(8 * firsts[kind], DType.U32)], U32)], U32)
+        return low.op("add", [barriers, low.op("add", [offset, low.const(8 * stages * empty, DType.U32)], U32)], U32)
 
     def branch(cond: Value, then) -> None:
         outer, regions = low.b, [Block(), Block()]
@@ -549,114 +521,58 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         low.b = outer
 
     first = low.op("cmp", [low.tid(), low.const(0)], BOOL, pred="eq")
-    for s in range(stages):  # full: the TMA bytes and the leader's arrival, and every producer thread's with a transpose
-        low.b.op("mbarrier_init", [barrier(0, low.const(s)), first], [],
-                 {"count": 1 + (PRODUCER_THREADS if transposed else 0)})
-        low.b.op("mbarrier_init", [barrier(1, low.const(s)), first], [], {"count": consumers // PRODUCER_THREADS})
-    for d in range(slots):
-        low.b.op("mbarrier_init", [barrier(2, low.const(d)), first], [], {"count": 1})
-        low.b.op("mbarrier_init", [barrier(3, low.const(d)), first], [], {"count": PRODUCER_THREADS})
+    for s in range(stages):  # full: the TMA bytes and the leader's arrival; empty: a thread a consumer warpgroup
+        low.b.op("mbarrier_init", [barrier(False, low.const(s)), first], [], {"count": 1})
+        low.b.op("mbarrier_init", [barrier(True, low.const(s)), first], [], {"count": consumers // PRODUCER_THREADS})
     low.barrier()  # every thread of the CTA: the barriers are initialised
 
     entry = entry_registers(total)
-    given = (entry - keeps) * PRODUCER_THREADS // consumers // 8 * 8
+    given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // consumers // 8 * 8
     moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
-    lo, step = low.vals[op.operands[0]], op.attrs["step"]
+    lo, hi, step = low.vals[op.operands[0]], low.vals[op.operands[1]], op.attrs["step"]
 
-    def next_stage(s: Value, phase: Value, count: int) -> tuple[Value, Value]:
-        wraps = low.op("cmp", [s, low.const(count - 1)], BOOL, pred="eq")
+    def next_stage(s: Value, phase: Value) -> tuple[Value, Value]:
+        wraps = low.op("cmp", [s, low.const(stages - 1)], BOOL, pred="eq")
         return (low.op("select", [wraps, low.const(0), low.op("add", [s, low.const(1)], I32)], I32),
                 low.op("xor", [phase, low.op("cast", [wraps], I32)], I32))
 
-    def issue(boxes, kt: Value, stage: Value, bar: Value, leader: Value) -> None:
-        """Thread `leader` copies the slices of iteration kt that `boxes` lists, (staged, box, map), into
-        `stage` by TMA, every box completing bytes on mbarrier `bar`."""
-        for st, box, tensor_map in boxes:
-            starts, _, _ = slice_geometry(low, st.load, low.vals[st.load.operands[0]])
-            for j in range(box.count):
-                column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
-                low.b.op("tma_load", [stage, tensor_map, column, starts[0], bar, leader], [],
-                         {"offset": (0 if st.transposed else st.start) + j * box.bytes})
+    def runs(kt: Value) -> Value:
+        return low.op("cmp", [kt, hi], BOOL, pred="lt" if step > 0 else "gt")
 
-    slot_bytes = plan.landing_slot_bytes
-
-    def slot(d: Value) -> Value:
-        return low.op("add", [landing, low.op("mul", [low.op("cast", [d], U32), low.const(slot_bytes, DType.U32)],
-                                              U32)], U32)
-
-    def land(kt: Value, d: Value, read: Value | None, leader: Value, first_warp: Value) -> None:
-        """The leader copies the transposed tiles of iteration kt into landing slot d once every producer
-        thread read it (the parity of that use, `read`; None: the slot's first use), when that iteration
-        runs; its warp waits with it (a branch is uniform across a warp)."""
-        def lands(enabled: Value) -> None:
-            def leads() -> None:
-                if read is not None:
-                    low.b.op("mbarrier_wait", [barrier(3, d), read], [])
-                bar = barrier(2, d)
-                low.b.op("mbarrier_expect_tx", [bar, leader], [], {"bytes": slot_bytes})
-                issue(landed, kt, slot(d), bar, leader)
-            branch(low.all_of([enabled, first_warp]), leads)
-        _at_iteration(low, op, plan, kt, lands)
-
-    def copy(kt: Value, s: Value, phase: Value, d: Value, landing_phase: Value, leader: Value,
-             first_warp: Value) -> None:
-        """Copy iteration kt into stage s once the consumers emptied it: thread `leader` arrives on full[s]
-        with the bytes to expect and issues the TMA copies; with transposed tiles every thread then stores
-        its part of landing slot d (of parity `landing_phase`) into the stage, fences its accesses for the
-        async proxy and arrives, and the leader lands iteration kt + LANDING_SLOTS in the slot."""
-        full = barrier(0, s)
-        low.b.op("mbarrier_wait", [barrier(1, s), low.op("xor", [phase, low.const(1)], I32)], [])
-        low.b.op("mbarrier_expect_tx", [full, leader], [],
-                 {"bytes": sum(box.bytes * box.count for _, box, _ in staged_maps)})
+    def copy(kt: Value, s: Value, phase: Value, leader: Value) -> None:
+        """Thread `leader` copies iteration kt into stage s once the consumers emptied it, arriving on
+        full[s] with the bytes to expect."""
+        full = barrier(False, s)
+        low.b.op("mbarrier_wait", [barrier(True, s), low.op("xor", [phase, low.const(1)], I32)], [])
+        low.b.op("mbarrier_expect_tx", [full, leader], [], {"bytes": sum(box.bytes * box.count for _, box, _ in maps)})
         stage = ring.stage(low, s)
-        _at_iteration(low, op, plan, kt, lambda enabled: issue(  # enabled: kt < hi, always within the loop
-            staged_maps, kt, stage, full, leader))
-        if not transposed:
-            return
-        low.b.op("mbarrier_wait", [barrier(2, d), landing_phase], [])
-        at = 0
-        for st in transposed:
-            layout = layouts[st.load]
-            tile = TileRegs(layout, read_swizzled(low, layout, slot(d), at, st.landing))
-            store_transposed(low, tile, stage, st.start, st.space, low.plans[plan.product])
-            at += st.landing.nbytes
-        low.b.op("fence_proxy_async", [], [])
-        low.b.op("mbarrier_arrive", [barrier(3, d)], [])  # before full[s]: the consumers' wait for it orders both
-        low.b.op("mbarrier_arrive", [full], [])
-        land(low.op("add", [kt, low.const(LANDING_SLOTS * step, kt.dtype)], kt.type), d, landing_phase, leader,
-             first_warp)
+
+        def issue(enabled: Value) -> None:  # enabled: kt < hi, always within the loop
+            for st, box, tensor_map in maps:
+                starts, _, _ = slice_geometry(low, st.load, low.vals[st.load.operands[0]])
+                for j in range(box.count):
+                    column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
+                    low.b.op("tma_load", [stage, tensor_map, column, starts[0], full, leader], [],
+                             {"offset": st.start + j * box.bytes})
+        _at_iteration(low, op, plan, kt, issue)
 
     def produce() -> None:  # its threads' digits count all the CTA's threads (`Lowering.digit`)
         low.threads = total
         if moved:
-            low.b.op("setmaxnreg", [], [], {"count": keeps, "inc": False})
+            low.b.op("setmaxnreg", [], [], {"count": PRODUCER_REGISTERS, "inc": False})
         index = low.op("sub", [low.tid(), low.const(consumers)], I32)  # the thread's, in the producer
         leader = low.op("cmp", [index, low.const(0)], BOOL, pred="eq")
-        first_warp = low.op("cmp", [index, low.const(32)], BOOL, pred="lt")
 
         def iterate() -> None:
-            """The producer's loop (landing the first LANDING_SLOTS iterations' transposed tiles before it)."""
-            for d in range(slots):
-                land(low.op("add", [lo, low.const(d * step, lo.dtype)], lo.type), low.const(d), None, leader,
-                     first_warp)
             body, outer = Block(), low.b
-            carried = 4 if slots else 2  # stage and phase; landing slot and its phase
-            low.b.op("for", [lo, low.vals[op.operands[1]], *[low.const(0)] * carried], [I32] * carried,
-                     {"step": step}, [body])
+            low.b.op("for", [lo, hi, low.const(0), low.const(0)], [I32, I32], {"step": step}, [body])
             low.b = low.builder_for(body, outer.block, outer.loc)
             kt = low.b.block_arg(body, lo.type, "kt")
             s, phase = low.b.block_arg(body, I32, "stage"), low.b.block_arg(body, I32, "phase")
-            d = landing_phase = None
-            if slots:
-                d, landing_phase = low.b.block_arg(body, I32, "slot"), low.b.block_arg(body, I32, "landing")
-            copy(kt, s, phase, d, landing_phase, leader, first_warp)
-            following = [*next_stage(s, phase, stages)] + ([*next_stage(d, landing_phase, slots)] if slots else [])
-            low.b.op("yield", following, [])
+            copy(kt, s, phase, leader)
+            low.b.op("yield", [*next_stage(s, phase)], [])
             low.b = outer
-        if transposed:  # every producer thread stores its part
-            iterate()
-        else:
-            branch(first_warp, iterate)
+        branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), iterate)  # its first warp
         low.b.op("exit", [], [])
         low.threads = consumers
     branch(low.op("cmp", [low.tid(), low.const(consumers)], BOOL, pred="ge"), produce)
@@ -664,25 +580,50 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     if moved:
         low.b.op("setmaxnreg", [], [], {"count": entry + given, "inc": True})
     low.barrier_threads = consumers
-    low.wgmma_in_flight[plan.in_flight] = 1
+    if plan.in_flight is not None:
+        low.wgmma_in_flight[plan.in_flight] = 1
     leader = low.op("cmp", [low.op("and", [low.tid(), low.const(PRODUCER_THREADS - 1)], I32), low.const(0)],
                     BOOL, pred="eq")
 
-    def consume(ops: list[Op], extra: list[Value]) -> list[Value]:
-        s, phase, previous = extra
-        low.b.op("mbarrier_wait", [barrier(0, s), phase], [])
-        _lower_body(low, ops, plan, ring, ring.stage(low, s))
-        not_first = low.op("cmp", [low.vals[op.regions[0].args[0]], lo], BOOL, pred="ne")
-        low.b.op("mbarrier_arrive", [barrier(1, previous), low.all_of([not_first, leader])], [])
-        return [*next_stage(s, phase, stages), s]
+    def fragments(s: Value, phase: Value, kt: Value) -> list[Value]:
+        """The kept tiles' registers (their bits: wgmma's b32 fragments), read from stage s once it is full,
+        if iteration kt runs (else stale)."""
+        branch(runs(kt), lambda: low.b.op("mbarrier_wait", [barrier(False, s), phase], []))
+        stage = ring.stage(low, s)
+        return [r for st in kept
+                for r in read_swizzled(low, low.layouts[st.load.result], stage, st.start, st.space, DType.U32)]
 
-    low.build_for(op, [low.const(0), low.const(0), low.const(0)], consume)
+    sizes = [low.layouts[st.load.result].nregs for st in kept]
+
+    def consume(ops: list[Op], extra: list[Value]) -> list[Value]:
+        s, phase, previous, now = extra[0], extra[1], extra[2], extra[3:]
+        kt = low.vals[op.regions[0].args[0]]
+        following = next_stage(s, phase) if kept else None
+        fetched: list[Value] = []
+        registers, at = [], 0
+        for n in sizes:
+            registers.append(now[at:at + n])
+            at += n
+        if kept:  # the group runs on the fragments read before while the next stage's are read
+            ahead = low.op("add", [kt, low.const(step, kt.dtype)], kt.type)
+            low.while_wgmma = lambda: fetched.extend(fragments(*following, ahead))
+        else:
+            low.b.op("mbarrier_wait", [barrier(False, s), phase], [])
+        _lower_body(low, ops, plan, ring, ring.stage(low, s), registers)
+        if plan.in_flight is not None:  # the group before this one is done with its stage
+            not_first = low.op("cmp", [kt, lo], BOOL, pred="ne")
+            low.b.op("mbarrier_arrive", [barrier(True, previous), low.all_of([not_first, leader])], [])
+        else:
+            low.b.op("mbarrier_arrive", [barrier(True, s), leader], [])
+        return [*(following or next_stage(s, phase)), s, *fetched]
+
+    carried = fragments(low.const(0), low.const(0), lo) if kept else []
+    low.build_for(op, [low.const(0), low.const(0), low.const(0), *carried], consume)
     low.b.op("wgmma_wait", [], [], {"pending": 0})
     low.barrier()  # no consumer still reads the ring or arrives on an mbarrier
-    for kinds, count in (((0, 1), stages), ((2, 3), slots)):  # their shared memory may serve another purpose
-        for s in range(count):  # only once they are invalidated
-            for kind in kinds:
-                low.b.op("mbarrier_inval", [barrier(kind, low.const(s)), first], [])
+    for s in range(stages):  # their shared memory may serve another purpose only once they are invalidated
+        for empty in (False, True):
+            low.b.op("mbarrier_inval", [barrier(empty, low.const(s)), first], [])
     low.barrier()
 
 
