@@ -315,7 +315,7 @@ def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: 
 # in any order, the same in B^T's fragments and in the accumulators, since wgmma sums over k alone.  Of
 # a warpgroup's block of T 64-row tiles, wgmma's row 64 i + 16 w + g + 8 h (tile i, warp w, lane group
 # g = lane / 4, half h) is taken to be C^T's row - C's column - in the warpgroup's block: 2 i + h, then
-# the bits of g and w spread over the column's higher bits (`_ROW_BITS`).  Each thread then holds 2T
+# the bits of g and w spread over the column's higher bits (`_row_bits`).  Each thread then holds 2T
 # consecutive columns of C, loaded from B and stored to C as vectors of 8 T bytes.  The digit of g that
 # still varies within one phase of those accesses (16 lanes for 8-byte vectors, 8 for 16-byte ones)
 # takes column bit 4 - half a 128-byte box of f32 - so that the four k rows those lanes read from a

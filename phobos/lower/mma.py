@@ -304,8 +304,9 @@ def read_swizzled(low: Lowering, layout: Layout, base: Value, start: int, space:
 def _swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace):
     """(register slots, shared address, byte offset from it, predicate) of each access to a tile in
     `layout` lying in the swizzled `space` from byte `start` of `base`: vectors along the rows, as wide as
-    the aligned runs of columns the layout holds (16 bytes at most: a chunk).  Each distinct (row % 8, column within the box) of
-    the thread's elements gets an address of its own; the rest are immediate offsets."""
+    the aligned runs of columns the layout holds (16 bytes at most: a chunk).  Each distinct (row % 8,
+    column within the box) of the thread's elements gets an address of its own; the rest are immediate
+    offsets."""
     per_chunk, per_box = 16 // space.eb, SWIZZLE_BYTES // space.eb
     at = {off: r for r, off in enumerate(layout.offsets)}
     width = per_chunk
@@ -406,7 +407,6 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
     group_m = low.digit(WARPGROUP, plan.warps_m)
     group_n = low.digit(WARPGROUP * plan.warps_m, plan.warps_n)
     step_bytes = kind.k * kind.operand.nbytes  # a k step's part of a K-major row
-    registers_a = plan.swapped
     if plan.swapped:  # wgmma's B is A, K-major: the warpgroup's first row of it; its A B^T's fragments
         shared = a
         desc_b = _descriptor(low, a, low.op("mul", [group_n, low.const(plan.wgmma_n * SWIZZLE_BYTES)], I32),
@@ -426,7 +426,7 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
         db = _plus(low, desc_b, (step_bytes * s if plan.swapped else kind.k * s * SWIZZLE_BYTES) >> 4)
         for i in range(plan.wgmma_m_tiles):
             for pa, pb in pairs:
-                if registers_a:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
+                if plan.swapped:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
                     operands = [*(fragments[pb][r] for r in plan.wgmma_fragments(s, i)),
                                 _plus(low, db, pa * shared.space.part_bytes >> 4)]
                 else:
@@ -437,12 +437,12 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
                 zero = acc[registers[0]] is None
                 results = low.b.op(
                     "wgmma", [*operands, *([] if zero else (acc[r] for r in registers))], [F32] * len(registers),
-                    {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "registers_a": registers_a,
+                    {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "registers_a": plan.swapped,
                      "zero": zero, "fence": s == 0 and i == 0 and (pa, pb) == pairs[0]}).results
                 for r, result in zip(registers, results):
                     acc[r] = result
     low.b.op("wgmma_commit", [], [])
-    return acc, [r for part in fragments for r in part] if registers_a else []
+    return acc, [r for part in fragments for r in part] if plan.swapped else []
 
 
 def _descriptor(low: Lowering, operand: SharedOperand, offset: Value, leading: int) -> Value:

@@ -298,6 +298,12 @@ def _at_iteration(low: Lowering, op: Op, plan: PipelinePlan, kt: Value, emit):
     return out
 
 
+def _split(values: list[Value], sizes: list[int]) -> list[list[Value]]:
+    """`values` cut into consecutive lists of `sizes` (the registers of each kept tile)."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [values[start:start + n] for start, n in zip(starts, sizes)]
+
+
 def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, stage: Value,
                 kept: list[list[Value]] = ()) -> None:
     """The loop body's ops but the staged loads and their indices, the staged operands read from `stage`
@@ -399,11 +405,7 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
         if early:
             following = next_stage(read)
             low.while_wgmma = lambda: fetched.extend(from_stage(following))
-        registers, at = [], 0
-        for n in sizes:
-            registers.append(now[at:at + n])
-            at += n
-        _lower_body(low, ops, plan, ring, ring.stage(low, read), registers)
+        _lower_body(low, ops, plan, ring, ring.stage(low, read), _split(now, sizes))
         assert low.while_wgmma is None, "the loop's wgmma product read the next stage"
         return [following if early else next_stage(read), *fetched]
 
@@ -600,20 +602,16 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         kt = low.vals[op.regions[0].args[0]]
         following = next_stage(s, phase) if kept else None
         fetched: list[Value] = []
-        registers, at = [], 0
-        for n in sizes:
-            registers.append(now[at:at + n])
-            at += n
         if kept:  # the group runs on the fragments read before while the next stage's are read
             ahead = low.op("add", [kt, low.const(step, kt.dtype)], kt.type)
             low.while_wgmma = lambda: fetched.extend(fragments(*following, ahead))
         else:
             low.b.op("mbarrier_wait", [barrier(False, s), phase], [])
-        _lower_body(low, ops, plan, ring, ring.stage(low, s), registers)
+        _lower_body(low, ops, plan, ring, ring.stage(low, s), _split(now, sizes))
         if plan.in_flight is not None:  # the group before this one is done with its stage
             not_first = low.op("cmp", [kt, lo], BOOL, pred="ne")
             low.b.op("mbarrier_arrive", [barrier(True, previous), low.all_of([not_first, leader])], [])
-        else:
+        else:  # B^T's fragments: this group is done with its stage
             low.b.op("mbarrier_arrive", [barrier(True, s), leader], [])
         return [*(following or next_stage(s, phase)), s, *fetched]
 
