@@ -3,7 +3,7 @@
 #   check FILE...                       every error of every kernel and configuration
 #   compile FILE [-D NAME=VALUE]... [--kernel K] [--arch sm_90] [--index-bits 64] [--no-read-only-cache]
 #           [--tma] [-o out.ptx]
-#           [--dump-ast | --dump-ir | --dump-thread-ir | --dump-after=PASS]
+#           [--dump-ast | --dump-ir | --dump-thread-ir | --dump-schedule | --dump-after=PASS]
 #   cache info | cache clear            where the disk cache is, what it holds; empty it
 #   --version
 #
@@ -74,7 +74,8 @@ def cmd_compile(args) -> int:
     after = args.dump_after
     if after is not None and after.split(":")[-1] not in PASS_NAMES:
         return _usage_error(f"unknown pass '{after}'; passes: {', '.join(PASS_NAMES)}")
-    dumps = Dumps(ast=args.dump_ast, ir=args.dump_ir, after=after, thread_ir=args.dump_thread_ir)
+    dumps = Dumps(ast=args.dump_ast, ir=args.dump_ir, after=after, thread_ir=args.dump_thread_ir,
+                  schedule=args.dump_schedule)
     config = dict(args.define)
     try:
         node = pick_kernel(parse_source(src, args.file), args.kernel)
@@ -139,6 +140,9 @@ def _main(argv: list[str] | None) -> int:
     comp.add_argument("--dump-ast", action="store_true", help="print the AST")
     comp.add_argument("--dump-ir", action="store_true", help="print the tile-level IR before the passes")
     comp.add_argument("--dump-thread-ir", action="store_true", help="print the thread-level IR after lowering")
+    comp.add_argument("--dump-schedule", action="store_true",
+                      help="print each pipelined K loop's schedule: who copies, who multiplies, what each waits "
+                           "on, the tile order (--dump-ir prints it too)")
     comp.add_argument("--dump-after", metavar="PASS",
                       help=f"print the IR after a pass ({', '.join(PASS_NAMES)}; 'tile:' or 'thread:' "
                            f"picks the level)")

@@ -98,6 +98,7 @@ class Dumps:
     ir: bool = False
     after: str | None = None
     thread_ir: bool = False
+    schedule: bool = False  # each pipelined loop's schedule (with --dump-ir too)
     texts: list[str] = field(default_factory=list)
 
 
@@ -130,6 +131,7 @@ class CompiledKernel:
     grid_hint: list[tuple[str, int] | None]  # per grid axis: (size name, tile) when stores make it clear
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     notes: list[str] = field(default_factory=list)  # the code chosen where it matters (tensor cores or not)
+    schedules: list[str] = field(default_factory=list)  # each pipelined K loop's schedule (lower/schedule.py)
     index_bits: int = 32  # width of tensor dims and size parameters (compile_kernel)
     read_only_cache: bool = True  # tensors the kernel only reads are loaded with ld.global.nc (compile_kernel)
 
@@ -306,6 +308,9 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     thread = lower(func, tgt.shared_limit(ck.knobs.ctas_per_sm), tgt.cp_async, index_bits, read_only_cache,
                    tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma)
     expand_math(thread)
+    if dumps is not None and (dumps.schedule or dumps.ir):
+        dumps.texts += [f"// {text}" if i == 0 else text
+                        for i, text in enumerate(thread.attrs["schedules"] or ["no pipelined loop"])]
     if verify_each:
         verify(thread, thread_level=True)
     if dumps is not None and dumps.thread_ir:
@@ -335,7 +340,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(thread.attrs["params"]), arch=tgt.arch,
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
         registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times,
-        notes=list(thread.attrs["notes"]), index_bits=index_bits, read_only_cache=read_only_cache)
+        notes=list(thread.attrs["notes"]), schedules=list(thread.attrs["schedules"]), index_bits=index_bits, read_only_cache=read_only_cache)
 
 
 def grid_hints(func) -> GridHint:

@@ -105,6 +105,7 @@ class Lowering:
         self.plans = plan_dots(func, self.threads, tensor_cores, wgmma)  # dot -> MmaPlan, or why not
         self.layouts = assign_layouts(func, self.threads, self.plans)
         self.notes = [describe(op, plan) for op, plan in self.plans.items()]  # for the compiled kernel's report
+        self.schedules: list[str] = []  # each pipelined loop's schedule (schedule.Schedule.text), for dumps
         check_register_need(func, self.layouts, self.threads)
         attrs = dict(func.attrs, threads=self.threads, index_bits=index_bits,
                      params=list(func.attrs["params"]))  # its own: tensor_map parameters join it

@@ -18,8 +18,9 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
     After: a Function of scalar ops only, with attrs `threads` (per CTA),
-    `shared_bytes` (the scratch buffer) and `notes` (what the compiled
-    kernel's report says about the code chosen), ready for math expansion and
+    `shared_bytes` (the scratch buffer), `notes` (what the compiled
+    kernel's report says about the code chosen) and `schedules` (the text
+    of each pipelined loop's schedule.Schedule), ready for math expansion and
     instruction selection.  `smem_limit` is the target's shared memory per
     CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
     `index_bits` 64 makes tensor dims (and the size parameters) and element
@@ -34,5 +35,6 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     low.lower_block(func.body, low.out.body)
     low.out.attrs["shared_bytes"] = low.smem_bytes
     low.out.attrs["notes"] = list(low.notes)
+    low.out.attrs["schedules"] = list(low.schedules)
     low.out.attrs["native_bf16"] = tensor_cores  # cvt to bf16 exists where mma.sync does (sm_80)
     return low.out

@@ -74,6 +74,7 @@ from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geom
 from .mma import (SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers,
                   operand_space, read_swizzled, round_in_place)
 from .mma_plan import MmaPlan
+from .schedule import REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
 
@@ -269,20 +270,47 @@ class Ring:
         return low.op("add", [self.base, offset], U32)
 
 
-def _ring(low: Lowering, plan: PipelinePlan) -> Ring:
-    """STAGES stages (fewer, down to 2 - 3 for register staging - where they do not fit), after a barrier
-    where one is needed."""
-    if any(st.load in low.global_barriers for st in plan.staged) or low.smem_bytes:
-        low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
-        # and no thread may still read shared memory the ring overwrites
+def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan) -> Schedule:
+    """The schedule the loop `op`, pipelined as `plan` says, runs by (schedule.py): STAGES stages (fewer,
+    down to 2 - 3 for register staging or a producer warpgroup - where they do not fit the target's shared
+    memory); every thread copying by cp.async, or a producer warpgroup copying by TMA beside the kernel's
+    threads, which consume."""
     fewest = 3 if plan.through_registers or plan.specialized else 2
     stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
     while stages > fewest and stages * plan.stage_bytes + pad > low.smem_limit:
         stages -= 1
-    nbytes = stages * plan.stage_bytes
+    order = TileOrder(low.group_m)
+    if not plan.specialized:
+        # a wgmma group in flight still reads the stage before: the copies run one iteration less ahead
+        in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
+        return Schedule("cp.async", stages, plan.stage_bytes, (Warps("all", low.threads, copiers=low.threads),),
+                        ahead=stages - 1 - in_flight, in_flight=in_flight, fragments_ahead=plan.through_registers,
+                        order=order)
+    consumers = low.threads
+    entry = entry_registers(consumers + PRODUCER_THREADS)
+    given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // consumers // 8 * 8
+    moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
+    copied = sum(box.bytes * box.count for box in plan.tma_boxes)
+    return Schedule(
+        "tma", stages, plan.stage_bytes,
+        (Warps("consumers", consumers, registers=entry + given if moved else None),
+         Warps("producer", PRODUCER_THREADS, copiers=1, registers=PRODUCER_REGISTERS if moved else None)),
+        (StageBarrier("full", 1, "producer", "consumers", copied),
+         StageBarrier("empty", consumers // WARPGROUP, "consumers", "producer")),
+        ahead=stages, in_flight=1 if plan.in_flight is not None else 0, fragments_ahead=bool(plan.kept),
+        order=order, entry_registers=entry)
+
+
+def _ring(low: Lowering, plan: PipelinePlan, schedule: Schedule) -> Ring:
+    """The schedule's stages in shared memory, after a barrier where one is needed."""
+    if any(st.load in low.global_barriers for st in plan.staged) or low.smem_bytes:
+        low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
+        # and no thread may still read shared memory the ring overwrites
+    pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
+    nbytes = schedule.stages * plan.stage_bytes
     end = low.scratch_start + nbytes + pad
-    return Ring(stages, aligned_base(low, nbytes, plan.alignment), end, plan.stage_bytes)
+    return Ring(schedule.stages, aligned_base(low, nbytes, plan.alignment), end, plan.stage_bytes)
 
 
 def _at_iteration(low: Lowering, op: Op, plan: PipelinePlan, kt: Value, emit):
@@ -296,6 +324,11 @@ def _at_iteration(low: Lowering, op: Op, plan: PipelinePlan, kt: Value, emit):
     out = emit(low.op("cmp", [kt, low.vals[op.operands[1]]], BOOL, pred="lt" if op.attrs["step"] > 0 else "gt"))
     low.vals.update(saved)
     return out
+
+
+def _where(op: Op) -> str:
+    """file:line:col of a tile-level op, for notes and dumps ('' where it has no location)."""
+    return f"{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc is not None else ""
 
 
 def _split(values: list[Value], sizes: list[int]) -> list[list[Value]]:
@@ -329,15 +362,16 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
 
     Before: `plan` says what is staged where.  After: the loop reads no staged load from global memory
     but through the ring, and every cp.async group is waited for when it ends."""
-    ring = _ring(low, plan)
-    if plan.specialized:
-        return lower_specialized(low, op, plan, ring)
-    stages = ring.stages
-    # a wgmma group in flight still reads the stage before: the loads run one iteration less ahead
-    in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
-    ahead_by = stages - 1 - in_flight
+    schedule = plan_schedule(low, op, plan)
+    problems = schedule.problems()
+    assert not problems, f"unsound schedule: {problems}"
+    low.schedules.append(schedule.text(_where(op)))
+    ring = _ring(low, plan, schedule)
+    if schedule.specialized:
+        return lower_specialized(low, op, plan, ring, schedule)
+    stages, in_flight, ahead_by = ring.stages, schedule.in_flight, schedule.ahead
     # register staging reads the next iteration's stage while this one's group runs: it must have arrived
-    early = 1 if plan.through_registers else 0
+    early = 1 if schedule.fragments_ahead else 0
     swizzled = any(st.space.swizzled for st in plan.staged) and not early
     lo = low.vals[op.operands[0]]
     step = op.attrs["step"]
@@ -420,9 +454,8 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     low.barrier()
 
 
-PRODUCER_THREADS = 128  # one warpgroup
+PRODUCER_THREADS = WARPGROUP
 PRODUCER_REGISTERS = 40  # what the producer keeps (setmaxnreg): one thread issues the copies
-REGISTER_FILE = 65536  # 32-bit registers of an SM, which one CTA has to itself when it runs alone
 
 
 def entry_registers(threads: int) -> int:
@@ -466,7 +499,7 @@ def _tensor_slice(low: Lowering, load: Op) -> bool:
     return all(n is not None for n in load.attrs["sizes"]) and all(v.dtype is DType.I32 for v in load.operands[1:3])
 
 
-def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> None:
+def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, schedule: Schedule) -> None:
     """The K loop with a producer warpgroup: PRODUCER_THREADS more threads, one of which copies the
     stages by TMA while the kernel's own threads, the consumers, multiply them.
 
@@ -488,12 +521,13 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
     registers are too few for the consumers' accumulators, setmaxnreg moves the producer's to them.
     Elements of a box outside the tensor are zeros (the edge contract), which TMA writes itself.
 
-    Before: `plan.specialized`, the ring allocated.  After: the kernel has PRODUCER_THREADS more threads,
+    Before: `plan.specialized`, the ring allocated, `schedule` its roles and barriers.  After: the kernel
+    has PRODUCER_THREADS more threads,
     the producer's all exited, every copy landed and was read, and the mbarriers are invalidated."""
-    stages, consumers = ring.stages, low.threads
-    total = consumers + PRODUCER_THREADS
+    producer, consumer = schedule.role("producer"), schedule.role("consumers")
+    stages, consumers, total = ring.stages, consumer.threads, schedule.threads
     low.out.attrs["threads"] = total
-    where = f"{op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc is not None else "a K loop"
+    where = _where(op) or "a K loop"
     kept = plan.kept
     rounds = plan.product is not None and low.plans[plan.product].kind.rounding == "rn"  # tf32: maps typed tf32
     names = [low.src.attrs["params"][st.load.operands[0].owner.attrs["index"]].name for st in plan.staged]
@@ -523,14 +557,12 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         low.b = outer
 
     first = low.op("cmp", [low.tid(), low.const(0)], BOOL, pred="eq")
+    full, empty = schedule.barrier("full"), schedule.barrier("empty")
     for s in range(stages):  # full: the TMA bytes and the leader's arrival; empty: a thread a consumer warpgroup
-        low.b.op("mbarrier_init", [barrier(False, low.const(s)), first], [], {"count": 1})
-        low.b.op("mbarrier_init", [barrier(True, low.const(s)), first], [], {"count": consumers // PRODUCER_THREADS})
+        low.b.op("mbarrier_init", [barrier(False, low.const(s)), first], [], {"count": full.arrivals})
+        low.b.op("mbarrier_init", [barrier(True, low.const(s)), first], [], {"count": empty.arrivals})
     low.barrier()  # every thread of the CTA: the barriers are initialised
 
-    entry = entry_registers(total)
-    given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // consumers // 8 * 8
-    moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
     lo, hi, step = low.vals[op.operands[0]], low.vals[op.operands[1]], op.attrs["step"]
 
     def next_stage(s: Value, phase: Value) -> tuple[Value, Value]:
@@ -546,7 +578,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         full[s] with the bytes to expect."""
         full = barrier(False, s)
         low.b.op("mbarrier_wait", [barrier(True, s), low.op("xor", [phase, low.const(1)], I32)], [])
-        low.b.op("mbarrier_expect_tx", [full, leader], [], {"bytes": sum(box.bytes * box.count for _, box, _ in maps)})
+        low.b.op("mbarrier_expect_tx", [full, leader], [], {"bytes": schedule.barrier("full").transaction})
         stage = ring.stage(low, s)
 
         def issue(enabled: Value) -> None:  # enabled: kt < hi, always within the loop
@@ -560,8 +592,8 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
 
     def produce() -> None:  # its threads' digits count all the CTA's threads (`Lowering.digit`)
         low.threads = total
-        if moved:
-            low.b.op("setmaxnreg", [], [], {"count": PRODUCER_REGISTERS, "inc": False})
+        if producer.registers is not None:
+            low.b.op("setmaxnreg", [], [], {"count": producer.registers, "inc": False})
         index = low.op("sub", [low.tid(), low.const(consumers)], I32)  # the thread's, in the producer
         leader = low.op("cmp", [index, low.const(0)], BOOL, pred="eq")
 
@@ -579,11 +611,11 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring) -> 
         low.threads = consumers
     branch(low.op("cmp", [low.tid(), low.const(consumers)], BOOL, pred="ge"), produce)
 
-    if moved:
-        low.b.op("setmaxnreg", [], [], {"count": entry + given, "inc": True})
+    if consumer.registers is not None:
+        low.b.op("setmaxnreg", [], [], {"count": consumer.registers, "inc": True})
     low.barrier_threads = consumers
-    if plan.in_flight is not None:
-        low.wgmma_in_flight[plan.in_flight] = 1
+    if schedule.in_flight:
+        low.wgmma_in_flight[plan.in_flight] = schedule.in_flight
     leader = low.op("cmp", [low.op("and", [low.tid(), low.const(PRODUCER_THREADS - 1)], I32), low.const(0)],
                     BOOL, pred="eq")
 
