@@ -59,10 +59,10 @@ def cases(only: list[str], sizes: list[int]) -> list[str]:
 
 
 # ------------------------------------------------------------------ worker side
-def timed_pair_ms(phobos_fn, reference_fn, min_sample_ms: float = 20.0, samples: int = 7) -> tuple[float, float]:
+def timed_ms(*fns, min_sample_ms: float = 20.0, samples: int = 7) -> list[float]:
     """Milliseconds per call of each function, called back to back between two CUDA events; the median of
-    `samples` samples each, taken in turn (Phobos, reference, Phobos, ...) so that both run through the same
-    clock and power states of the GPU, which drift under a sustained load."""
+    `samples` samples each, taken in turn (Phobos, reference, peer, Phobos, ...) so that all run through
+    the same clock and power states of the GPU, which drift under a sustained load."""
     import torch
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -75,16 +75,27 @@ def timed_pair_ms(phobos_fn, reference_fn, min_sample_ms: float = 20.0, samples:
         return start.elapsed_time(end) / calls
 
     counts = []
-    for fn in (phobos_fn, reference_fn):
+    for fn in fns:
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
         counts.append(max(1, min(1000, math.ceil(min_sample_ms / max(sample(fn, 1), 1e-3)))))
-    times: tuple[list, list] = ([], [])
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(samples):
-        for fn, calls, out in zip((phobos_fn, reference_fn), counts, times):
+        for fn, calls, out in zip(fns, counts, times):
             out.append(sample(fn, calls))
-    return statistics.median(times[0]), statistics.median(times[1])
+    return [statistics.median(t) for t in times]
+
+
+def triton_matmul():
+    """Triton's tutorial matmul (benchmarks/triton_matmul.py), or None with the reason printed."""
+    try:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from triton_matmul import matmul
+        return matmul
+    except ImportError as error:
+        print(f"Triton is not beside the 16-bit GEMMs: {error}", flush=True)
+        return None
 
 
 def fastest(kernel, count: int = 6) -> list[list]:
@@ -116,11 +127,25 @@ def run_gemm(group: str, n: int) -> dict:
     exact = a.double() @ b.double()
     errors = {"phobos_error": (c.double() - exact).abs().max().item(),
               "reference_error": (c_ref.double() - exact).abs().max().item()}
+    peers = {}
+    matmul = triton_matmul() if dtype != torch.float32 else None
+    if matmul is not None:  # the peer a kernel writer would otherwise pick, autotuned by its first call
+        c_triton = torch.empty_like(c)
+        matmul(a, b, c_triton)
+        errors["triton_error"] = (c_triton.double() - exact).abs().max().item()
+        peers["triton"] = lambda: matmul(a, b, c_triton)
+    if kernel.compiled.persistent:  # the same kernel with one CTA per output tile, tuned alike
+        single, c_single = kernel.configure(PERSISTENT=0), torch.empty_like(c)
+        single(a, b, c_single)
+        errors["one_cta_per_tile_error"] = (c_single.double() - exact).abs().max().item()
+        peers["one_cta_per_tile"] = lambda: single(a, b, c_single)
     del exact
-    phobos_ms, reference_ms = timed_pair_ms(lambda: kernel(a, b, c), lambda: torch.mm(a, b, out=c_ref))
+    phobos_ms, reference_ms, *peer_ms = timed_ms(lambda: kernel(a, b, c), lambda: torch.mm(a, b, out=c_ref),
+                                                 *peers.values())
     flops = 2 * n ** 3
     notes = [note.split(": ", 1)[1] for note in kernel.compiled.notes]
     return {"shape": f"{n}^3", "reference": reference_name, "phobos_ms": phobos_ms, "reference_ms": reference_ms,
+            **{f"{name}_ms": ms for name, ms in zip(peers, peer_ms)},
             "flops": flops, "config": kernel.config, "tuning_s": tuning_s, "notes": notes, **errors,
             "fastest": fastest(kernel)}
 
@@ -151,7 +176,7 @@ def run_attention(d: int, causal: bool) -> dict:
         exact = attention_reference(q[0, :CHECKED_HEADS], k[0, :CHECKED_HEADS], v[0, :CHECKED_HEADS], causal)
         errors = {"phobos_error": (o[:CHECKED_HEADS].double() - exact).abs().max().item(),
                   "reference_error": (o_ref[0, :CHECKED_HEADS].double() - exact).abs().max().item()}
-        phobos_ms, reference_ms = timed_pair_ms(lambda: attention(q[0], kt, v[0], o, scale=scale, causal=causal),
+        phobos_ms, reference_ms = timed_ms(lambda: attention(q[0], kt, v[0], o, scale=scale, causal=causal),
                                                 lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
     flops = 4 * HEADS * LENGTH * LENGTH * d // (2 if causal else 1)
     notes = [note.split(": ", 1)[1] for note in attention.compiled.notes]
@@ -215,7 +240,9 @@ def summary(row: dict) -> str:
         return f"{row['case']}: {row['status']}"
     return (f"{row['case']}: Phobos {row['phobos_tflops']:.0f} TFLOP/s, {row['reference']} "
             f"{row['reference_tflops']:.0f}: ratio {row['ratio']:.2f} (target {TARGETS[row['group']]}); "
-            f"errors {row['phobos_error']:.3g} vs {row['reference_error']:.3g}; {row['config']}; fastest timed: "
+            + "".join(f"{peer} {row[peer + '_tflops']:.0f}; " for peer in ("triton", "one_cta_per_tile")
+                      if peer + "_tflops" in row)
+            + f"errors {row['phobos_error']:.3g} vs {row['reference_error']:.3g}; {row['config']}; fastest timed: "
             + "; ".join(f"{name} {ms:.3f} ms" for name, ms in row.get("fastest", [])))
 
 
@@ -226,6 +253,9 @@ def finish(row: dict) -> dict:
         row["ratio"] = row["reference_ms"] / row["phobos_ms"]
         row["target"] = TARGETS[row["group"]]
         row["meets_target"] = row["ratio"] >= row["target"]
+        for peer in ("triton", "one_cta_per_tile"):
+            if f"{peer}_ms" in row:
+                row[f"{peer}_tflops"] = row["flops"] / row[f"{peer}_ms"] / 1e9
     return row
 
 
@@ -251,6 +281,7 @@ def main() -> None:
     done = [r for r in rows if r["status"] == "ok"]
     print(table(done, [("case", "case", ""), ("reference", "reference", ""), ("phobos_tflops", "Phobos TFLOP/s", ".1f"),
                        ("reference_tflops", "ref TFLOP/s", ".1f"), ("ratio", "ratio", ".2f"), ("target", "target", ".2f"),
+                       ("triton_tflops", "Triton TFLOP/s", ".1f"), ("one_cta_per_tile_tflops", "PERSISTENT=0", ".1f"),
                        ("phobos_error", "Phobos max err", ".3g"), ("reference_error", "ref max err", ".3g"),
                        ("config", "configuration", "")]) if done else "no case finished")
     for r in rows:
@@ -263,7 +294,8 @@ def main() -> None:
                 args.out)
     print(f"wrote {path}")
     plot("gemm_tc", [r for r in rows if r["status"] == "ok"], "case",
-         [("phobos_tflops", "Phobos"), ("reference_tflops", "reference")], "TFLOP/s", args.out)
+         [("phobos_tflops", "Phobos"), ("reference_tflops", "reference"), ("triton_tflops", "Triton")], "TFLOP/s",
+         args.out)
 
 
 if __name__ == "__main__":

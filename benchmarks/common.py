@@ -100,9 +100,9 @@ def device_name() -> str:
 
 
 def table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    """Rows as a text table; columns are (key, heading, format)."""
+    """Rows as a text table; columns are (key, heading, format); '-' where a row has no such key."""
     heads = [h for _, h, _ in columns]
-    cells = [[format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
+    cells = [["-" if k not in r else format(r[k], f) if f else str(r[k]) for k, _, f in columns] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths))]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
@@ -125,7 +125,8 @@ def save(name: str, rows: list[dict], meta: dict, out_dir: str, device: str | No
 
 def plot(name: str, rows: list[dict], x: str, series: list[tuple[str, str]], ylabel: str, out_dir: str,
          device: str | None = None) -> Path | None:
-    """A PNG of each series against x (skipped, with a note, where matplotlib is missing)."""
+    """A PNG of each series against x (a row without a series' key has no bar there; skipped, with a note,
+    where matplotlib is missing)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -137,7 +138,7 @@ def plot(name: str, rows: list[dict], x: str, series: list[tuple[str, str]], yla
     labels = [str(r[x]) for r in rows]
     width = 0.8 / len(series)
     for i, (key, label) in enumerate(series):
-        ax.bar([j + i * width for j in range(len(rows))], [r[key] for r in rows], width, label=label)
+        ax.bar([j + i * width for j in range(len(rows))], [r.get(key, 0) for r in rows], width, label=label)
     ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(rows))], labels, rotation=20)
     ax.set_ylabel(ylabel)
     ax.set_title(f"{name} on {device or device_name()}")

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -30,6 +31,8 @@ from .middle.ir import KernelParam, Op, format_function, verify, walk
 from .middle.index_reach import IndexReach, index_reach
 from .middle.irgen import generate, kernel_signature
 from .lower.driver import lower
+from .lower.pipeline import entry_registers
+from .lower.schedule import REGISTER_FILE
 from .lower.mathlib import expand_math
 from .frontend.parser import parse_source, pick_kernel
 from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
@@ -54,8 +57,16 @@ class Target:
         one CTA may have (164 KiB and 163 on sm_80); before, the two are the same."""
         if not ctas_per_sm:
             return self.shared_bytes
-        reserved = 1024 if self.compute_capability >= 80 else 0
-        return min(self.shared_bytes, (self.shared_bytes + reserved) // ctas_per_sm - reserved)
+        return min(self.shared_bytes, self.shared_per_multiprocessor // ctas_per_sm - self.reserved_per_cta)
+
+    @property
+    def reserved_per_cta(self) -> int:
+        """Shared memory the system reserves for each CTA (from sm_80 on)."""
+        return 1024 if self.compute_capability >= 80 else 0
+
+    @property
+    def shared_per_multiprocessor(self) -> int:
+        return self.shared_bytes + self.reserved_per_cta
 
     @property
     def compute_capability(self) -> int:
@@ -79,6 +90,9 @@ TARGETS = {
     "sm_90a": Target("sm_90a", 227 * 1024, True, True, True),
 }
 
+
+#: Threads one SM runs at once (sm_75 has 1024; a persistent kernel's CTAs are counted by it).
+THREADS_PER_MULTIPROCESSOR = 2048
 
 #: The widths tensor indices can be compiled with (compile_kernel's index_bits).
 INDEX_WIDTHS = (32, 64)
@@ -138,6 +152,26 @@ class CompiledKernel:
     @property
     def config_text(self) -> str:
         return config_text(self.config)
+
+    @property
+    def persistent(self) -> bool:
+        """Whether its CTAs loop over the program instances (a `programs` parameter per grid axis): the
+        launcher then starts no more CTAs than run at once (`launch_grid`)."""
+        return any(p.kind == "programs" for p in self.params)
+
+    def launch_grid(self, grid: tuple[int, int, int], multiprocessors: int) -> tuple[int, int, int]:
+        """The CTAs to start for the program instances of `grid`: those of `grid`, or for a persistent
+        kernel as many as surely fit on `multiprocessors` SMs at once, each of which runs the programs
+        that count apart, in the grid's linear order.  How many fit on an SM is counted by shared memory,
+        threads and registers, taken at the cap ptxas allocates under (`entry_registers`), which it never
+        exceeds: more CTAs would wait for the first to end.  Correctness never depends on the count."""
+        if not self.persistent:
+            return grid
+        target = TARGETS[self.arch]
+        per_sm = min(target.shared_per_multiprocessor // (self.shared_bytes + target.reserved_per_cta),
+                     THREADS_PER_MULTIPROCESSOR // self.threads,
+                     REGISTER_FILE // (self.threads * entry_registers(self.threads)))
+        return (max(1, min(math.prod(grid), multiprocessors * max(per_sm, 1))), 1, 1)
 
 
 #: Builtins whose argument is a grid axis.

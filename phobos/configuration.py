@@ -1,7 +1,7 @@
 # Configurations: the values a kernel's autotune parameters take in one
 # compilation, the typed knobs among them, and how a configuration is written.
 #
-# Four autotune parameter names are knobs: besides being i32 constants in the
+# Five autotune parameter names are knobs: besides being i32 constants in the
 # kernel, they set how the compiler lays the kernel out.  The checker
 # validates their values (a located error at the value in the decorator) and
 # hands lowering a `Knobs` value, where None means "the compiler chooses":
@@ -16,6 +16,11 @@
 #   CTAS_PER_SM  CTAs that must fit on one SM at once: 1 to 32 (the PTX's
 #            `.minnctapersm`, so ptxas caps each thread's registers to fit, and
 #            lowering the shared memory a CTA may take, pipeline stages first)
+#   PERSISTENT   0: one CTA per program instance; 1 (what the compiler
+#            chooses where it can): a kernel built around a K loop copied by
+#            TMA runs as many CTAs as fit the GPU at once, each looping over
+#            the program instances (output tiles), the copies of the next
+#            overlapping the epilogue of the last
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -37,6 +42,7 @@ KNOBS: dict[str, Knob] = {
     "STAGES": Knob("stages", "from 2 to 8", lambda v: 2 <= v <= 8),
     "GROUP_M": Knob("group_m", "from 1 to 64", lambda v: 1 <= v <= 64),
     "CTAS_PER_SM": Knob("ctas_per_sm", "from 1 to 32", lambda v: 1 <= v <= 32),
+    "PERSISTENT": Knob("persistent", "0 or 1", lambda v: v in (0, 1)),
 }
 
 
@@ -48,6 +54,7 @@ class Knobs:
     stages: int | None = None
     group_m: int | None = None
     ctas_per_sm: int | None = None
+    persistent: int | None = None
 
     @staticmethod
     def of(config: Mapping[str, int]) -> Knobs:

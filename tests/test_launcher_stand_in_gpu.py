@@ -32,10 +32,11 @@ class device_attribute:  # named as in pycuda
     MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"
     MAX_REGISTERS_PER_BLOCK = "MAX_REGISTERS_PER_BLOCK"
     MAX_THREADS_PER_BLOCK = "MAX_THREADS_PER_BLOCK"
+    MULTIPROCESSOR_COUNT = "MULTIPROCESSOR_COUNT"
 
 
 ATTRIBUTES = {"MAX_SHARED_MEMORY_PER_BLOCK": 48 * 1024, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
-              "MAX_REGISTERS_PER_BLOCK": 65536, "MAX_THREADS_PER_BLOCK": 1024}
+              "MAX_REGISTERS_PER_BLOCK": 65536, "MAX_THREADS_PER_BLOCK": 1024, "MULTIPROCESSOR_COUNT": 132}
 
 
 class PhobosAdd:
@@ -106,7 +107,7 @@ def gpu(stand_in_driver, monkeypatch):
 
 
 def test_device_properties_come_from_the_driver(gpu):
-    assert runtime.device_properties() == runtime.DeviceProperties("Stand-in GPU", (9, 0), 227 * 1024, 65536, 1024)
+    assert runtime.device_properties() == runtime.DeviceProperties("Stand-in GPU", (9, 0), 227 * 1024, 65536, 1024, 132)
     assert backends.GpuBackend().arch() == "sm_90a"
 
 

@@ -408,7 +408,8 @@ def k_loop(ptx: str) -> str:
     label to the label after it."""
     loops = [ptx[m.start():re.compile(r"^\$L_done_\d+:", re.M).search(ptx, m.end()).start()]
              for m in re.finditer(r"^\$L_loop_\d+:", ptx, re.M)]
-    (loop,) = [body for body in loops if "wgmma.mma_async" in body]
+    inner = re.compile(r"^\$L_loop_\d+:", re.M)
+    (loop,) = [body for body in loops if "wgmma.mma_async" in body and not inner.search(body, 1)]  # innermost
     return loop
 
 

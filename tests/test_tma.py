@@ -41,14 +41,16 @@ def gemm(config: dict, tma: bool, path=GEMM_BF16, name: str = "gemm_bf16"):
     return compile_kernel(k, arch="sm_90a", config=config, tma=tma)
 
 
-def run(k, config: dict, a, b, c) -> None:
-    """Launch `k` in the emulator as the launcher would: tensors, sizes, then the tensor maps."""
+def run(k, config: dict, a, b, c, multiprocessors: int = backends.EMULATED_MULTIPROCESSORS) -> None:
+    """Launch `k` in the emulator as the launcher would: tensors, sizes, a persistent kernel's grid, then
+    the tensor maps; a persistent kernel on as many CTAs as `multiprocessors` SMs hold."""
     (m, kk), n = a.shape, b.shape[1]
     values = {"A": a, "B": b, "C": c, "M": m, "K": kk, "N": n}
+    grid = (-(-m // config["TILE_M"]), -(-n // config["TILE_N"]), 1)
     args = [kernel_map(values[p.name], values[p.name].shape, p.map_dtype, p.box) if p.kind == "tensor_map"
-            else values[p.name] for p in k.params]
-    grid = (-(-m // config["TILE_M"]), -(-n // config["TILE_N"]))
-    emulator.launch(k.ptx, k.kernel_name, grid, (k.threads,), args, shared_bytes=k.shared_bytes)
+            else grid[p.dims[0]] if p.kind == "programs" else values[p.name] for p in k.params]
+    emulator.launch(k.ptx, k.kernel_name, k.launch_grid(grid, multiprocessors), (k.threads,), args,
+                    shared_bytes=k.shared_bytes)
 
 
 @pytest.mark.parametrize("config,sizes", CONFIGS, ids=["128x256-3", "256x128-4", "64x128-3"])
@@ -58,8 +60,10 @@ def test_tma_gemm_computes_the_cp_async_kernels_bits_on_ragged_sizes(config, siz
     assert k.threads == config["WARPS"] * 32 + 128 and plain.threads == config["WARPS"] * 32
     maps = [(p.name, p.box) for p in k.params if p.kind == "tensor_map"]
     assert maps == [("A", (config["TILE_M"], 64)), ("B", (64, 64))], maps
-    assert k.params[:len(plain.params)] == plain.params  # the maps come after the others
-    assert ".param .align 64 .b8 gemm_bf16_param_6[128]" in k.ptx
+    assert k.params[:len(plain.params)] == plain.params  # the grid and the maps come after the others
+    assert [(p.name, p.kind, p.dims) for p in k.params[len(plain.params):len(plain.params) + 3]] == \
+        [(f"programs_{axis}", "programs", (i,)) for i, axis in enumerate("xyz")]  # persistent CTAs
+    assert ".param .align 64 .b8 gemm_bf16_param_9[128]" in k.ptx
     loop = k_loop(k.ptx)
     assert "cp.async.cg" not in k.ptx and "mbarrier.try_wait.parity" in loop
     producer = k.ptx[k.ptx.index("setmaxnreg.dec") if "setmaxnreg.dec" in k.ptx else 0:k.ptx.index("exit;")]
@@ -248,3 +252,27 @@ def test_the_tf32_tma_gemm_the_tuner_picks_has_no_spills():
     report = check(k.ptx, arch="sm_90a", name="sgemm_tf32")
     report.raise_for_errors()
     assert report.kernel("sgemm_tf32").spill_stores == 0, report.kernel("sgemm_tf32")
+
+
+@pytest.mark.parametrize("multiprocessors", [1, 4])
+def test_persistent_ctas_run_every_tile_and_match_one_cta_per_program(multiprocessors):
+    """Persistent CTAs (the default with TMA) loop over the output tiles, the ring's stages and phases
+    carried from tile to tile: one CTA running all six tiles, or four running two or one, give the bits
+    of the kernel with one CTA per program (PERSISTENT=0), on ragged sizes with a one-iteration K loop
+    beside a three-iteration one."""
+    config = {"TILE_M": 64, "TILE_N": 128, "TILE_K": 64, "WARPS": 4, "STAGES": 3}
+    k, single = gemm(config, tma=True), gemm(dict(config, PERSISTENT=0), tma=True)
+    assert k.persistent and not single.persistent
+    assert "persistent CTAs" in k.notes[-1] and "persistent" not in single.notes[-1]
+    assert k.launch_grid((3, 2, 1), multiprocessors) == (min(6, multiprocessors), 1, 1)  # one CTA an SM
+    assert single.launch_grid((3, 2, 1), multiprocessors) == (3, 2, 1)
+    rng = np.random.default_rng(7)
+    for m, n, kk in ((130, 200, 136), (150, 248, 8)):
+        a = bf16_bits(rng.standard_normal((m, kk), dtype=np.float32))
+        b = bf16_bits(rng.standard_normal((kk, n), dtype=np.float32))
+        c, expected = np.full((m, n), 0x7fc0, np.uint16), np.full((m, n), 0x7fc0, np.uint16)  # NaN: unwritten
+        run(k, config, a, b, c, multiprocessors)
+        run(single, config, a, b, expected)
+        np.testing.assert_array_equal(c, expected)
+        exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
+        np.testing.assert_allclose(bf16_values(c), exact, rtol=2 ** -7, atol=1e-3)

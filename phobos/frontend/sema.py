@@ -30,7 +30,7 @@ from . import ast
 from .ast import start_loc
 from .builtins import BUILTINS, CAST_DTYPES, DOT_PRECISIONS, KEYWORDS
 from .launch_rules import RULE_DECORATORS, LaunchRules, rules_of
-from ..configuration import Knobs, config_text, knob_problem
+from ..configuration import KNOBS, Knobs, config_text, knob_problem
 from ..constants import OPERATORS, convert, evaluate, exact, fits, int_range, range_text
 from ..dispatch import Dispatch
 from ..errors import ErrorList, Loc, Note, PhobosError, SemanticError
@@ -216,12 +216,14 @@ def configurations(kernel: ast.Kernel) -> list[dict[str, int]]:
 
 def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[str, int]:
     """The configuration to compile: given values, the first listed value for the rest; derived
-    constants not given take their values at the first sample sizes the conditions allow."""
+    constants not given take their values at the first sample sizes the conditions allow.  A knob
+    (configuration.KNOBS) may be given where @autotune does not list it, as Triton's num_warps and
+    num_stages may always be."""
     rules = launch_rules(kernel)
     space = rules.space
     config = dict(config or {})
     for name, value in config.items():
-        if name not in space and name not in rules.derived_names:
+        if name not in space and name not in rules.derived_names and name not in KNOBS:
             known = ", ".join([*space, *rules.derived_names]) or "none"
             what = "autotune parameter or derived constant" if rules.derived else "autotune parameter"
             raise SemanticError(f"kernel '{kernel.name}' has no {what} '{name}' (it has: {known})", kernel.loc)
@@ -235,6 +237,7 @@ def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[st
         if problem is not None:
             raise SemanticError(problem, declared)
     resolved = {name: config.get(name, values[0]) for name, values in space.items()}
+    resolved.update((name, value) for name, value in config.items() if name in KNOBS and name not in space)
     missing = [d for d in rules.derived if d.name not in config]
     if missing:
         fixed = {name: resolved[name] for name in space}
@@ -248,9 +251,10 @@ def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[st
 
 
 def declaration(kernel: ast.Kernel, name: str) -> Loc:
-    """Where an autotune parameter (`NAME in [...]`) or a derived constant (`NAME = ...`) is declared."""
-    return next(item.loc for d in kernel.decorators for item in [*d.params, *d.args]
-                if getattr(item, "name", None) == name)
+    """Where an autotune parameter (`NAME in [...]`) or a derived constant (`NAME = ...`) is declared (the
+    kernel, for a knob its decorators do not list)."""
+    return next((item.loc for d in kernel.decorators for item in [*d.params, *d.args]
+                 if getattr(item, "name", None) == name), kernel.loc)
 
 
 # ------------------------------------------------------------------- checker

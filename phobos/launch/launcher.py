@@ -797,6 +797,8 @@ class _Kernel:
             elif param.kind == "tensor_map":
                 recipe.append(("tensor_map", positions[param.name],
                                MapEncoder(call.tensors[param.name].shape, param.map_dtype, param.box)))
+            elif param.kind == "programs":  # a persistent kernel's virtual grid, fixed with the sizes
+                recipe.append(("const", launch.grid[param.dims[0]]))
             else:
                 recipe.append(("const", call.sizes[param.name]))
         tensors = [call.tensors[name] for name in call.given if name in call.tensors]

@@ -77,6 +77,19 @@ class TileRegs:
     regs: list[Value]
 
 
+@dataclass(frozen=True)
+class Programs:
+    """The programs of a kernel whose CTAs are persistent (schedule.TileOrder): `counts`, the virtual grid
+    along x, y and z - `programs` parameters, which the launcher fills with the grid it would otherwise
+    launch - and, inside a CTA's loop over them, `linear`, the index of the program it runs now."""
+
+    counts: tuple[Value, Value, Value]
+    linear: Value | None = None
+
+    def running(self, linear: Value) -> Programs:
+        return Programs(self.counts, linear)
+
+
 @dataclass
 class TensorRef:
     """A lowered tensor: base address (global, i64), dims (values of the index type), element type, and
@@ -128,6 +141,7 @@ class Lowering:
         self.const_values: dict[tuple, Value] = {}  # (dtype, value) -> the const op's value, at entry
         self.constants: dict[int, object] = {}  # value id -> constant, for folding as ops are built
         self.group_m = program_grouping(func)
+        self.programs: Programs | None = None  # persistent CTAs: the virtual programs (pipeline.py)
         self.fused_stores: dict[Op, FusedStore] = {}  # filled by lower_ops from fusion.fusion_plan
         self.global_barriers = global_barriers(func, self.layouts, self.use_count)  # accesses after a barrier
         self.dot_operand_uses: dict[Value, int] = {}  # how often each value is an operand a or b of a dot
@@ -405,8 +419,8 @@ class Lowering:
             handler(self, op)
 
     def build_for(self, op: Op, extra_inits: list[Value],
-                  lower_body: Callable[[list[Op], list[Value]], list[Value]]) -> None:
-        """The thread-level loop of tile-level `op`.
+                  lower_body: Callable[[list[Op], list[Value]], list[Value]]) -> list[Value]:
+        """The thread-level loop of tile-level `op`; the final values of the extra ones.
 
         It carries `extra_inits` first, then op's carried values, flattened to
         registers; `lower_body(ops, extra_args)` lowers the body's ops (all but
@@ -435,6 +449,7 @@ class Lowering:
         pos = len(extra_inits)
         for v in op.results:
             pos = self.unflat(v, new.results, pos)
+        return list(new.results[:len(extra_inits)])
 
 
 # ------------------------------------------------------------------ plain helpers

@@ -20,7 +20,8 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     After: a Function of scalar ops only, with attrs `threads` (per CTA),
     `shared_bytes` (the scratch buffer), `notes` (what the compiled
     kernel's report says about the code chosen) and `schedules` (the text
-    of each pipelined loop's schedule.Schedule), ready for math expansion and
+    of each pipelined loop's schedule.Schedule), and `persistent` where the
+    CTAs loop over the output tiles (pipeline.persistent_loop), ready for math expansion and
     instruction selection.  `smem_limit` is the target's shared memory per
     CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
     `index_bits` 64 makes tensor dims (and the size parameters) and element
@@ -32,7 +33,11 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     `tensor_map` in attrs `params`, which the launcher fills per call).
     """
     low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma)
-    low.lower_block(func.body, low.out.body)
+    persistent = pipeline.persistent_loop(low)
+    if persistent is not None:
+        pipeline.lower_persistent(low, *persistent)
+    else:
+        low.lower_block(func.body, low.out.body)
     low.out.attrs["shared_bytes"] = low.smem_bytes
     low.out.attrs["notes"] = list(low.notes)
     low.out.attrs["schedules"] = list(low.schedules)

@@ -291,11 +291,12 @@ def round_tf32(low: Lowering, v: Value, kind: MmaKind) -> Value:
 
 
 def read_swizzled(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace,
-                  dtype: DType = DType.F32) -> list[Value]:
+                  dtype: DType = DType.F32, when: Value | None = None) -> list[Value]:
     """The registers of a tile of 32-bit `dtype` in `layout` read from the swizzled `space` from byte
-    `start` of `base` (every replica reads)."""
+    `start` of `base` (every replica reads; only where `when` holds, zeros elsewhere)."""
     regs: list[Value | None] = [None] * layout.nregs
     for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
+        pred = low.all_of([pred, when])
         for r, value in zip(group, low.ld_shared_at(address, dtype, len(group), pred, offset)):
             regs[r] = value
     return regs

@@ -65,9 +65,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..configuration import Knobs
-from ..middle.ir import Block, Op, Value, walk
+from ..middle.ir import Block, KernelParam, Op, Value, walk
 from ..types import DType, ScalarType
-from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, access_groups, align, read_tile
+from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, Programs, access_groups, align, read_tile
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
@@ -270,17 +270,17 @@ class Ring:
         return low.op("add", [self.base, offset], U32)
 
 
-def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan) -> Schedule:
+def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = False) -> Schedule:
     """The schedule the loop `op`, pipelined as `plan` says, runs by (schedule.py): STAGES stages (fewer,
     down to 2 - 3 for register staging or a producer warpgroup - where they do not fit the target's shared
     memory); every thread copying by cp.async, or a producer warpgroup copying by TMA beside the kernel's
-    threads, which consume."""
+    threads, which consume; `persistent` CTAs looping over the output tiles (`persistent_loop`)."""
     fewest = 3 if plan.through_registers or plan.specialized else 2
     stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
     while stages > fewest and stages * plan.stage_bytes + pad > low.smem_limit:
         stages -= 1
-    order = TileOrder(low.group_m)
+    order = TileOrder(low.group_m, persistent)
     if not plan.specialized:
         # a wgmma group in flight still reads the stage before: the copies run one iteration less ahead
         in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
@@ -356,19 +356,58 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
         del low.staged[st.load.result]
 
 
-def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan) -> None:
+def persistent_loop(low: Lowering) -> tuple[Op, PipelinePlan] | None:
+    """The K loop a kernel with persistent CTAs is built around, and its plan; or None.
+
+    A kernel gets persistent CTAs (unless PERSISTENT=0) when its one loop with products, at the top level,
+    is copied by a producer warpgroup (TMA): the kernel is then that loop between register arithmetic
+    before it (`_tma_boxes`) and an epilogue after it, which the consumers run per output tile while the
+    producer copies the next tile's stages."""
+    if low.src.attrs.get("knobs", Knobs()).persistent == 0 or not low.tma:
+        return None
+    body = low.src.body.ops
+    loops = [o for o in body if o.opcode == "for" and any(d.opcode == "dot" for d in walk(o.regions[0]))]
+    if len(loops) != 1 or any(o.opcode == "dot" for o in walk(Block(ops=[o for o in body if o is not loops[0]]))):
+        return None
+    plan = pipeline_plan(low, loops[0])
+    return (loops[0], plan) if plan is not None and plan.specialized else None
+
+
+def lower_persistent(low: Lowering, op: Op, plan: PipelinePlan) -> None:
+    """The kernel's body with persistent CTAs around its K loop `op` (see `persistent_loop`).
+
+    Before: the kernel's body not lowered yet.  After: it is, as `lower_specialized` lowers it per output
+    tile; the kernel has a `programs` parameter per grid axis (the virtual grid, in `low.programs`)."""
+    params = low.out.attrs["params"]
+
+    def count(axis: int) -> Value:
+        name = f"programs_{'xyz'[axis]}"
+        params.append(KernelParam(name, "programs", DType.I32, dims=(axis,)))
+        index = len(params) - 1
+        return low.entry_value(("programs", axis), lambda b: b.value("param", [], I32, index=index, name=name))
+    low.programs = Programs((count(0), count(1), count(2)))
+    body = low.src.body.ops
+    at = body.index(op)
+    lower_pipelined(low, op, plan, body[:at], body[at + 1:])
+    low.out.attrs["persistent"] = True
+
+
+def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op] | None = None,
+                    after: list[Op] = ()) -> None:
     """The K loop with its operand tiles copied global -> shared by cp.async, STAGES deep, and register
-    staging's pass from the next stage while the products run (see the header).
+    staging's pass from the next stage while the products run (see the header); or by TMA from a producer
+    warpgroup (`lower_specialized`), with persistent CTAs where `before` (the ops before the loop) and
+    `after` (the epilogue) are given (`lower_persistent`).
 
     Before: `plan` says what is staged where.  After: the loop reads no staged load from global memory
     but through the ring, and every cp.async group is waited for when it ends."""
-    schedule = plan_schedule(low, op, plan)
+    schedule = plan_schedule(low, op, plan, persistent=before is not None)
     problems = schedule.problems()
     assert not problems, f"unsound schedule: {problems}"
     low.schedules.append(schedule.text(_where(op)))
     ring = _ring(low, plan, schedule)
     if schedule.specialized:
-        return lower_specialized(low, op, plan, ring, schedule)
+        return lower_specialized(low, op, plan, ring, schedule, before or [], after)
     stages, in_flight, ahead_by = ring.stages, schedule.in_flight, schedule.ahead
     # register staging reads the next iteration's stage while this one's group runs: it must have arrived
     early = 1 if schedule.fragments_ahead else 0
@@ -499,7 +538,8 @@ def _tensor_slice(low: Lowering, load: Op) -> bool:
     return all(n is not None for n in load.attrs["sizes"]) and all(v.dtype is DType.I32 for v in load.operands[1:3])
 
 
-def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, schedule: Schedule) -> None:
+def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, schedule: Schedule,
+                      before: list[Op] = (), after: list[Op] = ()) -> None:
     """The K loop with a producer warpgroup: PRODUCER_THREADS more threads, one of which copies the
     stages by TMA while the kernel's own threads, the consumers, multiply them.
 
@@ -511,10 +551,17 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     launcher builds for the call (a `tensor_map` parameter per slice shape); then it exits.  The
     consumers wait for full[s], issue the product's group, wait for the group before it and release
     that one's stage.  A swapped product's B^T fragments (`plan.kept`) are read from the stage instead,
-    one iteration ahead: before the loop the consumers wait for stage 0 and read its fragments; at
-    iteration i they issue the group on the fragments read before, and while it runs wait for
+    one iteration ahead: before the loop the consumers wait for the first stage and read its fragments;
+    at iteration i they issue the group on the fragments read before, and while it runs wait for
     iteration i + 1's stage (where there is one) and read its fragments, carried to it; then they wait
     for the group and release stage i.
+
+    With persistent CTAs (`schedule.order.persistent`) both roles loop over the output tiles this CTA
+    takes (`_tiles`): per tile they run `before` (the kernel's register arithmetic before the loop, with
+    the tile's program ids) and the loop, the stage and its phase carried on from the tile before, and
+    the consumers then release the last stage and run `after` (the epilogue) - while the producer
+    already copies the next tile's stages.  Otherwise `before` ran once, for the CTA's own program,
+    and the epilogue follows as the rest of the kernel.
 
     Before the loop every thread ran the same register arithmetic (`_tma_boxes`); after it only the
     consumers run, so their barriers count them alone (`Lowering.barrier_threads`).  Where the CTA's
@@ -522,10 +569,11 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     Elements of a box outside the tensor are zeros (the edge contract), which TMA writes itself.
 
     Before: `plan.specialized`, the ring allocated, `schedule` its roles and barriers.  After: the kernel
-    has PRODUCER_THREADS more threads,
-    the producer's all exited, every copy landed and was read, and the mbarriers are invalidated."""
+    has PRODUCER_THREADS more threads, the producer's all exited, every copy landed and was read, and
+    the mbarriers are invalidated."""
     producer, consumer = schedule.role("producer"), schedule.role("consumers")
     stages, consumers, total = ring.stages, consumer.threads, schedule.threads
+    persistent = schedule.order.persistent
     low.out.attrs["threads"] = total
     where = _where(op) or "a K loop"
     kept = plan.kept
@@ -535,13 +583,18 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
                      f"({PRODUCER_THREADS} threads more)"
                      + "".join(f"; {name} rounded to TF32 by the copy" for name in names if rounds)
                      + "".join(f"; {name}'s fragments read from the stage an iteration ahead"
-                               for st, name in zip(plan.staged, names) if st.kept))
+                               for st, name in zip(plan.staged, names) if st.kept)
+                     + ("; persistent CTAs, one per free slot of the GPU, each looping over output tiles"
+                        if persistent else ""))
     # mbarriers, 8 bytes each: full[stages], then empty[stages]
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, 8)
     barriers = low.smem(8 * 2 * stages)
     low.scratch_start = saved_start
     ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * 2 * stages, ring.stage_bytes)
+    if persistent:  # the epilogue runs while the producer fills the ring: its scratch lies above it
+        low.scratch_start = align(ring.end, SMEM_ALIGN)
     maps = [(st, box, low.tensor_map(st.load.operands[0], box, rounds)) for st, box in zip(plan.staged, plan.tma_boxes)]
+    step = op.attrs["step"]
 
     def barrier(empty: bool, index: Value) -> Value:
         offset = low.op("mul", [low.op("cast", [index], U32), low.const(8, DType.U32)], U32)
@@ -563,7 +616,9 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
         low.b.op("mbarrier_init", [barrier(True, low.const(s)), first], [], {"count": empty.arrivals})
     low.barrier()  # every thread of the CTA: the barriers are initialised
 
-    lo, hi, step = low.vals[op.operands[0]], low.vals[op.operands[1]], op.attrs["step"]
+    def bounds() -> tuple[Value, Value]:
+        """The loop's first and end values, as this tile's `before` computed them."""
+        return low.vals[op.operands[0]], low.vals[op.operands[1]]
 
     def next_stage(s: Value, phase: Value) -> tuple[Value, Value]:
         wraps = low.op("cmp", [s, low.const(stages - 1)], BOOL, pred="eq")
@@ -571,7 +626,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
                 low.op("xor", [phase, low.op("cast", [wraps], I32)], I32))
 
     def runs(kt: Value) -> Value:
-        return low.op("cmp", [kt, hi], BOOL, pred="lt" if step > 0 else "gt")
+        return low.op("cmp", [kt, bounds()[1]], BOOL, pred="lt" if step > 0 else "gt")
 
     def copy(kt: Value, s: Value, phase: Value, leader: Value) -> None:
         """Thread `leader` copies iteration kt into stage s once the consumers emptied it, arriving on
@@ -597,16 +652,18 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
         index = low.op("sub", [low.tid(), low.const(consumers)], I32)  # the thread's, in the producer
         leader = low.op("cmp", [index, low.const(0)], BOOL, pred="eq")
 
-        def iterate() -> None:
+        def tile(s: Value, phase: Value) -> list[Value]:
+            lo, hi = bounds()
             body, outer = Block(), low.b
-            low.b.op("for", [lo, hi, low.const(0), low.const(0)], [I32, I32], {"step": step}, [body])
+            loop = low.b.op("for", [lo, hi, s, phase], [I32, I32], {"step": step}, [body])
             low.b = low.builder_for(body, outer.block, outer.loc)
             kt = low.b.block_arg(body, lo.type, "kt")
             s, phase = low.b.block_arg(body, I32, "stage"), low.b.block_arg(body, I32, "phase")
             copy(kt, s, phase, leader)
             low.b.op("yield", [*next_stage(s, phase)], [])
             low.b = outer
-        branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), iterate)  # its first warp
+            return list(loop.results)
+        branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), lambda: _tiles(low, schedule, before, tile))
         low.b.op("exit", [], [])
         low.threads = consumers
     branch(low.op("cmp", [low.tid(), low.const(consumers)], BOOL, pred="ge"), produce)
@@ -621,11 +678,12 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
 
     def fragments(s: Value, phase: Value, kt: Value) -> list[Value]:
         """The kept tiles' registers (their bits: wgmma's b32 fragments), read from stage s once it is full,
-        if iteration kt runs (else stale)."""
-        branch(runs(kt), lambda: low.b.op("mbarrier_wait", [barrier(False, s), phase], []))
+        if iteration kt runs (else zeros: the stage may be filling for a later iteration)."""
+        running = runs(kt)
+        branch(running, lambda: low.b.op("mbarrier_wait", [barrier(False, s), phase], []))
         stage = ring.stage(low, s)
-        return [r for st in kept
-                for r in read_swizzled(low, low.layouts[st.load.result], stage, st.start, st.space, DType.U32)]
+        return [r for st in kept for r in read_swizzled(low, low.layouts[st.load.result], stage, st.start,
+                                                          st.space, DType.U32, running)]
 
     sizes = [low.layouts[st.load.result].nregs for st in kept]
 
@@ -641,20 +699,56 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
             low.b.op("mbarrier_wait", [barrier(False, s), phase], [])
         _lower_body(low, ops, plan, ring, ring.stage(low, s), _split(now, sizes))
         if plan.in_flight is not None:  # the group before this one is done with its stage
-            not_first = low.op("cmp", [kt, lo], BOOL, pred="ne")
+            not_first = low.op("cmp", [kt, bounds()[0]], BOOL, pred="ne")
             low.b.op("mbarrier_arrive", [barrier(True, previous), low.all_of([not_first, leader])], [])
         else:  # B^T's fragments: this group is done with its stage
             low.b.op("mbarrier_arrive", [barrier(True, s), leader], [])
         return [*(following or next_stage(s, phase)), s, *fetched]
 
-    carried = fragments(low.const(0), low.const(0), lo) if kept else []
-    low.build_for(op, [low.const(0), low.const(0), low.const(0), *carried], consume)
-    low.b.op("wgmma_wait", [], [], {"pending": 0})
+    def tile(s: Value, phase: Value) -> list[Value]:
+        lo, hi = bounds()
+        carried = fragments(s, phase, lo) if kept else []
+        s, phase, last = low.build_for(op, [s, phase, s, *carried], consume)[:3]
+        low.b.op("wgmma_wait", [], [], {"pending": 0})
+        if persistent:  # the producer goes on to the next tile: release the stage the last group read
+            if plan.in_flight is not None:
+                ran = low.op("cmp", [lo, hi], BOOL, pred="lt" if step > 0 else "gt")
+                low.b.op("mbarrier_arrive", [barrier(True, last), low.all_of([ran, leader])], [])
+            low.lower_ops(after)
+        return [s, phase]
+
+    _tiles(low, schedule, before, tile)
     low.barrier()  # no consumer still reads the ring or arrives on an mbarrier
     for s in range(stages):  # their shared memory may serve another purpose only once they are invalidated
         for empty in (False, True):
             low.b.op("mbarrier_inval", [barrier(empty, low.const(s)), first], [])
     low.barrier()
+
+
+def _tiles(low: Lowering, schedule: Schedule, before: list[Op], tile) -> None:
+    """tile(stage, phase) -> [stage, phase] for each output tile this CTA runs: its own program's, or with
+    persistent CTAs each virtual program (`core.Programs`) from program 0 on, the CTA count apart - the
+    ops `before` lowered for each with its program ids, the stage and phase carried from one to the
+    next."""
+    start = low.const(0)
+    if not schedule.order.persistent:
+        tile(start, start)
+        return
+    body, outer, whole = Block(), low.b, low.programs
+    cta, ctas = low.op("program_id", [], I32, axis=0), low.op("num_programs", [], I32, axis=0)
+    tiles = low.op("mul", [low.op("mul", [whole.counts[0], whole.counts[1]], I32), whole.counts[2]], I32)
+    # ceil((tiles - cta) / ctas): never negative, since cta < ctas
+    mine = low.op("div", [low.op("add", [low.op("sub", [tiles, cta], I32), low.op("sub", [ctas, low.const(1)], I32)],
+                                 I32), ctas], I32)
+    low.b.op("for", [start, mine, start, start], [I32, I32], {"step": 1}, [body])
+    low.b = low.builder_for(body, outer.block, outer.loc)
+    i = low.b.block_arg(body, I32, "tile")
+    stage, phase = low.b.block_arg(body, I32, "stage"), low.b.block_arg(body, I32, "phase")
+    low.programs = whole.running(low.op("add", [cta, low.op("mul", [i, ctas], I32)], I32))
+    low.lower_ops(before)
+    low.b.op("yield", tile(stage, phase), [])
+    low.programs = whole
+    low.b = outer
 
 
 def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpace, enabled: Value) -> None:

@@ -60,7 +60,10 @@ def program_id(low: Lowering, op: Op) -> None:
 
 
 def program_index(low: Lowering, axis: int) -> Value:
-    """What program_id(axis) gives the kernel (in grouped order for axes 0 and 1 when GROUP_M > 1)."""
+    """What program_id(axis) gives the kernel (in grouped order for axes 0 and 1 when GROUP_M > 1; with
+    persistent CTAs, of the virtual program the CTA runs now)."""
+    if low.programs is not None:
+        return virtual_program_ids(low)[axis]
     if low.group_m > 1 and axis in (0, 1):
         return grouped_program_ids(low)[axis]
     return low.op("program_id", [], I32, axis=axis)
@@ -68,7 +71,9 @@ def program_index(low: Lowering, axis: int) -> Value:
 
 @HANDLERS.on("num_programs")
 def num_programs(low: Lowering, op: Op) -> None:
-    low.vals[op.result] = low.op("num_programs", [], I32, **op.attrs)
+    axis = op.attrs["axis"]
+    low.vals[op.result] = low.programs.counts[axis] if low.programs is not None else \
+        low.op("num_programs", [], I32, **op.attrs)
 
 
 def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
@@ -89,18 +94,35 @@ def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
         x, y = (b.value("program_id", [], I32, axis=a) for a in (0, 1))
         nx, ny = (b.value("num_programs", [], I32, axis=a) for a in (0, 1))
         linear = b.value("add", [x, b.value("mul", [y, nx], I32)], I32)
-        group = b.const(low.group_m, I32)
-        per_group = b.value("mul", [group, ny], I32)
-        first = b.value("mul", [b.value("div", [linear, per_group], I32), group], I32)
-        rest = b.value("sub", [nx, first], I32)
-        size = b.value("min", [rest, group], I32)
-        within = b.value("rem", [linear, per_group], I32)
-        pid0 = b.value("add", [first, b.value("rem", [within, size], I32)], I32)
-        pid1 = b.value("div", [within, size], I32)
+        pid0, pid1 = _grouped(b.value, b.const(low.group_m, I32), linear, nx, ny)
         ctas = b.value("mul_wide", [nx, ny], I64)
         fits = b.value("cmp", [ctas, b.const(2**31 - 1, I64)], BOOL, pred="le")
         return b.value("select", [fits, pid0, x], I32), b.value("select", [fits, pid1, y], I32)
     return low.entry_value(("grouped program ids",), make)
+
+
+def virtual_program_ids(low: Lowering) -> tuple[Value, Value, Value]:
+    """The program ids of the virtual program a persistent CTA runs now (core.Programs): its linear index
+    over the virtual grid (x fastest, then y, then z; the launcher keeps the grid under 2^31 programs),
+    x and y in grouped order (see grouped_program_ids)."""
+    (nx, ny, _), linear = low.programs.counts, low.programs.linear
+    plane = low.op("mul", [nx, ny], I32)
+    z, within = low.op("div", [linear, plane], I32), low.op("rem", [linear, plane], I32)
+    if low.group_m > 1:
+        x, y = _grouped(low.op, low.const(low.group_m), within, nx, ny)
+    else:
+        x, y = low.op("rem", [within, nx], I32), low.op("div", [within, nx], I32)
+    return x, y, z
+
+
+def _grouped(value, group: Value, linear: Value, nx: Value, ny: Value) -> tuple[Value, Value]:
+    """(x, y) of the program with index `linear` (< nx * ny) in the order of groups of `group` (GROUP_M)
+    rows of programs, column after column; `value(opcode, operands, type, **attrs)` builds each op."""
+    per_group = value("mul", [group, ny], I32)
+    first = value("mul", [value("div", [linear, per_group], I32), group], I32)
+    size = value("min", [value("sub", [nx, first], I32), group], I32)
+    within = value("rem", [linear, per_group], I32)
+    return value("add", [first, value("rem", [within, size], I32)], I32), value("div", [within, size], I32)
 
 
 @HANDLERS.on(*ELEMENTWISE)

@@ -186,7 +186,9 @@ class KernelParam:
     """One parameter of the compiled kernel, in PTX order (tensor sizes come last)."""
 
     name: str
-    kind: str  # 'tensor' (a pointer), 'scalar', 'size' (an i32 bound from tensor shapes), or 'tensor_map'
+    # 'tensor' (a pointer), 'scalar', 'size' (an i32 bound from tensor shapes), 'tensor_map', or 'programs'
+    # (a persistent kernel's virtual grid along axis dims[0], which the launcher fills with the call's grid)
+    kind: str
     dtype: DType
     dims: tuple[str | int, ...] = ()  # tensors: size names or literal extents
     written: bool = False  # tensors the kernel stores into

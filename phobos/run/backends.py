@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 #: The target PTX is generated for when no GPU says otherwise.
 DEFAULT_ARCH = "sm_90"
 
+#: The SMs the emulator stands for when it starts a persistent kernel's CTAs: few, so that each CTA runs
+#: several program instances.
+EMULATED_MULTIPROCESSORS = 2
+
 #: Launches timed per configuration while autotuning, after untimed warm-up ones.
 TIMING_WARMUP = 3
 TIMING_REPEAT = 10
@@ -78,9 +82,9 @@ class Launch:
 
     def ptx_arguments(self) -> list[Any]:
         """The arguments in the PTX's parameter order (bools as 0/1, the PTX's .u8; a TensorMap over the
-        tensor a `tensor_map` parameter names)."""
-        return [self._tensor_map(p) if p.kind == "tensor_map" else _as_ptx_value(self._argument(p.name))
-                for p in self.compiled.params]
+        tensor a `tensor_map` parameter names; the grid's extent along its axis for a `programs` one)."""
+        return [self._tensor_map(p) if p.kind == "tensor_map" else self.grid[p.dims[0]] if p.kind == "programs"
+                else _as_ptx_value(self._argument(p.name)) for p in self.compiled.params]
 
     def queued_arguments(self) -> list[Any]:
         """ptx_arguments with the tensor maps encoded by the driver, as a QueuedKernel packs them."""
@@ -171,6 +175,10 @@ class GpuBackend:
     def check_stream(self, stream: int, device: int, what: str) -> None:
         runtime.check_stream(stream, device, what)
 
+    def _ctas(self, launch: Launch) -> tuple[int, int, int]:
+        """The CTAs to start (fewer than the grid's programs for a persistent kernel)."""
+        return launch.compiled.launch_grid(launch.grid, self.device(launch.device).multiprocessors)
+
     def _module(self, launch: Launch) -> runtime.Module:
         return runtime.load_module(launch.compiled.ptx, launch.cubin, launch.device)
 
@@ -180,8 +188,8 @@ class GpuBackend:
             return None
         compiled = launch.compiled
         function = self._module(launch).function(compiled.kernel_name)
-        return runtime.QueuedKernel(function, runtime.launch_shape(compiled.kernel_name, launch.grid, launch.block,
-                                                                   compiled.shared_bytes))
+        return runtime.QueuedKernel(function, runtime.launch_shape(compiled.kernel_name, self._ctas(launch),
+                                                                   launch.block, compiled.shared_bytes))
 
     def run(self, launch: Launch) -> None:
         """Queue an asynchronous launch; otherwise copy, launch, wait and copy back."""
@@ -190,14 +198,14 @@ class GpuBackend:
             queued(launch.stream, launch.queued_arguments())
             return
         compiled = launch.compiled
-        runtime.launch(self._module(launch), compiled.kernel_name, launch.grid, launch.block,
+        runtime.launch(self._module(launch), compiled.kernel_name, self._ctas(launch), launch.block,
                        launch.ptx_arguments(), shared_bytes=compiled.shared_bytes, copy_back=launch.copy_back(),
                        stream=launch.stream)
 
     def time(self, launch: Launch) -> float:
         compiled = launch.compiled
         with runtime.on_device(launch.device):
-            return runtime.time_launch(self._module(launch), compiled.kernel_name, launch.grid, launch.block,
+            return runtime.time_launch(self._module(launch), compiled.kernel_name, self._ctas(launch), launch.block,
                                        launch.ptx_arguments(), shared_bytes=compiled.shared_bytes,
                                        warmup=TIMING_WARMUP, repeat=TIMING_REPEAT)
 
@@ -258,8 +266,8 @@ class EmulateBackend(CpuBackend):
     def run(self, launch: Launch) -> None:
         emulator = _cpu_module("phobos.run.emulator", self.name)
         compiled = launch.compiled
-        emulator.launch(compiled.ptx, compiled.kernel_name, launch.grid, launch.block, launch.ptx_arguments(),
-                        shared_bytes=compiled.shared_bytes)
+        emulator.launch(compiled.ptx, compiled.kernel_name, compiled.launch_grid(launch.grid, EMULATED_MULTIPROCESSORS),
+                        launch.block, launch.ptx_arguments(), shared_bytes=compiled.shared_bytes)
 
 
 def _cpu_module(module_name: str, mode: str) -> ModuleType:

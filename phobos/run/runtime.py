@@ -927,6 +927,7 @@ class DeviceProperties:
     max_shared_bytes_per_block: int  # dynamic shared memory one CTA may opt into
     max_registers_per_block: int
     max_threads_per_block: int
+    multiprocessors: int = 1
 
 
 def device_properties(index: int = 0) -> DeviceProperties:
@@ -941,6 +942,7 @@ def device_properties(index: int = 0) -> DeviceProperties:
         max_shared_bytes_per_block=device.get_attribute(shared),
         max_registers_per_block=device.get_attribute(attributes.MAX_REGISTERS_PER_BLOCK),
         max_threads_per_block=device.get_attribute(attributes.MAX_THREADS_PER_BLOCK),
+        multiprocessors=device.get_attribute(attributes.MULTIPROCESSOR_COUNT),
     )
 
 
