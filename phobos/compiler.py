@@ -146,6 +146,7 @@ class CompiledKernel:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     notes: list[str] = field(default_factory=list)  # the code chosen where it matters (tensor cores or not)
     schedules: list[str] = field(default_factory=list)  # each pipelined K loop's schedule (lower/schedule.py)
+    cluster: int = 1  # CTAs of a cluster (`.reqnctapercluster`, along x): the grid is a multiple of it
     index_bits: int = 32  # width of tensor dims and size parameters (compile_kernel)
     read_only_cache: bool = True  # tensors the kernel only reads are loaded with ld.global.nc (compile_kernel)
 
@@ -171,7 +172,8 @@ class CompiledKernel:
         per_sm = min(target.shared_per_multiprocessor // (self.shared_bytes + target.reserved_per_cta),
                      THREADS_PER_MULTIPROCESSOR // self.threads,
                      REGISTER_FILE // (self.threads * entry_registers(self.threads)))
-        return (max(1, min(math.prod(grid), multiprocessors * max(per_sm, 1))), 1, 1)
+        clusters = max(1, min(math.prod(grid), multiprocessors * max(per_sm, 1) // self.cluster))
+        return (clusters * self.cluster, 1, 1)  # a cluster with no tile left (padding included) just ends
 
 
 #: Builtins whose argument is a grid axis.
@@ -358,7 +360,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     lap("isel+regalloc")
     ptx_kernel = Kernel(
         name=k.name, params=entry_params(thread), body=items, threads=thread.attrs["threads"],
-        ctas_per_sm=ck.knobs.ctas_per_sm,
+        ctas_per_sm=ck.knobs.ctas_per_sm, cluster=thread.attrs.get("cluster", 1),
         register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
         header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
                         + (f", configuration {config_text(ck.config)}" if ck.config else "")
@@ -374,7 +376,8 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         ptx=ptx, kernel_name=k.name, config=dict(ck.config), params=list(thread.attrs["params"]), arch=tgt.arch,
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
         registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times,
-        notes=list(thread.attrs["notes"]), schedules=list(thread.attrs["schedules"]), index_bits=index_bits, read_only_cache=read_only_cache)
+        notes=list(thread.attrs["notes"]), schedules=list(thread.attrs["schedules"]),
+        cluster=thread.attrs.get("cluster", 1), index_bits=index_bits, read_only_cache=read_only_cache)
 
 
 def grid_hints(func) -> GridHint:

@@ -1,7 +1,7 @@
 # Configurations: the values a kernel's autotune parameters take in one
 # compilation, the typed knobs among them, and how a configuration is written.
 #
-# Five autotune parameter names are knobs: besides being i32 constants in the
+# Seven autotune parameter names are knobs: besides being i32 constants in the
 # kernel, they set how the compiler lays the kernel out.  The checker
 # validates their values (a located error at the value in the decorator) and
 # hands lowering a `Knobs` value, where None means "the compiler chooses":
@@ -21,6 +21,10 @@
 #            TMA runs as many CTAs as fit the GPU at once, each looping over
 #            the program instances (output tiles), the copies of the next
 #            overlapping the epilogue of the last
+#   CLUSTER_M, CLUSTER_N   1 or 2 (not both 2): persistent CTAs in clusters
+#            of two along M (they share B's tiles, which TMA multicasts to
+#            both: each copies half) or along N (sharing A's); 1 where the
+#            kernel has no such loop
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -43,6 +47,8 @@ KNOBS: dict[str, Knob] = {
     "GROUP_M": Knob("group_m", "from 1 to 64", lambda v: 1 <= v <= 64),
     "CTAS_PER_SM": Knob("ctas_per_sm", "from 1 to 32", lambda v: 1 <= v <= 32),
     "PERSISTENT": Knob("persistent", "0 or 1", lambda v: v in (0, 1)),
+    "CLUSTER_M": Knob("cluster_m", "1 or 2", lambda v: v in (1, 2)),
+    "CLUSTER_N": Knob("cluster_n", "1 or 2", lambda v: v in (1, 2)),
 }
 
 
@@ -55,6 +61,8 @@ class Knobs:
     group_m: int | None = None
     ctas_per_sm: int | None = None
     persistent: int | None = None
+    cluster_m: int | None = None
+    cluster_n: int | None = None
 
     @staticmethod
     def of(config: Mapping[str, int]) -> Knobs:

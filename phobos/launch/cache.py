@@ -269,7 +269,7 @@ def encode_compiled(kernel: CompiledKernel) -> dict:
                     "written": p.written, "box": list(p.box), "rounds": p.rounds} for p in kernel.params],
         "grid_hint": [list(hint) if hint is not None else None for hint in kernel.grid_hint],
         "index_bits": kernel.index_bits, "read_only_cache": kernel.read_only_cache,
-        "notes": list(kernel.notes),
+        "notes": list(kernel.notes), "schedules": list(kernel.schedules), "cluster": kernel.cluster,
     }
 
 
@@ -287,7 +287,9 @@ def decode_compiled(payload: Any) -> CompiledKernel:
             shared_bytes=_typed(payload["shared_bytes"], int),
             registers_estimate=_typed(payload["registers_estimate"], int), grid_hint=hints,
             index_bits=_typed(payload["index_bits"], int), read_only_cache=_typed(payload["read_only_cache"], bool),
-            notes=[_typed(note, str) for note in payload["notes"]])
+            notes=[_typed(note, str) for note in payload["notes"]],
+            schedules=[_typed(text, str) for text in payload.get("schedules", [])],
+            cluster=_typed(payload.get("cluster", 1), int))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         raise MalformedEntry(f"not a compiled kernel: {error}") from None
 

@@ -81,13 +81,13 @@ class TileRegs:
 class Programs:
     """The programs of a kernel whose CTAs are persistent (schedule.TileOrder): `counts`, the virtual grid
     along x, y and z - `programs` parameters, which the launcher fills with the grid it would otherwise
-    launch - and, inside a CTA's loop over them, `linear`, the index of the program it runs now."""
+    launch - and, inside a CTA's loop over them, `ids`, the program ids of the one it runs now."""
 
     counts: tuple[Value, Value, Value]
-    linear: Value | None = None
+    ids: tuple[Value, Value, Value] | None = None
 
-    def running(self, linear: Value) -> Programs:
-        return Programs(self.counts, linear)
+    def running(self, ids: tuple[Value, Value, Value]) -> Programs:
+        return Programs(self.counts, ids)
 
 
 @dataclass

@@ -74,6 +74,7 @@ from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geom
 from .mma import (SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers,
                   operand_space, read_swizzled, round_in_place)
 from .mma_plan import MmaPlan
+from .values import grid_position
 from .schedule import REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
@@ -292,14 +293,35 @@ def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = 
     given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // consumers // 8 * 8
     moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
     copied = sum(box.bytes * box.count for box in plan.tma_boxes)
+    multicast = _multicast(low, plan) if persistent else ""
+    if multicast:
+        order = TileOrder(low.group_m, persistent, (2, 1) if multicast == "B" else (1, 2))
     return Schedule(
         "tma", stages, plan.stage_bytes,
         (Warps("consumers", consumers, registers=entry + given if moved else None),
          Warps("producer", PRODUCER_THREADS, copiers=1, registers=PRODUCER_REGISTERS if moved else None)),
         (StageBarrier("full", 1, "producer", "consumers", copied),
-         StageBarrier("empty", consumers // WARPGROUP, "consumers", "producer")),
+         StageBarrier("empty", consumers // WARPGROUP * order.cluster_size, "consumers", "producer")),
         ahead=stages, in_flight=1 if plan.in_flight is not None else 0, fragments_ahead=bool(plan.kept),
-        order=order, entry_registers=entry)
+        order=order, entry_registers=entry, multicast=multicast)
+
+
+def _multicast(low: Lowering, plan: PipelinePlan) -> str:
+    """The operand ('A' or 'B') the CTAs of a cluster of two share, as CLUSTER_M=2 (they take tiles of C
+    one above the other: the same columns of B) or CLUSTER_N=2 asks, where its copy splits in two (each
+    CTA copies half the boxes, or half the rows of its one box, to both); '' for no cluster."""
+    knobs = low.src.attrs.get("knobs", Knobs())
+    want = {(2, 1): "B", (1, 2): "A"}.get((knobs.cluster_m or 1, knobs.cluster_n or 1), "")
+    if not want or plan.in_flight is None:  # a 16-bit product accumulating in place (not tf32's fragments)
+        return ""
+    st, box = _operand(plan, want)
+    return want if box.count % 2 == 0 or box.rows % 16 == 0 else ""
+
+
+def _operand(plan: PipelinePlan, which: str) -> tuple[Staged, TmaBox]:
+    """The staged slice of the product's operand `which` ('A' or 'B') and its TMA boxes."""
+    value = plan.product.operands["AB".index(which)]
+    return next((st, box) for st, box in zip(plan.staged, plan.tma_boxes) if st.load.result is value)
 
 
 def _ring(low: Lowering, plan: PipelinePlan, schedule: Schedule) -> Ring:
@@ -563,6 +585,15 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     already copies the next tile's stages.  Otherwise `before` ran once, for the CTA's own program,
     and the epilogue follows as the rest of the kernel.
 
+    In a cluster of two (`schedule.multicast`) the CTAs take neighbouring tiles together and share one
+    operand: each producer copies half of it into both CTAs' stages at once (TMA multicast; the bytes
+    complete both CTAs' full[s]), so empty[s] waits for the consumers of both before its producer
+    copies into the stage again: they release it in both CTAs (a remote arrive through `mapa`).  The
+    CTAs first pass a cluster barrier (each one's mbarriers initialised before the other signals
+    them); a CTA past the tiles (the virtual grid's padding to whole clusters) still copies its share
+    but runs no epilogue; and before a producer exits it waits for every stage's last release
+    (CUTLASS's producer tail), so that no CTA ends while the other may still signal its mbarriers.
+
     Before the loop every thread ran the same register arithmetic (`_tma_boxes`); after it only the
     consumers run, so their barriers count them alone (`Lowering.barrier_threads`).  Where the CTA's
     registers are too few for the consumers' accumulators, setmaxnreg moves the producer's to them.
@@ -570,11 +601,13 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
 
     Before: `plan.specialized`, the ring allocated, `schedule` its roles and barriers.  After: the kernel
     has PRODUCER_THREADS more threads, the producer's all exited, every copy landed and was read, and
-    the mbarriers are invalidated."""
+    the mbarriers are invalidated (unless the CTAs are persistent: then nothing follows)."""
     producer, consumer = schedule.role("producer"), schedule.role("consumers")
     stages, consumers, total = ring.stages, consumer.threads, schedule.threads
-    persistent = schedule.order.persistent
+    persistent, ranks = schedule.order.persistent, schedule.order.cluster_size
     low.out.attrs["threads"] = total
+    if ranks > 1:
+        low.out.attrs["cluster"] = ranks
     where = _where(op) or "a K loop"
     kept = plan.kept
     rounds = plan.product is not None and low.plans[plan.product].kind.rounding == "rn"  # tf32: maps typed tf32
@@ -585,7 +618,9 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
                      + "".join(f"; {name}'s fragments read from the stage an iteration ahead"
                                for st, name in zip(plan.staged, names) if st.kept)
                      + ("; persistent CTAs, one per free slot of the GPU, each looping over output tiles"
-                        if persistent else ""))
+                        if persistent else "")
+                     + (f"; clusters of {ranks} CTAs along {'M' if schedule.order.cluster[0] > 1 else 'N'}, "
+                        f"{schedule.multicast} multicast to both" if ranks > 1 else ""))
     # mbarriers, 8 bytes each: full[stages], then empty[stages]
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, 8)
     barriers = low.smem(8 * 2 * stages)
@@ -593,8 +628,18 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * 2 * stages, ring.stage_bytes)
     if persistent:  # the epilogue runs while the producer fills the ring: its scratch lies above it
         low.scratch_start = align(ring.end, SMEM_ALIGN)
-    maps = [(st, box, low.tensor_map(st.load.operands[0], box, rounds)) for st, box in zip(plan.staged, plan.tma_boxes)]
+    shared = _operand(plan, schedule.multicast)[0] if ranks > 1 else None
+
+    def part(st: Staged, box: TmaBox) -> TmaBox:
+        """The boxes each CTA copies of a staged slice: all of them, or of the shared operand its share -
+        every other box, or half the rows of its one box."""
+        if st is not shared or box.count % ranks == 0:
+            return box
+        return TmaBox(box.rows // ranks, box.cols, box.count)
+    maps = [(st, box, low.tensor_map(st.load.operands[0], part(st, box), rounds))
+            for st, box in zip(plan.staged, plan.tma_boxes)]
     step = op.attrs["step"]
+    rank = low.op("cast", [low.op("cluster_rank", [], U32)], I32) if ranks > 1 else None
 
     def barrier(empty: bool, index: Value) -> Value:
         offset = low.op("mul", [low.op("cast", [index], U32), low.const(8, DType.U32)], U32)
@@ -614,7 +659,20 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     for s in range(stages):  # full: the TMA bytes and the leader's arrival; empty: a thread a consumer warpgroup
         low.b.op("mbarrier_init", [barrier(False, low.const(s)), first], [], {"count": full.arrivals})
         low.b.op("mbarrier_init", [barrier(True, low.const(s)), first], [], {"count": empty.arrivals})
-    low.barrier()  # every thread of the CTA: the barriers are initialised
+    if ranks > 1:  # every thread of the cluster: the barriers of both CTAs are initialised
+        low.b.op("cluster_barrier", [], [], {"init": True})
+    else:
+        low.barrier()  # every thread of the CTA: the barriers are initialised
+
+    def release(s: Value, pred: Value | None) -> None:
+        """A thread of each consumer warpgroup says its products are done with stage s: in this CTA, or in
+        every CTA of the cluster (whose producers copied part of it)."""
+        if ranks == 1:
+            low.b.op("mbarrier_arrive", [barrier(True, s), *([pred] if pred is not None else [])], [])
+            return
+        for r in range(ranks):
+            remote = low.op("mapa", [barrier(True, s), low.const(r, DType.U32)], U32)
+            low.b.op("mbarrier_arrive_cluster", [remote, *([pred] if pred is not None else [])], [])
 
     def bounds() -> tuple[Value, Value]:
         """The loop's first and end values, as this tile's `before` computed them."""
@@ -639,6 +697,9 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
         def issue(enabled: Value) -> None:  # enabled: kt < hi, always within the loop
             for st, box, tensor_map in maps:
                 starts, _, _ = slice_geometry(low, st.load, low.vals[st.load.operands[0]])
+                if st is shared:  # this CTA's share, to every CTA of the cluster
+                    _issue_share(low, st, box, tensor_map, stage, starts, full, leader, rank, ranks)
+                    continue
                 for j in range(box.count):
                     column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
                     low.b.op("tma_load", [stage, tensor_map, column, starts[0], full, leader], [],
@@ -663,7 +724,12 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
             low.b.op("yield", [*next_stage(s, phase)], [])
             low.b = outer
             return list(loop.results)
-        branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), lambda: _tiles(low, schedule, before, tile))
+        def run() -> None:
+            s, phase = _tiles(low, schedule, before, tile, rank)
+            for _ in range(stages if ranks > 1 else 0):  # the tail: every stage's last release has arrived
+                low.b.op("mbarrier_wait", [barrier(True, s), low.op("xor", [phase, low.const(1)], I32)], [])
+                s, phase = next_stage(s, phase)
+        branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), run)
         low.b.op("exit", [], [])
         low.threads = consumers
     branch(low.op("cmp", [low.tid(), low.const(consumers)], BOOL, pred="ge"), produce)
@@ -700,9 +766,9 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
         _lower_body(low, ops, plan, ring, ring.stage(low, s), _split(now, sizes))
         if plan.in_flight is not None:  # the group before this one is done with its stage
             not_first = low.op("cmp", [kt, bounds()[0]], BOOL, pred="ne")
-            low.b.op("mbarrier_arrive", [barrier(True, previous), low.all_of([not_first, leader])], [])
+            release(previous, low.all_of([not_first, leader]))
         else:  # B^T's fragments: this group is done with its stage
-            low.b.op("mbarrier_arrive", [barrier(True, s), leader], [])
+            release(s, leader)
         return [*(following or next_stage(s, phase)), s, *fetched]
 
     def tile(s: Value, phase: Value) -> list[Value]:
@@ -713,11 +779,16 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
         if persistent:  # the producer goes on to the next tile: release the stage the last group read
             if plan.in_flight is not None:
                 ran = low.op("cmp", [lo, hi], BOOL, pred="lt" if step > 0 else "gt")
-                low.b.op("mbarrier_arrive", [barrier(True, last), low.all_of([ran, leader])], [])
-            low.lower_ops(after)
+                release(last, low.all_of([ran, leader]))
+            if ranks > 1:  # a tile of the padding to whole clusters copies its share, and stores nothing
+                branch(_inside(low), lambda: low.lower_ops(after))
+            else:
+                low.lower_ops(after)
         return [s, phase]
 
-    _tiles(low, schedule, before, tile)
+    _tiles(low, schedule, before, tile, rank)
+    if persistent:
+        return  # nothing follows: the mbarriers end with the kernel
     low.barrier()  # no consumer still reads the ring or arrives on an mbarrier
     for s in range(stages):  # their shared memory may serve another purpose only once they are invalidated
         for empty in (False, True):
@@ -725,30 +796,65 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     low.barrier()
 
 
-def _tiles(low: Lowering, schedule: Schedule, before: list[Op], tile) -> None:
+def _issue_share(low: Lowering, st: Staged, box: TmaBox, tensor_map: Value, stage: Value, starts: list[Value],
+                 full: Value, leader: Value, rank: Value, ranks: int) -> None:
+    """This CTA's share of the cluster's shared operand, multicast into every CTA's stage: every `ranks`-th
+    box from its rank on, or (one box) its rank's part of the rows - the box of `tensor_map` - at the same
+    offsets in each CTA, completing bytes on each one's full barrier."""
+    mask = (1 << ranks) - 1
+    if box.count % ranks == 0:
+        for j in range(0, box.count, ranks):
+            index = low.op("add", [rank, low.const(j)], I32)
+            column = low.op("add", [starts[1], low.op("mul", [index, low.const(box.cols)], I32)], I32)
+            offset = low.op("cast", [low.op("mul", [index, low.const(box.bytes)], I32)], U32)
+            low.b.op("tma_load", [low.op("add", [stage, offset], U32), tensor_map, column, starts[0], full, leader],
+                     [], {"offset": st.start, "multicast": mask})
+        return
+    rows = box.rows // ranks
+    row = low.op("add", [starts[0], low.op("mul", [rank, low.const(rows)], I32)], I32)
+    offset = low.op("cast", [low.op("mul", [rank, low.const(rows * SWIZZLE_BYTES)], I32)], U32)
+    low.b.op("tma_load", [low.op("add", [stage, offset], U32), tensor_map, starts[1], row, full, leader], [],
+             {"offset": st.start, "multicast": mask})
+
+
+def _inside(low: Lowering) -> Value:
+    """Whether the program a persistent CTA runs now lies inside the virtual grid (not its padding)."""
+    return low.all_of([low.op("cmp", [i, n], BOOL, pred="lt") for i, n in zip(low.programs.ids, low.programs.counts)])
+
+
+def _tiles(low: Lowering, schedule: Schedule, before: list[Op], tile, rank: Value | None) -> list[Value]:
     """tile(stage, phase) -> [stage, phase] for each output tile this CTA runs: its own program's, or with
-    persistent CTAs each virtual program (`core.Programs`) from program 0 on, the CTA count apart - the
-    ops `before` lowered for each with its program ids, the stage and phase carried from one to the
-    next."""
+    persistent CTAs each virtual program (`core.Programs`) it takes - in a cluster, the cluster takes
+    neighbouring tiles together, its CTA of `rank` the one at that offset; the ops `before` lowered for
+    each with its program ids, the stage and phase carried from one to the next.  The final stage and
+    phase."""
     start = low.const(0)
     if not schedule.order.persistent:
-        tile(start, start)
-        return
+        return tile(start, start)
+    (cm, cn), ranks = schedule.order.cluster, schedule.order.cluster_size
     body, outer, whole = Block(), low.b, low.programs
     cta, ctas = low.op("program_id", [], I32, axis=0), low.op("num_programs", [], I32, axis=0)
-    tiles = low.op("mul", [low.op("mul", [whole.counts[0], whole.counts[1]], I32), whole.counts[2]], I32)
-    # ceil((tiles - cta) / ctas): never negative, since cta < ctas
-    mine = low.op("div", [low.op("add", [low.op("sub", [tiles, cta], I32), low.op("sub", [ctas, low.const(1)], I32)],
-                                 I32), ctas], I32)
-    low.b.op("for", [start, mine, start, start], [I32, I32], {"step": 1}, [body])
+    group, groups = low.op("div", [cta, low.const(ranks)], I32), low.op("div", [ctas, low.const(ranks)], I32)
+    nx, ny = (low.op("div", [low.op("add", [n, low.const(c - 1)], I32), low.const(c)], I32)
+              for n, c in zip(whole.counts, (cm, cn)))  # the grid in clusters
+    tiles = low.op("mul", [low.op("mul", [nx, ny], I32), whole.counts[2]], I32)
+    # ceil((tiles - group) / groups): never negative, since group < groups
+    mine = low.op("div", [low.op("add", [low.op("sub", [tiles, group], I32),
+                                          low.op("sub", [groups, low.const(1)], I32)], I32), groups], I32)
+    loop = low.b.op("for", [start, mine, start, start], [I32, I32], {"step": 1}, [body])
     low.b = low.builder_for(body, outer.block, outer.loc)
     i = low.b.block_arg(body, I32, "tile")
     stage, phase = low.b.block_arg(body, I32, "stage"), low.b.block_arg(body, I32, "phase")
-    low.programs = whole.running(low.op("add", [cta, low.op("mul", [i, ctas], I32)], I32))
+    x, y, z = grid_position(low, low.op("add", [group, low.op("mul", [i, groups], I32)], I32), nx, ny)
+    if ranks > 1:
+        x, y = (low.op("add", [low.op("mul", [v, low.const(c)], I32), rank], I32) if c > 1 else v
+                for v, c in ((x, cm), (y, cn)))
+    low.programs = whole.running((x, y, z))
     low.lower_ops(before)
     low.b.op("yield", tile(stage, phase), [])
     low.programs = whole
     low.b = outer
+    return list(loop.results)
 
 
 def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpace, enabled: Value) -> None:

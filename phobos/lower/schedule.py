@@ -66,10 +66,16 @@ class StageBarrier:
 @dataclass(frozen=True)
 class TileOrder:
     """The order CTAs take output tiles in: `group_m` rows of tiles at a time (1: the plain order); with
-    `persistent`, one CTA per free slot of the GPU, each looping over the tiles its count apart."""
+    `persistent`, one CTA per free slot of the GPU, each looping over the tiles its count apart; in
+    `cluster`s of CTAs that take neighbouring tiles together (along M: the same column of B)."""
 
     group_m: int = 1
     persistent: bool = False
+    cluster: tuple[int, int] = (1, 1)  # CTAs of a cluster along M and along N (they share B's or A's tiles)
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster[0] * self.cluster[1]
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,7 @@ class Schedule:
     fragments_ahead: bool = False  # operand fragments read from the next stage while the products run
     order: TileOrder = TileOrder()
     entry_registers: int = 0  # what a thread starts with (ptxas's cap under .maxntid); 0: not capped
+    multicast: str = ""  # 'A' or 'B': the operand the CTAs of a cluster share, each copying a part to all
 
     # ------------------------------------------------------------ roles
     def role(self, name: str) -> Warps | None:
@@ -131,6 +138,20 @@ class Schedule:
             out.append(f"GROUP_M {self.order.group_m}: 1 or more")
         if self.order.persistent and not self.specialized:
             out.append("persistent CTAs need a producer warpgroup that copies across tiles")
+        return out + self._cluster_problems()
+
+    def _cluster_problems(self) -> list[str]:
+        cm, cn = self.order.cluster
+        if (cm, cn) == (1, 1):
+            return [f"operand {self.multicast} multicast without a cluster"] if self.multicast else []
+        out = []
+        if self.order.cluster_size != 2 or min(cm, cn) != 1:
+            out.append(f"a cluster of {cm} x {cn} CTAs: 2 x 1 or 1 x 2")
+        if not self.order.persistent:
+            out.append("clusters are of persistent CTAs")
+        if self.multicast != ("B" if cm > 1 else "A"):
+            out.append(f"a cluster along {'M' if cm > 1 else 'N'} shares {'B' if cm > 1 else 'A'}, "
+                       f"not '{self.multicast}'")
         return out
 
     def _copy_problems(self) -> list[str]:
@@ -184,9 +205,10 @@ class Schedule:
             out.append(f"'full' expects {full.arrivals} arrivals, but {producer.copiers} producer thread(s) copy")
         if self.copy == "tma" and full.transaction != self.stage_bytes:
             out.append(f"'full' expects {full.transaction} bytes of a stage of {self.stage_bytes}")
-        if empty.arrivals != consumers.threads // WARPGROUP:
-            out.append(f"'empty' expects {empty.arrivals} arrivals from {consumers.threads // WARPGROUP} "
-                       "consumer warpgroups")
+        sharing = consumers.threads // WARPGROUP * self.order.cluster_size  # a cluster's consumers all read it
+        if empty.arrivals != sharing:
+            out.append(f"'empty' expects {empty.arrivals} arrivals from {sharing} consumer warpgroups"
+                       + (" of the cluster" if self.order.cluster_size > 1 else ""))
         return out
 
     # ------------------------------------------------------------ showing
@@ -210,5 +232,7 @@ class Schedule:
         lines.append(f"  products  {self.in_flight} wgmma group(s) in flight"
                      + (", fragments read a stage ahead" if self.fragments_ahead else ""))
         order = f"groups of {self.order.group_m} rows of tiles" if self.order.group_m > 1 else "plain order"
-        lines.append(f"  tiles     {order}" + (", persistent CTAs" if self.order.persistent else ""))
+        cm, cn = self.order.cluster
+        lines.append(f"  tiles     {order}" + (", persistent CTAs" if self.order.persistent else "")
+                     + (f", clusters of {cm} x {cn} CTAs, {self.multicast} multicast" if cm * cn > 1 else ""))
         return "\n".join(lines)

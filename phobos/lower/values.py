@@ -63,7 +63,7 @@ def program_index(low: Lowering, axis: int) -> Value:
     """What program_id(axis) gives the kernel (in grouped order for axes 0 and 1 when GROUP_M > 1; with
     persistent CTAs, of the virtual program the CTA runs now)."""
     if low.programs is not None:
-        return virtual_program_ids(low)[axis]
+        return low.programs.ids[axis]
     if low.group_m > 1 and axis in (0, 1):
         return grouped_program_ids(low)[axis]
     return low.op("program_id", [], I32, axis=axis)
@@ -101,11 +101,10 @@ def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:
     return low.entry_value(("grouped program ids",), make)
 
 
-def virtual_program_ids(low: Lowering) -> tuple[Value, Value, Value]:
-    """The program ids of the virtual program a persistent CTA runs now (core.Programs): its linear index
-    over the virtual grid (x fastest, then y, then z; the launcher keeps the grid under 2^31 programs),
-    x and y in grouped order (see grouped_program_ids)."""
-    (nx, ny, _), linear = low.programs.counts, low.programs.linear
+def grid_position(low: Lowering, linear: Value, nx: Value, ny: Value) -> tuple[Value, Value, Value]:
+    """(x, y, z) of the program with linear index `linear` over a grid of nx x ny x any (x fastest, then y,
+    then z; the launcher keeps it under 2^31 programs), x and y in grouped order (see grouped_program_ids):
+    the program ids a persistent CTA runs (core.Programs)."""
     plane = low.op("mul", [nx, ny], I32)
     z, within = low.op("div", [linear, plane], I32), low.op("rem", [linear, plane], I32)
     if low.group_m > 1:

@@ -109,7 +109,17 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(False, "mbarrier_expect_tx", "mbarrier_expect_tx(addr[, pred]): arrives, expecting attrs bytes of copies"),
     **_ops(True, "tensor_map_addr", "the generic address of tensor map parameter attrs index (u64)"),
     **_ops(False, "tma_load", "tma_load(smem, map, c0, c1, mbarrier[, pred]): a box of the map at (c0 inner, c1) into "
-                              "smem + attrs offset, completing bytes on the mbarrier"),
+                              "smem + attrs offset, completing bytes on the mbarrier; attrs multicast (a CTA mask: "
+                              "the box lands, and completes bytes, at the same offsets in each CTA of the cluster "
+                              "it names)"),
+    **_ops(True, "cluster_rank", "the CTA's rank in its cluster (u32)"),
+    **_ops(True, "mapa", "mapa(addr, rank) -> the shared::cluster address of shared address addr in CTA rank of the "
+                         "cluster (u32)"),
+    **_ops(False, "mbarrier_arrive_cluster", "mbarrier_arrive_cluster(addr[, pred]): this thread arrives (release, "
+                                             "cluster scope) on the mbarrier at shared::cluster address addr"),
+    **_ops(False, "cluster_barrier", "every thread of every CTA of the cluster arrives (release) before any goes on "
+                                     "(acquire); attrs init: mbarrier initialisations are made visible to the cluster "
+                                     "first"),
     **_ops(False, "setmaxnreg", "this warpgroup's registers a thread become attrs count (attrs inc: more)"),
     **_ops(False, "exit", "the thread ends"),
     **_ops(False, "ldmatrix", "ldmatrix(addr) -> count b32 fragments of 8x8 16-bit matrices in shared memory; "

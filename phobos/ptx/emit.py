@@ -200,6 +200,7 @@ class Kernel:
     body: list[Item]
     threads: int
     ctas_per_sm: int | None = None  # `.minnctapersm`: CTAs ptxas must fit on one SM (it caps the registers)
+    cluster: int = 1  # `.reqnctapercluster`: CTAs of a cluster, along x (sm_90)
     register_counts: dict[str, int] = field(default_factory=dict)  # class -> registers to declare
     shared_bytes: int = 0
     header_comment: list[str] = field(default_factory=list)
@@ -227,6 +228,8 @@ def emit_module(kernel: Kernel, arch: str, source_file: str | None) -> str:
     out.append(f".maxntid {kernel.threads}, 1, 1")
     if kernel.ctas_per_sm:
         out.append(f".minnctapersm {kernel.ctas_per_sm}")
+    if kernel.cluster > 1:
+        out.append(f".reqnctapercluster {kernel.cluster}, 1, 1")
     out.append("{")
     for cls, (ptx_type, prefix) in REG_CLASSES.items():
         n = kernel.register_counts.get(cls, 0)

@@ -622,11 +622,24 @@ def _tensor_map_addr(s: Selector, op: Op) -> None:
 
 
 def _tma_load(s: Selector, op: Op) -> None:
-    """A box of a tensor map into shared memory; its bytes complete the mbarrier's transaction count."""
+    """A box of a tensor map into shared memory; its bytes complete the mbarrier's transaction count (in each
+    CTA of the multicast mask, where there is one)."""
     stage, tensor_map, c0, c1, barrier = op.operands[:5]
-    s.emit("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
-           Addr(s.reg(stage), op.attrs["offset"]), MapAddr(s.reg(tensor_map), Vec((s.reg(c0), s.reg(c1)))),
-           Addr(s.reg(barrier), 0), ndefs=0, guard=_guard(s, op, 5))
+    mask = op.attrs.get("multicast")
+    operands = [Addr(s.reg(stage), op.attrs["offset"]), MapAddr(s.reg(tensor_map), Vec((s.reg(c0), s.reg(c1)))),
+                Addr(s.reg(barrier), 0)]
+    if mask:
+        operands.append(Imm(mask, DType.I16))  # ctaMask, a 16-bit operand
+    s.emit("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+           + (".multicast::cluster" if mask else ""), *operands, ndefs=0, guard=_guard(s, op, 5))
+
+
+def _cluster_barrier(s: Selector, op: Op) -> None:
+    """barrier.cluster across every thread of the cluster; after mbarrier initialisations, fenced first."""
+    if op.attrs.get("init"):
+        s.emit("fence.mbarrier_init.release.cluster", ndefs=0)
+    s.emit("barrier.cluster.arrive.release.aligned", ndefs=0)
+    s.emit("barrier.cluster.wait.acquire.aligned", ndefs=0)
 
 
 def _mbarrier_wait(s: Selector, op: Op) -> None:
@@ -797,6 +810,12 @@ SELECT = {
                                                guard=_guard(s, op, 1)),
     "tensor_map_addr": _tensor_map_addr,
     "tma_load": _tma_load,
+    "cluster_rank": lambda s, op: s.emit("mov.u32", s.define(op.result), Sym("%cluster_ctarank")),
+    "mapa": lambda s, op: s.emit("mapa.shared::cluster.u32", s.define(op.result), s.reg(op.operands[0]),
+                                 s.src(op.operands[1])),
+    "mbarrier_arrive_cluster": lambda s, op: s.emit("mbarrier.arrive.release.cluster.shared::cluster.b64", Sym("_"),
+                                                    Addr(s.reg(op.operands[0]), 0), ndefs=0, guard=_guard(s, op, 1)),
+    "cluster_barrier": _cluster_barrier,
     "mbarrier_wait": _mbarrier_wait,
     "setmaxnreg": lambda s, op: s.emit(f"setmaxnreg.{'inc' if op.attrs['inc'] else 'dec'}.sync.aligned.u32",
                                        Imm(op.attrs["count"], DType.I32), ndefs=0),
