@@ -67,7 +67,7 @@ from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_bac
 from .binding import BoundCall, bind, call_device, overlapping_tensors
 from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos,
                         sizes_text, target, term_text)
-from ..configuration import config_text
+from ..configuration import config_text, KNOBS
 from ..errors import LaunchError, PhobosError, PtxasTimeout, ToolchainError
 from ..ptxcheck import Report
 from ..ptxcheck import assemble as ptxas_assemble
@@ -221,7 +221,7 @@ class KernelFunction:
             if derived is not None:
                 raise PhobosError(f"{self.name}: '{name}' is derived from the sizes (@derive at {derived.loc}); "
                                   f"it cannot be forced")
-            if name not in space:
+            if name not in space and name not in KNOBS:  # a knob may be set where @autotune does not list it
                 raise PhobosError(f"{self.name}: no autotune parameter '{name}' "
                                   f"(it has: {', '.join(space) or 'none'})")
             if not isinstance(value, int) or isinstance(value, bool):
