@@ -59,7 +59,7 @@ def test_tma_gemm_computes_the_cp_async_kernels_bits_on_ragged_sizes(config, siz
     assert "copied by TMA, issued by a producer warpgroup (128 threads more)" in k.notes[-1]
     assert k.threads == config["WARPS"] * 32 + 128 and plain.threads == config["WARPS"] * 32
     maps = [(p.name, p.box) for p in k.params if p.kind == "tensor_map"]
-    assert maps == [("A", (config["TILE_M"], 64)), ("B", (64, 64))], maps
+    assert maps == [("A", (config["TILE_M"], 64)), ("B", (64, 64)), ("C", (config["TILE_M"], 64))], maps
     assert k.params[:len(plain.params)] == plain.params  # the grid and the maps come after the others
     assert [(p.name, p.kind, p.dims) for p in k.params[len(plain.params):len(plain.params) + 3]] == \
         [(f"programs_{axis}", "programs", (i,)) for i, axis in enumerate("xyz")]  # persistent CTAs
@@ -91,7 +91,9 @@ def test_the_consumers_of_a_tma_loop_get_the_producers_registers_and_nothing_spi
     k = gemm(config, tma=True)
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in k.ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in k.ptx
     assert ".maxntid 384, 1, 1" in k.ptx and "bar.sync 1, 256;" in k.ptx  # barriers after it: consumers only
-    assert k.ptx.count("mbarrier.inval") == 2 * config["STAGES"]  # before their bytes serve anything else
+    assert k.ptx.count("mbarrier.inval") == 0  # persistent: nothing follows the loop over tiles
+    single = gemm(dict(config, PERSISTENT=0), tma=True)  # the epilogue follows: invalidated before it
+    assert single.ptx.count("mbarrier.inval") == 2 * config["STAGES"]
     report = check(k.ptx, arch="sm_90a", name="gemm_bf16")
     report.raise_for_errors()
     assert report.kernel("gemm_bf16").spill_stores == 0, report.kernel("gemm_bf16")
@@ -166,8 +168,9 @@ def test_tf32_tma_gemm_rounds_both_by_the_copy_reads_b_fragments_from_the_stage_
     k = gemm(config, True, SGEMM_TF32, "sgemm_tf32")
     assert "A rounded to TF32 by the copy; B rounded to TF32 by the copy; B's fragments read from the stage an " \
         "iteration ahead" in k.notes[-1], k.notes
+    epilogue = [("C", (config["TILE_M"], 32), "f32")] if "bulk stores" in k.schedules[0] else []  # fits beside?
     assert [(p.name, p.box, p.map_dtype) for p in k.params if p.kind == "tensor_map"] == \
-        [("A", (config["TILE_M"], 32), "tf32"), ("B", (32, 32), "tf32")]  # B: TILE_N / 32 boxes into the stage
+        [("A", (config["TILE_M"], 32), "tf32"), ("B", (32, 32), "tf32"), *epilogue]  # B: TILE_N / 32 boxes
     producer = k.ptx[k.ptx.index(".maxntid"):k.ptx.index("exit;")]
     consumer = k.ptx[k.ptx.index("exit;"):]
     copies = [line.strip() for line in producer.splitlines() if "cp.async.bulk.tensor.2d" in line]

@@ -66,13 +66,14 @@ from dataclasses import dataclass
 
 from ..configuration import Knobs
 from ..middle.ir import Block, KernelParam, Op, Value, walk
-from ..types import DType, ScalarType
-from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, Programs, access_groups, align, read_tile
+from ..types import DType, ScalarType, TileType
+from .core import (BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, Programs, TileRegs, access_groups, align,
+                   convert_register, read_tile)
 from .dot import DotPlan, dot_plan, finish_dot
 from .layout import copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
-from .mma import (SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base, in_registers,
-                  operand_space, read_swizzled, round_in_place)
+from .mma import (SWIZZLE_ATOM, SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base,
+                  in_registers, operand_space, read_swizzled, round_in_place, store_tile)
 from .mma_plan import MmaPlan
 from .values import grid_position
 from .schedule import REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
@@ -271,15 +272,16 @@ class Ring:
         return low.op("add", [self.base, offset], U32)
 
 
-def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = False) -> Schedule:
+def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = False,
+                  epilogue_bytes: int = 0) -> Schedule:
     """The schedule the loop `op`, pipelined as `plan` says, runs by (schedule.py): STAGES stages (fewer,
-    down to 2 - 3 for register staging or a producer warpgroup - where they do not fit the target's shared
-    memory); every thread copying by cp.async, or a producer warpgroup copying by TMA beside the kernel's
-    threads, which consume; `persistent` CTAs looping over the output tiles (`persistent_loop`)."""
+    down to 2 - 3 for register staging or a producer warpgroup - where they and `epilogue_bytes` of an
+    epilogue's TMA store buffer do not fit the target's shared memory); every thread copying by cp.async,
+    or a producer warpgroup copying by TMA beside the kernel's threads, which consume; `persistent` CTAs
+    looping over the output tiles (`persistent_loop`)."""
     fewest = 3 if plan.through_registers or plan.specialized else 2
     stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
-    pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
-    while stages > fewest and stages * plan.stage_bytes + pad > low.smem_limit:
+    while stages > fewest and not _fits(low, plan, stages, epilogue_bytes):
         stages -= 1
     order = TileOrder(low.group_m, persistent)
     if not plan.specialized:
@@ -303,7 +305,15 @@ def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = 
         (StageBarrier("full", 1, "producer", "consumers", copied),
          StageBarrier("empty", consumers // WARPGROUP * order.cluster_size, "consumers", "producer")),
         ahead=stages, in_flight=1 if plan.in_flight is not None else 0, fragments_ahead=bool(plan.kept),
-        order=order, entry_registers=entry, multicast=multicast)
+        order=order, entry_registers=entry, multicast=multicast, epilogue="tma" if epilogue_bytes else "registers")
+
+
+def _fits(low: Lowering, plan: PipelinePlan, stages: int | Schedule, epilogue_bytes: int) -> bool:
+    """Whether `stages` stages (a schedule's) and an epilogue buffer of `epilogue_bytes`, aligned past the
+    mbarriers, fit the target's shared memory, with room to align the ring at run time."""
+    stages = stages if isinstance(stages, int) else stages.stages
+    extra = epilogue_bytes + SWIZZLE_ATOM + 16 * stages if epilogue_bytes else 0
+    return stages * plan.stage_bytes + plan.alignment - SMEM_ALIGN + extra <= low.smem_limit
 
 
 def _multicast(low: Lowering, plan: PipelinePlan) -> str:
@@ -395,6 +405,33 @@ def persistent_loop(low: Lowering) -> tuple[Op, PipelinePlan] | None:
     return (loops[0], plan) if plan is not None and plan.specialized else None
 
 
+@dataclass(frozen=True)
+class TmaStore:
+    """An epilogue's store of a tile to a slice of a rank-2 tensor, by TMA: the consumers write the tile into
+    a buffer above the ring, laid out as `space` (TMA's 128-byte-swizzled boxes), and one of them copies it
+    out with `box.count` bulk stores of `box`, which go on while the next tile's loop runs."""
+
+    store: Op
+    space: TileSpace
+    box: TmaBox
+
+
+def _tma_store(low: Lowering, after: list[Op]) -> TmaStore | None:
+    """How the epilogue `after` stores by TMA (register arithmetic, then a store of a slice of both dims of a
+    rank-2 tensor parameter, in whole 128-byte boxes of at most 256 rows); None where it cannot."""
+    if not after or after[-1].opcode != "store" or not all(o.pure and not o.regions for o in after[:-1]):
+        return None
+    store = after[-1]
+    if not _tensor_slice(low, store) or not isinstance(store.operands[-1].type, TileType):
+        return None
+    eb = store.operands[0].dtype.nbytes
+    rows, cols = store.attrs["sizes"]
+    per_box = SWIZZLE_BYTES // eb
+    if rows > 256 or cols % per_box or rows % 8:
+        return None
+    return TmaStore(store, TileSpace(rows, cols, eb, 0), TmaBox(rows, per_box, cols // per_box))
+
+
 def lower_persistent(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     """The kernel's body with persistent CTAs around its K loop `op` (see `persistent_loop`).
 
@@ -423,13 +460,17 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op] 
 
     Before: `plan` says what is staged where.  After: the loop reads no staged load from global memory
     but through the ring, and every cp.async group is waited for when it ends."""
-    schedule = plan_schedule(low, op, plan, persistent=before is not None)
+    persistent = before is not None
+    epilogue = _tma_store(low, after) if persistent else None
+    schedule = plan_schedule(low, op, plan, persistent, epilogue.space.nbytes if epilogue else 0)
+    if epilogue is not None and not _fits(low, plan, schedule, epilogue.space.nbytes):
+        epilogue, schedule = None, plan_schedule(low, op, plan, persistent)  # stores from registers instead
     problems = schedule.problems()
     assert not problems, f"unsound schedule: {problems}"
     low.schedules.append(schedule.text(_where(op)))
     ring = _ring(low, plan, schedule)
     if schedule.specialized:
-        return lower_specialized(low, op, plan, ring, schedule, before or [], after)
+        return lower_specialized(low, op, plan, ring, schedule, before or [], after, epilogue)
     stages, in_flight, ahead_by = ring.stages, schedule.in_flight, schedule.ahead
     # register staging reads the next iteration's stage while this one's group runs: it must have arrived
     early = 1 if schedule.fragments_ahead else 0
@@ -561,7 +602,7 @@ def _tensor_slice(low: Lowering, load: Op) -> bool:
 
 
 def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, schedule: Schedule,
-                      before: list[Op] = (), after: list[Op] = ()) -> None:
+                      before: list[Op] = (), after: list[Op] = (), epilogue: TmaStore | None = None) -> None:
     """The K loop with a producer warpgroup: PRODUCER_THREADS more threads, one of which copies the
     stages by TMA while the kernel's own threads, the consumers, multiply them.
 
@@ -582,7 +623,9 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     takes (`_tiles`): per tile they run `before` (the kernel's register arithmetic before the loop, with
     the tile's program ids) and the loop, the stage and its phase carried on from the tile before, and
     the consumers then release the last stage and run `after` (the epilogue) - while the producer
-    already copies the next tile's stages.  Otherwise `before` ran once, for the CTA's own program,
+    already copies the next tile's stages.  An epilogue that stores by TMA (`epilogue`) writes the tile
+    into a buffer and one consumer thread copies it out by bulk stores, which run on under the next
+    tile's loop; the buffer is rewritten once they have read it.  Otherwise `before` ran once, for the CTA's own program,
     and the epilogue follows as the rest of the kernel.
 
     In a cluster of two (`schedule.multicast`) the CTAs take neighbouring tiles together and share one
@@ -628,6 +671,9 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * 2 * stages, ring.stage_bytes)
     if persistent:  # the epilogue runs while the producer fills the ring: its scratch lies above it
         low.scratch_start = align(ring.end, SMEM_ALIGN)
+    if epilogue is not None:  # the TMA store's buffer, then any other scratch
+        outgoing = aligned_base(low, epilogue.space.nbytes, SWIZZLE_ATOM)
+        low.scratch_start = align(low.smem_bytes, SMEM_ALIGN)
     shared = _operand(plan, schedule.multicast)[0] if ranks > 1 else None
 
     def part(st: Staged, box: TmaBox) -> TmaBox:
@@ -638,6 +684,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
         return TmaBox(box.rows // ranks, box.cols, box.count)
     maps = [(st, box, low.tensor_map(st.load.operands[0], part(st, box), rounds))
             for st, box in zip(plan.staged, plan.tma_boxes)]
+    out_map = low.tensor_map(epilogue.store.operands[0], epilogue.box) if epilogue is not None else None
     step = op.attrs["step"]
     rank = low.op("cast", [low.op("cluster_rank", [], U32)], I32) if ranks > 1 else None
 
@@ -780,13 +827,21 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
             if plan.in_flight is not None:
                 ran = low.op("cmp", [lo, hi], BOOL, pred="lt" if step > 0 else "gt")
                 release(last, low.all_of([ran, leader]))
+            def finish() -> None:
+                if epilogue is None:
+                    low.lower_ops(after)
+                    return
+                low.lower_ops(after[:-1])
+                _store_by_tma(low, epilogue, outgoing, out_map, first)
             if ranks > 1:  # a tile of the padding to whole clusters copies its share, and stores nothing
-                branch(_inside(low), lambda: low.lower_ops(after))
+                branch(_inside(low), finish)
             else:
-                low.lower_ops(after)
+                finish()
         return [s, phase]
 
     _tiles(low, schedule, before, tile, rank)
+    if epilogue is not None:  # the last tile's bulk stores are done before the CTA (and its buffer) ends
+        low.b.op("bulk_wait", [first], [], {"pending": 0, "read": False})
     if persistent:
         return  # nothing follows: the mbarriers end with the kernel
     low.barrier()  # no consumer still reads the ring or arrives on an mbarrier
@@ -815,6 +870,27 @@ def _issue_share(low: Lowering, st: Staged, box: TmaBox, tensor_map: Value, stag
     offset = low.op("cast", [low.op("mul", [rank, low.const(rows * SWIZZLE_BYTES)], I32)], U32)
     low.b.op("tma_load", [low.op("add", [stage, offset], U32), tensor_map, starts[1], row, full, leader], [],
              {"offset": st.start, "multicast": mask})
+
+
+def _store_by_tma(low: Lowering, epilogue: TmaStore, buffer: Value, tensor_map: Value, issuer: Value) -> None:
+    """The epilogue's store by TMA (see TmaStore): once the last tile's bulk stores have read the buffer, the
+    consumers write the tile into it (converted to the tensor's dtype) and fence it for the async proxy;
+    then thread `issuer` copies each box out and commits them as a group."""
+    store = epilogue.store
+    tensor = low.vals[store.operands[0]]
+    value = low.tile(store.operands[-1])
+    low.b.op("bulk_wait", [issuer], [], {"pending": 0, "read": True})
+    low.barrier()
+    regs = [convert_register(low, r, tensor.dtype) for r in value.regs]
+    store_tile(low, TileRegs(value.layout, regs), buffer, 0, epilogue.space, tensor.dtype)
+    low.b.op("fence_proxy_async", [], [])
+    low.barrier()
+    starts, _, _ = slice_geometry(low, store, tensor)
+    box = epilogue.box
+    for j in range(box.count):
+        column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
+        low.b.op("tma_store", [buffer, tensor_map, column, starts[0], issuer], [], {"offset": j * box.bytes})
+    low.b.op("bulk_commit", [issuer], [])
 
 
 def _inside(low: Lowering) -> Value:

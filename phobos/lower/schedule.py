@@ -93,6 +93,7 @@ class Schedule:
     order: TileOrder = TileOrder()
     entry_registers: int = 0  # what a thread starts with (ptxas's cap under .maxntid); 0: not capped
     multicast: str = ""  # 'A' or 'B': the operand the CTAs of a cluster share, each copying a part to all
+    epilogue: str = "registers"  # how the result tile leaves: stores from 'registers', or 'tma' bulk stores
 
     # ------------------------------------------------------------ roles
     def role(self, name: str) -> Warps | None:
@@ -138,6 +139,8 @@ class Schedule:
             out.append(f"GROUP_M {self.order.group_m}: 1 or more")
         if self.order.persistent and not self.specialized:
             out.append("persistent CTAs need a producer warpgroup that copies across tiles")
+        if self.epilogue not in ("registers", "tma") or (self.epilogue == "tma" and not self.order.persistent):
+            out.append(f"epilogue '{self.epilogue}': from registers, or by TMA from persistent CTAs")
         return out + self._cluster_problems()
 
     def _cluster_problems(self) -> list[str]:
@@ -231,6 +234,8 @@ class Schedule:
             lines.append("  wait      each thread its cp.async groups, then the CTA's barrier")
         lines.append(f"  products  {self.in_flight} wgmma group(s) in flight"
                      + (", fragments read a stage ahead" if self.fragments_ahead else ""))
+        if self.epilogue == "tma":
+            lines.append("  epilogue  the tile through shared memory, out by TMA bulk stores under the next tile")
         order = f"groups of {self.order.group_m} rows of tiles" if self.order.group_m > 1 else "plain order"
         cm, cn = self.order.cluster
         lines.append(f"  tiles     {order}" + (", persistent CTAs" if self.order.persistent else "")

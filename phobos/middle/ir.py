@@ -112,6 +112,12 @@ OPCODES: dict[str, OpInfo] = {
                               "smem + attrs offset, completing bytes on the mbarrier; attrs multicast (a CTA mask: "
                               "the box lands, and completes bytes, at the same offsets in each CTA of the cluster "
                               "it names)"),
+    **_ops(False, "tma_store", "tma_store(smem, map, c0, c1[, pred]): the box of the map at (c0 inner, c1) from smem + "
+                               "attrs offset to global memory (elements outside the tensor are not written), in "
+                               "this thread's open bulk group"),
+    **_ops(False, "bulk_commit", "bulk_commit([pred]): this thread's bulk copies since the last one form a group"),
+    **_ops(False, "bulk_wait", "bulk_wait([pred]): waits until at most attrs pending of this thread's bulk groups "
+                               "remain (attrs read: until they have read their source only)"),
     **_ops(True, "cluster_rank", "the CTA's rank in its cluster (u32)"),
     **_ops(True, "mapa", "mapa(addr, rank) -> the shared::cluster address of shared address addr in CTA rank of the "
                          "cluster (u32)"),

@@ -634,6 +634,14 @@ def _tma_load(s: Selector, op: Op) -> None:
            + (".multicast::cluster" if mask else ""), *operands, ndefs=0, guard=_guard(s, op, 5))
 
 
+def _tma_store(s: Selector, op: Op) -> None:
+    """A box of shared memory to a tensor map's tensor (the elements outside it are not written)."""
+    source, tensor_map, c0, c1 = op.operands[:4]
+    s.emit("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
+           MapAddr(s.reg(tensor_map), Vec((s.reg(c0), s.reg(c1)))), Addr(s.reg(source), op.attrs["offset"]),
+           ndefs=0, guard=_guard(s, op, 4))
+
+
 def _cluster_barrier(s: Selector, op: Op) -> None:
     """barrier.cluster across every thread of the cluster; after mbarrier initialisations, fenced first."""
     if op.attrs.get("init"):
@@ -810,6 +818,10 @@ SELECT = {
                                                guard=_guard(s, op, 1)),
     "tensor_map_addr": _tensor_map_addr,
     "tma_load": _tma_load,
+    "tma_store": _tma_store,
+    "bulk_commit": lambda s, op: s.emit("cp.async.bulk.commit_group", ndefs=0, guard=_guard(s, op, 0)),
+    "bulk_wait": lambda s, op: s.emit("cp.async.bulk.wait_group" + (".read" if op.attrs["read"] else ""),
+                                      Imm(op.attrs["pending"], DType.I32), ndefs=0, guard=_guard(s, op, 0)),
     "cluster_rank": lambda s, op: s.emit("mov.u32", s.define(op.result), Sym("%cluster_ctarank")),
     "mapa": lambda s, op: s.emit("mapa.shared::cluster.u32", s.define(op.result), s.reg(op.operands[0]),
                                  s.src(op.operands[1])),
