@@ -73,11 +73,21 @@ def test_the_tma_gemm_is_planned_warp_specialized():
     compiled, text = _compiled("examples/gemm_bf16.phobos", "gemm_bf16", config, tma=True)
     assert compiled.threads == 384
     assert compiled.schedules == [text.removeprefix("// ")]
-    assert "copy      tma, 4 stages of 49152 bytes" in text
+    assert "copy      tma, 3 stages of 49152 bytes" in text  # the fourth gives way to the epilogue's buffer
+    assert "epilogue  the tile through shared memory, out by TMA bulk stores" in text and "persistent CTAs" in text
     assert "consumers: 256 threads, setmaxnreg 232" in text and "producer: 128 threads (1 of them copy), setmaxnreg 40" in text
     assert "full[stage]: 1 arrival(s) + 49152 bytes by the producer" in text
     assert "empty[stage]: 2 arrival(s) by the consumers" in text
     assert "1 wgmma group(s) in flight" in text
+
+
+def test_one_cta_per_tile_keeps_four_stages_and_a_cluster_counts_both_ctas_consumers():
+    config = dict(TILE_M=128, TILE_N=256, TILE_K=64, WARPS=8, STAGES=4)
+    _, text = _compiled("examples/gemm_bf16.phobos", "gemm_bf16", dict(config, PERSISTENT=0), tma=True)
+    assert "copy      tma, 4 stages of 49152 bytes" in text and "persistent" not in text and "epilogue" not in text
+    compiled, text = _compiled("examples/gemm_bf16.phobos", "gemm_bf16", dict(config, CLUSTER_M=2), tma=True)
+    assert "empty[stage]: 4 arrival(s) by the consumers" in text and "clusters of 2 x 1 CTAs, B multicast" in text
+    assert compiled.cluster == 2 and ".reqnctapercluster 2, 1, 1" in compiled.ptx
 
 
 def test_the_cp_async_gemm_and_a_plain_kernel():

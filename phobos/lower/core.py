@@ -77,6 +77,20 @@ class TileRegs:
     regs: list[Value]
 
 
+@dataclass
+class Transposed:
+    """A 2-D tile's transpose, not moved (rearrange.py, where only dots use it): its source's registers,
+    which a dot stages transposed, or - a tensor-core product reading it from registers - `moved`."""
+
+    source: TileRegs
+
+    def moved(self, low: "Lowering", layout: Layout, dtype: DType) -> TileRegs:
+        """The transpose in the registers of `layout`, moved through shared memory."""
+        cols = self.source.layout.shape[1]
+        return TileRegs(layout, low.relayout(self.source, layout, dtype,
+                                             lambda coords: low.dot_product([coords[1], coords[0]], [cols, 1])))
+
+
 @dataclass(frozen=True)
 class Programs:
     """The programs of a kernel whose CTAs are persistent (schedule.TileOrder): `counts`, the virtual grid

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ..middle.ir import Block, Op, Value
 from ..types import DType, ScalarType
 from . import mma
-from .core import HANDLERS, I32, SMEM_ALIGN, U32, Lowering, TileRegs, align, write_tile
+from .core import HANDLERS, I32, SMEM_ALIGN, U32, Lowering, TileRegs, Transposed, align, write_tile
 from .layout import Layout, dot_layout
 from .mma_plan import MmaPlan
 
@@ -87,13 +87,6 @@ def _serpentine(layout: Layout) -> list[int]:
 def _cover(layout: Layout, d: int) -> int:
     """How far along dim d the layout reaches (padding included)."""
     return layout.thread_span(d) + max(off[d] for off in layout.offsets) + 1
-
-
-@dataclass
-class Transposed:
-    """A 2-D tile's transpose, not moved: its source's registers, staged transposed by `dot`."""
-
-    source: TileRegs
 
 
 @HANDLERS.on("dot")

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from ..middle.ir import Op, Value
 from ..types import DType, ScalarType
-from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, access_groups, align, write_tile
+from .core import BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, TileRegs, Transposed, access_groups, align, write_tile
 from .layout import MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout
 from .mma_plan import MmaKind, MmaPlan
 
@@ -130,11 +130,14 @@ SWIZZLE_ATOM = 1024  # 8 rows of it: where the pattern repeats
 
 @dataclass(frozen=True)
 class SharedOperand:
-    """An operand tile in shared memory, from byte `start` of `base`, laid out as `space` says."""
+    """An operand tile in shared memory, from byte `start` of `base`, laid out as `space` says; `transposed`:
+    what lies there is the operand's transpose (a slice the product reads as trans(slice): A M-major, B
+    K-major), `space` its geometry."""
 
     base: Value  # u32 shared address
     start: int
     space: TileSpace
+    transposed: bool = False
 
     @property
     def stride(self) -> int:
@@ -200,6 +203,9 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
     fragments and a swapped product's B."""
     a_v, b_v = op.operands[0], op.operands[1]
     a, b = low.staged.get(a_v), low.staged.get(b_v)
+    for v, staged in ((a_v, a), (b_v, b)):
+        if staged is None and isinstance(low.vals[v], Transposed):  # a transpose in registers: moved now
+            low.vals[v] = low.vals[v].moved(low, low.layouts[v], v.dtype.compute)
     if a is None and a_in_registers(low, plan, a_v):
         a = RegisterOperand(_unrounded(low, a_v))
     if b is None and in_registers(plan, "b"):
@@ -413,25 +419,25 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
         desc_b = _descriptor(low, a, low.op("mul", [group_n, low.const(plan.wgmma_n * SWIZZLE_BYTES)], I32),
                              leading=16)
         fragments = [b.regs] if b.rounded else _tf32_fragments(low, plan, b.regs)  # [high] or [high, low]
-    else:  # B N-major: its first box of columns; A K-major, the warpgroup's first row
+    else:  # B N-major: its first box of columns; A K-major, the warpgroup's first row (transposed slices:
+        # B K-major, its first row; A M-major, its first box of columns)
         shared = b
-        b_first = low.op("mul", [group_n, low.const(plan.wgmma_n * kind.operand.nbytes // SWIZZLE_BYTES
-                                                    * b.space.box_bytes)], I32)
-        desc_b = _descriptor(low, b, b_first, leading=b.space.box_bytes)
-        block_m = plan.m // plan.warps_m
-        desc_a = _descriptor(low, a, low.op("mul", [group_m, low.const(block_m * SWIZZLE_BYTES)], I32), leading=16)
+        desc_b = _major_descriptor(low, b, group_n, plan.wgmma_n, not b.transposed)
+        desc_a = _major_descriptor(low, a, group_m, plan.m // plan.warps_m, a.transposed)
     pairs = [(1, 0), (0, 1), (0, 0)] if kind.products == 3 else [(0, 0)]  # (A part, B part): 1 the low parts
     acc = list(acc) if acc is not None else [None] * plan.layout.nregs
     accumulators = [plan.wgmma_accumulators(i) for i in range(plan.wgmma_m_tiles)]
     for s in range(plan.k // kind.k):
-        db = _plus(low, desc_b, (step_bytes * s if plan.swapped else kind.k * s * SWIZZLE_BYTES) >> 4)
+        db = _plus(low, desc_b, (step_bytes * s if plan.swapped or b.transposed else kind.k * s * SWIZZLE_BYTES) >> 4)
         for i in range(plan.wgmma_m_tiles):
             for pa, pb in pairs:
                 if plan.swapped:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
                     operands = [*(fragments[pb][r] for r in plan.wgmma_fragments(s, i)),
                                 _plus(low, db, pa * shared.space.part_bytes >> 4)]
-                else:
-                    da = _plus(low, desc_a, (i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s) >> 4)
+                else:  # A K-major: tile i's rows, k step s's bytes; M-major: tile i's box, k step s's rows
+                    at = i * WGMMA_ROWS * kind.operand.nbytes // SWIZZLE_BYTES * a.space.box_bytes \
+                        + kind.k * s * SWIZZLE_BYTES if a.transposed else i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s
+                    da = _plus(low, desc_a, at >> 4)
                     operands = [_plus(low, da, pa * a.space.part_bytes >> 4),
                                 _plus(low, db, pb * shared.space.part_bytes >> 4)]
                 registers = accumulators[i]
@@ -439,11 +445,24 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
                 results = low.b.op(
                     "wgmma", [*operands, *([] if zero else (acc[r] for r in registers))], [F32] * len(registers),
                     {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "registers_a": plan.swapped,
-                     "zero": zero, "fence": s == 0 and i == 0 and (pa, pb) == pairs[0]}).results
+                     "zero": zero, "fence": s == 0 and i == 0 and (pa, pb) == pairs[0],
+                     "trans": (int(not plan.swapped and a.transposed), int(not plan.swapped and not b.transposed))
+                     }).results
                 for r, result in zip(registers, results):
                     acc[r] = result
     low.b.op("wgmma_commit", [], [])
     return acc, [r for part in fragments for r in part] if plan.swapped else []
+
+
+def _major_descriptor(low: Lowering, operand: SharedOperand, group: Value, extent: int, mn_major: bool) -> Value:
+    """The descriptor of warpgroup `group`'s part (`extent` rows of the product's M or N) of a 16-bit
+    operand: MN-major (N-major B, or a transposed slice's M-major A), its first box of columns, the next
+    box a leading offset away; K-major, its first row."""
+    if mn_major:
+        boxes = extent * operand.space.eb // SWIZZLE_BYTES
+        return _descriptor(low, operand, low.op("mul", [group, low.const(boxes * operand.space.box_bytes)], I32),
+                           leading=operand.space.box_bytes)
+    return _descriptor(low, operand, low.op("mul", [group, low.const(extent * SWIZZLE_BYTES)], I32), leading=16)
 
 
 def _descriptor(low: Lowering, operand: SharedOperand, offset: Value, leading: int) -> Value:
@@ -500,6 +519,14 @@ def _a_fragments(low: Lowering, plan: MmaPlan, a, s: int, i: int) -> list[list[V
             r = a.regs[first:first + 4]
             regs += [_pack(low, kind.operand, r[0], r[1]), _pack(low, kind.operand, r[2], r[3])]
         return [regs]  # a0a1, a2a3 (row + 8), a4a5 (k + 8), a6a7
+    if kind.sixteen_bit and a.transposed:  # A^T row-major (k rows): lane l the k row l % 8 of matrix l / 8,
+        # which holds m + 8 (l / 8 % 2), k + 8 (l / 16); .trans gives each the A fragment's orientation
+        row = low.op("add", [low.digit(1, 8), low.op("mul", [low.digit(16, 2), low.const(8)], I32)], I32)
+        col = low.op("add", [_warp_offset(low, plan, 0), low.op("mul", [low.digit(8, 2), low.const(8)], I32)], I32)
+        addr = _address(low, a, row, low.op("mul", [col, low.const(2)], I32))
+        offset = a.start + kind.k * s * a.stride + 2 * MMA_ROWS * i
+        ld = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * 4, {"count": 4, "trans": True, "offset": offset})
+        return [list(ld.results)]
     if kind.sixteen_bit:  # lane l: the address of row l % 16, k chunk l / 16 (matrices a01 a23 a45 a67)
         row = low.op("add", [_warp_offset(low, plan, 0), low.digit(1, 16)], I32)
         addr = _address(low, a, row, low.op("mul", [low.digit(16, 2), low.const(16)], I32))
@@ -522,6 +549,19 @@ def _b_fragments(low: Lowering, plan: MmaPlan, b: SharedOperand, s: int) -> list
     """The B fragments of each n tile at k step s ([registers], or [high, low] for tf32x3)."""
     kind = plan.kind
     nt = plan.n_tiles
+    if kind.sixteen_bit and b.transposed:  # B^T row-major (n rows): lane l the n row l % 8 of tile 2p + l / 16,
+        # k + 8 (l / 8 % 2); each 8 x 8 matrix as it lies is a B fragment; .x2 for an odd last tile
+        row = low.op("add", [_warp_offset(low, plan, 1), low.op("add", [low.digit(1, 8), low.op(
+            "mul", [low.digit(16, 2), low.const(MMA_COLS)], I32)], I32)], I32)
+        addr = _address(low, b, row, low.op("mul", [low.digit(8, 2), low.const(16)], I32))
+        frags = []
+        for pair in range(0, nt, 2):
+            count = 4 if pair + 1 < nt else 2
+            offset = b.start + pair * MMA_COLS * b.stride + 2 * kind.k * s
+            regs = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * count,
+                            {"count": count, "trans": False, "offset": offset}).results
+            frags += [[list(regs[q:q + 2])] for q in range(0, count, 2)]
+        return frags
     if kind.sixteen_bit:  # lane l: the address of k row l % 16 of tile 2p + l / 16; .x2 for an odd last tile
         col = low.op("mul", [low.op("add", [_warp_offset(low, plan, 1),
                                             low.op("mul", [low.digit(16, 2), low.const(MMA_COLS)], I32)], I32),

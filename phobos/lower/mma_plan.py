@@ -99,6 +99,10 @@ class MmaPlan:
     threads: int
     instruction: str = "mma"  # or "wgmma"
     swapped: bool = False  # wgmma computes C^T = B^T A^T; warps_m, warps_n then group C^T's rows, columns
+    # (A, B): the operand is the transpose of a slice loaded for it (`trans(x[...])`, 16-bit kinds), staged as
+    # the slice lies - A M-major, B K-major - and read so (ldmatrix of the other orientation, wgmma's
+    # transpose bits)
+    transposed: tuple[bool, bool] = (False, False)
 
     @property
     def m_tiles(self) -> int:
@@ -206,16 +210,18 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         if wrong:
             out[op] = f"the {kind.shape} instruction cannot tile it ({', '.join(wrong)})"
             continue
-        loaded = all(_is_load(v) and block_of.get(v.owner) is block_of[op] and len(users.get(v, [])) == 1
-                     for v in op.operands[:2])
+        sources = [loaded_slice(v, users, kind.sixteen_bit) for v in op.operands[:2]]
+        loaded = all(src is not None and block_of.get(v.owner) is block_of.get(src[0]) is block_of[op]
+                     for v, src in zip(op.operands, sources))
+        transposed = tuple(src is not None and src[1] for src in sources)
         swapped = not kind.sixteen_bit
         groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), k, threads) if wgmma and loaded else None
         if groups is not None:
-            out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma", swapped)
+            out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma", swapped, transposed)
             continue
-        rows_only = not _is_load(op.operands[0]) or _feeds_rows(op.result, users)
+        rows_only = sources[0] is None or _feeds_rows(op.result, users)
         warps_m, warps_n = choose_warps(m, n, threads // WARP, rows_only)
-        out[op] = MmaPlan(kind, m, n, k, warps_m, warps_n, threads)
+        out[op] = MmaPlan(kind, m, n, k, warps_m, warps_n, threads, transposed=transposed)
     return out
 
 
@@ -284,8 +290,17 @@ def _blocks(block: Block):
             yield from _blocks(region)
 
 
-def _is_load(v: Value) -> bool:
-    return isinstance(v.owner, Op) and v.owner.opcode == "load"
+def loaded_slice(v: Value, users: dict[Value, list[Op]], transposes: bool = True) -> tuple[Op, bool] | None:
+    """(the load, whether v is its transpose) when v is a slice loaded for this one use, or (`transposes`)
+    the 2-D transpose of one (`trans(x[...])`, the transpose its load's one use); else None."""
+    owner = v.owner
+    if not isinstance(owner, Op) or len(users.get(v, [])) != 1:
+        return None
+    if owner.opcode == "load":
+        return owner, False
+    if transposes and owner.opcode == "permute" and tuple(owner.attrs["order"]) == (1, 0):
+        return (owner.operands[0].owner, True) if loaded_slice(owner.operands[0], users, False) else None
+    return None
 
 
 def _feeds_rows(v: Value, users: dict[Value, list[Op]]) -> bool:

@@ -90,6 +90,12 @@ class Staged:
     space: TileSpace
     rounded: bool = False  # a tf32 operand of a swapped product, rounded by register staging
     kept: bool = False  # read from the stage into registers, which the product reads (a swapped product's B)
+    transpose: Op | None = None  # the product's operand is trans(the slice): it reads the stage so
+
+    @property
+    def operand(self) -> Value:
+        """The value the product reads: the slice, or its transpose."""
+        return self.transpose.result if self.transpose is not None else self.load.result
 
 
 @dataclass
@@ -242,17 +248,31 @@ def _loaded_for(low: Lowering, body: list[Op], v: Value) -> bool:
     return isinstance(ld, Op) and ld.opcode == "load" and ld in body and low.use_count[ld.result] == 1
 
 
+def _slice_of(low: Lowering, body: list[Op], v: Value) -> tuple[Op, Op | None] | None:
+    """(the load, the transpose or None) where v is a slice loaded in the loop body for this one use, or
+    the 2-D transpose of one (`trans(x[...])`) made there for this one use."""
+    if _loaded_for(low, body, v):
+        return v.owner, None
+    t = v.owner
+    if isinstance(t, Op) and t.opcode == "permute" and tuple(t.attrs["order"]) == (1, 0) and t in body \
+            and low.use_count[v] == 1 and _loaded_for(low, body, t.operands[0]):
+        return t.operands[0].owner, t
+    return None
+
+
 def _staged_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Staged]:
     """The operands of tensor-core products that are loaded for them alone, one after another in a stage."""
     staged, start = [], 0
     for dot in dots:
         plan = low.plans[dot]
-        for which, v in zip("ab", dot.operands[:2]):
-            if not _loaded_for(low, body, v) or v.owner.operands[0].dtype != plan.kind.operand:
+        for which, v, transposed in zip("ab", dot.operands[:2], plan.transposed):
+            found = _slice_of(low, body, v)
+            if found is None or found[0].operands[0].dtype != plan.kind.operand or (found[1] is not None) != transposed:
                 continue
-            space = operand_space(plan, which, *v.type.shape)
+            load, transpose = found
+            space = operand_space(plan, which, *load.result.type.shape)  # as the slice lies
             start = align(start, space.alignment)
-            staged.append(Staged(v.owner, start, space, plan.swapped, in_registers(plan, which)))
+            staged.append(Staged(load, start, space, plan.swapped, in_registers(plan, which), transpose))
             start += space.nbytes
     return staged
 
@@ -331,7 +351,7 @@ def _multicast(low: Lowering, plan: PipelinePlan) -> str:
 def _operand(plan: PipelinePlan, which: str) -> tuple[Staged, TmaBox]:
     """The staged slice of the product's operand `which` ('A' or 'B') and its TMA boxes."""
     value = plan.product.operands["AB".index(which)]
-    return next((st, box) for st, box in zip(plan.staged, plan.tma_boxes) if st.load.result is value)
+    return next((st, box) for st, box in zip(plan.staged, plan.tma_boxes) if st.operand is value)
 
 
 def _ring(low: Lowering, plan: PipelinePlan, schedule: Schedule) -> Ring:
@@ -375,17 +395,17 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
     (those kept in registers from `kept`, in order)."""
     registers = iter(kept)
     for st in plan.staged:
-        low.staged[st.load.result] = RegisterOperand(next(registers), rounded=plan.specialized) if st.kept \
-            else SharedOperand(stage, st.start, st.space)  # TMA's tf32 maps round what they copy
+        low.staged[st.operand] = RegisterOperand(next(registers), rounded=plan.specialized) if st.kept \
+            else SharedOperand(stage, st.start, st.space, st.transpose is not None)  # TMA's tf32 maps round
     dot = plan.cuda_dot[0] if plan.cuda_dot else None
-    skipped = {st.load for st in plan.staged} | set(plan.index_ops) | {dot}
+    skipped = {st.load for st in plan.staged} | {st.transpose for st in plan.staged} | set(plan.index_ops) | {dot}
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, SMEM_ALIGN)
     low.lower_ops([o for o in ops if o not in skipped])
     low.scratch_start = saved_start
     if plan.cuda_dot:
         finish_dot(low, dot, plan.cuda_dot[1], stage)
     for st in plan.staged:
-        del low.staged[st.load.result]
+        del low.staged[st.operand]
 
 
 def persistent_loop(low: Lowering) -> tuple[Op, PipelinePlan] | None:

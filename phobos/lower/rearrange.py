@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 
 from ..middle.ir import Op, Value
-from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, row_major_strides
-from .dot import Transposed
+from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, Transposed, row_major_strides
 
 
 @HANDLERS.on("permute")

@@ -592,7 +592,8 @@ def _wgmma(s: Selector, op: Op) -> None:
         s.emit("wgmma.fence.sync.aligned", ndefs=0)
     kind = op.attrs["type"]
     one, zero = Imm(1, DType.I32), Imm(0, DType.I32)
-    trans = [] if kind == "tf32" else [zero, one]  # A K-major, B N-major (transposed); tf32: both K-major, no operand
+    # 16-bit: A K-major (0) or M-major (1), B K-major (0) or N-major (1); tf32: both K-major, no operand
+    trans = [] if kind == "tf32" else [Imm(bit, DType.I32) for bit in op.attrs.get("trans", (0, 1))]
     s.emit(f"wgmma.mma_async.sync.aligned.m64n{op.attrs['n']}k{op.attrs['k']}.f32.{kind}.{kind}", Vec(tuple(regs)),
            a, desc_b, zero if from_zero else one, one, one, *trans, tied=not from_zero)  # scale-d, -a, -b
 
