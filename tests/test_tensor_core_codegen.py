@@ -92,14 +92,17 @@ def test_gemm_k_loop_streams_16_byte_copies_and_reads_fragments_with_ldmatrix():
 
 def test_attention_keeps_q_and_p_in_registers():
     """Q's fragments are packed once, before the loop; P feeds the second product from its
-    accumulators (no trip through shared memory); only K and V go through the stages."""
+    accumulators (no trip through shared memory); only K (read as K^T where it lies) and V go through
+    the stages."""
     k = compiled(ATTENTION, "attention", {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 2, "HEAD": 64}, "sm_90a")
     assert all("4 x 1 warps" in note for note in k.notes) and len(k.notes) == 2
     label = re.findall(r"^(\$L_loop_\d+):", k.ptx, re.M)[-1]  # the main loop: the last one
     loop = k.ptx[k.ptx.index(f"{label}:"):k.ptx.index(f"bra.uni {label};")]
     body = loop.split("cp.async.commit_group;")[-1]  # after its request for the next tiles
-    assert "ldmatrix.sync.aligned.m8n8.x4.shared" not in body  # no A operand is read from shared memory
-    assert instructions(body, "ldmatrix.sync.aligned.m8n8.x4.trans") > 0
+    # B operands alone come from shared memory: K^T's as K lies (x4 ldmatrix a pair of 8-column tiles a k step:
+    # 64 columns / 16 x 64 / 16 steps), V's transposed; no A operand's (that would add 4 a product)
+    assert instructions(body, "ldmatrix.sync.aligned.m8n8.x4.shared") == 64 // 16 * 64 // 16
+    assert instructions(body, "ldmatrix.sync.aligned.m8n8.x4.trans") == 64 // 16 * 64 // 16
     assert instructions(body, "cvt.rn.bf16x2.f32") == 64 * 64 // 128 // 2  # P packed in pairs
     assert "st.shared" not in body and "bar.sync" not in body
 
