@@ -1,6 +1,6 @@
 # docs/architecture.md names files, functions and classes and quotes the
 # compiler's output for examples/add.phobos; these tests keep it true to the
-# code: every path it cites exists, every dotted name (`Checker.index`,
+# code: every path it cites exists, every dotted name (`Checker.const_int`,
 # `lower.core.HANDLERS`) and every other name in backquotes is defined in the
 # package, and the dumps and PTX it quotes are what the compiler gives today.
 from __future__ import annotations
