@@ -238,6 +238,8 @@ class Checker:
 
     # ------------------------------------------------------------ the walk
     def attempt(self, fn, *args) -> None:
+        """`fn(*args)`, keeping its SemanticError for the report (checking goes on with what follows) and
+        dropping a Poisoned one."""
         try:
             fn(*args)
         except Poisoned:
