@@ -2,19 +2,17 @@
 #
 # The public surface is gathered here; each name lives in the module of its
 # stage (see docs/architecture.md for the pipeline).  Importing phobos loads
-# only this file, the errors and the log set-up: the compiler and the launcher are imported
+# only this file, the errors, the version and the log set-up: the compiler and the launcher are imported
 # the first time one of their names is used, and PyCUDA only when a kernel
 # runs on the GPU.  The logger "phobos" is set up here (phobos.log), so that
 # every notice finds it ready.
 #
-# `__version__` below is the one place the version is written: the package
-# metadata (setup.cfg) and the PTX headers read it from here.
-__version__ = "0.1.0"
+# `__version__` is written in phobos/version.py.
+import importlib
 
-import importlib  # noqa: E402
-
-from . import log  # noqa: E402
-from .errors import PhobosError  # noqa: E402
+from . import log
+from .errors import PhobosError
+from .version import __version__
 
 log.configure()
 

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from . import __version__
+from .version import __version__
 
 VERSION_TEXT = f"Phobos {__version__}"
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from . import __version__
+from .version import __version__
 from .configuration import config_text
 from .log import Progress
 from .frontend import ast

@@ -114,14 +114,48 @@ def test_parameter_info_asks_for_the_parameters_it_is_told_of_and_stops_where_th
     assert library.cuFuncGetParamInfo.argtypes[1] is ctypes.c_size_t
 
 
-def test_parameter_info_needs_a_driver_that_has_it(library):
+def without(library: Library, missing: str) -> Library:
+    """`library` as an older driver's, which lacks the entry point `missing`."""
     class Older(Library):
         def __getattr__(self, name: str) -> Function:
-            if name == "cuFuncGetParamInfo":
+            if name == missing:
                 raise AttributeError(name)
             return super().__getattr__(name)
 
     older = Older()
     older.functions.update(library.functions)
+    return older
+
+
+def test_parameter_info_needs_a_driver_that_has_it(library):
     with pytest.raises(ToolchainError, match=r"cuFuncGetParamInfo needs CUDA 12.4"):
-        cuda.DriverApi(older).parameter_info(0xF00, 1)
+        cuda.DriverApi(without(library, "cuFuncGetParamInfo")).parameter_info(0xF00, 1)
+
+
+def test_a_tensor_map_is_encoded_in_host_memory_aligned_as_the_driver_asks(library):
+    def encode(out, dtype, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob):
+        ctypes.memmove(out.value, bytes(range(128)), 128)
+
+    library.functions["cuTensorMapEncodeTiled"] = Function(encode)
+    api = cuda.DriverApi(library)
+    raw = api.encode_tiled_map(9, 0x7F000000, (128, 256), (256,), (64, 128), (1, 1), 3, 2, 0)
+    assert raw == bytes(range(128))
+    ((out, dtype, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob),) = \
+        library.cuTensorMapEncodeTiled.calls
+    assert out.value % cuda.TENSOR_MAP_ALIGNMENT == 0  # CUDA 13's CUtensorMap is 128-byte aligned
+    assert (dtype, rank, address.value, interleave, swizzle, l2, oob) == (9, 2, 0x7F000000, 0, 3, 2, 0)
+    assert (list(dims), list(strides), list(box), list(element_strides)) == ([128, 256], [256], [64, 128], [1, 1])
+    assert library.cuTensorMapEncodeTiled.argtypes[2] is ctypes.c_uint32
+
+
+def test_a_tensor_map_the_driver_rejects_is_a_named_error(library):
+    library.functions["cuTensorMapEncodeTiled"] = Function(code=500)
+    with pytest.raises(cuda.CudaError, match="CUDA_ERROR_NOT_FOUND") as error:
+        cuda.DriverApi(library).encode_tiled_map(9, 0x7F000000, (128,), (), (64,), (1,), 0, 0, 0)
+    assert error.value.code == 500
+
+
+def test_tensor_maps_need_a_driver_that_encodes_them(library):
+    with pytest.raises(ToolchainError, match=r"cuTensorMapEncodeTiled needs CUDA 12"):
+        cuda.DriverApi(without(library, "cuTensorMapEncodeTiled")).encode_tiled_map(
+            9, 0x7F000000, (128,), (), (64,), (1,), 0, 0, 0)

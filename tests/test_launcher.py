@@ -48,7 +48,7 @@ def emulator(monkeypatch):
 def test_import_phobos_loads_neither_the_compiler_nor_pycuda():
     probe = "import sys, phobos; print(sorted(m for m in sys.modules if m.startswith(('phobos.', 'pycuda'))))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['phobos.errors', 'phobos.log']"
+    assert out.strip() == "['phobos.errors', 'phobos.log', 'phobos.version']"
 
 
 def test_public_names_come_from_their_modules():

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from phobos.run import cuda, runtime, tensor_map
+from phobos.run import cuda, runtime
 from phobos.errors import LaunchError, PtxasError
 from phobos.run.tensor_map import TensorMap
 
@@ -47,6 +47,7 @@ class StandInDriver(types.ModuleType):
         self.launches: list[dict] = []
         self.layouts: dict[str, list[tuple[int, int]]] = {}  # kernel -> (offset, size) of its parameters
         self.asked: list[str] = []  # kernels whose parameter offsets the runtime asked for
+        self.tensor_maps: list[tuple] = []  # the arguments of each cuTensorMapEncodeTiled
         self.next_address = 0x10000
         driver = self
 
@@ -226,6 +227,13 @@ class StandInApi:
     def pop_context(self) -> None:
         self.context = self.primary_context(0)
 
+    def encode_tiled_map(self, *arguments) -> bytes:
+        """Records the call; the first map encodes to 0x1234 and zeros, later ones are refused."""
+        self.driver.tensor_maps.append(arguments)
+        if len(self.driver.tensor_maps) > 1:
+            raise self.error(1)
+        return struct.pack("<Q", 0x1234).ljust(128, b"\0")
+
 
 class StandInLauncher:
     """cuda.Launcher for a stand-in kernel: reads the packed buffer at each launch."""
@@ -393,25 +401,18 @@ def test_a_thread_without_a_current_context_gets_the_kernels(driver, add_ptx, mo
     assert len(launched) == 2 and driver.api.context == driver.api.primary_context(0)
 
 
-def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver, monkeypatch):
-    calls = []
-
-    def encode(out, dtype, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob):
-        calls.append((dtype, rank, address.value, list(dims), list(strides)[:rank - 1], list(box),
-                      list(element_strides), interleave, swizzle, l2, oob))
-        assert out.value % 128 == 0  # the driver wants the map's host memory 64-byte aligned (CUDA 13: 128)
-        ctypes.c_uint64.from_address(out.value).value = 0x1234
-        return 0 if len(calls) == 1 else 1  # the second call fails
-
-    monkeypatch.setattr(tensor_map, "_encode_function", encode)
+def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver):
     tmap = TensorMap.tiled(np.zeros((256, 128), np.uint16), (128, 64), dtype="bf16", swizzle="128B",
                            l2_promotion="256B").on(0x7F000000)
-    raw = tmap.encode()
+    raw = runtime.encode_tensor_map(tmap)
     assert len(raw) == 128 and raw[:8] == struct.pack("<Q", 0x1234)
-    # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank 2, sizes and box innermost first, SWIZZLE_128B, L2_256B
-    assert calls == [(9, 2, 0x7F000000, [128, 256], [256], [64, 128], [1, 1], 0, 3, 3, 0)]
-    with pytest.raises(LaunchError, match=r"cuTensorMapEncodeTiled rejected a bf16 tensor map of sizes \(128, 256\)"):
-        tmap.encode()
+    # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizes, byte strides and box innermost first, SWIZZLE_128B, L2_256B
+    assert driver.tensor_maps == [(9, 0x7F000000, (128, 256), (256,), (64, 128), (1, 1), 3, 3, 0)]
+    with pytest.raises(LaunchError, match=r"cuTensorMapEncodeTiled rejected a bf16 tensor map of sizes \(128, 256\)"
+                                          r".*: CUDA_ERROR_INVALID_VALUE"):
+        runtime.encode_tensor_map(tmap)
+    with pytest.raises(LaunchError, match=r"the device address 0x7f000008 is not 16-byte aligned"):
+        runtime.encode_tensor_map(tmap.on(0x7F000008))
     params = runtime.parse_entry_params(".entry k(.param .align 64 .b8 map[128], .param .u32 n) { ret; }")["k"]
     with pytest.raises(LaunchError, match=r"parameter 'map' \(\.b8\[128\]\): cuTensorMapEncodeTiled rejected"):
         runtime.bind_arguments("k", params, [tmap, 1])

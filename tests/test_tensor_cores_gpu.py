@@ -110,10 +110,10 @@ def test_tensor_maps_are_encoded_by_the_driver():
     a = np.zeros((256, 128), np.uint16)
     device = runtime.device_copy(a)
     tmap = TensorMap.tiled(a, (128, 64), dtype="bf16", swizzle="128B")
-    raw = tmap.on(int(device)).encode()
+    raw = runtime.encode_tensor_map(tmap.on(int(device)))
     assert len(raw) == 128 and raw != bytes(128)
     with pytest.raises(LaunchError, match="is not 16-byte aligned"):
-        tmap.on(int(device) + 8).encode()
+        runtime.encode_tensor_map(tmap.on(int(device) + 8))
     device.free()
 
 

@@ -1,6 +1,6 @@
 # Launch rules: what a kernel's decorators say about the sizes it is called with.
 #
-#   @autotune(WARPS in [4, 8])        the configurations to choose from (sema.autotune_space)
+#   @autotune(WARPS in [4, 8])        the configurations to choose from (checker.config.autotune_space)
 #   @derive(BN = next_pow2(N))        constants computed from the sizes at launch
 #   @require(BN >= N, ...)            conditions a configuration must meet to serve a call
 #   @key(N, next_pow2(M))             what of the sizes an autotuning choice depends on

@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from ..version import __version__
 from ..compiler import CompiledKernel, KernelParam
 from ..ptxcheck import KernelReport, PtxasDiagnostic, Report
 from ..types import DType

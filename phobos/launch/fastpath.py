@@ -290,7 +290,7 @@ class FastCall:
     `recipe` has one entry per PTX parameter: ("pointer", i) the address of
     argument value i, ("scalar", i, convert) argument value i converted,
     ("tensor_map", i, encode) the tensor map over argument value i's address
-    (tensor_map.MapEncoder), ("const", v) a size the signature fixes; `assembler` writes it out as one
+    (runtime.MapEncoder), ("const", v) a size the signature fixes; `assembler` writes it out as one
     function.  `queue(stream, values)` launches (None when the grid is empty:
     nothing runs).  `pairs` are the (read, written) tensor pairs whose overlap
     decides the code (phobos.launch.binding.overlapping_tensors), with their

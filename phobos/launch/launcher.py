@@ -61,7 +61,7 @@ from typing import Any
 
 from . import autotune, cache, fastpath, parallel
 from ..run import runtime
-from ..run.tensor_map import MapEncoder, describable
+from ..run.tensor_map import describable
 from .. import toolchain
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind, call_device, overlapping_tensors
@@ -796,7 +796,7 @@ class _Kernel:
                 recipe.append(("scalar", positions[param.name], fastpath.scalar_converter(self.name, param, kind)))
             elif param.kind == "tensor_map":
                 recipe.append(("tensor_map", positions[param.name],
-                               MapEncoder(call.tensors[param.name].shape, param.map_dtype, param.box)))
+                               runtime.MapEncoder(call.tensors[param.name].shape, param.map_dtype, param.box)))
             elif param.kind == "programs":  # a persistent kernel's virtual grid, fixed with the sizes
                 recipe.append(("const", launch.grid[param.dims[0]]))
             else:

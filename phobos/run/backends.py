@@ -88,7 +88,8 @@ class Launch:
 
     def queued_arguments(self) -> list[Any]:
         """ptx_arguments with the tensor maps encoded by the driver, as a QueuedKernel packs them."""
-        return [value.encode() if isinstance(value, TensorMap) else value for value in self.ptx_arguments()]
+        return [runtime.encode_tensor_map(value) if isinstance(value, TensorMap) else value
+                for value in self.ptx_arguments()]
 
     def _tensor_map(self, param: KernelParam) -> TensorMap:
         value = self._argument(param.name)

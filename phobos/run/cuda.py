@@ -16,6 +16,9 @@
 #   stream_context    the context a stream belongs to
 #   pointer_device    the device that holds an address (None for host memory)
 #   contexts          the current one, push and pop, a device's primary one
+#   encode_tiled_map  a TMA tensor map (cuTensorMapEncodeTiled), in host memory
+#                     aligned as the driver asks (tensor_map.py describes the
+#                     map, runtime.encode_tensor_map asks for it)
 #
 # `api()` gives the one DriverApi of the process, or raises ToolchainError when
 # libcuda cannot be loaded.  Tests put a stand-in in its place (`_api`), so
@@ -25,7 +28,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ToolchainError
@@ -50,6 +53,10 @@ _FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
 _STREAM_CAPTURE_STATUS_NONE = 0
 _ERROR_LOG_BYTES = 16384
+#: cuTensorMapEncodeTiled writes the map to host memory aligned to 64 bytes (CUDA 12; 128 in CUDA 13's
+#: CUtensorMap type): the larger, so that either driver accepts it.
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGNMENT = 128
 
 
 class CudaError(Exception):
@@ -113,9 +120,10 @@ class DriverApi:
             "cuDeviceGetCount": (ctypes.POINTER(i),),
             "cuGetErrorName": (i, ctypes.POINTER(ctypes.c_char_p)),
             "cuGetErrorString": (i, ctypes.POINTER(ctypes.c_char_p)),
+            "cuTensorMapEncodeTiled": (p, i, ctypes.c_uint32, p, p, p, p, p, i, i, i, i),
         }
         for name, argtypes in signatures.items():
-            if not hasattr(library, name):  # cuFuncGetParamInfo: CUDA 12.4 and newer
+            if not hasattr(library, name):  # cuFuncGetParamInfo: CUDA 12.4; cuTensorMapEncodeTiled: 12.0
                 continue
             function = getattr(library, name)
             function.argtypes = argtypes
@@ -224,6 +232,26 @@ class DriverApi:
     def pop_context(self) -> None:
         popped = ctypes.c_void_p()
         self._check(self._lib.cuCtxPopCurrent_v2(ctypes.byref(popped)))
+
+    # --- tensor maps
+    def encode_tiled_map(self, data_type: int, address: int, sizes: Sequence[int], strides: Sequence[int],
+                          box: Sequence[int], element_strides: Sequence[int], swizzle: int, l2_promotion: int,
+                          oob_fill: int) -> bytes:
+        """The opaque CUtensorMap (TENSOR_MAP_BYTES) of a tiled map without interleave, built by
+        cuTensorMapEncodeTiled in the current context: the CUtensorMap* codes, the global address, and the
+        sizes, byte strides of dimensions 1.., box and element strides innermost first; CudaError where
+        the driver rejects them."""
+        if not hasattr(self._lib, "cuTensorMapEncodeTiled"):
+            raise ToolchainError("this CUDA driver cannot encode tensor maps (cuTensorMapEncodeTiled needs "
+                                 "CUDA 12 or newer)")
+        storage = (ctypes.c_uint8 * (TENSOR_MAP_BYTES + TENSOR_MAP_ALIGNMENT))()
+        out = ctypes.addressof(storage) + -ctypes.addressof(storage) % TENSOR_MAP_ALIGNMENT
+        rank = len(sizes)
+        self._check(self._lib.cuTensorMapEncodeTiled(
+            ctypes.c_void_p(out), data_type, rank, ctypes.c_void_p(address), (ctypes.c_uint64 * rank)(*sizes),
+            (ctypes.c_uint64 * max(rank - 1, 1))(*strides), (ctypes.c_uint32 * rank)(*box),
+            (ctypes.c_uint32 * rank)(*element_strides), 0, swizzle, l2_promotion, oob_fill))
+        return ctypes.string_at(out, TENSOR_MAP_BYTES)
 
 
 _api: Any = None

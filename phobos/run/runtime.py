@@ -10,7 +10,8 @@
 # converted to the type the kernel declares for that parameter, read off the
 # `.entry` line of the PTX.  A byte-array parameter (`.param .align 64 .b8
 # tmap[128]`) takes a phobos.run.tensor_map.TensorMap, which the driver
-# encodes, or raw bytes of its size.  The parameter buffer is packed here, so no
+# encodes (`encode_tensor_map`; `MapEncoder` keeps the encodings of one
+# parameter per address), or raw bytes of its size.  The parameter buffer is packed here, so no
 # argument is ever passed with a type the kernel did not ask for, each at the
 # offset the compiled kernel reads it from: where a C struct would put it, or,
 # for kernels with a parameter aligned to more than 16 bytes (tensor maps),
@@ -52,7 +53,7 @@ import numpy as np
 
 from . import cuda
 from ..errors import LaunchError, PtxasError, ToolchainError
-from .tensor_map import TensorMap
+from .tensor_map import TensorMap, kernel_map
 
 PYCUDA_MISSING = "PyCUDA is not installed: pip install 'phobos-tile[cuda]'"
 
@@ -193,7 +194,7 @@ def _byte_array(param: PtxParam, arg: Any, fail: Callable[[str], LaunchError]) -
     """The contents of a byte-array parameter: a TensorMap (encoded by the driver) or bytes."""
     if isinstance(arg, TensorMap):
         try:
-            raw = arg.encode()
+            raw = encode_tensor_map(arg)
         except LaunchError as error:
             raise fail(error.message) from error
     elif isinstance(arg, (bytes, bytearray, memoryview)):
@@ -580,6 +581,43 @@ def load_module(ptx_text: str, cubin: bytes | None = None, device: int = 0) -> M
 
 
 PtxOrModule = Union[str, Module]
+
+
+# ---------------------------------------------------------------------------
+# Tensor maps, encoded by the driver
+
+
+def encode_tensor_map(tmap: TensorMap) -> bytes:
+    """The CUtensorMap the CUDA driver builds for `tmap` over its tensor's device address (128 bytes)."""
+    _driver()  # a current context, or a ToolchainError saying why there is none
+    address = tmap.device_address()
+    if address % 16:
+        raise LaunchError(f"TensorMap: the device address {address:#x} is not 16-byte aligned")
+    data_type, swizzle, l2_promotion, oob_fill = tmap.codes
+    try:
+        return cuda.api().encode_tiled_map(data_type, address, tmap.shape, tmap.strides, tmap.box,
+                                           tmap.element_strides, swizzle, l2_promotion, oob_fill)
+    except cuda.CudaError as error:
+        raise driver_error(error, f"cuTensorMapEncodeTiled rejected {tmap.describe()}") from None
+
+
+class MapEncoder:
+    """The driver's encoding of one `tensor_map` parameter for each device address it is given (the launcher's
+    fast path: shape, type and box fixed by the call's signature), the last few kept."""
+
+    KEPT = 64
+
+    def __init__(self, shape: tuple[int, ...], dtype: str, box: tuple[int, ...]):
+        self.shape, self.dtype, self.box = shape, dtype, box
+        self.encoded: dict[int, bytes] = {}
+
+    def __call__(self, address: int) -> bytes:
+        raw = self.encoded.get(address)
+        if raw is None:
+            if len(self.encoded) >= self.KEPT:
+                del self.encoded[next(iter(self.encoded))]
+            raw = self.encoded[address] = encode_tensor_map(kernel_map(address, self.shape, self.dtype, self.box))
+        return raw
 
 
 # ---------------------------------------------------------------------------

@@ -7,10 +7,11 @@
 # holds that description and the tensor it describes; it is passed as the
 # argument for such a parameter, to the GPU runtime or to the PTX emulator:
 #
-# * on the GPU (`encode`), the CUDA driver builds the real, opaque CUtensorMap
-#   with `cuTensorMapEncodeTiled` (libcuda through ctypes) for the tensor's
-#   device address (a torch/CuPy tensor, anything with
-#   `__cuda_array_interface__`, or an int address with explicit sizes);
+# * on the GPU (`runtime.encode_tensor_map`), the CUDA driver builds the real,
+#   opaque CUtensorMap with `cuTensorMapEncodeTiled` (cuda.py) from the map's
+#   `codes` and fields, for the tensor's device address (`device_address`: a
+#   torch/CuPy tensor, anything with `__cuda_array_interface__`, or an int
+#   address with explicit sizes);
 # * in the emulator (`emulator_bytes`), the tensor is a NumPy array that the
 #   emulator places in its global memory, and the 128 bytes are the emulator's
 #   own encoding of the same fields, which its `cp.async.bulk.tensor` reads
@@ -27,10 +28,10 @@
 #
 # Sizes, strides and boxes are checked here against the driver's documented
 # rules (cuda.h, cuTensorMapEncodeTiled), so a bad map is a clear error naming
-# the field on both paths instead of CUDA_ERROR_INVALID_VALUE.
+# the field on both paths instead of CUDA_ERROR_INVALID_VALUE.  Nothing here
+# calls the driver: the emulator reads this module without a GPU.
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import struct
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError, ToolchainError
+from ..errors import LaunchError
 
 # name -> (CUtensorMapDataType, bytes per element)
 DTYPES = {
@@ -52,9 +53,6 @@ L2_PROMOTIONS = {"none": 0, "64B": 1, "128B": 2, "256B": 3}
 OOB_FILLS = {"zero": 0, "nan": 1}  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE / _NAN_REQUEST_ZERO_FMA
 MAX_RANK = 5
 MAGIC = b"PHOBOSTM"
-#: cuTensorMapEncodeTiled writes the map to host memory aligned to 64 bytes (CUDA 12; 128 in CUDA 13's
-#: CUtensorMap type): the larger, so that either driver accepts it.
-MAP_ALIGNMENT = 128
 _LAYOUT = struct.Struct("<8sQ6B2x5Q4Q5H5B")
 
 _NUMPY_NAMES = {"uint8": "u8", "uint16": "u16", "uint32": "u32", "int32": "s32", "uint64": "u64",
@@ -157,19 +155,25 @@ class TensorMap:
         if self.oob_fill == "nan" and self.dtype not in ("f16", "bf16", "f32", "f64", "tf32", "f32.ftz", "tf32.ftz"):
             fail("NaN out-of-bound fill needs a floating-point type")
 
+    @property
+    def codes(self) -> tuple[int, int, int, int]:
+        """The CUtensorMap* codes of its element type, swizzle, L2 promotion and out-of-bound fill."""
+        return (DTYPES[self.dtype][0], SWIZZLES[self.swizzle][0], L2_PROMOTIONS[self.l2_promotion],
+                OOB_FILLS[self.oob_fill])
+
     # -- the emulator's encoding
     def emulator_bytes(self, address: int) -> bytes:
         """The 128 bytes the emulator's cp.async.bulk.tensor reads (see the module header)."""
         if address % 16:
             raise ValueError(f"the global address {address:#x} is not 16-byte aligned")
         pad = MAX_RANK - self.rank
-        raw = _LAYOUT.pack(MAGIC, address, self.rank, DTYPES[self.dtype][0], SWIZZLES[self.swizzle][0], 0,
-                           L2_PROMOTIONS[self.l2_promotion], OOB_FILLS[self.oob_fill],
+        data_type, swizzle, l2_promotion, oob_fill = self.codes
+        raw = _LAYOUT.pack(MAGIC, address, self.rank, data_type, swizzle, 0, l2_promotion, oob_fill,
                            *self.shape, *(0,) * pad, *self.strides, *(0,) * pad,
                            *self.box, *(0,) * pad, *self.element_strides, *(0,) * pad)
         return raw.ljust(128, b"\0")
 
-    # -- the driver's encoding
+    # -- what the driver's encoding needs (runtime.encode_tensor_map)
     def device_address(self) -> int:
         """The device address of the tensor (torch/CuPy tensor, CUDA array interface or int)."""
         tensor = self.tensor
@@ -181,28 +185,6 @@ class TensorMap:
         if hasattr(tensor, "data_ptr") and getattr(tensor, "is_cuda", False):
             return int(tensor.data_ptr())
         raise LaunchError(f"TensorMap: on the GPU the tensor must be device memory, not {type(tensor).__name__}")
-
-    def encode(self) -> bytes:
-        """The CUtensorMap the CUDA driver builds for this description (128 bytes)."""
-        from . import runtime
-        runtime._driver()  # a current context, or a ToolchainError saying why there is none
-        encode = _driver_function()
-        address = self.device_address()
-        if address % 16:
-            raise LaunchError(f"TensorMap: the device address {address:#x} is not 16-byte aligned")
-        storage = (ctypes.c_uint8 * (128 + MAP_ALIGNMENT))()
-        out = ctypes.addressof(storage) + -ctypes.addressof(storage) % MAP_ALIGNMENT
-        rank = self.rank
-        dims = (ctypes.c_uint64 * rank)(*self.shape)
-        strides = (ctypes.c_uint64 * max(rank - 1, 1))(*self.strides)
-        box = (ctypes.c_uint32 * rank)(*self.box)
-        elem = (ctypes.c_uint32 * rank)(*self.element_strides)
-        result = encode(ctypes.c_void_p(out), DTYPES[self.dtype][0], rank, ctypes.c_void_p(address), dims, strides,
-                        box, elem, 0, SWIZZLES[self.swizzle][0], L2_PROMOTIONS[self.l2_promotion],
-                        OOB_FILLS[self.oob_fill])
-        if result != 0:
-            raise LaunchError(f"cuTensorMapEncodeTiled rejected {self.describe()}: {_error_name(result)}")
-        return ctypes.string_at(out, 128)
 
     def describe(self) -> str:
         return (f"a {self.dtype} tensor map of sizes {self.shape}, byte strides {self.strides}, box {self.box}, "
@@ -264,36 +246,6 @@ def _inspect(tensor: Any) -> tuple[list[int], list[int], int, str | None]:
                      "build the TensorMap with explicit dtype, shape and strides")
 
 
-_encode_function = None
-
-
-def _driver_function():
-    """cuTensorMapEncodeTiled from libcuda, typed."""
-    global _encode_function
-    if _encode_function is None:
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as error:
-            raise ToolchainError(f"cannot load the CUDA driver library libcuda.so.1: {error}") from error
-        fn = lib.cuTensorMapEncodeTiled
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_int]
-        _encode_function = fn
-    return _encode_function
-
-
-def _error_name(code: int) -> str:
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        name = ctypes.c_char_p()
-        lib.cuGetErrorName(ctypes.c_int(code), ctypes.byref(name))
-        return f"{name.value.decode()} ({code})" if name.value else f"CUresult {code}"
-    except OSError:
-        return f"CUresult {code}"
-
-
 # ---------------------------------------------------------------- the maps a compiled kernel asks for
 #: How the maps of a compiled kernel's `tensor_map` parameters are described: the shared-memory layout
 #: its stages have (the 128-byte swizzle), boxes of the shape the parameter names, zeros outside.
@@ -321,22 +273,3 @@ def describable(shape: tuple[int, ...], itemsize: int, address: int | None) -> b
     if address is not None and address % 16:
         return False
     return len(shape) == 1 or (shape[-1] * itemsize) % 16 == 0
-
-
-class MapEncoder:
-    """The driver's encoding of one `tensor_map` parameter for each device address it is given (the launcher's
-    fast path: shape, type and box fixed by the call's signature), the last few kept."""
-
-    KEPT = 64
-
-    def __init__(self, shape: tuple[int, ...], dtype: str, box: tuple[int, ...]):
-        self.shape, self.dtype, self.box = shape, dtype, box
-        self.encoded: dict[int, bytes] = {}
-
-    def __call__(self, address: int) -> bytes:
-        raw = self.encoded.get(address)
-        if raw is None:
-            if len(self.encoded) >= self.KEPT:
-                del self.encoded[next(iter(self.encoded))]
-            raw = self.encoded[address] = kernel_map(address, self.shape, self.dtype, self.box).encode()
-        return raw
