@@ -98,4 +98,4 @@ def test_tma_gives_the_gemm_kernel_tensor_map_parameters_and_bulk_copies(capsys)
     assert status == 0 and err == "" and "cp.async.bulk.tensor" not in plain and ".param .align 64" not in plain
     status, out, err = run_main(capsys, *args, "--tma")
     assert status == 0 and err == ""
-    assert out.count(".param .align 64 .b8 ") == 2 and "cp.async.bulk.tensor.2d" in out
+    assert out.count(".param .align 64 .b8 ") == 3 and "cp.async.bulk.tensor.2d" in out  # A, B; C's stores
