@@ -20,8 +20,9 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     After: a Function of scalar ops only, with attrs `threads` (per CTA),
     `shared_bytes` (the scratch buffer), `notes` (what the compiled
     kernel's report says about the code chosen) and `schedules` (the text
-    of each pipelined loop's schedule.Schedule), and `persistent` where the
-    CTAs loop over the output tiles (pipeline.persistent_loop), ready for math expansion and
+    of each pipelined loop's schedule.Schedule) - and, where the CTAs loop
+    over the output tiles (pipeline.persistent_loop), `programs` parameters
+    and possibly `cluster` - ready for math expansion and
     instruction selection.  `smem_limit` is the target's shared memory per
     CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
     `index_bits` 64 makes tensor dims (and the size parameters) and element

@@ -468,7 +468,6 @@ def lower_persistent(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     body = low.src.body.ops
     at = body.index(op)
     lower_pipelined(low, op, plan, body[:at], body[at + 1:])
-    low.out.attrs["persistent"] = True
 
 
 def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op] | None = None,
@@ -645,8 +644,8 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     the consumers then release the last stage and run `after` (the epilogue) - while the producer
     already copies the next tile's stages.  An epilogue that stores by TMA (`epilogue`) writes the tile
     into a buffer and one consumer thread copies it out by bulk stores, which run on under the next
-    tile's loop; the buffer is rewritten once they have read it.  Otherwise `before` ran once, for the CTA's own program,
-    and the epilogue follows as the rest of the kernel.
+    tile's loop; the buffer is rewritten once they have read it.  Otherwise `before` ran once, for the
+    CTA's own program, and the epilogue follows as the rest of the kernel.
 
     In a cluster of two (`schedule.multicast`) the CTAs take neighbouring tiles together and share one
     operand: each producer copies half of it into both CTAs' stages at once (TMA multicast; the bytes
