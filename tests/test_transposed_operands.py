@@ -139,3 +139,25 @@ def test_transposed_slices_copied_by_tma_into_persistent_ctas(form):
                     shared_bytes=k.shared_bytes)
     a_mk, b_kn = (bf16_values(a), bf16_values(b).T) if form == "nt" else (bf16_values(a).T, bf16_values(b))
     np.testing.assert_array_equal(c, tensor_core_gemm_reference(a_mk, b_kn, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["nt", "tn"])
+def test_transposed_slices_on_the_gpu_give_the_models_bits(form):
+    """The same kernels through the documented call on torch tensors (TMA and persistent CTAs on sm_90a),
+    bit for bit equal to the tensor-core model the emulator runs."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU: torch sees none")
+    import phobos
+    m, n, kk = 200, 264, 136
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    shape_a, shape_b = ((m, kk), (n, kk)) if form == "nt" else ((kk, m), (kk, n))
+    a = torch.randn(shape_a, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(shape_b, device="cuda", generator=gen).to(torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel = getattr(phobos.jit(NT if form == "nt" else TN, mode="gpu"), f"gemm_{form}")
+    kernel(a, b, c)
+    a64, b64 = a.double().cpu().numpy(), b.double().cpu().numpy()
+    a_mk, b_kn = (a64, b64.T) if form == "nt" else (a64.T, b64)
+    np.testing.assert_array_equal(c.cpu().numpy(), tensor_core_gemm_reference(a_mk, b_kn, 64))
