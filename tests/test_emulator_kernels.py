@@ -21,6 +21,15 @@ def test_vector_add_with_partial_last_block():
     assert stats.threads == 1024 and stats.steps > 0
 
 
+def test_an_instruction_may_continue_on_the_next_line():
+    text = (DATA / "vadd.ptx").read_text().replace("mad.lo.s32 \t%r5, %r2, %r3, %r4;", "mad.lo.s32\n\t\t%r5, %r2,\n%r3, %r4;")
+    assert "mad.lo.s32\n" in text
+    x = np.arange(300, dtype=np.float32)
+    out = np.zeros_like(x)
+    Module(text, "vadd.ptx").launch("vadd", 2, 256, [x, x, out, 300])
+    np.testing.assert_array_equal(out, 2 * x)
+
+
 def test_launch_function_caches_the_parsed_module():
     text = (DATA / "vadd.ptx").read_text()
     x = np.arange(8, dtype=np.float32)

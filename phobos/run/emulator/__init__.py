@@ -7,16 +7,18 @@
 # program counters for divergence and per-CTA barriers.  It is exact where PTX
 # is exact (integer wrap-around, IEEE rounding modes, single-rounding fma),
 # models the tensor cores' rounding bit for bit (mma.sync, wgmma; see
-# numerics.TensorCoreModel and docs/tensor_cores.md) and runs TMA copies and
-# mbarriers, and it stops with an `EmulatorError` at what a GPU would
+# numerics.TensorCoreModel and docs/tensor_cores.md), runs TMA copies and
+# mbarriers and thread-block clusters (distributed shared memory,
+# barrier.cluster, TMA multicast), and it stops with an `EmulatorError` at what a GPU would
 # silently get wrong: out-of-bounds and misaligned accesses, shared-memory
 # data races between barriers, global-memory data races (within a CTA between
 # barriers, and between CTAs), `ld.global.nc` of data the kernel writes,
 # cp.async and bulk-copy data used before its wait, buffers reused while a
 # wgmma reads them, wgmma registers touched in flight, barriers in divergent
 # code, `bra.uni` that diverges, barrier thread counts that are not whole
-# warps, warp-synchronous instructions with absent lanes, deadlocks, and any
-# PTX it does not know.  What it does not see is listed in docs/emulator.md.
+# warps, warp-synchronous instructions with absent lanes, races between the
+# CTAs of a cluster and CTAs that exit while their peers use their shared
+# memory, deadlocks, and any PTX it does not know.  What it does not see is listed in docs/emulator.md.
 # Errors name the PTX line and, through `.loc`, the Phobos source line.
 #
 #     from phobos.run.emulator import launch
@@ -26,7 +28,9 @@
 # instruction handlers), numerics (exact rounding, the tensor-core model),
 # fragments (register fragments and shared-memory layouts of tensor-core
 # operands), memory (state spaces, race detection, cp.async), async_state
-# (wgmma groups, mbarriers, bulk groups), machine (scheduler and launches).
+# (wgmma groups, mbarriers, bulk groups), cluster (thread-block clusters:
+# their shape, distributed shared memory, barrier.cluster, races between
+# CTAs), machine (scheduler and launches).
 from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, DivergentBranch, EmulatorError,
                      GlobalMemoryRace, MemoryFault, MisalignedAddress, NonCoherentRead, PtxSyntaxError,
                      SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)

@@ -139,12 +139,12 @@ class Mbarriers:
         self.completions = 0
 
     def describe(self, m, number: int) -> str:
-        offset = self.where[number] % m.shared.stride
-        return (f"mbarrier at {m.describe_shared(offset)} (phase {self.phase[number]}, "
+        return (f"mbarrier at {m.describe_shared_at(self.where[number])} (phase {self.phase[number]}, "
                 f"{self.pending[number]} of {self.expected[number]} arrivals pending, "
                 f"transaction count {self.tx[number]})")
 
-    def init(self, flat: int, count: int) -> None:
+    def init(self, flat: int, count: int) -> int:
+        """Initialise the mbarrier at flat shared offset `flat`; returns its number."""
         number = self.index.get(flat)
         if number is None:
             number = self.index[flat] = len(self.where)
@@ -155,6 +155,7 @@ class Mbarriers:
         self.expected[number] = self.pending[number] = count
         self.tx[number] = self.phase[number] = 0
         self.observed[number] = 0
+        return number
 
     def lookup(self, flat: int, thread: int) -> int:
         number = self.index.get(flat)
@@ -197,14 +198,14 @@ class Mbarriers:
         """`threads` saw the completion of every phase so far."""
         self.observed[number, threads] = self.phase[number]
 
-    def share_observations(self, m, rows) -> None:
-        """A CTA-wide barrier: what one thread of a CTA has seen, all of them have."""
+    def share_observations(self, m, groups, size: int) -> None:
+        """A barrier of groups of `size` consecutive threads (a CTA, a cluster): what one thread of
+        a group has seen, all of them have.  groups: their indices (None: all)."""
         if not len(self.where):
             return
-        ctas = m.n // m.tpc
-        view = self.observed.reshape(len(self.where), ctas, m.tpc)
-        rows = np.arange(ctas) if rows is None else rows
-        view[:, rows, :] = view[:, rows, :].max(axis=2, keepdims=True)
+        view = self.observed.reshape(len(self.where), m.n // size, size)
+        groups = slice(None) if groups is None else groups
+        view[:, groups, :] = view[:, groups, :].max(axis=2, keepdims=True)
 
 
 #: Registers of an SM's register file that one CTA can use (sm_90: 64K 32-bit registers).

@@ -28,6 +28,7 @@ import numpy as np
 
 from ...errors import Loc
 from . import syntax as syn
+from .cluster import CLUSTER_REGISTERS, PREDICATE_REGISTERS, check_directives
 from .errors import EmulatorError, PtxSyntaxError, UnsupportedPtx
 from .memory import LOCAL_APERTURE, PARAM_APERTURE, SHARED_APERTURE
 from .numerics import BF16, round_to_format
@@ -93,7 +94,7 @@ class Op:
 SPECIAL_REGISTERS = frozenset(
     [f"%{base}.{axis}" for base in ("tid", "ntid", "ctaid", "nctaid") for axis in "xyz"]
     + ["%laneid", "%warpid", "%nwarpid", "%dynamic_smem_size", "%total_smem_size"]
-    + [f"%lanemask_{k}" for k in ("eq", "lt", "le", "gt", "ge")])
+    + [f"%lanemask_{k}" for k in ("eq", "lt", "le", "gt", "ge")]) | CLUSTER_REGISTERS
 
 
 class Mods:
@@ -330,6 +331,9 @@ class Decoder:
 
     # -- decoding
     def decode(self) -> Program:
+        problem = check_directives(self.entry.directives)
+        if problem is not None:
+            raise self.error(problem, PtxSyntaxError, self.entry.line)
         instructions = []
         for st in self.entry.statements:
             if isinstance(st, syn.RegDecl):
@@ -416,6 +420,11 @@ class Decoder:
         slot = self.lookup(name)
         if slot is not None:
             return self._register_reader(slot, self.reg_types[slot], t)
+        if name in PREDICATE_REGISTERS:
+            if t.kind != "pred":
+                raise self.error(f"{name} is a predicate register", PtxSyntaxError)
+            self.specials.add(name)
+            return lambda m, idx: m.special[name] if idx is None else m.special[name][idx]
         if name in SPECIAL_REGISTERS:
             if t.bits > 32 or t.kind == "pred" or t.is_float:
                 raise self.error(f"{name} is a 32-bit integer register", PtxSyntaxError)
@@ -511,7 +520,7 @@ class Decoder:
         if space == "generic":
             var_address += {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE,
                             "param": PARAM_APERTURE}.get(var_space, 0)
-        elif space != var_space:
+        elif space != var_space and not (space == "shared::cluster" and var_space == "shared"):
             raise self.error(f"{name} is a .{var_space} variable, used with .{space}", PtxSyntaxError)
         const = np.uint64((var_address + operand.offset) & MASK64)
         return lambda m, idx: np.full(lanes(m, idx), const, np.uint64)

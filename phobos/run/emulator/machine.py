@@ -1,9 +1,11 @@
 # Running decoded kernels: modules, launches, thread batches and the scheduler.
 #
 # A launch runs the CTAs of the grid in batches (as many as fit a memory
-# budget, usually all of them) as one array of threads: thread index =
-# cta * threads_per_cta + linear tid.  Registers are NumPy arrays over those
-# threads; shared memory is one row per CTA.
+# budget, usually all of them; always whole thread-block clusters, whose CTAs
+# run together) as one array of threads: thread index = cta * threads_per_cta
+# + linear tid, CTAs in launch order, cluster by cluster (cluster.ClusterShape).
+# Registers are NumPy arrays over those threads; shared memory is one row per
+# CTA.
 #
 # Scheduling is the classic minimum-PC scheme.  The threads at the lowest
 # program counter among the runnable ones form the active group and execute
@@ -22,8 +24,11 @@
 # different `bar.sync` instructions are reported too (a barrier in divergent
 # code).
 #
-# A thread whose `mbarrier.try_wait`/`test_wait` finds its phase incomplete
-# (or whose `setmaxnreg.inc` finds too few registers in the CTA's pool)
+# barrier.cluster completes a phase once every live thread of the cluster has
+# arrived (cluster.ClusterBarrier), which also counts as a barrier of each of
+# its CTAs.  A thread whose `mbarrier.try_wait`/`test_wait` finds its phase
+# incomplete (or whose `setmaxnreg.inc` finds too few registers in the CTA's
+# pool, or whose barrier.cluster.wait finds its phase open)
 # sleeps (instead of spinning, which the minimum-PC scheme would never leave)
 # until no thread can run any more; then, if some mbarrier phase completed
 # (or some registers were released) meanwhile, the sleepers wake and test again.  The GPU may suspend a waiting
@@ -49,9 +54,11 @@ import numpy as np
 from ...errors import LaunchError, Note, SourceFile
 from ...log import Progress
 from ..tensor_map import TensorMap
-from . import ops_arith, ops_bulk, ops_call, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
+from . import ops_arith, ops_bulk, ops_call, ops_cluster, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
 from .async_state import AsyncMma, BulkGroups, Mbarriers, RegisterPool
+from .cluster import (CLUSTER_REGISTERS, ClusterBarrier, ClusterRaceDetector, ClusterShape, ClusterSharedSpace,
+                      launch_shape)
 from .decode import BARRIER, BRANCH, PLAIN, WAIT, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
 from .memory import (GLOBAL_RACE_LIMIT, AsyncCopies, GenericSpace, GlobalRaceDetector, GlobalSpace, ParamSpace,
@@ -103,6 +110,7 @@ class LaunchConfig:
     max_steps: int
     tensor_cores: TensorCoreModel
     progress: Callable[[int], None]  # called with the steps of the batch so far, every PROGRESS_STEPS
+    cluster: ClusterShape
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -119,9 +127,11 @@ class Machine:
         self.program = program
         self.config = config
         self.tpc = int(np.prod(config.block))
-        self.cta_first = cta_first
+        self.cta_first = cta_first  # launch position of the batch's first CTA (cluster.ClusterShape)
+        self.cluster = config.cluster
         self.n = n = cta_count * self.tpc
         self.cta_of = np.repeat(np.arange(cta_count, dtype=np.int64), self.tpc)
+        self.cta_xyz = self.cluster.coordinates(cta_first + np.arange(cta_count))  # grid coordinates per CTA
         ltid = np.tile(np.arange(self.tpc, dtype=np.int64), cta_count)
         self.ltid = ltid.astype(np.int32)
         self.lane = ltid % 32
@@ -132,12 +142,18 @@ class Machine:
         self.params = config.params
         self.glob = config.glob
         self.shared = WindowSpace("shared", cta_count, config.shared_size, self.cta_of)
+        self.cluster_barrier = ClusterBarrier(n, self.tpc, self.cluster)
+        self.cluster_shared = ClusterSharedSpace(self.shared, self.cluster, cta_count)
         if config.check_races and config.shared_size:
             self.shared.races = RaceDetector(cta_count, self.shared.stride, self.tpc)
+            if self.cluster.size > 1:
+                self.shared.cluster_races = self.cluster_shared.races = ClusterRaceDetector(
+                    len(self.shared.data), self.shared.stride, self.tpc, self.cluster_barrier)
         self.local = WindowSpace("local", n, program.local_size, np.arange(n, dtype=np.int64))
         self.param = ParamSpace(config.params, program.param_size)
         self.spaces = {"global": self.glob, "const": self.glob, "shared": self.shared, "local": self.local,
-                       "generic": GenericSpace(self.glob, self.shared, self.local, self.param)}
+                       "shared::cluster": self.cluster_shared,
+                       "generic": GenericSpace(self.glob, self.cluster_shared, self.local, self.param)}
         self.async_copies = AsyncCopies(n)
         self.epoch = np.zeros(cta_count, np.int32)  # whole-CTA barriers passed, per CTA
         self.async_mma = AsyncMma(n)
@@ -150,13 +166,16 @@ class Machine:
     # -- special registers and descriptions
     def _special_register(self, name: str, ltid: np.ndarray) -> np.ndarray:
         bx, by, _ = self.config.block
-        gx, gy, _ = self.config.grid
-        cta = self.cta_first + self.cta_of
         lane = self.lane
         axis = {"x": 0, "y": 1, "z": 2}
-        if name.startswith(("%tid.", "%ctaid.")):
-            linear, (sx, sy) = (ltid, (bx, by)) if name.startswith("%tid") else (cta, (gx, gy))
-            value = (linear % sx, (linear // sx) % sy, linear // (sx * sy))[axis[name[-1]]]
+        if name in CLUSTER_REGISTERS:
+            value = self.cluster.register(name, self.cta_xyz[self.cta_of], self.cta_first + self.cta_of)
+            if value.dtype == bool:
+                return value
+        elif name.startswith("%tid."):
+            value = (ltid % bx, (ltid // bx) % by, ltid // (bx * by))[axis[name[-1]]]
+        elif name.startswith("%ctaid."):
+            value = self.cta_xyz[self.cta_of, axis[name[-1]]]
         elif name.startswith(("%ntid.", "%nctaid.")):
             dims = self.config.block if name.startswith("%ntid") else self.config.grid
             value = np.full(self.n, dims[axis[name[-1]]])
@@ -180,16 +199,27 @@ class Machine:
         return f"({ltid % bx},{ltid // bx % by},{ltid // (bx * by)})"
 
     def describe_thread(self, t: int) -> str:
-        gx, gy, _ = self.config.grid
-        cta = self.cta_first + t // self.tpc
-        return (f"thread {self.describe_local(t % self.tpc)} of CTA "
-                f"({cta % gx},{cta // gx % gy},{cta // (gx * gy)})")
+        """Thread `t` of the batch (or, outside it, of the launch position it would have)."""
+        return f"thread {self.describe_local(t % self.tpc)} of CTA {self.describe_cta(t // self.tpc)}"
+
+    def describe_cta(self, cta: int) -> str:
+        """CTA `cta` of the batch: its coordinates in the grid (and rank in its cluster)."""
+        return self.cluster.describe(self.cta_first + cta)
 
     def describe_shared(self, offset: int) -> str:
         for var in reversed(self.program.shared_vars):
             if var.offset <= offset:
                 return f"{var.name}+{offset - var.offset} (shared offset {offset:#x})"
         return f"shared offset {offset:#x}"
+
+    def describe_shared_at(self, flat: int) -> str:
+        """A byte of the batch's shared memory (its flat offset), with its CTA where CTAs share it."""
+        where = self.describe_shared(flat % self.shared.stride)
+        return where if self.cluster.size == 1 else f"{where} of CTA {self.describe_cta(flat // self.shared.stride)}"
+
+    def alive(self) -> np.ndarray:
+        """Which threads of the batch have not exited."""
+        return self.status != DONE
 
     def ptx_position(self, pc: int) -> str:
         return self.program.position(pc)
@@ -286,11 +316,18 @@ class Machine:
             self.pc[group] = pc
 
     def _exit(self, threads) -> None:
-        """Retire threads, completing their outstanding asynchronous operations."""
+        """Retire threads, completing their outstanding asynchronous operations; a barrier.cluster
+        that waited only for them completes, and a CTA whose threads have all exited is gone."""
         self.status[threads] = DONE
         self.async_copies.complete(self, threads, None)
         self.async_mma.complete(self, threads, None)
         self.bulk_groups.complete(self, threads, None)
+        self.cluster_barrier.complete(self)
+        if self.cluster.size > 1:
+            rows = np.unique(self.cta_of[threads])
+            gone = rows[(self.status.reshape(-1, self.tpc)[rows] == DONE).all(axis=1)]
+            self.cluster_shared.check_exit(self, gone)
+            self.cluster_shared.exited[gone] = True
 
     def _arrive(self, op, threads) -> None:
         ids, counts = op.run(self, threads)
@@ -303,7 +340,7 @@ class Machine:
     def _events(self) -> int:
         """How many things that sleepers wait for have happened: mbarrier phases completed,
         registers returned to a pool."""
-        return self.mbarriers.completions + self.registers.releases
+        return self.mbarriers.completions + self.registers.releases + self.cluster_barrier.completions
 
     def _wait(self, op, threads) -> None:
         """A blocking test, an arrival or a setmaxnreg: the lanes it lets go move on, the others
@@ -371,13 +408,19 @@ class Machine:
             self._check_same_barrier(released, key[ready], at)
         self.status[released] = RUN
         if whole_cta[ready].any():
-            rows = np.unique(cta[ready & whole_cta])
-            self.epoch[rows] += 1
-            rows = None if len(rows) == ncta else rows
-            self.mbarriers.share_observations(self, rows)
-            if self.shared.races is not None:
-                self.shared.races.reset(rows)
+            self.passed_cta_barrier(np.unique(cta[ready & whole_cta]))
         return True
+
+    def passed_cta_barrier(self, rows: np.ndarray) -> None:
+        """Every thread of the CTAs `rows` passed a barrier (bar.sync, barrier.cluster): their
+        accesses before it are ordered before those after it."""
+        if not len(rows):
+            return
+        self.epoch[rows] += 1
+        rows = None if len(rows) == len(self.epoch) else rows
+        self.mbarriers.share_observations(self, rows, self.tpc)
+        if self.shared.races is not None:
+            self.shared.races.reset(rows)
 
     def _check_same_barrier(self, released, keys, at) -> None:
         lo = np.full(keys.max() + 1, FAR)
@@ -399,6 +442,14 @@ class Machine:
     def _deadlock(self) -> Fault:
         sleeping = np.flatnonzero(self.status == SLEEP)
         in_setmaxnreg = [int(t) for t in sleeping if self.program.ops[int(self.pc[t])].text.startswith("setmaxnreg")]
+        in_cluster_wait = [int(t) for t in sleeping
+                           if self.program.ops[int(self.pc[t])].text.startswith("barrier.cluster.wait")]
+        if in_cluster_wait:
+            t = in_cluster_wait[0]
+            return Fault(BarrierError,
+                         f"deadlock: {self.cluster_barrier.describe_waiting(self, np.array(in_cluster_wait))}, "
+                         f"and no thread can run{self._other_waits(sleeping, in_cluster_wait)}",
+                         thread=t, pc=int(self.pc[t]))
         if in_setmaxnreg:
             t = in_setmaxnreg[0]
             return Fault(BarrierError,
@@ -425,6 +476,17 @@ class Machine:
                      f"barrier deadlock: the {live} live threads of the CTA wait ({summary}) and "
                      f"barrier {int(self.bar_id[t])} expects {want}",
                      thread=t, pc=int(self.bar_pc[t]))
+
+    def _other_waits(self, sleeping, in_cluster_wait) -> str:
+        """The other sleepers and parked threads, for a barrier.cluster deadlock."""
+        others = np.setdiff1d(sleeping, in_cluster_wait)
+        parked = np.flatnonzero(self.status == PARKED)
+        parts = []
+        if others.size:
+            parts.append(f"{others.size} threads wait for mbarrier phases ({self._sleepers_barriers(others)})")
+        if parked.size:
+            parts.append(f"{parked.size} threads wait at bar.sync ({self.ptx_position(int(self.bar_pc[parked[0]]))})")
+        return "; " + "; ".join(parts) if parts else ""
 
     def _sleepers_barriers(self, sleeping) -> str:
         """The mbarriers that sleeping threads wait on, described."""
@@ -461,13 +523,16 @@ class Kernel:
 
     def launch(self, grid, block, args, shared_bytes: int = 0, source_text: str | None = None, *,
                check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
-               max_threads: int = DEFAULT_MAX_THREADS, tensor_cores: str = "hopper") -> LaunchStats:
+               max_threads: int = DEFAULT_MAX_THREADS, tensor_cores: str = "hopper",
+               cluster=None) -> LaunchStats:
         """Run the kernel on `grid` x `block` threads; see `launch` for the arguments."""
         if tensor_cores not in TENSOR_CORE_MODELS:
             raise LaunchError(f"tensor_cores must be one of {', '.join(TENSOR_CORE_MODELS)}, got {tensor_cores!r}")
         grid, block = _dims(grid, "grid"), _dims(block, "block")
         tpc = int(np.prod(block))
         self._check_config(grid, block, tpc, shared_bytes)
+        clusters = launch_shape(self.name, self.program.directives, grid,
+                                None if cluster is None else _dims(cluster, "cluster"))
         prog = self.program
         if source_text is not None and prog.files:
             SourceFile.register(prog.files[0], source_text)
@@ -485,10 +550,12 @@ class Kernel:
         steps = 0
         config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
                               TENSOR_CORE_MODELS[tensor_cores],
-                              lambda batch_steps: progress.update(steps + batch_steps))
+                              lambda batch_steps: progress.update(steps + batch_steps), clusters)
+        races = (24 + (40 if clusters.size > 1 else 0)) if check_races else 0
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
-            + shared_size * (24 if check_races else 1)
+            + shared_size * (1 + races)
         batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // max(per_cta, 1)))
+        batch = max(clusters.size, batch // clusters.size * clusters.size)  # the CTAs of a cluster run together
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             for first in range(0, total, batch):
@@ -672,7 +739,9 @@ def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
     name: the PTX file name used in messages.  options: check_races (default
     True), max_steps, max_threads (see `Kernel.launch`), tensor_cores (the
     numeric model of mma/wgmma: "hopper", the default, or "ampere"; see
-    numerics.TensorCoreModel).  A `.b8 [128]` parameter takes a
-    phobos.run.tensor_map.TensorMap over a NumPy array.
+    numerics.TensorCoreModel), cluster (1 to 3 sizes: the thread-block
+    cluster shape, as the launch attribute gives it; by default the kernel's
+    .reqnctapercluster, else clusters of one CTA).  A `.b8 [128]` parameter
+    takes a phobos.run.tensor_map.TensorMap over a NumPy array.
     """
     return load_module(ptx_text, name).launch(kernel, grid, block, args, shared_bytes, source_text, **options)

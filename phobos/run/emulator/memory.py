@@ -57,11 +57,11 @@ GLOBAL_RACE_LIMIT = 8 << 20
 GLOBAL_TRACKED = frozenset({LOAD, NC_LOAD, STORE, ASYNC_SOURCE})
 
 
-def _threads(idx, n):
+def lane_threads(idx, n):
     return np.arange(n) if idx is None else idx
 
 
-def _same_byte_twice(b):
+def same_byte_twice(b):
     """Indices (i, j) of two accesses of one instruction to the same byte `b[i] == b[j]`, else None."""
     if len(b) < 2:
         return None
@@ -70,14 +70,14 @@ def _same_byte_twice(b):
     return (order[dup[0]], order[dup[0] + 1]) if dup.size else None
 
 
-def _check_alignment(space_name, addr, align, idx, access):
+def check_alignment(space_name, addr, align, idx, access):
     bad = (addr & np.uint64(align - 1)) != 0
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise Fault(MisalignedAddress,
                     f"misaligned address: {space_name} {access} at {int(addr[i]):#x}, "
                     f"which is not a multiple of {align}",
-                    thread=int(_threads(idx, len(addr))[i]))
+                    thread=int(lane_threads(idx, len(addr))[i]))
 
 
 class Space:
@@ -221,8 +221,8 @@ class GlobalSpace(Space):
             raise Fault(MemoryFault,
                         f"out-of-bounds global {what} of {n} bytes at {int(addr[i]):#x}: "
                         f"{self.describe(int(addr[i]), n)}",
-                        thread=int(_threads(idx, len(addr))[i]))
-        _check_alignment(self.name, addr, align or int(nbytes), idx, what)
+                        thread=int(lane_threads(idx, len(addr))[i]))
+        check_alignment(self.name, addr, align or int(nbytes), idx, what)
         offsets = rel.astype(np.int64) + self._offsets[kc]
         if self.races is not None and access in GLOBAL_TRACKED:
             self.races.check(m, idx, offsets, nbytes, access, pc)
@@ -268,21 +268,27 @@ class WindowSpace(Space):
         self.data = np.zeros(rows * self.stride + 16, np.uint8)
         self.row_of_thread = row_of_thread
         self.races: RaceDetector | None = None  # set for shared memory when races are checked
+        # shared memory of clusters of several CTAs, races checked: accesses between CTAs (cluster.py)
+        self.cluster_races = None
 
     def locate(self, m, idx, addr, nbytes, access, pc, align=None):
         off = np.asarray(addr, np.uint64)
         bad = (off >= np.uint64(self.size)) | (off + np.uint64(nbytes) > np.uint64(self.size))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
+            hint = (" (an address of another CTA's shared memory, from mapa, is reached with .shared::cluster)"
+                    if self.name == "shared" and int(off[i]) >> 24 else "")
             raise Fault(MemoryFault,
                         f"out-of-bounds {self.name} {access} of {nbytes} bytes at {self.name} address "
-                        f"{int(off[i]):#x}: only {self.size} bytes of {self.name} memory are declared",
-                        thread=int(_threads(idx, len(off))[i]))
-        _check_alignment(self.name, off, align or nbytes, idx, access)
+                        f"{int(off[i]):#x}: only {self.size} bytes of {self.name} memory are declared{hint}",
+                        thread=int(lane_threads(idx, len(off))[i]))
+        check_alignment(self.name, off, align or nbytes, idx, access)
         rows = self.row_of_thread if idx is None else self.row_of_thread[idx]
         flat = rows * self.stride + off.astype(np.int64)
         if self.races is not None and access not in UNTRACKED:
             self.races.check(m, idx, flat, nbytes, access, pc)
+            if self.cluster_races is not None:
+                self.cluster_races.check(m, lane_threads(idx, len(off)), flat, nbytes, access, pc)
         return flat
 
 
@@ -300,14 +306,14 @@ class ParamSpace(Space):
         off = np.asarray(addr, np.uint64)
         if access != LOAD:
             raise Fault(MemoryFault, f"{access} to the kernel parameter space, which is read-only",
-                        thread=int(_threads(idx, len(off))[0]))
+                        thread=int(lane_threads(idx, len(off))[0]))
         bad = off + np.uint64(nbytes) > np.uint64(self.size)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise Fault(MemoryFault, f"out-of-bounds parameter {access} of {nbytes} bytes at parameter offset "
                                      f"{int(off[i]):#x}: the parameters take {self.size} bytes",
-                        thread=int(_threads(idx, len(off))[i]))
-        _check_alignment(self.name, off, align or nbytes, idx, access)
+                        thread=int(lane_threads(idx, len(off))[i]))
+        check_alignment(self.name, off, align or nbytes, idx, access)
         return off.astype(np.int64)
 
 
@@ -330,11 +336,11 @@ class GenericSpace(Space):
             inside = rel < np.uint64(APERTURE_SIZE)
             if inside.any():
                 rest &= ~inside
-                yield space, inside, _threads(idx, len(addr))[inside], rel[inside]
+                yield space, inside, lane_threads(idx, len(addr))[inside], rel[inside]
         if rest.all():
             yield self.glob, slice(None), idx, addr
         elif rest.any():
-            yield self.glob, rest, _threads(idx, len(addr))[rest], addr[rest]
+            yield self.glob, rest, lane_threads(idx, len(addr))[rest], addr[rest]
 
     def load(self, m, idx, addr, dtype, count, pc, access=LOAD):
         out = [np.empty(len(addr), dtype) for _ in range(count)]
@@ -454,12 +460,7 @@ class RaceDetector:
         else:
             b = (flat[:, None] + np.arange(nbytes)).ravel()
             t = np.repeat(tid, nbytes)
-        if self.pending_total and self.pending[b].any():
-            i = int(np.flatnonzero(self.pending[b])[0])
-            raise Fault(AsyncCopyHazard,
-                        f"shared {access} at {m.describe_shared(int(b[i]) % self.stride)} while a cp.async "
-                        f"into it is still pending (missing cp.async.wait_group/wait_all?)",
-                        thread=self._thread(b[i], t[i]))
+        self._check_pending(m, b, access, lambda i: self._thread(b[i], t[i]))
         if access == LOAD:
             if self.tma_barrier is not None:
                 self.check_observed(m, b, t)
@@ -473,6 +474,29 @@ class RaceDetector:
                 self.atomics = _Accesses(len(self.pending), "atomic")
             self.atomics.record(b, t, pc, self._epoch(b, t), only_this_thread=False)
 
+    def check_remote(self, m, threads, flat, nbytes: int, access: str) -> None:
+        """Accesses by `threads` (batch indices) to the shared memory of another CTA of their cluster:
+        the hazards of cp.async and of the asynchronous proxy, as for the CTA's own threads (conflicts
+        between threads are cluster.ClusterRaceDetector's)."""
+        b = (np.asarray(flat)[:, None] + np.arange(nbytes)).ravel()
+        t = np.repeat(np.asarray(threads), nbytes)
+        self._check_pending(m, b, access, lambda i: int(t[i]))
+        rows, tid = t // self.threads_per_cta, t % self.threads_per_cta
+        if access == LOAD and self.tma_barrier is not None:
+            self.check_observed(m, b, tid, rows)
+        elif access == STORE:
+            self.check_not_read_async(m, b, tid, "write", rows)
+
+    def _check_pending(self, m, b, access: str, thread) -> None:
+        """No access to bytes `b` while a cp.async into them is pending; `thread(i)`: the batch index of
+        the thread of access i."""
+        if self.pending_total and self.pending[b].any():
+            i = int(np.flatnonzero(self.pending[b])[0])
+            raise Fault(AsyncCopyHazard,
+                        f"shared {access} at {m.describe_shared_at(int(b[i]))} while a cp.async "
+                        f"into it is still pending (missing cp.async.wait_group/wait_all?)",
+                        thread=thread(i))
+
     def record_write(self, m, b, t, pc):
         """Check and record plain writes of bytes `b` by threads `t`."""
         self.check_not_read_async(m, b, t, "write")
@@ -482,11 +506,11 @@ class RaceDetector:
         self.unfenced[b] = t + 1
         self.unfenced_pc[b] = pc
         self._check(m, b, t, "write", [self.writes, self.reads, self.atomics])
-        pair = _same_byte_twice(b)
+        pair = same_byte_twice(b)
         if pair is not None:
             i, j = pair
             raise Fault(SharedMemoryRace,
-                        f"data race on shared memory at {m.describe_shared(int(b[i]) % self.stride)}: "
+                        f"data race on shared memory at {m.describe_shared_at(int(b[i]))}: "
                         f"threads {m.describe_local(int(t[i]))} and {m.describe_local(int(t[j]))} "
                         f"write it in the same instruction",
                         thread=self._thread(b[j], t[j]))
@@ -514,7 +538,7 @@ class RaceDetector:
                 other = accesses.other_thread(i, b, t)
                 other_pc = int(accesses.pc[b[i]])
                 raise Fault(SharedMemoryRace,
-                            f"data race on shared memory at {m.describe_shared(int(b[i]) % self.stride)}: "
+                            f"data race on shared memory at {m.describe_shared_at(int(b[i]))}: "
                             f"{what} by this thread conflicts with a{'n' if accesses.what[0] == 'a' else ''} "
                             f"{accesses.what} by thread {m.describe_local(other)} at "
                             f"{m.ptx_position(other_pc)} with no barrier in between",
@@ -537,18 +561,20 @@ class RaceDetector:
         else:
             self.async_reads -= counts
 
-    def check_not_read_async(self, m, b, t, what: str) -> None:
-        """Writing bytes that a wgmma or bulk copy in flight reads is an error."""
+    def check_not_read_async(self, m, b, t, what: str, rows=None) -> None:
+        """Writing bytes that a wgmma or bulk copy in flight reads is an error.  `t`: the writing
+        threads' linear ids in their CTA, which is that of `rows` (default: the CTA owning each byte)."""
         if self.async_reads is None:
             return
         busy = self.async_reads[b] > 0
         if busy.any():
             i = int(np.flatnonzero(busy)[0])
+            row = int(b[i]) // self.stride if rows is None else int(np.broadcast_to(rows, b.shape)[i])
             raise Fault(AsyncCopyHazard,
-                        f"shared {what} at {m.describe_shared(int(b[i]) % self.stride)} while a wgmma or bulk "
+                        f"shared {what} at {m.describe_shared_at(int(b[i]))} while a wgmma or bulk "
                         f"copy that reads it is in flight (missing wgmma.wait_group or cp.async.bulk.wait_group "
                         f"before reusing the buffer?)",
-                        thread=self._thread(b[i], np.broadcast_to(t, b.shape)[i]))
+                        thread=row * self.threads_per_cta + int(np.broadcast_to(t, b.shape)[i]))
 
     def proxy_fence(self, m, threads) -> None:
         """`fence.proxy.async` by `threads`: their plain writes so far are visible to the async proxy."""
@@ -571,7 +597,7 @@ class RaceDetector:
         if writers.any():
             i = int(np.flatnonzero(writers)[0])
             raise Fault(AsyncCopyHazard,
-                        f"{what} reads shared {m.describe_shared(int(b[i]) % self.stride)}, which thread "
+                        f"{what} reads shared {m.describe_shared_at(int(b[i]))}, which thread "
                         f"{m.describe_local(int(writers[i]) - 1)} wrote with a plain store "
                         f"({m.ptx_position(int(self.unfenced_pc[b[i]]))}) and no fence.proxy.async since: "
                         f"the asynchronous proxy may not see it (fence.proxy.async.shared::cta in each writing "
@@ -585,9 +611,10 @@ class RaceDetector:
         self.tma_barrier[b] = barrier
         self.tma_phase[b] = phase
 
-    def check_observed(self, m, b, t) -> None:
-        """Threads `t` read bytes `b`: those a bulk copy wrote must come from an mbarrier
-        phase the reading thread has seen complete (mbarrier.try_wait/test_wait)."""
+    def check_observed(self, m, b, t, rows=None) -> None:
+        """Threads `t` (linear ids in the CTA of `rows`, default: the CTA owning each byte) read
+        bytes `b`: those a bulk copy wrote must come from an mbarrier phase the reading thread has
+        seen complete (mbarrier.try_wait/test_wait, or a barrier since a thread that did)."""
         if self.tma_barrier is None:
             return
         barrier = self.tma_barrier[b]
@@ -595,12 +622,13 @@ class RaceDetector:
         if not written.any():
             return
         bw, tw = b[written], np.broadcast_to(t, b.shape)[written]
-        threads = bw // self.stride * self.threads_per_cta + tw
+        row = bw // self.stride if rows is None else np.broadcast_to(rows, b.shape)[written]
+        threads = row * self.threads_per_cta + tw
         unseen = m.mbarriers.observed[barrier[written], threads] <= self.tma_phase[bw]
         if unseen.any():
             i = int(np.flatnonzero(unseen)[0])
             raise Fault(AsyncCopyHazard,
-                        f"shared read at {m.describe_shared(int(bw[i]) % self.stride)}, written by a bulk "
+                        f"shared read at {m.describe_shared_at(int(bw[i]))}, written by a bulk "
                         f"tensor copy, before this thread waited for the completion of its mbarrier phase "
                         f"{int(self.tma_phase[bw[i]])} (missing mbarrier.try_wait?)",
                         thread=int(threads[i]))
@@ -668,6 +696,22 @@ class GlobalRaceDetector:
                 self.released[b] = (cta, self.clock.get(cta, 0), dict(self.known.get(cta, {})))
                 self.clock[cta] = self.clock.get(cta, 0) + 1
 
+    def order_ctas(self, ctas) -> None:
+        """A barrier of the CTAs `ctas` (their launch positions; barrier.cluster): the accesses each
+        made so far are ordered before the later ones of every other, as by a release of each
+        followed by an acquire of each."""
+        ctas = [int(c) for c in ctas]
+        knew: dict[int, int] = {}
+        for c in ctas:
+            for other, clock in [*self.known.get(c, {}).items(), (c, self.clock.get(c, 0))]:
+                knew[other] = max(knew.get(other, -1), clock)
+            self.clock[c] = self.clock.get(c, 0) + 1
+        for c in ctas:
+            mine = self.known.setdefault(c, {})
+            for other, clock in knew.items():
+                if other != c and clock > mine.get(other, -1):
+                    mine[other] = clock
+
     def _clocks(self, g) -> np.ndarray:
         """The clock of the CTA of each thread (global thread indices `g`)."""
         if not self.clock:
@@ -723,7 +767,7 @@ class GlobalRaceDetector:
         self.read_clock[b] = self._clocks(g)
 
     def _write(self, m, b, t, g, epoch, pc) -> None:
-        pair = _same_byte_twice(b)
+        pair = same_byte_twice(b)
         if pair is not None:
             i, j = pair
             raise Fault(GlobalMemoryRace,

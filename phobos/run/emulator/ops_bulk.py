@@ -4,10 +4,13 @@
 # global with bulk async-groups), cp.async.bulk.commit_group / wait_group and
 # prefetch.tensormap.
 #
-# mbarrier objects live in async_state.Mbarriers, keyed by their shared
-# address; the 8 bytes they occupy are bounds- and alignment-checked but not
-# otherwise touched.  An arrive returns the phase it arrived on as its state
-# token.  `try_wait`/`test_wait` are blocking tests (kind WAIT, see machine):
+# mbarrier objects live in async_state.Mbarriers, keyed by their flat shared
+# offset in the batch; the 8 bytes they occupy are bounds- and alignment-checked
+# but not otherwise touched.  An arrive returns the phase it arrived on as its
+# state token.  The .shared::cluster forms of arrive and expect_tx reach the
+# mbarriers of the other CTAs of the cluster (addresses from mapa, see
+# cluster.py), once the mbarrier's initialisation was made visible to them.
+# `try_wait`/`test_wait` are blocking tests (kind WAIT, see machine):
 # a thread whose phase has not completed sleeps until it has, then sees true
 # and is recorded as having observed the completed phases.  Arrivals are of
 # kind WAIT too, so that one completing a phase lets the woken threads run
@@ -19,7 +22,10 @@
 # the given coordinates (innermost first, signed; elements outside the tensor
 # read as zero), writes it densely from the 128-byte aligned destination with
 # the map's swizzle applied to the shared addresses, and signals
-# complete_tx of the box's bytes on the mbarrier, all when issued.  Reading
+# complete_tx of the box's bytes on the mbarrier, all when issued.  A
+# .shared::cluster destination may be another CTA's (with its mbarrier there);
+# .multicast::cluster writes the box at the same offset in every CTA of the
+# ctaMask and signals the mbarrier at the same offset in each.  Reading
 # those bytes before observing the mbarrier phase is an error (see
 # memory.RaceDetector), as is writing bytes a wgmma in flight reads.  A bulk
 # tensor store writes the in-bound elements of the box from shared memory to
@@ -35,11 +41,12 @@ from . import numerics as nx
 from . import syntax as syn
 from .decode import WAIT, Semantics, opcode, plain
 from .errors import Fault, MemoryFault, MisalignedAddress, PtxSyntaxError, UnsupportedPtx
+from .cluster import OFFSET_MASK, mapped_address
 from .memory import APERTURE_SIZE, LOAD, MBARRIER, PARAM_APERTURE, SHARED_APERTURE
 from .ops_arith import require
 from .ptxtypes import TYPES
 
-U32, S32, U64, PRED = TYPES["u32"], TYPES["s32"], TYPES["u64"], TYPES["pred"]
+U16, U32, S32, U64, PRED = TYPES["u16"], TYPES["u32"], TYPES["s32"], TYPES["u64"], TYPES["pred"]
 _CONVERTING = ("tf32.ftz", "f32.ftz")  # tf32: f32 data rounded to TF32, nearest even (measured on the H200)
 _ORDERING = {"release", "acquire", "relaxed", "cta", "cluster", "sem"}
 
@@ -48,45 +55,69 @@ def _threads(m, idx):
     return np.arange(m.n) if idx is None else np.asarray(idx)
 
 
-def _barrier_address(d, operand, shared: bool):
-    """A function (m, idx) -> flat shared offsets of the mbarriers the lanes name (by a
-    shared address, or else a generic one)."""
-    address = d.address(operand, "shared" if shared else "generic")
+def _barrier_address(d, operand, space: str):
+    """A function (m, idx) -> flat shared offsets of the mbarriers the lanes name, by a .shared::cta,
+    a .shared::cluster (another CTA's mbarrier too) or a generic (the executing CTA's) address."""
+    address = d.address(operand, space)
     pc = d.index
 
     def flat(m, idx):
         addr = address(m, idx)
-        if not shared:
-            rel = addr - np.uint64(SHARED_APERTURE)
-            outside = rel >= np.uint64(APERTURE_SIZE)
-            if outside.any():
-                raise Fault(MemoryFault, f"mbarrier at generic address {int(addr[np.flatnonzero(outside)[0]]):#x}, "
-                                         "which is not shared memory", thread=int(_threads(m, idx)[0]))
-            addr = rel
-        return m.shared.locate(m, idx, addr, 8, MBARRIER, pc)
+        if space != "generic":
+            return m.spaces[space].locate(m, idx, addr, 8, MBARRIER, pc)
+        threads = _threads(m, idx)
+        rel = addr - np.uint64(SHARED_APERTURE)
+        outside = rel >= np.uint64(APERTURE_SIZE)
+        if outside.any():
+            raise Fault(MemoryFault, f"mbarrier at generic address {int(addr[np.flatnonzero(outside)[0]]):#x}, "
+                                     "which is not shared memory", thread=int(threads[0]))
+        located = m.cluster_shared.locate(m, idx, rel, 8, MBARRIER, pc)
+        peer = located // m.shared.stride != m.cta_of[threads]
+        if peer.any():
+            raise Fault(MemoryFault, f"mbarrier at generic address {int(addr[np.flatnonzero(peer)[0]]):#x}, in the "
+                                     "shared memory of another CTA: only the .shared::cluster forms reach it",
+                        thread=int(threads[np.flatnonzero(peer)[0]]))
+        return located
     return flat
 
 
-def _barriers(m, idx, flat) -> tuple[np.ndarray, np.ndarray]:
+def _mbarrier(m, flat: int, threads, what: str, pc: int) -> int:
+    """The number of the mbarrier at flat shared offset `flat`, which `threads` use (`what` they do
+    with it, at instruction `pc`); another CTA's must have had its initialisation made visible to
+    them, and its CTA must not exit before it is done with their signals."""
+    number = m.mbarriers.lookup(flat, int(threads[0]))
+    peers = threads[m.cta_of[threads] != flat // m.shared.stride]
+    if peers.size:
+        m.cluster_barrier.check_published(m, number, peers, what)
+        m.cluster_shared.peer_signal(m, number, peers, pc)
+    return number
+
+
+def _barriers(m, idx, flat, what: str, pc: int) -> tuple[np.ndarray, np.ndarray]:
     """(unique barrier numbers, per lane: the position of its barrier in them)."""
     threads = _threads(m, idx)
     keys, inverse = np.unique(flat, return_inverse=True)
-    numbers = np.array([m.mbarriers.lookup(int(k), int(threads[np.flatnonzero(inverse == i)[0]]))
-                        for i, k in enumerate(keys)], np.int64)
+    numbers = np.array([_mbarrier(m, int(k), threads[inverse == i], what, pc) for i, k in enumerate(keys)],
+                       np.int64)
     return numbers, inverse
 
 
-def _mbarrier_modifiers(d, mods) -> bool:
-    """Drop the ordering qualifiers; True if the address is a shared one (else generic)."""
+def _mbarrier_modifiers(d, mods, peers: bool = False) -> str:
+    """Drop the ordering qualifiers; the state space of the address: shared (::cta), shared::cluster
+    (where `peers`: the instruction may reach another CTA's mbarrier) or generic."""
     mods.drop(lambda w: w in _ORDERING)
-    return mods.take("shared", "shared::cta") is not None
+    word = mods.take("shared", "shared::cta", "shared::cluster")
+    if word == "shared::cluster" and not peers:
+        raise d.error(f"{mods.base} takes an mbarrier of the executing CTA (.shared::cta), not .shared::cluster",
+                      PtxSyntaxError)
+    return {None: "generic", "shared": "shared", "shared::cta": "shared", "shared::cluster": "shared::cluster"}[word]
 
 
 @opcode("mbarrier.init")
 def build_mbarrier_init(d, ins, mods):
-    shared = _mbarrier_modifiers(d, mods)
+    space = _mbarrier_modifiers(d, mods)
     target, count = d.operands(ins, 2)
-    flat = _barrier_address(d, target, shared)
+    flat = _barrier_address(d, target, space)
     require(d, mods.type().name == "b64", "mbarrier.init takes .b64")
     read_count = d.reader(count, U32)
 
@@ -98,16 +129,18 @@ def build_mbarrier_init(d, ins, mods):
             i = int(np.flatnonzero(bad)[0])
             raise Fault(MemoryFault, f"mbarrier.init count {int(counts[i])} is outside 1 .. 2^20-1",
                         thread=int(_threads(m, idx)[i]))
-        for w, c in zip(where, counts):
-            m.mbarriers.init(int(w), int(c))
+        for w, c, thread in zip(where, counts, _threads(m, idx)):
+            number = m.mbarriers.init(int(w), int(c))
+            if m.cluster.size > 1:
+                m.cluster_barrier.initialised(number, int(thread))
     return plain(run)
 
 
 @opcode("mbarrier.inval")
 def build_mbarrier_inval(d, ins, mods):
-    shared = _mbarrier_modifiers(d, mods)
+    space = _mbarrier_modifiers(d, mods)
     (target,) = d.operands(ins, 1)
-    flat = _barrier_address(d, target, shared)
+    flat = _barrier_address(d, target, space)
     require(d, mods.type().name == "b64", "mbarrier.inval takes .b64")
 
     def run(m, idx):
@@ -120,25 +153,30 @@ def build_mbarrier_inval(d, ins, mods):
 def build_mbarrier_arrive(d, ins, mods):
     """arrive [.expect_tx] state, [bar] {, count | txCount};  expect_tx [bar], txCount.
     An arrival is of kind WAIT (it always lets its lanes go): if it completes a phase,
-    the threads sleeping on mbarriers run first."""
-    shared = _mbarrier_modifiers(d, mods)
+    the threads sleeping on mbarriers run first.  The .shared::cluster forms reach the
+    mbarriers of other CTAs of the cluster (and return no state: `_`)."""
+    space = _mbarrier_modifiers(d, mods, peers=True)
     arrives = mods.base == "mbarrier.arrive"
     expect = not arrives or mods.flag("expect_tx")
     if arrives:
         ops = d.operands(ins, 3) if expect else d.operands(ins, 2, 3)
         write, target, rest = d.writer(ops[0], U64), ops[1], ops[2:]
+        if space == "shared::cluster" and ops[0] != syn.Name("_"):
+            raise d.error("mbarrier.arrive.shared::cluster returns no state: its destination must be `_`",
+                          PtxSyntaxError)
     else:
         target, *rest = d.operands(ins, 2)
         write = None
-    flat = _barrier_address(d, target, shared)
+    flat = _barrier_address(d, target, space)
     require(d, mods.type().name == "b64", f"{mods.base} takes .b64")
     read_extra = d.reader(rest[0], U32) if rest else None
+    pc = d.index
 
     def run(m, idx):
         where = flat(m, idx)
         threads = _threads(m, idx)
         extra = np.broadcast_to(read_extra(m, idx), where.shape) if read_extra else np.ones(where.shape, np.int64)
-        numbers, inverse = _barriers(m, idx, where)
+        numbers, inverse = _barriers(m, idx, where, f"{mods.base} on", pc)
         tokens = np.zeros(len(where), np.uint64)
         for i, number in enumerate(numbers):
             lanes = np.flatnonzero(inverse == i)
@@ -156,20 +194,21 @@ def build_mbarrier_arrive(d, ins, mods):
 @opcode("mbarrier.try_wait", "mbarrier.test_wait")
 def build_mbarrier_wait(d, ins, mods):
     """try_wait/test_wait [.parity] p, [bar], state|parity {, suspend-time hint}: a blocking test."""
-    shared = _mbarrier_modifiers(d, mods)
+    space = _mbarrier_modifiers(d, mods)
     parity = mods.flag("parity")
     ops = d.operands(ins, 3, 4) if mods.base == "mbarrier.try_wait" else d.operands(ins, 3)
     write = d.writer(ops[0], PRED)
-    flat = _barrier_address(d, ops[1], shared)
+    flat = _barrier_address(d, ops[1], space)
     require(d, mods.type().name == "b64", f"{mods.base} takes .b64")
     read_phase = d.reader(ops[2], U32 if parity else U64)
     if len(ops) == 4:
         d.reader(ops[3], U32)
+    pc = d.index
 
     def run(m, lanes):
         where = flat(m, lanes)
         phase = np.broadcast_to(read_phase(m, lanes), where.shape).astype(np.int64)
-        numbers, inverse = _barriers(m, lanes, where)
+        numbers, inverse = _barriers(m, lanes, where, f"{mods.base} on", pc)
         ready = np.zeros(len(where), bool)
         for i, number in enumerate(numbers):
             sel = np.flatnonzero(inverse == i)
@@ -244,41 +283,58 @@ def build_bulk_tensor(d, ins, mods):
     rank = int(dims[0])
     mods.flag("tile")
     with_policy = mods.flag("L2::cache_hint")
+    multicast = mods.flag("multicast::cluster")
     ops = list(ins.operands)[:-1] if with_policy else list(ins.operands)
     first = next((w for w in mods.words if w in ("shared::cluster", "shared::cta", "global")), None)
     if first == "global":
         return _bulk_store(d, ins, mods, ops, rank)
-    if mods.take("shared::cluster", "shared::cta") is None or not mods.flag("global") \
-            or not mods.flag("mbarrier::complete_tx::bytes"):
-        raise d.error("supported: cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes "
-                      "and .global.shared::cta.bulk_group", UnsupportedPtx)
-    if len(ops) != 3:
-        raise d.error("expected [dst], [tensor-map, {coordinates}], [mbarrier]", PtxSyntaxError)
-    dst = d.address(ops[0], "shared")
+    dst_space = mods.take("shared::cluster", "shared::cta")
+    if dst_space is None or not mods.flag("global") or not mods.flag("mbarrier::complete_tx::bytes") \
+            or (multicast and dst_space != "shared::cluster"):
+        raise d.error("supported: cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes"
+                      "{.multicast::cluster}, .shared::cta.global.mbarrier::complete_tx::bytes and "
+                      ".global.shared::cta.bulk_group", UnsupportedPtx)
+    if len(ops) != 3 + multicast:
+        raise d.error("expected [dst], [tensor-map, {coordinates}], [mbarrier]" + (", ctaMask" if multicast else ""),
+                      PtxSyntaxError)
+    space = "shared" if dst_space == "shared::cta" else "shared::cluster"
+    dst, bar = d.address(ops[0], space), d.address(ops[2], space)
     read_map, read_coords = _tensor_operand(d, ops[1], rank)
-    bar = _barrier_address(d, ops[2], shared=True)
+    read_mask = d.reader(ops[3], U16) if multicast else None
     pc = d.index
 
     def run(m, idx):
         threads = _threads(m, idx)
         dsts, maps, bars = dst(m, idx), read_map(m, idx), bar(m, idx)
         coords = np.stack([np.broadcast_to(r(m, idx), threads.shape) for r in read_coords]).astype(np.int64)
+        masks = np.broadcast_to(read_mask(m, idx), threads.shape) if multicast else None
         for lane, thread in enumerate(threads):
-            _bulk_load(m, int(thread), int(dsts[lane]), _tensor_map(m, int(thread), int(maps[lane])),
-                       coords[:, lane], int(bars[lane]), pc)
+            thread = int(thread)
+            tm = _tensor_map(m, thread, int(maps[lane]))
+            data = _box_data(m, thread, tm, coords[:, lane], pc)
+            targets = [(int(dsts[lane]), int(bars[lane]))] if not multicast else \
+                _multicast_targets(m, thread, int(dsts[lane]), int(bars[lane]), int(masks[lane]))
+            for dst_address, bar_address in targets:
+                _land(m, thread, space, dst_address, bar_address, data, tm.swizzle, pc)
     return plain(run)
 
 
-def _bulk_load(m, thread: int, dst: int, tm: EmulatedTensorMap, coords, bar_flat: int, pc: int) -> None:
+def _multicast_targets(m, thread: int, dst: int, bar: int, mask: int) -> list[tuple[int, int]]:
+    """(destination, mbarrier) .shared::cluster addresses of a multicast to the CTAs of `mask`: the
+    same offsets as `dst` and `bar` in each CTA."""
+    size = m.cluster.size
+    if not mask or mask >> size:
+        raise Fault(MemoryFault, f"multicast ctaMask {mask:#06x} names "
+                                 f"{'no CTA' if not mask else f'CTA rank {mask.bit_length() - 1}'} of the cluster of "
+                                 f"{size} CTAs", thread=thread)
+    ranks = np.flatnonzero([mask >> r & 1 for r in range(size)])
+    return [(int(mapped_address(r, dst & OFFSET_MASK)), int(mapped_address(r, bar & OFFSET_MASK))) for r in ranks]
+
+
+def _box_data(m, thread: int, tm: EmulatedTensorMap, coords, pc: int) -> np.ndarray:
+    """The bytes of the box at `coords`, densely in box order (elements outside the tensor are zeros)."""
     esize = tm.element_size
     source, inside, count = _box(tm, coords, thread)
-    nbytes = count * esize
-    if dst % 128:
-        raise Fault(MisalignedAddress, f"bulk tensor copy to shared address {dst:#x}, which is not 128-byte aligned",
-                    thread=thread)
-    if dst + nbytes > m.shared.size:
-        raise Fault(MemoryFault, f"bulk tensor copy of {nbytes} bytes to shared address {dst:#x} overruns the "
-                                 f"{m.shared.size} bytes of shared memory", thread=thread)
     data = np.zeros((count, esize), np.uint8)
     if len(source):
         at = m.glob.locate(m, np.full(len(source), thread), source.astype(np.uint64), esize,
@@ -286,14 +342,37 @@ def _bulk_load(m, thread: int, dst: int, tm: EmulatedTensorMap, coords, bar_flat
         data[inside] = m.glob.data[at[:, None] + np.arange(esize)]
         if tm.dtype == "tf32":
             data = nx.round_to_tf32(data.view(np.float32).reshape(-1), "rn").view(np.uint8).reshape(count, esize)
-    row = int(m.cta_of[thread]) * m.shared.stride
-    flat = row + fr.swizzle(dst + np.arange(nbytes, dtype=np.int64), tm.swizzle)
-    number = m.mbarriers.lookup(bar_flat, thread)
+    return data.reshape(-1)
+
+
+def _land(m, thread: int, space: str, dst: int, bar: int, data: np.ndarray, swizzle: int, pc: int) -> None:
+    """Write a box into shared memory at `dst` and signal complete_tx on the mbarrier at `bar` (addresses
+    of `space`; of .shared::cluster, both must be in one CTA), as one copy issued by `thread`."""
+    one = np.array([thread])
+    if space == "shared":
+        row, offset = int(m.cta_of[thread]), dst
+    else:
+        rows, offsets = m.cluster_shared.resolve(m, one, np.array([dst], np.uint64), "bulk tensor copy")
+        row, offset = int(rows[0]), int(offsets[0])
+    bar_flat = int(m.spaces[space].locate(m, one, np.array([bar], np.uint64), 8, MBARRIER, pc)[0])
+    if bar_flat // m.shared.stride != row:
+        raise Fault(MemoryFault, f"bulk tensor copy into the shared memory of CTA {m.describe_cta(row)} signalling "
+                                 f"the {m.mbarriers.describe(m, m.mbarriers.lookup(bar_flat, thread))}: the mbarrier "
+                                 f"must be in the CTA written to", thread=thread)
+    nbytes = len(data)
+    if offset % 128:
+        raise Fault(MisalignedAddress, f"bulk tensor copy to shared address {offset:#x}, which is not 128-byte "
+                                       f"aligned", thread=thread)
+    if offset + nbytes > m.shared.size:
+        raise Fault(MemoryFault, f"bulk tensor copy of {nbytes} bytes to shared address {offset:#x} overruns the "
+                                 f"{m.shared.size} bytes of shared memory", thread=thread)
+    flat = row * m.shared.stride + fr.swizzle(offset + np.arange(nbytes, dtype=np.int64), swizzle)
+    number = _mbarrier(m, bar_flat, one, "a bulk tensor copy signals", pc)
     races = m.shared.races
     if races is not None:
-        races.check_not_read_async(m, flat, m.ltid[thread], "bulk tensor copy write")
+        races.check_not_read_async(m, flat, m.ltid[thread], "bulk tensor copy write", m.cta_of[thread])
         races.record_bulk_write(flat, number, m.mbarriers.phase[number])
-    m.shared.data[flat] = data.reshape(-1)
+    m.shared.data[flat] = data
     m.mbarriers.complete_tx(number, nbytes)
 
 

@@ -6,9 +6,10 @@
 # scheduler runs when it splits the active threads); the scheduler in
 # machine.py moves the threads.  Memory fences are no-ops: the emulator runs
 # one instruction at a time, so every access is already visible to all.  The
-# exception is `fence.proxy.async`, which the race detector records: the
-# tensor cores and TMA (the async proxy) may not see plain shared stores
-# without it (memory.RaceDetector.check_fenced).
+# exceptions are `fence.proxy.async`, which the race detector records (the
+# tensor cores and TMA, the async proxy, may not see plain shared stores
+# without it: memory.RaceDetector.check_fenced), and fences of cluster scope
+# or wider, after which a relaxed barrier.cluster.arrive releases.
 #
 # shfl.sync, vote.sync, redux.sync, elect.sync and bar.warp.sync work per warp (32
 # consecutive threads of a CTA).  Their member mask must name exactly lanes
@@ -95,18 +96,28 @@ def build_barrier(d, ins, mods):
     return Semantics(BARRIER, run)
 
 
+_WIDE_SCOPES = frozenset({"cluster", "gpu", "sys", "gl"})  # scopes (membar levels) that reach other CTAs
+
+
 @opcode("membar", "fence", "nanosleep")
 def build_no_op(d, ins, mods):
-    """Ordering is a no-op for one instruction at a time, except `fence.proxy.async`, which the
-    race detector records (plain shared stores read by wgmma or TMA need it)."""
-    proxy_async = ins.opcode.split(".")[:3] == ["fence", "proxy", "async"]
+    """Ordering is a no-op for one instruction at a time, except for what the detectors keep:
+    `fence.proxy.async` (plain shared stores read by wgmma or TMA need it, see
+    memory.RaceDetector), and fences of cluster scope or wider and `fence.mbarrier_init`, after
+    which a relaxed barrier.cluster.arrive releases (cluster.ClusterBarrier)."""
+    words = ins.opcode.split(".")
     mods.drop(lambda word: True)
-    if proxy_async:
+    if words[1:3] == ["proxy", "async"]:
         def run(m, idx):
             if m.shared.races is not None:
                 m.shared.races.proxy_fence(m, np.arange(m.n) if idx is None else idx)
         return plain(run)
-    return plain(lambda m, idx: None)
+    mbarrier_init = words[1:2] == ["mbarrier_init"]
+    if words[0] == "nanosleep" or words[1:2] == ["proxy"] or "acquire" in words \
+            or not (mbarrier_init or _WIDE_SCOPES & set(words)):
+        return plain(lambda m, idx: None)
+    return plain(lambda m, idx: m.cluster_barrier.fence(np.arange(m.n) if idx is None else idx,
+                                                        full=not mbarrier_init))
 
 
 @opcode("trap")
@@ -120,7 +131,7 @@ def build_trap(d, ins, mods):
 
 # ------------------------------------------------------------------ warps
 
-def _warp_lanes(m, idx):
+def warp_lanes(m, idx):
     """(threads, lane ids, lane-0 thread of each lane's warp, lane bits, active lanes per warp)."""
     threads = np.arange(m.n) if idx is None else idx
     lane = m.lane[threads]
@@ -177,7 +188,7 @@ def build_shfl(d, ins, mods):
     source = _SHFL_SOURCE[mode]
 
     def run(m, idx):
-        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        threads, lane, first, bit, active = warp_lanes(m, idx)
         n = len(threads)
         member = np.broadcast_to(read_mask(m, idx), (n,))
         _check_members(m, "shfl.sync", threads, bit, active, member)
@@ -217,7 +228,7 @@ def build_vote(d, ins, mods):
     read_a, read_mask = d.reader(a, PRED), d.reader(mask, U32)
 
     def run(m, idx):
-        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        threads, lane, first, bit, active = warp_lanes(m, idx)
         n = len(threads)
         member = np.broadcast_to(read_mask(m, idx), (n,))
         _check_members(m, "vote.sync", threads, bit, active, member)
@@ -238,7 +249,7 @@ def build_warp_barrier(d, ins, mods):
     read_mask = d.reader(mask, U32)
 
     def run(m, idx):
-        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        threads, lane, first, bit, active = warp_lanes(m, idx)
         _check_members(m, "bar.warp.sync", threads, bit, active,
                        np.broadcast_to(read_mask(m, idx), (len(threads),)))
         if m.shared.races is not None:
@@ -266,7 +277,7 @@ def build_redux(d, ins, mods):
     combine = _REDUX[op]
 
     def run(m, idx):
-        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        threads, lane, first, bit, active = warp_lanes(m, idx)
         n = len(threads)
         _check_members(m, "redux.sync", threads, bit, active, np.broadcast_to(read_mask(m, idx), (n,)))
         values = np.broadcast_to(read_a(m, idx), (n,))
@@ -291,7 +302,7 @@ def build_elect(d, ins, mods):
     read_mask = d.reader(mask, U32)
 
     def run(m, idx):
-        threads, lane, first, bit, active = _warp_lanes(m, idx)
+        threads, lane, first, bit, active = warp_lanes(m, idx)
         member = np.broadcast_to(read_mask(m, idx), (len(threads),))
         _check_members(m, "elect.sync", threads, bit, active, member)
         leader = np.frexp((member & -member.astype(np.int64)).astype(np.float64))[1].astype(np.uint32) - 1
@@ -307,4 +318,4 @@ def build_activemask(d, ins, mods):
     require(d, t.name == "b32", "activemask.b32")
     (dest,) = d.operands(ins, 1)
     write = d.writer(dest, t)
-    return plain(lambda m, idx: write(m, idx, _warp_lanes(m, idx)[4]))
+    return plain(lambda m, idx: write(m, idx, warp_lanes(m, idx)[4]))

@@ -3,7 +3,8 @@
 # maps are read through; see ops_bulk.)
 #
 # Loads and stores go through the state space objects of `memory`, which
-# check bounds and alignment and feed the race detectors.  Cache and ordering
+# check bounds and alignment and feed the race detectors (.shared::cluster,
+# the shared memory of the CTAs of a cluster: cluster.ClusterSharedSpace).  Cache and ordering
 # qualifiers (.cg, .L2::128B, .relaxed.gpu, ...) do not change results on a
 # CPU that runs one instruction at a time and are accepted and dropped, except
 # `.nc`: the global race detector reports data read through the non-coherent
@@ -30,7 +31,7 @@ from .ops_arith import elementwise, require
 from .ptxtypes import TYPES
 
 _SPACES = {"global": "global", "const": "const", "shared": "shared", "shared::cta": "shared",
-           "local": "local", "param": "param"}
+           "shared::cluster": "shared::cluster", "local": "local", "param": "param"}
 _HINTS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "weak", "relaxed", "acquire",
           "release", "acq_rel", "sc", "mmio", "cta", "gpu", "sys", "cluster", "unified"}
 U32 = TYPES["u32"]
@@ -40,7 +41,7 @@ def _is_hint(word: str) -> bool:
     return word in _HINTS or word.startswith(("L1::", "L2::"))
 
 
-def _space(mods, allowed=("global", "const", "shared", "local", "generic", "param")) -> str:
+def _space(mods, allowed=("global", "const", "shared", "shared::cluster", "local", "generic", "param")) -> str:
     word = mods.take(*_SPACES)
     space = _SPACES[word] if word else "generic"
     require(mods.decoder, space in allowed, f"{mods.base}.{word} is not supported")
@@ -112,7 +113,7 @@ def _ld_param(d, operand, t, writers):
 
 @opcode("st")
 def build_st(d, ins, mods):
-    space = _space(mods, allowed=("global", "shared", "local", "generic", "param"))
+    space = _space(mods, allowed=("global", "shared", "shared::cluster", "local", "generic", "param"))
     if space == "param":  # an argument of a call: a .param variable of the body, kept in local memory
         space = "local"
     count = _vector_count(mods)
@@ -169,7 +170,7 @@ def _atomic_update(op: str, t):
 @opcode("atom", "red")
 def build_atomic(d, ins, mods):
     returns = mods.base == "atom"
-    space = _space(mods, allowed=("global", "shared", "generic"))
+    space = _space(mods, allowed=("global", "shared", "shared::cluster", "generic"))
     op = mods.take(*_ATOMIC_TYPES)
     if op is None:
         raise d.error(f"{mods.base} needs an operation (.add, .min, .cas, ...)", PtxSyntaxError)
@@ -283,13 +284,14 @@ def build_cp_async_wait_all(d, ins, mods):
 
 # ------------------------------------------------------------------ addresses
 
-_APERTURES = {"shared": SHARED_APERTURE, "local": LOCAL_APERTURE, "param": PARAM_APERTURE}
+_APERTURES = {"shared": SHARED_APERTURE, "shared::cluster": SHARED_APERTURE, "local": LOCAL_APERTURE,
+              "param": PARAM_APERTURE}  # .shared::cluster addresses sit in the shared aperture too (cluster.py)
 
 
 @opcode("cvta")
 def build_cvta(d, ins, mods):
     to = mods.flag("to")
-    word = mods.take("global", "const", "shared", "shared::cta", "local", "param")
+    word = mods.take("global", "const", "shared", "shared::cta", "shared::cluster", "local", "param")
     if word is None:
         raise d.error("cvta needs .global, .const, .shared, .local or .param", PtxSyntaxError)
     space = _SPACES[word]

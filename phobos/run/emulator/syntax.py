@@ -495,6 +495,7 @@ class Parser:
                 entry.scopes[self.scope_counter] = scope
                 self.parse_body(entry, scope=self.scope_counter)
                 continue
+            start = self.pos
             self.pos += 1
             word = tok.text
             if word == ".reg":
@@ -515,7 +516,7 @@ class Parser:
                 self.pos += 1
                 entry.statements.append(Label(word, tok.line))
             elif word == "@" or (tok.kind == "name" and not word.startswith(".")):
-                self.pos -= 1
+                self.pos = start  # (the look for a label's colon may have skipped a line break)
                 entry.statements.append(self.parse_instruction(scope))
             else:
                 raise self.error(f"unsupported directive {word!r} in kernel body", tok.line,
