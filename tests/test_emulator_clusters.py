@@ -22,6 +22,12 @@ needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas is not installed")
 
 HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 CLUSTER_SYNC = "barrier.cluster.arrive.release.aligned;\n    barrier.cluster.wait.acquire.aligned;"
+# after mbarrier.init by %lead: the initialisation made visible to the other CTAs of the cluster
+PUBLISH_INIT = """\
+    @%lead fence.mbarrier_init.release.cluster;
+    barrier.cluster.arrive.relaxed.aligned;
+    barrier.cluster.wait.aligned;
+"""
 
 # ------------------------------------------------------------------ distributed shared memory
 
@@ -93,14 +99,16 @@ def test_a_fenced_relaxed_arrival_orders_like_a_release():
     np.testing.assert_array_equal(run_exchange(exchange(sync=fenced))[0], exchanged())
 
 
-@pytest.mark.parametrize("sync", ["", "bar.sync 0;",
-                                  "barrier.cluster.arrive.relaxed.aligned;\n    barrier.cluster.wait.aligned;"],
-                         ids=["nothing", "bar.sync", "relaxed arrival"])
-def test_a_missing_cluster_barrier_is_a_race(sync):
+@pytest.mark.parametrize("sync, end", [
+    ("", CLUSTER_SYNC), ("bar.sync 0;", CLUSTER_SYNC),
+    ("barrier.cluster.arrive.relaxed.aligned;\n    barrier.cluster.wait.aligned;", CLUSTER_SYNC),
+    ("barrier.cluster.arrive.aligned;", "barrier.cluster.wait.aligned;"),
+], ids=["nothing", "bar.sync", "relaxed arrival", "read before the wait"])
+def test_a_missing_cluster_barrier_is_a_race(sync, end):
     with pytest.raises(SharedMemoryRace, match=r"read by this thread conflicts with a write by thread \(0,0,0\) of "
                                                r"CTA \(1,0,0\) \(cluster rank 1\) .* in another CTA, with no "
                                                r"barrier.cluster in between"):
-        run_exchange(exchange(sync=sync))
+        run_exchange(exchange(sync=sync, end=end))
 
 
 def test_exiting_while_a_peer_reads_the_shared_memory_is_reported():
@@ -302,10 +310,7 @@ HANDOFF = HEADER + """\
     mov.u32 %a, flag;
     setp.eq.u32 %lead, %t, 0;
     @%lead mbarrier.init.shared::cta.b64 [%a], 1;
-    @%lead fence.mbarrier_init.release.cluster;
-    barrier.cluster.arrive.relaxed.aligned;
-    barrier.cluster.wait.aligned;
-    setp.eq.u32 %p, %r, 1;
+""" + PUBLISH_INIT + """    setp.eq.u32 %p, %r, 1;
     @%p bra RANK1;
     """ + CLUSTER_SYNC + """
     mapa.shared::cluster.u32 %b, %a, 1;
@@ -403,10 +408,7 @@ PIPELINE = HEADER + """\
     @%lead mbarrier.init.shared::cta.b64 [%full+8], 1;
     @%lead mbarrier.init.shared::cta.b64 [%empty], 128;
     @%lead mbarrier.init.shared::cta.b64 [%empty+8], 128;
-    @%lead fence.mbarrier_init.release.cluster;
-    barrier.cluster.arrive.relaxed.aligned;
-    barrier.cluster.wait.aligned;
-    setp.ge.u32 %p, %t, 32;
+""" + PUBLISH_INIT + """    setp.ge.u32 %p, %t, 32;
     @%p bra CONSUMER;
     @!%lead bra DONE;
     mov.b64 %am, amap;
@@ -560,17 +562,76 @@ def test_pipeline_mistakes_are_reported(name):
         run_pipeline(mistake(name), clusters=1)
 
 
+PEER_COPY = HEADER + """\
+.shared .align 8 .b64 bar;
+.shared .align 128 .b8 box[256];
+.visible .entry peer_copy(.param .align 64 .b8 map[128], .param .u64 out) .reqnctapercluster 2, 1, 1
+{{
+    .reg .pred %p, %q, %lead;
+    .reg .b32 %t, %r, %a, %b, %dst, %mb, %x, %v;
+    .reg .b64 %m, %o, %w;
+    mov.u32 %t, %tid.x;
+    mov.u32 %r, %cluster_ctarank;
+    mov.u32 %a, box;
+    mov.u32 %b, bar;
+    setp.eq.u32 %lead, %t, 0;
+    @%lead mbarrier.init.shared::cta.b64 [%b], 1;
+""" + PUBLISH_INIT + """    setp.eq.u32 %p, %r, 1;
+    @%p bra READ;
+    @!%lead bra DONE;
+    mapa.shared::cluster.u32 %dst, %a, 1;           // rank 0 copies a box into rank 1's shared memory
+    mapa.shared::cluster.u32 %mb, %b, {bar_rank};
+    mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%mb], 256;
+    mov.b64 %m, map;
+    cvta.param.u64 %m, %m;
+    mov.u32 %x, 0;
+    cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%dst], [%m, {{%x, %x}}], [%mb];
+    bra DONE;
+READ:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 %q, [%b], 0;
+    @!%q bra READ;
+    shl.b32 %x, %t, 2;
+    add.u32 %x, %a, %x;
+    ld.shared.u32 %v, [%x];
+    mul.wide.u32 %w, %t, 4;
+    ld.param.u64 %o, [out];
+    add.s64 %o, %o, %w;
+    st.global.u32 [%o], %v;
+DONE:
+    barrier.cluster.arrive;
+    barrier.cluster.wait;
+    ret;
+}}
+"""
+
+
+def test_a_tma_copy_into_a_peers_shared_memory():
+    src = rng.integers(0, 1 << 32, (4, 16), dtype=np.uint64).astype(np.uint32)
+    out = np.zeros(64, np.uint32)
+    Module(PEER_COPY.format(bar_rank=1), "copy.ptx").launch("peer_copy", 2, 64,
+                                                            [TensorMap.tiled(src, (4, 16), swizzle="none"), out])
+    np.testing.assert_array_equal(out, src.ravel())
+    with pytest.raises(MemoryFault, match=r"bulk tensor copy into the shared memory of CTA \(1,0,0\) \(cluster "
+                                          r"rank 1\) signalling the mbarrier at bar\+0 .* of CTA \(0,0,0\) .* must be "
+                                          r"in the CTA written to"):
+        Module(PEER_COPY.format(bar_rank=0), "copy.ptx").launch("peer_copy", 2, 64,
+                                                                [TensorMap.tiled(src, (4, 16), swizzle="none"), out])
+
+
 # ------------------------------------------------------------------ every kernel is real PTX
 
 KERNELS = {
-    "exchange": exchange(), "exchange, fenced relaxed arrival": exchange(
+    "exchange": exchange(),
+    "exchange, fenced relaxed arrival": exchange(
         sync="fence.acq_rel.cluster;\n    barrier.cluster.arrive.relaxed.aligned;\n    barrier.cluster.wait.aligned;"),
-    "exchange, no barrier": exchange(sync="", end=""), "exchange, exit": exchange(start="setp.eq.u32 %p, %r, 1;\n    "
-                                                                                       "@%p exit;"),
+    "exchange, no barrier": exchange(sync="", end=""),
+    "exchange, split barrier": exchange(sync="barrier.cluster.arrive.aligned;", end="barrier.cluster.wait.aligned;"),
+    "exchange, exit": exchange(start="setp.eq.u32 %p, %r, 1;\n    @%p exit;"),
     "atomics": ATOMICS.format(sync=CLUSTER_SYNC), "registers": special(" .reqnctapercluster 2, 2, 1"),
     "registers, explicit": special(" .explicitcluster .maxclusterrank 4"),
     **{f"handoff, {name}": text for name, text in HANDOFFS.items()},
     "publish": PUBLISH.format(sync=CLUSTER_SYNC),
+    "peer copy": PEER_COPY.format(bar_rank=1), "peer copy, own mbarrier": PEER_COPY.format(bar_rank=0),
     "pipeline": pipeline(), "pipeline, producer tail": pipeline(tail=PRODUCER_TAIL, end=""),
     **{f"pipeline, {name}": mistake(name) for name in PIPELINE_MISTAKES},
 }
