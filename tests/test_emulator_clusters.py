@@ -198,7 +198,8 @@ def test_a_cluster_barrier_orders_global_memory_between_its_ctas():
     Module(PUBLISH.format(sync=CLUSTER_SYNC), "publish.ptx").launch("publish", 2, 64, [data, out])
     np.testing.assert_array_equal(out, np.arange(64) + 7)
     with pytest.raises(GlobalMemoryRace, match=r"read by this thread conflicts with a write by thread \(0,0,0\) of "
-                                               r"CTA \(0,0,0\) \(cluster rank 0\) .* in another CTA"):
+                                               r"CTA \(0,0,0\) \(cluster rank 0\) .* in another CTA of the "
+                                               r"cluster, with no barrier.cluster in between"):
         Module(PUBLISH.format(sync=""), "publish.ptx").launch("publish", 2, 64, [data, out])
 
 

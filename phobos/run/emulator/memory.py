@@ -804,8 +804,10 @@ class GlobalRaceDetector:
 
     def _race(self, m, b, t, i, what: str, earlier: str, other: int, other_pc: int) -> Fault:
         whom = m.describe_thread(other - m.cta_first * self.tpc)
-        same_cta = other // self.tpc == m.cta_first + int(m.cta_of[t[i]])
-        why = "with no barrier in between" if same_cta else "in another CTA (nothing orders CTAs)"
+        mine, theirs = m.cta_first + int(m.cta_of[t[i]]), other // self.tpc
+        why = ("with no barrier in between" if theirs == mine else
+               "in another CTA of the cluster, with no barrier.cluster in between"
+               if theirs // m.cluster.size == mine // m.cluster.size else "in another CTA (nothing orders CTAs)")
         return Fault(GlobalMemoryRace,
                      f"data race on global memory at {m.glob.describe_offset(int(b[i]))}: {what} by this "
                      f"thread conflicts with a{'n' if earlier[0] in 'aeiou' else ''} {earlier} by {whom} at "

@@ -133,6 +133,7 @@ def build_mbarrier_init(d, ins, mods):
             number = m.mbarriers.init(int(w), int(c))
             if m.cluster.size > 1:
                 m.cluster_barrier.initialised(number, int(thread))
+                m.cluster_shared.signals.pop(number, None)  # what peers did to the mbarrier it was
     return plain(run)
 
 
