@@ -279,3 +279,23 @@ def test_persistent_ctas_run_every_tile_and_match_one_cta_per_program(multiproce
         np.testing.assert_array_equal(c, expected)
         exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
         np.testing.assert_allclose(bf16_values(c), exact, rtol=2 ** -7, atol=1e-3)
+
+
+@pytest.mark.parametrize("cluster,multiprocessors", [("CLUSTER_M", 2), ("CLUSTER_N", 2), ("CLUSTER_M", 4)],
+                         ids=["along-m", "along-n", "along-m-two-clusters"])
+def test_clusters_of_two_share_an_operand_by_multicast_and_match_one_cta_per_program(cluster, multiprocessors):
+    """Clusters of two persistent CTAs (each copying half the shared operand to both by multicast TMA, and
+    releasing each stage in both) give the bits of one CTA per program on ragged sizes whose tile grid is
+    odd along the cluster (a padding tile that copies and stores nothing), in the emulator's clusters."""
+    config = {"TILE_M": 64, "TILE_N": 128, "TILE_K": 64, "WARPS": 4, "STAGES": 3}
+    k, single = gemm(dict(config, **{cluster: 2}), tma=True), gemm(dict(config, PERSISTENT=0), tma=True)
+    assert k.cluster == 2 and ".reqnctapercluster 2, 1, 1" in k.ptx and ".multicast::cluster" in k.ptx
+    assert k.launch_grid((3, 3, 1), multiprocessors) == (multiprocessors, 1, 1)
+    rng = np.random.default_rng(11)
+    m, n, kk = 150, 360, 136  # 3 x 3 tiles
+    a = bf16_bits(rng.standard_normal((m, kk), dtype=np.float32))
+    b = bf16_bits(rng.standard_normal((kk, n), dtype=np.float32))
+    c, expected = np.full((m, n), 0x7fc0, np.uint16), np.full((m, n), 0x7fc0, np.uint16)
+    run(k, config, a, b, c, multiprocessors)
+    run(single, config, a, b, expected)
+    np.testing.assert_array_equal(c, expected)
