@@ -21,12 +21,21 @@
 #   floats     IEEE, rounded to nearest even once per operation in the
 #              operands' dtype (an f32 operation is never computed in double);
 #              comparisons with NaN are false except `ne`; `min`/`max` ignore
-#              NaN (fmin/fmax) and order -0.0 below +0.0, as PTX's min and max
-#              do, so their result does not depend on the operands' order.
+#              a NaN operand (NaN only when both are) and order -0.0 below
+#              +0.0, as PTX's min and max do, so their result does not depend
+#              on the operands' order; `abs` and `-` change only the sign bit.
+#   NaN bits   those the GPU gives (`arithmetic_nan`, below): every f32 result
+#              that is NaN is the canonical NaN 0x7FFFFFFF (f16 and bf16 ones
+#              0x7FFF); an f64 result keeps the payload of its first NaN
+#              operand, quieted, and a NaN made of numbers is 0x7FFFFFFFFFFFFFFF.
+#              Moves (select, loads, stores, bitcast) keep every bit.
 #   casts      int -> int keeps the low bits; float -> int truncates toward
 #              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi);
 #              to a float rounds to nearest even; to bool is `!= 0`.  To f16
-#              or bf16: to f32 first, then rounded to nearest even.
+#              or bf16: to f32 first, then rounded to nearest even.  A NaN cast
+#              to f32, f16 or bf16 becomes the canonical NaN, except that bf16
+#              -> f32 keeps the bits (it is a shift); f32 -> f64 keeps the
+#              payload, quieted.
 #   16-bit     values of f16 and bf16 are held as f32 arrays whose elements
 #   floats     the 16-bit format represents (`round_half` makes them).
 #   literals   an expression of literals alone is computed exactly (`exact`:
@@ -109,6 +118,80 @@ def range_text(dtype: DType) -> str:
     return "true or false"
 
 
+# ------------------------------------------------------------------ NaN bits
+# Which NaN a float result that is NaN is, as the GPU gives it.  PTX ISA 9.7.3:
+# "NaN payloads are supported for double-precision instructions ...
+# Single-precision instructions return an unspecified NaN"; the CUDA
+# programming guide (Floating-Point Standard): "The result of a single-precision
+# floating-point operation involving one or more input NaNs is the quiet NaN of
+# bit pattern 0x7fffffff" (an H100 gives it for `x - NaN`); `min`/`max` give
+# "canonical NaN" when both inputs are NaN, and conversions to f16 and bf16
+# give 0x7FFF.  `arithmetic_nan` applies the rule to a computed result; the
+# interpreter, the folding passes and the PTX emulator all go through it.
+CANONICAL_NAN_BITS = {DType.F16: 0x7FFF, DType.BF16: 0x7FFF, DType.F32: 0x7FFF_FFFF,
+                      DType.F64: 0x7FFF_FFFF_FFFF_FFFF}
+_FLOAT_BITS = {np.dtype(np.float32): (np.uint32, DType.F32), np.dtype(np.float64): (np.uint64, DType.F64)}
+
+
+def canonical_nan(dtype) -> np.floating:
+    """The GPU's canonical NaN of a float32 or float64 NumPy dtype."""
+    uint, name = _FLOAT_BITS[np.dtype(dtype)]
+    return np.array(CANONICAL_NAN_BITS[name], uint).view(dtype)[()]
+
+
+def _bits(x) -> tuple[np.ndarray, type]:
+    x = np.asarray(x)
+    uint = _FLOAT_BITS[x.dtype][0]
+    return x.view(uint), uint
+
+
+def quiet(x):
+    """`x` (float32 or float64) with the quiet bit of each NaN set; other values keep their bits."""
+    bits, uint = _bits(x)
+    quiet_bit = uint(1 << (np.finfo(np.asarray(x).dtype).nmant - 1))
+    return np.where(np.isnan(x), bits | quiet_bit, bits).astype(uint).view(np.asarray(x).dtype)[()]
+
+
+def arithmetic_nan(out, *operands):
+    """`out`, what an arithmetic instruction (add, sub, mul, fma, div, sqrt, a rounding, an approximate
+    function) computed from `operands`, with the GPU's bits where it is NaN: for f32 the canonical NaN;
+    for f64 the first NaN operand, quieted, or the canonical NaN where every operand is a number."""
+    out = np.asarray(out)
+    nan = np.isnan(out)
+    if not nan.any():
+        return out[()]
+    fill = canonical_nan(out.dtype)
+    if out.dtype == np.float64:
+        for x in reversed(operands):
+            x = np.asarray(x, np.float64)
+            fill = np.where(np.isnan(x), quiet(x), fill)
+    return np.where(nan, fill, out)[()]
+
+
+def _arithmetic(fn: Callable) -> Callable:
+    """An operation whose float results that are NaN get the GPU's bits (integers are left alone)."""
+    def apply(*operands):
+        with np.errstate(all="ignore"):
+            out = fn(*operands)
+        return arithmetic_nan(out, *operands) if np.asarray(out).dtype.kind == "f" else out
+    return apply
+
+
+def _sign_bit(fn_int: Callable, fn_float_bits: Callable) -> Callable:
+    """neg or abs: on integers `fn_int` (wrapping); on floats a change of the sign bit alone."""
+    def apply(x):
+        x = np.asarray(x)
+        if x.dtype.kind != "f":
+            return fn_int(x)
+        bits, uint = _bits(x)
+        return fn_float_bits(bits, uint(1 << (8 * x.dtype.itemsize - 1))).astype(uint).view(x.dtype)[()]
+    return apply
+
+
+negate = _sign_bit(operator.neg, lambda bits, sign: bits ^ sign)
+absolute = _sign_bit(np.abs, lambda bits, sign: bits & ~sign)
+
+
 # ------------------------------------------------------------------ operations on arrays
 def nonzero_divisor(b):
     """The divisor an integer division uses: `b`, with 1 in place of 0."""
@@ -142,31 +225,47 @@ def ceil_divide(a, b):
     return divide(a, b) + up.astype(a.dtype)
 
 
-def _ordered_extreme(fn, keep_sign):
-    """fmax/fmin with -0.0 below +0.0: of two equal operands, the one whose sign bit `keep_sign` accepts."""
+def _extreme(larger: bool):
+    """PTX's max (larger) or min on two arrays: a NaN operand is ignored, two NaNs give the canonical
+    NaN, -0.0 is below +0.0; the result is one operand's bits.  Written with comparisons and
+    `isnan` alone, which treat signaling NaNs like the others on every platform (NumPy's fmax and
+    fmin need not)."""
     def extreme(a, b):
-        out = fn(a, b)
-        if out.dtype.kind != "f":
-            return out
-        return np.where(a == b, np.where(keep_sign(np.signbit(a)), a, b), out)[()]
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype.kind != "f":
+            return (np.maximum if larger else np.minimum)(a, b)
+        with np.errstate(invalid="ignore"):
+            beyond = (b > a) if larger else (b < a)
+            sign_a, sign_b = np.signbit(a), np.signbit(b)
+            zero_tie = (a == b) & ((sign_a & ~sign_b) if larger else (sign_b & ~sign_a))
+            a_nan = np.isnan(a)
+            out = np.where(beyond | zero_tie | a_nan, b, a)
+            return np.where(a_nan & np.isnan(b), canonical_nan(out.dtype), out)[()]
     return extreme
 
 
-maximum = _ordered_extreme(np.fmax, np.logical_not)
-minimum = _ordered_extreme(np.fmin, np.asarray)
+maximum = _extreme(True)
+minimum = _extreme(False)
 
 
 def reduce_extreme(opcode: str, x, axis, keepdims: bool):
     """The `max` or `min` of the elements of `x` along `axis` (None: all), as `maximum`/`minimum`
-    would combine them in any order: NaN ignored, -0.0 below +0.0."""
-    fn = np.fmax if opcode == "max" else np.fmin
-    out = fn.reduce(x, axis=axis, keepdims=keepdims)
+    combine them in any order: NaN ignored, -0.0 below +0.0, the canonical NaN where every element
+    is NaN - and a single element as it is (nothing combines it)."""
+    x = np.asarray(x)
+    larger = opcode == "max"
     if x.dtype.kind != "f":
-        return out
-    # fmax/fmin keep either zero; the result is +0.0 (max) / -0.0 (min) when one is there
-    wanted = (x == 0) & (np.signbit(x) == (opcode == "min"))
-    zero = np.copysign(x.dtype.type(0), x.dtype.type(-1 if opcode == "min" else 1))
-    return np.where((out == 0) & np.any(wanted, axis=axis, keepdims=keepdims), zero, out)[()]
+        return (np.max if larger else np.min)(x, axis=axis, keepdims=keepdims)
+    if (x.size if axis is None else x.shape[axis]) == 1:
+        return (x.reshape(()) if axis is None else (x if keepdims else np.squeeze(x, axis)))[()]
+    nan = np.isnan(x)
+    numbers = np.where(nan, x.dtype.type(-np.inf if larger else np.inf), x)
+    out = (np.max if larger else np.min)(numbers, axis=axis, keepdims=keepdims)
+    # equal zeros: the result is +0.0 (max) / -0.0 (min) when one is there
+    wanted = (x == 0) & (np.signbit(x) != larger)
+    zero = np.copysign(x.dtype.type(0), x.dtype.type(1 if larger else -1))
+    out = np.where((out == 0) & np.any(wanted, axis=axis, keepdims=keepdims), zero, out)
+    return np.where(np.all(nan, axis=axis, keepdims=keepdims), canonical_nan(x.dtype), out)[()]
 
 
 def _shift(left: bool):
@@ -206,13 +305,15 @@ COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np
 
 # opcode -> function of the operand arrays (all of one dtype) -> the result array
 OPERATIONS: dict[str, Callable] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": divide, "rem": remainder,
+    "add": _arithmetic(operator.add), "sub": _arithmetic(operator.sub), "mul": _arithmetic(operator.mul),
+    "div": _arithmetic(divide), "rem": remainder,
     "min": minimum, "max": maximum,
     "cdiv": ceil_divide,  # the builtin (irgen writes it as div, rem and select)
     "and": operator.and_, "or": operator.or_, "xor": operator.xor,
     "shl": _shift(True), "shr": _shift(False), "mulhi": multiply_high,
-    "neg": operator.neg, "not": operator.invert, "abs": np.abs,
-    "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
+    "neg": negate, "not": operator.invert, "abs": absolute,
+    "floor": _arithmetic(np.floor), "ceil": _arithmetic(np.ceil), "round": _arithmetic(np.rint),
+    "trunc": _arithmetic(np.trunc),
     "select": np.where,
 }
 
@@ -226,10 +327,8 @@ def operation(opcode: str, attrs: dict) -> Callable | None:
 
 
 def bf16_bits(x):
-    """The bf16 bit patterns (uint16) of f32 values, rounded to nearest even; NaN stays a quiet NaN."""
-    bits = np.asarray(x, np.float32).view(np.uint32)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return np.where(np.isnan(x), (bits >> 16) | 0x40, rounded).astype(np.uint16)[()]
+    """The bf16 bit patterns (uint16) of f32 values that bf16 represents: the top half of their bits."""
+    return (np.asarray(x, np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)[()]
 
 
 def bf16_values(bits):
@@ -237,13 +336,22 @@ def bf16_values(bits):
     return (np.asarray(bits, np.uint32) << 16).view(np.float32)[()]
 
 
+# The canonical NaNs of the 16-bit formats as the f32 values that hold them.
+_HALF_NAN = {DType.F16: np.array(CANONICAL_NAN_BITS[DType.F16], np.uint16).view(np.float16).astype(np.float32)[()],
+             DType.BF16: bf16_values(CANONICAL_NAN_BITS[DType.BF16])}
+
+
 def round_half(x, dtype: DType):
-    """f32 values rounded to nearest even in the 16-bit format `dtype` (f16 or bf16), as f32."""
+    """f32 values rounded to nearest even in the 16-bit format `dtype` (f16 or bf16), as f32; NaN
+    becomes the format's canonical NaN (cvt.rn.f16.f32, cvt.rn.bf16.f32)."""
     x = np.asarray(x, np.float32)
     with np.errstate(all="ignore"):
         if dtype is DType.F16:
-            return x.astype(np.float16).astype(np.float32)[()]
-        return bf16_values(bf16_bits(x))
+            rounded = x.astype(np.float16).astype(np.float32)
+        else:
+            bits = x.view(np.uint32)
+            rounded = bf16_values((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> 16)
+    return np.where(np.isnan(x), _HALF_NAN[dtype], rounded)[()]
 
 
 def round_tf32_even(x):
@@ -265,22 +373,43 @@ def round_tf32(x):
     return np.where(special, bits, rounded).view(np.float32)[()]
 
 
-def convert_array(x, to: DType):
-    """Values of `x` converted to `to`, as the GPU's cvt does it (see the header)."""
+def _widen(x, frm: DType):
+    """f16 or bf16 values (held as f32) as f32: cvt.f32.f16 makes NaN the canonical NaN; bf16's bits
+    are shifted into place, so they stay."""
+    return np.where(np.isnan(x), canonical_nan(np.float32), x)[()] if frm is DType.F16 else x
+
+
+def _float_to_float(x, to: DType):
+    """f32 <-> f64 (cvt): to f32 NaN becomes the canonical NaN; to f64 it keeps its payload, quieted."""
+    if to is DType.F64:
+        return quiet(np.asarray(x, np.float32)).astype(np.float64)[()]
+    return arithmetic_nan(np.asarray(x, np.float64).astype(np.float32))
+
+
+def convert_array(x, to: DType, frm: DType | None = None):
+    """Values of `x`, of dtype `frm` (by default the one its NumPy dtype is), converted to `to`, as
+    the GPU's cvt does it (see the header)."""
+    x = np.asarray(x)
+    frm = frm or next(d for d in COMPUTE_DTYPES if NUMPY[d] == x.dtype)
+    if frm == to:
+        return x[()]
+    if frm.is_half:
+        return convert_array(_widen(x, frm), to, DType.F32)
     if to.is_half:
-        return round_half(convert_array(x, DType.F32), to)
+        return round_half(convert_array(x, DType.F32, frm), to)
     target = NUMPY[to]
-    if x.dtype == target:
-        return x
-    if x.dtype.kind == "f" and to.is_int:
-        low, high = int_range(to)
-        t = np.trunc(np.asarray(x, np.float64))
-        over, under = t >= float(high) + 1.0, t < low  # high + 1 is a power of two: exact in double
-        inside = np.where(over | under | np.isnan(t), 0, t).astype(target)
-        return np.where(over, target.type(high), np.where(under, target.type(low), inside))[()]
-    if to is DType.BOOL:
-        return x != 0
-    return x.astype(target)
+    with np.errstate(all="ignore"):
+        if frm.is_float and to.is_float:
+            return _float_to_float(x, to)
+        if frm.is_float and to.is_int:
+            low, high = int_range(to)
+            t = np.trunc(np.asarray(x, np.float64))
+            over, under = t >= float(high) + 1.0, t < low  # high + 1 is a power of two: exact in double
+            inside = np.where(over | under | np.isnan(t), 0, t).astype(target)
+            return np.where(over, target.type(high), np.where(under, target.type(low), inside))[()]
+        if to is DType.BOOL:
+            return (x != 0)[()]
+        return x.astype(target)[()]
 
 
 # ------------------------------------------------------------------ constants
@@ -305,8 +434,7 @@ def convert(value: Constant, dtype: DType) -> Constant:
 
 
 def _converted(value: Constant, source: DType, dtype: DType) -> Constant:
-    with np.errstate(all="ignore"):
-        return _constant(convert_array(_array(value, source), dtype))
+    return _constant(np.atleast_1d(convert_array(_array(value, source), dtype, source)))
 
 
 def evaluate(opcode: str, attrs: dict, operands: list[Constant], dtypes: list[DType], result: DType

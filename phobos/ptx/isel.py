@@ -11,6 +11,8 @@
 # Floating-point arithmetic carries an explicit rounding mode (`add.rn.f32`),
 # which also tells ptxas not to contract a multiply and an add into an fma:
 # the PTX computes exactly what the source says, in the order it says it.
+# Float `neg` and `abs` are `xor`/`and` on the sign bit: PTX leaves the NaN of
+# neg.f32 and abs.f32 unspecified, and the language changes the sign alone.
 from __future__ import annotations
 
 import itertools
@@ -183,6 +185,9 @@ def _arith(opcode: str):
         if dtype is DType.U32 and opcode in UNSIGNED_UNARY:  # PTX has abs and neg for signed types only
             UNSIGNED_UNARY[opcode](s, op)
             return
+        if dtype.is_float and opcode in FLOAT_SIGN:
+            FLOAT_SIGN[opcode](s, op)
+            return
         if opcode in ("shl", "shr"):
             operands[1] = _shift_amount(s, op.operands[1])
         s.emit(f"{name}.{suffix}", s.define(op.result), *operands)
@@ -230,6 +235,20 @@ def _unsigned_neg(s: Selector, op: Op) -> None:
 
 
 UNSIGNED_UNARY = {"abs": _unsigned_abs, "neg": _unsigned_neg}
+
+
+def _sign_bit(logic: str, mask: int):
+    """Float neg (xor with the sign bit) or abs (and with the other bits): every other bit stays, a
+    NaN's too."""
+    def select(s: Selector, op: Op) -> None:
+        dtype = op.result.dtype
+        bits = mask >> (64 - dtype.bits)
+        s.emit(f"{logic}.{BITS_SUFFIX[dtype]}", s.define(op.result), s.reg(op.operands[0]),
+               Imm(bits, DType.I64))
+    return select
+
+
+FLOAT_SIGN = {"neg": _sign_bit("xor", 1 << 63), "abs": _sign_bit("and", (1 << 63) - 1)}
 
 
 def _cmp(s: Selector, op: Op) -> None:
@@ -282,7 +301,8 @@ def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
         one, zero = (1.0, 0.0) if to.is_float else (1, 0)
         s.emit(f"selp.{BITS_SUFFIX.get(to, TYPE_SUFFIX[to])}", dst, Imm(one, to), Imm(zero, to), src)
     elif to is DType.BOOL:
-        s.emit(f"setp.ne.{TYPE_SUFFIX[frm]}", dst, src, Imm(ZERO.get(frm, 0), frm))
+        compare = FLOAT_COMPARE if frm.is_float else COMPARE  # NaN is true, as C converts it
+        s.emit(f"setp.{compare['ne']}.{TYPE_SUFFIX[frm]}", dst, src, Imm(ZERO.get(frm, 0), frm))
     elif frm is DType.BF16:
         wide = s.new(DType.I32)
         s.emit("cvt.u32.u16", wide, src)
@@ -293,6 +313,10 @@ def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
             convert(s, dst, f32, DType.F32, to)
     elif to is DType.BF16:
         _to_bf16(s, dst, src, frm)
+    elif DType.F16 in (frm, to) and DType.F64 in (frm, to):  # through f32, as the language converts
+        f32 = s.new(DType.F32)
+        convert(s, f32, src, frm, DType.F32)
+        convert(s, dst, f32, DType.F32, to)
     elif frm.is_float and to.is_float:
         rounding = ".rn" if to.bits < frm.bits else ""
         s.emit(f"cvt{rounding}.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
@@ -321,7 +345,7 @@ def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
     s.emit("add.s32", out, bits, lsb)
     s.emit("shr.u32", out, out, Imm(16, DType.I32))
     s.emit("setp.nan.f32", nan, src, src)
-    s.emit("selp.b32", out, Imm(0x7FC0, DType.I32), out, nan)  # any NaN becomes the quiet NaN
+    s.emit("selp.b32", out, Imm(0x7FFF, DType.I32), out, nan)  # any NaN becomes the canonical NaN, as cvt's
     s.emit("cvt.u16.u32", dst, out)
 
 

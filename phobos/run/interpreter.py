@@ -21,10 +21,12 @@
 #               never modified in place, so broadcasts may be read-only views.
 #   loads       a tile of the slice sizes (a single index drops its dimension);
 #               elements outside the tensor read 0.  f16 and bf16 load as
-#               such (held as f32), i8 and i16 as i32.
+#               such (held as f32, as the compiled code holds them: an f16 NaN
+#               becomes the canonical one), i8 and i16 as i32.
 #   stores      only elements inside the tensor are written, converted to the
 #               tensor's dtype (round to nearest even; integers wrap).
-#               atomic_add adds into the elements inside the tensor.
+#               atomic_add adds into the elements inside the tensor (f32
+#               flushing subnormals, as the GPU's atom.add.f32 does).
 #   bf16        tensors are numpy arrays of `ml_dtypes.bfloat16` when ml_dtypes
 #               is installed, or uint16 arrays holding the bit patterns.
 #   dot         computed exactly in float64 and rounded once to f32; `x + dot(a,
@@ -157,7 +159,10 @@ def _binary_function(op: str):
 
 def _via_f64(fn):
     """An elementwise function computed in float64 and rounded once to the argument's dtype."""
-    return lambda x: fn(x.astype(np.float64)).astype(x.dtype)
+    def apply(x):
+        with np.errstate(all="ignore"):
+            return fn(x.astype(np.float64)).astype(x.dtype)
+    return apply
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
@@ -181,15 +186,45 @@ def _reducer(kind: str, axis: int | None):
     """sum/max/min/argmax/argmin over `axis` (kept with extent 1) or over everything (a scalar)."""
     keep = axis is not None
     if kind == "sum":
-        return lambda x: np.sum(x, axis=axis, keepdims=keep, dtype=x.dtype)
+        return lambda x: _sum(np.asarray(x), axis, keep)
     if kind in ("max", "min"):
         return lambda x: constants.reduce_extreme(kind, x, axis, keep)
-    best = np.fmax if kind == "argmax" else np.fmin
+    extreme = kind[3:]
 
     def arg(x):  # the first element equal to the NaN-ignoring best
-        hit = x == best.reduce(x, axis=axis, keepdims=True)
+        with np.errstate(invalid="ignore"):
+            hit = x == constants.reduce_extreme(extreme, x, axis, True)
         return np.argmax(hit, axis=axis, keepdims=keep).astype(np.int32)
     return arg
+
+
+def _running(fn, x: np.ndarray, axis: int):
+    """cumsum or cumprod along `axis` in the dtype: the first element as it is, NaNs after it as the
+    GPU gives them (for f64 the payload of the first NaN element so far, as `_sum`)."""
+    with np.errstate(all="ignore"):
+        out = fn(x, axis=axis, dtype=x.dtype)
+    if x.dtype.kind != "f" or x.shape[axis] == 1:
+        return out
+    moved = np.moveaxis(x, axis, 0)
+    firsts, first = [], moved[0]
+    for row in moved:
+        first = np.where(np.isnan(first), first, row)
+        firsts.append(first)
+    fixed = constants.arithmetic_nan(np.moveaxis(out, axis, 0), np.stack(firsts))
+    fixed[0] = moved[0]
+    return np.moveaxis(fixed, 0, axis)
+
+
+def _sum(x: np.ndarray, axis: int | None, keep: bool):
+    """sum over `axis` in the dtype; a NaN result is the GPU's (for f64 the payload of the first NaN
+    element, which the GPU's order need not pick: see docs/language.md), one element alone as it is."""
+    with np.errstate(all="ignore"):
+        out = np.sum(x, axis=axis, keepdims=keep, dtype=x.dtype)
+    if x.dtype.kind != "f" or (x.size if axis is None else x.shape[axis]) == 1:
+        return out
+    flat = x.reshape(-1) if axis is None else np.moveaxis(x, axis, -1)
+    first = np.take_along_axis(flat, np.argmax(np.isnan(flat), axis=-1)[..., None], -1)[..., 0]
+    return constants.arithmetic_nan(out, first if keep is False else np.expand_dims(first, axis))
 
 
 # ------------------------------------------------------------ tensors
@@ -203,9 +238,18 @@ class _Tensor:
 
 
 def _tensor_codec(dtype: DType, array: np.ndarray) -> _Tensor:
-    if dtype is DType.BF16 and array.dtype == np.uint16:
-        return _Tensor(array, constants.bf16_values, constants.bf16_bits)
-    compute, storage = NP[dtype.compute], array.dtype
+    """Loads and stores of a tensor, as the compiled code holds 16-bit floats in f32 registers: an
+    f16 loads through cvt.f32.f16 (a NaN becomes the canonical one), a bf16 by a shift (its bits
+    stay); a store to either rounds through cvt.rn (a NaN becomes the canonical one).  A bf16 array,
+    of ml_dtypes or uint16, is read and written through its bit patterns."""
+    storage = array.dtype
+    if dtype is DType.BF16:
+        return _Tensor(array, lambda x: constants.bf16_values(np.asarray(x).view(np.uint16)),
+                       lambda x: np.asarray(constants.bf16_bits(constants.round_half(x, dtype))).view(storage))
+    if dtype is DType.F16:
+        return _Tensor(array, lambda x: constants.convert_array(x.astype(np.float32), DType.F32, dtype),
+                       lambda x: constants.round_half(x, dtype).astype(storage))
+    compute = NP[dtype.compute]
     return _Tensor(array, lambda x: x.astype(compute), lambda x: x.astype(storage))
 
 
@@ -257,13 +301,37 @@ def _dot_product(dtype: DType, precision: str):
     """(a, b, x or None) -> x + a @ b: exact in float64, rounded once to f32 (f64: in f64), the
     operands first rounded as `precision` says (see the header)."""
     if dtype is DType.F64:
-        return lambda a, b, x: a @ b if x is None else x + a @ b
+        def product64(a, b, x):
+            with np.errstate(all="ignore"):
+                out = a @ b if x is None else x + a @ b
+            return _chain_nan(out, a, b, x)
+        return product64
     split = _PRECISION_TERMS[precision]
 
     def product(a, b, x):
-        total = sum(p.astype(np.float64) @ q.astype(np.float64) for p, q in split(a, b))
-        return (total if x is None else x.astype(np.float64) + total).astype(np.float32)
+        with np.errstate(all="ignore"):
+            total = sum(p.astype(np.float64) @ q.astype(np.float64) for p, q in split(a, b))
+            return constants.arithmetic_nan((total if x is None else x.astype(np.float64) + total)
+                                            .astype(np.float32))
     return product
+
+
+def _chain_nan(out, a, b, x):
+    """The NaNs of an f64 dot as its chain of fma(a[i, k], b[k, j], acc) in k order gives them: the
+    NaN operand of the last step that had one (a before b), quieted; else x's; else the canonical NaN."""
+    nan = np.isnan(out)
+    if not nan.any():
+        return out
+    a_nan, b_nan = np.isnan(a), np.isnan(b)
+    steps = a_nan[..., :, :, None] | b_nan[..., None, :, :]          # (..., M, K, N)
+    k = a.shape[-1]
+    last = k - 1 - np.argmax(steps[..., ::-1, :], axis=-2)           # (..., M, N)
+    a_at = np.take_along_axis(np.broadcast_to(a[..., :, :, None], steps.shape), last[..., None, :], -2)[..., 0, :]
+    b_at = np.take_along_axis(np.broadcast_to(b[..., None, :, :], steps.shape), last[..., None, :], -2)[..., 0, :]
+    fill = np.where(np.isnan(a_at), constants.quiet(a_at), constants.quiet(b_at))
+    base = constants.canonical_nan(np.float64) if x is None else \
+        np.where(np.isnan(x), constants.quiet(np.asarray(x, np.float64)), constants.canonical_nan(np.float64))
+    return np.where(nan, np.where(steps.any(axis=-2), fill, base), out)
 
 
 def _tf32x3_terms(a, b):
@@ -339,10 +407,24 @@ class _Compiler:
         if self.gathers(s.target):
             elements = self.elements(s.target)
             old = self.gather(elements, slice_t.dtype) if s.op != "=" else None
-            return self.scatter(elements, self.assigned_value(s, old, slice_t))
+            return self.scatter(elements, self.stored_value(s, old, slice_t))
         slot, starts, sizes = self.access(s.target)
         old = self.load(slot, starts, sizes, slice_t.dtype) if s.op != "=" else None
-        return self.write(slot, starts, sizes, self.assigned_value(s, old, slice_t), accumulate=False)
+        return self.write(slot, starts, sizes, self.stored_value(s, old, slice_t), accumulate=False)
+
+    def stored_value(self, s: ast.Assign, old: Fn | None, slice_t: ScalarType | TileType) -> Fn:
+        """What `s` stores into a tensor slice of `slice_t`: the assigned value converted to the
+        tensor's dtype from the dtype it has (as irgen's store converts it), so that the store
+        itself only moves bits."""
+        value = self.assigned_value(s, old, slice_t)
+        to = slice_t.dtype
+        if s.op != "=":
+            frm = to.compute
+        else:
+            frm = to if s.value in self.ck.weak else self.ck.types[s.value].dtype
+        if frm == to or not to.is_float:
+            return value
+        return lambda f: constants.convert_array(value(f), to, frm)
 
     def assigned_value(self, s: ast.Assign, old: Fn | None, target_t: ScalarType | TileType) -> Fn:
         """The value `s` assigns to a target of `target_t`: the right side, or `old op right`.
@@ -670,7 +752,7 @@ class _Compiler:
         x, fn = self.expr(e.args[0], dtype), UNARY_FLOAT[e.func]
         if dtype is DType.F32:
             fn = _via_f64(fn)
-        return lambda f: fn(x(f))
+        return lambda f: (lambda v: constants.arithmetic_nan(fn(v), v))(x(f))
 
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Fn:  # abs
@@ -715,9 +797,9 @@ class _Compiler:
 
     @BUILTIN_RULES.on("cast")
     def call_cast(self, e: ast.Call) -> Fn:
-        x = self.expr(e.args[0])
+        x, frm = self.expr(e.args[0]), self.ck.types[e.args[0]].dtype
         to = CAST_DTYPES[e.func]
-        return lambda f: constants.convert_array(x(f), to)
+        return lambda f: constants.convert_array(x(f), to, frm)
 
 
     @BUILTIN_RULES.on("fma")
@@ -742,7 +824,7 @@ class _Compiler:
     def call_scan_op(self, e: ast.Call) -> Fn:
         x, axis = self.expr(argument(e, 0, "x")), self.axis_of(e) or 0
         fn = np.cumsum if e.func == "cumsum" else np.cumprod
-        return lambda f: (lambda v: fn(v, axis=axis, dtype=v.dtype))(x(f))
+        return lambda f: _running(fn, np.asarray(x(f)), axis)
 
     def combine(self, e: ast.Call) -> Callable:
         """The combine function of a scan or reduce, called on whole slices: (a..., b...) -> tuple."""
@@ -906,7 +988,7 @@ def _same_bits(dtype: DType):
 
 
 _ATOMIC_UPDATES = {
-    "add": lambda dtype: lambda old, x: old + x,
+    "add": lambda dtype: numerics.atomic_add if dtype.is_float else (lambda old, x: old + x),
     "max": _atomic_extreme(max),
     "min": _atomic_extreme(min),
     "and": lambda dtype: lambda old, x: old & x,

@@ -20,6 +20,14 @@
 #   `fractions.Fraction`, rounded by `round_fraction`.  Slow, but such
 #   operations are rare in generated code.
 #
+# NaN results carry the bits the GPU gives them, as `phobos.constants.
+# arithmetic_nan` defines for the whole of Phobos: every f32 arithmetic result
+# that is NaN is the canonical NaN 0x7FFFFFFF; an f64 one is its first NaN
+# operand with the quiet bit set (PTX supports f64 payloads), or the canonical
+# NaN 0x7FFFFFFFFFFFFFFF where it is made of numbers.  The functions below
+# return those bits; `min`/`max` (`extreme`) return one operand's bits, or the
+# canonical NaN for two NaNs (and for any NaN under `.NaN`).
+#
 # The `.approx` transcendentals are not here: they are computed in float64 and
 # rounded to the result type, which is closer than the GPU's approximations.
 #
@@ -36,6 +44,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
+from ...constants import arithmetic_nan, canonical_nan, maximum, minimum, quiet
 
 MODES = ("rn", "rz", "rm", "rp")
 
@@ -221,7 +231,7 @@ def _sign_of_difference(x, y):
     return np.where(x > y, 1, np.where(x < y, -1, 0)).astype(np.int8)
 
 
-def add_f32(a, b, mode):
+def _add_f32(a, b, mode):
     if mode == "rn":
         return a + b
     r, e = two_sum(np.asarray(a, np.float64), np.asarray(b, np.float64))
@@ -229,13 +239,13 @@ def add_f32(a, b, mode):
     return np.where(r == 0, ieee_zero_sum(a, b, mode), out).astype(np.float32)
 
 
-def mul_f32(a, b, mode):
+def _mul_f32(a, b, mode):
     if mode == "rn":
         return a * b
     return _directed_f32(np.asarray(a, np.float64) * np.asarray(b, np.float64), None, mode)
 
 
-def fma_f32(a, b, c, mode):
+def _fma_f32(a, b, c, mode):
     """a * b + c with a single rounding (the product is exact in float64)."""
     p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
     c64 = np.asarray(c, np.float64)
@@ -254,7 +264,7 @@ def fma_f32(a, b, c, mode):
     return out.reshape(shape)
 
 
-def div_f32(a, b, mode):
+def _div_f32(a, b, mode):
     if mode == "rn":
         return a / b
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -266,7 +276,7 @@ def div_f32(a, b, mode):
     return _directed_f32(q, err, mode)
 
 
-def sqrt_f32(a, mode):
+def _sqrt_f32(a, mode):
     if mode == "rn":
         return np.sqrt(a)
     a64 = np.asarray(a, np.float64)
@@ -317,13 +327,13 @@ def _fma_ieee(a, b, c):
     return np.where(np.isfinite(a) & np.isfinite(b) & np.isinf(c), c, a * b + c)
 
 
-def add_f64(a, b, mode):
+def _add_f64(a, b, mode):
     if mode == "rn":
         return a + b
     return _f64_exact(lambda x, y: x + y, np.add, a, b, mode=mode, zero=ieee_zero_sum(a, b, mode))
 
 
-def mul_f64(a, b, mode):
+def _mul_f64(a, b, mode):
     if mode == "rn":
         return a * b
     with np.errstate(all="ignore"):
@@ -331,7 +341,7 @@ def mul_f64(a, b, mode):
     return _f64_exact(lambda x, y: x * y, np.multiply, a, b, mode=mode, zero=zero)
 
 
-def div_f64(a, b, mode):
+def _div_f64(a, b, mode):
     if mode == "rn":
         return a / b
     with np.errstate(all="ignore"):
@@ -339,13 +349,13 @@ def div_f64(a, b, mode):
     return _f64_exact(lambda x, y: x / y if y else None, np.divide, a, b, mode=mode, zero=zero)
 
 
-def sqrt_f64(a, mode):
+def _sqrt_f64(a, mode):
     if mode == "rn":
         return np.sqrt(a)
     return _f64_exact(lambda x: _sqrt_fraction(x) if x > 0 else None, np.sqrt, a, mode=mode)
 
 
-def fma_f64(a, b, c, mode):
+def _fma_f64(a, b, c, mode):
     """a * b + c with a single rounding for float64."""
     a, b, c = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64),
                                   np.asarray(c, np.float64))
@@ -372,6 +382,64 @@ def fma_f64(a, b, c, mode):
     if rest.any():
         out[rest] = _f64_exact(lambda x, y, z: x * y + z, _fma_ieee, a[rest], b[rest], c[rest], mode="rn")
     return out
+
+
+# ------------------------------------------------------------------ the operations, with the GPU's NaNs
+
+def _with_nans(raw):
+    """An arithmetic operation `raw(*operands, mode)` whose NaN results get the GPU's bits."""
+    def op(*args):
+        *operands, mode = args
+        with np.errstate(all="ignore"):
+            return arithmetic_nan(raw(*operands, mode), *operands)
+    op.__doc__ = raw.__doc__
+    return op
+
+
+add_f32, mul_f32, fma_f32 = _with_nans(_add_f32), _with_nans(_mul_f32), _with_nans(_fma_f32)
+div_f32, sqrt_f32 = _with_nans(_div_f32), _with_nans(_sqrt_f32)
+add_f64, mul_f64, fma_f64 = _with_nans(_add_f64), _with_nans(_mul_f64), _with_nans(_fma_f64)
+div_f64, sqrt_f64 = _with_nans(_div_f64), _with_nans(_sqrt_f64)
+
+
+def subtract(add):
+    """a - b from an `add` of the format: a + (-b), whose NaN is then the one of a and b themselves."""
+    def sub(a, b, mode):
+        with np.errstate(all="ignore"):
+            return arithmetic_nan(add(a, -np.asarray(b), mode), a, b)
+    return sub
+
+
+def extreme(larger: bool, nan_wins: bool):
+    """PTX's max (larger) or min of two floats; `nan_wins` is the `.NaN` modifier (any NaN operand
+    gives the canonical NaN), else a NaN operand is ignored."""
+    fn = maximum if larger else minimum
+    if not nan_wins:
+        return fn
+
+    def with_nan(a, b):
+        out = fn(a, b)
+        return np.where(np.isnan(a) | np.isnan(b), canonical_nan(np.asarray(out).dtype), out)
+    return with_nan
+
+
+def approximate(fn):
+    """An `.approx` function computed in float64 and rounded to the argument's type, its NaNs the
+    GPU's."""
+    def apply(x):
+        x = np.asarray(x)
+        with np.errstate(all="ignore"):
+            return arithmetic_nan(fn(x.astype(np.float64)).astype(x.dtype), x)
+    return apply
+
+
+def atomic_add(old, x):
+    """What atom.add.f32 and .f64 store: f32 flushes subnormal inputs and results to sign-preserving
+    zero (PTX ISA, atom); NaN results as arithmetic gives them."""
+    if np.asarray(old).dtype == np.float32:
+        old, x = flush(old), flush(x)
+        return flush(add_f32(old, x, "rn"))
+    return add_f64(old, x, "rn")
 
 
 # ------------------------------------------------------------------ integers

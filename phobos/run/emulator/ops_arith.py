@@ -3,11 +3,14 @@
 # Integers wrap like the hardware (NumPy fixed-width arithmetic); division and
 # remainder truncate toward zero as in C, and a zero divisor is reported
 # (PTX leaves the result undefined).  Floating-point operations round exactly
-# as PTX specifies through `numerics`, and min/max order -0.0 below +0.0 as
-# the PTX ISA says; the `.approx` functions (ex2, lg2, sin, cos, tanh, rsqrt,
-# rcp.approx, sqrt.approx, div.approx/.full) are computed in float64 and
-# rounded to the result type, so they are at least as accurate as the GPU's,
-# which may differ from them by a few ulp.
+# as PTX specifies through `numerics`, with the GPU's NaN bits, and min/max
+# order -0.0 below +0.0 as the PTX ISA says; the `.approx` functions (ex2,
+# lg2, sin, cos, tanh, rsqrt, rcp.approx, sqrt.approx, div.approx/.full) are
+# computed in float64 and rounded to the result type, so they are at least as
+# accurate as the GPU's, which may differ from them by a few ulp.  abs and neg
+# of f64 pass a NaN through unchanged (the CUDA programming guide); of f32 they
+# give the canonical NaN, like the FADD that ptxas makes of them (Phobos itself
+# changes signs with and/xor, which keep every bit).
 from __future__ import annotations
 
 from fractions import Fraction
@@ -97,6 +100,7 @@ def mul_hi(t: PtxType):
 # ------------------------------------------------------------------ add sub mul mad fma
 
 _ADD = {32: nx.add_f32, 64: nx.add_f64}
+_SUB = {bits: nx.subtract(add) for bits, add in _ADD.items()}
 _MUL = {32: nx.mul_f32, 64: nx.mul_f64}
 _FMA = {32: nx.fma_f32, 64: nx.fma_f64}
 _DIV = {32: nx.div_f32, 64: nx.div_f64}
@@ -114,9 +118,8 @@ def build_add_sub(d, ins, mods):
     negate = mods.base == "sub"
     if t.is_float:
         mode = float_modifiers(d, mods, t)
-        add = _ADD[t.bits]
-        fn = (lambda a, b: add(a, -b, mode)) if negate else (lambda a, b: add(a, b, mode))
-        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, fn))
+        add = (_SUB if negate else _ADD)[t.bits]
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, lambda a, b: add(a, b, mode)))
     int_type(d, t, mods.base)
     op = np.subtract if negate else np.add
     if mods.flag("sat"):
@@ -199,7 +202,8 @@ def build_div(d, ins, mods):
     approx = mods.take("approx", "full")
     if approx:
         require(d, t.name == "f32", f"div.{approx} is for .f32")
-        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, np.divide, sat_allowed=False))
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, lambda a, b: nx.div_f32(a, b, "rn"),
+                                                         sat_allowed=False))
     mode = float_modifiers(d, mods, t, default=None)
     div = _DIV[t.bits]
     return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, lambda a, b: div(a, b, mode),
@@ -215,25 +219,25 @@ def build_rem(d, ins, mods):
 
 # ------------------------------------------------------------------ unary, min/max
 
+def _float_sign_op(fn, t: PtxType):
+    """abs or neg of floats: f64 passes a NaN through unchanged, f32 gives the canonical NaN."""
+    nan = None if t.bits == 64 else nx.canonical_nan(t.dtype)
+
+    def apply(a):
+        a = np.asarray(a)
+        return np.where(np.isnan(a), a if nan is None else nan, fn(a))
+    return apply
+
+
 @opcode("abs", "neg")
 def build_abs_neg(d, ins, mods):
     t = mods.type()
     fn = np.abs if mods.base == "abs" else np.negative
     if t.is_float:
         float_only(d, mods, t)
-        return elementwise(d, ins, t, [t], with_ftz_sat(mods, fn, sat_allowed=False))
+        return elementwise(d, ins, t, [t], with_ftz_sat(mods, _float_sign_op(fn, t), sat_allowed=False))
     require(d, t.kind == "s", f"{mods.base} takes a signed integer type")
     return elementwise(d, ins, t, [t], fn)
-
-
-def _zeros_ordered(fn, is_min: bool):
-    """A float min/max that takes -0.0 below +0.0 (PTX: "if values of both inputs are 0.0,
-    then +0.0 > -0.0"); NumPy's keeps either zero."""
-    def extreme(a, b):
-        a, b = np.asarray(a), np.asarray(b)
-        keep_a = np.signbit(a) if is_min else ~np.signbit(a)
-        return np.where(a == b, np.where(keep_a, a, b), fn(a, b))
-    return extreme
 
 
 @opcode("min", "max")
@@ -242,11 +246,8 @@ def build_min_max(d, ins, mods):
     is_min = mods.base == "min"
     if t.is_float:
         float_only(d, mods, t)
-        if mods.flag("NaN"):
-            fn = np.minimum if is_min else np.maximum
-        else:  # PTX: a NaN operand is ignored unless both are NaN
-            fn = np.fmin if is_min else np.fmax
-        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, _zeros_ordered(fn, is_min), sat_allowed=False))
+        fn = nx.extreme(larger=not is_min, nan_wins=mods.flag("NaN"))
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, fn, sat_allowed=False))
     int_type(d, t, mods.base)
     return elementwise(d, ins, t, [t, t], np.minimum if is_min else np.maximum)
 
@@ -284,7 +285,7 @@ def build_rcp(d, ins, mods):
     t = mods.type()
     if mods.flag("approx"):
         float_only(d, mods, t)
-        return elementwise(d, ins, t, [t], with_ftz_sat(mods, lambda a: t.dtype.type(1) / a,
+        return elementwise(d, ins, t, [t], with_ftz_sat(mods, nx.approximate(lambda a: 1.0 / a),
                                                          sat_allowed=False))
     mode = float_modifiers(d, mods, t, default=None)
     div = _DIV[t.bits]
@@ -298,7 +299,7 @@ def build_sqrt(d, ins, mods):
     t = mods.type()
     if mods.flag("approx"):
         require(d, t.name == "f32", "sqrt.approx is for .f32")
-        return elementwise(d, ins, t, [t], with_ftz_sat(mods, np.sqrt, sat_allowed=False))
+        return elementwise(d, ins, t, [t], with_ftz_sat(mods, nx.approximate(np.sqrt), sat_allowed=False))
     mode = float_modifiers(d, mods, t, default=None)
     sqrt = _SQRT[t.bits]
     return elementwise(d, ins, t, [t], with_ftz_sat(mods, lambda a: sqrt(a, mode), sat_allowed=False))
@@ -317,10 +318,8 @@ def build_approx(d, ins, mods):
         raise d.error(f"{mods.base} needs .approx", PtxSyntaxError)
     require(d, t.name == "f32" or (t.name == "f64" and mods.base == "rsqrt"),
             f"{mods.base}.approx.{t.name} is not supported")
-    fn = _APPROX[mods.base]
-    dtype = t.dtype
-    return elementwise(d, ins, t, [t], with_ftz_sat(
-        mods, lambda a: fn(np.asarray(a, np.float64)).astype(dtype), sat_allowed=False))
+    return elementwise(d, ins, t, [t], with_ftz_sat(mods, nx.approximate(_APPROX[mods.base]),
+                                                     sat_allowed=False))
 
 
 # ------------------------------------------------------------------ bits
@@ -644,8 +643,8 @@ _CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 
 def _encode(t: PtxType):
     """float64 values representable in t -> t's storage, NaNs made canonical."""
-    if t.name == "f64":
-        return lambda x: np.asarray(x)
+    if t.name == "f64":  # payloads are kept, quieted
+        return lambda x: nx.quiet(np.asarray(x, np.float64))
     if t.kind == "bf":
         def encode_bf16(x):
             bits = (np.asarray(x).astype(np.float32).view(np.uint32) >> np.uint8(16)).astype(np.uint16)

@@ -135,9 +135,7 @@ def build_st(d, ins, mods):
 # ------------------------------------------------------------------ atomics
 
 def _float_add(t):
-    if t.name == "f32":  # atom.add.f32 flushes subnormal inputs and results to zero
-        return lambda old, b, c: nx.flush(nx.flush(old) + nx.flush(b))
-    return lambda old, b, c: old + b
+    return lambda old, b, c: nx.atomic_add(old, b)
 
 
 _ATOMIC_TYPES = {

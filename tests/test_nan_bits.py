@@ -1,0 +1,195 @@
+# One answer in every mode: the NaN bits, signed zeros and min/max of signaling
+# NaNs that the interpreter, the constant folder and the PTX emulator give are
+# the GPU's (docs/language.md, "What floats compute"; phobos/constants.py,
+# "NaN bits").  The GPU's own answers are checked by the differential fuzz
+# (tools/fuzz_modes.py --gpu) and by the `gpu` test at the end.
+import numpy as np
+import pytest
+
+import phobos
+from phobos import constants
+from phobos.run.backends import EmulateBackend
+
+from .emulator_support import run_elementwise
+
+F32_NAN = 0x7FFFFFFF
+F64_NAN = 0x7FFF_FFFF_FFFF_FFFF
+SNAN32 = 0x7FA00000                                   # a signaling NaN, as bitcast or input data give it
+
+
+def f32(*bits: int) -> np.ndarray:
+    return np.array(bits, np.uint32).view(np.float32)
+
+
+def bits(x) -> list[int]:
+    x = np.asarray(x)
+    return [int(v) for v in x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize]).reshape(-1)]
+
+
+class EmulateSm75(EmulateBackend):
+    """The emulator running the code made for sm_75 (no cvt.bf16, no min.NaN)."""
+
+    def arch(self, index: int = 0) -> str:
+        return "sm_75"
+
+
+MODES = ["interpret", "emulate", EmulateSm75()]
+MODE_IDS = ["interpret", "emulate", "emulate-sm_75"]
+
+
+def run(src: str, mode, *args, grid=(1,)):
+    phobos.kernel(src, filename="nan.phobos", mode=mode)[grid](*args)
+    return args
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_subtracting_a_nan_gives_the_canonical_nan(mode):
+    src = """kernel k(x: tensor<f32>[N], y: tensor<f32>[N], z: tensor<f32>[N]) {
+        z[0 :+ 4] = x[0 :+ 4] - y[0 :+ 4]
+    }"""
+    x = np.array([1.0, np.nan, -np.inf, 0.0], np.float32)
+    y = f32(0xFFC00000, 0x7FC00000, 0xFF800000, SNAN32)
+    z = np.zeros(4, np.float32)
+    run(src, mode, x, y, z)
+    assert bits(z) == [F32_NAN, F32_NAN, F32_NAN, F32_NAN]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_atomic_max_of_a_nan_difference_stores_the_nan(mode):
+    """1.0 - NaN is the positive canonical NaN, which atomic_max orders above +inf (the H100 stores it;
+    the emulator used to make a negative NaN of it and keep 0.0)."""
+    src = """kernel k(x: tensor<f32>[N], m: tensor<f32>[M]) {
+        atomic_max(m[0], max(1.0 - x[0 :+ 4]))
+    }"""
+    m = np.zeros(1, np.float32)
+    run(src, mode, np.full(4, np.nan, np.float32), m)
+    assert bits(m) == [F32_NAN]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("values, want", [
+    ([SNAN32, np.float32(-32.0).view(np.uint32), SNAN32, SNAN32], -32.0),
+    ([np.float32(-6.4e37).view(np.uint32), 0xFFC00000, SNAN32, 1], np.float32(-6.4e37)),
+])
+def test_min_ignores_signaling_nans(mode, values, want):
+    src = """kernel k(x: tensor<f32>[N], y: tensor<f32>[M]) {
+        y[0] = min(x[0 :+ 4])
+        y[1] = minimum(minimum(x[0], x[1]), minimum(x[2], x[3]))
+    }"""
+    y = np.zeros(2, np.float32)
+    run(src, mode, f32(*values), y)
+    assert bits(y) == bits(np.array([want, want], np.float32))
+
+
+def test_the_constant_semantics_ignore_signaling_nans():
+    x = f32(SNAN32, np.float32(-32.0).view(np.uint32), SNAN32, SNAN32)
+    assert bits(constants.reduce_extreme("min", x, None, False)) == bits(np.float32(-32.0))
+    assert bits(constants.minimum(x[0], x[1])) == bits(np.float32(-32.0))
+    assert bits(constants.maximum(x[2], x[0])) == [F32_NAN]           # two NaNs: the canonical one
+    assert bits(constants.reduce_extreme("max", x[[0]], None, False)) == [SNAN32]   # one element: as it is
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_negation_and_abs_change_the_sign_bit_alone(mode):
+    src = """kernel k(x: tensor<f32>[N], y: tensor<f32>[N], z: tensor<f32>[N],
+                      a: tensor<f64>[M], b: tensor<f64>[M]) {
+        y[0 :+ 4] = -x[0 :+ 4]
+        z[0 :+ 4] = abs(x[0 :+ 4])
+        b[0 :+ 2] = -abs(a[0 :+ 2])
+    }"""
+    x = f32(SNAN32, 0xFFC00001, 0x80000000, 0x00000001)
+    y, z = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    a = np.array([0x7FF0_0000_0000_0001, 0x0000_0000_0000_0000], np.uint64).view(np.float64)
+    b = np.zeros(2, np.float64)
+    run(src, mode, x, y, z, a, b)
+    assert bits(y) == [SNAN32 | 0x80000000, 0x7FC00001, 0x00000000, 0x80000001]
+    assert bits(z) == [SNAN32, 0x7FC00001, 0x00000000, 0x00000001]
+    assert bits(b) == [0xFFF0_0000_0000_0001, 0x8000_0000_0000_0000]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_f64_nans_keep_their_payload_and_made_ones_are_canonical(mode):
+    src = """kernel k(x: tensor<f64>[N], y: tensor<f64>[N], z: tensor<f64>[N]) {
+        z[0 :+ 4] = x[0 :+ 4] - y[0 :+ 4]
+    }"""
+    payload = 0x7FF0_0000_0000_0123                           # signaling, quieted by the subtraction
+    x = np.array([1.0, np.inf, 0, 0], np.float64)
+    x[2:] = np.array([payload, 0xFFF8_0000_0000_0042], np.uint64).view(np.float64)
+    y = np.array([0, np.inf, 1.0, 0], np.float64)
+    y[0] = np.array([payload], np.uint64).view(np.float64)[0]
+    y[3] = np.array([0x7FF8_0000_0000_0777], np.uint64).view(np.float64)[0]
+    z = np.zeros(4, np.float64)
+    run(src, mode, x, y, z)
+    assert bits(z) == [payload | 1 << 51, F64_NAN, payload | 1 << 51, 0xFFF8_0000_0000_0042]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_casts_make_the_canonical_nans(mode):
+    src = """kernel k(x: tensor<f32>[N], h: tensor<f16>[N], b: tensor<bf16>[N], w: tensor<f64>[N],
+                      hw: tensor<f32>[N], bw: tensor<f32>[N], hh: tensor<f16>[N]) {
+        h[0 :+ 2] = f16(x[0 :+ 2])
+        b[0 :+ 2] = bf16(x[0 :+ 2])
+        w[0 :+ 2] = f64(x[0 :+ 2])
+        hw[0 :+ 2] = hh[0 :+ 2]
+        bw[0 :+ 2] = b[0 :+ 2]
+    }"""
+    x = f32(0xFFC00000, SNAN32)
+    h, b = np.zeros(2, np.float16), np.zeros(2, np.uint16)
+    w, hw, bw = np.zeros(2, np.float64), np.zeros(2, np.float32), np.zeros(2, np.float32)
+    hh = np.array([0xFE01, 0x7D00], np.uint16).view(np.float16)
+    run(src, mode, x, h, b, w, hw, bw, hh)
+    assert bits(h) == [0x7FFF, 0x7FFF]
+    assert bits(b) == [0x7FFF, 0x7FFF]
+    assert bits(w) == [0xFFF8_0000_0000_0000, 0x7FFC_0000_0000_0000]   # f32 -> f64 keeps the payload, quieted
+    assert bits(hw) == [F32_NAN, F32_NAN]                              # cvt.f32.f16
+    assert bits(bw) == [0x7FFF0000, 0x7FFF0000]                        # bf16 -> f32 is a shift
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_16_bit_nans_are_canonical_once_stored(mode):
+    """16-bit floats live in f32 registers: an f16 loads through cvt.f32.f16 and a store to either
+    format rounds through cvt.rn, so a NaN copied from one 16-bit tensor to another is the canonical
+    one; a bf16 NaN widened to f32 (a shift) keeps its bits."""
+    src = """kernel k(h: tensor<f16>[N], g: tensor<f16>[N], b: tensor<bf16>[N], c: tensor<bf16>[N],
+                      w: tensor<f32>[N]) {
+        g[0 :+ 2] = h[0 :+ 2]
+        c[0 :+ 2] = b[0 :+ 2]
+        w[0 :+ 2] = b[0 :+ 2]
+    }"""
+    h = np.array([0xFE01, 0x7D00], np.uint16).view(np.float16)
+    b = np.array([0xFFC1, 0x3F80], np.uint16)
+    g, c, w = np.zeros(2, np.float16), np.zeros(2, np.uint16), np.zeros(2, np.float32)
+    run(src, mode, h, g, b, c, w)
+    assert bits(g) == [0x7FFF, 0x7FFF] and bits(c) == [0x7FFF, 0x3F80]
+    assert bits(w) == [0xFFC10000, 0x3F800000]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_folded_nan_is_the_canonical_one(mode):
+    src = """kernel k(y: tensor<f32>[N]) {
+        let zero: f32 = 0.0
+        y[0] = zero / zero
+        y[1] = sqrt(zero - 1.0)
+    }"""
+    y = np.zeros(2, np.float32)
+    run(src, mode, y)
+    assert bits(y) == [F32_NAN, F32_NAN]
+
+
+@pytest.mark.parametrize("instruction, inputs, want", [
+    ("sub.rn.f32", [0x3F800000, 0x7FC00000], F32_NAN),
+    ("add.rn.f32", [0xFFC00000, 0x3F800000], F32_NAN),
+    ("min.f32", [SNAN32, 0xC2000000], 0xC2000000),
+    ("min.f32", [SNAN32, 0xFFC00000], F32_NAN),
+    ("max.NaN.f32", [0x3F800000, 0xFFC00000], F32_NAN),
+])
+def test_emulated_instructions_give_the_gpus_nan(instruction, inputs, want):
+    got = run_elementwise(f"{instruction} %d, %a0, %a1;", "f32", *(("f32", f32(v)) for v in inputs))
+    assert bits(got) == [want]
+
+
+def test_emulated_f64_arithmetic_keeps_the_first_nan_payload():
+    a = np.array([0x7FF0_0000_0000_0005], np.uint64).view(np.float64)
+    b = np.array([0xFFF8_0000_0000_0009], np.uint64).view(np.float64)
+    got = run_elementwise("fma.rn.f64 %d, %a0, %a1, %a0;", "f64", ("f64", b), ("f64", a))
+    assert bits(got) == [0xFFF8_0000_0000_0009]
