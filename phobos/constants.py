@@ -336,9 +336,9 @@ def bf16_values(bits):
     return (np.asarray(bits, np.uint32) << 16).view(np.float32)[()]
 
 
-# The canonical NaNs of the 16-bit formats as the f32 values that hold them.
-_HALF_NAN = {DType.F16: np.array(CANONICAL_NAN_BITS[DType.F16], np.uint16).view(np.float16).astype(np.float32)[()],
-             DType.BF16: bf16_values(CANONICAL_NAN_BITS[DType.BF16])}
+# The canonical NaNs of the 16-bit formats as the f32 registers of compiled code hold them: f16's
+# widened by cvt.f32.f16 (the f32 canonical NaN, which rounds back to 0x7FFF), bf16's shifted.
+_HALF_NAN = {DType.F16: canonical_nan(np.float32), DType.BF16: bf16_values(CANONICAL_NAN_BITS[DType.BF16])}
 
 
 def round_half(x, dtype: DType):

@@ -676,9 +676,10 @@ class IRGen:
 
     @BUILTIN_RULES.on("scan_op")
     def call_scan_op(self, e: ast.Call) -> Value:
-        x = self.expr(argument(e, 0, "x"))
+        t = self.ck.types[e]
+        x = self.expr(argument(e, 0, "x"), t.dtype)
         self.at(e)
-        return self.b.value("scan", [x], x.type, kind=SCAN_KINDS[e.func], axis=self.axis(e, len(x.type.shape)))
+        return self.b.value("scan", [x], t, kind=SCAN_KINDS[e.func], axis=self.axis(e, len(x.type.shape)))
 
     def axis(self, e: ast.Call, rank: int, default: int | None = 0, position: int = 1) -> int | None:
         """The constant axis argument of `e` (positional, or `axis=`), in 0..rank-1."""

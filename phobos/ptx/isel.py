@@ -524,6 +524,10 @@ def _store(space: str):
                 sources.append(w)
             elif v.dtype == mem or (mem.compute == v.dtype and mem in (DType.I8, DType.I16)):
                 sources.append(s.src(v) if mem not in (DType.I8, DType.I16) else s.reg(v))
+            elif space == "shared" and mem is DType.BF16:  # a bf16 held in f32, staged: its top half, every bit
+                low, high = s.new(mem), s.new(mem)
+                s.emit("mov.b32", Vec((low, high)), s.reg(v))
+                sources.append(high)
             else:
                 t = s.new(mem)
                 convert(s, t, s.src(v), v.dtype, mem)

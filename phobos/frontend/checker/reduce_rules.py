@@ -60,7 +60,7 @@ def call_scan_op(ck: Checker, e: ast.Call):
     if not isinstance(t, TileType) or t.dtype is DType.BOOL:
         raise SemanticError(f"{e.func}() needs a tile of numbers, got {t}", start_loc(x_e))
     scan_axis(ck, e, axis_e, t)
-    return t
+    return TileType(t.dtype.compute, t.shape)  # 16-bit floats are summed in f32
 
 
 def scan_axis(ck: Checker, e: ast.Call, axis_e: ast.Expr | None, t: TileType) -> int:
