@@ -447,3 +447,29 @@ def test_every_node_and_builtin_has_a_handler_in_each_tree_walk():
         assert set(module.STATEMENTS) == subclasses(ast.Stmt), module.__name__
         assert set(module.EXPRESSIONS) == walked, module.__name__
         assert set(module.BUILTIN_RULES) == rules, module.__name__
+
+
+def test_a_parsetab_module_beside_the_parser_is_never_imported(tmp_path):
+    """PLY's yacc() imports `<package>.parsetab` before it builds tables; Phobos builds them itself, so
+    a parsetab.py planted in (a copy of) the package is not run, and a stale one breaks nothing."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import phobos
+
+    package = Path(phobos.__file__).resolve().parent
+    shutil.copytree(package, tmp_path / "phobos", ignore=shutil.ignore_patterns("__pycache__"))
+    marker = tmp_path / "parsetab-ran"
+    (tmp_path / "phobos" / "frontend" / "parsetab.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n_tabversion = '3.10'\n_lr_signature = 'stale'\n"
+        "_lr_action_items = {}\n_lr_goto_items = {}\n_lr_productions = []\n_lr_method = 'LALR'\n")
+    script = ("import phobos; print(phobos.__file__); "
+              "print(phobos.compile('kernel k(x: tensor<f32>[N]) { x[0] = 1.0 }').kernel_name)")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path),
+                          "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith(str(tmp_path))
+    assert done.stdout.splitlines()[1] == "k"
+    assert not marker.exists()

@@ -3,8 +3,10 @@
 # A PLY LALR grammar in the style of pycparser: one `p_` function per rule with
 # the rule in its docstring (PLY reads it) and the EBNF it implements above it,
 # operator precedence in PLY's `precedence` table rather than in layered rules.
-# The tables are built in memory when the first parser is made (no parsetab.py,
-# no parser.out).  A syntax error raises ParseError at the offending token and
+# The tables are built in memory when the first parser is made, by PLY's own
+# table generator called directly (`_lalr_parser`): `yacc.yacc()` would first
+# import a `parsetab` module beside this one and run it, so a stray or planted
+# parsetab.py could change the grammar or break every parse.  No parser.out.  A syntax error raises ParseError at the offending token and
 # names the tokens that could have come there, found by running the LALR tables
 # forward from the parser's stack (the action table alone over-approximates:
 # LALR merges states, so a `}` ending a kernel would seem to accept `else`).
@@ -108,8 +110,7 @@ class Parser:
         self.filename = "<source>"
         self.source_tokens: list[Token] = []
         self.end = Loc(self.filename, 1, 1)
-        self.parser = yacc.yacc(module=self, start="program", write_tables=False, debug=False,
-                                errorlog=yacc.NullLogger())
+        self.parser = _lalr_parser(self, "program")
 
     def parse(self, text: str, filename: str = "<source>") -> ast.Program:
         """Parse one file; raises LexError or ParseError on the first problem."""
@@ -615,3 +616,23 @@ def pick_kernel(program: ast.Program, kernel: str | None) -> ast.Kernel:
         if k.name == kernel:
             return k
     raise PhobosError(f"no kernel named '{kernel}' (the source defines: {', '.join(names) or 'none'})")
+
+
+def _lalr_parser(rules, start: str) -> yacc.LRParser:
+    """A PLY parser for the grammar of the `p_` methods of `rules`, its LALR tables built here in
+    memory: what `yacc.yacc()` does, without looking for a table module to import first."""
+    info = yacc.ParserReflect({name: getattr(rules, name) for name in dir(rules)}, log=yacc.NullLogger())
+    info.get_all()
+    if info.error or info.validate_all():
+        raise yacc.YaccError("the Phobos grammar does not build")
+    grammar = yacc.Grammar(info.tokens)
+    for term, assoc, level in info.preclist:
+        grammar.set_precedence(term, assoc, level)
+    for funcname, (file, line, name, symbols) in info.grammar:
+        grammar.add_production(name, symbols, funcname, file, line)
+    grammar.set_start(start)
+    if grammar.undefined_symbols() or grammar.infinite_cycles() or grammar.unused_precedence():
+        raise yacc.YaccError("the Phobos grammar is inconsistent")
+    tables = yacc.LRGeneratedTable(grammar, "LALR", yacc.NullLogger())
+    tables.bind_callables(info.pdict)
+    return yacc.LRParser(tables, info.error_func)
