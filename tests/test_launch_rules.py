@@ -132,6 +132,39 @@ def test_a_derived_constant_beyond_i32_is_a_launch_error():
                               "fit the i32 constant T")
 
 
+def test_a_derived_constant_beyond_i32_for_every_size_is_an_error_at_load_saying_so():
+    src = "@derive(B = next_pow2(N) * 1000000000000)\nkernel k(x: tensor<f32>[N]) {\n}\n"
+    with pytest.raises(PhobosError) as error:
+        rules(src, "over.phobos")
+    assert str(error.value).startswith(
+        "over.phobos:1:9: error: B = next_pow2(N) * 1000000000000 overflows i32 for every size: it is at least "
+        "1000000000000, and a derived constant is an i32 (-2147483648 to 2147483647)")
+    rules("@derive(B = N * 1000)\nkernel k(x: tensor<f32>[N]) {\n}\n")  # fits for some sizes: fine
+
+
+@pytest.mark.parametrize("params, size, ok", [(10, 1024, True), (11, 2048, False), (30, 2**30, False)])
+def test_an_autotune_space_past_the_limit_is_refused_at_the_decorator_with_its_size(params, size, ok):
+    """26 two-valued parameters used to exhaust 3 GB before anything was said: the size is counted
+    from the lists, and a space past launch_rules.MAX_CONFIGURATIONS (1024) is a located error."""
+    tune = ", ".join(f"A{i} in [1, 2]" for i in range(params))
+    src = f"@autotune({tune})\nkernel k(x: tensor<f32>[N]) {{\n    x[0] = f32(A0)\n}}\n"
+    r = rules(src, "space.phobos") if ok else None
+    if ok:
+        assert r.space_size() == size and len(list(r.autotune_configurations())) == size
+        return
+    with pytest.raises(PhobosError) as error:
+        phobos.jit(src, filename="space.phobos")
+    assert str(error.value).startswith(
+        f"space.phobos:1:1: error: this autotune space has {size} configurations ({' x '.join(['2'] * params)}), "
+        f"more than the 1024 a kernel may have")
+
+
+def test_the_configurations_are_made_one_at_a_time():
+    r = rules(ROWS)
+    made = r.autotune_configurations({"WARPS": 8})
+    assert next(made) == {"BN": 128, "WARPS": 8} and r.space_size({"WARPS": 8}) == 3
+
+
 def test_a_division_by_a_zero_size_is_a_launch_error():
     r = rules("@require(1000 / N > 2)\nkernel k(x: tensor<f32>[N]) {\n}\n", "z.phobos")
     with pytest.raises(LaunchError, match=r"@require\(1000 / N > 2\) at z.phobos:1:10 divides by zero for N=0"):

@@ -428,7 +428,7 @@ class KernelInfo:
     def serving(self, forced: dict[str, int], sizes: dict[str, int]) -> list[dict[str, int]]:
         """The complete configurations (derived constants included) that serve these sizes, as the
         launcher offers them; a LaunchError naming a condition when none does."""
-        configs = self.rules.autotune_configurations(forced)
+        configs = list(self.rules.autotune_configurations(forced))
         if not self.rules.derived and not self.rules.conditions:
             return configs
         valid, rejected = self.rules.serving(configs, sizes)

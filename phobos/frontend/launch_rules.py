@@ -21,14 +21,21 @@
 # configurations serve the sizes (`serving`) and what the tuning key is
 # (`tuning_key`); the checker asks it which configurations to check a body
 # under before any call (`representative`: the autotune configurations with
-# the derived constants at sample sizes).  Interval reasoning proves a
-# condition that no sizes can meet in any configuration, an error at load.
+# the derived constants at sample sizes).  Interval reasoning proves, as errors
+# at load, a condition that no sizes can meet in any configuration and a
+# derived constant that overflows i32 for every size.
+#
+# The configurations are the cartesian product of the autotune lists, made one
+# at a time (`autotune_configurations` is a generator), and a space of more
+# than MAX_CONFIGURATIONS is refused at load, where its size is counted from
+# the lists without making any: every configuration is checked at load and may
+# be compiled and timed at a call.
 from __future__ import annotations
 
 import difflib
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import ast
@@ -49,6 +56,10 @@ SAMPLE_SIZES = (1000, 1, 100000)
 
 I32_MIN, I32_MAX = int_range(DType.I32)
 UNBOUNDED = math.inf
+
+#: The most configurations an autotune space may have (the product of its lists' lengths); past it,
+#: checking every configuration at load, and tuning over them, would take minutes and gigabytes.
+MAX_CONFIGURATIONS = 1024
 
 #: The functions a launch expression may call: name -> number of arguments.
 FUNCTIONS = {"next_pow2": 1, "cdiv": 2, "minimum": 2, "maximum": 2}
@@ -283,12 +294,17 @@ class LaunchRules:
     def derived_names(self) -> list[str]:
         return [d.name for d in self.derived]
 
-    def autotune_configurations(self, forced: Mapping[str, int] | None = None) -> list[Config]:
-        """The autotune space's cartesian product, with the `forced` values fixed."""
+    def autotune_configurations(self, forced: Mapping[str, int] | None = None) -> Iterator[Config]:
+        """The autotune space's cartesian product, with the `forced` values fixed, one at a time."""
         forced = forced or {}
         names = list(self.space)
         choices = [[forced[n]] if n in forced else self.space[n] for n in names]
-        return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
+        return (dict(zip(names, combo)) for combo in itertools.product(*choices))
+
+    def space_size(self, forced: Mapping[str, int] | None = None) -> int:
+        """How many configurations `autotune_configurations` makes, counted without making them."""
+        forced = forced or {}
+        return math.prod(1 if n in forced else len(values) for n, values in self.space.items())
 
     # --- at launch
     def complete(self, config: Mapping[str, int], sizes: Mapping[str, int]) -> Config:
@@ -593,6 +609,7 @@ def _refuse_zero(divisor: Term, e: ast.Expr) -> None:
 
 def rules_of(kernel: ast.Kernel, space: dict[str, list[int]]) -> LaunchRules:
     """The kernel's @derive, @require and @key, checked (SemanticError or ErrorList, located)."""
+    _refuse_huge_space(kernel, space)
     checker = _RuleChecker(kernel, space)
     rules = LaunchRules(kernel.name, space, list(checker.sizes))
     key_decorator: ast.Decorator | None = None
@@ -628,7 +645,20 @@ def rules_of(kernel: ast.Kernel, space: dict[str, list[int]]) -> LaunchRules:
     if checker.errors:
         raise checker.errors[0] if len(checker.errors) == 1 else ErrorList(checker.errors)
     _refuse_impossible(rules)
+    _refuse_overflowing(rules)
     return rules
+
+
+def _refuse_huge_space(kernel: ast.Kernel, space: dict[str, list[int]]) -> None:
+    """A located error for an autotune space of more than MAX_CONFIGURATIONS, giving its size."""
+    size = math.prod(len(values) for values in space.values())
+    if size <= MAX_CONFIGURATIONS:
+        return
+    where = next(d.loc for d in kernel.decorators if d.name == "autotune")
+    lengths = " x ".join(str(len(values)) for values in space.values())
+    raise SemanticError(f"this autotune space has {size} configurations ({lengths}), more than the "
+                        f"{MAX_CONFIGURATIONS} a kernel may have: list fewer values, or compute a constant "
+                        f"from the sizes with @derive", where)
 
 
 def _rule_item(checker: _RuleChecker, rules: LaunchRules, decorator: str, arg) -> None:
@@ -667,6 +697,28 @@ def _check_new_name(checker: _RuleChecker, arg: ast.Keyword) -> None:
                 "a parameter" if name in checker.params else "an autotune parameter")
         raise SemanticError(f"'{name}' is already {what}; a derived constant needs a name of its own", arg.loc,
                             [Note("previous definition is here", previous)])
+
+
+def _refuse_overflowing(rules: LaunchRules) -> None:
+    """A located error for a derived constant that lies outside i32 for every size the conditions allow,
+    in every configuration some sizes may serve."""
+    for d in rules.derived:
+        lowest = highest = None
+        for config in rules.autotune_configurations():
+            ranges, never = rules.ranges(config)
+            if never is not None:
+                continue
+            low, high = ranges[d.name]
+            if low <= I32_MAX and high >= I32_MIN:
+                break
+            lowest = low if lowest is None else min(lowest, low)
+            highest = high if highest is None else max(highest, high)
+        else:
+            if lowest is None:
+                continue
+            what = f"at least {lowest}" if lowest > I32_MAX else f"at most {highest}"
+            raise SemanticError(f"{d.name} = {term_text(d.term)} overflows i32 for every size: it is {what}, "
+                                f"and a derived constant is an i32 ({I32_MIN} to {I32_MAX})", d.loc)
 
 
 def _refuse_impossible(rules: LaunchRules) -> None:

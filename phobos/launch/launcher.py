@@ -283,10 +283,10 @@ class KernelFunction:
         kernel = self._kernel
         params = ", ".join(f"{p.name}: " + (f"tensor<{p.dtype}>[{', '.join(map(str, p.dims))}]"
                                             if p.kind == "tensor" else str(p.dtype)) for p in kernel.info.params)
-        configs = kernel.rules.autotune_configurations(self._forced)
+        count = kernel.rules.space_size(self._forced)
         space = ", ".join(f"{n} in {v}" if n not in self._forced else f"{n} = {self._forced[n]}"
                           for n, v in kernel.space.items())
-        parts = [f"{len(configs)} configuration{'s' * (len(configs) != 1)}" + (f" ({space})" if space else "")]
+        parts = [f"{count} configuration{'s' * (count != 1)}" + (f" ({space})" if space else "")]
         parts += [f"derives {d.name} = {term_text(d.term)}" for d in kernel.rules.derived]
         parts += [f"requires {c.text}" for c in kernel.rules.conditions]
         if self._grid is not None:
@@ -465,7 +465,7 @@ class _Kernel:
         forced values fixed, derived constants computed, those a @require rejects left out; a
         LaunchError naming the conditions and the sizes when none is left.  Nothing is compiled."""
         if not self.rules.derived and not self.rules.conditions:
-            return self.rules.autotune_configurations(forced)
+            return list(self.rules.autotune_configurations(forced))
         memo = (tuple(sizes.items()), tuple(forced.items()))
         valid = self._serving.get(memo)
         if valid is None:
