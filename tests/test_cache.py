@@ -337,3 +337,81 @@ def test_ptxas_reports_are_cached(monkeypatch, isolated_cache):
     assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 1
     (cubin,) = (isolated_cache / cache.CUBIN).iterdir()  # what ptxas made, kept for the driver
     assert DiskCache(isolated_cache).load(cache.CUBIN, json.loads(cubin.read_text())["key"])["cubin"]
+
+
+# --- trust: a cache someone else controls is not used
+
+
+def plant_subtraction(root: Path) -> None:
+    """Replace the PTX of every compiled kernel under `root` with one that subtracts, keeping each entry
+    well-formed with a checksum that matches (which anyone can recompute)."""
+    for path in (root / cache.COMPILED).iterdir():
+        entry = json.loads(path.read_text())
+        entry["payload"]["ptx"] = entry["payload"]["ptx"].replace("add.rn.f32", "sub.rn.f32")
+        entry["checksum"] = cache.text_digest(cache.canonical_json(entry["payload"]))
+        path.write_text(json.dumps(entry))
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="files have no owners here")
+@pytest.mark.parametrize("how", ["world-writable", "another user's"])
+def test_a_planted_kernel_in_a_cache_someone_else_controls_is_never_run(monkeypatch, isolated_cache, caplog, how):
+    forget_memory(monkeypatch)
+    a, b = random_vectors(100)
+    run_add("emulate")
+    plant_subtraction(isolated_cache)
+    if how == "world-writable":
+        isolated_cache.chmod(0o777)
+    else:
+        monkeypatch.setattr(os, "getuid", lambda: os.stat(isolated_cache).st_uid + 1)
+    forget_memory(monkeypatch)
+    add = phobos.kernel(ADD4, mode="emulate").configure(BLOCK=256)
+    c = np.empty_like(a)
+    add(a, b, c)
+    np.testing.assert_array_equal(c, a + b)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "phobos.launch.cache"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"not using the cache under {isolated_cache}: ")
+    assert ("can be written by its group or by others (mode 0777)" if how == "world-writable" else
+            "belongs to another user") in warnings[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="files have no owners here")
+def test_a_cache_under_a_directory_others_can_change_is_not_used(tmp_path, caplog):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o775)  # group-writable, not sticky: the group could replace the cache
+    store = DiskCache(shared / "cache")
+    store.store("kernels", KEY, {"ptx": "text"})
+    assert not (shared / "cache").exists() and store.distrust().startswith(f"{shared} can be written")
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # like /tmp: others cannot remove what is the user's
+    DiskCache(sticky / "cache").store("kernels", KEY, {"ptx": "text"})
+    assert fresh(sticky / "cache").load("kernels", KEY) == {"ptx": "text"}
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="files have no owners here")
+def test_the_cache_makes_its_directories_0700_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        DiskCache(tmp_path / "new" / "cache").store("kernels", KEY, {"ptx": "text"})
+    finally:
+        os.umask(old)
+    for directory in (tmp_path / "new", tmp_path / "new" / "cache", tmp_path / "new" / "cache" / "kernels"):
+        assert oct(directory.stat().st_mode & 0o777) == oct(0o700), directory
+    (entry,) = (tmp_path / "new" / "cache" / "kernels").iterdir()
+    assert entry.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("change", [{"threads": -64}, {"ptx": ""}, {"arch": "sm_99"}, {"index_bits": 48},
+                                    {"shared_bytes": -1}])
+def test_a_well_formed_entry_with_impossible_values_is_rebuilt(monkeypatch, isolated_cache, counted_compiles,
+                                                               change):
+    forget_memory(monkeypatch)
+    first = run_add("emulate").ptx
+    path = next((isolated_cache / cache.COMPILED).iterdir())
+    entry = json.loads(path.read_text())
+    DiskCache(isolated_cache).store(cache.COMPILED, entry["key"], {**entry["payload"], **change})
+    forget_memory(monkeypatch)
+    assert run_add("emulate").ptx == first and len(counted_compiles) == 2   # rebuilt ...
+    forget_memory(monkeypatch)
+    assert run_add("emulate").ptx == first and len(counted_compiles) == 2   # ... and written over the bad one

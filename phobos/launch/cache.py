@@ -23,6 +23,17 @@
 # The cubin ptxas made of a kernel's PTX is kept under the same key as its
 # report (namespace `cubins`, base64 in the JSON), so the driver loads it
 # instead of compiling the PTX a second time.
+# The cache is trusted as ssh trusts its keys: its root must be a directory of
+# the user's own that no one else can write, under directories that only their
+# owner (the user or root) can change, or that keep others' entries apart (the
+# sticky bit of /tmp); each namespace directory and entry file must be the
+# user's too.  A checksum anyone can recompute guards against damage, not
+# against a neighbour who plants a kernel: a root that fails the test is not
+# used at all, with one warning, and the process compiles for itself.  The
+# directories the cache makes are 0700 whatever the umask, its files 0600.  A
+# well-formed payload with impossible values (threads <= 0, no PTX, an unknown
+# target) does not decode: it is damaged, and rebuilt like one that does not
+# read back.
 # Above the disk sits a per-process dictionary, so a key is read from disk at
 # most once per process.  `info` and `clear` are what `python -m phobos cache
 # info|clear` shows and does.  The encoders at the end turn CompiledKernels
@@ -44,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from ..version import __version__
-from ..compiler import CompiledKernel, KernelParam
+from ..compiler import TARGETS, CompiledKernel, KernelParam
+from ..errors import PhobosError
 from ..ptxcheck import KernelReport, PtxasDiagnostic, Report
 from ..types import DType
 
@@ -98,15 +110,40 @@ class DiskCache:
         self.root = Path(root)
         self._memory: dict[tuple[str, str], Any] = {}
         self._write_warned = False
+        self._distrust: str | None = None   # why the disk is not used, once found
+        self._trusted: set[Path] = set()    # directories found to be the user's own
 
     def path_for(self, namespace: str, key: dict) -> Path:
         return self.root / namespace / f"{text_digest(canonical_json(key))}.json"
+
+    def distrust(self) -> str | None:
+        """Why the directories of this cache are not to be used (see the header), or None; warned about
+        once, and then the disk is left alone."""
+        if self._distrust is None:
+            reason = None
+            for directory in (self.root, *(self.root / n for n in (*NAMESPACES, CUBIN))):
+                if directory in self._trusted:
+                    continue
+                if not directory.exists():
+                    reason = untrusted_ancestors(directory) if directory == self.root else None
+                else:
+                    reason = untrusted(directory)
+                    if reason is None:
+                        self._trusted.add(directory)
+                if reason is not None:
+                    self._distrust = reason
+                    logger.warning("not using the cache under %s: %s; set PHOBOS_CACHE_DIR to a directory of "
+                                   "your own that no one else can write", self.root, reason)
+                    break
+        return self._distrust
 
     def load(self, namespace: str, key: dict) -> Any | None:
         """The payload stored for `key`, or None if there is none or it does not read back intact."""
         memory_key = (namespace, canonical_json(key))
         if memory_key in self._memory:
             return self._memory[memory_key]
+        if self.distrust() is not None:
+            return None
         try:
             text = _read_entry(self.path_for(namespace, key))
             entry = json.loads(text) if text is not None else None
@@ -127,7 +164,10 @@ class DiskCache:
         if len(text.encode()) > MAX_ENTRY_BYTES:
             return  # it would never be read back; the memory layer keeps it for this process
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if untrusted_ancestors(self.root) is None:
+                make_private_directories(path.parent)
+            if self.distrust() is not None:
+                return
             _write_atomically(path, text)
         except OSError as error:
             if not self._write_warned:
@@ -143,11 +183,14 @@ class DiskCache:
                      if path.is_file() and not path.name.startswith(TEMPORARY_PREFIX)]
             counts[namespace] = len(files)
             sizes[namespace] = sum(_size(path) for path in files)
-        return CacheInfo(self.root, counts, sizes)
+        return CacheInfo(self.root, counts, sizes, self.distrust())
 
     def clear(self) -> int:
-        """Delete every entry (and leftover temporary file) on disk and in memory; the number of entries deleted."""
+        """Delete every entry (and leftover temporary file) on disk and in memory; the number of entries deleted.
+        A cache that is not the user's own is left alone (PhobosError)."""
         self._memory.clear()
+        if self.distrust() is not None:
+            raise PhobosError(f"not clearing the cache under {self.root}: {self._distrust}")
         deleted = 0
         for namespace in NAMESPACES:
             for path in (self.root / namespace).glob("*.json"):
@@ -164,9 +207,10 @@ class CacheInfo:
     root: Path
     entries: dict[str, int]
     bytes: dict[str, int]
+    distrust: str | None = None  # why the cache is not used (DiskCache.distrust)
 
     def summary(self) -> str:
-        lines = [f"cache: {self.root}"]
+        lines = [f"cache: {self.root}"] + ([f"  not used: {self.distrust}"] if self.distrust else [])
         lines += [f"  {namespace}: {entries_text(self.entries[namespace])}, {_human(self.bytes[namespace])}"
                   for namespace in self.entries]
         lines.append(f"  total: {entries_text(sum(self.entries.values()))}, {_human(sum(self.bytes.values()))}")
@@ -210,7 +254,58 @@ def _read_entry(path: Path) -> str | None:
 
 
 def _readable_entry(info: os.stat_result) -> bool:
-    return stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ENTRY_BYTES
+    return stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ENTRY_BYTES and _owned(info)
+
+
+def _owned(info: os.stat_result) -> bool:
+    """Whether the user owns the file (always, where files have no owners)."""
+    return not hasattr(os, "getuid") or info.st_uid == os.getuid()
+
+
+def untrusted(directory: Path) -> str | None:
+    """Why `directory` (which exists) is no place to read trusted entries from, or None: it must be a
+    directory of the user's own that group and others cannot write, under ancestors that are safe
+    (`untrusted_ancestors`)."""
+    if not hasattr(os, "getuid"):
+        return None
+    info = os.stat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{directory} is not a directory"
+    if info.st_uid != os.getuid():
+        return f"{directory} belongs to another user (uid {info.st_uid})"
+    if info.st_mode & 0o022:
+        return f"{directory} can be written by its group or by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return untrusted_ancestors(directory)
+
+
+def untrusted_ancestors(path: Path) -> str | None:
+    """Why the existing directories above `path` would let someone else replace it, or None: each must
+    belong to the user or to root, and be writable by no one else unless sticky (as /tmp is)."""
+    if not hasattr(os, "getuid"):
+        return None
+    for ancestor in Path(os.path.realpath(path)).parents:
+        try:
+            info = os.stat(ancestor)
+        except FileNotFoundError:
+            continue
+        if info.st_uid not in (0, os.getuid()):
+            return f"{ancestor} belongs to another user (uid {info.st_uid})"
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return f"{ancestor} can be written by its group or by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def make_private_directories(path: Path) -> None:
+    """Make `path` and the directories above it that are missing, each 0700 whatever the umask."""
+    missing = []
+    for directory in [path, *path.parents]:
+        if directory.exists():
+            break
+        missing.append(directory)
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+            os.chmod(directory, 0o700)
 
 
 def _intact(entry: Any, key: dict) -> bool:
@@ -281,6 +376,7 @@ def decode_compiled(payload: Any) -> CompiledKernel:
                   for p in payload["params"]]
         hints = [None if h is None else (_typed(h[0], str), _typed(h[1], int)) for h in payload["grid_hint"]]
         config = {_typed(name, str): _typed(value, int) for name, value in payload["config"].items()}
+        _possible(payload)
         return CompiledKernel(
             ptx=_typed(payload["ptx"], str), kernel_name=_typed(payload["kernel_name"], str), config=config,
             params=params, arch=_typed(payload["arch"], str), threads=_typed(payload["threads"], int),
@@ -292,6 +388,22 @@ def decode_compiled(payload: Any) -> CompiledKernel:
             cluster=_typed(payload.get("cluster", 1), int))
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
         raise MalformedEntry(f"not a compiled kernel: {error}") from None
+
+
+def _possible(payload: dict) -> None:
+    """MalformedEntry unless a compiled kernel's values are ones the compiler can make: a PTX text with
+    the kernel's entry, a known target, 1 to 1024 threads, no negative sizes, 32- or 64-bit indices."""
+    name, ptx = payload["kernel_name"], payload["ptx"]
+    problems = [
+        (not name or f".entry {name}(" not in ptx, "no PTX entry for the kernel"),
+        (payload["arch"] not in TARGETS, f"unknown target {payload['arch']!r}"),
+        (not 1 <= payload["threads"] <= 1024, f"{payload['threads']} threads"),
+        (payload["shared_bytes"] < 0 or payload["registers_estimate"] < 0, "a negative size"),
+        (payload["index_bits"] not in (32, 64), f"{payload['index_bits']}-bit indices"),
+    ]
+    for bad, what in problems:
+        if bad:
+            raise MalformedEntry(f"not a compiled kernel: {what}")
 
 
 def encode_report(report: Report) -> dict:
@@ -306,6 +418,11 @@ def decode_report(payload: Any) -> Report:
             fields[name] = [PtxasDiagnostic(**_typed(d, dict)) for d in fields[name]]
         for name, kind in (("arch", str), ("name", str), ("ok", bool), ("raw", str)):
             _typed(fields[name], kind)
+        for kernel in fields["kernels"]:
+            sizes = (kernel.registers, kernel.spill_stores, kernel.spill_loads, kernel.shared_bytes,
+                     kernel.stack_bytes)
+            if not all(isinstance(n, int) and n >= 0 for n in sizes) or kernel.registers > 255:
+                raise MalformedEntry(f"not a ptxas report: impossible figures for {kernel.name!r}")
         return Report(**fields)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise MalformedEntry(f"not a ptxas report: {error}") from None
@@ -317,9 +434,12 @@ def encode_cubin(cubin: bytes) -> dict:
 
 def decode_cubin(payload: Any) -> bytes:
     try:
-        return base64.b64decode(_typed(payload["cubin"], str), validate=True)
+        cubin = base64.b64decode(_typed(payload["cubin"], str), validate=True)
     except (KeyError, TypeError, binascii.Error) as error:
         raise MalformedEntry(f"not a cubin: {error}") from None
+    if not cubin.startswith(b"\x7fELF"):
+        raise MalformedEntry("not a cubin: no ELF header")
+    return cubin
 
 
 def _typed(value: Any, kind: type | tuple[type, ...]) -> Any:
