@@ -11,10 +11,15 @@
 # compiled as given (as `configure()` does in Python), with a warning naming
 # the listed values.  Errors print as `file:line:col: error: message` with the
 # source line and a caret; the exit status is 1 when the input has errors, 2
-# for bad usage.
+# for bad usage.  A FILE must be a regular file of at most MAX_SOURCE_BYTES
+# (a FIFO, a device or a directory is refused before anything is read, so
+# /dev/zero cannot fill memory and a FIFO without a writer cannot block), and
+# `-o` must name a file in an existing directory, never the source itself.
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 
 from . import cli
@@ -23,14 +28,49 @@ from .errors import PhobosError
 from .frontend.sema import autotune_space, check_program
 
 
+#: The largest source file read (the largest kernels are a few hundred kilobytes).
+MAX_SOURCE_BYTES = 16 * 1024 * 1024
+
+_FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
 def _read(path: str) -> str:
+    """The text of source file `path`; a usage error (exit 2) for anything but a regular UTF-8 file of at
+    most MAX_SOURCE_BYTES.  Opened without blocking and looked at before a byte is read."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as err:
         raise SystemExit(_usage_error(f"cannot read {path}: {err.strerror}"))
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise SystemExit(_usage_error(f"cannot read {path}: it is {kind}, not a source file"))
+    with os.fdopen(descriptor, "rb") as f:
+        try:
+            data = f.read(MAX_SOURCE_BYTES + 1)
+        except OSError as err:
+            raise SystemExit(_usage_error(f"cannot read {path}: {err.strerror}"))
+    if len(data) > MAX_SOURCE_BYTES:
+        raise SystemExit(_usage_error(f"{path} is larger than {MAX_SOURCE_BYTES >> 20} MiB: not a Phobos source"))
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise SystemExit(_usage_error(f"{path} is not UTF-8 text"))
+
+
+def _output_problem(output: str, source: str) -> str | None:
+    """Why the PTX cannot be written to `output`, found before compiling, or None."""
+    target = os.path.abspath(output)
+    if os.path.isdir(target):
+        return f"-o {output} is a directory; name the file to write"
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        return f"-o {output}: the directory {folder} does not exist"
+    if os.path.exists(target) and os.path.exists(source) and os.path.samefile(target, source):
+        return f"-o {output} is the source file {source}; it would be overwritten with PTX"
+    return None
 
 
 def _usage_error(message: str) -> int:
@@ -71,6 +111,9 @@ def _define(text: str) -> tuple[str, int]:
 
 def cmd_compile(args) -> int:
     src = _read(args.file)
+    problem = _output_problem(args.output, args.file) if args.output else None
+    if problem is not None:
+        return _usage_error(problem)
     after = args.dump_after
     if after is not None and after.split(":")[-1] not in PASS_NAMES:
         return _usage_error(f"unknown pass '{after}'; passes: {', '.join(PASS_NAMES)}")
@@ -94,8 +137,11 @@ def cmd_compile(args) -> int:
         if not args.output:
             return 0
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(kernel.ptx)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(kernel.ptx)
+        except OSError as err:
+            return _usage_error(f"cannot write {args.output}: {err.strerror}")
     elif not dumps.texts:
         sys.stdout.write(kernel.ptx)
     return 0
@@ -106,8 +152,11 @@ def cmd_cache(args) -> int:
     store = cache.default_cache()
     if args.action == "info":
         print(store.info().summary())
-    else:
+        return 0
+    try:
         print(f"cache: {store.root}: {cache.entries_text(store.clear())} deleted")
+    except PhobosError as err:
+        return _usage_error(err.message)
     return 0
 
 
