@@ -185,6 +185,31 @@ def test_a_task_that_fails_names_kernel_slice_and_worker_and_nothing_partial_is_
         emulated.wait()  # the first failure, in the order tasks were added
 
 
+ASSERTING = """\
+@autotune(T in [4])
+kernel k(x: tensor<f32>[N], y: tensor<f32>[N]) {
+    let p = program_id(0) * T
+    device_assert(x[p :+ T] < 100.0, "too big")
+    y[p :+ T] = x[p :+ T]
+}
+"""
+
+
+def test_a_failing_device_assert_names_the_calls_program_and_the_tasks_slice(interpreted):
+    """Element 50 is in program 12 of the call, which a task of the slice N[48:64] runs as its program 0."""
+    k = interpreted.jit(ASSERTING, "assert.phobos").k.split((4,))
+    x = np.zeros(64, np.float32)
+    x[50] = 1000
+    y = interpreted.zeros((64,))
+    k(interpreted.from_array(x), y)
+    with pytest.raises(dag.TaskError) as raised:
+        y.gather()
+    message = str(raised.value)
+    assert "k (call 1), grid slice N[48:64] failed on worker" in message
+    assert "note: in program instance (12, 0, 0) of kernel 'k'" in message
+    assert message.endswith("(program ids are the call's: the programs of this task's slice start at (12, 0, 0))")
+
+
 def test_the_granularity_rule_splits_only_calls_worth_splitting(client):
     a, b = random((64, 32), 11), random((32, 128), 12)
     for overhead, expected_tasks in ((1e3, 1), (1e-9, 2)):  # an overhead that no work repays; one that is free

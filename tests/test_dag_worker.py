@@ -100,3 +100,18 @@ def test_a_failing_task_names_itself_and_the_worker(gpu_worker, monkeypatch):
     with pytest.raises(TaskError, match=f"block t0\\[0:4\\] failed on worker {ADDRESS}: ValueError: expected a "
                                         f"float32 array of shape \\(4,\\), got float64 \\(4,\\)"):
         worker.make_block("block t0[0:4]", "gpu", (4,), "float32", lambda index: np.zeros(4), (slice(0, 4),))
+
+
+def test_a_failure_names_the_calls_program_ids_not_the_tasks():
+    """A task runs its grid slice as a launch of its own; a device_assert in its program (0, 0, 0) failed
+    in program 12 of the call, and says so."""
+    from phobos.dag.execute import in_the_call
+    spec = axpy_spec((), ())
+    spec = TaskSpec(**{**spec.__dict__, "first_programs": ((((("T", 4),), (12, 0, 0))),)})
+    interpreted = "a.phobos:5:5: error: device_assert failed: too big\nnote: in program instance (0, 1, 0) of kernel 'k'"
+    emulated = "a.phobos:5:5: error: <ptx>:189: trap executed [thread (0,0,0) of CTA (3,0,0)] (in `@%p6 trap;`)"
+    suffix = "\n(program ids are the call's: the programs of this task's slice start at (12, 0, 0))"
+    assert in_the_call(interpreted, spec, {"T": 4}) == interpreted.replace("(0, 1, 0)", "(12, 1, 0)") + suffix
+    assert in_the_call(emulated, spec, {"T": 4}) == emulated.replace("CTA (3,0,0)", "CTA (15, 0, 0)") + suffix
+    assert in_the_call(interpreted, spec, {"T": 8}) == interpreted  # not a configuration of the plan: as it is
+    assert in_the_call(interpreted, axpy_spec((), ()), {"T": 4}) == interpreted  # the whole grid

@@ -46,6 +46,7 @@ class AxisSplit:
     axis: int
     sizes: tuple[str, ...]
     cell: int  # elements of each following size per cell: cuts fall on multiples of it
+    tiles: tuple[int, ...] = ()  # the tile length S of each configuration (KernelAccess.configs), in order
 
 
 @dataclass
@@ -73,6 +74,7 @@ class KernelAccess:
     axes: tuple[AxisSplit, ...]  # the axes that can be split, in axis order
     refused: dict[int, str]  # axes programs run along that cannot be split, and why
     grid_problem: str | None
+    configs: tuple[dict[str, int], ...] = ()  # the configurations these are common to
 
     def axis_of(self, size: str) -> AxisSplit | None:
         """The split axis size `size` follows, if any."""
@@ -97,9 +99,9 @@ def kernel_access(node: ast.Kernel, configs: list[dict[str, int]], rules: Launch
             refused[axis] = disagreeing.refused.get(axis, "its configurations index it differently")
             continue
         cell = math.lcm(*(c.tiles[axis] for c in found))
-        axes.append(AxisSplit(axis, tuple(sorted(first.sizes[axis])), cell))
+        axes.append(AxisSplit(axis, tuple(sorted(first.sizes[axis])), cell, tuple(c.tiles[axis] for c in found)))
     return KernelAccess(frozenset().union(*(c.reads for c in found)), frozenset().union(*(c.writes for c in found)),
-                        tuple(axes), refused, first.grid_problem)
+                        tuple(axes), refused, first.grid_problem, tuple(dict(c) for c in configs))
 
 
 def sizes_in_rules(rules: LaunchRules) -> set[str]:

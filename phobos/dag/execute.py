@@ -8,11 +8,15 @@
 #   run_spec      spec + the writers' results + an array kind + the kernel
 #                 callable -> the output blocks and the kernel's seconds
 #   TaskError     a failure, naming the kernel, call, grid slice and worker
+#   in_the_call   a failure's message with the task's program ids made the
+#                 whole call's: a task runs its slice of the grid as a launch
+#                 of its own, whose program (0, 0, 0) is the slice's first
 #
 # Nothing here knows about Dask: phobos.dag.worker calls run_spec inside a
 # Dask task, with the worker's plugin supplying the arrays and kernels.
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -48,6 +52,8 @@ class TaskSpec:
     buffers: tuple[BufferSpec, ...]
     outputs: tuple[int, ...]  # buffer indices, in the order of the task's output blocks
     mode: str | None  # the session's mode: "gpu", "emulate", "interpret", or None (the worker's GPU, else emulate)
+    # per configuration the worker may run (its items), the call's program id of the task's program (0, 0, 0)
+    first_programs: tuple[tuple[tuple[tuple[str, int], ...], tuple[int, int, int]], ...] = ()
 
     def without_data(self) -> TaskSpec:
         """The same launch on zeros: for timing it where no input exists yet."""
@@ -76,6 +82,23 @@ def run_spec(spec: TaskSpec, inputs: Sequence[Sequence[Any]], arrays: Any,
     arrays.synchronize()
     seconds = time.perf_counter() - start
     return tuple(buffers[i] for i in spec.outputs), seconds
+
+
+_PROGRAM_IDS = re.compile(r"(program instance \(|program \(|CTA \()(\d+),\s*(\d+),\s*(\d+)\)")
+
+
+def in_the_call(cause: str, spec: TaskSpec, config: dict[str, int] | None) -> str:
+    """`cause`, the message of a failure of `spec`'s launch run with `config`, with the program ids it
+    names made the whole call's, and a line saying so; as it is for a task that is the whole grid."""
+    first = dict(spec.first_programs).get(tuple((config or {}).items()))
+    if first is None or first == (0, 0, 0):
+        return cause
+
+    def shifted(match: re.Match) -> str:
+        ids = [int(match.group(k)) + first[k - 2] for k in (2, 3, 4)]
+        return f"{match.group(1)}{ids[0]}, {ids[1]}, {ids[2]})"
+    return (_PROGRAM_IDS.sub(shifted, cause) + f"\n(program ids are the call's: the programs of this task's slice "
+            f"start at ({first[0]}, {first[1]}, {first[2]}))")
 
 
 def describe_failure(error: BaseException) -> str:

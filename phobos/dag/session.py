@@ -621,4 +621,16 @@ class _Plan:
             buffers.append(BufferSpec(region.shape, self.tensors[group[0]].dtype.name, fragments, written))
         arguments.update({name: ("scalar", value) for name, value in scalars.items()})
         return TaskSpec(task.label, self.info.source, self.info.filename, self.info.name, dict(self.kernel.forced),
-                        self.kernel.grid, arguments, tuple(buffers), tuple(outputs), self.info.session.mode)
+                        self.kernel.grid, arguments, tuple(buffers), tuple(outputs), self.info.session.mode,
+                        self.first_programs(cells))
+
+    def first_programs(self, cells: tuple[tuple[int, int], ...]) -> tuple:
+        """Per configuration a worker may run, the call's program id of the task's first program: along
+        each split axis, the slice's first cell times the programs (tiles) a cell holds."""
+        out = []
+        for i, config in enumerate(self.access.configs):
+            first = [0, 0, 0]
+            for axis, (lo, _) in zip(self.axes, cells):
+                first[axis.axis] = lo * axis.cell // axis.tiles[i]
+            out.append((tuple(config.items()), tuple(first)))
+        return tuple(out)

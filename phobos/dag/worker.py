@@ -13,7 +13,8 @@
 #                  their PTX loaded once per process, keyed by the PTX text);
 #                  and a log of the seconds each task's kernel took
 #   run_task       runs one TaskSpec on the writers' results; any failure is a
-#                  TaskError naming the kernel, call, grid slice and worker
+#                  TaskError naming the kernel, call, grid slice and worker,
+#                  with program ids the call's (execute.in_the_call)
 #   make_block     a block of a tensor, from data or from a function
 #   calibrate      times a task's launch on zeros (the granularity rule)
 #   task_log       a worker's log (through Client.run), for benchmarks
@@ -35,7 +36,7 @@ from ..run import runtime
 from ..run.backends import default_mode
 from .blocks import DeviceArrays, DeviceBlock, HostArrays
 from .cluster import CPU_MODES
-from .execute import TaskError, TaskSpec, describe_failure, run_spec
+from .execute import TaskError, TaskSpec, describe_failure, in_the_call, run_spec
 
 PLUGIN_NAME = "phobos"
 
@@ -106,12 +107,15 @@ def plugin() -> PhobosWorker:
 def run_task(spec: TaskSpec, *inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Run one task; its result is the tuple of blocks it wrote."""
     here = plugin()
+    kernel = None
     try:
         mode, arrays = here.arrays(spec.mode)
+        kernel = here.kernel(spec, mode)
         with arrays.current():
-            outputs, seconds = run_spec(spec, inputs, arrays, here.kernel(spec, mode))
+            outputs, seconds = run_spec(spec, inputs, arrays, kernel)
     except Exception as error:
-        raise TaskError(spec.label, here.address, describe_failure(error)) from None
+        config = getattr(kernel, "config", None)
+        raise TaskError(spec.label, here.address, in_the_call(describe_failure(error), spec, config)) from None
     here.log.append((spec.label, seconds))
     return outputs
 
