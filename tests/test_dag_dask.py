@@ -279,6 +279,42 @@ def test_a_worker_killed_in_the_middle_of_a_dag_changes_nothing(client):
     assert np.array_equal(z, expected)
 
 
+def test_every_worker_killed_after_a_call_recomputes_the_result():
+    """SIGKILL every worker process of a LocalCluster once a call is done: the nannies restart them, and
+    gather() recomputes the blocks from their lineage (it waited forever: the blocks' tasks were pinned to
+    workers that no longer existed)."""
+    a, b = random((64, 64), 18), random((64, 64), 19)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as own, \
+            dag.Session(own, mode="interpret", task_overhead=0.002, stall_seconds=120) as session:
+        gemm = session.load(EXAMPLES / "sgemm.phobos").sgemm.split((2, 1))
+        C = session.zeros((64, 64))
+        gemm(session.from_array(a), session.from_array(b), C, 1.0, 0.0)
+        session.wait()
+        for pid in own.run(os.getpid).values():
+            os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        c = C.gather()
+        assert time.monotonic() - started < 120
+    expected = np.zeros((64, 64), np.float32)
+    direct("sgemm", "interpret")(a, b, expected, 1.0, 0.0)
+    assert np.array_equal(c, expected)
+
+
+def test_a_wait_that_stalls_ends_with_an_error_within_its_bound(client):
+    """A task that no worker can run (here: one pinned to a worker that does not exist) never finishes;
+    waiting for it gives up after stall_seconds, saying so."""
+    from phobos.dag.session import wait_for
+    from phobos.dag.worker import noop
+    stuck = client.submit(noop, pure=False, workers=["tcp://192.0.2.1:9"])
+    started = time.monotonic()
+    with pytest.raises(dag.DagError, match=r"waited 2 s for the stuck task without one of them finishing "
+                                           r"\(1 of 1 not done, status pending; the cluster has 2 worker\(s\)\)"):
+        wait_for([stuck], 2.0, "the stuck task")
+    assert time.monotonic() - started < 10
+    stuck.cancel()
+
+
 @pytest.mark.gpu
 def test_gpu_workers_compute_the_direct_call_bit_for_bit():
     M, K, N = 1024 + 64, 512, 2048

@@ -15,6 +15,12 @@
 # the futures of the writers it reads as its Dask dependencies.  The session
 # keeps the futures of the blocks its live tensors are made of, and drops the
 # others so Dask can free them.
+#
+# No wait is unbounded: waiting for tasks (wait, gather, a calibration, the
+# overhead probe) ends with a DagError once none of the awaited tasks has
+# finished for `stall_seconds` (Session(stall_seconds=...), default
+# STALL_SECONDS), say when every worker is gone for good.  Tasks carry no
+# worker restrictions, so a restarted worker can recompute any lost block.
 from __future__ import annotations
 
 import itertools
@@ -54,6 +60,12 @@ DISTRIBUTED_MISSING = "phobos.dag needs Dask distributed: pip install 'phobos-ti
 #: No-op tasks timed, after as many untimed ones, to measure the overhead per task.
 OVERHEAD_PROBE_TASKS = 64
 
+#: How long a wait goes on while none of the tasks it waits for finishes (seconds).
+STALL_SECONDS = 600.0
+
+#: How often a wait looks for progress (seconds).
+POLL_SECONDS = 1.0
+
 
 def _distributed() -> Any:
     try:
@@ -72,12 +84,18 @@ class Session:
     "interpret", or None (what mode=None means on each worker: its GPU if it
     has one).
     `task_overhead`: Dask's seconds per task, measured on first need if None.
+    `stall_seconds`: how long a wait goes on while none of the tasks it waits
+    for finishes, before it gives up with a DagError.
     """
 
     def __init__(self, client: Any = None, *, workers: int | None = None, gpus: int | list[str] | None = None,
-                 mode: str | None = None, task_overhead: float | None = None):
+                 mode: str | None = None, task_overhead: float | None = None,
+                 stall_seconds: float = STALL_SECONDS):
         if mode not in MODES:
             raise PhobosError(f"unknown mode {mode!r} (modes: gpu, emulate, interpret, or None to choose)")
+        if not isinstance(stall_seconds, (int, float)) or isinstance(stall_seconds, bool) or not stall_seconds > 0:
+            raise PhobosError(f"stall_seconds must be a positive number of seconds, got {stall_seconds!r}")
+        self.stall_seconds = float(stall_seconds)
         distributed = _distributed()
         from .worker import PLUGIN_NAME, PhobosWorker
         self._cluster = None
@@ -106,7 +124,7 @@ class Session:
     def task_overhead(self) -> float:
         """Dask's seconds per task on one worker: a burst of no-op tasks, timed after a warm-up burst."""
         if self._overhead is None:
-            self._overhead = measure_overhead(self.client)
+            self._overhead = measure_overhead(self.client, stall_seconds=self.stall_seconds)
         return self._overhead
 
     @property
@@ -115,10 +133,10 @@ class Session:
         return self.mode not in CPU_MODES
 
     def wait(self) -> None:
-        """Wait for every task the session's tensors need; raise the first failure (a TaskError)."""
-        distributed = _distributed()
+        """Wait for every task the session's tensors need; raise the first failure (a TaskError), or a
+        DagError when they stall (see the header)."""
         pending = sorted(self._futures.items(), key=lambda item: item[0].number)
-        distributed.wait([future for _, future in pending])
+        wait_for([future for _, future in pending], self.stall_seconds, "the session's tasks")
         for _, future in pending:
             if future.status == "error":
                 raise future.exception()
@@ -189,19 +207,19 @@ class Session:
             *(cell_ranges(extent, count) for extent, count in zip(state.shape, counts)))]
         tasks = [Task(f"block {state.name}{box}", [Access(state, box, False, True, state.name)]) for box in boxes]
         self.graph.add(tasks)
-        addresses = sorted(self.client.nthreads())
-        for task, box, where in zip(tasks, boxes, itertools.cycle(addresses)):
+        for task, box in zip(tasks, boxes):  # no worker restrictions: Dask spreads them, and any worker remakes them
             self._futures[task] = self.client.submit(
                 make_block, task.label, self.mode, box.shape, state.dtype.name, data(box), box.slices(),
-                key=f"{state.name}-block-{task.number}-{self._token}", workers=[where], allow_other_workers=True,
-                pure=False)
+                key=f"{state.name}-block-{task.number}-{self._token}", pure=False)
         return self._tensor(state)
 
     def gather(self, tensor: Tensor) -> np.ndarray:
         """`tensor`'s contents in host memory; the TaskError of a failed task it needs, never a partial result."""
         pieces = [p for p in tensor.state.pieces if p.box.overlaps(tensor.box)]
         writers = list(dict.fromkeys(p.writer for p in pieces if p.writer is not None))
-        results = dict(zip(writers, self.client.gather([self._futures[w] for w in writers])))
+        futures = [self._futures[w] for w in writers]
+        wait_for(futures, self.stall_seconds, f"the tasks that write {tensor.describe()}")
+        results = dict(zip(writers, (f.result(timeout=self.stall_seconds) for f in futures)))
         host = HostArrays()
         out = np.zeros(tensor.shape, tensor.dtype)
         for piece in pieces:
@@ -284,7 +302,9 @@ class Session:
 
     def _calibrate(self, spec: TaskSpec) -> float:
         from .worker import calibrate
-        return self.client.submit(calibrate, spec, pure=False, priority=100).result()
+        future = self.client.submit(calibrate, spec, pure=False, priority=100)
+        wait_for([future], self.stall_seconds, f"timing {spec.label}")
+        return future.result(timeout=self.stall_seconds)
 
     def _submit(self, task: Task, spec: TaskSpec) -> None:
         from .worker import run_task
@@ -300,15 +320,48 @@ class Session:
             del self._futures[task]
 
 
-def measure_overhead(client: Any, tasks: int = OVERHEAD_PROBE_TASKS) -> float:
+def measure_overhead(client: Any, tasks: int = OVERHEAD_PROBE_TASKS, stall_seconds: float = STALL_SECONDS) -> float:
     """Seconds per task of a burst of independent no-op tasks on one worker (after a warm-up burst)."""
     from .worker import noop
-    worker = sorted(client.nthreads())[0]
+    workers = sorted(client.nthreads())
+    if not workers:
+        raise DagError("the cluster has no workers to measure Dask's overhead per task on")
     for _ in range(2):
         start = time.perf_counter()
-        client.gather([client.submit(noop, pure=False, workers=[worker]) for _ in range(tasks)])
+        wait_for([client.submit(noop, pure=False, workers=[workers[0]]) for _ in range(tasks)], stall_seconds,
+                 "the tasks that measure Dask's overhead")
         seconds = (time.perf_counter() - start) / tasks
     return seconds
+
+
+def wait_for(futures: list, stall_seconds: float, what: str) -> None:
+    """Wait until every future is finished (done, failed or cancelled); a DagError naming `what` once
+    none of them has finished for `stall_seconds` (every worker gone, a task no worker can run)."""
+    distributed = _distributed()
+    finished, since = -1, time.monotonic()
+    while True:
+        try:
+            distributed.wait(futures, timeout=min(POLL_SECONDS, stall_seconds))
+            return
+        except (TimeoutError, distributed.TimeoutError):
+            pass
+        now_finished = sum(f.done() for f in futures)
+        if now_finished != finished:
+            finished, since = now_finished, time.monotonic()
+        elif time.monotonic() - since >= stall_seconds:
+            states = sorted({f.status for f in futures if not f.done()})
+            raise DagError(f"waited {stall_seconds:g} s for {what} without one of them finishing "
+                           f"({len(futures) - finished} of {len(futures)} not done, status {', '.join(states)}; "
+                           f"the cluster has {len(_distributed_workers(futures))} worker(s)): "
+                           f"Session(stall_seconds=...) sets how long a wait may stall")
+
+
+def _distributed_workers(futures: list) -> dict:
+    """The cluster's workers, as the futures' client sees them (none when it cannot say)."""
+    try:
+        return futures[0].client.nthreads() if futures else {}
+    except Exception:  # the scheduler itself is gone
+        return {}
 
 
 # ---------------------------------------------------------------------------
