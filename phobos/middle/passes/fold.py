@@ -8,8 +8,6 @@
 # (fma), and integer divisions by zero, are left alone.
 from __future__ import annotations
 
-import numpy as np
-
 from ..ir import Block, Function, Op, Value, replace_uses
 from ...constants import evaluate
 from ...types import DType
@@ -85,19 +83,18 @@ def identity(code: str, ops: list[Value], known: list, dtype: DType) -> Value | 
     if len(ops) != 2:
         return None
     a, b = known
-    if code == "add" and dtype.is_int:
-        return ops[0] if b == 0 else (ops[1] if a == 0 else None)
-    if code == "sub" and b == 0 and (dtype.is_int or not _negative_zero(b)):
-        return ops[0]
-    if code == "mul":
-        if b == 1:
+    if dtype.is_int:  # not floats: x - 0.0, x * 1.0 and x / 1.0 make a NaN x the canonical NaN
+        if code == "add":
+            return ops[0] if b == 0 else (ops[1] if a == 0 else None)
+        if code == "sub" and b == 0:
             return ops[0]
-        if a == 1:
-            return ops[1]
-        if dtype.is_int and (a == 0 or b == 0):
-            return ops[0] if a == 0 else ops[1]
-    if code == "div" and b == 1:
-        return ops[0]
+        if code == "mul":
+            if b == 1 or a == 0:
+                return ops[0]
+            if a == 1 or b == 0:
+                return ops[1]
+        if code == "div" and b == 1:
+            return ops[0]
     if code in ("and", "or") and dtype is DType.BOOL:
         neutral = code == "and"
         if b is not None:
@@ -105,10 +102,6 @@ def identity(code: str, ops: list[Value], known: list, dtype: DType) -> Value | 
         if a is not None:
             return ops[1] if a == neutral else ops[0]
     return None
-
-
-def _negative_zero(x) -> bool:
-    return isinstance(x, float) and x == 0.0 and np.signbit(x)
 
 
 def _make_const(op: Op, value, consts: dict) -> None:
