@@ -114,8 +114,8 @@ def summarize(records: list[dict], modes: list[str], wall: float) -> dict:
     programs_bad = {p: sum(any(d["pair"] == p for d in r["disagreements"]) for r in records) for p in pairs}
     elements_bad = {p: sum(d["elements"] for r in records for d in r["disagreements"] if d["pair"] == p)
                     for p in pairs}
-    by_class = {p: dict(Counter(d["class"] for r in records for d in r["disagreements"] if d["pair"] == p))
-                for p in pairs}
+    by_class = {p: dict(Counter(f'{d["class"]} {d["dtype"]}' for r in records for d in r["disagreements"]
+                                if d["pair"] == p)) for p in pairs}
     errors = {m: sum(any(e["mode"] == m for e in r["errors"]) for r in records) for m in modes}
     outputs = Counter()
     for r in records:
@@ -134,7 +134,7 @@ def print_table(summary: dict) -> None:
     print(f"fuzz_modes: {summary['programs']} programs, {sum(summary['outputs'].values())} outputs "
           f"({', '.join(f'{n} {k}' for k, n in sorted(summary['outputs'].items()))}), "
           f"{summary['elements']} elements, in {summary['wall_seconds']:.0f} s")
-    print(f"{'modes':<20} {'programs disagreeing':>21} {'elements':>9}  by class")
+    print(f"{'modes':<20} {'programs disagreeing':>21} {'elements':>9}  outputs by class and dtype")
     for pair, count in summary["disagreeing_programs"].items():
         classes = ", ".join(f"{k} {n}" for k, n in sorted(summary["disagreements_by_class"][pair].items())) or "-"
         print(f"{pair:<20} {count:>21} {summary['disagreeing_elements'][pair]:>9}  {classes}")
