@@ -30,6 +30,7 @@
 #           with any NaN.
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -179,6 +180,23 @@ class _Expressions:
             return self.pick(["0", "1", "-1", "3", "63", "64", "-9223372036854775807", "9223372036854775807"])
         return self.pick(["0", "1", "-1", "3", "31", "32", "-2147483648", "2147483647"])
 
+    # kinds written from a template: {e} an operand of the dtype, {c} a condition, {a|b|...} one of these
+    TEMPLATES = {
+        "intdiv": "({e} {/|%} {e})",  # a zero divisor counts as 1; never a literal 0
+        "shift": "({e} {<<|>>} {e})",  # a run-time amount: past the width shifts every bit out
+        "neg": "(-{e})", "abs": "abs({e})", "sqrt": "sqrt({e})", "where": "where({c}, {e}, {e})",
+        "fma": "fma({e}, {e}, {e})", "round": "{floor|ceil|round|trunc}({e})",
+        "mulhi": "mulhi({e}, {e})", "cdiv": "cdiv({e}, {e})",
+    }
+
+    def template(self, kind: str, dtype: str, depth: int) -> str:
+        def fill(match: re.Match) -> str:
+            word = match.group(1)
+            if word == "e":
+                return self.expr(dtype, depth)
+            return self.condition(depth) if word == "c" else self.pick(word.split("|"))
+        return re.sub(r"\{([^{}]+)\}", fill, self.TEMPLATES[kind])
+
     def expr(self, dtype: str, depth: int, plain: bool = False) -> str:
         """An expression of compute dtype `dtype` (f32 f64 i32 i64 u32 bool), never literals alone;
         `plain`: of that dtype itself, not a 16-bit float (which has no bits to bitcast)."""
@@ -187,6 +205,8 @@ class _Expressions:
         if depth <= 0 or self.rng.random() < 0.25:
             return self.leaf(dtype, depth, plain)
         kind = self.pick([k for k in self.KINDS[dtype] if not (plain and k == "half")])
+        if kind in self.TEMPLATES:
+            return self.template(kind, dtype, depth - 1)
         return getattr(self, "k_" + kind)(dtype, depth - 1)
 
     def operand_pair(self, dtype: str, depth: int) -> tuple[str, str]:
@@ -222,40 +242,15 @@ class _Expressions:
         a, b = self.operand_pair(dtype, depth)
         return f"({a} {self.pick(['+', '-', '*', '/'] if dtype in FLOATS else ['+', '-', '*'])} {b})"
 
-    def k_intdiv(self, dtype, depth):  # a zero divisor counts as 1; never a literal 0
-        a, b = self.expr(dtype, depth), self.expr(dtype, depth)
-        return f"({a} {self.pick(['/', '%'])} {b})"
-
     def k_bits(self, dtype, depth):
         if self.rng.random() < 0.2:
             return f"(~{self.expr(dtype, depth)})"
         a, b = self.operand_pair(dtype, depth)
         return f"({a} {self.pick(['&', '|', '^'])} {b})"
 
-    def k_shift(self, dtype, depth):  # a run-time amount: past the width shifts every bit out
-        return f"({self.expr(dtype, depth)} {self.pick(['<<', '>>'])} {self.expr(dtype, depth)})"
-
-    def k_neg(self, dtype, depth):
-        return f"(-{self.expr(dtype, depth)})"
-
-    def k_abs(self, dtype, depth):
-        return f"abs({self.expr(dtype, depth)})"
-
     def k_minmax(self, dtype, depth):
         a, b = self.operand_pair(dtype, depth)
         return f"{self.pick(['maximum', 'minimum'])}({a}, {b})"
-
-    def k_where(self, dtype, depth):
-        return f"where({self.condition(depth)}, {self.expr(dtype, depth)}, {self.expr(dtype, depth)})"
-
-    def k_fma(self, dtype, depth):
-        return f"fma({self.expr(dtype, depth)}, {self.expr(dtype, depth)}, {self.expr(dtype, depth)})"
-
-    def k_round(self, dtype, depth):
-        return f"{self.pick(['floor', 'ceil', 'round', 'trunc'])}({self.expr(dtype, depth)})"
-
-    def k_sqrt(self, dtype, depth):
-        return f"sqrt({self.expr(dtype, depth)})"
 
     def k_cast(self, dtype, depth):
         frm = self.pick([t for t in FLOATS + INTS if t != dtype])
@@ -272,12 +267,6 @@ class _Expressions:
         half = [f"{n}[{self.block}]" for n, t in self.inputs.items() if t in HALVES]
         value = self.pick(half) if half else self.k_half(dtype, depth)
         return f"({value} {self.pick(['+', '*', '-'])} {self.expr(dtype, depth)})"
-
-    def k_mulhi(self, dtype, depth):
-        return f"mulhi({self.expr(dtype, depth)}, {self.expr(dtype, depth)})"
-
-    def k_cdiv(self, dtype, depth):
-        return f"cdiv({self.expr(dtype, depth)}, {self.expr(dtype, depth)})"
 
     def k_reduce_extreme(self, dtype, depth):  # a scalar, broadcast by the operation around it
         scalar = f"{self.pick(['max', 'min'])}({self.expr(dtype, depth)})"
