@@ -327,8 +327,11 @@ def operation(opcode: str, attrs: dict) -> Callable | None:
 
 
 def bf16_bits(x):
-    """The bf16 bit patterns (uint16) of f32 values that bf16 represents: the top half of their bits."""
-    return (np.asarray(x, np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)[()]
+    """The bf16 bit patterns (uint16) of f32 values, rounded to nearest even, as cvt.rn.bf16.f32 rounds
+    them: a NaN becomes the canonical 0x7FFF."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    return np.where(np.isnan(x), np.uint32(CANONICAL_NAN_BITS[DType.BF16]), rounded).astype(np.uint16)[()]
 
 
 def bf16_values(bits):
@@ -346,12 +349,9 @@ def round_half(x, dtype: DType):
     becomes the format's canonical NaN (cvt.rn.f16.f32, cvt.rn.bf16.f32)."""
     x = np.asarray(x, np.float32)
     with np.errstate(all="ignore"):
-        if dtype is DType.F16:
-            rounded = x.astype(np.float16).astype(np.float32)
-        else:
-            bits = x.view(np.uint32)
-            rounded = bf16_values((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> 16)
-    return np.where(np.isnan(x), _HALF_NAN[dtype], rounded)[()]
+        if dtype is DType.BF16:
+            return bf16_values(bf16_bits(x))
+        return np.where(np.isnan(x), _HALF_NAN[dtype], x.astype(np.float16).astype(np.float32))[()]
 
 
 def round_tf32_even(x):

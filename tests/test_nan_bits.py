@@ -1,8 +1,8 @@
 # One answer in every mode: the NaN bits, signed zeros and min/max of signaling
 # NaNs that the interpreter, the constant folder and the PTX emulator give are
-# the GPU's (docs/language.md, "What floats compute"; phobos/constants.py,
-# "NaN bits").  The GPU's own answers are checked by the differential fuzz
-# (tools/fuzz_modes.py --gpu) and by the `gpu` test at the end.
+# the GPU's (docs/language.md, "One answer in every mode"; phobos/constants.py,
+# "NaN bits").  Each kernel also runs on the GPU (tests marked `gpu`), whose
+# bits are the reference; tools/fuzz_modes.py --gpu checks thousands more.
 import numpy as np
 import pytest
 
@@ -33,8 +33,8 @@ class EmulateSm75(EmulateBackend):
         return "sm_75"
 
 
-MODES = ["interpret", "emulate", EmulateSm75()]
-MODE_IDS = ["interpret", "emulate", "emulate-sm_75"]
+MODES = ["interpret", "emulate", EmulateSm75(), pytest.param("gpu", marks=pytest.mark.gpu)]
+MODE_IDS = ["interpret", "emulate", "emulate-sm_75", "gpu"]
 
 
 def run(src: str, mode, *args, grid=(1,)):

@@ -245,7 +245,7 @@ def _tensor_codec(dtype: DType, array: np.ndarray) -> _Tensor:
     storage = array.dtype
     if dtype is DType.BF16:
         return _Tensor(array, lambda x: constants.bf16_values(np.asarray(x).view(np.uint16)),
-                       lambda x: np.asarray(constants.bf16_bits(constants.round_half(x, dtype))).view(storage))
+                       lambda x: np.asarray(constants.bf16_bits(x)).view(storage))
     if dtype is DType.F16:
         return _Tensor(array, lambda x: constants.convert_array(x.astype(np.float32), DType.F32, dtype),
                        lambda x: constants.round_half(x, dtype).astype(storage))
