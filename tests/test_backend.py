@@ -255,8 +255,8 @@ ATTENTION_D64 = {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 3, "HEAD": 64}
 
 def test_ctas_per_sm_is_minnctapersm_and_ptxas_caps_the_registers():
     src = source(ATTENTION_BF16)
-    alone = compile(src, arch="sm_90a", config={**ATTENTION_D64, "CTAS_PER_SM": 1})
-    four = compile(src, arch="sm_90a", config={**ATTENTION_D64, "CTAS_PER_SM": 4})
+    alone = compile(src, arch="sm_90a", kernel="attention", config={**ATTENTION_D64, "CTAS_PER_SM": 1})
+    four = compile(src, arch="sm_90a", kernel="attention", config={**ATTENTION_D64, "CTAS_PER_SM": 4})
     assert ".minnctapersm 1" in alone.ptx and ".minnctapersm 4\n" in four.ptx
     assert ".minnctapersm" not in compile(KNOBS_SOURCE, config={"WARPS": 1, "STAGES": 2, "GROUP_M": 1}).ptx
     registers = {n: check(k.ptx, "sm_90a").kernel("attention").registers for n, k in ((1, alone), (4, four))}
@@ -268,7 +268,7 @@ def test_ctas_per_sm_shares_out_shared_memory():
     # attention with 3 stages needs more: a located error naming the limit (the tuner skips it).
     src = source(ATTENTION_BF16)
     with pytest.raises(ResourceError, match=r"a CTA may have 40960 when CTAS_PER_SM=4 of them share an SM"):
-        compile(src, arch="sm_80", config={**ATTENTION_D64, "HEAD": 128, "CTAS_PER_SM": 4})
+        compile(src, arch="sm_80", kernel="attention", config={**ATTENTION_D64, "HEAD": 128, "CTAS_PER_SM": 4})
     assert compiler.TARGETS["sm_90"].shared_limit(None) == 227 * 1024
     assert compiler.TARGETS["sm_90"].shared_limit(2) == 113 * 1024
     assert compiler.TARGETS["sm_75"].shared_limit(2) == 32 * 1024  # no reserved kilobyte before sm_80

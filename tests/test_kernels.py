@@ -17,8 +17,12 @@ import pytest
 import phobos
 from phobos.constants import bf16_bits, bf16_values
 
+from .attention_support import case_attention_bf16
+
 ROOT = Path(__file__).parent.parent
 KERNELS = Path(__file__).parent / "kernels"
+# grouped queries (two heads a key/value head), two batches, more queries than keys, both ragged
+ATTENTION_SIZES = {"B": 2, "H": 2, "HKV": 1, "L": 100, "S": 90, "D": 64}
 
 
 @dataclass
@@ -163,19 +167,6 @@ def case_sgemm_tc(m, n, k):
     return make
 
 
-def case_attention16(heads, length, head, causal):
-    def make(rng):
-        q, k, v = (bits16("bf16", f32(rng, heads, length, head)) for _ in range(3))
-        s = values16(q) @ np.swapaxes(values16(k), 1, 2) / np.sqrt(head)
-        if causal:
-            s = np.where(np.tril(np.ones((length, length), bool)), s, -np.inf)
-        p = np.exp(s - s.max(axis=2, keepdims=True))
-        out = (p / p.sum(axis=2, keepdims=True)) @ values16(v)
-        o = bits16("bf16", np.full((heads, length, head), np.nan, np.float32))
-        return [q, k, v, o, 1 / np.sqrt(head), causal], {3: ("bf16", out)}
-    return make
-
-
 def case_reduce_sum(n):
     return case_vector_sum(n)
 
@@ -292,9 +283,19 @@ CASES = [
     Case("sgemm_tf32x3", ROOT / "examples/sgemm_tf32.phobos", "sgemm_tf32x3", case_sgemm_tc(70, 90, 40),
          config={"TILE_M": 64, "TILE_N": 64, "TILE_K": 32, "WARPS": 4}, rtol=1e-5, atol=3e-5),
     Case("attention_bf16-causal", ROOT / "examples/attention_bf16.phobos", "attention",
-         case_attention16(2, 100, 64, True), config={"BM": 64, "BN": 64, "WARPS": 4}, rtol=2**-6, atol=2**-8),
+         case_attention_bf16("attention", ATTENTION_SIZES, True), config={"BM": 64, "BN": 64, "WARPS": 4},
+         rtol=2**-6, atol=2**-8),
     Case("attention_bf16-d128", ROOT / "examples/attention_bf16.phobos", "attention",
-         case_attention16(1, 70, 128, False), rtol=2**-6, atol=2**-8),
+         case_attention_bf16("attention", dict(ATTENTION_SIZES, H=1, HKV=1, L=70, S=70, D=128), False), rtol=2**-6,
+         atol=2**-8),
+    *[Case(kernel, ROOT / f"examples/{path}.phobos", kernel, case_attention_bf16(kernel, ATTENTION_SIZES),
+           rtol=2**-6, atol=atol) for path, kernel, atol in (("attention_bf16", "attention_lse", 2**-8),
+                                                 ("attention_bf16", "attention_bias", 2**-8),
+                                                 ("attention_bf16", "attention_alibi", 2**-8),
+                                                 ("attention_bf16", "attention_window", 2**-8),
+                                                 ("attention_bf16_backward", "attention_backward_delta", 1e-5),
+                                                 ("attention_bf16_backward", "attention_backward_dkdv", 2**-5),
+                                                 ("attention_bf16_backward", "attention_backward_dq", 2**-5))],
     Case("embedding_bag", ROOT / "examples/embedding_bag.phobos", "embedding_bag",
          case_embedding_bag(12, 200, 70, False), rtol=1e-5, atol=1e-5),
     Case("embedding_bag-mean", ROOT / "examples/embedding_bag.phobos", "embedding_bag",

@@ -25,7 +25,8 @@ import phobos
 from phobos.compiler import parse_source
 from phobos.errors import LaunchError
 
-from .test_kernels import (case_add, case_attention, case_attention16, case_cumsum, case_dropout, case_embedding_bag,
+from .attention_support import case_attention_bf16
+from .test_kernels import (case_add, case_attention, case_cumsum, case_dropout, case_embedding_bag,
                            case_ew2d, case_gemm16, case_half, case_layernorm, case_loops, case_reduce_sum,
                            case_rowstats, case_sgemm, case_sgemm_tc, case_softmax, case_splitk, case_top8,
                            case_vector_sum, check_outputs, splitk_grid)
@@ -47,6 +48,17 @@ class Entry:
     rtol: float = 1e-6
     atol: float = 1e-6
     refused: dict | None = None  # sizes that no configuration serves (a LaunchError, never a wrong result)
+
+
+ATTENTION_ONE = {"B": 1, "H": 1, "HKV": 1, "L": 1, "S": 1}  # one head, one query, one key
+
+
+def attention_sizes(kernel: str, last_head: int) -> tuple[dict, dict, dict]:
+    """One query and key; two batches of grouped queries, ragged; past the largest tiles at head size
+    `last_head`.  The bias (attention_bias) is [1, H, L, S]."""
+    sizes = (dict(ATTENTION_ONE, D=64), dict(ATTENTION_ONE, B=2, H=2, L=70, S=60, D=64),
+             dict(ATTENTION_ONE, L=150, S=140, D=last_head))
+    return tuple(dict(s, BB=1, HB=s["H"]) for s in sizes) if kernel == "attention_bias" else sizes
 
 
 REGISTRY: dict[tuple[str, str], Entry] = {
@@ -79,10 +91,19 @@ REGISTRY: dict[tuple[str, str], Entry] = {
         lambda s: case_sgemm_tc(s["M"], s["N"], s["K"]),
         ({"M": 1, "N": 1, "K": 1}, {"M": 70, "N": 90, "K": 40}, {"M": 130, "N": 140, "K": 70}),
         rtol=1e-5, atol=1e-4),
-    ("examples/attention_bf16.phobos", "attention"): Entry(
-        lambda s: case_attention16(s["H"], s["L"], s["D"], causal=True),
-        ({"H": 1, "L": 1, "D": 64}, {"H": 2, "L": 100, "D": 64}, {"H": 1, "L": 150, "D": 128}),
-        rtol=2 ** -6, atol=2 ** -8, refused={"H": 1, "L": 8, "D": 160}),
+    **{(f"examples/{path}.phobos", kernel): Entry(
+        lambda s, kernel=kernel: case_attention_bf16(kernel, s),
+        attention_sizes(kernel, last),
+        rtol=2 ** -6, atol=atol, refused=refused)
+       for path, kernel, last, atol, refused in (
+           ("attention_bf16", "attention", 256, 2 ** -8, dict(ATTENTION_ONE, D=272)),
+           ("attention_bf16", "attention_lse", 128, 2 ** -8, None),
+           ("attention_bf16", "attention_bias", 128, 2 ** -8, None),
+           ("attention_bf16", "attention_alibi", 128, 2 ** -8, None),
+           ("attention_bf16", "attention_window", 256, 2 ** -8, None),
+           ("attention_bf16_backward", "attention_backward_delta", 256, 1e-5, None),
+           ("attention_bf16_backward", "attention_backward_dkdv", 128, 2 ** -5, dict(ATTENTION_ONE, D=256)),
+           ("attention_bf16_backward", "attention_backward_dq", 128, 2 ** -5, dict(ATTENTION_ONE, D=256)))},
     ("examples/embedding_bag.phobos", "embedding_bag"): Entry(
         lambda s: case_embedding_bag(s["B"], s["V"], s["D"], s.get("mean", False)),
         ({"B": 1, "V": 1, "D": 1}, {"B": 7, "V": 50, "D": 100, "mean": True}, {"B": 3, "V": 300, "D": 300}),

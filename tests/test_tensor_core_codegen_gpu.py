@@ -116,21 +116,25 @@ def test_tf32_wgmma_gemms_give_the_tensor_core_model_bit_for_bit(torch, precisio
                     f"{got.flat[first]!r}, the model {expected.flat[first]!r}")
 
 
-@pytest.mark.parametrize("head", [64, 128])
+@pytest.mark.parametrize("head", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_matches_torch_sdpa(torch, head, causal):
+    """Two batches of four query heads sharing two key/value heads (grouped-query attention), ragged."""
     import torch.nn.functional as F
-    heads, length = 3, 1000 + 7
-    q, k, v = (torch.randn(heads, length, head, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    batch, heads, kv_heads, length = 2, 4, 2, 1000 + 7
+    q = torch.randn(batch, heads, length, head, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, kv_heads, length, head, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     o = torch.full_like(q, float("nan"))
     attention = phobos.load(EXAMPLES / "attention_bf16.phobos", mode="gpu").attention
     attention(q, k, v, o, scale=1 / math.sqrt(head), causal=causal)
     on_tensor_cores(attention)
-    s = (q.double() @ k.double().transpose(1, 2)) / math.sqrt(head)
+    k_rep, v_rep = (x.double().repeat_interleave(heads // kv_heads, dim=1) for x in (k, v))
+    s = (q.double() @ k_rep.transpose(-1, -2)) / math.sqrt(head)
     if causal:
         s = s.masked_fill(torch.ones(length, length, dtype=torch.bool, device="cuda").triu(1), -math.inf)
-    exact = torch.softmax(s, dim=-1) @ v.double()
-    theirs = (F.scaled_dot_product_attention(q, k, v, is_causal=causal).double() - exact).abs().max().item()
+    exact = torch.softmax(s, dim=-1) @ v_rep
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    theirs = (sdpa.double() - exact).abs().max().item()
     ours = (o.double() - exact).abs().max().item()
     assert ours <= 2 * theirs + 2 ** -9, (ours, theirs)
 
