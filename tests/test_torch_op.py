@@ -72,3 +72,20 @@ def test_the_fake_implementation_checks_dtypes_and_shapes_naming_the_argument(ad
 def test_a_name_without_a_namespace_is_refused():
     with pytest.raises(PhobosError, match="torch_op: name must be 'namespace::op', got 'add'"):
         phobos.torch_op(phobos.kernel(ADD4, mode="interpret"), name="add")
+
+
+TWICE_BF16 = """\
+kernel twice(x: tensor<bf16>[N], y: tensor<bf16>[N]) {
+    let i = program_id(0) * 128
+    y[i :+ 128] = bf16(x[i :+ 128] * 2.0)
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_bf16_cpu_tensors_are_written_in_place(mode):
+    # numpy has no bfloat16: a CPU bf16 tensor once failed to bind ("cannot view it as a numpy array")
+    op = phobos.torch_op(phobos.kernel(TWICE_BF16, mode=mode), name=unique("twice"))
+    x, y = torch.randn(300).to(torch.bfloat16), torch.zeros(300, dtype=torch.bfloat16)
+    op(x, y)
+    assert torch.equal(y, x * 2)

@@ -334,6 +334,16 @@ def _numpy_view(value: Any) -> TensorView | None:
                       value.dtype.isnative)
 
 
+def _host_array(value: Any) -> np.ndarray:
+    """A CPU torch tensor's elements as a numpy array sharing its memory; bf16, which numpy lacks, as its
+    bits (uint16), as a bf16 array is passed."""
+    tensor = value.detach()
+    if str(tensor.dtype) == "torch.bfloat16":
+        import torch
+        return tensor.view(torch.int16).numpy().view(np.uint16)
+    return tensor.numpy()
+
+
 def _torch_view(value: Any) -> TensorView | None:
     if not (type(value).__module__.startswith("torch") and hasattr(value, "data_ptr") and hasattr(value, "is_cuda")):
         return None
@@ -342,7 +352,7 @@ def _torch_view(value: Any) -> TensorView | None:
     description = f"torch.{dtype_name} tensor of shape {shape} on {value.device}"
     if not value.is_cuda:
         try:
-            array = value.detach().numpy()
+            array = _host_array(value)
         except (TypeError, RuntimeError) as error:
             raise _Refused(description, f"cannot view it as a numpy array: {error}") from None
         return TensorView(array, None, shape, dtype_name, value.is_contiguous(), False, description)
