@@ -1,0 +1,141 @@
+# The bf16 attention examples beyond one kernel at a time (test_kernels and test_soundness run each
+# against float64): the differentiable torch function of examples/attention_torch.py against torch's
+# scaled_dot_product_attention and its autograd (interpreter, emulator, GPU), torch.compile tracing
+# its forward and backward, the sizes no configuration serves (named errors, never a wrong result),
+# and what the options cost when off: the plain kernel's loop loads nothing but K and V.
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import phobos
+from phobos.errors import LaunchError
+from phobos.ptxcheck import check
+
+from .attention_support import EXAMPLES, case_attention_bf16
+
+FORWARD = EXAMPLES / "attention_bf16.phobos"
+BACKWARD = EXAMPLES / "attention_bf16_backward.phobos"
+_namespaces = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+def differentiable_attention(mode: str):
+    from attention_torch import differentiable_attention as make  # examples/ is on sys.path (attention_support)
+    return make(mode, namespace=f"phobos_attention_test_{next(_namespaces)}")
+
+
+def gradients_against_sdpa(torch, attention, device: str, batch, heads, kv_heads, length, keys, head, causal):
+    """The largest error of O, dQ, dK, dV relative to the largest element of SDPA's in float64."""
+    from attention_torch import sdpa_reference
+    generator = torch.Generator(device).manual_seed(length * 31 + keys)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator, device=device).to(torch.bfloat16)
+
+    q, do = draw(batch, heads, length, head), draw(batch, heads, length, head)
+    k, v = draw(batch, kv_heads, keys, head), draw(batch, kv_heads, keys, head)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = attention(*leaves, is_causal=causal)
+    o.backward(do)
+    got = [o, *(x.grad for x in leaves)]
+    assert all(g.dtype == torch.bfloat16 and g.shape == x.shape for g, x in zip(got, (q, q, k, v)))
+    return {name: ((g.double() - w).abs().max() / w.abs().max()).item()
+            for name, g, w in zip(("O", "dQ", "dK", "dV"), got, sdpa_reference(q, k, v, do, causal))}
+
+
+@pytest.mark.parametrize("sizes", [(1, 2, 1, 40, 50, 64), (2, 2, 2, 70, 33, 128)], ids=["gqa-d64", "mha-d128"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_differentiable_function_matches_sdpa_autograd_in_the_interpreter(torch, sizes, causal):
+    errors = gradients_against_sdpa(torch, differentiable_attention("interpret"), "cpu", *sizes, causal)
+    assert max(errors.values()) <= 2 ** -7, errors
+
+
+def test_the_differentiable_function_matches_sdpa_autograd_in_the_emulator(torch):
+    errors = gradients_against_sdpa(torch, differentiable_attention("emulate"), "cpu", 1, 2, 1, 70, 60, 64, True)
+    assert max(errors.values()) <= 2 ** -7, errors
+
+
+def test_torch_compile_traces_forward_and_backward(torch):
+    attention = differentiable_attention("interpret")
+
+    def loss(q, k, v):
+        return (attention(q, k, v, is_causal=True) * 2).float().square().sum()
+
+    q, k, v = (torch.randn(1, 2, 30, 64).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)(q, k, v)
+    compiled.backward()
+    eager = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    loss(*eager).backward()
+    assert torch.equal(compiled, loss(*eager).detach())
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip((q, k, v), eager))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_differentiable_function_matches_sdpa_autograd_on_the_gpu(torch, head, causal):
+    errors = gradients_against_sdpa(torch, differentiable_attention("gpu"), "cuda", 2, 4, 2, 1000, 1037, head,
+                                    causal)
+    assert max(errors.values()) <= 2 ** -7, errors
+
+
+def refusal(path: Path, kernel: str, sizes: dict) -> str:
+    """The LaunchError a call with these sizes gets."""
+    args, _ = case_attention_bf16(kernel, sizes)(np.random.default_rng(0))
+    with pytest.raises(LaunchError, match="no configuration can serve") as error:
+        getattr(phobos.load(path, mode="interpret"), kernel)(*args)
+    return str(error.value)
+
+
+def test_what_no_configuration_serves_is_a_named_error():
+    one = {"B": 1, "H": 2, "HKV": 2, "L": 5, "S": 5, "D": 64}
+    assert "D <= 256" in refusal(FORWARD, "attention", dict(one, D=272))
+    assert "D <= 128" in refusal(BACKWARD, "attention_backward_dkdv", dict(one, D=256))
+    assert "D <= 128" in refusal(BACKWARD, "attention_backward_dq", dict(one, D=256))
+    q, k = (np.zeros((1, heads, 5, 64), np.uint16) for heads in (3, 2))  # 3 query heads cannot share 2
+    with pytest.raises(LaunchError, match=r"(?s)no configuration can serve.*H % HKV == 0"):
+        phobos.load(FORWARD, mode="interpret").attention(q, k, k, q.copy(), scale=1.0, causal=False)
+    bias = np.zeros((2, 1, 5, 5), np.uint16)  # 2 batches of bias for 1 of queries: no broadcast
+    with pytest.raises(LaunchError, match=r"(?s)no configuration can serve.*BB == 1 \|\| BB == B"):
+        phobos.load(FORWARD, mode="interpret").attention_bias(k[:, :1], k[:, :1], k[:, :1], bias, k[:, :1].copy(),
+                                                              scale=1.0, causal=False)
+
+
+def main_loop(ptx: str) -> str:
+    """The body of the kernel's last loop (its K loop)."""
+    label = re.findall(r"^(\$L_loop_\d+):", ptx, re.M)[-1]
+    return ptx[ptx.index(f"{label}:"):ptx.index(f"bra.uni {label};")]
+
+
+def test_the_options_cost_nothing_when_off():
+    """Each option's loads and arithmetic are in its own kernel alone: the plain kernel's K loop loads from
+    global memory only what the ALiBi kernel's does (K's and V's blocks: cp.async, and at the edges
+    element by element), the bias kernel's loads its bias too; only the ALiBi kernel takes |r - c|."""
+    config = {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 2, "HEAD": 64}
+    loops = {name: main_loop(phobos.compile(FORWARD.read_text(), arch="sm_90a", kernel=name, config=config).ptx)
+             for name in ("attention", "attention_bias", "attention_alibi")}
+    loads = {name: loop.count("ld.global") for name, loop in loops.items()}
+    assert loads["attention"] == loads["attention_alibi"] < loads["attention_bias"], loads
+    assert "cp.async" in loops["attention"]
+    assert "abs." in loops["attention_alibi"] and "abs." not in loops["attention"]
+
+
+@pytest.mark.parametrize("config", [{"BM": 128, "BN": 32, "WARPS": 8}, {"BM": 64, "BN": 32, "WARPS": 4}])
+def test_head_size_256_fits_the_registers(config):
+    """d = 256 takes blocks of 32 keys: a warp's 16 x 256 accumulators and Q's fragments leave room for
+    its scores without spilling (64 keys spill)."""
+    kernel = phobos.compile(FORWARD.read_text(), arch="sm_90a", kernel="attention",
+                            config=dict(config, STAGES=2, HEAD=256))
+    report = check(kernel.ptx, "sm_90a", name="attention").kernel("attention")
+    assert report.spill_stores == 0, report
+    assert math.ceil(kernel.shared_bytes / 1024) <= 227
