@@ -31,12 +31,13 @@ import json
 import math
 import os
 import queue
-import statistics
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+from common import timed_ms
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
@@ -59,34 +60,6 @@ def cases(only: list[str], sizes: list[int]) -> list[str]:
 
 
 # ------------------------------------------------------------------ worker side
-def timed_ms(*fns, min_sample_ms: float = 20.0, samples: int = 7) -> list[float]:
-    """Milliseconds per call of each function, called back to back between two CUDA events; the median of
-    `samples` samples each, taken in turn (Phobos, reference, peer, Phobos, ...) so that all run through
-    the same clock and power states of the GPU, which drift under a sustained load."""
-    import torch
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def sample(fn, calls: int) -> float:
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / calls
-
-    counts = []
-    for fn in fns:
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        counts.append(max(1, min(1000, math.ceil(min_sample_ms / max(sample(fn, 1), 1e-3)))))
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(samples):
-        for fn, calls, out in zip(fns, counts, times):
-            out.append(sample(fn, calls))
-    return [statistics.median(t) for t in times]
-
-
 def triton_matmul():
     """Triton's tutorial matmul (benchmarks/triton_matmul.py), or None with the reason printed."""
     try:
@@ -165,17 +138,17 @@ def run_attention(d: int, causal: bool) -> dict:
     import phobos
     attention = phobos.load(EXAMPLES / "attention_bf16.phobos").attention
     q, k, v = (torch.randn(1, HEADS, LENGTH, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    o, o_ref = torch.empty_like(q[0]), None
+    o, o_ref = torch.empty_like(q), None
     scale = 1 / math.sqrt(d)
     started = time.perf_counter()
-    attention(q[0], k[0], v[0], o, scale=scale, causal=causal)
+    attention(q, k, v, o, scale=scale, causal=causal)
     tuning_s = time.perf_counter() - started
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         o_ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         exact = attention_reference(q[0, :CHECKED_HEADS], k[0, :CHECKED_HEADS], v[0, :CHECKED_HEADS], causal)
-        errors = {"phobos_error": (o[:CHECKED_HEADS].double() - exact).abs().max().item(),
+        errors = {"phobos_error": (o[0, :CHECKED_HEADS].double() - exact).abs().max().item(),
                   "reference_error": (o_ref[0, :CHECKED_HEADS].double() - exact).abs().max().item()}
-        phobos_ms, reference_ms = timed_ms(lambda: attention(q[0], k[0], v[0], o, scale=scale, causal=causal),
+        phobos_ms, reference_ms = timed_ms(lambda: attention(q, k, v, o, scale=scale, causal=causal),
                                                 lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
     flops = 4 * HEADS * LENGTH * LENGTH * d // (2 if causal else 1)
     notes = [note.split(": ", 1)[1] for note in attention.compiled.notes]
