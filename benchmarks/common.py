@@ -59,45 +59,36 @@ def call_ms(fn, warmup: int = 3, repeat: int = 20, min_sample_ms: float = 2.0, m
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def sample(calls: int) -> float:
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / calls
-
-    first = sample(1)
+    first = sample_ms(fn, 1)
     calls = max(1, min(max_calls, int(min_sample_ms / max(first, 1e-4))))
-    return statistics.median(sample(calls) for _ in range(repeat))
+    return statistics.median(sample_ms(fn, calls) for _ in range(repeat))
+
+
+def sample_ms(fn, calls: int) -> float:
+    """Milliseconds per call of `calls` calls of `fn()` made back to back between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
 
 
 def timed_ms(*fns, min_sample_ms: float = 20.0, samples: int = 7) -> list[float]:
     """Milliseconds per call of each function, called back to back between two CUDA events; the median of
     `samples` samples each, taken in turn (Phobos, reference, peer, Phobos, ...) so that all run through
     the same clock and power states of the GPU, which drift under a sustained load."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def sample(fn, calls: int) -> float:
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / calls
-
     counts = []
     for fn in fns:
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
-        counts.append(max(1, min(1000, math.ceil(min_sample_ms / max(sample(fn, 1), 1e-3)))))
+        counts.append(max(1, min(1000, math.ceil(min_sample_ms / max(sample_ms(fn, 1), 1e-3)))))
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(samples):
         for fn, calls, out in zip(fns, counts, times):
-            out.append(sample(fn, calls))
+            out.append(sample_ms(fn, calls))
     return [statistics.median(t) for t in times]
 
 
