@@ -60,8 +60,9 @@ def test_the_differentiable_function_matches_sdpa_autograd_in_the_interpreter(to
     assert max(errors.values()) <= 2 ** -7, errors
 
 
-def test_the_differentiable_function_matches_sdpa_autograd_in_the_emulator(torch):
-    errors = gradients_against_sdpa(torch, differentiable_attention("emulate"), "cpu", 1, 2, 1, 70, 60, 64, True)
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_differentiable_function_matches_sdpa_autograd_in_the_emulator(torch, causal):
+    errors = gradients_against_sdpa(torch, differentiable_attention("emulate"), "cpu", 1, 2, 1, 70, 60, 64, causal)
     assert max(errors.values()) <= 2 ** -7, errors
 
 
