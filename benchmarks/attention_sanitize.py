@@ -99,8 +99,9 @@ def backward_runs(forward, kernels, rng, length: int, head: int, causal: bool) -
                                                             causal=causal)
     kernels.attention_backward_dq.configure(**DQ[head])(q, k, v, dout, lse, delta, dq, scale=scale, causal=causal)
     expected = reference_backward(exact(q), exact(k), exact(v), exact(dout), scale, causal)
-    for name, got, want in zip(("dQ", "dK", "dV"), (dq, dk, dv), expected):
-        ok &= check(f"attention_backward {name} L={length} d={head} causal={causal}", exact(got) / np.abs(want).max(),
+    for name, got, want in zip(("attention_backward_dq dQ", "attention_backward_dkdv dK", "attention_backward_dkdv dV"),
+                               (dq, dk, dv), expected):
+        ok &= check(f"{name} L={length} d={head} causal={causal}", exact(got) / np.abs(want).max(),
                     want / np.abs(want).max(), 2 ** -6)
     return ok
 

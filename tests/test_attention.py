@@ -140,3 +140,43 @@ def test_head_size_256_fits_the_registers(config):
     report = check(kernel.ptx, "sm_90a", name="attention").kernel("attention")
     assert report.spill_stores == 0, report
     assert math.ceil(kernel.shared_bytes / 1024) <= 227
+
+
+def benchmark_module(name: str):
+    """A script of benchmarks/ imported as a module (its neighbours are imported by name)."""
+    import importlib
+    import sys
+    folder = str(EXAMPLES.parent / "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
+
+
+def test_the_sanitizer_script_checks_every_kernel_in_the_interpreter(capsys):
+    """benchmarks/attention_sanitize.py, which compute-sanitizer runs on the GPU, on the CPU."""
+    assert benchmark_module("attention_sanitize").main("interpret") == 0
+    out = capsys.readouterr().out
+    kernels = [k.name for path in (FORWARD, BACKWARD) for k in phobos.load(path, mode="interpret").kernels.values()]
+    assert all(name in out for name in kernels) and "WRONG" not in out, out
+
+
+def test_the_benchmark_times_what_it_checked(torch, monkeypatch):
+    """benchmarks/bench_attention.py's Phobos side and references on CPU tensors (the interpreter), and its
+    report of a case where one backend could not run."""
+    monkeypatch.setenv("PHOBOS_MODE", "interpret")
+    bench = benchmark_module("bench_attention")
+    ours = bench.Phobos()
+    q, k, v, do = (torch.randn(1, 2, 40, 64).to(torch.bfloat16) for _ in range(4))
+    for causal in (False, True):
+        assert bench.error([ours.forward(q, k, v, causal)], bench.reference(q, k, v, causal)) < 2 ** -6
+        o, lse = ours.saved(q, k, v, causal)
+        grads = ours.backward(q, k, v, do, o, lse, causal)
+        assert bench.error(grads, bench.reference(q, k, v, causal, do)) < 2 ** -5
+        again = ours.backward(q, k, v, do, o, lse, causal, grads)  # into the same tensors, as timed
+        assert all(a is b for a, b in zip(again, grads))
+    assert set(ours.configurations()) == {"attention", "attention_lse", "attention_backward_dkdv",
+                                          "attention_backward_dq"}
+    row = {"case": "bwd L=4096 d=256", "phobos_status": "no configuration can serve", "flash_ms": 2.0,
+           "flash_tflops": 100.0, "flash_error": 0.01, "cudnn_status": "No available kernel", "config": {}}
+    assert bench.summary(row) == ("bwd L=4096 d=256: phobos: no configuration can serve; flash 100 TFLOP/s "
+                                  "(error 0.01); cudnn: No available kernel; {}")
