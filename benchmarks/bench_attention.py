@@ -87,11 +87,13 @@ class Phobos:
         kernels.attention_backward_dq(q, k, v, do, lse, delta, dq, scale=scale, causal=causal)
         return [dq, dk, dv]
 
-    def configurations(self) -> dict:
-        return {name: getattr(kernels, name).config for kernels, names in (
-            (self.forward_kernels, ("attention", "attention_lse")),
-            (self.backward_kernels, ("attention_backward_dkdv", "attention_backward_dq")))
-            for name in names if getattr(kernels, name).config is not None}
+    def configurations(self, direction: str) -> dict:
+        """The configurations the last calls of the forward ('fwd') or the backward's kernels ran."""
+        kernels = [(self.forward_kernels, "attention")] if direction == "fwd" else [
+            (self.forward_kernels, "attention_lse"), (self.backward_kernels, "attention_backward_dkdv"),
+            (self.backward_kernels, "attention_backward_dq")]
+        return {name: getattr(module, name).config for module, name in kernels
+                if getattr(module, name).config is not None}
 
 
 def sdpa_forward(backend: str, q, k, v, causal: bool):
@@ -141,7 +143,7 @@ def run_case(ours: Phobos, direction: str, length: int, head: int, causal: bool,
     for backend in BACKENDS:
         if f"{backend}_ms" in row and "phobos_ms" in row:
             row[f"vs_{backend}"] = row[f"{backend}_ms"] / row["phobos_ms"]
-    row["config"] = ours.configurations()
+    row["config"] = ours.configurations(direction)
     return row
 
 
