@@ -398,7 +398,8 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
         low.staged[st.operand] = RegisterOperand(next(registers), rounded=plan.specialized) if st.kept \
             else SharedOperand(stage, st.start, st.space, st.transpose is not None)  # TMA's tf32 maps round
     dot = plan.cuda_dot[0] if plan.cuda_dot else None
-    skipped = {st.load for st in plan.staged} | {st.transpose for st in plan.staged} | set(plan.index_ops) | {dot}
+    staging = {st.load for st in plan.staged} | {st.transpose for st in plan.staged} | {dot}
+    skipped = staging | _unread(ops, staging, plan.index_ops)
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, SMEM_ALIGN)
     low.lower_ops([o for o in ops if o not in skipped])
     low.scratch_start = saved_start
@@ -406,6 +407,22 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
         finish_dot(low, dot, plan.cuda_dot[1], stage)
     for st in plan.staged:
         del low.staged[st.operand]
+
+
+def _unread(ops: list[Op], staging: set, index_ops: list[Op]) -> set:
+    """The staged loads' index arithmetic that nothing else of the body reads, directly or through other
+    index ops it keeps (what the body reads is lowered with it)."""
+    kept = {v for o in ops if o not in staging and o not in index_ops for v in o.operands}
+    unread = set(index_ops)
+    changed = True
+    while changed:
+        changed = False
+        for o in list(unread):
+            if kept & set(o.results):
+                unread.discard(o)
+                kept.update(o.operands)
+                changed = True
+    return unread
 
 
 def persistent_loop(low: Lowering) -> tuple[Op, PipelinePlan] | None:
