@@ -72,6 +72,11 @@ def test_expressions_print_as_written():
     assert term_text(r.conditions[0].term) == r.conditions[0].text
 
 
+def test_a_comparison_of_comparisons_keeps_both_brackets():
+    r = rules("@autotune(BN in [64, 128])\n@require((N <= 128) == (BN >= 64))\nkernel k(x: tensor<f32>[N]) {\n}\n")
+    assert term_text(r.conditions[0].term) == "(N <= 128) == (BN >= 64)"
+
+
 @pytest.mark.parametrize("conditions", [
     "N == 12345", "K == 2 * N", "N % 64 == 0", "BN * N <= 65536", "N >= 1 && N <= BN", "cdiv(N, BN) == 3",
     "next_pow2(N) == BN", "N / BN > 100", "N - BN >= 0, N <= BN",

@@ -244,7 +244,8 @@ def _text(t: Term, outer: int) -> str:
     if t.op in ("neg", "not"):
         return ("-" if t.op == "neg" else "!") + _text(t.args[0], 6)
     level = _PRECEDENCE[t.op]
-    text = f"{_text(t.args[0], level)} {_SYMBOLS[t.op]} {_text(t.args[1], level + 1)}"
+    left = level + 1 if level == _PRECEDENCE["eq"] else level  # comparisons do not chain: both sides bracketed
+    text = f"{_text(t.args[0], left)} {_SYMBOLS[t.op]} {_text(t.args[1], level + 1)}"
     return f"({text})" if level < outer else text
 
 
