@@ -27,15 +27,17 @@
 #   NaN bits   those the GPU gives (`arithmetic_nan`, below): every f32 result
 #              that is NaN is the canonical NaN 0x7FFFFFFF (f16 and bf16 ones
 #              0x7FFF); an f64 result keeps the payload of its first NaN
-#              operand, quieted, and a NaN made of numbers is 0x7FFFFFFFFFFFFFFF.
+#              operand, quieted, and a NaN made of numbers is 0xFFF8000000000000.
 #              Moves (select, loads, stores, bitcast) keep every bit.
 #   casts      int -> int keeps the low bits; float -> int truncates toward
-#              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi);
-#              to a float rounds to nearest even; to bool is `!= 0`.  To f16
-#              or bf16: to f32 first, then rounded to nearest even.  A NaN cast
-#              to f32, f16 or bf16 becomes the canonical NaN, except that bf16
-#              -> f32 keeps the bits (it is a shift); f32 -> f64 keeps the
-#              payload, quieted.
+#              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi,
+#              whose NaN is not always 0: `cvt_nan_integer`; the compiled code
+#              selects 0 there); to a float rounds to nearest even; to bool is
+#              `!= 0`.  To f16 or bf16: to f32 first, then rounded to nearest
+#              even.  A NaN cast to f16 or bf16, or from f16 to f32, becomes the
+#              canonical NaN; bf16 -> f32 keeps the bits (it is a shift); f32 ->
+#              f64 keeps the payload, quieted, and f64 -> f32 its sign and top
+#              payload bits, quieted (`narrow_nan`).
 #   16-bit     values of f16 and bf16 are held as f32 arrays whose elements
 #   floats     the 16-bit format represents (`round_half` makes them).
 #   literals   an expression of literals alone is computed exactly (`exact`:
@@ -126,17 +128,32 @@ def range_text(dtype: DType) -> str:
 # floating-point operation involving one or more input NaNs is the quiet NaN of
 # bit pattern 0x7fffffff" (an H100 gives it for `x - NaN`); `min`/`max` give
 # "canonical NaN" when both inputs are NaN, and conversions to f16 and bf16
-# give 0x7FFF.  `arithmetic_nan` applies the rule to a computed result; the
-# interpreter, the folding passes and the PTX emulator all go through it.
+# give 0x7FFF.  An f64 NaN made of numbers (`inf - inf`, `fma(0, inf, 0)`,
+# `sqrt(-1)`) is 0xFFF8000000000000 on an H100 (MADE_NAN_BITS); the f64 NaN of
+# min/max of two NaNs is assumed to be 0x7FFFFFFFFFFFFFFF (CANONICAL_NAN_BITS;
+# tools/probe_numerics.py measures both).  `arithmetic_nan` applies the rule to
+# a computed result; the interpreter, the folding passes and the PTX emulator
+# all go through it.
 CANONICAL_NAN_BITS = {DType.F16: 0x7FFF, DType.BF16: 0x7FFF, DType.F32: 0x7FFF_FFFF,
                       DType.F64: 0x7FFF_FFFF_FFFF_FFFF}
+MADE_NAN_BITS = {DType.F32: 0x7FFF_FFFF, DType.F64: 0xFFF8_0000_0000_0000}
 _FLOAT_BITS = {np.dtype(np.float32): (np.uint32, DType.F32), np.dtype(np.float64): (np.uint64, DType.F64)}
 
 
-def canonical_nan(dtype) -> np.floating:
-    """The GPU's canonical NaN of a float32 or float64 NumPy dtype."""
+def _nan_of(table: dict, dtype) -> np.floating:
     uint, name = _FLOAT_BITS[np.dtype(dtype)]
-    return np.array(CANONICAL_NAN_BITS[name], uint).view(dtype)[()]
+    return np.array(table[name], uint).view(dtype)[()]
+
+
+def canonical_nan(dtype) -> np.floating:
+    """The GPU's canonical NaN (what min/max give for two NaNs) of a float32 or float64 NumPy dtype."""
+    return _nan_of(CANONICAL_NAN_BITS, dtype)
+
+
+def made_nan(dtype) -> np.floating:
+    """The NaN an arithmetic instruction makes of numbers (inf - inf, 0 * inf, sqrt(-1)), float32 or
+    float64."""
+    return _nan_of(MADE_NAN_BITS, dtype)
 
 
 def _bits(x) -> tuple[np.ndarray, type]:
@@ -152,20 +169,41 @@ def quiet(x):
     return np.where(np.isnan(x), bits | quiet_bit, bits).astype(uint).view(np.asarray(x).dtype)[()]
 
 
+def narrow_nan(x):
+    """The f32 NaNs that cvt.rn.f32.f64 makes of f64 NaNs `x`: the sign and the top 22 bits of the
+    payload kept, the quiet bit set (an H100 gives 0x7FE00000 for 0x7FF4000000000000).  Other values
+    are rounded to nearest even."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        rounded = x.astype(np.float32)
+    bits = x.view(np.uint64)
+    kept = (((bits >> np.uint64(32)) & np.uint64(0x8000_0000))                    # the sign
+            | np.uint64(0x7FC0_0000) | ((bits >> np.uint64(29)) & np.uint64(0x3F_FFFF)))
+    return np.where(np.isnan(x), kept.astype(np.uint32).view(np.float32), rounded)[()]
+
+
 def arithmetic_nan(out, *operands):
     """`out`, what an arithmetic instruction (add, sub, mul, fma, div, sqrt, a rounding, an approximate
     function) computed from `operands`, with the GPU's bits where it is NaN: for f32 the canonical NaN;
-    for f64 the first NaN operand, quieted, or the canonical NaN where every operand is a number."""
+    for f64 the first NaN operand, quieted, or `made_nan` where every operand is a number."""
     out = np.asarray(out)
     nan = np.isnan(out)
     if not nan.any():
         return out[()]
-    fill = canonical_nan(out.dtype)
+    fill = made_nan(out.dtype)
     if out.dtype == np.float64:
         for x in reversed(operands):
             x = np.asarray(x, np.float64)
             fill = np.where(np.isnan(x), quiet(x), fill)
     return np.where(nan, fill, out)[()]
+
+
+def cvt_nan_integer(source_bits: int, dest_bits: int) -> int:
+    """The bits a NaN gets from cvt to an integer of `dest_bits` (any integer rounding) from a float of
+    `source_bits`: 0, unless the source is f64 or the destination 64 bits wide; then 1 << (dest_bits -
+    1), MININT or 0x80000000 for u32 (PTX ISA 9.7.9.21, cvt, Integer Notes; an H100 gives these).  The
+    language's conversion makes every NaN 0: the compiled code selects 0 where this is not 0."""
+    return 0 if source_bits < 64 and dest_bits < 64 else 1 << (dest_bits - 1)
 
 
 def _arithmetic(fn: Callable) -> Callable:
@@ -380,10 +418,10 @@ def _widen(x, frm: DType):
 
 
 def _float_to_float(x, to: DType):
-    """f32 <-> f64 (cvt): to f32 NaN becomes the canonical NaN; to f64 it keeps its payload, quieted."""
+    """f32 <-> f64 (cvt): a NaN keeps its sign and payload (to f32 its top bits), quieted."""
     if to is DType.F64:
         return quiet(np.asarray(x, np.float32)).astype(np.float64)[()]
-    return arithmetic_nan(np.asarray(x, np.float64).astype(np.float32))
+    return narrow_nan(x)
 
 
 def convert_array(x, to: DType, frm: DType | None = None):

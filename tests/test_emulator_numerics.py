@@ -223,7 +223,33 @@ def test_cvt_float_to_int_rounds_and_saturates(mode, fn):
                    -2 ** 31, 2 ** 31 - 1)
     np.testing.assert_array_equal(got, want)
     unsigned = run_elementwise(f"cvt.{mode}.u64.f64 %d, %a0;", "u64", ("f64", x.astype(np.float64) * 1e10))
-    assert unsigned[3] == 0 and unsigned[4] == 2 ** 64 - 1 and unsigned[6] == 0
+    assert unsigned[3] == 0 and unsigned[4] == 2 ** 64 - 1 and unsigned[6] == 1 << 63  # NaN: see below
+
+
+@pytest.mark.parametrize("instruction, source, result, want", [
+    ("cvt.rzi.s32.f32", "f32", "s32", 0), ("cvt.rzi.u32.f32", "f32", "u32", 0),
+    ("cvt.rni.s16.f32", "f32", "s16", 0),
+    ("cvt.rzi.s64.f32", "f32", "s64", 1 << 63), ("cvt.rzi.u64.f32", "f32", "u64", 1 << 63),
+    ("cvt.rzi.s32.f64", "f64", "s32", 1 << 31), ("cvt.rzi.u32.f64", "f64", "u32", 1 << 31),
+    ("cvt.rmi.s64.f64", "f64", "s64", 1 << 63), ("cvt.rzi.s16.f64", "f64", "s16", 1 << 15),
+])
+def test_cvt_of_a_nan_to_an_integer_is_zero_only_from_f32_into_32_bits(instruction, source, result, want):
+    """PTX ISA 9.7.9.21 (cvt, Integer Notes): a NaN converts to 0 if the source is not .f64 and the
+    destination not 64 bits wide, else to 1 << (width - 1); an H100 gives u32(f64 NaN) = 0x80000000
+    and i64(f32 NaN) = MININT (the differential fuzz)."""
+    nans = np.array([0x7FFF_FFFF_FFFF_FFFF, 0xFFF0_0000_0000_0001], np.uint64).view(np.float64)
+    x = nans if source == "f64" else nans.astype(np.float32)
+    got = run_elementwise(f"{instruction} %d, %a0;", result, (source, x))
+    assert [int(v) for v in got.view(f"u{got.itemsize}")] == [want, want]
+
+
+def test_cvt_of_an_f64_nan_to_f32_keeps_its_sign_and_top_payload_bits():
+    """An H100 converts the f64 NaN 0x7FF4000000000000 to 0x7FE00000 (the differential fuzz); the sign is
+    kept as IEEE 754 asks (tools/probe_numerics.py measures it)."""
+    x = np.array([0x7FF4_0000_0000_0000, 0xFFF8_0000_0000_0ABC, 0x7FF0_0000_0000_0001, 0x7FFF_FFFF_FFFF_FFFF],
+                 np.uint64).view(np.float64)
+    got = run_elementwise("cvt.rn.f32.f64 %d, %a0;", "f32", ("f64", x))
+    assert [int(v) for v in got.view(np.uint32)] == [0x7FE00000, 0xFFC00000, 0x7FC00000, 0x7FFFFFFF]
 
 
 def test_cvt_int_to_float_rounding():

@@ -1,7 +1,7 @@
-# One answer in every mode: the NaN bits, signed zeros and min/max of signaling
-# NaNs that the interpreter, the constant folder and the PTX emulator give are
-# the GPU's (docs/language.md, "One answer in every mode"; phobos/constants.py,
-# "NaN bits").  Each kernel also runs on the GPU (tests marked `gpu`), whose
+# One answer in every mode: the NaN bits, signed zeros, min/max of signaling
+# NaNs and conversions of NaNs that the interpreter, the constant folder and
+# the PTX emulator give are the GPU's (docs/language.md, "One answer in every
+# mode"; phobos/constants.py, "NaN bits").  Each kernel also runs on the GPU (tests marked `gpu`), whose
 # bits are the reference; tools/fuzz_modes.py --gpu checks thousands more.
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from phobos.run.backends import EmulateBackend
 from .emulator_support import run_elementwise
 
 F32_NAN = 0x7FFFFFFF
-F64_NAN = 0x7FFF_FFFF_FFFF_FFFF
+MADE_F64_NAN = 0xFFF8_0000_0000_0000                 # an f64 NaN that arithmetic makes of numbers
 SNAN32 = 0x7FA00000                                   # a signaling NaN, as bitcast or input data give it
 
 
@@ -108,19 +108,71 @@ def test_negation_and_abs_change_the_sign_bit_alone(mode):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
-def test_f64_nans_keep_their_payload_and_made_ones_are_canonical(mode):
-    src = """kernel k(x: tensor<f64>[N], y: tensor<f64>[N], z: tensor<f64>[N]) {
-        z[0 :+ 4] = x[0 :+ 4] - y[0 :+ 4]
+def test_f64_nans_keep_their_payload_and_made_ones_are_the_gpus(mode):
+    """An f64 NaN operand comes out quieted; a NaN made of numbers is 0xFFF8000000000000, as an H100
+    makes it in `inf - inf`, `fma(-inf, -inf, -inf)` and `sqrt(-40.0)` (the differential fuzz)."""
+    src = """kernel k(x: tensor<f64>[N], y: tensor<f64>[N], z: tensor<f64>[M], w: tensor<f64>[K]) {
+        z[0 :+ 3] = x[0 :+ 3] - y[0 :+ 3]
+        w[0] = fma(x[2], x[2], x[2])
+        w[1] = sqrt(x[3])
     }"""
     payload = 0x7FF0_0000_0000_0123                           # signaling, quieted by the subtraction
-    x = np.array([1.0, np.inf, 0, 0], np.float64)
-    x[2:] = np.array([payload, 0xFFF8_0000_0000_0042], np.uint64).view(np.float64)
-    y = np.array([0, np.inf, 1.0, 0], np.float64)
-    y[0] = np.array([payload], np.uint64).view(np.float64)[0]
-    y[3] = np.array([0x7FF8_0000_0000_0777], np.uint64).view(np.float64)[0]
-    z = np.zeros(4, np.float64)
-    run(src, mode, x, y, z)
-    assert bits(z) == [payload | 1 << 51, F64_NAN, payload | 1 << 51, 0xFFF8_0000_0000_0042]
+    x = np.array([0, np.inf, -np.inf, -40.0], np.float64)
+    x[0] = np.array([payload], np.uint64).view(np.float64)[0]
+    y = np.array([1.0, np.inf, -np.inf, 0], np.float64)
+    z, w = np.zeros(3, np.float64), np.zeros(2, np.float64)
+    run(src, mode, x, y, z, w)
+    assert bits(z) == [payload | 1 << 51, MADE_F64_NAN, MADE_F64_NAN]
+    assert bits(w) == [MADE_F64_NAN, MADE_F64_NAN]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_nan_converted_to_an_integer_is_zero(mode):
+    """cvt gives a NaN 0 only from f32 into 32 bits (PTX ISA, cvt; an H100 gave u32(f64 NaN) =
+    0x80000000 and i64(f32 NaN) = MININT); the compiled code selects 0 for the others."""
+    src = """kernel k(x: tensor<f32>[N], d: tensor<f64>[N], a: tensor<i32>[N], b: tensor<u32>[N],
+                      c: tensor<i64>[N], e: tensor<i32>[N], f: tensor<u32>[N], g: tensor<i64>[N]) {
+        a[0 :+ 2] = i32(x[0 :+ 2])
+        b[0 :+ 2] = u32(x[0 :+ 2])
+        c[0 :+ 2] = i64(x[0 :+ 2])
+        e[0 :+ 2] = i32(d[0 :+ 2])
+        f[0 :+ 2] = u32(d[0 :+ 2])
+        g[0 :+ 2] = i64(d[0 :+ 2])
+    }"""
+    x = f32(0xFFC00000, SNAN32)
+    d = np.array([0x7FFF_FFFF_FFFF_FFFF, 0x7FF4_0000_0000_0000], np.uint64).view(np.float64)
+    outs = [np.full(2, 7, t) for t in (np.int32, np.uint32, np.int64, np.int32, np.uint32, np.int64)]
+    run(src, mode, x, d, *outs)
+    assert [bits(o) for o in outs] == [[0, 0]] * 6
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_an_f64_nan_converted_to_f32_keeps_its_top_payload_bits(mode):
+    """cvt.rn.f32.f64 keeps the payload's top bits: an H100 gives 0x7FE00000 for 0x7FF4000000000000."""
+    src = """kernel k(d: tensor<f64>[N], y: tensor<f32>[N]) {
+        y[0 :+ 2] = f32(d[0 :+ 2])
+    }"""
+    d = np.array([0x7FF4_0000_0000_0000, 0x7FF0_0000_0000_0001], np.uint64).view(np.float64)
+    y = np.zeros(2, np.float32)
+    run(src, mode, d, y)
+    assert bits(y) == [0x7FE00000, 0x7FC00000]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_f64_atomic_add_passes_a_nan_through_unquieted(mode):
+    """atom.add.f64 gives the added NaN, else the old one, as they are: an H100 keeps the signaling
+    0x7FF0000000000001 that -1.0 is added to, and stores 0xFFF8000000000ABC added to it."""
+    src = """kernel k(x: tensor<f64>[N], y: tensor<f64>[N]) {
+        atomic_add(y[0 :+ 3], x[0 :+ 3])
+    }"""
+    snan = 0x7FF0_0000_0000_0001
+    x = np.array([-1.0, 0, 2.0], np.float64)
+    x[1] = np.array([0xFFF8_0000_0000_0ABC], np.uint64).view(np.float64)[0]
+    y = np.array([snan, snan, 1.0], np.uint64)
+    y[2] = np.array([1.0]).view(np.uint64)[0]
+    y = y.view(np.float64)
+    run(src, mode, x, y)
+    assert bits(y) == [snan, 0xFFF8_0000_0000_0ABC, bits(np.array([3.0]))[0]]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 
+from ..constants import cvt_nan_integer
 from ..errors import UnsupportedError
 from ..middle.ir import Function, Op, Value, uses
 from ..types import DType
@@ -321,11 +322,25 @@ def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
         rounding = ".rn" if to.bits < frm.bits else ""
         s.emit(f"cvt{rounding}.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
     elif frm.is_float:
-        s.emit(f"cvt.rzi.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
+        _float_to_int(s, dst, src, frm, to)
     elif to.is_float:
         s.emit(f"cvt.rn.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
     else:
         s.emit(f"cvt.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}", dst, src)
+
+
+def _float_to_int(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
+    """cvt.rzi, which saturates; the language makes every NaN 0, which cvt gives only from f32 into 32
+    bits (constants.cvt_nan_integer), so elsewhere a NaN's result is selected."""
+    cvt = f"cvt.rzi.{TYPE_SUFFIX[to]}.{TYPE_SUFFIX[frm]}"
+    if cvt_nan_integer(frm.bits, to.bits) == 0:
+        s.emit(cvt, dst, src)
+        return
+    x = s.reg_of(src, frm)
+    nan, converted = s.new(DType.BOOL), s.new(to)
+    s.emit(f"setp.nan.{TYPE_SUFFIX[frm]}", nan, x, x)
+    s.emit(cvt, converted, x)
+    s.emit(f"selp.{BITS_SUFFIX[to]}", dst, Imm(0, to), converted, nan)
 
 
 def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:

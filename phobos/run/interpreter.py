@@ -318,7 +318,7 @@ def _dot_product(dtype: DType, precision: str):
 
 def _chain_nan(out, a, b, x):
     """The NaNs of an f64 dot as its chain of fma(a[i, k], b[k, j], acc) in k order gives them: the
-    NaN operand of the last step that had one (a before b), quieted; else x's; else the canonical NaN."""
+    NaN operand of the last step that had one (a before b), quieted; else x's; else the made NaN."""
     nan = np.isnan(out)
     if not nan.any():
         return out
@@ -329,8 +329,8 @@ def _chain_nan(out, a, b, x):
     a_at = np.take_along_axis(np.broadcast_to(a[..., :, :, None], steps.shape), last[..., None, :], -2)[..., 0, :]
     b_at = np.take_along_axis(np.broadcast_to(b[..., None, :, :], steps.shape), last[..., None, :], -2)[..., 0, :]
     fill = np.where(np.isnan(a_at), constants.quiet(a_at), constants.quiet(b_at))
-    base = constants.canonical_nan(np.float64) if x is None else \
-        np.where(np.isnan(x), constants.quiet(np.asarray(x, np.float64)), constants.canonical_nan(np.float64))
+    made = constants.made_nan(np.float64)
+    base = made if x is None else np.where(np.isnan(x), constants.quiet(np.asarray(x, np.float64)), made)
     return np.where(nan, np.where(steps.any(axis=-2), fill, base), out)
 
 

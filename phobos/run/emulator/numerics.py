@@ -23,8 +23,8 @@
 # NaN results carry the bits the GPU gives them, as `phobos.constants.
 # arithmetic_nan` defines for the whole of Phobos: every f32 arithmetic result
 # that is NaN is the canonical NaN 0x7FFFFFFF; an f64 one is its first NaN
-# operand with the quiet bit set (PTX supports f64 payloads), or the canonical
-# NaN 0x7FFFFFFFFFFFFFFF where it is made of numbers.  The functions below
+# operand with the quiet bit set (PTX supports f64 payloads), or
+# 0xFFF8000000000000 where it is made of numbers.  The functions below
 # return those bits; `min`/`max` (`extreme`) return one operand's bits, or the
 # canonical NaN for two NaNs (and for any NaN under `.NaN`).
 #
@@ -435,11 +435,15 @@ def approximate(fn):
 
 def atomic_add(old, x):
     """What atom.add.f32 and .f64 store: f32 flushes subnormal inputs and results to sign-preserving
-    zero (PTX ISA, atom); NaN results as arithmetic gives them."""
+    zero (PTX ISA, atom), a NaN result being the canonical one; f64 passes a NaN operand through
+    unquieted, `x`'s before `old`'s (an H100 stores 0x7FF0000000000001 for that old value plus -1.0,
+    and x = 0xFFF8000000000ABC over it), and makes the arithmetic NaN of numbers."""
     if np.asarray(old).dtype == np.float32:
         old, x = flush(old), flush(x)
         return flush(add_f32(old, x, "rn"))
-    return add_f64(old, x, "rn")
+    with np.errstate(all="ignore"):
+        total = add_f64(old, x, "rn")
+    return np.where(np.isnan(x), x, np.where(np.isnan(old), old, total))
 
 
 # ------------------------------------------------------------------ integers

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ...constants import cvt_nan_integer, narrow_nan
 from . import numerics as nx
 from . import syntax as syn
 from .decode import Semantics, lanes, opcode, plain
@@ -641,20 +642,24 @@ def _to_f64(t: PtxType, ftz: bool):
 _CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 
 
-def _encode(t: PtxType):
-    """float64 values representable in t -> t's storage, NaNs made canonical."""
-    if t.name == "f64":  # payloads are kept, quieted
-        return lambda x: nx.quiet(np.asarray(x, np.float64))
+def _encode(t: PtxType, src: PtxType):
+    """(float64 values representable in t, the source operands) -> t's storage.  A NaN keeps its
+    payload where the GPU keeps it (constants.py, 'casts'): to f64 quieted, f64 -> f32 its sign and
+    top bits (`narrow_nan`); every other NaN result is the format's canonical NaN."""
+    if t.name == "f64":
+        return lambda x, v: nx.quiet(np.asarray(x, np.float64))
     if t.kind == "bf":
-        def encode_bf16(x):
+        def encode_bf16(x, v):
             bits = (np.asarray(x).astype(np.float32).view(np.uint32) >> np.uint8(16)).astype(np.uint16)
             return np.where(np.isnan(x), np.uint16(0x7FFF), bits)
         return encode_bf16
-    nan_bits = t.unsigned.type(_CANONICAL_NAN[t.name])
+    canonical = t.unsigned.type(_CANONICAL_NAN[t.name])
+    keeps_payload = (src.name, t.name) == ("f64", "f32")
 
-    def encode(x):
-        out = np.asarray(x).astype(t.dtype)
-        return np.where(np.isnan(x), nan_bits, out.view(t.unsigned)).view(t.dtype)
+    def encode(x, v):
+        out = np.asarray(x).astype(t.dtype).view(t.unsigned)
+        nan = np.asarray(narrow_nan(v)).view(t.unsigned) if keeps_payload else canonical
+        return np.where(np.isnan(x), nan, out).view(t.dtype)
     return encode
 
 
@@ -685,19 +690,26 @@ def _int_to_float(src: PtxType, dst: PtxType, mode: str):
 
 
 def _float_to_int(src: PtxType, dst: PtxType, irnd: str, ftz: bool):
-    """Floats -> integers, rounded as irnd says and saturated to dst's range (NaN -> 0)."""
+    """Floats -> integers, rounded as irnd says and saturated to dst's range; a NaN gives
+    `cvt_nan_integer`'s bits (0, or 1 << (width - 1) from f64 or into 64 bits)."""
     to_f64 = _to_f64(src, ftz)
     rnd = INT_ROUNDING[irnd]
     info = np.iinfo(dst.dtype)
+    nan = np.array(cvt_nan_integer(src.bits, dst.bits), np.uint64).astype(dst.unsigned).view(dst.dtype)
     if dst.bits < 64:
-        return lambda v: np.clip(np.nan_to_num(rnd(to_f64(v)), nan=0.0), info.min, info.max).astype(dst.dtype)
+        def convert_narrow(v):
+            x = rnd(to_f64(v))
+            inside = np.clip(np.nan_to_num(x, nan=0.0), info.min, info.max).astype(dst.dtype)
+            return np.where(np.isnan(x), nan, inside)
+        return convert_narrow
     top = 2.0 ** 64 if dst.kind == "u" else 2.0 ** 63  # the first value out of range
     bottom = 0.0 if dst.kind == "u" else -(2.0 ** 63)
 
     def convert(v):
-        x = np.nan_to_num(rnd(to_f64(v)), nan=0.0, posinf=top, neginf=bottom)
+        r = rnd(to_f64(v))
+        x = np.nan_to_num(r, nan=0.0, posinf=top, neginf=bottom)
         inside = np.clip(x, bottom, np.nextafter(top, 0)).astype(dst.dtype)
-        return np.where(x >= top, dst.dtype.type(info.max), inside)
+        return np.where(np.isnan(r), nan, np.where(x >= top, dst.dtype.type(info.max), inside))
     return convert
 
 
@@ -730,7 +742,7 @@ def _to_float(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool, sat: bool, r
         require(d, irnd is None and not ftz, "bad modifier for an integer-to-float cvt")
         value = _int_to_float(src, dst, frnd or "rn")
     require(d, not (relu or satfinite) or dst.bits == 16, ".relu and .satfinite apply to .f16/.bf16 results")
-    encode = _encode(dst)
+    encode = _encode(dst, src)
     flush = ftz and dst.name == "f32"
     largest = FORMATS[dst.name].max_value
 
@@ -742,7 +754,7 @@ def _to_float(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool, sat: bool, r
             x = np.clip(x, -largest, largest)
         if sat:
             x = nx.saturate(np.asarray(x))
-        out = encode(x)
+        out = encode(x, v)
         return nx.flush(out) if flush else out
     return convert
 
