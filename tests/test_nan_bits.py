@@ -1,7 +1,8 @@
 # One answer in every mode: the NaN bits, signed zeros, min/max of signaling
-# NaNs and conversions of NaNs that the interpreter, the constant folder and
-# the PTX emulator give are the GPU's (docs/language.md, "One answer in every
-# mode"; phobos/constants.py, "NaN bits").  Each kernel also runs on the GPU (tests marked `gpu`), whose
+# NaNs, conversions of NaNs and the argument reduction of sin and cos that the
+# interpreter, the constant folder and the PTX emulator give are the GPU's
+# (docs/language.md, "One answer in every mode"; phobos/constants.py, "NaN
+# bits").  Each kernel also runs on the GPU (tests marked `gpu`), whose
 # bits are the reference; tools/fuzz_modes.py --gpu checks thousands more.
 import numpy as np
 import pytest
@@ -173,6 +174,24 @@ def test_f64_atomic_add_passes_a_nan_through_unquieted(mode):
     y = y.view(np.float64)
     run(src, mode, x, y)
     assert bits(y) == [snan, 0xFFF8_0000_0000_0ABC, bits(np.array([3.0]))[0]]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_sin_and_cos_reduce_their_argument_as_the_gpu_does(mode):
+    """sin.approx and cos.approx work on x * (1 / 2 pi) rounded toward zero to f32: at large arguments
+    the results are those of the rounded turns (an H100's, from the differential fuzz)."""
+    src = """kernel k(x: tensor<f32>[N], s: tensor<f32>[N], c: tensor<f32>[N]) {
+        s[0 :+ 6] = sin(x[0 :+ 6])
+        c[0 :+ 6] = cos(x[0 :+ 6])
+    }"""
+    x = np.array([2.0 ** 31, -1.3546341e23, -435.90634, 2.0 ** 24, -2.0 ** 31, -1649.8083], np.float32)
+    s, c = np.zeros(6, np.float32), np.zeros(6, np.float32)
+    run(src, mode, x, s, c)
+    gpu_sin = [0.0, -0.0, -0.69978136]   # cos(2^24) is 0 on the GPU: 2^24 / (2 pi) rounds to 2669408.75
+    gpu_cos = [0.0, 1.0, -0.89062315]
+    np.testing.assert_allclose(s[:3], gpu_sin, rtol=0, atol=2 ** -20.5)
+    np.testing.assert_allclose(c[3:], gpu_cos, rtol=0, atol=2 ** -20.5)
+    assert bits(s[:2]) == [0x00000000, 0x80000000]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)

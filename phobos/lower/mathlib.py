@@ -11,7 +11,8 @@
 #   exp2, log2      ex2/lg2.approx: about 2 ulp
 #   exp, log        via exp2/log2 with one extra rounding: about 2 ulp plus 2^-24 |x| relative
 #   rsqrt           rsqrt.approx: about 2 ulp
-#   sin, cos        sin/cos.approx: absolute error under 2^-20.5 on [-pi, pi], growing outside
+#   sin, cos        sin/cos.approx: absolute error under 2^-20.5 on [-pi, pi]; the GPU reduces x to
+#                   f32 turns (x / 2 pi rounded toward zero), which lose their fraction as |x| grows
 #   tanh            odd polynomial below |x| = 0.125, else 1 - 2 / (e^2|x| + 1): about 1e-6 relative
 #   sigmoid         1 / (1 + e^-x) with an exact division: about 2 ulp plus exp's error
 #   erf             Abramowitz & Stegun 7.1.26: absolute error under 1.5e-7

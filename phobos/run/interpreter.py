@@ -45,7 +45,8 @@
 #               all are NaN).  An axis is kept with extent 1; no axis gives a
 #               scalar.
 #   math        f32 functions are evaluated in float64 and rounded once (the
-#               GPU's approximations are documented in mathlib.py).
+#               GPU's approximations are documented in mathlib.py); sin and cos
+#               of the GPU's turns (emulator.numerics.sin_approx).
 #   casts       float -> int truncates toward zero and saturates, NaN -> 0
 #               (cvt.rzi); int -> int wraps; to float rounds to nearest even.
 #   division    an integer divisor of 0 counts as 1 (`x / 0 == x`, `x % 0 ==
@@ -177,7 +178,7 @@ UNARY_FLOAT = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "erf": _erf, "gelu": lambda x: x * (1.0 + _erf(x / math.sqrt(2.0))) / 2.0,
-    "sin": np.sin, "cos": np.cos,
+    "sin": numerics.sin_approx, "cos": numerics.cos_approx,
 }
 BINARY_NUMERIC = {"maximum": "max", "minimum": "min"}  # the opcode of each
 

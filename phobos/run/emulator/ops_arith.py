@@ -7,7 +7,8 @@
 # order -0.0 below +0.0 as the PTX ISA says; the `.approx` functions (ex2,
 # lg2, sin, cos, tanh, rsqrt, rcp.approx, sqrt.approx, div.approx/.full) are
 # computed in float64 and rounded to the result type, so they are at least as
-# accurate as the GPU's, which may differ from them by a few ulp.  abs and neg
+# accurate as the GPU's, which may differ from them by a few ulp (sin and cos
+# of the GPU's reduction of the argument: numerics.sin_approx).  abs and neg
 # of f64 pass a NaN through unchanged (the CUDA programming guide); of f32 they
 # give the canonical NaN, like the FADD that ptxas makes of them (Phobos itself
 # changes signs with and/xor, which keep every bit).
@@ -308,7 +309,7 @@ def build_sqrt(d, ins, mods):
 
 _APPROX = {
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "ex2": np.exp2, "lg2": np.log2, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+    "ex2": np.exp2, "lg2": np.log2, "sin": nx.sin_approx, "cos": nx.cos_approx, "tanh": np.tanh,
 }
 
 
