@@ -471,7 +471,7 @@ def _as_float(a: np.ndarray, dtype: str) -> np.ndarray:
     return a.astype(np.float64)
 
 
-def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def ulps_apart(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The distance in f32 ulps between f32 values (through the ordered integers of their bits)."""
     def ordered(x):
         i = x.astype(np.float32).view(np.int32).astype(np.int64)
@@ -492,6 +492,6 @@ def disagreements(program: Program, name: str, got: np.ndarray, want: np.ndarray
     ulps, ulps_per_x, absolute, absolute_per_x = APPROX[out.function][1]
     with np.errstate(all="ignore"):
         x = np.nan_to_num(np.abs(program.inputs[out.argument].astype(np.float64)))
-        close = ((_ulps(g, w) <= ulps + ulps_per_x * x)
+        close = ((ulps_apart(g, w) <= ulps + ulps_per_x * x)
                  | (np.abs(g - w) <= np.maximum(absolute + absolute_per_x * x, 2.0 ** -126)))
     return np.flatnonzero(~np.where(np.isnan(w) | np.isnan(g), same, close))
