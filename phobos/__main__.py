@@ -92,7 +92,7 @@ def cmd_check(args) -> int:
         except PhobosError as err:
             errors = [err]
         for err in errors:
-            print(err, file=sys.stderr)
+            print(err.diagnostic(), file=sys.stderr)
         failed |= bool(errors)
         if not errors and not args.quiet:
             print(f"{path}: ok")
@@ -130,7 +130,7 @@ def cmd_compile(args) -> int:
         kernel = compile_kernel(node, arch=args.arch, config=config or None, dumps=dumps,
                                 index_bits=args.index_bits, read_only_cache=args.read_only_cache, tma=args.tma)
     except PhobosError as err:
-        print(err, file=sys.stderr)
+        print(err.diagnostic(), file=sys.stderr)
         return 1
     if dumps.texts:
         print("\n\n".join(dumps.texts))

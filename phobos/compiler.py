@@ -26,7 +26,8 @@ from .version import __version__
 from .configuration import config_text
 from .log import Progress
 from .frontend import ast
-from .errors import ErrorList, Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
+from .errors import (ErrorList, InternalError, Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile,
+                     raised_at_call_site)
 from .middle.ir import KernelParam, Op, format_function, verify, walk
 from .middle.index_reach import IndexReach, index_reach
 from .middle.irgen import generate, kernel_signature
@@ -78,6 +79,15 @@ class Target:
         """sm_90a and the like: code for exactly that GPU generation, not for later ones."""
         return self.arch.endswith("a")
 
+    def takes(self, ptx_target: str) -> bool:
+        """Whether ptxas assembles for this target PTX whose `.target` is `ptx_target`: PTX of an
+        architecture-specific target (sm_90a) for that target only, other PTX for its own generation and
+        later ones."""
+        if ptx_target.endswith("a"):
+            return ptx_target == self.arch
+        digits = ptx_target.removeprefix("sm_")
+        return digits.isdigit() and int(digits) <= self.compute_capability
+
 
 #: The targets Phobos generates code for (and ptxcheck accepts).
 TARGETS = {
@@ -98,10 +108,6 @@ THREADS_PER_MULTIPROCESSOR = 2048
 INDEX_WIDTHS = (32, 64)
 
 logger = logging.getLogger(__name__)
-
-
-class InternalError(PhobosError):
-    """A bug in Phobos itself; the message says where it happened."""
 
 
 @dataclass
@@ -272,11 +278,13 @@ def target(arch: str) -> Target:
     return t
 
 
+@raised_at_call_site
 def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None, kernel: str | None = None,
-            filename: str = "<source>", dumps: Dumps | None = None, index_bits: int = 32,
+            filename: str | None = None, dumps: Dumps | None = None, index_bits: int = 32,
             read_only_cache: bool = True) -> CompiledKernel:
-    """Compile one kernel of `src` for one autotune configuration (first values when None)."""
-    program = parse_source(src, filename)
+    """Compile one kernel of `src` for one autotune configuration (first values when None); `filename` names
+    the source in errors and in the PTX (default `<string>`, as phobos.jit)."""
+    program = parse_source(src, filename or SourceFile.name_for(src))
     return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps,
                           index_bits=index_bits, read_only_cache=read_only_cache)
 
@@ -425,6 +433,7 @@ def _program_id_axis(v) -> int | None:
     return op.attrs["axis"] if getattr(op, "opcode", None) == "program_id" else None
 
 
+@raised_at_call_site
 def compile_to_ptx(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None,
                    kernel: str | None = None) -> str:
     """PTX text for one kernel and one autotune configuration (the first value of each by default)."""

@@ -13,12 +13,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import traceback
 from dataclasses import dataclass
 
 import pytest
 
 from phobos.compiler import parse_source
-from phobos.errors import LexError, ParseError, PhobosError, SemanticError
+from phobos.errors import LaunchError, LexError, ParseError, PhobosError, SemanticError
 from phobos.frontend.sema import check_program
 
 from .frontend_support import EXAMPLES, REPO, front_end_errors
@@ -972,18 +973,30 @@ def test_a_forced_configuration_value_must_fit_i32():
 def test_error_text_has_location_source_line_and_caret():
     src = "kernel k(x: tensor<f32>[N]) {\n    let a = 1 + b\n}\n"
     errors = check_program(parse_source(src, "dir/shown.phobos"))
-    assert [str(e) for e in errors] == [
+    assert [e.diagnostic() for e in errors] == [
         "dir/shown.phobos:2:17: error: 'b' is not defined\n"
         "        let a = 1 + b\n"
         "                    ^"
     ]
+    # A traceback names the class, which says it is an error: the text does not say it again.
+    assert traceback.format_exception_only(errors[0]) == [
+        "phobos.errors.SemanticError: dir/shown.phobos:2:17: 'b' is not defined\n"
+        "        let a = 1 + b\n"
+        "                    ^\n"
+    ]
+
+
+def test_errors_without_a_location_do_not_start_with_error():
+    error = LaunchError("k: argument 'x': expected a 1-D f32 tensor")
+    assert str(error) == "k: argument 'x': expected a 1-D f32 tensor"
+    assert error.diagnostic() == "error: k: argument 'x': expected a 1-D f32 tensor"
 
 
 def test_caret_keeps_tabs_so_it_lines_up():
     src = "kernel k(x: tensor<f32>[N]) {\n\tlet a =\t$\n}\n"
     with pytest.raises(LexError) as info:
         parse_source(src, "tabs.phobos")
-    assert str(info.value) == ("tabs.phobos:2:10: error: unexpected character '$'\n"
+    assert str(info.value) == ("tabs.phobos:2:10: unexpected character '$'\n"
                                "    \tlet a =\t$\n"
                                "    \t       \t^")
 
@@ -999,7 +1012,7 @@ def test_quoted_line_is_the_line_the_lexer_counted():
 def test_notes_print_like_errors():
     src = "kernel k(x: tensor<f32>[N]) {\n    let a = 1\n    let a = 2\n}\n"
     (err,) = check_program(parse_source(src, "notes.phobos"))
-    assert str(err) == ("notes.phobos:3:9: error: 'a' is already defined in this scope\n"
+    assert err.diagnostic() == ("notes.phobos:3:9: error: 'a' is already defined in this scope\n"
                         "        let a = 2\n"
                         "            ^\n"
                         "notes.phobos:2:9: note: previous definition is here\n"

@@ -87,7 +87,7 @@ def test_load_reads_a_file(tmp_path, gpu):
 def test_errors_are_reported_at_jit_time_with_their_location():
     with pytest.raises(PhobosError) as error:
         phobos.jit(AXPY.replace("alpha * x", "alpha * z"), filename="axpy.phobos")
-    assert str(error.value).startswith("axpy.phobos:4:34: error: 'z' is not defined")
+    assert str(error.value).startswith("axpy.phobos:4:34: 'z' is not defined")
     with pytest.raises(PhobosError, match="expected .*"):
         phobos.jit("kernel broken(", filename="broken.phobos")
 
@@ -100,7 +100,7 @@ def test_errors_in_any_configuration_are_reported_at_jit_time():
 
 def test_default_file_names_differ_between_sources():
     first, second = phobos.jit(ADD4, mode="interpret"), phobos.jit(AXPY, mode="interpret")
-    assert first.filename.startswith("<source ") and first.filename != second.filename
+    assert first.filename.startswith("<string") and first.filename != second.filename
     assert phobos.jit(ADD4, mode="interpret").filename == first.filename
 
 
@@ -241,7 +241,12 @@ def test_size_mismatch_names_the_binding_and_where_it_came_from():
 
 def test_dtype_and_rank_mismatches():
     assert sgemm_error(f32(32, 64).astype(np.float64), f32(64, 16), f32(32, 16)) == (
-        "sgemm: argument 'A': expected a 2-D f32 tensor [M, K], got float64 array of shape (32, 64)")
+        "sgemm: argument 'A': expected a 2-D f32 tensor [M, K], got float64 array of shape (32, 64); "
+        "convert it: A = A.astype(np.float32)")
+    assert sgemm_error(f32(32, 64), f32(64, 16), f32(32, 16).astype(np.float16)) == (
+        "sgemm: argument 'C': expected a 2-D f32 tensor [M, N] with M = 32 (from 'A'), N = 16 (from 'B'), got "
+        "float16 array of shape (32, 16); convert it: C = C.astype(np.float32), and read the result from the "
+        "new 'C'")
     assert sgemm_error(f32(32, 64), f32(64 * 16), f32(32, 16)) == (
         "sgemm: argument 'B': expected a 2-D f32 tensor [K, N] with K = 64 (from 'A'), "
         "got float32 array of shape (1024,)")
@@ -317,11 +322,11 @@ def test_literal_dimensions_and_element_types():
     with pytest.raises(LaunchError) as error:
         types(**{**good, "i": np.arange(n)})
     assert message(error) == ("types: argument 'i': expected a 1-D i32 tensor [N] with N = 100 (from 'h'), "
-                              "got int64 array of shape (100,)")
+                              "got int64 array of shape (100,); convert it: i = i.astype(np.int32)")
     with pytest.raises(LaunchError) as error:
         types(**{**good, "m": np.ones(n, np.uint8)})
     assert message(error) == ("types: argument 'm': expected a 1-D bool tensor [N] with N = 100 (from 'h'), "
-                              "got uint8 array of shape (100,)")
+                              "got uint8 array of shape (100,); convert it: m = m.astype(np.bool_)")
 
 
 def test_a_size_repeated_within_one_tensor_must_agree():

@@ -68,7 +68,7 @@ from .binding import BoundCall, bind, call_device, overlapping_tensors
 from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos,
                         sizes_text, target, term_text)
 from ..configuration import config_text, KNOBS
-from ..errors import LaunchError, PhobosError, PtxasTimeout, ToolchainError
+from ..errors import LaunchError, PhobosError, PtxasTimeout, SourceFile, ToolchainError, at_call_site, raised_at_call_site
 from ..ptxcheck import Report
 from ..ptxcheck import assemble as ptxas_assemble
 
@@ -86,13 +86,15 @@ GridSpec = tuple[int, int, int] | Callable[[Config, dict[str, int]], Any] | None
 # Entry points
 
 
+@raised_at_call_site
 def jit(src: str, filename: str | None = None, mode: Any = None) -> Module:
     """Parse and check `src`; the result has one callable per kernel (`mod.sgemm`).
 
     `mode` is "gpu", "interpret" or "emulate", or None to choose when the first
     kernel runs (PHOBOS_MODE if set, else the GPU if there is one, else the
     interpreter: phobos.run.backends.default_mode).  `filename` names
-    the source in error messages (default: `<source XXXXXXXX>`, from its hash).
+    the source in error messages (default: `<string>`; `<string 2>` and so
+    on for other texts in the same process: errors.SourceFile.name_for).
     """
     if not isinstance(src, str):
         raise PhobosError(f"phobos.jit takes the source text as a str, got {type(src).__name__}")
@@ -101,6 +103,7 @@ def jit(src: str, filename: str | None = None, mode: Any = None) -> Module:
     return Module(src, filename, mode)
 
 
+@raised_at_call_site
 def load(path: str | os.PathLike, mode: Any = None) -> Module:
     """jit() the contents of a .phobos file."""
     if not isinstance(path, (str, os.PathLike)):
@@ -114,6 +117,7 @@ def load(path: str | os.PathLike, mode: Any = None) -> Module:
     return Module(text, str(path), mode)
 
 
+@raised_at_call_site
 def kernel(src: str, filename: str | None = None, mode: Any = None) -> KernelFunction:
     """The callable of the one kernel `src` defines; an error if it defines several."""
     module = jit(src, filename, mode)
@@ -145,7 +149,7 @@ class Module:
     def __init__(self, source: str, filename: str | None, mode: Any):
         check_mode(mode)
         digest = cache.text_digest(source)
-        self.filename = filename or f"<source {digest[:8]}>"
+        self.filename = filename or SourceFile.name_for(source)
         self.source = source
         self.mode = mode
         self._backend: Backend | None = None
@@ -198,18 +202,23 @@ class KernelFunction:
         return self._kernel.name
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        direct = self._variant.direct
-        if direct is not None and not kwargs:
-            done = direct(args)
-            if done is not None:
-                self._kernel.last = done.last
-                return
-        self._kernel.call(self._variant, args, kwargs)
+        try:
+            direct = self._variant.direct
+            if direct is not None and not kwargs:
+                done = direct(args)
+                if done is not None:
+                    self._kernel.last = done.last
+                    return
+            self._kernel.call(self._variant, args, kwargs)
+        except PhobosError as error:
+            raise at_call_site(error)  # the error of the call above; PHOBOS_FULL_TRACEBACKS=1 shows where
 
+    @raised_at_call_site
     def __getitem__(self, grid: Any) -> KernelFunction:
         spec = grid if callable(grid) else normalize_grid(self.name, grid, f"got {grid!r}")
         return KernelFunction(self._kernel, self._forced, spec, self._tuning)
 
+    @raised_at_call_site
     def configure(self, **values: int) -> KernelFunction:
         """This kernel with the given autotune parameters fixed; checked now, under every remaining configuration.
 
@@ -260,6 +269,7 @@ class KernelFunction:
         return last.grid if last is not None else None
 
     @property
+    @raised_at_call_site
     def compiled(self) -> CompiledKernel:
         """The CompiledKernel of the last launch; before one, of the configuration a launch would start from."""
         return self._kernel.inspected(self._forced)
@@ -269,6 +279,7 @@ class KernelFunction:
         return self.compiled.ptx
 
     @property
+    @raised_at_call_site
     def ptxas(self) -> Report:
         """What ptxas reports for `.compiled`: registers, spills, shared memory (needs ptxas)."""
         return self._kernel.ptxas_report(self.compiled, required=True)

@@ -84,7 +84,7 @@ from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument, dot_precision
 from ..frontend.parser import parse_source, pick_kernel
-from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
+from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError, SourceFile
 from ..frontend.sema import CheckedKernel, Inlined, Symbol, check_kernel
 from ..types import VALUE_DTYPES, DType, ScalarType, TensorType, TileType, TupleType, shape_of
 from .emulator import numerics
@@ -1149,7 +1149,7 @@ def run(checked: CheckedKernel, grid: int | Sequence[int], args: Sequence) -> No
 
 
 def interpret(src: str, kernel: str | None = None, config: dict[str, int] | None = None, *,
-              grid: int | Sequence[int] = 1, args: Sequence = (), filename: str = "<source>") -> None:
+              grid: int | Sequence[int] = 1, args: Sequence = (), filename: str | None = None) -> None:
     """Parse and check `src`, then run one kernel (the only one, or `kernel`) under `config`."""
-    k = pick_kernel(parse_source(src, filename), kernel)
+    k = pick_kernel(parse_source(src, filename or SourceFile.name_for(src)), kernel)
     run(check_kernel(k, config), grid, args)

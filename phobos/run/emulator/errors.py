@@ -3,8 +3,8 @@
 # Every fault the emulator finds while parsing or running PTX is an
 # `EmulatorError`, a Phobos `ExecutionError`.  Its `loc` is the Phobos source
 # position taken from the last `.loc` directive before the faulting PTX
-# instruction (so the usual `file:line:col: error:` formatting points at the
-# kernel source), and its message starts with the PTX position, `name.ptx:57:`.
+# instruction (so the error's `file:line:col:` points at the kernel source),
+# and its message starts with the PTX position, `name.ptx:57:`.
 # The subclasses name the kind of fault so that tests and tools can tell them
 # apart.
 #
