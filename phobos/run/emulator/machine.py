@@ -40,7 +40,8 @@
 # early (see async_state).
 #
 # A launch that runs for more than a couple of seconds logs progress lines
-# (phobos.log.Progress), counted in instruction steps.
+# (phobos.log.Progress): the CTAs done of the total, the instruction steps,
+# and, once a batch of CTAs is done, the time left at that pace.
 from __future__ import annotations
 
 import functools
@@ -545,17 +546,19 @@ class Kernel:
         if check_races and len(glob.data) <= GLOBAL_RACE_LIMIT and total * tpc < 1 << 31:
             glob.races = GlobalRaceDetector(len(glob.data), tpc)
         shared_size = prog.shared_size(shared_bytes)
-        progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads)",
-                            unit="instruction steps")
-        steps = 0
-        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
-                              TENSOR_CORE_MODELS[tensor_cores],
-                              lambda batch_steps: progress.update(steps + batch_steps), clusters)
         races = (24 + (40 if clusters.size > 1 else 0)) if check_races else 0
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (1 + races)
         batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // max(per_cta, 1)))
         batch = max(clusters.size, batch // clusters.size * clusters.size)  # the CTAs of a cluster run together
+        at_once = "" if total == 1 else ", all at once" if batch >= total else f", {batch} at a time"
+        progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads{at_once})", total,
+                            "CTAs done")
+        steps = first = 0
+        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
+                              TENSOR_CORE_MODELS[tensor_cores],
+                              lambda batch_steps: progress.update(first, f"{steps + batch_steps} instruction steps"),
+                              clusters)
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             for first in range(0, total, batch):
