@@ -249,7 +249,8 @@ def test_a_single_valid_configuration_is_run_without_tuning():
     fn = phobos.jit(ROWS.replace("WARPS in [4, 8]", "WARPS in [4]"), "rows.phobos", mode=gpu).rows
     x = np.zeros((8, 300), np.float32)
     fn(x, x.copy())
-    assert gpu.timed == [] and fn.config == {"BN": 512, "WARPS": 4} and fn.timings == {}
+    assert gpu.timed == [] and fn.config == {"BN": 512, "WARPS": 4}
+    assert fn.timings == {"BN=512, WARPS=4": "not timed: the only configuration that serves the call"}
 
 
 # --- tuning keys
@@ -348,6 +349,9 @@ def test_a_cost_model_prunes_before_timing(tmp_path, monkeypatch):
     assert len(seen) == 4
     fn(x, x.copy())  # the same key: the choice is remembered, the model is not asked again
     assert len(seen) == 4 and len(gpu.timed) == 2
+    one = tuned(gpu).tuning(cost=cost, keep=1)
+    one(x, x.copy())
+    assert one.timings == {"BN=256, WARPS=8": "not timed: the only configuration the cost model kept"}
 
 
 @pytest.mark.parametrize("options, expected", [

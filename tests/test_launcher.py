@@ -545,6 +545,17 @@ def test_empty_tensors_launch_nothing(gpu):
 # --- backends: what each one is handed
 
 
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+@pytest.mark.parametrize("grid", [(0,), (2, 0), (1, 1, 0)])
+def test_a_grid_with_a_zero_extent_launches_nothing(mode, grid):
+    """Documented in docs/language.md, section 4: no instances, no error (as a Triton launch over an empty grid)."""
+    add = phobos.kernel(ADD4, mode=mode)
+    a, c = np.ones(8, np.float32), np.zeros(8, np.float32)
+    add[grid](a, a, c)
+    assert (c == 0).all() and 0 in add.grid
+    assert "extent of zero" in (Path(__file__).parent.parent / "docs" / "language.md").read_text()
+
+
 def test_the_interpreter_gets_the_checked_kernel_and_source_order(interpreter):
     axpy = phobos.kernel(AXPY, mode="interpret")
     x, y = random_vectors(300)
@@ -553,7 +564,8 @@ def test_the_interpreter_gets_the_checked_kernel_and_source_order(interpreter):
     assert checked.name == "axpy" and grid == (3, 1, 1) and kwargs == {}
     assert arguments[0] is x and arguments[1] is y  # arrays are modified in place
     assert arguments[2:] == [np.float32(2), np.int32(3), np.bool_(True)]
-    assert axpy.config == {} and axpy.timings == {}
+    assert axpy.config == {} and axpy.timings == {"no autotune parameters": "not timed: the only configuration that "
+                                                                             "serves the call"}
 
 
 def test_cpu_modes_take_the_first_configuration_or_the_forced_one(interpreter):

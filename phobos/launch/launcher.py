@@ -286,7 +286,8 @@ class KernelFunction:
 
     @property
     def timings(self) -> dict[str, float | str]:
-        """Per configuration of the last tuning: milliseconds, or why it was skipped (empty when untuned)."""
+        """Per configuration of the last launch's choice: milliseconds, or why it was skipped; when nothing was
+        timed, the configuration that ran and why it was not timed (empty before the first launch)."""
         last = self._kernel.last
         return dict(last.timings) if last is not None else {}
 
@@ -839,8 +840,9 @@ class _Kernel:
         Only configurations valid for the call's sizes are candidates; a choice is kept under the
         tuning key and the candidates it was chosen from, so it is never reused where it is not valid."""
         configs = self.serving(call.sizes, forced)
-        if len(configs) == 1 or not backend.tunes or not autotune_enabled():
-            return configs[0], {}
+        untimed = untimed_reason(configs, backend)
+        if untimed is not None:
+            return configs[0], {config_text(configs[0]): untimed}
         device, arch = backend.device(device_index), backend.arch(device_index)
         key, keying = tuning.key_for(self.rules, call.sizes)
         grid_key, persistent = self.grid_key(configs, call, spec)
@@ -851,8 +853,9 @@ class _Kernel:
             return choice.config, choice.timings
         configs = tuning.prune(configs, call.sizes)
         if len(configs) == 1:
-            self._choices[memory_key] = autotune.TuneResult(configs[0])
-            return configs[0], {}
+            self._choices[memory_key] = autotune.TuneResult(
+                configs[0], {config_text(configs[0]): "not timed: the only configuration the cost model kept"})
+            return self._choices[memory_key].config, self._choices[memory_key].timings
         disk_key = {"source": self.source_digest, "kernel": self.name, "key": key, "keying": keying,
                     "dtypes": {p.name: p.dtype.value for p in self.info.params}, "candidates": configs,
                     "grid": grid_key, "device": device.name, "arch": arch, "build": cache.phobos_build()}
@@ -862,7 +865,7 @@ class _Kernel:
         if choice is None:
             first = configs[0]
             if 0 in self.grid_for(first, None, call, spec):  # from the tile IR: the first may not compile
-                return first, {}  # nothing would run, so there is nothing to time
+                return first, {config_text(first): "not timed: the grid is empty, so nothing runs"}
             choice = self.tune(call, backend, configs, spec, device_index)
             if store is not None:
                 store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
@@ -907,6 +910,18 @@ class _Kernel:
                 future.cancel()
             for copy in (scratch or {}).values():
                 backend.free(copy)
+
+
+def untimed_reason(configs: list[Config], backend: Backend) -> str | None:
+    """Why a call runs the first of `configs` without timing them (what `.timings` then says), or None."""
+    if len(configs) == 1:
+        return "not timed: the only configuration that serves the call"
+    if not backend.tunes:
+        return (f"not timed: mode '{backend.name}' runs the first configuration that serves the call "
+                f"(only mode 'gpu' times them)")
+    if not autotune_enabled():
+        return "not timed: PHOBOS_AUTOTUNE=0 runs the first configuration that serves the call"
+    return None
 
 
 def completion_order(configs: list[Config], ahead: dict[tuple, Future]) -> Iterator[Config]:
