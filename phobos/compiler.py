@@ -225,7 +225,7 @@ class KernelInfo:
     def axes_used(self, config: dict[str, int]) -> frozenset[int]:
         checked = self.checked(config)
         return self._remember("axes", config, lambda: frozenset(
-            checked.const_of(call.args[0]) for call in _calls(self.kernel.body) if call.func in GRID_BUILTINS))
+            checked.const_of(call.args[0]) for call in ast.calls(self.kernel.body) if call.func in GRID_BUILTINS))
 
     def grid_hint(self, config: dict[str, int]) -> GridHint:
         """The grid hint from the tile IR, without compiling (CompiledKernel.grid_hint says the same)."""
@@ -258,17 +258,6 @@ def kernel_infos(src: str, filename: str) -> list[KernelInfo]:
         infos.append(KernelInfo(k.name, tuple(p for p in signature if p.kind != "size"),
                                 tuple(p.name for p in signature if p.kind == "size"), launch_rules(k), k))
     return infos
-
-
-def _calls(root: Any) -> list[ast.Call]:
-    """Every call in an AST subtree."""
-    found, pending = [], [root]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Call):
-            found.append(node)
-        pending.extend(child for child in ast.children(node) if hasattr(child, "__dataclass_fields__"))
-    return found
 
 
 def target(arch: str) -> Target:

@@ -13,7 +13,7 @@
 # the PTX line, the source location and the thread that faulted.
 from __future__ import annotations
 
-from ...errors import ExecutionError, Loc, Note
+from ...errors import ExecutionError, Loc, Note, RaceError
 
 
 class EmulatorError(ExecutionError):
@@ -42,11 +42,11 @@ class MisalignedAddress(EmulatorError):
     """An access whose address is not a multiple of its size (the GPU's 'misaligned address')."""
 
 
-class SharedMemoryRace(EmulatorError):
+class SharedMemoryRace(EmulatorError, RaceError):
     """Two threads of a CTA touch one shared byte between barriers, at least one writing."""
 
 
-class GlobalMemoryRace(EmulatorError):
+class GlobalMemoryRace(EmulatorError, RaceError):
     """Two threads touch one global byte with nothing ordering them, at least one writing: threads of
     one CTA with no barrier in between, or threads of different CTAs (which nothing orders)."""
 

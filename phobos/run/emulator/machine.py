@@ -46,9 +46,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -112,6 +114,7 @@ class LaunchConfig:
     tensor_cores: TensorCoreModel
     progress: Callable[[int], None]  # called with the steps of the batch so far, every PROGRESS_STEPS
     cluster: ClusterShape
+    output: Callable[[str], Any]  # where vprintf writes (standard output unless the launch names another)
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -525,7 +528,7 @@ class Kernel:
     def launch(self, grid, block, args, shared_bytes: int = 0, source_text: str | None = None, *,
                check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                max_threads: int = DEFAULT_MAX_THREADS, tensor_cores: str = "hopper",
-               cluster=None) -> LaunchStats:
+               cluster=None, output: Callable[[str], Any] | None = None) -> LaunchStats:
         """Run the kernel on `grid` x `block` threads; see `launch` for the arguments."""
         if tensor_cores not in TENSOR_CORE_MODELS:
             raise LaunchError(f"tensor_cores must be one of {', '.join(TENSOR_CORE_MODELS)}, got {tensor_cores!r}")
@@ -558,7 +561,7 @@ class Kernel:
         config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
                               TENSOR_CORE_MODELS[tensor_cores],
                               lambda batch_steps: progress.update(first, f"{steps + batch_steps} instruction steps"),
-                              clusters)
+                              clusters, output or sys.stdout.write)
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             for first in range(0, total, batch):
@@ -744,7 +747,8 @@ def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
     numeric model of mma/wgmma: "hopper", the default, or "ampere"; see
     numerics.TensorCoreModel), cluster (1 to 3 sizes: the thread-block
     cluster shape, as the launch attribute gives it; by default the kernel's
-    .reqnctapercluster, else clusters of one CTA).  A `.b8 [128]` parameter
+    .reqnctapercluster, else clusters of one CTA), output (what printf's lines
+    are written with; default sys.stdout.write).  A `.b8 [128]` parameter
     takes a phobos.run.tensor_map.TensorMap over a NumPy array.
     """
     return load_module(ptx_text, name).launch(kernel, grid, block, args, shared_bytes, source_text, **options)
