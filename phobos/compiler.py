@@ -7,7 +7,14 @@
 # `compile` runs the whole pipeline for one kernel and one configuration and
 # returns a CompiledKernel with everything a launcher needs; `compile_to_ptx`
 # is the short form; `compile_all` does every kernel and configuration of a
-# file (for ptxcheck and the autotuner).  `kernel_infos` is what launchers
+# file (for ptxcheck and the autotuner).  The targets' limits are here too
+# (`Target`): shared memory and threads per CTA, which a configuration past
+# them cannot have (compile_kernel raises a ResourceError at what needs
+# them), and registers, which ptxas spills rather than refuse:
+# `register_excess` says, from the compiler's estimate, when no allocation
+# can fit (the autotuner skips such configurations, `check_resources` makes
+# it the ResourceError that `phobos check` and the CPU modes report, and
+# `fitting` runs the whole check per configuration).  `kernel_infos` is what launchers
 # start from: one KernelInfo per kernel of a checked source (its parameters,
 # size names and autotune space; per configuration the checked kernel, the grid
 # axes it reads and the grid hint of its stores), so that no launcher walks
@@ -44,6 +51,14 @@ from .frontend.launch_rules import LaunchRules, Rejection, next_pow2, sizes_text
 from .frontend.sema import CheckedKernel, check_kernel, check_program, configurations, launch_rules, resolve_config
 
 
+#: The most registers one thread can have (every NVIDIA GPU since sm_35).
+MAX_REGISTERS_PER_THREAD = 255
+
+#: How far the compiler's register estimate may exceed a limit before a kernel is taken not to fit at all
+#: (ptxas is not even asked): measured estimates ran up to 1.6 times ptxas's counts.
+ESTIMATE_SLACK = 2
+
+
 @dataclass(frozen=True)
 class Target:
     arch: str
@@ -51,6 +66,8 @@ class Target:
     cp_async: bool
     tensor_cores: bool  # mma.sync of bf16, f16 and tf32 (m16n8k16, m16n8k8)
     wgmma: bool = False  # wgmma.mma_async (sm_90a)
+    max_threads: int = 1024  # per CTA
+    registers_per_cta: int = 64 * 1024  # the register file one CTA may use (32-bit registers)
 
     def shared_limit(self, ctas_per_sm: int | None) -> int:
         """The most shared memory one CTA may have when `ctas_per_sm` of them must fit on an SM at once.
@@ -78,6 +95,10 @@ class Target:
     def arch_specific(self) -> bool:
         """sm_90a and the like: code for exactly that GPU generation, not for later ones."""
         return self.arch.endswith("a")
+
+    def register_excess(self, kernel: CompiledKernel) -> str | None:
+        """Why `kernel` cannot have the registers it needs on this target (`register_excess`), or None."""
+        return register_excess(kernel.registers_estimate, kernel.threads, self.registers_per_cta)
 
     def takes(self, ptx_target: str) -> bool:
         """Whether ptxas assembles for this target PTX whose `.target` is `ptx_target`: PTX of an
@@ -260,6 +281,36 @@ def kernel_infos(src: str, filename: str) -> list[KernelInfo]:
     return infos
 
 
+def register_excess(estimate: int, threads: int, registers_per_block: int) -> str | None:
+    """Why a kernel of `threads` threads that the compiler estimates at `estimate` registers per thread cannot
+    get them - more than ESTIMATE_SLACK times what each thread may have of `registers_per_block` (and at most
+    MAX_REGISTERS_PER_THREAD) - or None.  Below that ptxas decides, and may spill."""
+    limit = min(registers_per_block // threads, MAX_REGISTERS_PER_THREAD)
+    if estimate <= ESTIMATE_SLACK * limit:
+        return None
+    whose = (f"{limit} a thread can have" if limit == MAX_REGISTERS_PER_THREAD
+             else f"{limit} each of {threads} threads may use")
+    return f"the compiler estimates {estimate} registers per thread, more than {ESTIMATE_SLACK} times the {whose}"
+
+
+def check_resources(kernel: CompiledKernel, loc: Loc) -> None:
+    """ResourceError, located at `loc` (the kernel), when `kernel` cannot get the registers it needs on its
+    target; compile_kernel has already refused what exceeds the shared memory and threads of a CTA."""
+    excess = target(kernel.arch).register_excess(kernel)
+    if excess is not None:
+        raise ResourceError(f"{excess}: use smaller tiles, or more WARPS to share them", loc,
+                            [Note(f"in configuration {kernel.config_text} of kernel '{kernel.kernel_name}' "
+                                  f"for {kernel.arch}")])
+
+
+def fitting(k: ast.Kernel, config: dict[str, int], arch: str, **options: Any) -> CompiledKernel:
+    """`k` compiled for `config` on `arch`, checked against every limit of the target (check_resources): a
+    ResourceError where it does not fit."""
+    compiled = compile_kernel(k, arch=arch, config=config, **options)
+    check_resources(compiled, k.loc)
+    return compiled
+
+
 def target(arch: str) -> Target:
     t = TARGETS.get(arch)
     if t is None:
@@ -340,6 +391,13 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     lap("irgen+tile passes")
     thread = lower(func, tgt.shared_limit(ck.knobs.ctas_per_sm), tgt.cp_async, index_bits, read_only_cache,
                    tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma)
+    threads = thread.attrs["threads"]
+    if threads > tgt.max_threads:
+        warps = ck.knobs.warps
+        why = f" ({warps} warps and {threads - 32 * warps} threads more for its TMA copies)" \
+            if warps and threads > 32 * warps else ""
+        raise ResourceError(f"this kernel needs {threads} threads per CTA{why}; a CTA has at most "
+                            f"{tgt.max_threads}: use fewer WARPS", k.loc)
     expand_math(thread)
     if dumps is not None and (dumps.schedule or dumps.ir):
         dumps.texts += [f"// {text}" if i == 0 else text
@@ -447,6 +505,26 @@ def compile_all(src: str, *, arch: str = "sm_90", filename: str = "<source>") ->
             out.append(err)
         progress.update(len(out))
     progress.finish(f"{len(out)} configurations compiled")
+    return out
+
+
+def unfit_configurations(program: ast.Program, arch: str) -> dict[str, tuple[int, list[tuple[str, ResourceError]]]]:
+    """Per kernel of a checked program: how many configurations it has (at sample sizes), and each that does
+    not fit `arch` (`fitting`: every one is compiled), as its text and ResourceError.  A long run logs
+    progress lines."""
+    jobs = [(k, config) for k in program.kernels for config in configurations(k)]
+    progress = Progress(logger, f"checking the resources of {program.loc.file} for {arch}", len(jobs),
+                        "configurations")
+    out: dict[str, tuple[int, list[tuple[str, ResourceError]]]] = {k.name: (0, []) for k in program.kernels}
+    for done, (k, config) in enumerate(jobs, start=1):
+        count, unfit = out[k.name]
+        try:
+            fitting(k, config, arch)
+        except ResourceError as error:
+            unfit.append((config_text(config), error))
+        out[k.name] = (count + 1, unfit)
+        progress.update(done)
+    progress.finish(f"{len(jobs)} configurations compiled")
     return out
 
 

@@ -90,10 +90,10 @@ class PhobosError(Exception):
         shows after the class name, which already says it is an error."""
         return self._text(None)
 
-    def diagnostic(self) -> str:
+    def diagnostic(self, kind: str | None = None) -> str:
         """The compiler's form, `file:line:col: error: message` (and `note:` lines), as the command line prints
-        it."""
-        return self._text(self.kind)
+        it; `kind` "warning" prints it as a warning."""
+        return self._text(kind or self.kind)
 
     def _text(self, kind: str | None) -> str:
         parts = [_format_one(kind, self.message, self.loc)]

@@ -492,7 +492,7 @@ def test_cpu_backends_do_not_tune(monkeypatch):
     call_add(add)
     assert add.config == {"BLOCK": 128} and len(interpreter.calls) == 1
     assert add.timings == {"BLOCK=128": "not timed: mode 'interpret' runs the first configuration that serves the "
-                                        "call (only mode 'gpu' times them)"}
+                                        "call and fits sm_90 (only mode 'gpu' times them)"}
 
 
 def test_scratch_copies_are_freed_when_timing_fails():

@@ -10,6 +10,7 @@
 # the source line, a caret) and what `python -m phobos check` prints.
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -1021,9 +1022,10 @@ def test_notes_print_like_errors():
 
 
 # ---------------------------------------------------------------- command line
-def run_check(*paths) -> subprocess.CompletedProcess:
+def run_check(*paths, timeout=60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "phobos", "check", *map(str, paths)],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PHOBOS_LOG": "warning"})
 
 
 def test_check_prints_every_error_of_a_file(tmp_path):
@@ -1048,11 +1050,47 @@ def test_check_prints_every_error_of_a_file(tmp_path):
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_check_says_ok_for_the_examples():
-    result = run_check(*(p.relative_to(REPO) for p in EXAMPLES))
+    """Every configuration of every example is compiled for sm_90 (about half a minute): 8 of attention_bf16's
+    need more shared memory than sm_90 has, which the autotuner skips, and check warns of."""
+    result = run_check(*(p.relative_to(REPO) for p in EXAMPLES), timeout=600)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{p.relative_to(REPO)}: ok" for p in EXAMPLES]
-    assert result.stderr == ""
+    assert [line for line in result.stderr.splitlines() if "warning:" in line] == [
+        "examples/attention_bf16.phobos:25:5: warning: 8 of the 40 configurations of kernel 'attention' do not "
+        "fit sm_90"]
+    assert "error:" not in result.stderr
+
+
+def test_check_reports_the_configurations_that_do_not_fit_the_target(tmp_path):
+    """A kernel needing 2105344 bytes of shared memory in one configuration was `ok`; a kernel none of whose
+    configurations fits is an error, one some of whose do not a warning (the autotuner skips those)."""
+    path = tmp_path / "huge.phobos"
+    kernel = textwrap.dedent("""\
+        @autotune(TILE in [{tiles}])
+        kernel big(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {{
+            let a = A[0 :+ TILE, 0 :+ TILE]
+            C[0 :+ TILE, 0 :+ TILE] = dot(a, B[0 :+ TILE, 0 :+ TILE])
+        }}
+        """)
+    path.write_text(kernel.format(tiles="512"))
+    result = run_check(path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines()[0] == (f"{path}:4:31: error: this needs 2105344 bytes of shared memory; the "
+                                             f"target allows 232448 per CTA (use smaller tiles)")
+    assert "note: in configuration TILE=512 of kernel 'big' for sm_90" in result.stderr
+    path.write_text(kernel.format(tiles="64, 512"))
+    result = run_check(path)
+    assert result.returncode == 0 and result.stdout == f"{path}: ok\n"
+    assert result.stderr.splitlines()[0].startswith(f"{path}:4:31: warning: this needs 2105344 bytes")
+    assert result.stderr.splitlines()[-1] == "note: the autotuner skips it; 1 of the 2 fit"
+    path.write_text(kernel.format(tiles="256, 512"))
+    result = run_check(path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == (f"{path}:4:31: error: none of the 2 configurations of kernel 'big' "
+                                             f"fits sm_90")
+    assert "note: TILE=256: this needs" in result.stderr and "note: TILE=512: this needs" in result.stderr
 
 
 def test_check_reports_a_syntax_error_and_goes_on_to_the_next_file(tmp_path):

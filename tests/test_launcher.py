@@ -784,3 +784,51 @@ kernel fill(x: tensor<f32>[N]) {
         phobos.kernel(src, mode=FakeGpu(), filename="fill.phobos")(DeviceArray((2**31 + 5,)))
     assert error.value.loc.line == 4 and error.value.message.startswith(
         "fill: the kernel reads the size N as an i32, and N = 2147483653 does not fit (the i32 holds -2147483643)")
+
+# --- the target's limits in the CPU modes: what the GPU would refuse is refused on the CPU too
+BIG_TILES = """
+@autotune(TILE in [{tiles}])
+kernel big(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {{
+    let a = A[0 :+ TILE, 0 :+ TILE]
+    C[0 :+ TILE, 0 :+ TILE] = dot(a, B[0 :+ TILE, 0 :+ TILE])
+}}
+"""
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_a_configuration_past_the_targets_shared_memory_is_refused_on_the_cpu(mode):
+    """The interpreter ran a kernel needing 2105344 bytes of shared memory (sm_90 allows 232448) silently."""
+    big = phobos.jit(BIG_TILES.format(tiles="512"), filename="big.phobos", mode=mode).big
+    A = np.ones((64, 64), np.float32)
+    with pytest.raises(phobos.ResourceError) as info:
+        big(A, A, np.zeros((64, 64), np.float32))
+    assert str(info.value).startswith("big.phobos:5:31: this needs 2105344 bytes of shared memory; the target "
+                                      "allows 232448 per CTA")
+    assert info.value.notes[0].message == "in configuration TILE=512 of kernel 'big' for sm_90"
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_the_cpu_modes_skip_configurations_that_do_not_fit_as_the_autotuner_does(mode):
+    big = phobos.jit(BIG_TILES.format(tiles="512, 16"), filename="big.phobos", mode=mode).big
+    A, C = np.ones((16, 16), np.float32), np.zeros((16, 16), np.float32)
+    big(A, A, C)
+    assert (C == 16).all() and big.config == {"TILE": 16}
+    assert big.timings["TILE=512"].startswith("this needs 2105344 bytes of shared memory")
+    assert big.timings["TILE=16"] == (f"not timed: mode '{mode}' runs the first configuration that serves the call "
+                                      f"and fits sm_90 (only mode 'gpu' times them)")
+
+
+def test_more_registers_than_the_target_has_is_refused_on_the_cpu():
+    src = """
+    @autotune(WARPS in [32])
+    kernel k(x: tensor<f32>[N], y: tensor<f32>[N]) {
+        let a = x[0 :+ 131072]
+        let b = y[0 :+ 131072]
+        y[0 :+ 131072] = a * b + exp(a) * b
+    }"""
+    k = phobos.kernel(src, filename="regs.phobos", mode="interpret")
+    with pytest.raises(phobos.ResourceError) as info:
+        k(np.ones(8, np.float32), np.ones(8, np.float32))
+    assert info.value.loc.line == 3  # the kernel
+    assert info.value.message.startswith("the compiler estimates ")
+    assert "registers per thread, more than 2 times the 64 each of 1024 threads may use" in info.value.message

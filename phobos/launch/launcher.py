@@ -65,10 +65,11 @@ from ..run.tensor_map import describable
 from .. import toolchain
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind, call_device, overlapping_tensors
-from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos,
-                        sizes_text, target, term_text)
+from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, check_resources,
+                        compile_kernel, kernel_infos, sizes_text, target, term_text)
 from ..configuration import config_text, KNOBS
-from ..errors import LaunchError, PhobosError, PtxasTimeout, SourceFile, ToolchainError, at_call_site, raised_at_call_site
+from ..errors import (LaunchError, Note, PhobosError, PtxasTimeout, ResourceError, SourceFile, ToolchainError,
+                      at_call_site, raised_at_call_site)
 from ..ptxcheck import Report
 from ..ptxcheck import assemble as ptxas_assemble
 
@@ -840,7 +841,9 @@ class _Kernel:
         Only configurations valid for the call's sizes are candidates; a choice is kept under the
         tuning key and the candidates it was chosen from, so it is never reused where it is not valid."""
         configs = self.serving(call.sizes, forced)
-        untimed = untimed_reason(configs, backend)
+        if not backend.tunes:
+            return self.first_fitting(configs, call, backend)
+        untimed = untimed_reason(configs)
         if untimed is not None:
             return configs[0], {config_text(configs[0]): untimed}
         device, arch = backend.device(device_index), backend.arch(device_index)
@@ -871,6 +874,34 @@ class _Kernel:
                 store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
         self._choices[memory_key] = choice
         return choice.config, choice.timings
+
+    def first_fitting(self, configs: list[Config], call: BoundCall,
+                      backend: Backend) -> tuple[Config, dict[str, float | str]]:
+        """On the CPU: the first of `configs` that fits the target the backend compiles for (compile_kernel and
+        check_resources), as the GPU's autotuner skips those that do not, and the timings that say so; when
+        none fits, the first one's ResourceError, noting the others'."""
+        arch = backend.arch()
+        options = code_options(call, backend, arch)
+        timings: dict[str, float | str] = {}
+        errors: list[ResourceError] = []
+        for config in configs:
+            try:
+                check_resources(self.compiled(config, arch, options), self.info.kernel.loc)
+            except ResourceError as error:
+                timings[config_text(config)] = error.message
+                errors.append(error)
+                continue
+            except PhobosError:
+                if backend.compiles:
+                    raise
+                # the back end cannot compile it (yet): the interpreter runs it all the same, unchecked
+            timings[config_text(config)] = untimed_reason(configs) or (
+                f"not timed: mode '{backend.name}' runs the first configuration that serves the call and fits "
+                f"{arch} (only mode 'gpu' times them)")
+            return config, timings
+        first = errors[0]
+        first.notes += [Note(f"nor does configuration {text}: {reason}") for text, reason in list(timings.items())[1:]]
+        raise first
 
     def tune(self, call: BoundCall, backend: Backend, configs: list[Config], spec: GridSpec,
              device_index: int = 0) -> autotune.TuneResult:
@@ -912,13 +943,11 @@ class _Kernel:
                 backend.free(copy)
 
 
-def untimed_reason(configs: list[Config], backend: Backend) -> str | None:
-    """Why a call runs the first of `configs` without timing them (what `.timings` then says), or None."""
+def untimed_reason(configs: list[Config]) -> str | None:
+    """Why a call on the GPU runs the first of `configs` without timing them (what `.timings` then says), or
+    None."""
     if len(configs) == 1:
         return "not timed: the only configuration that serves the call"
-    if not backend.tunes:
-        return (f"not timed: mode '{backend.name}' runs the first configuration that serves the call "
-                f"(only mode 'gpu' times them)")
     if not autotune_enabled():
         return "not timed: PHOBOS_AUTOTUNE=0 runs the first configuration that serves the call"
     return None
