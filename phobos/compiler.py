@@ -38,15 +38,9 @@ from .errors import (ErrorList, InternalError, Loc, Note, PhobosError, ResourceE
 from .middle.ir import KernelParam, Op, format_function, verify, walk
 from .middle.index_reach import IndexReach, index_reach
 from .middle.irgen import generate, kernel_signature
-from .lower.driver import lower
-from .lower.pipeline import entry_registers
 from .lower.schedule import REGISTER_FILE
-from .lower.mathlib import expand_math
 from .frontend.parser import parse_source, pick_kernel
 from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
-from .ptx.emit import Kernel, emit_module
-from .ptx.isel import entry_params, select
-from .ptx.regalloc import allocate, number_in_order
 from .frontend.launch_rules import LaunchRules, Rejection, next_pow2, sizes_text, term_text  # noqa: F401 (for launchers)
 from .frontend.sema import CheckedKernel, check_kernel, check_program, configurations, launch_rules, resolve_config
 
@@ -67,7 +61,7 @@ class Target:
     tensor_cores: bool  # mma.sync of bf16, f16 and tf32 (m16n8k16, m16n8k8)
     wgmma: bool = False  # wgmma.mma_async (sm_90a)
     max_threads: int = 1024  # per CTA
-    registers_per_cta: int = 64 * 1024  # the register file one CTA may use (32-bit registers)
+    registers_per_cta: int = REGISTER_FILE  # the register file one CTA may use (32-bit registers)
 
     def shared_limit(self, ctas_per_sm: int | None) -> int:
         """The most shared memory one CTA may have when `ctas_per_sm` of them must fit on an SM at once.
@@ -195,6 +189,7 @@ class CompiledKernel:
         exceeds: more CTAs would wait for the first to end.  Correctness never depends on the count."""
         if not self.persistent:
             return grid
+        from .lower.pipeline import entry_registers  # the back end, imported where used (see _pipeline)
         target = TARGETS[self.arch]
         per_sm = min(target.shared_per_multiprocessor // (self.shared_bytes + target.reserved_per_cta),
                      THREADS_PER_MULTIPROCESSOR // self.threads,
@@ -367,6 +362,11 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
 
 def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool,
               allocate_registers: bool, index_bits: int, read_only_cache: bool, tma: bool) -> CompiledKernel:
+    from .lower.driver import lower  # the back end: imported by the first compile (launchers that find their
+    from .lower.mathlib import expand_math  # kernels in the disk cache never need it)
+    from .ptx.emit import Kernel, emit_module
+    from .ptx.isel import entry_params, select
+    from .ptx.regalloc import allocate, number_in_order
     times: dict[str, float] = {}
     clock = time.perf_counter()
 

@@ -954,3 +954,20 @@ def test_a_scatter_race_names_the_element():
     with pytest.raises(RaceError, match=r"program \(1, 0, 0\) stores 10 at element \(5\), where program "
                                         r"\(0, 0, 0\) stored 0"):
         launch(scatter, 2, y, where)
+
+
+def test_the_quick_start_loads_neither_ml_dtypes_nor_the_emulator():
+    """Importing the interpreter imported ml_dtypes (0.57 s of a 0.87 s quick start) and the emulator."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = ("import sys, numpy as np, phobos\n"
+              "mod = phobos.load('examples/sgemm.phobos', mode='interpret')\n"
+              "A, B, C = (np.ones(s, np.float32) for s in ((40, 30), (30, 70), (40, 70)))\n"
+              "mod.sgemm(A, B, C, alpha=1.0, beta=0.0)\n"
+              "assert (C == 30).all()\n"
+              "print(sorted(m for m in ('ml_dtypes', 'phobos.run.emulator') if m in sys.modules))\n")
+    root = Path(__file__).parent.parent
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -583,6 +583,8 @@ def test_the_emulator_gets_the_ptx_and_ptx_order(emulator):
     axpy(x, y, 2, 3, True)
     ((ptx, name, grid, block, arguments), kwargs), = emulator.calls
     assert ptx == axpy.ptx and ".entry axpy" in ptx
+    output = kwargs.pop("output")  # printf's lines go through the reader of device_assert's failures
+    assert output.__self__.asserts == {} and output.__name__ == "write"
     assert (name, grid, block, kwargs) == ("axpy", (3, 1, 1), (32, 1, 1), {"shared_bytes": 0})
     assert arguments[0] is x and arguments[1] is y and arguments[2:] == [np.float32(2), np.int32(3), 1, 300]
 

@@ -303,10 +303,12 @@ _instances: dict[str, Backend] = {}
 
 #: Names the mode of `mode=None`; unset: the GPU if there is one, else the CPU's default mode.
 MODE_VARIABLE = "PHOBOS_MODE"
-#: The mode `mode=None` runs in on a machine without a GPU.  The interpreter
-#: runs the quick start's sgemm in about half a second where the emulator,
-#: executing and checking every PTX instruction of every thread, takes more
-#: than ten; the emulator is there on request, for checking generated code.
+#: The mode `mode=None` runs in on a machine without a GPU.  The quick start's
+#: sgemm, as a whole script, takes about a second of CPU time in the
+#: interpreter where the emulator, executing and checking every PTX
+#: instruction of every thread, takes more than fifteen
+#: (benchmarks/bench_quickstart_cpu.py); the emulator is there on request,
+#: for checking generated code.
 CPU_DEFAULT_MODE = "interpret"
 
 logger = logging.getLogger(__name__)

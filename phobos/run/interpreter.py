@@ -27,8 +27,9 @@
 #               tensor's dtype (round to nearest even; integers wrap).
 #               atomic_add adds into the elements inside the tensor (f32
 #               flushing subnormals, as the GPU's atom.add.f32 does).
-#   bf16        tensors are numpy arrays of `ml_dtypes.bfloat16` when ml_dtypes
-#               is installed, or uint16 arrays holding the bit patterns.
+#   bf16        tensors are numpy arrays of `ml_dtypes.bfloat16` (ml_dtypes is
+#               not imported here: such arrays come with it), or uint16 arrays
+#               holding the bit patterns.
 #   dot         computed exactly in float64 and rounded once to f32; `x + dot(a,
 #               b)` of equal types (so `acc += dot(a, b)`) is fused as the
 #               back end's fuse-dot pass fuses it: x + a @ b rounded once.  The
@@ -105,12 +106,7 @@ from ..frontend.parser import parse_source, pick_kernel
 from ..errors import DeviceAssertError, ExecutionError, LaunchError, Loc, Note, PhobosError, RaceError, SourceFile
 from ..frontend.sema import CheckedKernel, Inlined, Symbol, check_kernel
 from ..types import VALUE_DTYPES, DType, ScalarType, TensorType, TileType, TupleType, shape_of
-from .emulator import numerics
 
-try:
-    from ml_dtypes import bfloat16 as _ML_BFLOAT16
-except ImportError:  # bf16 tensors are then uint16 arrays of bit patterns
-    _ML_BFLOAT16 = None
 
 Fn = Callable[[list], object]  # a compiled expression or statement: frame -> value
 
@@ -360,10 +356,12 @@ def _tensor_codec(name: str, dtype: DType, array: np.ndarray) -> _Tensor:
     return _Tensor(name, array, lambda x: x.astype(compute), lambda x: x.astype(storage))
 
 
-def _accepted_dtypes(dtype: DType) -> list[np.dtype]:
+def _accepted_dtypes(dtype: DType) -> list[str]:
+    """The names of the numpy element types a tensor of `dtype` may have: bf16 is ml_dtypes' bfloat16 or
+    the bits as uint16 (by name, so that ml_dtypes is imported only by those who make such arrays)."""
     if dtype is DType.BF16:
-        return [np.dtype(np.uint16)] + ([np.dtype(_ML_BFLOAT16)] if _ML_BFLOAT16 is not None else [])
-    return [np.dtype(NP[dtype])]
+        return ["uint16", "bfloat16"]
+    return [np.dtype(NP[dtype]).name]
 
 
 def _clip(shape: tuple[int, ...], starts: list[int], sizes: tuple[int | None, ...]):
@@ -913,6 +911,7 @@ class _Compiler:
     def call_fma(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         a, b, c = (self.expr(x, dtype) for x in e.args)
+        numerics = _numerics()
         fma = numerics.fma_f32 if dtype is DType.F32 else numerics.fma_f64
         return lambda f: np.asarray(fma(a(f), b(f), c(f), "rn"), NP[dtype])[()]
 
@@ -1092,6 +1091,13 @@ class _Compiler:
         return run
 
 
+def _numerics():
+    """The emulator's exact arithmetic (fma's single rounding, atom.add.f32's flushing), imported - with the
+    emulator's package - only where a kernel uses it."""
+    from .emulator import numerics
+    return numerics
+
+
 def _float_order(dtype: DType):
     """The key by which the GPU's atomic float max/min order values: signed-integer order of the
     bits for a clear sign bit, reversed magnitude for a set one (-0 < +0; NaNs beyond the infinities)."""
@@ -1117,7 +1123,7 @@ def _same_bits(dtype: DType):
 
 
 _ATOMIC_UPDATES = {
-    "add": lambda dtype: numerics.atomic_add if dtype.is_float else (lambda old, x: old + x),
+    "add": lambda dtype: _numerics().atomic_add if dtype.is_float else (lambda old, x: old + x),
     "max": _atomic_extreme(max),
     "min": _atomic_extreme(min),
     "and": lambda dtype: lambda old, x: old & x,
@@ -1331,7 +1337,7 @@ def _tensor_arg(sym: Symbol, arg, written: bool) -> _Tensor:
     if arg.ndim != t.rank:
         raise LaunchError(f"argument '{sym.name}' must have {t.rank} dimension{'s' if t.rank != 1 else ''} "
                           f"({t}), got an array of shape {arg.shape}", sym.loc)
-    if arg.dtype not in accepted:
+    if arg.dtype.name not in accepted:
         raise LaunchError(f"argument '{sym.name}' must be an array of {want} ({t}), got {arg.dtype}", sym.loc)
     if not arg.flags.c_contiguous:
         raise LaunchError(f"argument '{sym.name}' must be C-contiguous (row-major); pass "
