@@ -1,8 +1,9 @@
 # docs/tutorial.md stays true: its Python blocks run, in order and in one namespace, on the CPU
 # (PHOBOS_MODE=interpret; blocks that name mode="emulate" run the PTX in the emulator), and each
-# prints what the `output` block after it shows; its `console` blocks run their `$` commands from
-# the repository root and print what follows them.  A line `...` in an expected output stands
-# for any number of lines.
+# prints what the `output` block after it shows; its `console` blocks run their `$` commands and
+# print what follows them.  Both run in a directory of their own, where `examples/` is the
+# repository's (the files the tutorial writes land there).  A line `...` in an expected output
+# stands for any number of lines, a line ending in ` ...` for any line that starts as it does.
 from __future__ import annotations
 
 import contextlib
@@ -26,14 +27,16 @@ def blocks() -> list[tuple[str, str]]:
 
 
 def matches(expected: str, actual: str) -> bool:
-    """Whether `actual` is `expected` line for line, a line `...` in `expected` standing for any lines."""
-    pattern = "".join(r"(?:.*\n)*?" if line == "..." else re.escape(line) + r"\n"
-                      for line in expected.splitlines())
+    """Whether `actual` is `expected` line for line, a line `...` in `expected` standing for any lines and a
+    line ending in ` ...` for any line that starts as it does."""
+    pattern = "".join(r"(?:.*\n)*?" if line == "..." else re.escape(line[:-3]) + r".*\n" if line.endswith(" ...")
+                      else re.escape(line) + r"\n" for line in expected.splitlines())
     return re.fullmatch(pattern, actual if actual.endswith("\n") or not actual else actual + "\n") is not None
 
 
 def test_matching_of_outputs():
     assert matches("a\n...\nd\n", "a\nb\nc\nd\n") and matches("a\n...\n", "a\n") and not matches("a\nd\n", "a\nb\nd\n")
+    assert matches("a: the ...\n", "a: the rest\n") and not matches("a: the ...\n", "b: the rest\n")
 
 
 def test_the_tutorial_pairs_each_output_with_code():
@@ -47,7 +50,8 @@ def test_the_tutorial_pairs_each_output_with_code():
 def test_the_tutorial_runs_on_the_cpu_as_shown(monkeypatch, tmp_path):
     monkeypatch.setenv("PHOBOS_MODE", "interpret")
     monkeypatch.setenv("PHOBOS_LOG", "warning")  # progress lines of the emulator's longer runs
-    monkeypatch.chdir(ROOT)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__tutorial__"}
     printed = None
     for number, (kind, text) in enumerate(blocks()):
@@ -70,7 +74,7 @@ def run_console(text: str, number: int, tmp_path: Path) -> None:
     for step in steps:
         command, _, expected = step.partition("\n")
         command = re.sub(r"^python3? ", f"{sys.executable} ", command)
-        done = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True, env=environment,
+        done = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True, env=environment,
                               timeout=300)
         assert matches(expected, done.stdout + done.stderr), \
             f"block {number}: `{command}` shows:\n{expected}\nit printed:\n{done.stdout + done.stderr}"
