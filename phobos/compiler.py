@@ -8,9 +8,11 @@
 # returns a CompiledKernel with everything a launcher needs; `compile_to_ptx`
 # is the short form; `compile_all` does every kernel and configuration of a
 # file (for ptxcheck and the autotuner).  The targets' limits are here too
-# (`Target`): shared memory and threads per CTA, which a configuration past
-# them cannot have (compile_kernel raises a ResourceError at what needs
-# them), and registers, which ptxas spills rather than refuse:
+# (`Target`): shared memory per CTA, which a configuration past it cannot
+# have (compile_kernel raises a ResourceError at what needs it; threads per
+# CTA are bounded by WARPS, which the checker keeps to 32, and lowering adds
+# a producer warpgroup only where it fits), and registers, which ptxas
+# spills rather than refuse:
 # `register_excess` says, from the compiler's estimate, when no allocation
 # can fit (the autotuner skips such configurations, `check_resources` makes
 # it the ResourceError that `phobos check` and the CPU modes report, and
@@ -60,7 +62,6 @@ class Target:
     cp_async: bool
     tensor_cores: bool  # mma.sync of bf16, f16 and tf32 (m16n8k16, m16n8k8)
     wgmma: bool = False  # wgmma.mma_async (sm_90a)
-    max_threads: int = 1024  # per CTA
     registers_per_cta: int = REGISTER_FILE  # the register file one CTA may use (32-bit registers)
 
     def shared_limit(self, ctas_per_sm: int | None) -> int:
@@ -290,7 +291,7 @@ def register_excess(estimate: int, threads: int, registers_per_block: int) -> st
 
 def check_resources(kernel: CompiledKernel, loc: Loc) -> None:
     """ResourceError, located at `loc` (the kernel), when `kernel` cannot get the registers it needs on its
-    target; compile_kernel has already refused what exceeds the shared memory and threads of a CTA."""
+    target; compile_kernel has already refused what exceeds the shared memory of a CTA."""
     excess = target(kernel.arch).register_excess(kernel)
     if excess is not None:
         raise ResourceError(f"{excess}: use smaller tiles, or more WARPS to share them", loc,
@@ -391,13 +392,6 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     lap("irgen+tile passes")
     thread = lower(func, tgt.shared_limit(ck.knobs.ctas_per_sm), tgt.cp_async, index_bits, read_only_cache,
                    tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma)
-    threads = thread.attrs["threads"]
-    if threads > tgt.max_threads:
-        warps = ck.knobs.warps
-        why = f" ({warps} warps and {threads - 32 * warps} threads more for its TMA copies)" \
-            if warps and threads > 32 * warps else ""
-        raise ResourceError(f"this kernel needs {threads} threads per CTA{why}; a CTA has at most "
-                            f"{tgt.max_threads}: use fewer WARPS", k.loc)
     expand_math(thread)
     if dumps is not None and (dumps.schedule or dumps.ir):
         dumps.texts += [f"// {text}" if i == 0 else text
