@@ -48,6 +48,8 @@ def test_the_tutorial_pairs_each_output_with_code():
 
 @pytest.mark.slow
 def test_the_tutorial_runs_on_the_cpu_as_shown(monkeypatch, tmp_path):
+    pytest.importorskip("ml_dtypes", reason="the tutorial makes bfloat16 arrays with ml_dtypes: pip install "
+                                            "'phobos-tile[test]'")
     monkeypatch.setenv("PHOBOS_MODE", "interpret")
     monkeypatch.setenv("PHOBOS_LOG", "warning")  # progress lines of the emulator's longer runs
     (tmp_path / "examples").symlink_to(ROOT / "examples")
