@@ -68,5 +68,5 @@ def run(main) -> None:
     try:
         sys.exit(main())
     except phobos.PhobosError as error:
-        print(f"{sys.argv[0]}: {error}", file=sys.stderr)
+        print(f"{sys.argv[0]}: {error.diagnostic()}", file=sys.stderr)
         sys.exit(1)

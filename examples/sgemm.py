@@ -37,7 +37,7 @@ def main() -> int:
     sgemm(A, B, C, alpha=ALPHA, beta=BETA)
     first_call = time.perf_counter() - start
     tried = sum(isinstance(t, float) for t in sgemm.timings.values())
-    tuning = f", {tried} of {len(sgemm.timings)} configurations timed" if sgemm.timings else ""
+    tuning = f", {tried} of {len(sgemm.timings)} configurations timed" if tried else ""
     print(f"sgemm: M, K, N = {M}, {K}, {N}, mode = {mode}, configuration {sgemm.config}{tuning}; "
           f"first call {first_call:.2f} s")
     ok = report("C - (alpha A B + beta C)", C, expected, rtol=1e-4, atol=2e-5 * K)

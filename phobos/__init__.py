@@ -4,14 +4,17 @@
 # stage (see docs/architecture.md for the pipeline).  Importing phobos loads
 # only this file, the errors, the version and the log set-up: the compiler and the launcher are imported
 # the first time one of their names is used, and PyCUDA only when a kernel
-# runs on the GPU.  The logger "phobos" is set up here (phobos.log), so that
+# runs on the GPU.  Every error class a user can meet is exported here
+# (`except phobos.LaunchError:`); README.md, "Errors", lists them.  The logger "phobos" is set up here (phobos.log), so that
 # every notice finds it ready.
 #
 # `__version__` is written in phobos/version.py.
 import importlib
 
 from . import log
-from .errors import PhobosError
+from .errors import (DeviceAssertError, ErrorList, ExecutionError, InternalError, LaunchError, LexError, ParseError,
+                     PhobosError, PtxasError, PtxasTimeout, RaceError, ResourceError, SemanticError, ToolchainError,
+                     UnsupportedError)
 from .version import __version__
 
 log.configure()
@@ -26,7 +29,12 @@ _LAZY_EXPORTS = {
     "compile_to_ptx": "compiler",
 }
 
-__all__ = ["PhobosError", "__version__", *_LAZY_EXPORTS]
+#: The error classes, from the base of them all to the most specific (README.md, "Errors").
+ERRORS = ["PhobosError", "LexError", "ParseError", "SemanticError", "UnsupportedError", "ResourceError",
+          "LaunchError", "ExecutionError", "RaceError", "DeviceAssertError", "ToolchainError", "PtxasTimeout",
+          "PtxasError", "ErrorList", "InternalError"]
+
+__all__ = [*ERRORS, "__version__", *_LAZY_EXPORTS]
 
 
 def __getattr__(name: str):

@@ -1,6 +1,7 @@
 # The command line: `python -m phobos check|compile|cache ...` (also installed as `phobos`).
 #
-#   check FILE...                       every error of every kernel and configuration
+#   check FILE... [--arch sm_90]        every error of every kernel and configuration, and the configurations
+#                                       that do not fit the target (shared memory, threads, registers)
 #   compile FILE [-D NAME=VALUE]... [--kernel K] [--arch sm_90] [--index-bits 64] [--no-read-only-cache]
 #           [--tma] [-o out.ptx]
 #           [--dump-ast | --dump-ir | --dump-thread-ir | --dump-schedule | --dump-after=PASS]
@@ -23,8 +24,9 @@ import stat
 import sys
 
 from . import cli
-from .compiler import INDEX_WIDTHS, PASS_NAMES, TARGETS, Dumps, compile_kernel, parse_source, pick_kernel
-from .errors import PhobosError
+from .compiler import (INDEX_WIDTHS, PASS_NAMES, TARGETS, Dumps, compile_kernel, parse_source, pick_kernel,
+                       unfit_configurations)
+from .errors import Note, PhobosError, ResourceError
 from .frontend.sema import autotune_space, check_program
 
 
@@ -83,20 +85,50 @@ def _warning(message: str) -> None:
 
 
 def cmd_check(args) -> int:
-    from .compiler import parse_source
     failed = False
     for path in args.files:
         src = _read(path)
+        warnings: list[PhobosError] = []
         try:
-            errors = check_program(parse_source(src, path))
+            program = parse_source(src, path)
+            errors = check_program(program)
+            if not errors:
+                errors, warnings = _resource_problems(program, args.arch)
         except PhobosError as err:
             errors = [err]
         for err in errors:
-            print(err, file=sys.stderr)
+            print(err.diagnostic(), file=sys.stderr)
+        for warning in warnings:
+            print(warning.diagnostic("warning"), file=sys.stderr)
         failed |= bool(errors)
         if not errors and not args.quiet:
             print(f"{path}: ok")
     return 1 if failed else 0
+
+
+def _resource_problems(program, arch: str) -> tuple[list[PhobosError], list[PhobosError]]:
+    """Errors for the kernels no configuration of which fits `arch`, warnings for those some of whose do not
+    (the autotuner skips those): one configuration's own ResourceError, or one that lists them."""
+    errors: list[PhobosError] = []
+    warnings: list[PhobosError] = []
+    for name, (count, unfit) in unfit_configurations(program, arch).items():
+        if not unfit:
+            continue
+        fits = count - len(unfit)
+        skipped = f"the autotuner skips {'it' if len(unfit) == 1 else 'them'}; {fits} of the {count} fit"
+        if len(unfit) == 1:
+            error = unfit[0][1]
+            if fits:
+                error.notes.append(Note(skipped))
+        else:
+            head = unfit[0][1]
+            error = ResourceError(
+                f"{'none' if not fits else len(unfit)} of the {count} configurations of kernel '{name}' "
+                f"{'fits' if not fits else 'do not fit'} {arch}", head.loc,
+                [Note(f"{text}: {e.message}" + (f" (at {e.loc})" if e.loc != head.loc else "")) for text, e in unfit]
+                + ([Note(skipped)] if fits else []))
+        (warnings if fits else errors).append(error)
+    return errors, warnings
 
 
 def _define(text: str) -> tuple[str, int]:
@@ -130,7 +162,7 @@ def cmd_compile(args) -> int:
         kernel = compile_kernel(node, arch=args.arch, config=config or None, dumps=dumps,
                                 index_bits=args.index_bits, read_only_cache=args.read_only_cache, tma=args.tma)
     except PhobosError as err:
-        print(err, file=sys.stderr)
+        print(err.diagnostic(), file=sys.stderr)
         return 1
     if dumps.texts:
         print("\n\n".join(dumps.texts))
@@ -171,6 +203,9 @@ def _main(argv: list[str] | None) -> int:
     check = sub.add_parser("check", help="report every error in Phobos source files")
     check.add_argument("files", nargs="+", metavar="FILE")
     check.add_argument("-q", "--quiet", action="store_true", help="print nothing for files without errors")
+    check.add_argument("--arch", default="sm_90", choices=sorted(TARGETS),
+                       help="the target whose limits the configurations must fit (shared memory, threads and "
+                            "registers per CTA)")
     comp = sub.add_parser("compile", help="compile one kernel configuration to PTX")
     comp.add_argument("file", metavar="FILE")
     comp.add_argument("-D", dest="define", action="append", type=_define, default=[], metavar="NAME=VALUE",

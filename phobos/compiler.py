@@ -7,7 +7,16 @@
 # `compile` runs the whole pipeline for one kernel and one configuration and
 # returns a CompiledKernel with everything a launcher needs; `compile_to_ptx`
 # is the short form; `compile_all` does every kernel and configuration of a
-# file (for ptxcheck and the autotuner).  `kernel_infos` is what launchers
+# file (for ptxcheck and the autotuner).  The targets' limits are here too
+# (`Target`): shared memory per CTA, which a configuration past it cannot
+# have (compile_kernel raises a ResourceError at what needs it; threads per
+# CTA are bounded by WARPS, which the checker keeps to 32, and lowering adds
+# a producer warpgroup only where it fits), and registers, which ptxas
+# spills rather than refuse:
+# `register_excess` says, from the compiler's estimate, when no allocation
+# can fit (the autotuner skips such configurations, `check_resources` makes
+# it the ResourceError that `phobos check` and the CPU modes report, and
+# `fitting` runs the whole check per configuration).  `kernel_infos` is what launchers
 # start from: one KernelInfo per kernel of a checked source (its parameters,
 # size names and autotune space; per configuration the checked kernel, the grid
 # axes it reads and the grid hint of its stores), so that no launcher walks
@@ -26,21 +35,24 @@ from .version import __version__
 from .configuration import config_text
 from .log import Progress
 from .frontend import ast
-from .errors import ErrorList, Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile
+from .errors import (ErrorList, InternalError, Loc, Note, PhobosError, ResourceError, SemanticError, SourceFile,
+                     raised_at_call_site)
 from .middle.ir import KernelParam, Op, format_function, verify, walk
 from .middle.index_reach import IndexReach, index_reach
 from .middle.irgen import generate, kernel_signature
-from .lower.driver import lower
-from .lower.pipeline import entry_registers
 from .lower.schedule import REGISTER_FILE
-from .lower.mathlib import expand_math
 from .frontend.parser import parse_source, pick_kernel
 from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
-from .ptx.emit import Kernel, emit_module
-from .ptx.isel import entry_params, select
-from .ptx.regalloc import allocate, number_in_order
 from .frontend.launch_rules import LaunchRules, Rejection, next_pow2, sizes_text, term_text  # noqa: F401 (for launchers)
 from .frontend.sema import CheckedKernel, check_kernel, check_program, configurations, launch_rules, resolve_config
+
+
+#: The most registers one thread can have (every NVIDIA GPU since sm_35).
+MAX_REGISTERS_PER_THREAD = 255
+
+#: How far the compiler's register estimate may exceed a limit before a kernel is taken not to fit at all
+#: (ptxas is not even asked): measured estimates ran up to 1.6 times ptxas's counts.
+ESTIMATE_SLACK = 2
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,7 @@ class Target:
     cp_async: bool
     tensor_cores: bool  # mma.sync of bf16, f16 and tf32 (m16n8k16, m16n8k8)
     wgmma: bool = False  # wgmma.mma_async (sm_90a)
+    registers_per_cta: int = REGISTER_FILE  # the register file one CTA may use (32-bit registers)
 
     def shared_limit(self, ctas_per_sm: int | None) -> int:
         """The most shared memory one CTA may have when `ctas_per_sm` of them must fit on an SM at once.
@@ -78,6 +91,19 @@ class Target:
         """sm_90a and the like: code for exactly that GPU generation, not for later ones."""
         return self.arch.endswith("a")
 
+    def register_excess(self, kernel: CompiledKernel) -> str | None:
+        """Why `kernel` cannot have the registers it needs on this target (`register_excess`), or None."""
+        return register_excess(kernel.registers_estimate, kernel.threads, self.registers_per_cta)
+
+    def takes(self, ptx_target: str) -> bool:
+        """Whether ptxas assembles for this target PTX whose `.target` is `ptx_target`: PTX of an
+        architecture-specific target (sm_90a) for that target only, other PTX for its own generation and
+        later ones."""
+        if ptx_target.endswith("a"):
+            return ptx_target == self.arch
+        digits = ptx_target.removeprefix("sm_")
+        return digits.isdigit() and int(digits) <= self.compute_capability
+
 
 #: The targets Phobos generates code for (and ptxcheck accepts).
 TARGETS = {
@@ -98,10 +124,6 @@ THREADS_PER_MULTIPROCESSOR = 2048
 INDEX_WIDTHS = (32, 64)
 
 logger = logging.getLogger(__name__)
-
-
-class InternalError(PhobosError):
-    """A bug in Phobos itself; the message says where it happened."""
 
 
 @dataclass
@@ -168,6 +190,7 @@ class CompiledKernel:
         exceeds: more CTAs would wait for the first to end.  Correctness never depends on the count."""
         if not self.persistent:
             return grid
+        from .lower.pipeline import entry_registers  # the back end, imported where used (see _pipeline)
         target = TARGETS[self.arch]
         per_sm = min(target.shared_per_multiprocessor // (self.shared_bytes + target.reserved_per_cta),
                      THREADS_PER_MULTIPROCESSOR // self.threads,
@@ -219,7 +242,7 @@ class KernelInfo:
     def axes_used(self, config: dict[str, int]) -> frozenset[int]:
         checked = self.checked(config)
         return self._remember("axes", config, lambda: frozenset(
-            checked.const_of(call.args[0]) for call in _calls(self.kernel.body) if call.func in GRID_BUILTINS))
+            checked.const_of(call.args[0]) for call in ast.calls(self.kernel.body) if call.func in GRID_BUILTINS))
 
     def grid_hint(self, config: dict[str, int]) -> GridHint:
         """The grid hint from the tile IR, without compiling (CompiledKernel.grid_hint says the same)."""
@@ -254,15 +277,34 @@ def kernel_infos(src: str, filename: str) -> list[KernelInfo]:
     return infos
 
 
-def _calls(root: Any) -> list[ast.Call]:
-    """Every call in an AST subtree."""
-    found, pending = [], [root]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Call):
-            found.append(node)
-        pending.extend(child for child in ast.children(node) if hasattr(child, "__dataclass_fields__"))
-    return found
+def register_excess(estimate: int, threads: int, registers_per_block: int) -> str | None:
+    """Why a kernel of `threads` threads that the compiler estimates at `estimate` registers per thread cannot
+    get them - more than ESTIMATE_SLACK times what each thread may have of `registers_per_block` (and at most
+    MAX_REGISTERS_PER_THREAD) - or None.  Below that ptxas decides, and may spill."""
+    limit = min(registers_per_block // threads, MAX_REGISTERS_PER_THREAD)
+    if estimate <= ESTIMATE_SLACK * limit:
+        return None
+    whose = (f"{limit} a thread can have" if limit == MAX_REGISTERS_PER_THREAD
+             else f"{limit} each of {threads} threads may use")
+    return f"the compiler estimates {estimate} registers per thread, more than {ESTIMATE_SLACK} times the {whose}"
+
+
+def check_resources(kernel: CompiledKernel, loc: Loc) -> None:
+    """ResourceError, located at `loc` (the kernel), when `kernel` cannot get the registers it needs on its
+    target; compile_kernel has already refused what exceeds the shared memory of a CTA."""
+    excess = target(kernel.arch).register_excess(kernel)
+    if excess is not None:
+        raise ResourceError(f"{excess}: use smaller tiles, or more WARPS to share them", loc,
+                            [Note(f"in configuration {kernel.config_text} of kernel '{kernel.kernel_name}' "
+                                  f"for {kernel.arch}")])
+
+
+def fitting(k: ast.Kernel, config: dict[str, int], arch: str, **options: Any) -> CompiledKernel:
+    """`k` compiled for `config` on `arch`, checked against every limit of the target (check_resources): a
+    ResourceError where it does not fit."""
+    compiled = compile_kernel(k, arch=arch, config=config, **options)
+    check_resources(compiled, k.loc)
+    return compiled
 
 
 def target(arch: str) -> Target:
@@ -272,11 +314,13 @@ def target(arch: str) -> Target:
     return t
 
 
+@raised_at_call_site
 def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None, kernel: str | None = None,
-            filename: str = "<source>", dumps: Dumps | None = None, index_bits: int = 32,
+            filename: str | None = None, dumps: Dumps | None = None, index_bits: int = 32,
             read_only_cache: bool = True) -> CompiledKernel:
-    """Compile one kernel of `src` for one autotune configuration (first values when None)."""
-    program = parse_source(src, filename)
+    """Compile one kernel of `src` for one autotune configuration (first values when None); `filename` names
+    the source in errors and in the PTX (default `<string>`, as phobos.jit)."""
+    program = parse_source(src, filename or SourceFile.name_for(src))
     return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps,
                           index_bits=index_bits, read_only_cache=read_only_cache)
 
@@ -319,6 +363,11 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
 
 def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool,
               allocate_registers: bool, index_bits: int, read_only_cache: bool, tma: bool) -> CompiledKernel:
+    from .lower.driver import lower  # the back end: imported by the first compile (launchers that find their
+    from .lower.mathlib import expand_math  # kernels in the disk cache never need it)
+    from .ptx.emit import Kernel, emit_module
+    from .ptx.isel import entry_params, select
+    from .ptx.regalloc import allocate, number_in_order
     times: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -425,6 +474,7 @@ def _program_id_axis(v) -> int | None:
     return op.attrs["axis"] if getattr(op, "opcode", None) == "program_id" else None
 
 
+@raised_at_call_site
 def compile_to_ptx(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None,
                    kernel: str | None = None) -> str:
     """PTX text for one kernel and one autotune configuration (the first value of each by default)."""
@@ -449,6 +499,26 @@ def compile_all(src: str, *, arch: str = "sm_90", filename: str = "<source>") ->
             out.append(err)
         progress.update(len(out))
     progress.finish(f"{len(out)} configurations compiled")
+    return out
+
+
+def unfit_configurations(program: ast.Program, arch: str) -> dict[str, tuple[int, list[tuple[str, ResourceError]]]]:
+    """Per kernel of a checked program: how many configurations it has (at sample sizes), and each that does
+    not fit `arch` (`fitting`: every one is compiled), as its text and ResourceError.  A long run logs
+    progress lines."""
+    jobs = [(k, config) for k in program.kernels for config in configurations(k)]
+    progress = Progress(logger, f"checking the resources of {program.loc.file} for {arch}", len(jobs),
+                        "configurations")
+    out: dict[str, tuple[int, list[tuple[str, ResourceError]]]] = {k.name: (0, []) for k in program.kernels}
+    for done, (k, config) in enumerate(jobs, start=1):
+        count, unfit = out[k.name]
+        try:
+            fitting(k, config, arch)
+        except ResourceError as error:
+            unfit.append((config_text(config), error))
+        out[k.name] = (count + 1, unfit)
+        progress.update(done)
+    progress.finish(f"{len(jobs)} configurations compiled")
     return out
 
 

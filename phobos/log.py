@@ -77,8 +77,10 @@ class Progress:
     `unit` what a step is.  The run is shown from its start when `total` is
     above `threshold`, otherwise once it has gone on for `delay` seconds
     (default PROGRESS_DELAY); `update(done)` then logs at most one line every
-    `interval` seconds (default PROGRESS_INTERVAL), and `finish(outcome)` the
-    last one.  A run that was never shown logs its outcome at DEBUG only.
+    `interval` seconds (default PROGRESS_INTERVAL), with the time left at the
+    pace so far once some steps of a known total are done, and
+    `finish(outcome)` the last one.  A run that was never shown logs its
+    outcome at DEBUG only.
     """
 
     def __init__(self, logger: logging.Logger, what: str, total: int | None = None, unit: str = "steps", *,
@@ -103,13 +105,17 @@ class Progress:
     def elapsed(self) -> float:
         return self.clock() - self.start
 
-    def update(self, done: int) -> None:
-        """`done` steps are done; log a line if one is due."""
+    def update(self, done: int, detail: str = "") -> None:
+        """`done` steps are done; log a line if one is due (`detail` follows the count)."""
         now = self.clock()
         due = now - self.start >= self.delay if self.last_line is None else now - self.last_line >= self.interval
         if due:
+            elapsed = now - self.start
             count = f"{done}/{self.total}" if self.total is not None else str(done)
-            self._line(f"{self.what}: {count} {self.unit}, {now - self.start:.0f} s so far")
+            left = f", about {elapsed * (self.total - done) / done:.0f} s left" \
+                if self.total is not None and 0 < done < self.total else ""
+            self._line(f"{self.what}: {count} {self.unit}{', ' + detail if detail else ''}, {elapsed:.0f} s so far"
+                       f"{left}")
 
     def finish(self, outcome: str) -> None:
         """The run is over: log `outcome` (at INFO if the run was shown, else at DEBUG)."""

@@ -7,7 +7,11 @@
 # use it to pin resource usage.
 #
 # As a command, `python -m phobos.ptxcheck FILE... [--arch sm_75,sm_90] [--json]`
-# checks every file for every target.  Each input path becomes a list of
+# checks every file for every target.  Without --arch, a .ptx file is checked
+# for the target its `.target` names and the default targets that take it
+# (`targets_for`), and the command says so when that is not the defaults; a
+# text ptxas refuses for a target that cannot take its `.target` gets a note
+# naming the --arch that would (`target_note`).  Each input path becomes a list of
 # `CheckUnit`s (a label and a PTX text) in `_units_for`: a .ptx file is one
 # unit; a .phobos file gives one unit per kernel and autotune configuration,
 # which also carries the dynamic shared memory the compiler gives the kernel
@@ -102,14 +106,47 @@ class Report:
         raise PtxasError(f"ptxas rejected {self.name} for {self.arch}:\n{details}")
 
 
-def check(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>", timeout: float | None = None) -> Report:
-    """Assemble `ptx_text` for `arch` and report per-kernel resources and diagnostics.
+def check(ptx_text: str, arch: str | None = None, name: str = "<ptx>", timeout: float | None = None) -> Report:
+    """Assemble `ptx_text` for `arch` (default: the target its `.target` names, else sm_90) and report
+    per-kernel resources and diagnostics.
 
     `name` is the file name diagnostics and the report are labelled with.
     Raises ToolchainError for an unknown target or when ptxas cannot be found,
     PtxasTimeout when ptxas takes longer than `timeout` seconds.
     """
+    arch = arch or declared_target(ptx_text) or "sm_90"
     return _report(arch, name, *run_ptxas(ptx_text, arch, source_name=name, timeout=timeout))
+
+
+_TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)", re.MULTILINE)
+
+
+def declared_target(ptx_text: str) -> str | None:
+    """The target a PTX text's `.target` directive names (sm_80, sm_90a), or None when it has none."""
+    match = _TARGET.search(ptx_text)
+    return match[1] if match else None
+
+
+def targets_for(ptx_target: str | None) -> list[str]:
+    """The targets to check a PTX text for when none is asked for: the default targets that take its
+    `.target` (phobos.compiler.Target.takes), and that target itself when Phobos knows it."""
+    from .compiler import TARGETS
+    if ptx_target is None:
+        return list(DEFAULT_ARCHS)
+    return [arch for arch, target in TARGETS.items()
+            if arch == ptx_target or (arch in DEFAULT_ARCHS and target.takes(ptx_target))] or list(DEFAULT_ARCHS)
+
+
+def target_note(ptx_target: str | None, arch: str) -> str | None:
+    """Why ptxas may have refused a text for `arch`: its `.target` needs another target; which would take it."""
+    from .compiler import TARGETS
+    if ptx_target is None or arch not in TARGETS or TARGETS[arch].takes(ptx_target):
+        return None
+    takers = [name for name, target in TARGETS.items() if target.takes(ptx_target)]
+    if not takers:
+        return f"note: its .target is {ptx_target}, which no target of Phobos takes"
+    return f"note: its .target is {ptx_target}, which {arch} cannot take: --arch {takers[0]} would" + (
+        f" (or {', '.join(takers[1:])})" if len(takers) > 1 else "")
 
 
 def assemble(ptx_text: str, arch: str = "sm_90", name: str = "<ptx>",
@@ -198,6 +235,11 @@ class CheckUnit(NamedTuple):
     kernel: str | None = None
     dynamic_shared_bytes: int | None = None
 
+    @property
+    def target(self) -> str | None:
+        """The target the text's `.target` names."""
+        return declared_target(self.ptx) if self.ptx is not None else None
+
     def check(self, arch: str) -> Report:
         """ptxas's report on the text, with the dynamic shared memory filled in."""
         report = check(self.ptx, arch, self.label)
@@ -237,11 +279,32 @@ def _units_for(path: str, arch: str) -> list[CheckUnit]:
     return units
 
 
-def _parse_archs(text: str) -> list[str]:
+def _parse_archs(text: str | None) -> list[str] | None:
+    """The targets --arch names; None when it names none (each file then gets its own: `_archs_for`)."""
+    if text is None:
+        return None
     return [check_arch(arch.strip()) for arch in text.split(",") if arch.strip()] or list(DEFAULT_ARCHS)
 
 
-def _print_human(report: Report) -> None:
+def _archs_for(path: str, asked: list[str] | None) -> list[str]:
+    """The targets to check `path` for: those asked for; for a .ptx file, `targets_for` its `.target` (said on
+    stderr when that differs from the defaults); else the defaults."""
+    if asked is not None:
+        return asked
+    if not path.endswith(".ptx"):
+        return list(DEFAULT_ARCHS)
+    try:
+        declared = declared_target(Path(path).read_text())
+    except (OSError, UnicodeDecodeError):
+        return list(DEFAULT_ARCHS)  # _units_for says what is wrong with it
+    archs = targets_for(declared)
+    if archs != list(DEFAULT_ARCHS):
+        print(f"ptxcheck: {path} has .target {declared}: checking it for {', '.join(archs)} "
+              f"(--arch chooses the targets)", file=sys.stderr)
+    return archs
+
+
+def _print_human(report: Report, unit: CheckUnit) -> None:
     for warning in report.warnings:
         print(warning)
     if report.ok:
@@ -251,6 +314,9 @@ def _print_human(report: Report) -> None:
         print(f"{report.name} [{report.arch}]: rejected by ptxas")
         for error in report.errors:
             print(error)
+        note = target_note(unit.target, report.arch)
+        if note is not None:
+            print(f"{report.name}: {note}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,8 +334,8 @@ def _main(argv: list[str] | None) -> int:
                         help="PTX files, or Phobos sources (every kernel and configuration is compiled)")
     parser.add_argument(
         "--arch",
-        default=",".join(DEFAULT_ARCHS),
-        help=f"comma-separated targets (default {','.join(DEFAULT_ARCHS)})",
+        help=f"comma-separated targets (default: {','.join(DEFAULT_ARCHS)}; for a .ptx file, the target its .target "
+             f"names and those of the defaults that take it)",
     )
     parser.add_argument("--json", action="store_true", help="print the reports as a JSON list")
     args = parser.parse_args(argv)
@@ -277,12 +343,13 @@ def _main(argv: list[str] | None) -> int:
     try:
         archs = _parse_archs(args.arch)
         find_ptxas()
-        work = [(arch, unit) for path in args.files for arch in archs for unit in _units_for(path, arch)]
+        work = [(arch, unit) for path in args.files for arch in _archs_for(path, archs)
+                for unit in _units_for(path, arch)]
     except (InputError, ToolchainError) as error:
         print(f"ptxcheck: {error.message}", file=sys.stderr)
         return 2
     except PhobosError as error:  # a .phobos source that does not compile
-        print(error, file=sys.stderr)
+        print(error.diagnostic(), file=sys.stderr)
         return 1
 
     for _, unit in work:
@@ -298,8 +365,8 @@ def _main(argv: list[str] | None) -> int:
     if args.json:
         print(json.dumps([dataclasses.asdict(report) for report in reports], indent=2))
     else:
-        for report in reports:
-            _print_human(report)
+        for report, (_, unit) in zip(reports, todo):
+            _print_human(report, unit)
     return 0 if all(report.ok for report in reports) else 1
 
 

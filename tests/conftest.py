@@ -10,7 +10,7 @@
 #   phobos.toolchain, for testing what users without one see.
 # - Every test gets an empty PHOBOS_CACHE_DIR of its own and none of the
 #   environment switches of the launcher (PHOBOS_AUTOTUNE, PHOBOS_MODE,
-#   PHOBOS_INTERPRET, PHOBOS_LOG, PHOBOS_PTXAS_TIMEOUT), so no test reads or
+#   PHOBOS_INTERPRET, PHOBOS_LOG, PHOBOS_PTXAS_TIMEOUT, PHOBOS_FULL_TRACEBACKS), so no test reads or
 #   fills the user's cache or depends on how the shell that runs it is set up;
 #   kernels compile in the test's process (PHOBOS_COMPILE_WORKERS=1).
 from __future__ import annotations
@@ -86,13 +86,14 @@ class Golden:
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE, PHOBOS_MODE, PHOBOS_INTERPRET, PHOBOS_LOG and
-    PHOBOS_PTXAS_TIMEOUT unset; configurations compiled in the test's own process (PHOBOS_COMPILE_WORKERS=1:
+    """A fresh, empty PHOBOS_CACHE_DIR; PHOBOS_AUTOTUNE, PHOBOS_MODE, PHOBOS_INTERPRET, PHOBOS_LOG,
+    PHOBOS_PTXAS_TIMEOUT and PHOBOS_FULL_TRACEBACKS unset; configurations compiled in the test's own process (PHOBOS_COMPILE_WORKERS=1:
     tests of the pool set it)."""
     directory = tmp_path_factory.mktemp("phobos-cache")
     monkeypatch.setenv("PHOBOS_CACHE_DIR", str(directory))
     monkeypatch.setenv("PHOBOS_COMPILE_WORKERS", "1")
-    for name in ("PHOBOS_AUTOTUNE", "PHOBOS_MODE", "PHOBOS_INTERPRET", "PHOBOS_LOG", "PHOBOS_PTXAS_TIMEOUT"):
+    for name in ("PHOBOS_AUTOTUNE", "PHOBOS_MODE", "PHOBOS_INTERPRET", "PHOBOS_LOG", "PHOBOS_PTXAS_TIMEOUT",
+                 "PHOBOS_FULL_TRACEBACKS"):
         monkeypatch.delenv(name, raising=False)
     return directory
 

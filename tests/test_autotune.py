@@ -394,7 +394,8 @@ def test_phobos_autotune_0_takes_the_first_configuration(monkeypatch):
     gpu = FakeGpu(TIMES)
     add = phobos.kernel(ADD4, mode=gpu)
     call_add(add)
-    assert gpu.timed == [] and add.config == {"BLOCK": 128} and add.timings == {}
+    assert gpu.timed == [] and add.config == {"BLOCK": 128}
+    assert add.timings == {"BLOCK=128": "not timed: PHOBOS_AUTOTUNE=0 runs the first configuration that serves the call"}
 
 
 def test_a_forced_configuration_is_not_tuned():
@@ -482,13 +483,16 @@ def test_an_empty_launch_tunes_nothing():
     add = phobos.kernel(ADD4, mode=gpu)
     call_add(add, 0)
     assert gpu.timed == [] and gpu.runs == [] and gpu.copies == []
+    assert add.timings == {"BLOCK=128": "not timed: the grid is empty, so nothing runs"}
 
 
 def test_cpu_backends_do_not_tune(monkeypatch):
     interpreter = install_cpu_module(monkeypatch, "phobos.run.interpreter", "run")
     add = phobos.kernel(ADD4, mode="interpret")
     call_add(add)
-    assert add.config == {"BLOCK": 128} and add.timings == {} and len(interpreter.calls) == 1
+    assert add.config == {"BLOCK": 128} and len(interpreter.calls) == 1
+    assert add.timings == {"BLOCK=128": "not timed: mode 'interpret' runs the first configuration that serves the "
+                                        "call and fits sm_90 (only mode 'gpu' times them)"}
 
 
 def test_scratch_copies_are_freed_when_timing_fails():

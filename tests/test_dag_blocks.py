@@ -231,6 +231,6 @@ def test_calibration_specs_run_on_zeros():
 def test_task_errors_name_the_task_and_worker_and_survive_pickling():
     error = TaskError("sgemm (call 2), grid slice M[0:128] x N[0:256]", "tcp://10.0.0.5:4000", "LaunchError: boom")
     copy = pickle.loads(pickle.dumps(error))
-    assert str(copy) == ("error: sgemm (call 2), grid slice M[0:128] x N[0:256] failed on worker "
+    assert str(copy) == ("sgemm (call 2), grid slice M[0:128] x N[0:256] failed on worker "
                          "tcp://10.0.0.5:4000: LaunchError: boom")
     assert (copy.label, copy.worker, copy.cause) == (error.label, error.worker, error.cause)

@@ -178,7 +178,7 @@ def test_a_task_that_fails_names_kernel_slice_and_worker_and_nothing_partial_is_
     big.split((2, 1))(A, B, C)
     gemm(C, D, emulated.zeros((512, 64)), 1.0, 0.0)  # depends on the failed tasks, so never runs
     pattern = (r"big \(call 1\), grid slice M\[(0:256|256:512)\] x N\[0:512\] failed on worker tcp://[\d.:]+: "
-               r"big.phobos:5:27: error: this needs \d+ bytes of shared memory")
+               r"big.phobos:5:27: this needs \d+ bytes of shared memory")
     with pytest.raises(dag.TaskError, match=pattern):
         C.gather()
     with pytest.raises(dag.TaskError, match=r"big \(call 1\), grid slice M\[0:256\] x N\[0:512\] failed"):

@@ -95,7 +95,7 @@ def test_a_failing_task_names_itself_and_the_worker(gpu_worker, monkeypatch):
     spec = axpy_spec((FragmentSpec(None, 0, Box(((0, 4),)), Box(((0, 4),))),), ())
     with pytest.raises(TaskError) as raised:
         worker.run_task(spec)
-    assert str(raised.value) == (f"error: axpy (call 1), grid slice N[4:8] failed on worker {ADDRESS}: "
+    assert str(raised.value) == (f"axpy (call 1), grid slice N[4:8] failed on worker {ADDRESS}: "
                                  f"RuntimeError: the kernel fell over")
     with pytest.raises(TaskError, match=f"block t0\\[0:4\\] failed on worker {ADDRESS}: ValueError: expected a "
                                         f"float32 array of shape \\(4,\\), got float64 \\(4,\\)"):

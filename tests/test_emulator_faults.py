@@ -40,7 +40,7 @@ def test_global_overrun_names_ptx_line_thread_address_and_source():
     assert err.ptx_line == line and err.ptx_file == "vadd.ptx"
     assert err.loc == Loc("vadd.phobos", 4, 9)
     text = str(err)
-    assert text.startswith(f"vadd.phobos:4:9: error: vadd.ptx:{line}: out-of-bounds global load of 4 bytes")
+    assert text.startswith(f"vadd.phobos:4:9: vadd.ptx:{line}: out-of-bounds global load of 4 bytes")
     assert "just past the end of vadd_unchecked_x (0x10000000000, 4000 bytes)" in text
     assert "thread (232,0,0) of CTA (3,0,0)" in text  # the first of the 24 threads past the end
     assert "out[i] = x[i] + y[i]" in text  # the source line is quoted
@@ -236,7 +236,7 @@ def test_unknown_or_malformed_instructions_are_reported_at_load_time(body, error
     with pytest.raises(error, match=message) as info:
         Module(text, "bad.ptx")
     assert info.value.ptx_line == ptx_line_of(text, body)
-    assert str(info.value).startswith(f"error: bad.ptx:{info.value.ptx_line}: ")
+    assert str(info.value).startswith(f"bad.ptx:{info.value.ptx_line}: ")
 
 
 def test_ptxas_agrees_the_unknown_instruction_is_valid_ptx():

@@ -10,15 +10,18 @@
 # the source line, a caret) and what `python -m phobos check` prints.
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import textwrap
+import traceback
 from dataclasses import dataclass
 
 import pytest
 
 from phobos.compiler import parse_source
-from phobos.errors import LexError, ParseError, PhobosError, SemanticError
+from phobos.errors import LaunchError, LexError, ParseError, PhobosError, SemanticError
 from phobos.frontend.sema import check_program
 
 from .frontend_support import EXAMPLES, REPO, front_end_errors
@@ -972,18 +975,30 @@ def test_a_forced_configuration_value_must_fit_i32():
 def test_error_text_has_location_source_line_and_caret():
     src = "kernel k(x: tensor<f32>[N]) {\n    let a = 1 + b\n}\n"
     errors = check_program(parse_source(src, "dir/shown.phobos"))
-    assert [str(e) for e in errors] == [
+    assert [e.diagnostic() for e in errors] == [
         "dir/shown.phobos:2:17: error: 'b' is not defined\n"
         "        let a = 1 + b\n"
         "                    ^"
     ]
+    # A traceback names the class, which says it is an error: the text does not say it again.
+    assert traceback.format_exception_only(errors[0]) == [
+        "phobos.errors.SemanticError: dir/shown.phobos:2:17: 'b' is not defined\n"
+        "        let a = 1 + b\n"
+        "                    ^\n"
+    ]
+
+
+def test_errors_without_a_location_do_not_start_with_error():
+    error = LaunchError("k: argument 'x': expected a 1-D f32 tensor")
+    assert str(error) == "k: argument 'x': expected a 1-D f32 tensor"
+    assert error.diagnostic() == "error: k: argument 'x': expected a 1-D f32 tensor"
 
 
 def test_caret_keeps_tabs_so_it_lines_up():
     src = "kernel k(x: tensor<f32>[N]) {\n\tlet a =\t$\n}\n"
     with pytest.raises(LexError) as info:
         parse_source(src, "tabs.phobos")
-    assert str(info.value) == ("tabs.phobos:2:10: error: unexpected character '$'\n"
+    assert str(info.value) == ("tabs.phobos:2:10: unexpected character '$'\n"
                                "    \tlet a =\t$\n"
                                "    \t       \t^")
 
@@ -999,7 +1014,7 @@ def test_quoted_line_is_the_line_the_lexer_counted():
 def test_notes_print_like_errors():
     src = "kernel k(x: tensor<f32>[N]) {\n    let a = 1\n    let a = 2\n}\n"
     (err,) = check_program(parse_source(src, "notes.phobos"))
-    assert str(err) == ("notes.phobos:3:9: error: 'a' is already defined in this scope\n"
+    assert err.diagnostic() == ("notes.phobos:3:9: error: 'a' is already defined in this scope\n"
                         "        let a = 2\n"
                         "            ^\n"
                         "notes.phobos:2:9: note: previous definition is here\n"
@@ -1008,9 +1023,10 @@ def test_notes_print_like_errors():
 
 
 # ---------------------------------------------------------------- command line
-def run_check(*paths) -> subprocess.CompletedProcess:
+def run_check(*paths, timeout=60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "phobos", "check", *map(str, paths)],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PHOBOS_LOG": "warning"})
 
 
 def test_check_prints_every_error_of_a_file(tmp_path):
@@ -1035,11 +1051,47 @@ def test_check_prints_every_error_of_a_file(tmp_path):
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_check_says_ok_for_the_examples():
-    result = run_check(*(p.relative_to(REPO) for p in EXAMPLES))
+    """Every configuration of every example is compiled for sm_90 (about half a minute): 8 of attention_bf16's
+    need more shared memory than sm_90 has, which the autotuner skips, and check warns of."""
+    result = run_check(*(p.relative_to(REPO) for p in EXAMPLES), timeout=600)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{p.relative_to(REPO)}: ok" for p in EXAMPLES]
-    assert result.stderr == ""
+    warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
+    assert warnings and all(re.fullmatch(r"examples/attention_bf16\.phobos:\d+:\d+: warning: \d+ of the \d+ "
+                                         r"configurations of kernel 'attention' do not fit sm_90", w) for w in warnings)
+    assert "error:" not in result.stderr
+
+
+def test_check_reports_the_configurations_that_do_not_fit_the_target(tmp_path):
+    """A kernel needing 2105344 bytes of shared memory in one configuration was `ok`; a kernel none of whose
+    configurations fits is an error, one some of whose do not a warning (the autotuner skips those)."""
+    path = tmp_path / "huge.phobos"
+    kernel = textwrap.dedent("""\
+        @autotune(TILE in [{tiles}])
+        kernel big(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {{
+            let a = A[0 :+ TILE, 0 :+ TILE]
+            C[0 :+ TILE, 0 :+ TILE] = dot(a, B[0 :+ TILE, 0 :+ TILE])
+        }}
+        """)
+    path.write_text(kernel.format(tiles="512"))
+    result = run_check(path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines()[0] == (f"{path}:4:31: error: this needs 2105344 bytes of shared memory; the "
+                                             f"target allows 232448 per CTA (use smaller tiles)")
+    assert "note: in configuration TILE=512 of kernel 'big' for sm_90" in result.stderr
+    path.write_text(kernel.format(tiles="64, 512"))
+    result = run_check(path)
+    assert result.returncode == 0 and result.stdout == f"{path}: ok\n"
+    assert result.stderr.splitlines()[0].startswith(f"{path}:4:31: warning: this needs 2105344 bytes")
+    assert result.stderr.splitlines()[-1] == "note: the autotuner skips it; 1 of the 2 fit"
+    path.write_text(kernel.format(tiles="256, 512"))
+    result = run_check(path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == (f"{path}:4:31: error: none of the 2 configurations of kernel 'big' "
+                                             f"fits sm_90")
+    assert "note: TILE=256: this needs" in result.stderr and "note: TILE=512: this needs" in result.stderr
 
 
 def test_check_reports_a_syntax_error_and_goes_on_to_the_next_file(tmp_path):

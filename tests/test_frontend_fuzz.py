@@ -48,7 +48,7 @@ def assert_front_end_copes(src: str) -> None:
     for err in front_end_errors(src):
         assert isinstance(err, PhobosError)
         assert err.loc is not None and 1 <= err.loc.line <= lines and err.loc.col >= 1, err.loc
-        assert str(err).startswith(f"{err.loc}: error: ")
+        assert str(err).startswith(f"{err.loc}: ") and err.diagnostic().startswith(f"{err.loc}: error: ")
 
 
 # ------------------------------------------------------------ (a) token soup

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import phobos
-from phobos.errors import PhobosError
+from phobos.errors import DeviceAssertError, ExecutionError, PhobosError
 from tests.language_support import MODES, assert_ptxas_accepts, run
 
 RNG = np.random.default_rng(14)
@@ -578,16 +578,56 @@ kernel k(x: tensor<f32>[N], y: tensor<f32>[N]) {
 
 
 @pytest.mark.parametrize("mode", ["interpret", "emulate"])
-def test_device_assert_stops_the_kernel_after_printing_the_failures(mode, capfd):
+def test_device_assert_stops_the_kernel_with_its_text_and_failures(mode, capfd):
     x = np.array([1, 200, 3, 400, 5, 6, 7, 8], np.float32)
-    with pytest.raises(PhobosError, match="test.phobos:4:") as info:
+    with pytest.raises(DeviceAssertError) as info:
         run(ASSERTS, mode, x, np.zeros(8, np.float32))
-    assert info.value.loc.line == 4
-    lines = sorted(capfd.readouterr().out.splitlines())
-    assert lines == [f"test.phobos:4: program (0, 0, 0) element ({e}): device_assert failed: v is too big"
-                     for e in (1, 3)]
+    error = info.value
+    assert isinstance(error, ExecutionError) and error.loc.line == 4
+    assert error.message == "device_assert failed: v is too big"
+    assert [note.message for note in error.notes][:2] == ["program (0, 0, 0) element (1): 200 < 100",
+                                                         "program (0, 0, 0) element (3): 400 < 100"]
+    assert capfd.readouterr().out == ""  # the failures are in the error, not a line each on the output
     y = run(ASSERTS, mode, np.arange(8, dtype=np.float32), np.zeros(8, np.float32))[1]
     np.testing.assert_array_equal(y, np.arange(8))  # nothing fails: the kernel runs on
+
+
+MANY_ASSERTS = """
+@autotune(B in [32])
+kernel chk(x: tensor<f32>[N]) {
+    let v = x[program_id(0) * B :+ B]
+    device_assert(v < 50.0, "x must be below 50")
+    x[program_id(0) * B :+ B] = v
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_many_failures_are_a_few_lines_and_a_count(mode, capfd):
+    """A 100-element call printed 59 lines; in the emulator it ended with 'TrapError: trap executed'."""
+    with pytest.raises(DeviceAssertError) as info:
+        run(MANY_ASSERTS, mode, np.arange(100, dtype=np.float32))
+    notes = [note.message for note in info.value.notes]
+    assert notes[:5] == [f"program (1, 0, 0) element ({e}): {e + 32} < 50" for e in range(18, 23)]
+    # the interpreter stops in the first instance that fails; the emulator runs every CTA at once
+    rest = "and 9 more failures in this program instance" if mode == "interpret" else \
+        "and 45 more failures in the CTAs that ran with them"
+    assert notes[5] == rest
+    assert str(info.value).startswith("test.phobos:5:5: device_assert failed: x must be below 50\n")
+    assert capfd.readouterr().out == ""
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_an_assert_of_a_bool_tile_shows_where_it_failed(mode):
+    src = """
+    kernel k(x: tensor<i32>[N]) {
+        let v = x[0 :+ 4]
+        device_assert((v & 1) == 0 && v >= 0)
+    }"""
+    with pytest.raises(DeviceAssertError) as info:
+        run(src, mode, np.array([0, 3, 2, 4], np.int32))
+    assert info.value.message == "device_assert failed"
+    assert info.value.notes[0].message == "program (0, 0, 0) element (1)" and len(info.value.notes) <= 2
 
 
 @pytest.mark.gpu
@@ -605,6 +645,7 @@ def test_device_assert_on_the_gpu_reports_a_failed_launch(tmp_path):
     # the failure line is printed before the trap; whether the driver still flushes it after the
     # kernel failed is the driver's affair, so only the error is required here
     assert "ERROR LaunchError" in done.stdout, done.stdout + done.stderr
+    assert 'the kernel\'s device_asserts: test.phobos:4 "v is too big"' in done.stdout, done.stdout
 
 
 def test_print_and_assert_errors():

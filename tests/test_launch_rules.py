@@ -142,7 +142,7 @@ def test_a_derived_constant_beyond_i32_for_every_size_is_an_error_at_load_saying
     with pytest.raises(PhobosError) as error:
         rules(src, "over.phobos")
     assert str(error.value).startswith(
-        "over.phobos:1:9: error: B = next_pow2(N) * 1000000000000 overflows i32 for every size: it is at least "
+        "over.phobos:1:9: B = next_pow2(N) * 1000000000000 overflows i32 for every size: it is at least "
         "1000000000000, and a derived constant is an i32 (-2147483648 to 2147483647)")
     rules("@derive(B = N * 1000)\nkernel k(x: tensor<f32>[N]) {\n}\n")  # fits for some sizes: fine
 
@@ -160,7 +160,7 @@ def test_an_autotune_space_past_the_limit_is_refused_at_the_decorator_with_its_s
     with pytest.raises(PhobosError) as error:
         phobos.jit(src, filename="space.phobos")
     assert str(error.value).startswith(
-        f"space.phobos:1:1: error: this autotune space has {size} configurations ({' x '.join(['2'] * params)}), "
+        f"space.phobos:1:1: this autotune space has {size} configurations ({' x '.join(['2'] * params)}), "
         f"more than the 1024 a kernel may have")
 
 
@@ -249,7 +249,8 @@ def test_a_single_valid_configuration_is_run_without_tuning():
     fn = phobos.jit(ROWS.replace("WARPS in [4, 8]", "WARPS in [4]"), "rows.phobos", mode=gpu).rows
     x = np.zeros((8, 300), np.float32)
     fn(x, x.copy())
-    assert gpu.timed == [] and fn.config == {"BN": 512, "WARPS": 4} and fn.timings == {}
+    assert gpu.timed == [] and fn.config == {"BN": 512, "WARPS": 4}
+    assert fn.timings == {"BN=512, WARPS=4": "not timed: the only configuration that serves the call"}
 
 
 # --- tuning keys
@@ -348,6 +349,9 @@ def test_a_cost_model_prunes_before_timing(tmp_path, monkeypatch):
     assert len(seen) == 4
     fn(x, x.copy())  # the same key: the choice is remembered, the model is not asked again
     assert len(seen) == 4 and len(gpu.timed) == 2
+    one = tuned(gpu).tuning(cost=cost, keep=1)
+    one(x, x.copy())
+    assert one.timings == {"BN=256, WARPS=8": "not timed: the only configuration the cost model kept"}
 
 
 @pytest.mark.parametrize("options, expected", [

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import os
 import subprocess
 import sys
@@ -48,7 +49,8 @@ def test_a_run_known_to_be_long_is_shown_from_its_start(caplog, clock):
     clock.now += 1
     progress.update(4)
     progress.finish("best BLOCK=64")
-    assert messages(caplog)[1:] == [("INFO", "tuning k over 8 configurations: 3/8 configurations, 5 s so far"),
+    assert messages(caplog)[1:] == [("INFO", "tuning k over 8 configurations: 3/8 configurations, 5 s so far, "
+                                             "about 8 s left"),
                                     ("INFO", "tuning k over 8 configurations: best BLOCK=64 (6.0 s)")]
 
 
@@ -152,6 +154,12 @@ LOOP:
     stats = emulator.launch(ptx, "spin", 1, 1, [out])
     assert out[0] == 5
     lines = [m for level, m in messages(caplog)]
-    assert lines[0] == "emulating spin (1 CTAs of 1 threads): 2 instruction steps, 0 s so far"
+    assert lines[0] == "emulating spin (1 CTAs of 1 threads): 0/1 CTAs done, 2 instruction steps, 0 s so far"
     assert lines[-1].startswith(f"emulating spin (1 CTAs of 1 threads): {stats.steps} instruction steps (")
     assert len(lines) == 2 + (stats.steps - 2) // 2  # one line every 2 steps, then the outcome
+    caplog.clear()
+    emulator.launch(ptx, "spin", 4, 1, [out], max_threads=1, check_races=False)  # a CTA at a time: the time left
+    lines = [m for level, m in messages(caplog)]
+    assert lines[0].startswith("emulating spin (4 CTAs of 1 threads, 1 at a time): 0/4 CTAs done, ")
+    assert any(re.fullmatch(r"emulating spin \(4 CTAs of 1 threads, 1 at a time\): 2/4 CTAs done, \d+ instruction "
+                            r"steps, 0 s so far, about 0 s left", line) for line in lines), lines

@@ -287,9 +287,10 @@ def test_checking_many_configurations_logs_progress(capsys, caplog, monkeypatch,
     status, out, _ = run_main(capsys, str(path), "--arch", "sm_75")
     assert status == 0 and out.count(" add: ") == 3
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("phobos")]
-    assert lines[0] == f"compiling {path} for sm_75: 1/3 configurations, 0 s so far"
+    assert re.fullmatch(rf"compiling {re.escape(str(path))} for sm_75: 1/3 configurations, \d+ s so far, about \d+ s "
+                        rf"left", lines[0])
     assert re.fullmatch(rf"compiling {re.escape(str(path))} for sm_75: 3 configurations compiled \(.*\)", lines[1])
-    assert lines[2] == "assembling 3 PTX texts with ptxas: 1/3 texts, 0 s so far"
+    assert re.fullmatch(r"assembling 3 PTX texts with ptxas: 1/3 texts, \d+ s so far, about \d+ s left", lines[2])
     assert re.fullmatch(r"assembling 3 PTX texts with ptxas: 3 of 3 assembled \(.*\)", lines[-1])
 
 
@@ -305,3 +306,30 @@ def test_sm_90a_is_a_target_of_ptxcheck_and_of_the_compiler(capsys, tmp_path):
     path.write_text((EXAMPLES / "add.phobos").read_text())
     status, out, _ = run_main(capsys, str(path), "--arch", "sm_90a")
     assert status == 0 and out.count("[sm_90a] add:") == 3
+
+
+def test_cli_checks_a_ptx_file_for_its_own_target_by_default_and_says_so(capsys):
+    """The tensor-core files need sm_80 and sm_90a: ptxas refused them for the fixed default targets."""
+    mma, wgmma = (str(Path(__file__).parent.parent / "handwritten_ptx" / name)
+                  for name in ("gemm_bf16_mma.ptx", "gemm_bf16_wgmma.ptx"))
+    status, out, err = run_main(capsys, mma, wgmma)
+    assert status == 0, out
+    assert [line.split(" ")[1] for line in out.splitlines()] == ["[sm_80]", "[sm_90]", "[sm_90a]"]
+    assert err.splitlines() == [
+        f"ptxcheck: {mma} has .target sm_80: checking it for sm_80, sm_90 (--arch chooses the targets)",
+        f"ptxcheck: {wgmma} has .target sm_90a: checking it for sm_90a (--arch chooses the targets)"]
+
+
+def test_cli_says_which_arch_takes_a_refused_target(capsys):
+    wgmma = str(Path(__file__).parent.parent / "handwritten_ptx" / "gemm_bf16_wgmma.ptx")
+    status, out, _ = run_main(capsys, wgmma, "--arch", "sm_90")
+    assert status == 1
+    assert out.splitlines()[-1] == f"{wgmma}: note: its .target is sm_90a, which sm_90 cannot take: --arch sm_90a would"
+
+
+def test_targets_for_a_declared_target():
+    assert ptxcheck.targets_for("sm_75") == ["sm_75", "sm_90"]
+    assert ptxcheck.targets_for("sm_86") == ["sm_86", "sm_90"]
+    assert ptxcheck.targets_for("sm_90a") == ["sm_90a"]
+    assert ptxcheck.targets_for(None) == ["sm_75", "sm_90"]
+    assert ptxcheck.declared_target("//\n.version 8.0\n.target sm_80 // comment\n") == "sm_80"

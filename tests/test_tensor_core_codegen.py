@@ -54,7 +54,7 @@ def test_bf16_dot_runs_on_the_tensor_cores_and_the_report_says_so(arch):
     k = phobos.compile(dot_source(64, 64, 32), arch=arch)
     (note,) = k.notes
     assert "dot runs on the tensor cores: mma.sync m16n8k16 bf16, 2 x 2 warps of 32 x 32" in note
-    assert note.startswith("<source") and note in k.ptx  # located, and in the PTX header
+    assert note.startswith("<string") and note in k.ptx  # located, and in the PTX header
     assert instructions(k.ptx, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 2 * 4 * 2
     assert instructions(k.ptx, "ldmatrix.sync.aligned.m8n8.x4.trans") == 2 * 2  # B: 2 k steps x 2 tile pairs
 

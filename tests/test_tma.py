@@ -299,3 +299,21 @@ def test_clusters_of_two_share_an_operand_by_multicast_and_match_one_cta_per_pro
     run(k, config, a, b, c, multiprocessors)
     run(single, config, a, b, expected)
     np.testing.assert_array_equal(c, expected)
+
+
+def test_no_producer_warpgroup_where_it_would_take_a_cta_past_1024_threads():
+    """WARPS=32 and a producer warpgroup made a CTA of 1152 threads, which no GPU launches (and a failed
+    assertion of the schedule): the loop copies by cp.async instead."""
+    src = """
+@autotune(WARPS in [32])
+kernel g(A: tensor<bf16>[M, K], B: tensor<bf16>[K, N], C: tensor<f32>[M, N]) {
+    var acc: tile<f32>[256, 256] = 0.0
+    for k in range(0, K, 64) {
+        acc += dot(A[program_id(0) * 256 :+ 256, k :+ 64], B[k :+ 64, program_id(1) * 256 :+ 256])
+    }
+    C[program_id(0) * 256 :+ 256, program_id(1) * 256 :+ 256] = acc
+}
+"""
+    kernel = pick_kernel(parse_source(src, "w32.phobos"), None)
+    k = compile_kernel(kernel, arch="sm_90a", tma=True)
+    assert k.threads == 1024 and "cp.async" in k.ptx and "cp.async.bulk.tensor" not in k.ptx

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..compiler import parse_source
-from ..errors import ErrorList, LaunchError, PhobosError, ToolchainError
+from ..errors import ErrorList, LaunchError, PhobosError, SourceFile, ToolchainError
 from ..frontend import ast
 from ..frontend.launch_rules import LaunchRules, sizes_text
 from ..frontend.sema import check_kernel, check_program, launch_rules
@@ -164,7 +164,7 @@ class Session:
         """The kernels of `source`, called on this session's tensors."""
         if not isinstance(source, str):
             raise PhobosError(f"Session.jit takes the source text as a str, got {type(source).__name__}")
-        return DagModule(self, source, filename or f"<source {text_digest(source)[:8]}>")
+        return DagModule(self, source, filename or SourceFile.name_for(source))
 
     def load(self, path: str | Path) -> DagModule:
         try:

@@ -302,6 +302,17 @@ def children(obj) -> list:
     return out
 
 
+def calls(root) -> list[Call]:
+    """Every call in the subtree of `root` (iteratively: a program may nest deeper than Python recurses)."""
+    found, pending = [], [root]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Call):
+            found.append(node)
+        pending.extend(child for child in children(node) if hasattr(child, "__dataclass_fields__"))
+    return found
+
+
 def walk(node):
     """`node` and every node below it, in source order."""
     yield node

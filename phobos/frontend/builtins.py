@@ -31,6 +31,11 @@ def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32,)) 
     return Builtin(name, f"{name}(x)", doc, "unary_float", dtypes=dtypes)
 
 
+#: The atomics that also order the program instance's other memory accesses around them (acquire-release
+#: at GPU scope): lowering puts barriers and fences around them, the interpreter's race check counts them.
+ORDERED_ATOMICS = frozenset({"xchg", "cas"})
+
+
 def _atomic(op: str, doc: str, dtypes: tuple[DType, ...]) -> Builtin:
     return Builtin(f"atomic_{op}", f"atomic_{op}(T[subscripts], x)",
                    f"{doc} atomically, element by element; the value is the tile (or scalar) of the old "

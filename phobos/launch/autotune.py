@@ -5,7 +5,8 @@
 # report (or, without ptxas, the compiler's register estimate) whether a
 # configuration can run at all: more shared memory or threads than a CTA may
 # have, or more registers than the register file allows for its threads, rule
-# it out.  The compiler's own figures come first: a configuration they rule
+# it out (the compiler's rule for its estimate, phobos.compiler.register_excess,
+# is the one `phobos check` and the CPU modes apply).  The compiler's own figures come first: a configuration they rule
 # out never reaches ptxas, whose time grows with the square of the PTX's
 # length (a row of a million elements in registers kept it busy for minutes);
 # ptxas itself runs under a time limit (phobos.toolchain.ptxas_timeout), and
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compiler import CompiledKernel, LaunchRules, next_pow2, sizes_text
+from ..compiler import CompiledKernel, LaunchRules, next_pow2, register_excess, sizes_text
 from ..configuration import config_text
 from .cache import canonical_json
 from ..errors import LaunchError, PhobosError
@@ -48,13 +49,6 @@ from ..run.runtime import DeviceProperties
 
 #: Tuning more configurations than this logs progress lines from the start.
 PROGRESS_THRESHOLD = 3
-
-#: The most registers one thread can have (every NVIDIA GPU since sm_35).
-MAX_REGISTERS_PER_THREAD = 255
-
-#: How far the compiler's register estimate may exceed a limit before ptxas is not even asked: measured
-#: estimates ran up to 1.6 times ptxas's counts, so beyond twice the limit the kernel cannot fit.
-ESTIMATE_SLACK = 2
 
 logger = logging.getLogger(__name__)
 
@@ -93,12 +87,9 @@ def screen(kernel: CompiledKernel, device: DeviceProperties,
     if problem is not None:
         raise Skipped(problem)
     register_budget = device.max_registers_per_block // kernel.threads
-    limit = min(register_budget, MAX_REGISTERS_PER_THREAD)
-    if kernel.registers_estimate > ESTIMATE_SLACK * limit:
-        whose = (f"{limit} a thread can have" if limit == MAX_REGISTERS_PER_THREAD
-                 else f"{limit} each of {kernel.threads} threads may use")
-        raise Skipped(f"the compiler estimates {kernel.registers_estimate} registers per thread, more than "
-                      f"{ESTIMATE_SLACK} times the {whose}; not assembled")
+    excess = register_excess(kernel.registers_estimate, kernel.threads, device.max_registers_per_block)
+    if excess is not None:
+        raise Skipped(f"{excess}; not assembled")
     report = ptxas()
     if report is None:
         if kernel.registers_estimate > register_budget:

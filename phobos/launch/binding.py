@@ -165,8 +165,9 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
         raise fail(refusal.description, f" ({refusal.reason})") from None
     if view is None:
         raise fail(describe(value))
-    if view.dtype_name not in ACCEPTED_DTYPES.get(param.dtype, (param.dtype.numpy_name,)) \
-            or len(view.shape) != len(param.dims):
+    if view.dtype_name not in ACCEPTED_DTYPES.get(param.dtype, (param.dtype.numpy_name,)):
+        raise fail(view.description, conversion_advice(value, param))
+    if len(view.shape) != len(param.dims):
         raise fail(view.description)
     if not view.native_order:
         raise fail(view.description, "; pass one in the machine's byte order, e.g. "
@@ -189,6 +190,27 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
         if extent != (dim if isinstance(dim, int) else call.sizes[dim]):
             raise fail(view.description)
     return TensorArgument(param, value, view.host, view.pointer, view.shape, view.device, view.stream)
+
+
+#: How each library converts an array to another element type, by the module its arrays come from: the
+#: name it gives the library, and the method.  numpy has no bfloat16: ml_dtypes brings it.
+CONVERSIONS = {"torch": ("torch", "to"), "cupy": ("cupy", "astype"), "jax": ("jnp", "astype"),
+               "numpy": ("np", "astype")}
+
+
+def conversion_advice(value: Any, param: KernelParam) -> str:
+    """How to convert `value` to the element type of `param`, in the caller's own library (the result of a
+    conversion is a new array: for a tensor the kernel writes, read the result from it); nothing for the
+    objects of other libraries."""
+    library = type(value).__module__.split(".")[0]
+    if library not in CONVERSIONS:
+        return ""
+    module, method = CONVERSIONS[library]
+    if param.dtype is DType.BF16 and library == "numpy":
+        module = "ml_dtypes"
+    dtype = "bool_" if param.dtype is DType.BOOL and module == "np" else param.dtype.numpy_name
+    then = f", and read the result from the new '{param.name}'" if param.written else ""
+    return f"; convert it: {param.name} = {param.name}.{method}({module}.{dtype}){then}"
 
 
 def _expected(call: BoundCall, param: KernelParam) -> str:

@@ -65,10 +65,11 @@ from ..run.tensor_map import describable
 from .. import toolchain
 from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
 from .binding import BoundCall, bind, call_device, overlapping_tensors
-from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, compile_kernel, kernel_infos,
-                        sizes_text, target, term_text)
+from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, check_resources,
+                        compile_kernel, kernel_infos, sizes_text, target, term_text)
 from ..configuration import config_text, KNOBS
-from ..errors import LaunchError, PhobosError, PtxasTimeout, ToolchainError
+from ..errors import (LaunchError, Note, PhobosError, PtxasTimeout, ResourceError, SourceFile, ToolchainError,
+                      at_call_site, raised_at_call_site)
 from ..ptxcheck import Report
 from ..ptxcheck import assemble as ptxas_assemble
 
@@ -86,13 +87,15 @@ GridSpec = tuple[int, int, int] | Callable[[Config, dict[str, int]], Any] | None
 # Entry points
 
 
+@raised_at_call_site
 def jit(src: str, filename: str | None = None, mode: Any = None) -> Module:
     """Parse and check `src`; the result has one callable per kernel (`mod.sgemm`).
 
     `mode` is "gpu", "interpret" or "emulate", or None to choose when the first
     kernel runs (PHOBOS_MODE if set, else the GPU if there is one, else the
     interpreter: phobos.run.backends.default_mode).  `filename` names
-    the source in error messages (default: `<source XXXXXXXX>`, from its hash).
+    the source in error messages (default: `<string>`; `<string 2>` and so
+    on for other texts in the same process: errors.SourceFile.name_for).
     """
     if not isinstance(src, str):
         raise PhobosError(f"phobos.jit takes the source text as a str, got {type(src).__name__}")
@@ -101,6 +104,7 @@ def jit(src: str, filename: str | None = None, mode: Any = None) -> Module:
     return Module(src, filename, mode)
 
 
+@raised_at_call_site
 def load(path: str | os.PathLike, mode: Any = None) -> Module:
     """jit() the contents of a .phobos file."""
     if not isinstance(path, (str, os.PathLike)):
@@ -114,6 +118,7 @@ def load(path: str | os.PathLike, mode: Any = None) -> Module:
     return Module(text, str(path), mode)
 
 
+@raised_at_call_site
 def kernel(src: str, filename: str | None = None, mode: Any = None) -> KernelFunction:
     """The callable of the one kernel `src` defines; an error if it defines several."""
     module = jit(src, filename, mode)
@@ -145,7 +150,7 @@ class Module:
     def __init__(self, source: str, filename: str | None, mode: Any):
         check_mode(mode)
         digest = cache.text_digest(source)
-        self.filename = filename or f"<source {digest[:8]}>"
+        self.filename = filename or SourceFile.name_for(source)
         self.source = source
         self.mode = mode
         self._backend: Backend | None = None
@@ -198,18 +203,23 @@ class KernelFunction:
         return self._kernel.name
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        direct = self._variant.direct
-        if direct is not None and not kwargs:
-            done = direct(args)
-            if done is not None:
-                self._kernel.last = done.last
-                return
-        self._kernel.call(self._variant, args, kwargs)
+        try:
+            direct = self._variant.direct
+            if direct is not None and not kwargs:
+                done = direct(args)
+                if done is not None:
+                    self._kernel.last = done.last
+                    return
+            self._kernel.call(self._variant, args, kwargs)
+        except PhobosError as error:
+            raise at_call_site(error)  # the error of the call above; PHOBOS_FULL_TRACEBACKS=1 shows where
 
+    @raised_at_call_site
     def __getitem__(self, grid: Any) -> KernelFunction:
         spec = grid if callable(grid) else normalize_grid(self.name, grid, f"got {grid!r}")
         return KernelFunction(self._kernel, self._forced, spec, self._tuning)
 
+    @raised_at_call_site
     def configure(self, **values: int) -> KernelFunction:
         """This kernel with the given autotune parameters fixed; checked now, under every remaining configuration.
 
@@ -260,6 +270,7 @@ class KernelFunction:
         return last.grid if last is not None else None
 
     @property
+    @raised_at_call_site
     def compiled(self) -> CompiledKernel:
         """The CompiledKernel of the last launch; before one, of the configuration a launch would start from."""
         return self._kernel.inspected(self._forced)
@@ -269,13 +280,15 @@ class KernelFunction:
         return self.compiled.ptx
 
     @property
+    @raised_at_call_site
     def ptxas(self) -> Report:
         """What ptxas reports for `.compiled`: registers, spills, shared memory (needs ptxas)."""
         return self._kernel.ptxas_report(self.compiled, required=True)
 
     @property
     def timings(self) -> dict[str, float | str]:
-        """Per configuration of the last tuning: milliseconds, or why it was skipped (empty when untuned)."""
+        """Per configuration of the last launch's choice: milliseconds, or why it was skipped; when nothing was
+        timed, the configuration that ran and why it was not timed (empty before the first launch)."""
         last = self._kernel.last
         return dict(last.timings) if last is not None else {}
 
@@ -828,8 +841,11 @@ class _Kernel:
         Only configurations valid for the call's sizes are candidates; a choice is kept under the
         tuning key and the candidates it was chosen from, so it is never reused where it is not valid."""
         configs = self.serving(call.sizes, forced)
-        if len(configs) == 1 or not backend.tunes or not autotune_enabled():
-            return configs[0], {}
+        if not backend.tunes:
+            return self.first_fitting(configs, call, backend)
+        untimed = untimed_reason(configs)
+        if untimed is not None:
+            return configs[0], {config_text(configs[0]): untimed}
         device, arch = backend.device(device_index), backend.arch(device_index)
         key, keying = tuning.key_for(self.rules, call.sizes)
         grid_key, persistent = self.grid_key(configs, call, spec)
@@ -840,8 +856,9 @@ class _Kernel:
             return choice.config, choice.timings
         configs = tuning.prune(configs, call.sizes)
         if len(configs) == 1:
-            self._choices[memory_key] = autotune.TuneResult(configs[0])
-            return configs[0], {}
+            self._choices[memory_key] = autotune.TuneResult(
+                configs[0], {config_text(configs[0]): "not timed: the only configuration the cost model kept"})
+            return self._choices[memory_key].config, self._choices[memory_key].timings
         disk_key = {"source": self.source_digest, "kernel": self.name, "key": key, "keying": keying,
                     "dtypes": {p.name: p.dtype.value for p in self.info.params}, "candidates": configs,
                     "grid": grid_key, "device": device.name, "arch": arch, "build": cache.phobos_build()}
@@ -851,12 +868,40 @@ class _Kernel:
         if choice is None:
             first = configs[0]
             if 0 in self.grid_for(first, None, call, spec):  # from the tile IR: the first may not compile
-                return first, {}  # nothing would run, so there is nothing to time
+                return first, {config_text(first): "not timed: the grid is empty, so nothing runs"}
             choice = self.tune(call, backend, configs, spec, device_index)
             if store is not None:
                 store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
         self._choices[memory_key] = choice
         return choice.config, choice.timings
+
+    def first_fitting(self, configs: list[Config], call: BoundCall,
+                      backend: Backend) -> tuple[Config, dict[str, float | str]]:
+        """On the CPU: the first of `configs` that fits the target the backend compiles for (compile_kernel and
+        check_resources), as the GPU's autotuner skips those that do not, and the timings that say so; when
+        none fits, the first one's ResourceError, noting the others'."""
+        arch = backend.arch()
+        options = code_options(call, backend, arch)
+        timings: dict[str, float | str] = {}
+        errors: list[ResourceError] = []
+        for config in configs:
+            try:
+                check_resources(self.compiled(config, arch, options), self.info.kernel.loc)
+            except ResourceError as error:
+                timings[config_text(config)] = error.message
+                errors.append(error)
+                continue
+            except PhobosError:
+                if backend.compiles:
+                    raise
+                # the back end cannot compile it (yet): the interpreter runs it all the same, unchecked
+            timings[config_text(config)] = untimed_reason(configs) or (
+                f"not timed: mode '{backend.name}' runs the first configuration that serves the call and fits "
+                f"{arch} (only mode 'gpu' times them)")
+            return config, timings
+        first = errors[0]
+        first.notes += [Note(f"nor does configuration {text}: {reason}") for text, reason in list(timings.items())[1:]]
+        raise first
 
     def tune(self, call: BoundCall, backend: Backend, configs: list[Config], spec: GridSpec,
              device_index: int = 0) -> autotune.TuneResult:
@@ -896,6 +941,16 @@ class _Kernel:
                 future.cancel()
             for copy in (scratch or {}).values():
                 backend.free(copy)
+
+
+def untimed_reason(configs: list[Config]) -> str | None:
+    """Why a call on the GPU runs the first of `configs` without timing them (what `.timings` then says), or
+    None."""
+    if len(configs) == 1:
+        return "not timed: the only configuration that serves the call"
+    if not autotune_enabled():
+        return "not timed: PHOBOS_AUTOTUNE=0 runs the first configuration that serves the call"
+    return None
 
 
 def completion_order(configs: list[Config], ahead: dict[tuple, Future]) -> Iterator[Config]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..errors import PhobosError
+from ..errors import PhobosError, raised_at_call_site
 from ..types import DType
 from .binding import TensorView, bind
 
@@ -39,6 +39,7 @@ def _shape_view(value: Any) -> TensorView | None:
                       f"torch.{dtype_name} tensor of shape {shape} on {value.device}")
 
 
+@raised_at_call_site
 def torch_op(kernel: Any, name: str | None = None) -> Any:
     """Register a kernel callable (`mod.k`, possibly `.configure(...)`d) as a torch custom op; return the op.
 

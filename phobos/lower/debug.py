@@ -6,10 +6,13 @@
 # element, from the first replica of the thread that holds it, with the
 # program instance and the element's index; a scalar prints one line, from
 # thread 0.  The lines are those of the interpreter (run/interpreter.py:
-# print_line, assert_line, format_value), in whatever order the threads run.
+# print_line, where_text, format_value), in whatever order the threads run;
+# a device_assert's are read back by interpreter.AssertionOutput in the emulator.
 #
-# device_assert prints a line for each element whose condition is false and
-# then traps: the kernel stops with an error, on the GPU and in the emulator.
+# device_assert prints a line for each element whose condition is false - with
+# the two values compared when the condition is a comparison - and then
+# traps: the kernel stops with an error, on the GPU and in the emulator (which
+# turns the lines into the DeviceAssertError's notes).
 from __future__ import annotations
 
 from ..middle.ir import Op, Value
@@ -58,20 +61,21 @@ def device_print(low: Lowering, op: Op) -> None:
 
 @HANDLERS.on("assert")
 def device_assert(low: Lowering, op: Op) -> None:
-    cond = op.operands[0]
-    text = op.attrs["text"]
+    cond, *compared = op.operands
+    text, compare = op.attrs["text"], op.attrs["compare"]
     tile = isinstance(cond.type, TileType)
     layout = low.layouts[cond] if tile else scalar_layout(low)
     loc = op.loc
     owner = low.owner(layout)
+    shown = f" ({FORMATS[compared[0].dtype]} {compare} {FORMATS[compared[1].dtype]})" if compared else ""
     failed = []
     for r in range(layout.nregs):
-        ok = low.in_layout(cond, layout).regs[r] if tile else low.vals[cond]
+        ok, *values = (low.in_layout(v, layout).regs[r] if tile else low.vals[v] for v in op.operands)
         fails = low.all_of([low.op("not", [ok], BOOL), low.slot_valid(layout, r) if tile else None, owner])
         head, head_values = _prefix(layout if tile else None, r, low)
         message = f"{_escape(loc.file)}:{loc.line}: {head}: device_assert failed" + (
-            f": {_escape(text)}" if text else "")
-        _printf(low, message + "\n", head_values, fails)
+            f": {_escape(text)}" if text else "") + shown
+        _printf(low, message + "\n", head_values + values, fails)
         failed.append(fails)
     any_failed = failed[0]
     for f in failed[1:]:

@@ -39,7 +39,6 @@ ATOMIC_PTX_TYPE = {  # (op, dtype) -> the PTX type of the atom instruction
     **{(op, d): ("b64" if d.bits == 64 else "b32") for op in ("and", "or", "xor", "xchg", "cas")
        for d in (DType.I32, DType.U32, DType.I64, DType.F32, DType.F64)},
 }
-ORDERED = {"xchg", "cas"}  # acquire-release, between barriers
 
 
 def element_address(low: Lowering, tensor: TensorRef, indices: list[Value], layout: Layout | None,
@@ -104,19 +103,19 @@ def scatter(low: Lowering, op: Op) -> None:
 def atomic(low: Lowering, op: Op) -> None:
     tensor = low.vals[op.operands[0]]
     indices, values = _operands(op, tensor)
-    kind, used = op.attrs["op"], op.attrs["used"]
+    kind, used, ordered = op.attrs["op"], op.attrs["used"], op.attrs["ordered"]
     tile = isinstance(op.result.type, TileType)
     layout = low.layouts[op.result] if tile else scalar_layout(low)
     owner = low.owner(layout)
-    if kind in ORDERED or op in low.global_barriers:
+    if ordered or op in low.global_barriers:
         low.barrier()
     regs = []
     for r in range(layout.nregs):
         addr, inside = element_address(low, tensor, indices, layout if tile else None, r)
         pred = low.all_of([inside, low.slot_valid(layout, r) if tile else None, owner])
         xs = [_slot_value(low, v, layout if tile else None, r) for v in values]
-        regs.append(atomic_element(low, kind, tensor.dtype, addr, xs, pred, used))
-    if kind in ORDERED:
+        regs.append(atomic_element(low, kind, tensor.dtype, addr, xs, pred, used, ordered))
+    if ordered:
         low.barrier()
     if used and layout.replicas:  # the first replica did the atomic: share its old values
         regs = low.relayout(TileRegs(layout, regs), layout, op.result.dtype)
@@ -129,8 +128,9 @@ def scalar_layout(low: Lowering) -> Layout:
 
 
 def atomic_element(low: Lowering, kind: str, dtype: DType, addr: Value, xs: list[Value], pred: Value | None,
-                   used: bool) -> Value | None:
-    """One element's atomic; its old value (0 where `pred` is false), or None when unused."""
+                   used: bool, ordered: bool = False) -> Value | None:
+    """One element's atomic; its old value (0 where `pred` is false), or None when unused; `ordered`: with
+    acquire-release semantics (the tile op's attr, from frontend.builtins.ORDERED_ATOMICS)."""
     if dtype.is_float and kind in ("max", "min"):
         bits_t = ScalarType(DType.I64 if dtype.bits == 64 else DType.I32)
         bits = low.op("bitcast", [xs[0]], bits_t)
@@ -138,8 +138,8 @@ def atomic_element(low: Lowering, kind: str, dtype: DType, addr: Value, xs: list
         positive = low.op("not", [negative], BOOL)
         signed, unsigned = ("s64", "u64") if dtype.bits == 64 else ("s32", "u32")
         other = "min" if kind == "max" else "max"
-        old_pos = _atom(low, kind, signed, addr, [bits], low.all_of([pred, positive]), used, bits_t)
-        old_neg = _atom(low, other, unsigned, addr, [bits], low.all_of([pred, negative]), used, bits_t)
+        old_pos = _atom(low, kind, signed, addr, [bits], low.all_of([pred, positive]), used, bits_t, ordered)
+        old_neg = _atom(low, other, unsigned, addr, [bits], low.all_of([pred, negative]), used, bits_t, ordered)
         if not used:
             return None
         return low.op("bitcast", [low.op("select", [negative, old_neg, old_pos], bits_t)], ScalarType(dtype))
@@ -147,14 +147,14 @@ def atomic_element(low: Lowering, kind: str, dtype: DType, addr: Value, xs: list
     if kind in ("and", "or", "xor", "xchg", "cas") and dtype.is_float:
         bits_t = ScalarType(DType.I64 if dtype.bits == 64 else DType.I32)
         old = _atom(low, kind, ATOMIC_PTX_TYPE[(kind, dtype)], addr, [low.op("bitcast", [x], bits_t) for x in xs],
-                    pred, used, bits_t)
+                    pred, used, bits_t, ordered)
         return low.op("bitcast", [old], t) if used else None
-    return _atom(low, kind, ATOMIC_PTX_TYPE[(kind, dtype)], addr, xs, pred, used, t)
+    return _atom(low, kind, ATOMIC_PTX_TYPE[(kind, dtype)], addr, xs, pred, used, t, ordered)
 
 
 def _atom(low: Lowering, kind: str, ptx_type: str, addr: Value, xs: list[Value], pred: Value | None, used: bool,
-          t: ScalarType) -> Value | None:
+          t: ScalarType, ordered: bool) -> Value | None:
     operands = [addr, *xs] + ([pred] if pred is not None else [])
-    attrs = {"op": kind, "type": ptx_type, "masked": pred is not None, "ordered": kind in ORDERED}
+    attrs = {"op": kind, "type": ptx_type, "masked": pred is not None, "ordered": ordered}
     results = low.b.op("atom_global", operands, [t] if used else [], attrs).results
     return results[0] if used else None

@@ -76,7 +76,7 @@ from .mma import (SWIZZLE_ATOM, SWIZZLE_BYTES, RegisterOperand, SharedOperand, T
                   in_registers, operand_space, read_swizzled, round_in_place, store_tile)
 from .mma_plan import MmaPlan
 from .values import grid_position
-from .schedule import REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
+from .schedule import MAX_THREADS, REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
 
@@ -213,10 +213,11 @@ def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
     reads B's fragments from the stage; operands straight from the stage, each a slice TMA can copy:
     `tma_box`), at the kernel's top level, with nothing but
     register arithmetic before it - the producer's threads run that code too, outside every layout, so
-    it may not touch memory (not even a load: their elements lie past the slice)."""
+    it may not touch memory (not even a load: their elements lie past the slice) - and room in the CTA
+    for the producer's threads (not with WARPS=32, which copies by cp.async)."""
     body = low.src.body.ops
     if (plan.in_flight is None and not plan.kept) or plan.through_registers or low.barrier_threads is not None \
-            or op not in body:
+            or op not in body or low.threads + PRODUCER_THREADS > MAX_THREADS:
         return None
     boxes = [tma_box(low, st.load, st.space) for st in plan.staged]
     before = Block(ops=body[:body.index(op)])

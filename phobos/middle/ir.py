@@ -77,9 +77,11 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(False, "gather", "gather(tensor, index...): per dim a scalar index or a tile of the result's shape"),
     **_ops(False, "scatter", "scatter(tensor, index..., value): indices as gather's"),
     **_ops(False, "atomic", "atomic(tensor, index..., value[, value2]) -> old values; indices as gather's; "
-                            "attrs op (add max min and or xor xchg cas), used (the old values are read)"),
+                            "attrs op (add max min and or xor xchg cas), used (the old values are read), ordered "
+                            "(acquire-release: frontend.builtins.ORDERED_ATOMICS)"),
     **_ops(False, "print", "print(values...): a line per element; attrs text"),
-    **_ops(False, "assert", "assert(cond): stops the kernel where cond is false; attrs text"),
+    **_ops(False, "assert", "assert(cond[, lhs, rhs]): stops the kernel where cond is false; attrs text, compare "
+                            "(the source operator when cond is `lhs compare rhs`, whose values a failure shows)"),
     # thread level
     **_ops(True, "tid", "thread index in the CTA (x)"),
     **_ops(True, "size", "a launch-bound size; attrs name"),

@@ -30,7 +30,7 @@ from __future__ import annotations
 from ..constants import OPERATORS, UNARY_OPERATORS, convert
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument, dot_precision
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, ORDERED_ATOMICS, argument, dot_precision
 from .ir import Block, Builder, Function, KernelParam, Value
 from ..frontend.sema import CheckedKernel, Inlined, Symbol
 from ..types import DType, ScalarType, TensorType, TileType, TupleType, broadcast_shapes, shape_of
@@ -763,7 +763,9 @@ class IRGen:
         xs = [self.coerce(self.expr(x, dtype), shape_of(slice_t)) for x in values]
         indices = self.element_indices(target)
         self.at(e)
-        op = self.b.op("atomic", [tensor, *indices, *xs], [slice_t], {"op": e.func[len("atomic_"):], "used": used})
+        kind = e.func[len("atomic_"):]
+        op = self.b.op("atomic", [tensor, *indices, *xs], [slice_t],
+                       {"op": kind, "used": used, "ordered": kind in ORDERED_ATOMICS})
         return op.result
 
     @BUILTIN_RULES.on("print")
@@ -780,10 +782,13 @@ class IRGen:
 
     @BUILTIN_RULES.on("assert")
     def call_assert(self, e: ast.Call) -> tuple:
+        """A comparison's operands go along (attr `compare` its operator), so that a failure shows them."""
         cond = self.expr(e.args[0])
         text = e.args[1].value if len(e.args) > 1 else ""
+        compare = e.args[0].op if isinstance(e.args[0], ast.Binary) and OPERATORS[e.args[0].op][0] == "cmp" else None
+        compared = list(cond.owner.operands) if compare is not None else []
         self.at(e)
-        self.b.op("assert", [cond], [], {"text": text})
+        self.b.op("assert", [cond, *compared], [], {"text": text, "compare": compare})
         return ()
 
 

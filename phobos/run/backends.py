@@ -38,7 +38,7 @@ from .tensor_map import TensorMap, kernel_map
 from ..launch.binding import BoundCall, TensorArgument
 from ..compiler import TARGETS, CompiledKernel
 from ..middle.ir import KernelParam
-from ..errors import PhobosError, ToolchainError
+from ..errors import LaunchError, PhobosError, ToolchainError
 
 if TYPE_CHECKING:
     from ..frontend.sema import CheckedKernel
@@ -199,9 +199,16 @@ class GpuBackend:
             queued(launch.stream, launch.queued_arguments())
             return
         compiled = launch.compiled
-        runtime.launch(self._module(launch), compiled.kernel_name, self._ctas(launch), launch.block,
-                       launch.ptx_arguments(), shared_bytes=compiled.shared_bytes, copy_back=launch.copy_back(),
-                       stream=launch.stream)
+        try:
+            runtime.launch(self._module(launch), compiled.kernel_name, self._ctas(launch), launch.block,
+                           launch.ptx_arguments(), shared_bytes=compiled.shared_bytes, copy_back=launch.copy_back(),
+                           stream=launch.stream)
+        except LaunchError as error:
+            from .interpreter import assert_note  # a kernel with device_asserts may have trapped
+            note = assert_note(launch.checked)
+            if note is not None:
+                error.notes.append(note)
+            raise
 
     def time(self, launch: Launch) -> float:
         compiled = launch.compiled
@@ -259,16 +266,26 @@ class InterpretBackend(CpuBackend):
 
 
 class EmulateBackend(CpuBackend):
-    """phobos.run.emulator: runs the PTX on numpy arrays, in PTX-parameter order."""
+    """phobos.run.emulator: runs the PTX on numpy arrays, in PTX-parameter order.  The lines a failing
+    device_assert prints become the DeviceAssertError the trap after them raises (interpreter.AssertionOutput),
+    as in the interpreter."""
 
     name = "emulate"
     compiles = True
 
     def run(self, launch: Launch) -> None:
         emulator = _cpu_module("phobos.run.emulator", self.name)
+        from .interpreter import AssertionOutput
         compiled = launch.compiled
-        emulator.launch(compiled.ptx, compiled.kernel_name, compiled.launch_grid(launch.grid, EMULATED_MULTIPROCESSORS),
-                        launch.block, launch.ptx_arguments(), shared_bytes=compiled.shared_bytes)
+        output = AssertionOutput(launch.checked)
+        try:
+            emulator.launch(compiled.ptx, compiled.kernel_name,
+                            compiled.launch_grid(launch.grid, EMULATED_MULTIPROCESSORS), launch.block,
+                            launch.ptx_arguments(), shared_bytes=compiled.shared_bytes, output=output.write)
+        except emulator.TrapError as trap:
+            raise output.error(trap.loc) or trap from None
+        finally:
+            output.flush()
 
 
 def _cpu_module(module_name: str, mode: str) -> ModuleType:
@@ -286,10 +303,12 @@ _instances: dict[str, Backend] = {}
 
 #: Names the mode of `mode=None`; unset: the GPU if there is one, else the CPU's default mode.
 MODE_VARIABLE = "PHOBOS_MODE"
-#: The mode `mode=None` runs in on a machine without a GPU.  The interpreter
-#: runs the quick start's sgemm in about half a second where the emulator,
-#: executing and checking every PTX instruction of every thread, takes more
-#: than ten; the emulator is there on request, for checking generated code.
+#: The mode `mode=None` runs in on a machine without a GPU.  The quick start's
+#: sgemm, as a whole script, takes about a second of CPU time in the
+#: interpreter where the emulator, executing and checking every PTX
+#: instruction of every thread, takes more than fifteen
+#: (benchmarks/bench_quickstart_cpu.py); the emulator is there on request,
+#: for checking generated code.
 CPU_DEFAULT_MODE = "interpret"
 
 logger = logging.getLogger(__name__)

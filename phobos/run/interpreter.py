@@ -27,8 +27,9 @@
 #               tensor's dtype (round to nearest even; integers wrap).
 #               atomic_add adds into the elements inside the tensor (f32
 #               flushing subnormals, as the GPU's atom.add.f32 does).
-#   bf16        tensors are numpy arrays of `ml_dtypes.bfloat16` when ml_dtypes
-#               is installed, or uint16 arrays holding the bit patterns.
+#   bf16        tensors are numpy arrays of `ml_dtypes.bfloat16` (ml_dtypes is
+#               not imported here: such arrays come with it), or uint16 arrays
+#               holding the bit patterns.
 #   dot         computed exactly in float64 and rounded once to f32; `x + dot(a,
 #               b)` of equal types (so `acc += dot(a, b)`) is fused as the
 #               back end's fuse-dot pass fuses it: x + a @ b rounded once.  The
@@ -52,8 +53,19 @@
 #   division    an integer divisor of 0 counts as 1 (`x / 0 == x`, `x % 0 ==
 #               0`); `cdiv` is the exact quotient rounded up.
 #   faults      an expression that cannot go on raises _Fault; the statement
-#               running it reports an ExecutionError there, noting the
-#               expression (a failing device_assert; no arithmetic faults).
+#               running it reports an ExecutionError there (or the finer
+#               class the fault names), noting the expression (a failing
+#               device_assert; no arithmetic faults).
+#   races       a store checks, per element, when (on the launch's clock,
+#               _Order) it was stored last: a store of a different value (in
+#               its bits) where another program instance stored is a
+#               RaceError, as in the emulator (on the GPU the instance that
+#               runs last wins) - unless an atomic_cas or atomic_xchg orders
+#               the two (the other instance did one after its store, this one
+#               before its own: a lock's release and acquire).  Stores of
+#               equal values, atomics, and reads of what another instance
+#               stored are not checked; nor are tensors of more than
+#               RACE_CHECK_LIMIT elements.
 #   jumps       `break`, `continue` and `return` raise exceptions that their
 #               loop, function call or program instance catches; a device
 #               function runs its checked copy (the checker's `calls`) on
@@ -68,12 +80,19 @@
 #   scans       cumsum/cumprod in the dtype, left to right (the GPU combines in a
 #               tree); scan and reduce with a combine function apply it left to
 #               right along the axis, on whole slices at a time.
-#   printing    device_print and device_assert print the lines the GPU would,
-#               instance by instance, elements in row-major order.
+#   printing    device_print prints the lines the GPU would, instance by
+#               instance, elements in row-major order.  A failing
+#               device_assert prints nothing: it stops the instance with a
+#               DeviceAssertError (assert_error) whose notes are its first
+#               failures - element, and the values compared when the
+#               condition is a comparison - and how many more there were.
+#               The emulator makes the same error of the lines the GPU
+#               prints (AssertionOutput).
 from __future__ import annotations
 
 import math
 import operator
+import re
 import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -83,23 +102,19 @@ import numpy as np
 from .. import constants
 from ..dispatch import Dispatch
 from ..frontend import ast
-from ..frontend.builtins import BUILTINS, CAST_DTYPES, argument, dot_precision
+from ..frontend.builtins import BUILTINS, CAST_DTYPES, ORDERED_ATOMICS, argument, dot_precision
 from ..frontend.parser import parse_source, pick_kernel
-from ..errors import ExecutionError, LaunchError, Loc, Note, PhobosError
+from ..errors import DeviceAssertError, ExecutionError, LaunchError, Loc, Note, PhobosError, RaceError, SourceFile
 from ..frontend.sema import CheckedKernel, Inlined, Symbol, check_kernel
 from ..types import VALUE_DTYPES, DType, ScalarType, TensorType, TileType, TupleType, shape_of
-from .emulator import numerics
 
-try:
-    from ml_dtypes import bfloat16 as _ML_BFLOAT16
-except ImportError:  # bf16 tensors are then uint16 arrays of bit patterns
-    _ML_BFLOAT16 = None
 
 Fn = Callable[[list], object]  # a compiled expression or statement: frame -> value
 
 NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}  # tensor element types
 VALUE = {d: constants.NUMPY[d].type for d in VALUE_DTYPES}  # values (16-bit floats held as f32)
-GRID_SLOTS = 6  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2)
+GRID_SLOTS = 7  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2), frame[6] = the launch's _Order
+ORDER_SLOT = 6
 
 
 class _Jump(Exception):
@@ -132,12 +147,13 @@ class _Return(_Jump):
 
 
 class _Fault(Exception):
-    """A run-time fault inside an expression; the statement running it reports it."""
+    """A run-time fault inside an expression; the statement running it reports it, as a `kind`."""
 
-    def __init__(self, message: str, loc: Loc):
+    def __init__(self, message: str, loc: Loc | None, kind: type[ExecutionError] = ExecutionError):
         super().__init__(message)
         self.message = message
         self.loc = loc
+        self.kind = kind
 
 
 # ------------------------------------------------------------ value helpers
@@ -229,35 +245,124 @@ def _sum(x: np.ndarray, axis: int | None, keep: bool):
 
 
 # ------------------------------------------------------------ tensors
+#: Tensors of more elements than this are not checked for races (the check keeps 8 bytes per element).
+RACE_CHECK_LIMIT = 1 << 23
+
+
+class _Order:
+    """What orders the program instances of one launch, for the race check: a clock that ticks when an
+    instance starts and at each atomic_cas or atomic_xchg (which order an instance's other accesses around
+    them).  Instances run one after another, x fastest, so the n-th to start is instance number n."""
+
+    def __init__(self, grid: tuple[int, int, int]):
+        self.grid = grid
+        count = grid[0] * grid[1] * grid[2]
+        self.clock = 0
+        self.starts = np.zeros(count, np.int64)  # the clock when each instance started
+        self.releases = np.zeros(count, np.int64)  # the clock of each instance's last atomic_cas/xchg
+        self.running = -1
+        self.acquired = False  # the running instance has done an atomic_cas/xchg
+
+    def start(self) -> None:
+        self.clock += 1
+        self.running += 1
+        self.starts[self.running] = self.clock
+        self.acquired = False
+
+    def order(self) -> None:
+        """An atomic_cas or atomic_xchg: releases what the instance stored before, acquires what others
+        released."""
+        self.clock += 1
+        self.releases[self.running] = self.clock
+        self.acquired = True
+
+    def racing(self, stored_at: np.ndarray) -> np.ndarray:
+        """Which of the stores made at clocks `stored_at` (0: none) race with a store by the running instance."""
+        others = (stored_at > 0) & (stored_at < self.starts[self.running])
+        if self.acquired and others.any():
+            writers = np.searchsorted(self.starts[:self.running + 1], stored_at, side="right") - 1
+            others &= ~(self.releases[np.maximum(writers, 0)] > stored_at)
+        return others
+
+    def instance(self, clock: int) -> str:
+        """`(x, y, z)` of the instance that ran at `clock`."""
+        number = int(np.searchsorted(self.starts[:self.running + 1], clock, side="right") - 1)
+        gx, gy = self.grid[0], self.grid[1]
+        return f"({number % gx}, {number // gx % gy}, {number // (gx * gy)})"
+
+
 @dataclass
 class _Tensor:
-    """A tensor argument and its conversions from storage to compute dtype and back."""
+    """A tensor argument of one launch, its conversions from storage to compute dtype and back, and per
+    element the clock (_Order) of the last store there (0: none; made at the first store)."""
 
+    name: str
     array: np.ndarray
     load: Callable
     store: Callable
+    stored_at: np.ndarray | None = None
+
+    def claim(self, index, stored, f: list) -> None:
+        """The instance running in frame `f` stores `stored` (storage dtype) at `index`: a race _Fault where
+        another instance stored a different value there, unordered."""
+        if self.array.size > RACE_CHECK_LIMIT:
+            return
+        if self.stored_at is None:
+            self.stored_at = np.zeros(self.array.shape, np.int64)
+        order: _Order = f[ORDER_SLOT]
+        before = np.asarray(self.stored_at[index])
+        racing = order.racing(before)
+        if racing.any():
+            old = np.asarray(self.array[index])
+            new = np.broadcast_to(stored, old.shape)
+            racing &= _bits(old) != _bits(new)
+            if racing.any():
+                at = tuple(np.argwhere(racing)[0])
+                raise _Fault(f"data race on '{self.name}': program {order.instance(order.clock)} stores "
+                             f"{format_value(self.load(new[at]))} at element {_element(index, at)}, where program "
+                             f"{order.instance(int(before[at]))} stored {format_value(self.load(old[at]))}; "
+                             f"nothing orders program instances (atomic_add combines their values)", None, RaceError)
+        self.stored_at[index] = order.clock
 
 
-def _tensor_codec(dtype: DType, array: np.ndarray) -> _Tensor:
+def _bits(values: np.ndarray) -> np.ndarray:
+    """The bit patterns of `values` (so that NaNs compare by their bits and -0.0 differs from 0.0)."""
+    return values.view(np.dtype(f"u{values.dtype.itemsize}"))
+
+
+def _element(index: tuple, at: tuple) -> str:
+    """The tensor coordinates of position `at` of the stored region `index` (slices and ints, or the index
+    arrays of a scatter)."""
+    if any(isinstance(i, np.ndarray) for i in index):
+        coords = [int(i[at]) for i in index]
+    else:
+        rest = iter(at)
+        coords = [i.start + int(next(rest)) if isinstance(i, slice) else int(i) for i in index]
+    return f"({', '.join(map(str, coords))})"
+
+
+def _tensor_codec(name: str, dtype: DType, array: np.ndarray) -> _Tensor:
     """Loads and stores of a tensor, as the compiled code holds 16-bit floats in f32 registers: an
     f16 loads through cvt.f32.f16 (a NaN becomes the canonical one), a bf16 by a shift (its bits
     stay); a store to either rounds through cvt.rn (a NaN becomes the canonical one).  A bf16 array,
     of ml_dtypes or uint16, is read and written through its bit patterns."""
     storage = array.dtype
     if dtype is DType.BF16:
-        return _Tensor(array, lambda x: constants.bf16_values(np.asarray(x).view(np.uint16)),
+        return _Tensor(name, array, lambda x: constants.bf16_values(np.asarray(x).view(np.uint16)),
                        lambda x: np.asarray(constants.bf16_bits(x)).view(storage))
     if dtype is DType.F16:
-        return _Tensor(array, lambda x: constants.convert_array(x.astype(np.float32), DType.F32, dtype),
+        return _Tensor(name, array, lambda x: constants.convert_array(x.astype(np.float32), DType.F32, dtype),
                        lambda x: constants.round_half(x, dtype).astype(storage))
     compute = NP[dtype.compute]
-    return _Tensor(array, lambda x: x.astype(compute), lambda x: x.astype(storage))
+    return _Tensor(name, array, lambda x: x.astype(compute), lambda x: x.astype(storage))
 
 
-def _accepted_dtypes(dtype: DType) -> list[np.dtype]:
+def _accepted_dtypes(dtype: DType) -> list[str]:
+    """The names of the numpy element types a tensor of `dtype` may have: bf16 is ml_dtypes' bfloat16 or
+    the bits as uint16 (by name, so that ml_dtypes is imported only by those who make such arrays)."""
     if dtype is DType.BF16:
-        return [np.dtype(np.uint16)] + ([np.dtype(_ML_BFLOAT16)] if _ML_BFLOAT16 is not None else [])
-    return [np.dtype(NP[dtype])]
+        return ["uint16", "bfloat16"]
+    return [np.dtype(NP[dtype]).name]
 
 
 def _clip(shape: tuple[int, ...], starts: list[int], sizes: tuple[int | None, ...]):
@@ -376,8 +481,8 @@ class _Compiler:
                 except (PhobosError, _Jump):
                     raise
                 except _Fault as fault:
-                    notes = [Note("in this operation", fault.loc)] if fault.loc != loc else []
-                    raise ExecutionError(fault.message, loc, notes) from None
+                    notes = [Note("in this operation", fault.loc)] if fault.loc not in (loc, None) else []
+                    raise fault.kind(fault.message, loc, notes) from None
                 except Exception as err:  # a bug in the interpreter: say where, keep the cause
                     raise ExecutionError(f"internal error in the interpreter ({type(err).__name__}: {err})",
                                          loc) from err
@@ -411,7 +516,7 @@ class _Compiler:
             return self.scatter(elements, self.stored_value(s, old, slice_t))
         slot, starts, sizes = self.access(s.target)
         old = self.load(slot, starts, sizes, slice_t.dtype) if s.op != "=" else None
-        return self.write(slot, starts, sizes, self.stored_value(s, old, slice_t), accumulate=False)
+        return self.write(slot, starts, sizes, self.stored_value(s, old, slice_t))
 
     def stored_value(self, s: ast.Assign, old: Fn | None, slice_t: ScalarType | TileType) -> Fn:
         """What `s` stores into a tensor slice of `slice_t`: the assigned value converted to the
@@ -600,7 +705,9 @@ class _Compiler:
             v = value(f)
             tensor, index, inside = elements(f)
             v = np.broadcast_to(v, inside.shape)
-            tensor.array[tuple(i[inside] for i in index)] = tensor.store(v[inside])
+            where, stored = tuple(i[inside] for i in index), tensor.store(v[inside])
+            tensor.claim(where, stored, f)
+            tensor.array[where] = stored
         return run
 
     @staticmethod
@@ -620,8 +727,8 @@ class _Compiler:
         return run
 
     @staticmethod
-    def write(slot: int, starts: list[Fn], sizes: tuple[int | None, ...], value: Fn, accumulate: bool) -> Fn:
-        """Store `value` into `T[...]` (or add it in, for atomic_add), skipping elements outside."""
+    def write(slot: int, starts: list[Fn], sizes: tuple[int | None, ...], value: Fn) -> Fn:
+        """Store `value` into `T[...]`, skipping elements outside."""
         locate = _locator(slot, starts, sizes)
 
         def run(f):
@@ -630,10 +737,8 @@ class _Compiler:
             if index is None:
                 return
             v = tensor.store(v if inside else v[part])
-            if accumulate:
-                tensor.array[index] += v
-            else:
-                tensor.array[index] = v
+            tensor.claim(index, v, f)
+            tensor.array[index] = v
         return run
 
     # ------------------------------------------------------------ expressions
@@ -807,6 +912,7 @@ class _Compiler:
     def call_fma(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         a, b, c = (self.expr(x, dtype) for x in e.args)
+        numerics = _numerics()
         fma = numerics.fma_f32 if dtype is DType.F32 else numerics.fma_f64
         return lambda f: np.asarray(fma(a(f), b(f), c(f), "rn"), NP[dtype])[()]
 
@@ -915,10 +1021,13 @@ class _Compiler:
         dtype = self.ck.types[target.base].dtype
         values = [self.expr(x, dtype.compute) for x in operands]
         elements = self.elements(target)
-        update = _ATOMIC_UPDATES[e.func[len("atomic_"):]](dtype)
+        kind = e.func[len("atomic_"):]
+        update, ordered = _ATOMIC_UPDATES[kind](dtype), kind in ORDERED_ATOMICS
         zero = NP[dtype.compute](0)
 
         def run(f):
+            if ordered:
+                f[ORDER_SLOT].order()
             args = [v(f) for v in values]
             tensor, index, inside = elements(f)
             args = [np.broadcast_to(a, inside.shape) for a in args]
@@ -950,18 +1059,44 @@ class _Compiler:
 
     @BUILTIN_RULES.on("assert")
     def call_assert(self, e: ast.Call) -> Fn:
-        cond = self.expr(e.args[0])
+        """A comparison's operands are computed apart (as expr_binary computes them), so that each failure
+        can show them."""
+        condition = e.args[0]
         text = e.args[1].value if len(e.args) > 1 else ""
-        shape = shape_of(self.ck.types[e.args[0]])
+        shape = shape_of(self.ck.types[condition]) or ()
+        compare = condition.op if isinstance(condition, ast.Binary) and condition.op in COMPARISONS else None
+        if compare is not None:
+            dtype = self.operand_dtype(condition.lhs, condition.rhs)
+            lhs, rhs, fn = self.expr(condition.lhs, dtype), self.expr(condition.rhs, dtype), _binary_function(compare)
+        else:
+            cond = self.expr(condition)
 
         def run(f):
-            ok = np.asarray(cond(f))
+            if compare is not None:
+                a, b = lhs(f), rhs(f)
+                ok = np.asarray(fn(a, b))
+            else:
+                ok = np.asarray(cond(f))
             if ok.all():
                 return ()
-            for pos in zip(*np.nonzero(~ok)) if shape else [None]:
-                sys.stdout.write(assert_line(e.loc, f[0:3], pos, text) + "\n")
-            raise _Fault(f"device_assert failed{': ' + text if text else ''}", e.loc)
+            failed = list(zip(*np.nonzero(~ok))) if shape else [None]
+            failures = []
+            for pos in failed[:MAX_SHOWN_FAILURES]:
+                shown = ""
+                if compare is not None:
+                    at = pos if pos is not None else ()
+                    shown = (f"{format_value(np.broadcast_to(a, shape)[at])} {compare} "
+                             f"{format_value(np.broadcast_to(b, shape)[at])}")
+                failures.append(failure_text(where_text(f[0:3], pos), shown))
+            raise assert_error(e.loc, text, failures, len(failed), "in this program instance")
         return run
+
+
+def _numerics():
+    """The emulator's exact arithmetic (fma's single rounding, atom.add.f32's flushing), imported - with the
+    emulator's package - only where a kernel uses it."""
+    from .emulator import numerics
+    return numerics
 
 
 def _float_order(dtype: DType):
@@ -989,7 +1124,7 @@ def _same_bits(dtype: DType):
 
 
 _ATOMIC_UPDATES = {
-    "add": lambda dtype: numerics.atomic_add if dtype.is_float else (lambda old, x: old + x),
+    "add": lambda dtype: _numerics().atomic_add if dtype.is_float else (lambda old, x: old + x),
     "max": _atomic_extreme(max),
     "min": _atomic_extreme(min),
     "and": lambda dtype: lambda old, x: old & x,
@@ -1015,8 +1150,7 @@ def format_value(v) -> str:
 def print_line(program, index, text: str, values) -> str:
     """One line of device_print: `[program (x, y, z) element (i, j)] text` with each {} a value (or the
     values after the text, when it has none)."""
-    head = f"[program ({', '.join(str(int(p)) for p in program)})"
-    head += f" element ({', '.join(map(str, index))})]" if index is not None else "]"
+    head = f"[{where_text(program, index)}]"
     shown = [format_value(v) for v in values]
     if "{}" in text:
         parts = text.split("{}")
@@ -1026,12 +1160,109 @@ def print_line(program, index, text: str, values) -> str:
     return f"{head} {body}"
 
 
-def assert_line(loc: Loc, program, index, text: str) -> str:
-    """The line a failing device_assert prints (per failing element) before the kernel stops."""
+#: The failures of a device_assert its error shows; it counts the others.
+MAX_SHOWN_FAILURES = 5
+#: The source operators of comparisons (whose operands a failing device_assert shows).
+COMPARISONS = frozenset(op for op, (opcode, _) in constants.OPERATORS.items() if opcode == "cmp")
+
+
+def where_text(program, index) -> str:
+    """`program (x, y, z) element (i, j)`: where a line of device_print or device_assert comes from."""
     where = f"program ({', '.join(str(int(p)) for p in program)})"
     if index is not None:
         where += f" element ({', '.join(str(int(i)) for i in index)})"
-    return f"{loc.file}:{loc.line}: {where}: device_assert failed{': ' + text if text else ''}"
+    return where
+
+
+def failure_text(where: str, shown: str = "") -> str:
+    """One failure of a device_assert, as its error's note gives it: where_text, then the values compared
+    (`: 50 < 50`) when the condition is a comparison."""
+    return where + (f": {shown}" if shown else "")
+
+
+def assert_error(loc: Loc, text: str, failures: list[str], count: int, scope: str) -> DeviceAssertError:
+    """The error of a failed device_assert: its text at its location; notes give the first failures
+    (failure_text) and how many more there were (`scope` says where they were counted)."""
+    notes = [Note(failure) for failure in failures]
+    if count > len(failures):
+        notes.append(Note(f"and {count - len(failures)} more failure{'s' * (count - len(failures) > 1)} {scope}"))
+    return DeviceAssertError(f"device_assert failed{': ' + text if text else ''}", loc, notes)
+
+
+def device_asserts(checked: CheckedKernel) -> dict[tuple[str, int], tuple[Loc, str]]:
+    """The device_asserts of a kernel (and of the device functions it calls): (file, line) -> (loc, text)."""
+    bodies = [checked.kernel, *(inlined.body for inlined in checked.calls.values())]
+    return {(call.loc.file, call.loc.line): (call.loc, call.args[1].value if len(call.args) > 1 else "")
+            for body in bodies for call in ast.calls(body) if call.func == "device_assert"}
+
+
+def assert_note(checked: CheckedKernel) -> Note | None:
+    """For a failed launch on the GPU of a kernel with device_asserts: that a failing one stops it so, and
+    which there are (the GPU prints the failures; the launch cannot tell which one trapped)."""
+    asserts = sorted(device_asserts(checked).values())
+    if not asserts:
+        return None
+    listed = "; ".join(f"{loc.file}:{loc.line}" + (f' "{text}"' if text else "") for loc, text in asserts)
+    return Note(f"a failing device_assert stops the kernel with this error, after the GPU printed its failures "
+                f"(the kernel's device_asserts: {listed}); mode='interpret' or 'emulate' reports them as a "
+                f"DeviceAssertError")
+
+
+class AssertionOutput:
+    """What a kernel run in the emulator prints, with the lines of its failing device_asserts kept back:
+    `error` turns those of the assertion a trap stopped at into its DeviceAssertError.  Every other line
+    goes to `out`.  The lines are those lower/debug.py makes the GPU print per failing element,
+    `file:line: program (x, y, z) element (i, j): device_assert failed: text (50 < 50)` (where_text, the
+    text when there is one, the values compared when the condition is a comparison)."""
+
+    def __init__(self, checked: CheckedKernel, out=None):
+        self.out = out if out is not None else sys.stdout
+        self.asserts = device_asserts(checked)
+        self.kept: dict[tuple[str, int], list[tuple[str, str]]] = {}  # place -> (line, failure_text)
+        self.pending = ""
+
+    def write(self, text: str) -> None:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            failure = self._failure(line)
+            if failure is None:
+                self.out.write(line + "\n")
+            else:
+                self.kept.setdefault(failure[0], []).append((line, failure[1]))
+
+    def flush(self) -> None:
+        """Write out the end of a line that no newline ended."""
+        if self.pending:
+            self.out.write(self.pending)
+            self.pending = ""
+
+    def _failure(self, line: str) -> tuple[tuple[str, int], str] | None:
+        """(the assertion's place, failure_text) of a failure line of a device_assert; None for other lines."""
+        head, _, rest = line.partition(": program (")
+        file, _, number = head.rpartition(":")
+        place = (file, int(number)) if number.isdigit() else None
+        if place not in self.asserts:
+            return None
+        text = self.asserts[place][1]
+        where, marker, tail = ("program (" + rest).partition(": device_assert failed" + (f": {text}" if text else ""))
+        if not marker:
+            return None
+        shown = tail.strip()
+        return place, failure_text(where, shown[1:-1] if shown.startswith("(") else "")
+
+    def error(self, loc: Loc | None) -> DeviceAssertError | None:
+        """The DeviceAssertError of the assertion at `loc` (where a trap stopped), if it printed failures;
+        else None, and the lines kept back are printed after all."""
+        place = (loc.file, loc.line) if loc is not None else None
+        if place not in self.asserts or not self.kept.get(place):
+            for line, _ in (kept for lines in self.kept.values() for kept in lines):
+                self.out.write(line + "\n")
+            return None
+        failures = sorted((failure for _, failure in self.kept[place]),  # by program and element, as interpreted
+                          key=lambda failure: [int(n) for n in re.findall(r"\d+", failure.split(": ")[0])])
+        return assert_error(self.asserts[place][0], self.asserts[place][1], failures[:MAX_SHOWN_FAILURES],
+                            len(failures), "in the CTAs that ran with them")
 
 
 # ------------------------------------------------------------ running
@@ -1051,12 +1282,14 @@ class InterpretedKernel:
         grid = _grid(grid)
         frame: list = [None] * self.nslots
         frame[3:6] = [np.int32(n) for n in grid]
+        order = frame[ORDER_SLOT] = _Order(grid)
         with np.errstate(all="ignore"):
             self.bind(frame, args)
             for z in range(grid[2]):
                 for y in range(grid[1]):
                     for x in range(grid[0]):
                         frame[0:3] = np.int32(x), np.int32(y), np.int32(z)
+                        order.start()
                         try:
                             self.body(frame)
                         except _Return:
@@ -1105,7 +1338,7 @@ def _tensor_arg(sym: Symbol, arg, written: bool) -> _Tensor:
     if arg.ndim != t.rank:
         raise LaunchError(f"argument '{sym.name}' must have {t.rank} dimension{'s' if t.rank != 1 else ''} "
                           f"({t}), got an array of shape {arg.shape}", sym.loc)
-    if arg.dtype not in accepted:
+    if arg.dtype.name not in accepted:
         raise LaunchError(f"argument '{sym.name}' must be an array of {want} ({t}), got {arg.dtype}", sym.loc)
     if not arg.flags.c_contiguous:
         raise LaunchError(f"argument '{sym.name}' must be C-contiguous (row-major); pass "
@@ -1115,7 +1348,7 @@ def _tensor_arg(sym: Symbol, arg, written: bool) -> _Tensor:
     for d, (dim, n) in enumerate(zip(t.dims, arg.shape)):
         if isinstance(dim, int) and dim != n:
             raise LaunchError(f"argument '{sym.name}': dimension {d} must be {dim} ({t}), got {n}", sym.loc)
-    return _tensor_codec(t.dtype, arg)
+    return _tensor_codec(sym.name, t.dtype, arg)
 
 
 def _scalar_arg(sym: Symbol, arg):
@@ -1150,7 +1383,7 @@ def run(checked: CheckedKernel, grid: int | Sequence[int], args: Sequence) -> No
 
 
 def interpret(src: str, kernel: str | None = None, config: dict[str, int] | None = None, *,
-              grid: int | Sequence[int] = 1, args: Sequence = (), filename: str = "<source>") -> None:
+              grid: int | Sequence[int] = 1, args: Sequence = (), filename: str | None = None) -> None:
     """Parse and check `src`, then run one kernel (the only one, or `kernel`) under `config`."""
-    k = pick_kernel(parse_source(src, filename), kernel)
+    k = pick_kernel(parse_source(src, filename or SourceFile.name_for(src)), kernel)
     run(check_kernel(k, config), grid, args)

@@ -3,8 +3,8 @@
 # Every fault the emulator finds while parsing or running PTX is an
 # `EmulatorError`, a Phobos `ExecutionError`.  Its `loc` is the Phobos source
 # position taken from the last `.loc` directive before the faulting PTX
-# instruction (so the usual `file:line:col: error:` formatting points at the
-# kernel source), and its message starts with the PTX position, `name.ptx:57:`.
+# instruction (so the error's `file:line:col:` points at the kernel source),
+# and its message starts with the PTX position, `name.ptx:57:`.
 # The subclasses name the kind of fault so that tests and tools can tell them
 # apart.
 #
@@ -13,7 +13,7 @@
 # the PTX line, the source location and the thread that faulted.
 from __future__ import annotations
 
-from ...errors import ExecutionError, Loc, Note
+from ...errors import ExecutionError, Loc, Note, RaceError
 
 
 class EmulatorError(ExecutionError):
@@ -42,11 +42,11 @@ class MisalignedAddress(EmulatorError):
     """An access whose address is not a multiple of its size (the GPU's 'misaligned address')."""
 
 
-class SharedMemoryRace(EmulatorError):
+class SharedMemoryRace(EmulatorError, RaceError):
     """Two threads of a CTA touch one shared byte between barriers, at least one writing."""
 
 
-class GlobalMemoryRace(EmulatorError):
+class GlobalMemoryRace(EmulatorError, RaceError):
     """Two threads touch one global byte with nothing ordering them, at least one writing: threads of
     one CTA with no barrier in between, or threads of different CTAs (which nothing orders)."""
 

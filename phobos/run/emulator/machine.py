@@ -40,14 +40,17 @@
 # early (see async_state).
 #
 # A launch that runs for more than a couple of seconds logs progress lines
-# (phobos.log.Progress), counted in instruction steps.
+# (phobos.log.Progress): the CTAs done of the total, the instruction steps,
+# and, once a batch of CTAs is done, the time left at that pace.
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,6 +114,7 @@ class LaunchConfig:
     tensor_cores: TensorCoreModel
     progress: Callable[[int], None]  # called with the steps of the batch so far, every PROGRESS_STEPS
     cluster: ClusterShape
+    output: Callable[[str], Any]  # where vprintf writes (standard output unless the launch names another)
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -524,7 +528,7 @@ class Kernel:
     def launch(self, grid, block, args, shared_bytes: int = 0, source_text: str | None = None, *,
                check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                max_threads: int = DEFAULT_MAX_THREADS, tensor_cores: str = "hopper",
-               cluster=None) -> LaunchStats:
+               cluster=None, output: Callable[[str], Any] | None = None) -> LaunchStats:
         """Run the kernel on `grid` x `block` threads; see `launch` for the arguments."""
         if tensor_cores not in TENSOR_CORE_MODELS:
             raise LaunchError(f"tensor_cores must be one of {', '.join(TENSOR_CORE_MODELS)}, got {tensor_cores!r}")
@@ -545,17 +549,19 @@ class Kernel:
         if check_races and len(glob.data) <= GLOBAL_RACE_LIMIT and total * tpc < 1 << 31:
             glob.races = GlobalRaceDetector(len(glob.data), tpc)
         shared_size = prog.shared_size(shared_bytes)
-        progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads)",
-                            unit="instruction steps")
-        steps = 0
-        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
-                              TENSOR_CORE_MODELS[tensor_cores],
-                              lambda batch_steps: progress.update(steps + batch_steps), clusters)
         races = (24 + (40 if clusters.size > 1 else 0)) if check_races else 0
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (1 + races)
         batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // max(per_cta, 1)))
         batch = max(clusters.size, batch // clusters.size * clusters.size)  # the CTAs of a cluster run together
+        at_once = "" if total == 1 else ", all at once" if batch >= total else f", {batch} at a time"
+        progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads{at_once})", total,
+                            "CTAs done")
+        steps = first = 0
+        config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
+                              TENSOR_CORE_MODELS[tensor_cores],
+                              lambda batch_steps: progress.update(first, f"{steps + batch_steps} instruction steps"),
+                              clusters, output or sys.stdout.write)
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             for first in range(0, total, batch):
@@ -741,7 +747,8 @@ def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
     numeric model of mma/wgmma: "hopper", the default, or "ampere"; see
     numerics.TensorCoreModel), cluster (1 to 3 sizes: the thread-block
     cluster shape, as the launch attribute gives it; by default the kernel's
-    .reqnctapercluster, else clusters of one CTA).  A `.b8 [128]` parameter
+    .reqnctapercluster, else clusters of one CTA), output (what printf's lines
+    are written with; default sys.stdout.write).  A `.b8 [128]` parameter
     takes a phobos.run.tensor_map.TensorMap over a NumPy array.
     """
     return load_module(ptx_text, name).launch(kernel, grid, block, args, shared_bytes, source_text, **options)

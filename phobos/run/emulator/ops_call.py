@@ -6,12 +6,11 @@
 # arguments from the buffer they point to, laid out as C passes variable
 # arguments (each aligned to its size: int 4 bytes; long long, double and
 # pointers 8; a float is passed as a double), and writes the line to standard
-# output, thread by thread in thread order; its result is the number of
+# output (or the launch's `output`), thread by thread in thread order; its result is the number of
 # characters written.  Any other external function is refused when decoded.
 from __future__ import annotations
 
 import re
-import sys
 
 import numpy as np
 
@@ -49,7 +48,7 @@ def build_call(d, ins, mods):
         written = []
         for k, t in enumerate(threads):
             line = _format(m, int(t), int(fmt[k]), int(buf[k]), pc, strings)
-            sys.stdout.write(line)
+            m.config.output(line)
             written.append(len(line))
         if result is not None:
             local.store(m, threads, np.full(len(threads), result, np.uint64), np.dtype(np.int32),
