@@ -68,11 +68,14 @@ class Layout:
     def register_of(self) -> dict[tuple[int, ...], int]:
         return {off: r for r, off in enumerate(self.offsets)}
 
-    def vector_width(self) -> int:
-        """Elements each thread holds contiguously along the last dim, aligned (1 when none)."""
+    def vector_width(self, most: int = 8) -> int:
+        """Elements each thread holds contiguously along the last dim, aligned (1 when none), at most `most` (a
+        power of two; 8: the widest vector of registers PTX has)."""
         if not self.offsets:
             return 1
-        for v in (8, 4, 2):
+        for v in (16, 8, 4, 2):
+            if v > most:
+                continue
             if self.shape[-1] % v == 0 and all(t.scale % v == 0 for t in self.terms[-1]) \
                     and self._runs_of(v):
                 return v
@@ -89,6 +92,11 @@ class Layout:
                 if self.offsets[start + i] != base[:-1] + (base[-1] + i,):
                     return False
         return True
+
+    def transposed(self) -> "Layout":
+        """The layout of a 2-D tile's transpose held in the same registers (nothing moves)."""
+        return Layout(self.shape[::-1], self.threads, self.terms[::-1], tuple(off[::-1] for off in self.offsets),
+                      self.replicas)
 
     def collapse(self, dims) -> "Layout":
         """This layout with `dims` reduced to extent 1: their thread digits become replicas."""

@@ -177,7 +177,7 @@ def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpac
     if plan.instruction == "wgmma" and not in_registers(plan, operand):
         return TileSpace(rows, cols, eb, 0, parts=2 if plan.kind.products == 3 else 1)
     stride = align(cols * eb, 16)
-    ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit and not plan.swapped else \
+    ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and plan.kind.tf32 and not plan.swapped else \
         (lambda s: (s // 16) % 2 == 1)
     while not ok(stride):
         stride += 16
@@ -200,19 +200,22 @@ def aligned_base(low: Lowering, nbytes: int, alignment: int) -> Value:
 def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
     """A tensor-core product: operands a pipelined loop staged are read from its stage; others, held
     in registers, are written to the scratch buffer - except an A operand whose registers are its
-    fragments and a swapped product's B."""
+    fragments and a swapped product's B.  An 8-bit B is written K-major, as B^T (the transpose of
+    trans(x) is x's registers as they are)."""
     a_v, b_v = op.operands[0], op.operands[1]
     a, b = low.staged.get(a_v), low.staged.get(b_v)
+    k_major_b = plan.kind.operand.is_f8
     for v, staged in ((a_v, a), (b_v, b)):
-        if staged is None and isinstance(low.vals[v], Transposed):  # a transpose in registers: moved now
-            low.vals[v] = low.vals[v].moved(low, low.layouts[v], v.dtype.compute)
+        if staged is None and isinstance(low.vals[v], Transposed) and not (v is b_v and k_major_b):
+            low.vals[v] = low.vals[v].moved(low, low.layouts[v], v.dtype.compute)  # a transpose in registers
     if a is None and a_in_registers(low, plan, a_v):
         a = RegisterOperand(_unrounded(low, a_v))
     if b is None and in_registers(plan, "b"):
         b = RegisterOperand(low.in_layout(b_v, plan.staging_layouts[1]).regs)
     if a is None or b is None:
         spaces = {"a": operand_space(plan, "a", plan.m, plan.k) if a is None else None,
-                  "b": operand_space(plan, "b", plan.k, plan.n) if b is None else None}
+                  "b": (operand_space(plan, "b", plan.n, plan.k) if k_major_b else operand_space(plan, "b", plan.k, plan.n))
+                  if b is None else None}
         starts, at = {}, 0
         for name, space in spaces.items():
             if space is not None:
@@ -220,17 +223,28 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
                 starts[name], at = at, at + space.nbytes
         base = aligned_base(low, at, max(sp.alignment for sp in spaces.values() if sp is not None))
         low.barrier()
-        for name, v in (("a", a_v), ("b", b_v)):
+        tiles = {"a": lambda: low.tile(a_v), "b": lambda: _b_transposed(low, b_v) if k_major_b else low.tile(b_v)}
+        for name in ("a", "b"):
             if spaces[name] is not None:
-                store_operand(low, low.tile(v), base, starts[name], spaces[name], plan)
+                store_operand(low, tiles[name](), base, starts[name], spaces[name], plan)
         if plan.instruction == "wgmma":
             low.b.op("fence_proxy_async", [], [])  # the stores, seen by the tensor cores' reads
         low.barrier()
         if a is None:
             a = SharedOperand(base, starts["a"], spaces["a"])
         if b is None:
-            b = SharedOperand(base, starts["b"], spaces["b"])
+            b = SharedOperand(base, starts["b"], spaces["b"], transposed=k_major_b)
     finish(low, op, plan, a, b)
+
+
+def _b_transposed(low: Lowering, b: Value) -> TileRegs:
+    """B^T in registers without moving anything: the source of a transpose trans(x), or B's registers in the
+    transposed layout."""
+    held = low.vals[b]
+    if isinstance(held, Transposed):
+        return held.source
+    t = low.tile(b)
+    return TileRegs(t.layout.transposed(), t.regs)
 
 
 def _unrounded(low: Lowering, a: Value) -> list[Value]:
@@ -248,7 +262,7 @@ def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: Ti
     says: as it is, or - tf32 kinds on wgmma - rounded to TF32 (tf32x3: the high parts, then the TF32
     roundings of the rests, a part further), in 16-byte vectors along the rows where the layout holds
     them (`_swizzled_accesses`)."""
-    if plan.kind.sixteen_bit or not space.swizzled:
+    if not plan.kind.tf32 or not space.swizzled:
         store_tile(low, t, base, start, space, plan.kind.operand)
         return
     owner = low.owner(t.layout)
@@ -527,10 +541,11 @@ def _a_fragments(low: Lowering, plan: MmaPlan, a, s: int, i: int) -> list[list[V
         offset = a.start + kind.k * s * a.stride + 2 * MMA_ROWS * i
         ld = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * 4, {"count": 4, "trans": True, "offset": offset})
         return [list(ld.results)]
-    if kind.sixteen_bit:  # lane l: the address of row l % 16, k chunk l / 16 (matrices a01 a23 a45 a67)
+    if not kind.tf32:  # lane l: the address of row l % 16, 16-byte k chunk l / 16 (matrices a01 a23 a45 a67;
+        # 8-bit: a0..a3, a4..a7, a8..a11, a12..a15 - four codes a register, the same bytes)
         row = low.op("add", [_warp_offset(low, plan, 0), low.digit(1, 16)], I32)
         addr = _address(low, a, row, low.op("mul", [low.digit(16, 2), low.const(16)], I32))
-        offset = a.start + MMA_ROWS * i * a.stride + 2 * kind.k * s
+        offset = a.start + MMA_ROWS * i * a.stride + kind.operand.nbytes * kind.k * s
         ld = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * 4, {"count": 4, "trans": False,
                                                                           "offset": offset})
         return [list(ld.results)]
@@ -549,15 +564,16 @@ def _b_fragments(low: Lowering, plan: MmaPlan, b: SharedOperand, s: int) -> list
     """The B fragments of each n tile at k step s ([registers], or [high, low] for tf32x3)."""
     kind = plan.kind
     nt = plan.n_tiles
-    if kind.sixteen_bit and b.transposed:  # B^T row-major (n rows): lane l the n row l % 8 of tile 2p + l / 16,
-        # k + 8 (l / 8 % 2); each 8 x 8 matrix as it lies is a B fragment; .x2 for an odd last tile
+    if not kind.tf32 and b.transposed:  # B^T row-major (n rows): lane l the n row l % 8 of tile 2p + l / 16,
+        # 16-byte k chunk l / 8 % 2; each 8 x 8 matrix (of b16) as it lies is a B fragment register (8-bit: four
+        # codes, k 4t..4t+3 of the chunk); .x2 for an odd last tile
         row = low.op("add", [_warp_offset(low, plan, 1), low.op("add", [low.digit(1, 8), low.op(
             "mul", [low.digit(16, 2), low.const(MMA_COLS)], I32)], I32)], I32)
         addr = _address(low, b, row, low.op("mul", [low.digit(8, 2), low.const(16)], I32))
         frags = []
         for pair in range(0, nt, 2):
             count = 4 if pair + 1 < nt else 2
-            offset = b.start + pair * MMA_COLS * b.stride + 2 * kind.k * s
+            offset = b.start + pair * MMA_COLS * b.stride + kind.operand.nbytes * kind.k * s
             regs = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * count,
                             {"count": count, "trans": False, "offset": offset}).results
             frags += [[list(regs[q:q + 2])] for q in range(0, count, 2)]

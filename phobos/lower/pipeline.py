@@ -990,7 +990,7 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
     else:
         thread_index = low.op("add", [low.op("mul", [c0, low.const(space.stride // eb)], I32), c1], I32)
         thread_dst = low.smem_address(stage, thread_index, eb)
-    chunk_aligned = layout.vector_width() * eb == 16  # every thread's columns start 16-byte chunks
+    chunk_aligned = layout.vector_width(16) * eb == 16  # every thread's columns start 16-byte chunks
 
     def destination(r: int) -> tuple[Value, int]:
         """(shared address, immediate offset) of register slot r's element in the stage."""
@@ -1001,7 +1001,7 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
         row, col = (low.coord(layout, r, d) for d in (0, 1))
         return low.op("add", [stage, low.op("cast", [space.offset(low, row, col)], U32)], U32), start
 
-    width = vector_ok(tensor, tile_dims, layout)
+    width = vector_ok(tensor, tile_dims, layout, most=16)
     fast = in_bounds(low, tensor, starts, sizes)
     if width > 1:
         fast = low.all_of([fast, aligned(low, tensor, starts, width)])
