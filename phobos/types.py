@@ -85,6 +85,14 @@ class DType(Enum):
         return self in (DType.F8E4M3, DType.F8E5M2)
 
     @property
+    def dot_promotes(self) -> bool:
+        """Whether `x + dot(a, b)` of tiles of this dtype sums the product from zero and then adds it to x in
+        f32 (*promotes* it), rather than starting the product's sums from x (one rounding).  So for the 8-bit
+        floats, whose tensor-core sums keep fewer bits than f32 (13 fraction bits on Hopper): a long K loop's
+        accumulator stays f32-precise, as in cuBLAS's FP8 GEMMs and DeepSeek-V3's training."""
+        return self.is_f8
+
+    @property
     def loaded(self) -> "DType":
         """The dtype of the values a load from a tensor of this element type gives."""
         return self if self.is_narrow else self.compute

@@ -281,6 +281,25 @@ def mma_layout(shape: tuple[int, int], threads: int, warps_m: int, warps_n: int,
     return Layout((m, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))
 
 
+def mma_a8_layout(shape: tuple[int, int], threads: int, warps_m: int, warps_n: int) -> Layout:
+    """The layout of an [M, K] tile whose registers, packed four at a time, are the A fragments of an 8-bit
+    mma m16n8k32: as `mma_layout` with `share_columns` (the warps along N replicas), but in each 16-row tile
+    and 16-column chunk lane l holds four consecutive columns, 4(l%4)..4(l%4) + 3, of rows l/4 and l/4 + 8:
+    registers 4r..4r + 3 are fragment byte 0..3 of a0 (row l/4, chunk 2s), a1 (row l/4 + 8), a2 (chunk 2s + 1),
+    a3, k step s after k step s."""
+    m, k = shape
+    block_m = m // warps_m
+    assert block_m % MMA_ROWS == 0 and k % 32 == 0, (shape, warps_m)
+    rows = [Term(4, 8, 1)] + ([Term(WARP, warps_m, block_m)] if warps_m > 1 else [])
+    cols = [Term(1, 4, 4)]
+    replicas = [(WARP * warps_m, warps_n)] if warps_n > 1 else []
+    if WARP * warps_m * warps_n < threads:
+        replicas.append((WARP * warps_m * warps_n, threads // (WARP * warps_m * warps_n)))
+    offsets = [(MMA_ROWS * i + 8 * half, 16 * chunk + x)
+               for i in range(block_m // MMA_ROWS) for chunk in range(k // 16) for half in (0, 1) for x in range(4)]
+    return Layout((m, k), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))
+
+
 def copy_layout(shape: tuple[int, ...], threads: int, elem_bytes: int) -> Layout:
     """`blocked`, but with vectors of up to 16 bytes along the last dim (8 elements of 16 bits)."""
     rank = len(shape)

@@ -49,8 +49,8 @@ from functools import cached_property
 from ..errors import UnsupportedError
 from ..middle.ir import Block, Function, Op, Value, walk
 from ..types import DType
-from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, copy_layout, mma_layout,
-                     swapped_fragment_layout, swapped_wgmma_layout, wgmma_layout)
+from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, copy_layout, mma_a8_layout,
+                     mma_layout, swapped_fragment_layout, swapped_wgmma_layout, wgmma_layout)
 
 WGMMA_ROW_BYTES = 128  # a wgmma product's K, in bytes of an operand: one row of the 128-byte swizzle
 WGMMA_MAX_N = 256
@@ -170,10 +170,11 @@ class MmaPlan:
 
     @cached_property
     def a_layout(self) -> Layout | None:
-        """Of an A operand whose registers are its fragments (16-bit kinds with mma.sync only; an 8-bit A
-        computed in registers goes through shared memory)."""
-        if not self.kind.sixteen_bit or self.instruction == "wgmma":
+        """Of an A operand whose registers are its fragments (16- and 8-bit kinds with mma.sync only)."""
+        if self.kind.tf32 or self.instruction == "wgmma":
             return None
+        if self.kind.operand.is_f8:
+            return mma_a8_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n)
         return mma_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n, share_columns=True)
 
     @cached_property

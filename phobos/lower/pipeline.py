@@ -209,14 +209,16 @@ def _tma_swapped(low: Lowering, op: Op, plan: PipelinePlan) -> PipelinePlan | No
 
 def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
     """The TMA boxes of the staged slices where a producer warpgroup can copy this loop's stages by TMA,
-    else None: a GEMM's K loop on wgmma (one product whose group stays in flight, or a swapped one that
-    reads B's fragments from the stage; operands straight from the stage, each a slice TMA can copy:
-    `tma_box`), at the kernel's top level, with nothing but
+    else None: a GEMM's K loop on wgmma (one product whose group stays in flight, or one waited for in its
+    iteration - an 8-bit product promoted into its accumulator -, or a swapped one that reads B's
+    fragments from the stage; operands straight from the stage, each a slice TMA can copy: `tma_box`), at
+    the kernel's top level, with nothing but
     register arithmetic before it - the producer's threads run that code too, outside every layout, so
     it may not touch memory (not even a load: their elements lie past the slice)."""
     body = low.src.body.ops
-    if (plan.in_flight is None and not plan.kept) or plan.through_registers or low.barrier_threads is not None \
-            or op not in body:
+    product = low.plans.get(plan.product)
+    if product is None or product.instruction != "wgmma" or plan.through_registers \
+            or low.barrier_threads is not None or op not in body:
         return None
     boxes = [tma_box(low, st.load, st.space) for st in plan.staged]
     before = Block(ops=body[:body.index(op)])
@@ -228,10 +230,10 @@ def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
 def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
     """The loop's one product, if it is a wgmma that accumulates into a carried value nothing else in the
     loop reads (a GEMM's K loop): its group may then stay in flight while the next iteration starts - unless
-    it reads fragments from registers (a swapped product), or is tf32x3 (which adds each product to acc
-    after its wait)."""
+    it reads fragments from registers (a swapped product), or is tf32x3 or promotes (which add the product to
+    acc after its wait)."""
     if len(dots) != 1 or low.plans[dots[0]].instruction != "wgmma" or len(dots[0].operands) != 3 \
-            or low.plans[dots[0]].swapped or low.plans[dots[0]].kind.products != 1:
+            or low.plans[dots[0]].swapped or low.plans[dots[0]].kind.products != 1 or dots[0].attrs.get("promote"):
         return None
     dot, body = dots[0], op.regions[0]
     acc = dot.operands[2]

@@ -703,6 +703,17 @@ def _pack_half2(s: Selector, op: Op) -> None:
     s.emit(f"cvt.rn.{TYPE_SUFFIX[op.attrs['dtype']]}x2.f32", s.define(op.result), s.reg(hi), s.reg(lo))
 
 
+def _pack_f8x4(s: Selector, op: Op) -> None:
+    """Four f32 as four 8-bit float codes in one b32 (the first the lowest byte): two cvt.rn.satfinite pairs."""
+    s.ptx_version = FP8_PTX_VERSION
+    x0, x1, x2, x3 = (s.reg(v) for v in op.operands)
+    low, high = s.new(DType.F8E4M3), s.new(DType.F8E4M3)
+    pair = f"cvt.rn.satfinite.{TYPE_SUFFIX[op.attrs['dtype']]}x2.f32"
+    s.emit(pair, low, x1, x0)
+    s.emit(pair, high, x3, x2)
+    s.emit("mov.b32", s.define(op.result), Vec((low, high)))
+
+
 def _tf32(s: Selector, op: Op) -> None:
     s.emit(f"cvt.{op.attrs['mode']}.tf32.f32", s.define(op.result), s.reg(op.operands[0]))
 
@@ -948,6 +959,7 @@ SELECT = {
     "ldmatrix": _ldmatrix,
     "mma": _mma,
     "pack_half2": _pack_half2,
+    "pack_f8x4": _pack_f8x4,
     "tf32": _tf32,
     "tf32_low": _tf32_low,
     "wgmma": _wgmma,

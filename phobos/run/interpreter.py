@@ -35,7 +35,8 @@
 #               saturates, as the GPU's cvt does).
 #   dot         computed exactly in float64 and rounded once to f32; `x + dot(a,
 #               b)` of equal types (so `acc += dot(a, b)`) is fused as the
-#               back end's fuse-dot pass fuses it: x + a @ b rounded once.  The
+#               back end's fuse-dot pass fuses it: x + a @ b rounded once
+#               (8-bit floats: a @ b rounded, then added to x in f32).  The
 #               GPU rounds after every fused multiply-add of its chain (or, on
 #               the tensor cores, after each group of products), so its f32
 #               result may differ from this one by those roundings.  The
@@ -742,8 +743,10 @@ class _Compiler:
         return lambda f: product(a(f), b(f), None)
 
     def fusable_dot(self, e: ast.Expr, sum_t) -> bool:
-        """Whether `x + e` is fused: e is a dot whose type is that of the sum (as fuse-dot requires)."""
-        return isinstance(e, ast.Call) and e.func == "dot" and self.ck.types[e] == sum_t
+        """Whether `x + e` is fused: e is a dot whose type is that of the sum (as fuse-dot requires), of
+        operands whose sums start from x (not those that promote: DType.dot_promotes)."""
+        return isinstance(e, ast.Call) and e.func == "dot" and self.ck.types[e] == sum_t \
+            and not self.ck.types[e.args[0]].dtype.dot_promotes
 
     def fused_dot(self, x: Fn, e: ast.Call) -> Fn:
         """x + dot(a, b) with one rounding."""
