@@ -1,6 +1,6 @@
 """Tensor cores on the GPU: Phobos's GEMMs and attention against cuBLAS and torch's flash attention.
 
-    python benchmarks/bench_gemm_tc.py [--only gemm_bf16,gemm_f16,tf32,tf32x3,attention,gemm_fp8]
+    python benchmarks/bench_gemm_tc.py [--only gemm_bf16,gemm_f16,tf32,tf32x3,attention,gemm_fp8,attention_fp8]
                                        [--sizes 4096,8192] [--timeout 300] [--out bench_results]
 
 Cases (each Phobos kernel is the example's, autotuned by its first call, and called through the
@@ -22,6 +22,8 @@ same run):
                                                                                    scales), _scaled_mm beside
   (`--only gemm_fp8` runs both.)  FP8 inputs are quantised as FP8 training does (largest magnitude of the
   tensor or block to 448); the errors are against float64 products of the dequantised inputs.
+  attention_fp8        flash-attention forward, e4m3 Q, K, V (V^T given), as `attention`
+                       (examples/attention_fp8.phobos)                          vs Phobos's bf16 attention
 
 Each call is timed back to back between two CUDA events, many calls per sample, the median of the
 samples; Phobos's and the reference's samples alternate, so both see the GPU in the same clock and
@@ -56,7 +58,7 @@ LENGTH = 4096
 CHECKED_HEADS = 2  # attention heads checked against float64
 
 TARGETS = {"gemm_bf16": 0.80, "gemm_f16": 0.80, "tf32": 0.80, "tf32x3": 1.5, "attention": 0.70,
-           "gemm_fp8": 1.0, "gemm_fp8_blockwise": 0.9}
+           "gemm_fp8": 1.0, "gemm_fp8_blockwise": 0.9, "attention_fp8": 1.3}
 FP8_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 4096)]  # M, N, K
 FP8_MAX = 448.0  # the largest e4m3
 FP8_BLOCK = 128  # the block scales' extent along K (and, for B, along N)
@@ -65,8 +67,8 @@ FP8_BLOCK = 128  # the block scales' extent along K (and, for B, along N)
 def cases(only: list[str], sizes: list[int]) -> list[str]:
     out = []
     for group in only:
-        if group == "attention":
-            out += [f"attention:{d}:{int(causal)}" for d in (64, 128) for causal in (False, True)]
+        if group in ("attention", "attention_fp8"):
+            out += [f"{group}:{d}:{int(causal)}" for d in (64, 128) for causal in (False, True)]
         elif group in ("gemm_fp8", "gemm_fp8_blockwise"):
             out += [f"{kind}:{m}x{n}x{k}" for m, n, k in FP8_SHAPES
                     for kind in (("gemm_fp8", "gemm_fp8_blockwise") if group == "gemm_fp8" else (group,))]
@@ -257,12 +259,43 @@ def run_attention(d: int, causal: bool) -> dict:
             "fastest": fastest(attention)}
 
 
+def run_attention_fp8(d: int, causal: bool) -> dict:
+    """attention_fp8 (e4m3 Q, K, V^T, per-tensor scales) against Phobos's bf16 attention on the same values."""
+    import torch
+    import phobos
+    fp8 = phobos.load(EXAMPLES / "attention_fp8.phobos").attention_fp8
+    bf16 = phobos.load(EXAMPLES / "attention_bf16.phobos").attention
+    (q, sq), (k, sk), (v, sv) = (per_tensor_quantised(torch.randn(HEADS, LENGTH, d, device="cuda"))
+                                 for _ in range(3))
+    vt = v.transpose(1, 2).contiguous()
+    scale = (sq * sk).item() / math.sqrt(d)
+    q16, k16, v16 = (dequantised(x, s).to(torch.bfloat16) for x, s in ((q, sq), (k, sk), (v, sv)))
+    o, o16 = torch.empty(HEADS, LENGTH, d, device="cuda", dtype=torch.bfloat16), torch.empty_like(q16)
+    started = time.perf_counter()
+    fp8(q, k, vt, o, scale=scale, v_scale=sv.item(), causal=causal)
+    tuning_s = time.perf_counter() - started
+    bf16(q16, k16, v16, o16, scale=1 / math.sqrt(d), causal=causal)
+    exact = attention_reference(*(dequantised(x[:CHECKED_HEADS], s) for x, s in ((q, sq), (k, sk), (v, sv))), causal)
+    errors = {"phobos_error": (o[:CHECKED_HEADS].double() - exact).abs().max().item(),
+              "reference_error": (o16[:CHECKED_HEADS].double() - exact).abs().max().item()}
+    v_scale = sv.item()
+    phobos_ms, reference_ms = timed_ms(lambda: fp8(q, k, vt, o, scale=scale, v_scale=v_scale, causal=causal),
+                                       lambda: bf16(q16, k16, v16, o16, scale=1 / math.sqrt(d), causal=causal))
+    notes = [note.split(": ", 1)[1] for note in fp8.compiled.notes]
+    return {"shape": f"{HEADS}x{LENGTH}x{d}{' causal' if causal else ''}", "reference": "Phobos attention (bf16)",
+            "phobos_ms": phobos_ms, "reference_ms": reference_ms,
+            "flops": 4 * HEADS * LENGTH * LENGTH * d // (2 if causal else 1), "config": fp8.config,
+            "tuning_s": tuning_s, "notes": notes, **errors, "fastest": fastest(fp8)}
+
+
 def worker(names: list[str]) -> None:
     for name in names:
         group, *rest = name.split(":")
         try:
             if group == "attention":
                 row = run_attention(int(rest[0]), rest[1] == "1")
+            elif group == "attention_fp8":
+                row = run_attention_fp8(int(rest[0]), rest[1] == "1")
             elif group.startswith("gemm_fp8"):
                 row = run_fp8(group, *(int(x) for x in rest[0].split("x")))
             else:
@@ -339,7 +372,7 @@ def finish(row: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="gemm_bf16,gemm_f16,tf32,tf32x3,attention,gemm_fp8")
+    parser.add_argument("--only", default="gemm_bf16,gemm_f16,tf32,tf32x3,attention,gemm_fp8,attention_fp8")
     parser.add_argument("--sizes", default="4096,8192")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take, tuning included")
     parser.add_argument("--out", default="bench_results")

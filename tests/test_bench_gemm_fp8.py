@@ -18,6 +18,7 @@ def test_only_gemm_fp8_names_both_kernels_at_the_three_shapes():
         "gemm_fp8:4096x4096x4096", "gemm_fp8_blockwise:4096x4096x4096", "gemm_fp8:8192x8192x8192",
         "gemm_fp8_blockwise:8192x8192x8192", "gemm_fp8:8192x8192x4096", "gemm_fp8_blockwise:8192x8192x4096"]
     assert bench.cases(["gemm_fp8_blockwise"], [1024])[0] == "gemm_fp8_blockwise:4096x4096x4096"
+    assert bench.cases(["attention_fp8"], [1024]) == [f"attention_fp8:{d}:{c}" for d in (64, 128) for c in (0, 1)]
 
 
 def test_per_tensor_quantisation_maps_the_largest_magnitude_to_448():
