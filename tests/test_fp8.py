@@ -160,3 +160,22 @@ def test_fp8_values_compute_in_f32_and_declare_tiles():
     (_, y) = run(src, "interpret", x, np.zeros(8, np.float32))
     e5m2 = DType.F8E5M2
     np.testing.assert_array_equal(y, f8_values(f8_bits(f8_values(f8_bits(x, e5m2), e5m2) * 3, e5m2), e5m2))
+
+
+BETWEEN = """
+kernel between(a: tensor<f8e4m3>[N], b: tensor<f8e5m2>[N], back: tensor<f8e4m3>[N]) {
+    let i = program_id(0) * 128
+    b[i :+ 128] = f8e5m2(a[i :+ 128])
+    back[i :+ 128] = b[i :+ 128]
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_conversions_between_the_8_bit_formats(mode):
+    """Every e4m3 code to e5m2 (rounded: e5m2 has one fraction bit less) and back (exact where it fits)."""
+    a = CODES.copy()
+    _, b, back = run(BETWEEN, mode, a, np.zeros(256, np.uint8), np.zeros(256, np.uint8))
+    want = f8_bits(f8_values(a, DType.F8E4M3), DType.F8E5M2)
+    np.testing.assert_array_equal(b, want)
+    np.testing.assert_array_equal(back, f8_bits(f8_values(want, DType.F8E5M2), DType.F8E4M3))

@@ -363,10 +363,7 @@ def _f8_conversion(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
     to nearest even and saturates (NaN: 0x7F) - cvt.rn.satfinite.e4m3x2.f32 from sm_89 on (the function's
     attr `native_fp8`); f8 -> f32 is exact - cvt.rn.f16x2.e4m3x2 to f16, then to f32.  Before sm_89 both
     are integer arithmetic (`_f32_to_f8`, `_f8_to_f32`) that gives the same bits."""
-    if frm.is_f8 and to.is_f8:
-        s.mov(dst, src, to)
-        return
-    if frm.is_f8:
+    if frm.is_f8:  # (to another 8-bit format: through f32 too)
         f32 = dst if to is DType.F32 else s.new(DType.F32)
         (_f8_to_f32_native if s.func.attrs.get("native_fp8") else _f8_to_f32)(s, f32, s.reg_of(src, frm), frm)
         if to is not DType.F32:
