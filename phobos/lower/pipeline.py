@@ -54,7 +54,7 @@
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
-# that zero-fills the elements outside (16-bit elements, too small for
+# that zero-fills the elements outside (16- and 8-bit elements, too small for
 # cp.async, are loaded and stored instead); TMA zero-fills a box's elements
 # outside the tensor itself.  This module builds on memory.py
 # (slice geometry, addresses, bounds tests), dot.py and mma.py (the stage
@@ -976,7 +976,7 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
     with cp.async.
 
     Inside the tensor and aligned: 16-byte copies.  Otherwise one copy per
-    element, zero-filled outside the tensor (the edge contract); 16-bit
+    element, zero-filled outside the tensor (the edge contract); 16- and 8-bit
     elements are loaded and stored (cp.async moves 4 bytes or more).
     """
     tensor = low.vals[load.operands[0]]
