@@ -265,20 +265,20 @@ def run_attention_fp8(d: int, causal: bool) -> dict:
     import phobos
     fp8 = phobos.load(EXAMPLES / "attention_fp8.phobos").attention_fp8
     bf16 = phobos.load(EXAMPLES / "attention_bf16.phobos").attention
-    (q, sq), (k, sk), (v, sv) = (per_tensor_quantised(torch.randn(HEADS, LENGTH, d, device="cuda"))
+    (q, sq), (k, sk), (v, sv) = (per_tensor_quantised(torch.randn(1, HEADS, LENGTH, d, device="cuda"))
                                  for _ in range(3))
-    vt = v.transpose(1, 2).contiguous()
-    scale = (sq * sk).item() / math.sqrt(d)
+    vt = v.transpose(2, 3).contiguous()
+    scale, v_scale = (sq * sk).item() / math.sqrt(d), sv.item()
     q16, k16, v16 = (dequantised(x, s).to(torch.bfloat16) for x, s in ((q, sq), (k, sk), (v, sv)))
-    o, o16 = torch.empty(HEADS, LENGTH, d, device="cuda", dtype=torch.bfloat16), torch.empty_like(q16)
+    o, o16 = torch.empty_like(q16), torch.empty_like(q16)
     started = time.perf_counter()
-    fp8(q, k, vt, o, scale=scale, v_scale=sv.item(), causal=causal)
+    fp8(q, k, vt, o, scale=scale, v_scale=v_scale, causal=causal)
     tuning_s = time.perf_counter() - started
     bf16(q16, k16, v16, o16, scale=1 / math.sqrt(d), causal=causal)
-    exact = attention_reference(*(dequantised(x[:CHECKED_HEADS], s) for x, s in ((q, sq), (k, sk), (v, sv))), causal)
-    errors = {"phobos_error": (o[:CHECKED_HEADS].double() - exact).abs().max().item(),
-              "reference_error": (o16[:CHECKED_HEADS].double() - exact).abs().max().item()}
-    v_scale = sv.item()
+    exact = attention_reference(*(dequantised(x[0, :CHECKED_HEADS], s) for x, s in ((q, sq), (k, sk), (v, sv))),
+                                causal)
+    errors = {"phobos_error": (o[0, :CHECKED_HEADS].double() - exact).abs().max().item(),
+              "reference_error": (o16[0, :CHECKED_HEADS].double() - exact).abs().max().item()}
     phobos_ms, reference_ms = timed_ms(lambda: fp8(q, k, vt, o, scale=scale, v_scale=v_scale, causal=causal),
                                        lambda: bf16(q16, k16, v16, o16, scale=1 / math.sqrt(d), causal=causal))
     notes = [note.split(": ", 1)[1] for note in fp8.compiled.notes]

@@ -125,20 +125,22 @@ def fp8(mode: str, rng) -> bool:
                 ok &= check(f"{name} {m}x{n}x{k} {config} ({fn.compiled.notes[-1].split(': ', 1)[-1][:60]})",
                             bf16_values(c), want, 2 ** -7, 2 ** -6 * float(np.abs(want).max()))
     attention = phobos.load(EXAMPLES / "attention_fp8.phobos", mode=mode).attention_fp8
-    heads, length = 2, 200 + 7
+    batch, heads, kv_heads, length, keys = 2, 2, 1, 200 + 7, 200 + 37  # grouped queries, ragged
     for head in (64, 128):
         (q, qf), (kk, kf), (v, vf) = ((x, f8_values(x, e4m3).astype(np.float64)) for x in
-                                      (f8_bits(rng.standard_normal((heads, length, head), dtype=np.float32), e4m3)
-                                       for _ in range(3)))
+                                      (f8_bits(rng.standard_normal(shape, dtype=np.float32), e4m3) for shape in
+                                       ((batch, heads, length, head), (batch, kv_heads, keys, head),
+                                        (batch, kv_heads, keys, head))))
+        kf, vf = (np.repeat(x, heads // kv_heads, axis=1) for x in (kf, vf))
         for causal in (False, True):
-            s = qf @ np.swapaxes(kf, 1, 2) / math.sqrt(head)
+            s = qf @ np.swapaxes(kf, 2, 3) / math.sqrt(head)
             if causal:
-                s = np.where(np.tril(np.ones((length, length), bool)), s, -np.inf)
-            p = np.exp(s - s.max(axis=2, keepdims=True))
-            p /= p.sum(2, keepdims=True)
-            o = np.zeros((heads, length, head), np.uint16)
+                s = np.where(np.tril(np.ones((length, keys), bool)), s, -np.inf)
+            p = np.exp(s - s.max(axis=3, keepdims=True))
+            p /= p.sum(3, keepdims=True)
+            o = np.zeros((batch, heads, length, head), np.uint16)
             fn = attention.configure(BM=64, BN=64, WARPS=4, STAGES=2, CTAS_PER_SM=2)
-            fn(q, kk, np.ascontiguousarray(np.swapaxes(v, 1, 2)), o, scale=1 / math.sqrt(head), v_scale=1.0,
+            fn(q, kk, np.ascontiguousarray(np.swapaxes(v, 2, 3)), o, scale=1 / math.sqrt(head), v_scale=1.0,
                causal=causal)
             # P quantised to e4m3 in the kernel: at most 2^-4 (P |V|) off
             ok &= check(f"attention_fp8 d={head} causal={causal}", bf16_values(o), p @ vf, 2 ** -6,

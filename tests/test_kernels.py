@@ -19,6 +19,7 @@ from phobos.constants import bf16_bits, bf16_values, f8_bits, f8_values
 from phobos.types import DType
 
 from .attention_support import case_attention_bf16
+from .attention_support import reference as attention_reference
 
 ROOT = Path(__file__).parent.parent
 KERNELS = Path(__file__).parent / "kernels"
@@ -196,19 +197,16 @@ def case_gemm_fp8_blockwise(m, n, k):
     return make
 
 
-def case_attention_fp8(heads, length, head, causal):
-    """O = softmax(Q K^T / sqrt(D)) V of e4m3 Q, K, V (V given transposed); P is quantised to e4m3 in the
-    kernel, an error of at most 2^-4 (P |V|) in O (the Case's atol)."""
+def case_attention_fp8(s: dict, causal: bool):
+    """O = softmax(Q K^T / sqrt(D)) V of e4m3 Q [B, H, L, D], K and V [B, HKV, S, D] (V given transposed);
+    P is quantised to e4m3 in the kernel, an error of at most 2^-4 (P |V|) in O (the Case's atol)."""
     def make(rng):
-        (q, qv), (k, kv), (v, vv) = (e4m3(rng, heads, length, head) for _ in range(3))
-        s = qv @ np.swapaxes(kv, 1, 2) / np.sqrt(head)
-        if causal:
-            s = np.where(np.tril(np.ones((length, length), bool)), s, -np.inf)
-        p = np.exp(s - s.max(axis=2, keepdims=True))
-        out = (p / p.sum(axis=2, keepdims=True)) @ vv
-        o = bf16_bits(np.full((heads, length, head), np.nan, np.float32))
-        vt = np.ascontiguousarray(np.swapaxes(v, 1, 2))
-        return [q, k, vt, o, 1 / np.sqrt(head), 1.0, causal], {3: ("bf16", out)}
+        (q, qv), (k, kv), (v, vv) = (e4m3(rng, s["B"], heads, length, s["D"])
+                                     for heads, length in ((s["H"], s["L"]), (s["HKV"], s["S"]), (s["HKV"], s["S"])))
+        want, _ = attention_reference(qv, kv, vv, 1 / np.sqrt(s["D"]), causal)
+        o = bf16_bits(np.full(q.shape, np.nan, np.float32))
+        vt = np.ascontiguousarray(np.swapaxes(v, 2, 3))
+        return [q, k, vt, o, 1 / np.sqrt(s["D"]), 1.0, causal], {3: ("bf16", want)}
     return make
 
 
@@ -349,9 +347,10 @@ CASES = [
     Case("gemm_fp8_blockwise", ROOT / "examples/gemm_fp8.phobos", "gemm_fp8_blockwise",
          case_gemm_fp8_blockwise(70, 140, 300), rtol=2**-7, atol=2**-4),
     Case("attention_fp8-causal", ROOT / "examples/attention_fp8.phobos", "attention_fp8",
-         case_attention_fp8(2, 100, 64, True), config={"BM": 64, "BN": 64, "WARPS": 4}, rtol=2**-6, atol=2**-4),
+         case_attention_fp8(ATTENTION_SIZES, True), config={"BM": 64, "BN": 64, "WARPS": 4}, rtol=2**-6,
+         atol=2**-4),
     Case("attention_fp8-d128", ROOT / "examples/attention_fp8.phobos", "attention_fp8",
-         case_attention_fp8(1, 70, 128, False), rtol=2**-6, atol=2**-4),
+         case_attention_fp8(dict(ATTENTION_SIZES, H=1, HKV=1, L=70, S=70, D=128), False), rtol=2**-6, atol=2**-4),
     Case("embedding_bag", ROOT / "examples/embedding_bag.phobos", "embedding_bag",
          case_embedding_bag(12, 200, 70, False), rtol=1e-5, atol=1e-5),
     Case("embedding_bag-mean", ROOT / "examples/embedding_bag.phobos", "embedding_bag",

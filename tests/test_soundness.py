@@ -110,9 +110,8 @@ REGISTRY: dict[tuple[str, str], Entry] = {
         rtol=2 ** -7, atol=2 ** -4)
        for name, make in (("gemm_fp8", case_gemm_fp8), ("gemm_fp8_blockwise", case_gemm_fp8_blockwise))},
     ("examples/attention_fp8.phobos", "attention_fp8"): Entry(
-        lambda s: case_attention_fp8(s["H"], s["L"], s["D"], causal=True),
-        ({"H": 1, "L": 1, "D": 64}, {"H": 2, "L": 100, "D": 64}, {"H": 1, "L": 150, "D": 128}),
-        rtol=2 ** -6, atol=2 ** -4, refused={"H": 1, "L": 8, "D": 160}),
+        lambda s: case_attention_fp8(s, causal=True), attention_sizes("attention_fp8", 128),
+        rtol=2 ** -6, atol=2 ** -4, refused=dict(ATTENTION_ONE, D=160)),
     ("examples/embedding_bag.phobos", "embedding_bag"): Entry(
         lambda s: case_embedding_bag(s["B"], s["V"], s["D"], s.get("mean", False)),
         ({"B": 1, "V": 1, "D": 1}, {"B": 7, "V": 50, "D": 100, "mean": True}, {"B": 3, "V": 300, "D": 300}),
