@@ -1,6 +1,6 @@
 """Tensor cores on the GPU: Phobos's GEMMs and attention against cuBLAS and torch's flash attention.
 
-    python benchmarks/bench_gemm_tc.py [--only gemm_bf16,gemm_f16,tf32,tf32x3,attention]
+    python benchmarks/bench_gemm_tc.py [--only gemm_bf16,gemm_f16,tf32,tf32x3,attention,gemm_fp8,attention_fp8]
                                        [--sizes 4096,8192] [--timeout 300] [--out bench_results]
 
 Cases (each Phobos kernel is the example's, autotuned by its first call, and called through the
@@ -13,6 +13,17 @@ same run):
   attention            flash-attention forward, bf16, L = 4096, d = 64 and 128, causal and not
                        (examples/attention_bf16.phobos)                         vs scaled_dot_product_attention
                                                                                    (flash backend)
+  gemm_fp8             C = scale_a scale_b A B^T, e4m3 in, bf16 out, per-tensor scales, at
+                       M x N x K = 4096^3, 8192^3, 8192 x 8192 x 4096 (FP8_SHAPES; not --sizes)
+                       (examples/gemm_fp8.phobos)                               vs torch._scaled_mm (cuBLASLt,
+                                                                                   B passed as B.t())
+  gemm_fp8_blockwise   the same shapes with DeepSeek-style block scales (1 x 128 for A, 128 x 128 for B)
+                                                                                vs Phobos's gemm_fp8 (per-tensor
+                                                                                   scales), _scaled_mm beside
+  (`--only gemm_fp8` runs both.)  FP8 inputs are quantised as FP8 training does (largest magnitude of the
+  tensor or block to 448); the errors are against float64 products of the dequantised inputs.
+  attention_fp8        flash-attention forward, e4m3 Q, K, V (V^T given), as `attention`
+                       (examples/attention_fp8.phobos)                          vs Phobos's bf16 attention
 
 Each call is timed back to back between two CUDA events, many calls per sample, the median of the
 samples; Phobos's and the reference's samples alternate, so both see the GPU in the same clock and
@@ -46,14 +57,21 @@ HEADS = 32  # batch x heads of the attention cases
 LENGTH = 4096
 CHECKED_HEADS = 2  # attention heads checked against float64
 
-TARGETS = {"gemm_bf16": 0.80, "gemm_f16": 0.80, "tf32": 0.80, "tf32x3": 1.5, "attention": 0.70}
+TARGETS = {"gemm_bf16": 0.80, "gemm_f16": 0.80, "tf32": 0.80, "tf32x3": 1.5, "attention": 0.70,
+           "gemm_fp8": 1.0, "gemm_fp8_blockwise": 0.9, "attention_fp8": 1.3}
+FP8_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 4096)]  # M, N, K
+FP8_MAX = 448.0  # the largest e4m3
+FP8_BLOCK = 128  # the block scales' extent along K (and, for B, along N)
 
 
 def cases(only: list[str], sizes: list[int]) -> list[str]:
     out = []
     for group in only:
-        if group == "attention":
-            out += [f"attention:{d}:{int(causal)}" for d in (64, 128) for causal in (False, True)]
+        if group in ("attention", "attention_fp8"):
+            out += [f"{group}:{d}:{int(causal)}" for d in (64, 128) for causal in (False, True)]
+        elif group in ("gemm_fp8", "gemm_fp8_blockwise"):
+            out += [f"{kind}:{m}x{n}x{k}" for m, n, k in FP8_SHAPES
+                    for kind in (("gemm_fp8", "gemm_fp8_blockwise") if group == "gemm_fp8" else (group,))]
         else:
             out += [f"{group}:{n}" for n in sizes]
     return out
@@ -123,6 +141,89 @@ def run_gemm(group: str, n: int) -> dict:
             "fastest": fastest(kernel)}
 
 
+# ------------------------------------------------------------------ FP8 quantisation (torch, any device)
+def per_tensor_quantised(x):
+    """(e4m3 codes, f32 scale) of x: x / scale rounded, with scale = max |x| / 448."""
+    import torch
+    scale = (x.abs().max() / FP8_MAX).float().clamp_min(1e-30)
+    return (x / scale).to(torch.float8_e4m3fn), scale
+
+
+def block_scales(x, rows: int):
+    """f32 scales of the `rows` x 128 blocks of a 2-D x (the last ones partial): their max |x| / 448."""
+    import torch.nn.functional as F
+    m, k = x.shape
+    padded = F.pad(x.abs().float(), (0, -k % FP8_BLOCK, 0, -m % rows))
+    amax = padded.reshape(padded.shape[0] // rows, rows, padded.shape[1] // FP8_BLOCK, FP8_BLOCK).amax(dim=(1, 3))
+    return (amax / FP8_MAX).clamp_min(1e-30)
+
+
+def expanded(scales, rows: int, shape):
+    """Per-element scales of blocks of `rows` x 128, cut to `shape`."""
+    return scales.repeat_interleave(rows, 0).repeat_interleave(FP8_BLOCK, 1)[:shape[0], :shape[1]]
+
+
+def block_quantised(x, rows: int):
+    """(e4m3 codes, scales [cdiv(M, rows), cdiv(K, 128)]) of x with a scale per `rows` x 128 block."""
+    import torch
+    scales = block_scales(x, rows)
+    return (x / expanded(scales, rows, x.shape)).to(torch.float8_e4m3fn), scales
+
+
+def dequantised(codes, scales, rows: int = 0):
+    """The float64 values the codes and their scales stand for (rows 0: one scale for the tensor)."""
+    values = codes.double()
+    return values * (scales.double() if rows == 0 else expanded(scales.double(), rows, codes.shape))
+
+
+def run_fp8(group: str, m: int, n: int, k: int, device: str = "cuda", timer=None) -> dict:
+    """gemm_fp8 against torch._scaled_mm (per-tensor scales, bf16 out, B passed as B.t()), or
+    gemm_fp8_blockwise against gemm_fp8, both on the same data; errors against float64.  (`device` and
+    `timer` - timed_ms's stand-in - let a test run the case on the CPU.)"""
+    import torch
+    import phobos
+    timer = timer or timed_ms
+    module = phobos.load(EXAMPLES / "gemm_fp8.phobos")
+    x, w = torch.randn(m, k, device=device), torch.randn(n, k, device=device)
+    (a, sa), (b, sb) = per_tensor_quantised(x), per_tensor_quantised(w)
+    c_ref = torch.empty(m, n, device=device, dtype=torch.bfloat16)
+    scaled_mm = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)  # noqa: E731
+    per_tensor, c = module.gemm_fp8, torch.empty_like(c_ref)
+    scales = {"scale_a": sa.item(), "scale_b": sb.item()}  # Python floats: no device read per call
+    started = time.perf_counter()
+    per_tensor(a, b, c, **scales)  # tunes: the first call for these sizes
+    tuning_s = time.perf_counter() - started
+    exact = dequantised(a, sa) @ dequantised(b, sb).T
+    errors = {"phobos_error": (c.double() - exact).abs().max().item(),
+              "scaled_mm_error": (scaled_mm().double() - exact).abs().max().item(), "c_max": exact.abs().max().item()}
+    del exact
+    phobos_per_tensor = lambda: per_tensor(a, b, c, **scales)  # noqa: E731
+    if group == "gemm_fp8":
+        kernel, reference_name = per_tensor, "torch._scaled_mm"
+        errors["reference_error"] = errors.pop("scaled_mm_error")
+        phobos_ms, reference_ms = timer(phobos_per_tensor, scaled_mm)
+        peer = {}
+    else:
+        (ab, sab), (bb, sbb) = block_quantised(x, 1), block_quantised(w, FP8_BLOCK)
+        kernel, c_block = module.gemm_fp8_blockwise, torch.empty_like(c_ref)
+        started = time.perf_counter()
+        kernel(ab, bb, c_block, sab, sbb)
+        tuning_s = time.perf_counter() - started
+        exact = dequantised(ab, sab, 1) @ dequantised(bb, sbb, FP8_BLOCK).T
+        errors = {"phobos_error": (c_block.double() - exact).abs().max().item(),
+                  "reference_error": errors["phobos_error"], "scaled_mm_error": errors["scaled_mm_error"],
+                  "c_max": max(errors["c_max"], exact.abs().max().item())}
+        del exact
+        reference_name = "Phobos gemm_fp8 (per-tensor scales)"
+        phobos_ms, reference_ms, scaled_mm_ms = timer(lambda: kernel(ab, bb, c_block, sab, sbb),
+                                                      phobos_per_tensor, scaled_mm)
+        peer = {"scaled_mm_ms": scaled_mm_ms}
+    notes = [note.split(": ", 1)[1] for note in kernel.compiled.notes]
+    return {"shape": f"{m}x{n}x{k}", "reference": reference_name, "phobos_ms": phobos_ms,
+            "reference_ms": reference_ms, **peer, "flops": 2 * m * n * k, "config": kernel.config,
+            "tuning_s": tuning_s, "notes": notes, **errors, "fastest": fastest(kernel)}
+
+
 def attention_reference(q, k, v, causal: bool):
     import torch
     s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1])
@@ -158,11 +259,47 @@ def run_attention(d: int, causal: bool) -> dict:
             "fastest": fastest(attention)}
 
 
+def run_attention_fp8(d: int, causal: bool) -> dict:
+    """attention_fp8 (e4m3 Q, K, V^T, per-tensor scales) against Phobos's bf16 attention on the same values."""
+    import torch
+    import phobos
+    fp8 = phobos.load(EXAMPLES / "attention_fp8.phobos").attention_fp8
+    bf16 = phobos.load(EXAMPLES / "attention_bf16.phobos").attention
+    (q, sq), (k, sk), (v, sv) = (per_tensor_quantised(torch.randn(1, HEADS, LENGTH, d, device="cuda"))
+                                 for _ in range(3))
+    vt = v.transpose(2, 3).contiguous()
+    scale, v_scale = (sq * sk).item() / math.sqrt(d), sv.item()
+    q16, k16, v16 = (dequantised(x, s).to(torch.bfloat16) for x, s in ((q, sq), (k, sk), (v, sv)))
+    o, o16 = torch.empty_like(q16), torch.empty_like(q16)
+    started = time.perf_counter()
+    fp8(q, k, vt, o, scale=scale, v_scale=v_scale, causal=causal)
+    tuning_s = time.perf_counter() - started
+    bf16(q16, k16, v16, o16, scale=1 / math.sqrt(d), causal=causal)
+    exact = attention_reference(*(dequantised(x[0, :CHECKED_HEADS], s) for x, s in ((q, sq), (k, sk), (v, sv))),
+                                causal)
+    errors = {"phobos_error": (o[0, :CHECKED_HEADS].double() - exact).abs().max().item(),
+              "reference_error": (o16[0, :CHECKED_HEADS].double() - exact).abs().max().item()}
+    phobos_ms, reference_ms = timed_ms(lambda: fp8(q, k, vt, o, scale=scale, v_scale=v_scale, causal=causal),
+                                       lambda: bf16(q16, k16, v16, o16, scale=1 / math.sqrt(d), causal=causal))
+    notes = [note.split(": ", 1)[1] for note in fp8.compiled.notes]
+    return {"shape": f"{HEADS}x{LENGTH}x{d}{' causal' if causal else ''}", "reference": "Phobos attention (bf16)",
+            "phobos_ms": phobos_ms, "reference_ms": reference_ms,
+            "flops": 4 * HEADS * LENGTH * LENGTH * d // (2 if causal else 1), "config": fp8.config,
+            "tuning_s": tuning_s, "notes": notes, **errors, "fastest": fastest(fp8)}
+
+
 def worker(names: list[str]) -> None:
     for name in names:
         group, *rest = name.split(":")
         try:
-            row = run_attention(int(rest[0]), rest[1] == "1") if group == "attention" else run_gemm(group, int(rest[0]))
+            if group == "attention":
+                row = run_attention(int(rest[0]), rest[1] == "1")
+            elif group == "attention_fp8":
+                row = run_attention_fp8(int(rest[0]), rest[1] == "1")
+            elif group.startswith("gemm_fp8"):
+                row = run_fp8(group, *(int(x) for x in rest[0].split("x")))
+            else:
+                row = run_gemm(group, int(rest[0]))
             row.update(case=name, group=group, status="ok")
         except Exception as error:  # report and go on with the next case
             row = {"case": name, "group": group, "status": f"failed: {type(error).__name__}: {error}"}
@@ -207,13 +344,15 @@ def drive(names: list[str], timeout: float) -> list[dict]:
     return rows
 
 
+PEERS = ("triton", "one_cta_per_tile", "scaled_mm")  # timed beside Phobos and the reference, where a case has them
+
+
 def summary(row: dict) -> str:
     if row["status"] != "ok":
         return f"{row['case']}: {row['status']}"
     return (f"{row['case']}: Phobos {row['phobos_tflops']:.0f} TFLOP/s, {row['reference']} "
             f"{row['reference_tflops']:.0f}: ratio {row['ratio']:.2f} (target {TARGETS[row['group']]}); "
-            + "".join(f"{peer} {row[peer + '_tflops']:.0f}; " for peer in ("triton", "one_cta_per_tile")
-                      if peer + "_tflops" in row)
+            + "".join(f"{peer} {row[peer + '_tflops']:.0f}; " for peer in PEERS if peer + "_tflops" in row)
             + f"errors {row['phobos_error']:.3g} vs {row['reference_error']:.3g}; {row['config']}; fastest timed: "
             + "; ".join(f"{name} {ms:.3f} ms" for name, ms in row.get("fastest", [])))
 
@@ -225,7 +364,7 @@ def finish(row: dict) -> dict:
         row["ratio"] = row["reference_ms"] / row["phobos_ms"]
         row["target"] = TARGETS[row["group"]]
         row["meets_target"] = row["ratio"] >= row["target"]
-        for peer in ("triton", "one_cta_per_tile"):
+        for peer in PEERS:
             if f"{peer}_ms" in row:
                 row[f"{peer}_tflops"] = row["flops"] / row[f"{peer}_ms"] / 1e9
     return row
@@ -233,7 +372,7 @@ def finish(row: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="gemm_bf16,gemm_f16,tf32,tf32x3,attention")
+    parser.add_argument("--only", default="gemm_bf16,gemm_f16,tf32,tf32x3,attention,gemm_fp8,attention_fp8")
     parser.add_argument("--sizes", default="4096,8192")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take, tuning included")
     parser.add_argument("--out", default="bench_results")
@@ -254,7 +393,9 @@ def main() -> None:
     print(table(done, [("case", "case", ""), ("reference", "reference", ""), ("phobos_tflops", "Phobos TFLOP/s", ".1f"),
                        ("reference_tflops", "ref TFLOP/s", ".1f"), ("ratio", "ratio", ".2f"), ("target", "target", ".2f"),
                        ("triton_tflops", "Triton TFLOP/s", ".1f"), ("one_cta_per_tile_tflops", "PERSISTENT=0", ".1f"),
+                       ("scaled_mm_tflops", "_scaled_mm TFLOP/s", ".1f"),
                        ("phobos_error", "Phobos max err", ".3g"), ("reference_error", "ref max err", ".3g"),
+                       ("scaled_mm_error", "_scaled_mm max err", ".3g"),
                        ("config", "configuration", "")]) if done else "no case finished")
     for r in rows:
         if r["status"] != "ok":
@@ -266,8 +407,8 @@ def main() -> None:
                 args.out)
     print(f"wrote {path}")
     plot("gemm_tc", [r for r in rows if r["status"] == "ok"], "case",
-         [("phobos_tflops", "Phobos"), ("reference_tflops", "reference"), ("triton_tflops", "Triton")], "TFLOP/s",
-         args.out)
+         [("phobos_tflops", "Phobos"), ("reference_tflops", "reference"), ("triton_tflops", "Triton"),
+          ("scaled_mm_tflops", "torch._scaled_mm")], "TFLOP/s", args.out)
 
 
 if __name__ == "__main__":

@@ -8,18 +8,22 @@ Each kernel runs in fixed configurations (no autotuning: every launch under the 
 slow), covering mma.sync (TILE_K 32), wgmma (TILE_K 64, sm_90a only; on the GPU also with TMA
 copies, from torch tensors whose rows are 16-byte multiples apart), TF32 (on the GPU also with TMA) and 3xTF32,
 on sizes that are not multiples of any tile (so the masked edges run too), each checked against
-float64 NumPy.  Prints one line per run and exits non-zero if any result is wrong.  The attention
-kernels have a script of their own, benchmarks/attention_sanitize.py.
+float64 NumPy; then the FP8 examples (gemm_fp8, gemm_fp8_blockwise: by cp.async, and on the GPU also by
+TMA into persistent CTAs; attention_fp8), against float64 of their dequantised inputs.  Prints one line
+per run and exits non-zero if any result is wrong.  The bf16 attention kernels have a script of their
+own, benchmarks/attention_sanitize.py.
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import phobos
-from phobos.constants import bf16_bits, bf16_values
+from phobos.constants import bf16_bits, bf16_values, f8_bits, f8_values
+from phobos.types import DType
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 GEMM_CONFIGS = [dict(TILE_M=128, TILE_N=128, TILE_K=32, WARPS=8, STAGES=4),
@@ -83,7 +87,65 @@ def main(mode: str) -> int:
             fn(at, bt, ct)
             ok &= check(f"sgemm_tf32 {config} ({fn.compiled.notes[-1].split(': ', 1)[-1]})", ct.cpu().numpy(),
                         exact_t, 0, 0.05)
-    return 0 if ok else 1
+    return 0 if ok and fp8(mode, rng) else 1
+
+
+FP8_CONFIGS = {"gemm_fp8": [dict(TILE_M=128, TILE_N=128, TILE_K=128, WARPS=8, STAGES=4),
+                            dict(TILE_M=64, TILE_N=256, TILE_K=128, WARPS=8, STAGES=3)],
+               "gemm_fp8_blockwise": [dict(TILE_M=128, TILE_N=128, TILE_K=128, WARPS=8, STAGES=4),
+                                      dict(TILE_M=64, TILE_N=64, TILE_K=128, WARPS=4, STAGES=3)]}
+
+
+def fp8(mode: str, rng) -> bool:
+    """The FP8 examples: ragged sizes (cp.async), on the GPU also with rows 16-byte multiples apart (TMA)."""
+    ok = True
+    e4m3 = DType.F8E4M3
+    gemms = phobos.load(EXAMPLES / "gemm_fp8.phobos", mode=mode)
+    # M, N, K, and whether the arrays are torch tensors on the GPU (rows 16-byte multiples apart: TMA)
+    shapes = [(200 + 3, 300 + 1, 150 + 5, False)] + ([(200 + 3, 300 + 12, 400 + 16, True)] if mode == "gpu" else [])
+    for m, n, k, device in shapes:
+        a, b = (f8_bits(rng.standard_normal(shape, dtype=np.float32), e4m3) for shape in ((m, k), (n, k)))
+        av, bv = f8_values(a, e4m3).astype(np.float64), f8_values(b, e4m3).astype(np.float64)
+        sa = np.exp2(rng.uniform(-2, 0, (m, -(-k // 128)))).astype(np.float32)
+        sb = np.exp2(rng.uniform(-2, 0, (-(-n // 128), -(-k // 128)))).astype(np.float32)
+        scale = lambda s, rows, shape: np.repeat(np.repeat(s, rows, 0), 128, 1)[:shape[0], :shape[1]]  # noqa: E731
+        blockwise = (av * scale(sa, 1, av.shape)) @ (bv * scale(sb, 128, bv.shape)).T
+        for name, args, want in (("gemm_fp8", (0.5, 0.25), 0.125 * (av @ bv.T)),
+                                 ("gemm_fp8_blockwise", (sa, sb), blockwise)):
+            for config in FP8_CONFIGS[name]:
+                c = np.zeros((m, n), np.uint16)
+                fn = getattr(gemms, name).configure(**config)
+                if device:  # codes as uint8, C's bf16 bits as uint16, scales as f32: torch tensors on the GPU
+                    import torch
+                    cuda = [torch.from_numpy(x).cuda() if isinstance(x, np.ndarray) else x for x in (a, b, c, *args)]
+                    fn(*cuda)
+                    c = cuda[2].cpu().numpy()
+                else:
+                    fn(a, b, c, *args)
+                ok &= check(f"{name} {m}x{n}x{k} {config} ({fn.compiled.notes[-1].split(': ', 1)[-1][:60]})",
+                            bf16_values(c), want, 2 ** -7, 2 ** -6 * float(np.abs(want).max()))
+    attention = phobos.load(EXAMPLES / "attention_fp8.phobos", mode=mode).attention_fp8
+    batch, heads, kv_heads, length, keys = 2, 2, 1, 200 + 7, 200 + 37  # grouped queries, ragged
+    for head in (64, 128):
+        (q, qf), (kk, kf), (v, vf) = ((x, f8_values(x, e4m3).astype(np.float64)) for x in
+                                      (f8_bits(rng.standard_normal(shape, dtype=np.float32), e4m3) for shape in
+                                       ((batch, heads, length, head), (batch, kv_heads, keys, head),
+                                        (batch, kv_heads, keys, head))))
+        kf, vf = (np.repeat(x, heads // kv_heads, axis=1) for x in (kf, vf))
+        for causal in (False, True):
+            s = qf @ np.swapaxes(kf, 2, 3) / math.sqrt(head)
+            if causal:
+                s = np.where(np.tril(np.ones((length, keys), bool)), s, -np.inf)
+            p = np.exp(s - s.max(axis=3, keepdims=True))
+            p /= p.sum(3, keepdims=True)
+            o = np.zeros((batch, heads, length, head), np.uint16)
+            fn = attention.configure(BM=64, BN=64, WARPS=4, STAGES=2, CTAS_PER_SM=2)
+            fn(q, kk, np.ascontiguousarray(np.swapaxes(v, 2, 3)), o, scale=1 / math.sqrt(head), v_scale=1.0,
+               causal=causal)
+            # P quantised to e4m3 in the kernel: at most 2^-4 (P |V|) off
+            ok &= check(f"attention_fp8 d={head} causal={causal}", bf16_values(o), p @ vf, 2 ** -6,
+                        2 ** -4 * float((p @ np.abs(vf)).max()))
+    return ok
 
 
 if __name__ == "__main__":

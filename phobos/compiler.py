@@ -87,6 +87,11 @@ class Target:
         return int(self.arch.removeprefix("sm_").rstrip("a"))
 
     @property
+    def fp8(self) -> bool:
+        """cvt to and from e4m3/e5m2 and their mma.sync (m16n8k32) exist: sm_89 and newer."""
+        return self.compute_capability >= 89
+
+    @property
     def arch_specific(self) -> bool:
         """sm_90a and the like: code for exactly that GPU generation, not for later ones."""
         return self.arch.endswith("a")
@@ -391,7 +396,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
     thread = lower(func, tgt.shared_limit(ck.knobs.ctas_per_sm), tgt.cp_async, index_bits, read_only_cache,
-                   tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma)
+                   tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma, tgt.fp8)
     expand_math(thread)
     if dumps is not None and (dumps.schedule or dumps.ir):
         dumps.texts += [f"// {text}" if i == 0 else text
@@ -411,7 +416,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         name=k.name, params=entry_params(thread), body=items, threads=thread.attrs["threads"],
         ctas_per_sm=ck.knobs.ctas_per_sm, cluster=thread.attrs.get("cluster", 1),
         register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
-        header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
+        ptx_version=thread.attrs["ptx_version"], header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
                         + (f", configuration {config_text(ck.config)}" if ck.config else "")
                         + (f", {index_bits}-bit indices" if index_bits != 32 else "")
                         + (", no read-only cache loads" if not read_only_cache else ""),

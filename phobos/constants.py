@@ -34,12 +34,18 @@
 #              whose NaN is not always 0: `cvt_nan_integer`; the compiled code
 #              selects 0 there); to a float rounds to nearest even; to bool is
 #              `!= 0`.  To f16 or bf16: to f32 first, then rounded to nearest
-#              even.  A NaN cast to f16 or bf16, or from f16 to f32, becomes the
-#              canonical NaN; bf16 -> f32 keeps the bits (it is a shift); f32 ->
-#              f64 keeps the payload, quieted, and f64 -> f32 its sign and top
-#              payload bits, quieted (`narrow_nan`).
-#   16-bit     values of f16 and bf16 are held as f32 arrays whose elements
-#   floats     the 16-bit format represents (`round_half` makes them).
+#              even.  To f8e4m3 or f8e5m2: to f32 first, then rounded to
+#              nearest even and saturated as PTX's cvt.rn.satfinite does
+#              (beyond the largest finite value, infinities too: the largest
+#              finite value of the sign; NaN: the code 0x7F).  A NaN cast to
+#              f16 or bf16, or from f16 to f32, becomes the canonical NaN;
+#              bf16 -> f32 keeps the bits (it is a shift); f32 -> f64 keeps the
+#              payload, quieted, and f64 -> f32 its sign and top payload bits,
+#              quieted (`narrow_nan`).
+#   narrow     values of f16, bf16, f8e4m3 and f8e5m2 are held as f32 arrays
+#   floats     whose elements the narrow format represents (`round_narrow`
+#              makes them; an 8-bit NaN is the canonical f32 NaN 0x7FFFFFFF,
+#              as the GPU's widening cvt gives it).
 #   literals   an expression of literals alone is computed exactly (`exact`:
 #              Python integers and doubles, C division), then takes the dtype
 #              its context gives it, where it must be representable (`fits`).
@@ -51,15 +57,17 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from .types import COMPUTE_DTYPES, DType
+from .types import COMPUTE_DTYPES, NARROW_FLOATS, DType
 
 Constant = bool | int | float
 
 NUMPY = {d: np.dtype(d.numpy_name) for d in COMPUTE_DTYPES}
-NUMPY.update({DType.F16: np.dtype(np.float32), DType.BF16: np.dtype(np.float32)})  # held as f32 (see the header)
+NUMPY.update({d: np.dtype(np.float32) for d in NARROW_FLOATS})  # held as f32 (see the header)
 
 # The language's binary operators as IR operations: opcode and attributes.
 OPERATORS: dict[str, tuple[str, dict]] = {
@@ -86,14 +94,19 @@ def int_range(dtype: DType) -> tuple[int, int]:
 
 def largest_float(dtype: DType) -> float:
     """The largest finite value of a float dtype."""
+    if dtype.is_f8:
+        return float(F8_FORMATS[dtype].magnitudes[-1])
     precision, emax = _FLOAT_FORMATS[dtype]
     return math.ldexp(2.0 - math.ldexp(1.0, 1 - precision), emax)
 
 
 def _overflows(x: float, dtype: DType) -> bool:
-    """Whether a finite double rounds to infinity in `dtype` (round to nearest even)."""
+    """Whether a finite double rounds to infinity in `dtype` (round to nearest even) - for an 8-bit
+    float, saturates: lies beyond its largest finite value."""
     if dtype is DType.F64:
         return False
+    if dtype.is_f8:
+        return abs(x) > largest_float(dtype)
     precision, emax = _FLOAT_FORMATS[dtype]
     return abs(x) >= math.ldexp(2.0 - math.ldexp(1.0, -precision), emax)  # halfway past the largest
 
@@ -392,6 +405,82 @@ def round_half(x, dtype: DType):
         return np.where(np.isnan(x), _HALF_NAN[dtype], x.astype(np.float16).astype(np.float32))[()]
 
 
+# ------------------------------------------------------------------ 8-bit floats
+@dataclass(frozen=True)
+class F8Format:
+    """An OCP FP8 format (OCP 8-bit Floating Point Specification, 2023): sign, `exponent` bits, `fraction`
+    bits, bias 2^(exponent - 1) - 1, subnormals.  E5M2 is IEEE-like (infinities 0x7C / 0xFC, NaNs above);
+    E4M3 ('fn': finite) has no infinities and one NaN code of each sign, S.1111.111, so its exponent 15
+    holds numbers up to 448."""
+
+    exponent: int
+    fraction: int
+    infinities: bool
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exponent - 1)) - 1
+
+    @cached_property
+    def values(self) -> np.ndarray:
+        """The f32 value of each of the 256 codes (NaN: the canonical f32 NaN, as cvt.f32.f16 makes the
+        NaN that cvt.rn.f16x2.e4m3x2 / .e5m2x2 gives)."""
+        code = np.arange(256, dtype=np.int64)
+        field = (code >> self.fraction) & ((1 << self.exponent) - 1)
+        fraction = code & ((1 << self.fraction) - 1)
+        significand = np.where(field == 0, fraction, fraction + (1 << self.fraction)).astype(np.float64)
+        magnitude = np.ldexp(significand, np.maximum(field, 1) - self.bias - self.fraction)
+        top = field == (1 << self.exponent) - 1
+        if self.infinities:
+            magnitude = np.where(top, np.where(fraction == 0, np.inf, np.nan), magnitude)
+        else:
+            magnitude = np.where(top & (fraction == (1 << self.fraction) - 1), np.nan, magnitude)
+        value = np.where(code & 0x80, -magnitude, magnitude).astype(np.float32)
+        return np.where(np.isnan(value), np.array(0x7FFF_FFFF, np.uint32).view(np.float32), value)
+
+    @cached_property
+    def magnitudes(self) -> np.ndarray:
+        """The float64 values of the codes 0, 1, ... up to the largest finite one (0x7E, 0x7B), increasing."""
+        positive = self.values[:0x80].astype(np.float64)
+        return positive[:np.argmax(~np.isfinite(positive))]
+
+
+F8_FORMATS = {DType.F8E4M3: F8Format(4, 3, infinities=False), DType.F8E5M2: F8Format(5, 2, infinities=True)}
+F8_NAN = 0x7F  # the code cvt.rn.satfinite gives a NaN of either sign, in both formats
+
+
+def f8_bits(x, dtype: DType):
+    """The codes (uint8) of the 8-bit float `dtype` nearest f32 values, ties to the even code, saturated as
+    cvt.rn.satfinite.e4m3x2.f32 / .e5m2x2.f32 do: beyond the largest finite value (an infinity too) that
+    value of the sign; NaN F8_NAN; a result of zero keeps the sign."""
+    x = np.asarray(x, np.float32)
+    table = F8_FORMATS[dtype].magnitudes
+    with np.errstate(invalid="ignore"):
+        a = np.minimum(np.abs(x.astype(np.float64)), table[-1])
+    upper = np.minimum(np.searchsorted(table, a), len(table) - 1)  # the first code whose value is >= a
+    lower = np.maximum(upper - 1, 0)
+    # both differences are exact (Sterbenz: neighbouring codes are within a factor 2), or the lower is 0
+    below, above = a - table[lower], table[upper] - a
+    code = np.where((above < below) | ((above == below) & (upper % 2 == 0)), upper, lower)
+    code = code | (np.signbit(x).astype(np.int64) << 7)
+    return np.where(np.isnan(x), F8_NAN, code).astype(np.uint8)[()]
+
+
+def f8_values(bits, dtype: DType):
+    """The f32 values of 8-bit float codes (NaN the canonical f32 NaN)."""
+    return F8_FORMATS[dtype].values[np.asarray(bits, np.uint8)][()]
+
+
+def round_f8(x, dtype: DType):
+    """f32 values converted to the 8-bit float `dtype` (`f8_bits`), as f32."""
+    return f8_values(f8_bits(x, dtype), dtype)
+
+
+def round_narrow(x, dtype: DType):
+    """f32 values converted to the narrow float `dtype` (see the header), as f32."""
+    return round_f8(x, dtype) if dtype.is_f8 else round_half(x, dtype)
+
+
 def round_tf32_even(x):
     """f32 values rounded to TF32 (10 fraction bits) to nearest, ties to even, as cvt.rn.tf32.f32 and a TMA
     copy through a tf32 tensor map round them: dot's precision="tf32".  Past the largest TF32 an infinity;
@@ -412,8 +501,8 @@ def round_tf32(x):
 
 
 def _widen(x, frm: DType):
-    """f16 or bf16 values (held as f32) as f32: cvt.f32.f16 makes NaN the canonical NaN; bf16's bits
-    are shifted into place, so they stay."""
+    """Narrow float values (held as f32) as f32: cvt.f32.f16 makes NaN the canonical NaN; bf16's bits
+    are shifted into place, so they stay; an 8-bit float's NaN is the canonical one already."""
     return np.where(np.isnan(x), canonical_nan(np.float32), x)[()] if frm is DType.F16 else x
 
 
@@ -431,10 +520,10 @@ def convert_array(x, to: DType, frm: DType | None = None):
     frm = frm or next(d for d in COMPUTE_DTYPES if NUMPY[d] == x.dtype)
     if frm == to:
         return x[()]
-    if frm.is_half:
+    if frm.is_narrow:
         return convert_array(_widen(x, frm), to, DType.F32)
-    if to.is_half:
-        return round_half(convert_array(x, DType.F32, frm), to)
+    if to.is_narrow:
+        return round_narrow(convert_array(x, DType.F32, frm), to)
     target = NUMPY[to]
     with np.errstate(all="ignore"):
         if frm.is_float and to.is_float:

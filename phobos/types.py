@@ -1,7 +1,8 @@
 # The types of Phobos values, shared by the checker, the IR and the back end.
 #
 # A dtype is an element type.  Values are computed in the *compute* dtypes
-# (bool, i32, i64, u32, f32, f64).  f16 and bf16 are *16-bit float* dtypes:
+# (bool, i32, i64, u32, f32, f64).  f16 and bf16 (*16-bit floats*) and
+# f8e4m3 and f8e5m2 (*8-bit floats*, OCP FP8) are *narrow float* dtypes:
 # values may have them (a load from such a tensor, a conversion bf16(x)), and
 # `dot` of two of them runs on the tensor cores, but any arithmetic on them is
 # computed in f32 (`compute`), and the compiler holds them in f32 registers.
@@ -28,6 +29,8 @@ class DType(Enum):
     I32 = "i32"
     I64 = "i64"
     U32 = "u32"
+    F8E4M3 = "f8e4m3"
+    F8E5M2 = "f8e5m2"
     F16 = "f16"
     BF16 = "bf16"
     F32 = "f32"
@@ -45,7 +48,7 @@ class DType(Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.F16, DType.BF16, DType.F32, DType.F64)
+        return self in (DType.F8E4M3, DType.F8E5M2, DType.F16, DType.BF16, DType.F32, DType.F64)
 
     @property
     def is_int(self) -> bool:
@@ -63,17 +66,36 @@ class DType(Enum):
     @property
     def is_storage_only(self) -> bool:
         """Only the element type of a tensor (i8, i16): values are never of this dtype."""
-        return self in _PROMOTED and not self.is_half
+        return self in _PROMOTED and not self.is_narrow
+
+    @property
+    def is_narrow(self) -> bool:
+        """A float narrower than f32 (f16, bf16, f8e4m3, f8e5m2): values may have it; arithmetic on
+        them runs in f32, which holds each of their values exactly."""
+        return self.is_half or self.is_f8
 
     @property
     def is_half(self) -> bool:
-        """A 16-bit float (f16, bf16): values may have it; arithmetic on them runs in f32."""
+        """A 16-bit float (f16, bf16)."""
         return self in (DType.F16, DType.BF16)
+
+    @property
+    def is_f8(self) -> bool:
+        """An 8-bit float (f8e4m3, f8e5m2: OCP FP8's E4M3 - no infinities - and E5M2)."""
+        return self in (DType.F8E4M3, DType.F8E5M2)
+
+    @property
+    def dot_promotes(self) -> bool:
+        """Whether `x + dot(a, b)` of tiles of this dtype sums the product from zero and then adds it to x in
+        f32 (*promotes* it), rather than starting the product's sums from x (one rounding).  So for the 8-bit
+        floats, whose tensor-core sums keep fewer bits than f32 (13 fraction bits on Hopper): a long K loop's
+        accumulator stays f32-precise, as in cuBLAS's FP8 GEMMs and DeepSeek-V3's training."""
+        return self.is_f8
 
     @property
     def loaded(self) -> "DType":
         """The dtype of the values a load from a tensor of this element type gives."""
-        return self if self.is_half else self.compute
+        return self if self.is_narrow else self.compute
 
     @property
     def numpy_name(self) -> str:
@@ -92,17 +114,20 @@ class DType(Enum):
 
 _BITS = {
     DType.BOOL: 1, DType.I8: 8, DType.I16: 16, DType.I32: 32, DType.I64: 64, DType.U32: 32,
-    DType.F16: 16, DType.BF16: 16, DType.F32: 32, DType.F64: 64,
+    DType.F8E4M3: 8, DType.F8E5M2: 8, DType.F16: 16, DType.BF16: 16, DType.F32: 32, DType.F64: 64,
 }
-_PROMOTED = {DType.F16: DType.F32, DType.BF16: DType.F32, DType.I8: DType.I32, DType.I16: DType.I32}
+_PROMOTED = {DType.F8E4M3: DType.F32, DType.F8E5M2: DType.F32, DType.F16: DType.F32, DType.BF16: DType.F32,
+             DType.I8: DType.I32, DType.I16: DType.I32}
+# NumPy's names (bfloat16 and the 8-bit floats are ml_dtypes' types, as JAX and torch name them)
 _NUMPY = {
     DType.BOOL: "bool", DType.I8: "int8", DType.I16: "int16", DType.I32: "int32",
-    DType.I64: "int64", DType.U32: "uint32", DType.F16: "float16", DType.BF16: "bfloat16",
-    DType.F32: "float32", DType.F64: "float64",
+    DType.I64: "int64", DType.U32: "uint32", DType.F8E4M3: "float8_e4m3fn", DType.F8E5M2: "float8_e5m2",
+    DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32", DType.F64: "float64",
 }
 
 COMPUTE_DTYPES = (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.F32, DType.F64)
-VALUE_DTYPES = COMPUTE_DTYPES + (DType.F16, DType.BF16)  # what values (scalars, tiles) may be
+NARROW_FLOATS = (DType.F8E4M3, DType.F8E5M2, DType.F16, DType.BF16)
+VALUE_DTYPES = COMPUTE_DTYPES + NARROW_FLOATS  # what values (scalars, tiles) may be
 
 
 @dataclass(frozen=True)

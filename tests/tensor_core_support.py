@@ -14,11 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from phobos.constants import f8_bits, f8_values
 from phobos.run.emulator import numerics as nx
+from phobos.types import DType
 from phobos.run.tensor_map import TensorMap
 
 ROOT = Path(__file__).parent.parent
-ESIZE = {"bf16": 2, "f16": 2, "tf32": 4}
+ESIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
+F8 = {"e4m3": DType.F8E4M3, "e5m2": DType.F8E5M2}
 
 
 def gemm_generator():
@@ -39,11 +42,13 @@ def bf16_bits(x) -> np.ndarray:
 
 
 def encode(x, kind: str) -> np.ndarray:
-    """float values -> the stored elements of `kind` (uint16 / float16 / uint32 f32 bits)."""
+    """float values -> the stored elements of `kind` (uint16 / float16 / uint32 f32 bits / uint8 codes)."""
     if kind == "bf16":
         return bf16_bits(x)
     if kind == "f16":
         return np.asarray(x, np.float16)
+    if kind in F8:
+        return f8_bits(np.asarray(x, np.float32), F8[kind])
     return np.asarray(x, np.float32).view(np.uint32)
 
 
@@ -53,6 +58,8 @@ def value(stored: np.ndarray, kind: str) -> np.ndarray:
         return (np.asarray(stored).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     if kind == "f16":
         return np.asarray(stored, np.float16).astype(np.float64)
+    if kind in F8:
+        return f8_values(stored, F8[kind]).astype(np.float64)
     return (np.asarray(stored, np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
 
 
@@ -61,7 +68,9 @@ def bits16(stored: np.ndarray) -> np.ndarray:
 
 
 def random_elements(rng, shape, kind: str, spread: int = 0) -> np.ndarray:
-    """Random stored elements; `spread` > 0 draws exponents from +-spread (wide, with cancellation)."""
+    """Random stored elements; `spread` > 0 draws exponents from +-spread (wide, with cancellation; for the
+    8-bit floats at most their range, 2^-6..2^8 and 2^-14..2^15, so that few saturate)."""
+    spread = min(spread, {"e4m3": 7, "e5m2": 14}.get(kind, spread))
     x = rng.standard_normal(shape)
     if spread:
         x = x * np.exp2(rng.integers(-spread, spread + 1, shape))
@@ -105,11 +114,20 @@ def tf32_gemm_reference(a: np.ndarray, b: np.ndarray, precision: str, tile_k: in
 # ------------------------------------------------------------------ the ISA's fragment tables
 
 def _mma_elements(operand: str, kind: str):
-    """[(lane, register, half, row, column)] of one warp's mma fragment (PTX ISA tables)."""
+    """[(lane, register, part, row, column)] of one warp's mma fragment (PTX ISA tables; part: which half,
+    or for 8-bit floats which byte, of the register)."""
     out = []
     for lane in range(32):
         g, t = lane // 4, lane % 4
-        if operand == "a" and kind != "tf32":      # a0..a7, two per register
+        if operand == "a" and kind in F8:          # a0..a15, four per register (m16n8k32)
+            for e in range(16):
+                row = g if e in (0, 1, 2, 3, 8, 9, 10, 11) else g + 8
+                col = t * 4 + (e & 3) + (16 if e >= 8 else 0)
+                out.append((lane, e // 4, e % 4, row, col))
+        elif operand == "b" and kind in F8:        # b0..b7
+            for e in range(8):
+                out.append((lane, e // 4, e % 4, t * 4 + (e & 3) + (16 if e >= 4 else 0), g))
+        elif operand == "a" and kind != "tf32":    # a0..a7, two per register
             for e in range(8):
                 row = g if e in (0, 1, 4, 5) else g + 8
                 col = t * 2 + (e & 1) + (8 if e >= 4 else 0)
@@ -135,9 +153,11 @@ def pack_fragment(matrix_stored: np.ndarray, operand: str, kind: str, registers:
     if matrix_stored.ndim == 3:
         return np.concatenate([pack_fragment(x, operand, kind, registers) for x in matrix_stored])
     regs = np.zeros((32, registers), np.uint32)
-    bits = np.ascontiguousarray(matrix_stored).view(np.uint32) if kind == "tf32" else bits16(matrix_stored)
-    for lane, reg, half, row, col in _mma_elements(operand, kind):
-        regs[lane, reg] |= np.uint32(int(bits[row, col]) << (16 * half))
+    bits = np.ascontiguousarray(matrix_stored).view(np.uint32) if kind == "tf32" else \
+        np.asarray(matrix_stored, np.uint8).astype(np.uint32) if kind in F8 else bits16(matrix_stored)
+    width = 8 * ESIZE.get(kind, 2) if kind != "tf32" else 0
+    for lane, reg, part, row, col in _mma_elements(operand, kind):
+        regs[lane, reg] |= np.uint32(int(bits[row, col]) << (width * part))
     return regs
 
 
@@ -174,16 +194,19 @@ def wgmma_a_registers(a_stored: np.ndarray, kind: str) -> np.ndarray:
 
 # ------------------------------------------------------------------ kernels
 
-MMA_SHAPES = {"bf16": "m16n8k16", "f16": "m16n8k16", "tf32": "m16n8k8"}
+MMA_SHAPES = {"bf16": "m16n8k16", "f16": "m16n8k16", "tf32": "m16n8k8", "e4m3": "m16n8k32", "e5m2": "m16n8k32"}
+STEP = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}  # the k of one instruction
 
 
 def mma_fragment_ptx(kind: str) -> str:
     """Each warp: d[thread] = mma(a[thread], b[thread], c[thread]), fragments given per thread
-    (four registers of A, two of B, four of C and D), so that many warps test many matrices."""
+    (four registers of A, two of B, four of C and D), so that many warps test many matrices.  8-bit
+    floats need sm_89 and PTX ISA 8.4."""
     shape = MMA_SHAPES[kind]
+    version, target = ("8.4", "sm_89") if kind in F8 else ("8.0", "sm_80")
     return f"""\
-.version 8.0
-.target sm_80
+.version {version}
+.target {target}
 .address_size 64
 .visible .entry mma_fragments(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd)
 {{
@@ -243,7 +266,7 @@ class Operand:
         e, w = self.esize, self.swizzle
         sw = {0: "none", 32: "32B", 64: "64B", 128: "128B"}[w]
         t = 16 // e
-        dtype = "f32" if self.kind == "tf32" else self.kind
+        dtype = "f32" if self.kind == "tf32" else "u8" if self.kind in F8 else self.kind
         if self.major == "K" and w:
             assert self.k * e == w, "one swizzle row holds the whole k range"
             return TensorMap.tiled(array, (self.rows, self.k), dtype=dtype, swizzle=sw)
@@ -280,8 +303,10 @@ class Operand:
 def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, scale_d: int = 1,
               scale_a: int = 1) -> str:
     """One warpgroup: TMA loads of A (unless `a` is None: A from registers, one k step) and B,
-    then `ksteps` wgmma with C loaded from pc (per thread), D stored to pd (per thread)."""
-    k = 8 if kind == "tf32" else 16
+    then `ksteps` wgmma with C loaded from pc (per thread), D stored to pd (per thread).  16-bit kinds
+    name each operand's major-ness (imm-trans-a/b); the others are K-major and have no such operands."""
+    k = STEP[kind]
+    transposable = kind in ("bf16", "f16")
     nreg = n // 2
     a_bytes = a.nbytes if a else 0
     b_offset = -(-a_bytes // 1024) * 1024
@@ -300,14 +325,14 @@ def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, sca
     trans_b = 1 if b.major == "MN" else 0
     if a is None:
         lines.append(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} {{{acc}}}, {{%a0, %a1, %a2, %a3}}, "
-                     f"%db, {scale_d}, {scale_a}, 1{', ' + str(trans_b) if kind != 'tf32' else ''};")
+                     f"%db, {scale_d}, {scale_a}, 1{', ' + str(trans_b) if transposable else ''};")
     else:
         a_desc, a_step = a.descriptor()
         trans_a = 1 if a.major == "MN" else 0
         for s in range(ksteps):
             if s:
                 lines += [f"add.s64 %da, %da, {a_step};", f"add.s64 %db, %db, {b_step};"]
-            tail = f", {trans_a}, {trans_b}" if kind != "tf32" else ""
+            tail = f", {trans_a}, {trans_b}" if transposable else ""
             lines.append(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} {{{acc}}}, %da, %db, "
                          f"{scale_d if s == 0 else 1}, {scale_a}, 1{tail};")
     lines += ["wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;"]
@@ -406,6 +431,11 @@ WGMMA_CASES = [  # kind, A (major, swizzle) or None for registers, B (major, swi
     ("tf32", ("K", 64), ("K", 0), 16, 8),
     ("bf16", None, ("MN", 128), 16, 64),
     ("tf32", None, ("K", 32), 8, 32),
+    ("e4m3", ("K", 128), ("K", 128), 128, 64),
+    ("e5m2", ("K", 64), ("K", 64), 64, 32),
+    ("e4m3", ("K", 0), ("K", 32), 32, 40),
+    ("e5m2", ("K", 0), ("K", 64), 64, 256),
+    ("e4m3", None, ("K", 32), 32, 64),
 ]
 
 
@@ -430,7 +460,7 @@ class WgmmaCase:
 
 
 def wgmma_case(rng, kind, a_spec, b_spec, ktot, n, scale_d=1, scale_a=1, spread=8) -> WgmmaCase:
-    step = 8 if kind == "tf32" else 16
+    step = STEP[kind]
     a = random_elements(rng, (64, ktot), kind, spread)
     b = random_elements(rng, (ktot, n), kind, spread)
     c = rng.standard_normal((64, n)).astype(np.float32)

@@ -37,8 +37,9 @@ def _exponent(x: float, emin: int) -> int:
     return max(math.frexp(x)[1] - 1, emin)
 
 
-def rational_block(a, b, c: float, emin: int, extra: int) -> float:
-    """One fused block of the model, in exact rational arithmetic (finite products)."""
+def rational_block(a, b, c: float, emin: int, kept: int, fraction: int = 23) -> float:
+    """One fused block of the model, in exact rational arithmetic (finite products): terms truncated
+    `kept` bits below the largest exponent, the sum truncated to `fraction` bits."""
     if math.isinf(c):
         return c
     pairs = [(x, y) for x, y in zip(a, b) if x * y != 0]
@@ -47,19 +48,22 @@ def rational_block(a, b, c: float, emin: int, extra: int) -> float:
         exps.append(_exponent(c, -126))
     if not exps:
         return 0.0
-    unit = Fraction(2) ** (max(exps) - 23 - extra)
+    unit = Fraction(2) ** (max(exps) - kept)
     terms = [Fraction(x) * Fraction(y) for x, y in pairs] + [Fraction(c)]
     total = sum(int(t / unit) for t in terms) * unit     # int() truncates toward zero
     if abs(total) >= 2 ** 128:
         return math.copysign(math.inf, total)
-    return nx.round_fraction(total, nx.F32, "rz") if total else 0.0
+    return nx.round_fraction(total, nx.FloatFormat("out", fraction, -126, 127), "rz") if total else 0.0
 
 
 @pytest.mark.parametrize("model", ["hopper", "ampere"])
-@pytest.mark.parametrize("kind,spread", [("bf16", 40), ("f16", 12), ("tf32", 40), ("bf16", 120)])
+@pytest.mark.parametrize("kind,spread", [("bf16", 40), ("f16", 12), ("tf32", 40), ("bf16", 120), ("e4m3", 4),
+                                         ("e5m2", 10)])
 def test_block_model_matches_its_rational_rendering(kind, spread, model):
     """Wide exponent spreads: cancellation, truncated terms, subnormals, overflow to infinity."""
-    k = 16
+    if kind not in nx.TENSOR_CORE_MODELS[model].block:
+        pytest.skip(f"the {model} tensor cores have no {kind}")
+    k = 32 if kind in ("e4m3", "e5m2") else 16
     a = tc.value(tc.random_elements(rng, (24, k), kind, spread), kind)
     b = tc.value(tc.random_elements(rng, (k, 8), kind, spread), kind)
     c_spread = min(spread, 100)
@@ -67,14 +71,14 @@ def test_block_model_matches_its_rational_rendering(kind, spread, model):
     got = tc.reference(a, b, c, kind, model, step=k)
     spec = nx.TENSOR_CORE_MODELS[model]
     size = spec.block[kind]
-    emin = -14 if kind == "f16" else -126
+    emin = {"f16": -14, "e4m3": -6, "e5m2": -14}.get(kind, -126)
     want = np.zeros_like(c)
     for i in range(24):
         for j in range(8):
             acc = float(c[i, j])
             for start in range(0, k, size):
                 acc = float(np.float32(rational_block(a[i, start:start + size], b[start:start + size, j], acc,
-                                                      emin, spec.extra_bits)))
+                                                      emin, spec.kept[kind], spec.fraction[kind])))
             want[i, j] = acc
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
@@ -163,10 +167,12 @@ def test_mov_packs_two_halves():
 
 # ------------------------------------------------------------------ mma.sync, ldmatrix, stmatrix
 
-@pytest.mark.parametrize("kind", ["bf16", "f16", "tf32"])
+@pytest.mark.parametrize("kind", ["bf16", "f16", "tf32", "e4m3", "e5m2"])
 @pytest.mark.parametrize("model", ["hopper", "ampere"])
 def test_mma_sync_fragments_and_numerics(kind, model):
-    k = 8 if kind == "tf32" else 16
+    if kind not in nx.TENSOR_CORE_MODELS[model].block:
+        pytest.skip(f"the {model} tensor cores have no {kind}")
+    k = tc.STEP[kind]
     module = Module(tc.mma_fragment_ptx(kind), "mma.ptx")
     for spread in (0, 20 if kind != "f16" else 4):
         if spread:

@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 import phobos
-from phobos.constants import bf16_bits, bf16_values
+from phobos.constants import bf16_bits, bf16_values, f8_bits, f8_values
+from phobos.types import DType
 
 from .attention_support import case_attention_bf16
+from .attention_support import reference as attention_reference
 
 ROOT = Path(__file__).parent.parent
 KERNELS = Path(__file__).parent / "kernels"
@@ -167,6 +169,47 @@ def case_sgemm_tc(m, n, k):
     return make
 
 
+def e4m3(rng, *shape, spread: int = 0):
+    """Random e4m3 codes of normal values times powers of two up to 2^+-spread, and their float64 values."""
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
+    codes = f8_bits(x.astype(np.float32), DType.F8E4M3)
+    return codes, f8_values(codes, DType.F8E4M3).astype(np.float64)
+
+
+def case_gemm_fp8(m, n, k):
+    """C = scale_a scale_b A B^T of e4m3 A [M, K], B [N, K]; the reference is the float64 product."""
+    def make(rng):
+        (a, av), (b, bv) = e4m3(rng, m, k, spread=1), e4m3(rng, n, k, spread=1)
+        c = bf16_bits(np.full((m, n), np.nan, np.float32))
+        return [a, b, c, 0.5, 0.375], {2: ("bf16", 0.5 * 0.375 * (av @ bv.T))}
+    return make
+
+
+def case_gemm_fp8_blockwise(m, n, k):
+    """C = sum over 128-wide K blocks of (A's 1 x 128 scales) (B's 128 x 128 scales) A B^T of the block."""
+    def make(rng):
+        (a, av), (b, bv) = e4m3(rng, m, k, spread=1), e4m3(rng, n, k, spread=1)
+        sa = np.exp2(rng.uniform(-2, 0, (m, -(-k // 128)))).astype(np.float32)
+        sb = np.exp2(rng.uniform(-2, 0, (-(-n // 128), -(-k // 128)))).astype(np.float32)
+        scale = lambda s, rows, shape: np.repeat(np.repeat(s, rows, 0), 128, 1)[:shape[0], :shape[1]]  # noqa: E731
+        want = (av * scale(sa, 1, av.shape)) @ (bv * scale(sb, 128, bv.shape)).T
+        return [a, b, bf16_bits(np.full((m, n), np.nan, np.float32)), sa, sb], {2: ("bf16", want)}
+    return make
+
+
+def case_attention_fp8(s: dict, causal: bool):
+    """O = softmax(Q K^T / sqrt(D)) V of e4m3 Q [B, H, L, D], K and V [B, HKV, S, D] (V given transposed);
+    P is quantised to e4m3 in the kernel, an error of at most 2^-4 (P |V|) in O (the Case's atol)."""
+    def make(rng):
+        (q, qv), (k, kv), (v, vv) = (e4m3(rng, s["B"], heads, length, s["D"])
+                                     for heads, length in ((s["H"], s["L"]), (s["HKV"], s["S"]), (s["HKV"], s["S"])))
+        want, _ = attention_reference(qv, kv, vv, 1 / np.sqrt(s["D"]), causal)
+        o = bf16_bits(np.full(q.shape, np.nan, np.float32))
+        vt = np.ascontiguousarray(np.swapaxes(v, 2, 3))
+        return [q, k, vt, o, 1 / np.sqrt(s["D"]), 1.0, causal], {3: ("bf16", want)}
+    return make
+
+
 def case_reduce_sum(n):
     return case_vector_sum(n)
 
@@ -296,6 +339,18 @@ CASES = [
                                                  ("attention_bf16_backward", "attention_backward_delta", 1e-5),
                                                  ("attention_bf16_backward", "attention_backward_dkdv", 2**-5),
                                                  ("attention_bf16_backward", "attention_backward_dq", 2**-5))],
+    # 8-bit products: the tensor cores' 13-bit sums err by up to 2^-11 sum |a b| (about 70 here), C's bf16 2^-8
+    Case("gemm_fp8-ragged", ROOT / "examples/gemm_fp8.phobos", "gemm_fp8", case_gemm_fp8(100, 70, 200),
+         rtol=2**-7, atol=2**-4),
+    Case("gemm_fp8-64x256", ROOT / "examples/gemm_fp8.phobos", "gemm_fp8", case_gemm_fp8(70, 260, 300),
+         config={"TILE_M": 64, "TILE_N": 256, "WARPS": 8}, rtol=2**-7, atol=2**-4),
+    Case("gemm_fp8_blockwise", ROOT / "examples/gemm_fp8.phobos", "gemm_fp8_blockwise",
+         case_gemm_fp8_blockwise(70, 140, 300), rtol=2**-7, atol=2**-4),
+    Case("attention_fp8-causal", ROOT / "examples/attention_fp8.phobos", "attention_fp8",
+         case_attention_fp8(ATTENTION_SIZES, True), config={"BM": 64, "BN": 64, "WARPS": 4}, rtol=2**-6,
+         atol=2**-4),
+    Case("attention_fp8-d128", ROOT / "examples/attention_fp8.phobos", "attention_fp8",
+         case_attention_fp8(dict(ATTENTION_SIZES, H=1, HKV=1, L=70, S=70, D=128), False), rtol=2**-6, atol=2**-4),
     Case("embedding_bag", ROOT / "examples/embedding_bag.phobos", "embedding_bag",
          case_embedding_bag(12, 200, 70, False), rtol=1e-5, atol=1e-5),
     Case("embedding_bag-mean", ROOT / "examples/embedding_bag.phobos", "embedding_bag",

@@ -366,6 +366,22 @@ def test_fuse_dot_accumulates_into_the_addend():
     assert total.owner.opcode == "dot" and total.owner.operands == [a, b, acc]
 
 
+def test_fuse_dot_marks_an_8_bit_product_to_promote():
+    """An 8-bit product's sums start from zero and it is added to the accumulator in f32 (DType.dot_promotes)."""
+    k = Kernel()
+    f8 = lambda shape: TileType(DType.F8E4M3, shape)  # noqa: E731
+    x = k.param(TensorType(DType.F8E4M3, ("N", "N")), "x")
+    out = k.param(TensorType(DType.F32, ("N", "N")), "out")
+    zero = k.const(0)
+    a = k.b.value("load", [x, zero, zero], f8((16, 32)), sizes=[16, 32])
+    b = k.b.value("load", [x, zero, zero], f8((32, 16)), sizes=[32, 16])
+    acc = k.b.value("load", [out, zero, zero], TileType(DType.F32, (16, 16)), sizes=[16, 16])
+    total = k.b.value("add", [acc, k.b.value("dot", [a, b], acc.type)], acc.type)
+    k.b.op("store", [out, zero, zero, total], [], {"sizes": [16, 16]})
+    fuse_dot(k.verified())
+    assert total.owner.opcode == "dot" and total.owner.operands == [a, b, acc] and total.owner.attrs["promote"]
+
+
 def test_fuse_dot_leaves_a_dot_with_other_uses():
     k, x, a, b, acc, c_t = dot_kernel()
     product = k.b.value("dot", [a, b], c_t)

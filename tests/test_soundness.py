@@ -26,10 +26,10 @@ from phobos.compiler import parse_source
 from phobos.errors import LaunchError, ResourceError
 
 from .attention_support import case_attention_bf16
-from .test_kernels import (case_add, case_attention, case_cumsum, case_dropout, case_embedding_bag,
-                           case_ew2d, case_gemm16, case_half, case_layernorm, case_loops, case_reduce_sum,
-                           case_rowstats, case_sgemm, case_sgemm_tc, case_softmax, case_splitk, case_top8,
-                           case_vector_sum, check_outputs, splitk_grid)
+from .test_kernels import (case_add, case_attention, case_attention_fp8, case_cumsum, case_dropout, case_embedding_bag,
+                           case_ew2d, case_gemm16, case_gemm_fp8, case_gemm_fp8_blockwise, case_half, case_layernorm,
+                           case_loops, case_reduce_sum, case_rowstats, case_sgemm, case_sgemm_tc, case_softmax,
+                           case_splitk, case_top8, case_vector_sum, check_outputs, splitk_grid)
 
 ROOT = Path(__file__).parent.parent
 SOURCES = sorted((ROOT / "examples").glob("*.phobos")) + sorted((ROOT / "tests" / "kernels").glob("*.phobos"))
@@ -104,6 +104,14 @@ REGISTRY: dict[tuple[str, str], Entry] = {
            ("attention_bf16_backward", "attention_backward_delta", 256, 1e-5, None),
            ("attention_bf16_backward", "attention_backward_dkdv", 128, 2 ** -5, dict(ATTENTION_ONE, D=256)),
            ("attention_bf16_backward", "attention_backward_dq", 128, 2 ** -5, dict(ATTENTION_ONE, D=256)))},
+    **{("examples/gemm_fp8.phobos", name): Entry(
+        lambda s, make=make: make(s["M"], s["N"], s["K"]),
+        ({"M": 1, "N": 1, "K": 1}, {"M": 70, "N": 90, "K": 40}, {"M": 130, "N": 260, "K": 300}),
+        rtol=2 ** -7, atol=2 ** -4)
+       for name, make in (("gemm_fp8", case_gemm_fp8), ("gemm_fp8_blockwise", case_gemm_fp8_blockwise))},
+    ("examples/attention_fp8.phobos", "attention_fp8"): Entry(
+        lambda s: case_attention_fp8(s, causal=True), attention_sizes("attention_fp8", 128),
+        rtol=2 ** -6, atol=2 ** -4, refused=dict(ATTENTION_ONE, D=160)),
     ("examples/embedding_bag.phobos", "embedding_bag"): Entry(
         lambda s: case_embedding_bag(s["B"], s["V"], s["D"], s.get("mean", False)),
         ({"B": 1, "V": 1, "D": 1}, {"B": 7, "V": 50, "D": 100, "mean": True}, {"B": 3, "V": 300, "D": 300}),

@@ -70,13 +70,16 @@ def assert_same_bits(gpu: np.ndarray, emulated: np.ndarray, what: str) -> None:
                     f"({int(e[i]):#x})", pytrace=False)
 
 
-@pytest.mark.parametrize("kind", ["bf16", "f16", "tf32"])
+@pytest.mark.parametrize("kind", ["bf16", "f16", "tf32", "e4m3", "e5m2"])
 def test_mma_sync_numerics_match_the_emulator(kind):
-    """512 warps of random fragments, exponents spread wide: truncation, cancellation, subnormals."""
+    """512 warps of random fragments, exponents spread wide: truncation, cancellation, subnormals (8-bit
+    floats: their whole range, and on Hopper the model's 13 fraction bits of the sums)."""
     require(8)
-    k = 8 if kind == "tf32" else 16
+    if kind in tc.F8 and capability() < (8, 9):
+        pytest.skip(f"{kind} tensor cores need compute capability 8.9, this GPU has {capability()}")
+    k = tc.STEP[kind]
     warps = 512
-    widest = {"f16": 12, "bf16": 60, "tf32": 60}[kind]
+    widest = {"f16": 12, "bf16": 60, "tf32": 60, "e4m3": 7, "e5m2": 14}[kind]
     spreads = rng.integers(0, widest + 1, warps)
     a = np.stack([tc.random_elements(rng, (16, k), kind, int(s)) for s in spreads])
     b = np.stack([tc.random_elements(rng, (k, 8), kind, int(s)) for s in spreads])

@@ -52,7 +52,8 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "Matrix product of tiles [M, K] and [K, N]: a [M, N] tile.  f32 (or f64) tiles: exact "
             "arithmetic, one fused multiply-add per term; for f32, precision=\"tf32\" or \"tf32x3\" runs "
             "on the tensor cores instead.  bf16 or f16 tiles: an f32 tile, each element the exact "
-            "products summed in f32 (on the tensor cores).", "dot"),
+            "products summed in f32 (on the tensor cores).  f8e4m3 or f8e5m2 tiles: likewise, with sums "
+            "of the tensor cores' precision (see Accuracy of dot).", "dot"),
     Builtin("sum", "sum(x, axis=None)",
             "Sum of the elements of a tile along `axis` (kept with extent 1), or of all of them (a scalar).",
             "reduce"),
@@ -146,6 +147,11 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: to f32, then rounded to nearest even "
               f"in the 16-bit format (arithmetic on the result is computed in f32).", "cast")
       for dt in (DType.BF16, DType.F16)],
+    *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: to f32, then rounded to nearest even "
+              f"in the 8-bit format and saturated (beyond the largest finite value, {limit}, and infinities "
+              f"become that value of their sign; NaN stays NaN); arithmetic on the result is computed in f32.",
+              "cast")
+      for dt, limit in ((DType.F8E4M3, 448), (DType.F8E5M2, 57344))],
 ]}
 
 def argument(call, position: int, name: str):

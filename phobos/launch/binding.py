@@ -44,8 +44,10 @@ from ..compiler import KernelParam
 from ..types import DType
 
 I32_MAX = int(np.iinfo(np.int32).max)
-# NumPy has no bfloat16: a bf16 tensor may be an ml_dtypes.bfloat16 array or its bits as uint16.
-ACCEPTED_DTYPES = {DType.BF16: ("bfloat16", "uint16")}
+# NumPy has no bfloat16 and no 8-bit floats: a tensor of one may be an array of ml_dtypes' type (torch's and
+# DLPack's say the same names), or its bits: uint16 for bf16, uint8 codes for f8e4m3 and f8e5m2 (CuPy arrays).
+ACCEPTED_DTYPES = {DType.BF16: ("bfloat16", "uint16"), DType.F8E4M3: ("float8_e4m3fn", "uint8"),
+                   DType.F8E5M2: ("float8_e5m2", "uint8")}
 
 
 @dataclass(frozen=True)
@@ -356,14 +358,20 @@ def _numpy_view(value: Any) -> TensorView | None:
                       value.dtype.isnative)
 
 
+#: torch element types numpy has not: torch's integer type of their size, and the bit patterns' numpy type
+TORCH_BIT_PATTERNS = {"torch.bfloat16": ("int16", np.uint16), "torch.float8_e4m3fn": ("uint8", np.uint8),
+                      "torch.float8_e5m2": ("uint8", np.uint8)}
+
+
 def _host_array(value: Any) -> np.ndarray:
-    """A CPU torch tensor's elements as a numpy array sharing its memory; bf16, which numpy lacks, as its
-    bits (uint16), as a bf16 array is passed."""
+    """A CPU torch tensor's elements as a numpy array sharing its memory; bf16 and the 8-bit floats, which
+    numpy lacks, as their bits (uint16, uint8), as such arrays are passed."""
     tensor = value.detach()
-    if str(tensor.dtype) == "torch.bfloat16":
-        import torch
-        return tensor.view(torch.int16).numpy().view(np.uint16)
-    return tensor.numpy()
+    if str(tensor.dtype) not in TORCH_BIT_PATTERNS:
+        return tensor.numpy()
+    import torch
+    same_size, bits = TORCH_BIT_PATTERNS[str(tensor.dtype)]
+    return tensor.view(getattr(torch, same_size)).numpy().view(bits)
 
 
 def _torch_view(value: Any) -> TensorView | None:
@@ -432,8 +440,9 @@ class _DLTensor(ctypes.Structure):
 #: DLPack device types: memory a kernel can use, and host memory.
 DLPACK_GPU_DEVICES = {2: "cuda", 13: "cuda_managed"}
 DLPACK_HOST_DEVICES = {1: "cpu", 3: "cuda_host"}
-#: DLPack type codes (int, uint, float, bfloat) -> numpy's name stem.
+#: DLPack type codes (int, uint, float, bfloat) -> numpy's name stem; the 8-bit floats' -> their whole name.
 DLPACK_TYPE_CODES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
+DLPACK_FLOAT8 = {10: "float8_e4m3fn", 12: "float8_e5m2"}  # kDLFloat8_e4m3fn, kDLFloat8_e5m2 (DLPack 1.1)
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
@@ -465,7 +474,8 @@ def _dlpack_view(value: Any) -> TensorView | None:
         strides = tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides else None
         stem = DLPACK_TYPE_CODES.get(tensor.dtype.code, f"code{tensor.dtype.code}")
         dtype_name = "bool" if stem == "bool" else \
-            f"{stem}{tensor.dtype.bits}" + ("" if tensor.dtype.lanes == 1 else f"x{tensor.dtype.lanes}")
+            DLPACK_FLOAT8.get(tensor.dtype.code, f"{stem}{tensor.dtype.bits}") \
+            + ("" if tensor.dtype.lanes == 1 else f"x{tensor.dtype.lanes}")
         pointer = (tensor.data or 0) + tensor.byte_offset
     except Exception as error:
         raise _Refused(f"a {kind}", f"its DLPack capsule is unusable: {error}") from None

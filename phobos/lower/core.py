@@ -119,8 +119,10 @@ class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
     def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32,
-                 read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False):
+                 read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False,
+                 fp8: bool = False):
         self.src = func
+        self.fp8 = fp8  # the target has 8-bit float conversions and their mma.sync (sm_89 and newer)
         self.tma = tma  # a K loop's stages may be copied by TMA, through tensor maps the launcher builds
         self.wgmma = wgmma  # the target is sm_90a (wgmma; cvt.rn.tf32 too)
         self.smem_limit = smem_limit
@@ -129,7 +131,7 @@ class Lowering:
         self.index_type = INDEX_TYPES[index_bits]  # tensor dims, bounds tests and element coordinates
         self.use_count = uses(func)
         self.threads = choose_threads(func)
-        self.plans = plan_dots(func, self.threads, tensor_cores, wgmma)  # dot -> MmaPlan, or why not
+        self.plans = plan_dots(func, self.threads, tensor_cores, wgmma, fp8)  # dot -> MmaPlan, or why not
         self.layouts = assign_layouts(func, self.threads, self.plans)
         self.notes = [describe(op, plan) for op, plan in self.plans.items()]  # for the compiled kernel's report
         self.schedules: list[str] = []  # each pipelined loop's schedule (schedule.Schedule.text), for dumps
@@ -471,7 +473,7 @@ class Lowering:
 def scalar_op(low: "Lowering", op: Op, operands: list[Value]) -> Value:
     """One element of element-wise `op`, on the registers of its operands' elements."""
     dtype = op.result.dtype
-    if op.opcode == "cast" and (dtype.is_half or op.operands[0].dtype.is_half):
+    if op.opcode == "cast" and (dtype.is_narrow or op.operands[0].dtype.is_narrow):
         return convert_register(low, operands[0], dtype)
     return low.op(op.opcode, operands, ScalarType(dtype), **op.attrs)
 
@@ -479,11 +481,11 @@ def scalar_op(low: "Lowering", op: Op, operands: list[Value]) -> Value:
 def convert_register(low: "Lowering", x: Value, to: DType) -> Value:
     """Register `x` converted to a value of dtype `to`, in a register of its compute dtype.
 
-    A 16-bit float is held in an f32 register: widening one to f32 is nothing,
-    and a conversion to one goes to f32, then rounds through the 16-bit format
+    A narrow float is held in an f32 register: widening one to f32 is nothing,
+    and a conversion to one goes to f32, then rounds through the narrow format
     (what the language says a conversion does) back into f32.
     """
-    if to.is_half:
+    if to.is_narrow:
         if x.dtype is not DType.F32:
             x = low.op("cast", [x], ScalarType(DType.F32))
         return low.op("cast", [low.op("cast", [x], ScalarType(to))], ScalarType(DType.F32))

@@ -13,7 +13,8 @@ from .core import Lowering
 
 
 def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32,
-          read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False) -> Function:
+          read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False,
+          fp8: bool = False) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
@@ -31,9 +32,11 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     read-only cache (ld.global.nc), for calls whose tensors overlap;
     `tensor_cores` allows mma.sync (sm_80 and newer), `wgmma` wgmma.mma_async
     (sm_90a), `tma` copies by TMA through tensor maps (parameters of kind
-    `tensor_map` in attrs `params`, which the launcher fills per call).
+    `tensor_map` in attrs `params`, which the launcher fills per call),
+    `fp8` the conversions and mma.sync of 8-bit floats (sm_89 and newer; attr
+    `native_fp8`).
     """
-    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma)
+    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma, fp8)
     persistent = pipeline.persistent_loop(low)
     if persistent is not None:
         pipeline.lower_persistent(low, *persistent)
@@ -43,4 +46,5 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     low.out.attrs["notes"] = list(low.notes)
     low.out.attrs["schedules"] = list(low.schedules)
     low.out.attrs["native_bf16"] = tensor_cores  # cvt to bf16 exists where mma.sync does (sm_80)
+    low.out.attrs["native_fp8"] = fp8
     return low.out

@@ -68,11 +68,14 @@ class Layout:
     def register_of(self) -> dict[tuple[int, ...], int]:
         return {off: r for r, off in enumerate(self.offsets)}
 
-    def vector_width(self) -> int:
-        """Elements each thread holds contiguously along the last dim, aligned (1 when none)."""
+    def vector_width(self, most: int = 8) -> int:
+        """Elements each thread holds contiguously along the last dim, aligned (1 when none), at most `most` (a
+        power of two; 8: the widest vector of registers PTX has)."""
         if not self.offsets:
             return 1
-        for v in (8, 4, 2):
+        for v in (16, 8, 4, 2):
+            if v > most:
+                continue
             if self.shape[-1] % v == 0 and all(t.scale % v == 0 for t in self.terms[-1]) \
                     and self._runs_of(v):
                 return v
@@ -89,6 +92,11 @@ class Layout:
                 if self.offsets[start + i] != base[:-1] + (base[-1] + i,):
                     return False
         return True
+
+    def transposed(self) -> "Layout":
+        """The layout of a 2-D tile's transpose held in the same registers (nothing moves)."""
+        return Layout(self.shape[::-1], self.threads, self.terms[::-1], tuple(off[::-1] for off in self.offsets),
+                      self.replicas)
 
     def collapse(self, dims) -> "Layout":
         """This layout with `dims` reduced to extent 1: their thread digits become replicas."""
@@ -271,6 +279,25 @@ def mma_layout(shape: tuple[int, int], threads: int, warps_m: int, warps_n: int,
                for i in range(block_m // MMA_ROWS) for j in range(block_n // MMA_COLS)
                for half in (0, 1) for c in (0, 1)]
     return Layout((m, n), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))
+
+
+def mma_a8_layout(shape: tuple[int, int], threads: int, warps_m: int, warps_n: int) -> Layout:
+    """The layout of an [M, K] tile whose registers, packed four at a time, are the A fragments of an 8-bit
+    mma m16n8k32: as `mma_layout` with `share_columns` (the warps along N replicas), but in each 16-row tile
+    and 16-column chunk lane l holds four consecutive columns, 4(l%4)..4(l%4) + 3, of rows l/4 and l/4 + 8:
+    registers 4r..4r + 3 are fragment byte 0..3 of a0 (row l/4, chunk 2s), a1 (row l/4 + 8), a2 (chunk 2s + 1),
+    a3, k step s after k step s."""
+    m, k = shape
+    block_m = m // warps_m
+    assert block_m % MMA_ROWS == 0 and k % 32 == 0, (shape, warps_m)
+    rows = [Term(4, 8, 1)] + ([Term(WARP, warps_m, block_m)] if warps_m > 1 else [])
+    cols = [Term(1, 4, 4)]
+    replicas = [(WARP * warps_m, warps_n)] if warps_n > 1 else []
+    if WARP * warps_m * warps_n < threads:
+        replicas.append((WARP * warps_m * warps_n, threads // (WARP * warps_m * warps_n)))
+    offsets = [(MMA_ROWS * i + 8 * half, 16 * chunk + x)
+               for i in range(block_m // MMA_ROWS) for chunk in range(k // 16) for half in (0, 1) for x in range(4)]
+    return Layout((m, k), threads, (tuple(rows), tuple(cols)), tuple(offsets), _sorted(replicas))
 
 
 def copy_layout(shape: tuple[int, ...], threads: int, elem_bytes: int) -> Layout:

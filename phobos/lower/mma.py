@@ -177,7 +177,7 @@ def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpac
     if plan.instruction == "wgmma" and not in_registers(plan, operand):
         return TileSpace(rows, cols, eb, 0, parts=2 if plan.kind.products == 3 else 1)
     stride = align(cols * eb, 16)
-    ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and not plan.kind.sixteen_bit and not plan.swapped else \
+    ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and plan.kind.tf32 and not plan.swapped else \
         (lambda s: (s // 16) % 2 == 1)
     while not ok(stride):
         stride += 16
@@ -200,19 +200,22 @@ def aligned_base(low: Lowering, nbytes: int, alignment: int) -> Value:
 def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
     """A tensor-core product: operands a pipelined loop staged are read from its stage; others, held
     in registers, are written to the scratch buffer - except an A operand whose registers are its
-    fragments and a swapped product's B."""
+    fragments and a swapped product's B.  An 8-bit B is written K-major, as B^T (the transpose of
+    trans(x) is x's registers as they are)."""
     a_v, b_v = op.operands[0], op.operands[1]
     a, b = low.staged.get(a_v), low.staged.get(b_v)
+    k_major_b = plan.kind.operand.is_f8
     for v, staged in ((a_v, a), (b_v, b)):
-        if staged is None and isinstance(low.vals[v], Transposed):  # a transpose in registers: moved now
-            low.vals[v] = low.vals[v].moved(low, low.layouts[v], v.dtype.compute)
+        if staged is None and isinstance(low.vals[v], Transposed) and not (v is b_v and k_major_b):
+            low.vals[v] = low.vals[v].moved(low, low.layouts[v], v.dtype.compute)  # a transpose in registers
     if a is None and a_in_registers(low, plan, a_v):
         a = RegisterOperand(_unrounded(low, a_v))
     if b is None and in_registers(plan, "b"):
         b = RegisterOperand(low.in_layout(b_v, plan.staging_layouts[1]).regs)
     if a is None or b is None:
         spaces = {"a": operand_space(plan, "a", plan.m, plan.k) if a is None else None,
-                  "b": operand_space(plan, "b", plan.k, plan.n) if b is None else None}
+                  "b": (operand_space(plan, "b", plan.n, plan.k) if k_major_b else operand_space(plan, "b", plan.k, plan.n))
+                  if b is None else None}
         starts, at = {}, 0
         for name, space in spaces.items():
             if space is not None:
@@ -220,22 +223,33 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
                 starts[name], at = at, at + space.nbytes
         base = aligned_base(low, at, max(sp.alignment for sp in spaces.values() if sp is not None))
         low.barrier()
-        for name, v in (("a", a_v), ("b", b_v)):
+        tiles = {"a": lambda: low.tile(a_v), "b": lambda: _b_transposed(low, b_v) if k_major_b else low.tile(b_v)}
+        for name in ("a", "b"):
             if spaces[name] is not None:
-                store_operand(low, low.tile(v), base, starts[name], spaces[name], plan)
+                store_operand(low, tiles[name](), base, starts[name], spaces[name], plan)
         if plan.instruction == "wgmma":
             low.b.op("fence_proxy_async", [], [])  # the stores, seen by the tensor cores' reads
         low.barrier()
         if a is None:
             a = SharedOperand(base, starts["a"], spaces["a"])
         if b is None:
-            b = SharedOperand(base, starts["b"], spaces["b"])
+            b = SharedOperand(base, starts["b"], spaces["b"], transposed=k_major_b)
     finish(low, op, plan, a, b)
+
+
+def _b_transposed(low: Lowering, b: Value) -> TileRegs:
+    """B^T in registers without moving anything: the source of a transpose trans(x), or B's registers in the
+    transposed layout."""
+    held = low.vals[b]
+    if isinstance(held, Transposed):
+        return held.source
+    t = low.tile(b)
+    return TileRegs(t.layout.transposed(), t.regs)
 
 
 def _unrounded(low: Lowering, a: Value) -> list[Value]:
     """The registers of A operand `a`; for a conversion of an f32 tile to the operand's 16-bit dtype
-    (attention's bf16(P)), those of the f32 tile: packing rounds them alike, and the conversion's
+    (attention's bf16(P); f8e4m3(P)), those of the f32 tile: packing rounds them alike, and the conversion's
     own rounding is then left unused (and removed)."""
     source = a.owner.operands[0] if isinstance(a.owner, Op) and a.owner.opcode == "cast" else None
     if source is not None and source.dtype is DType.F32 and low.tile(source).layout == low.tile(a).layout:
@@ -248,7 +262,7 @@ def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: Ti
     says: as it is, or - tf32 kinds on wgmma - rounded to TF32 (tf32x3: the high parts, then the TF32
     roundings of the rests, a part further), in 16-byte vectors along the rows where the layout holds
     them (`_swizzled_accesses`)."""
-    if plan.kind.sixteen_bit or not space.swizzled:
+    if not plan.kind.tf32 or not space.swizzled:
         store_tile(low, t, base, start, space, plan.kind.operand)
         return
     owner = low.owner(t.layout)
@@ -356,7 +370,10 @@ def store_tile(low: Lowering, t: TileRegs, base: Value, start: int, space: TileS
 
 def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
     """The product of `op` from its operands into its result (accumulating into a third operand)."""
-    if plan.instruction == "wgmma":
+    if op.attrs.get("promote"):  # 8-bit: the sums from zero, added to acc in f32, chunk by chunk
+        promoted = _promoted_wgmma if plan.instruction == "wgmma" else _promoted_compute
+        product = promoted(low, plan, a, b, low.in_layout(op.operands[2], plan.layout).regs)
+    elif plan.instruction == "wgmma":
         acc = low.in_layout(op.operands[2], plan.layout).regs if len(op.operands) == 3 else None
         apart = plan.kind.products == 3 and acc is not None  # tf32x3: summed apart, as mma.sync does
         product, fragments = wgmma_compute(low, plan, a, b, None if apart else acc)
@@ -401,14 +418,66 @@ def compute(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value])
     return acc
 
 
-def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -> tuple[list[Value], list[Value]]:
+def _promoted_compute(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value]) -> list[Value]:
+    """acc + A @ B with mma.sync, each 16 x 8 tile's product summed from zero over the k steps and then added to
+    acc in f32 (a promoting product): the A fragments of every k step first, then per pair of 8-column tiles
+    its B fragments step by step into four registers a tile, added once the pair's steps are done."""
+    acc, kind = list(acc), plan.kind
+    steps, nt = plan.k // kind.k, plan.n_tiles
+    a_frags = {(s, i): _a_fragments(low, plan, a, s, i) for s in range(steps) for i in range(plan.m_tiles)}
+    for pair in range(0, nt, 2):
+        sums: dict[tuple[int, int], list[Value]] = {}
+        for s in range(steps):
+            b_frags = _b_fragments(low, plan, b, s, [pair])
+            for i in range(plan.m_tiles):
+                for j, fb in zip(range(pair, nt), b_frags):
+                    c = sums.get((i, j), [low.const(0.0, DType.F32)] * 4)
+                    for fa, fbp in _products(a_frags[s, i], fb):
+                        c = list(low.b.op("mma", [*fa, *fbp, *c], [F32] * 4,
+                                          {"shape": kind.shape, "type": kind.ptx}).results)
+                    sums[i, j] = c
+        for (i, j), c in sums.items():
+            first = (i * nt + j) * 4
+            acc[first:first + 4] = [low.op("add", [x, y], F32) for x, y in zip(acc[first:first + 4], c)]
+    return acc
+
+
+PROMOTED_COLUMNS = 128  # the columns of one chunk of a promoting wgmma product: two such sets beside acc
+
+
+def _promoted_wgmma(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value]) -> list[Value]:
+    """acc + A @ B with wgmma, the product summed from zero and added to acc in f32 (a promoting product): per
+    64-row tile and chunk of PROMOTED_COLUMNS columns of the warpgroup's N a group of its own into registers
+    of its own (scale-d 0), waited for while the next chunk's group runs, then added to acc - so that acc and
+    two chunks' sums are all the registers it needs."""
+    acc = list(acc)
+    width = min(plan.wgmma_n, PROMOTED_COLUMNS)
+    chunks = [(i, c) for i in range(plan.wgmma_m_tiles) for c in range(0, plan.wgmma_n, width)]
+    waiting: list[tuple[list[int], list[Value]]] = []
+    for n, (i, c) in enumerate(chunks):
+        sums, _ = wgmma_compute(low, plan, a, b, None, tiles=[i], columns=(c, width))
+        registers = plan.wgmma_accumulators(i)[c // 2:(c + width) // 2]
+        waiting.append((registers, [sums[r] for r in registers]))
+        last = n == len(chunks) - 1
+        done, waiting = (waiting, []) if last else (waiting[:-1], waiting[-1:])
+        if done:
+            low.b.op("wgmma_wait", [], [], {"pending": 0 if last else 1})
+        for registers, values in done:
+            for r, x in zip(registers, values):
+                acc[r] = low.op("add", [acc[r], x], F32)
+    return acc
+
+
+def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None, tiles: list[int] | None = None,
+                  columns: tuple[int, int] | None = None) -> tuple[list[Value], list[Value]]:
     """acc + A @ B with wgmma (A @ B when acc is None: each tile's first wgmma starts from zero, its
     scale-d 0): each warpgroup its block, one wgmma per 64-row tile and k step (tf32x3:
     three, low x high, high x low, high x high, as mma.sync runs them), then a commit.  16-bit operands
-    are swizzled tiles (TileSpace), A K-major, B N-major (imm-trans-b); a swapped product's A (wgmma's B)
-    is one K-major and its B (wgmma's A) the registers of B^T's fragments (rounded here unless they are
-    already; tf32x3: split here).  Returns the
-    accumulators and the fragment registers the group reads: the caller's wait (wgmma_wait) keeps them
+    are swizzled tiles (TileSpace), A K-major, B N-major (imm-trans-b) or K-major; 8-bit ones both
+    K-major; a swapped product's A (wgmma's B) is one K-major and its B (wgmma's A) the registers of B^T's
+    fragments (rounded here unless they are already; tf32x3: split here).  Only the 64-row `tiles` given,
+    and of a K-major B only `columns` (first, count) of the warpgroup's N, where they are given.  Returns
+    the accumulators and the fragment registers the group reads: the caller's wait (wgmma_wait) keeps them
     and must come before the result is used."""
     kind = plan.kind
     group_m = low.digit(WARPGROUP, plan.warps_m)
@@ -427,9 +496,16 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
     pairs = [(1, 0), (0, 1), (0, 0)] if kind.products == 3 else [(0, 0)]  # (A part, B part): 1 the low parts
     acc = list(acc) if acc is not None else [None] * plan.layout.nregs
     accumulators = [plan.wgmma_accumulators(i) for i in range(plan.wgmma_m_tiles)]
+    n = plan.wgmma_n
+    if columns is not None:  # K-major B: rows of 128 bytes
+        assert not plan.swapped and b.transposed, "columns of a K-major B alone"
+        first, n = columns
+        desc_b = _plus(low, desc_b, first * SWIZZLE_BYTES >> 4)
+        accumulators = [registers[first // 2:(first + n) // 2] for registers in accumulators]
+    tiles = range(plan.wgmma_m_tiles) if tiles is None else tiles
     for s in range(plan.k // kind.k):
         db = _plus(low, desc_b, (step_bytes * s if plan.swapped or b.transposed else kind.k * s * SWIZZLE_BYTES) >> 4)
-        for i in range(plan.wgmma_m_tiles):
+        for i in tiles:
             for pa, pb in pairs:
                 if plan.swapped:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
                     operands = [*(fragments[pb][r] for r in plan.wgmma_fragments(s, i)),
@@ -444,8 +520,8 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None) -
                 zero = acc[registers[0]] is None
                 results = low.b.op(
                     "wgmma", [*operands, *([] if zero else (acc[r] for r in registers))], [F32] * len(registers),
-                    {"n": plan.wgmma_n, "k": kind.k, "type": kind.ptx, "registers_a": plan.swapped,
-                     "zero": zero, "fence": s == 0 and i == 0 and (pa, pb) == pairs[0],
+                    {"n": n, "k": kind.k, "type": kind.ptx, "registers_a": plan.swapped,
+                     "zero": zero, "fence": s == 0 and i == tiles[0] and (pa, pb) == pairs[0],
                      "trans": (int(not plan.swapped and a.transposed), int(not plan.swapped and not b.transposed))
                      }).results
                 for r, result in zip(registers, results):
@@ -511,6 +587,10 @@ def _address(low: Lowering, op: SharedOperand, row: Value, col_bytes: Value) -> 
 def _a_fragments(low: Lowering, plan: MmaPlan, a, s: int, i: int) -> list[list[Value]]:
     """The A fragments of m tile i at k step s: [registers], or [high, low] for tf32x3."""
     kind = plan.kind
+    if isinstance(a, RegisterOperand) and kind.operand.is_f8:  # mma_a8_layout: four codes a register
+        first = (i * plan.k // 16 + 2 * s) * 8
+        r = a.regs[first:first + 16]
+        return [[low.op("pack_f8x4", r[q:q + 4], ScalarType(DType.U32), dtype=kind.operand) for q in (0, 4, 8, 12)]]
     if isinstance(a, RegisterOperand):
         cols = plan.k // MMA_COLS
         regs = []
@@ -527,10 +607,11 @@ def _a_fragments(low: Lowering, plan: MmaPlan, a, s: int, i: int) -> list[list[V
         offset = a.start + kind.k * s * a.stride + 2 * MMA_ROWS * i
         ld = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * 4, {"count": 4, "trans": True, "offset": offset})
         return [list(ld.results)]
-    if kind.sixteen_bit:  # lane l: the address of row l % 16, k chunk l / 16 (matrices a01 a23 a45 a67)
+    if not kind.tf32:  # lane l: the address of row l % 16, 16-byte k chunk l / 16 (matrices a01 a23 a45 a67;
+        # 8-bit: a0..a3, a4..a7, a8..a11, a12..a15 - four codes a register, the same bytes)
         row = low.op("add", [_warp_offset(low, plan, 0), low.digit(1, 16)], I32)
         addr = _address(low, a, row, low.op("mul", [low.digit(16, 2), low.const(16)], I32))
-        offset = a.start + MMA_ROWS * i * a.stride + 2 * kind.k * s
+        offset = a.start + MMA_ROWS * i * a.stride + kind.operand.nbytes * kind.k * s
         ld = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * 4, {"count": 4, "trans": False,
                                                                           "offset": offset})
         return [list(ld.results)]
@@ -545,19 +626,22 @@ def _a_fragments(low: Lowering, plan: MmaPlan, a, s: int, i: int) -> list[list[V
     return _tf32_fragments(low, plan, values)
 
 
-def _b_fragments(low: Lowering, plan: MmaPlan, b: SharedOperand, s: int) -> list[list[list[Value]]]:
-    """The B fragments of each n tile at k step s ([registers], or [high, low] for tf32x3)."""
+def _b_fragments(low: Lowering, plan: MmaPlan, b: SharedOperand, s: int,
+                 pairs: list[int] | None = None) -> list[list[list[Value]]]:
+    """The B fragments of each n tile at k step s ([registers], or [high, low] for tf32x3); of a transposed
+    16- or 8-bit B, only those of the pairs of tiles that start at `pairs`, where given."""
     kind = plan.kind
     nt = plan.n_tiles
-    if kind.sixteen_bit and b.transposed:  # B^T row-major (n rows): lane l the n row l % 8 of tile 2p + l / 16,
-        # k + 8 (l / 8 % 2); each 8 x 8 matrix as it lies is a B fragment; .x2 for an odd last tile
+    if not kind.tf32 and b.transposed:  # B^T row-major (n rows): lane l the n row l % 8 of tile 2p + l / 16,
+        # 16-byte k chunk l / 8 % 2; each 8 x 8 matrix (of b16) as it lies is a B fragment register (8-bit: four
+        # codes, k 4t..4t+3 of the chunk); .x2 for an odd last tile
         row = low.op("add", [_warp_offset(low, plan, 1), low.op("add", [low.digit(1, 8), low.op(
             "mul", [low.digit(16, 2), low.const(MMA_COLS)], I32)], I32)], I32)
         addr = _address(low, b, row, low.op("mul", [low.digit(8, 2), low.const(16)], I32))
         frags = []
-        for pair in range(0, nt, 2):
+        for pair in range(0, nt, 2) if pairs is None else pairs:
             count = 4 if pair + 1 < nt else 2
-            offset = b.start + pair * MMA_COLS * b.stride + 2 * kind.k * s
+            offset = b.start + pair * MMA_COLS * b.stride + kind.operand.nbytes * kind.k * s
             regs = low.b.op("ldmatrix", [addr], [ScalarType(DType.U32)] * count,
                             {"count": count, "trans": False, "offset": offset}).results
             frags += [[list(regs[q:q + 2])] for q in range(0, count, 2)]

@@ -2,14 +2,20 @@
 # tile-level function before any code is written (placement.py needs the
 # layouts the decisions imply, mma.py and pipeline.py the decisions).
 #
-# A `dot` is a tensor-core product when its operands are bf16 or f16, or f32
-# with precision "tf32" or "tf32x3" (`MMA_KINDS`), the target has `mma.sync`
-# (sm_80 and newer), and its tile shape is whole instruction tiles: M a
-# multiple of 16, N of 8 and K of the instruction's k (16 for 16-bit
-# operands, 8 for tf32).  Otherwise it runs on the CUDA cores, and a note
-# names the dot and the reason (a tensor-core kind that falls back: 16-bit
-# operands are exact in f32, so the products are exact there too; tf32 kinds
-# are computed in full f32 there, more accurately than asked).
+# A `dot` is a tensor-core product when its operands are bf16 or f16, or
+# f8e4m3 or f8e5m2, or f32 with precision "tf32" or "tf32x3" (`MMA_KINDS`),
+# the target has `mma.sync` of them (sm_80 and newer; 8-bit floats sm_89),
+# and its tile shape is whole instruction tiles: M a multiple of 16, N of 8
+# and K of the instruction's k (16 for 16-bit operands, 32 for 8-bit ones, 8
+# for tf32).  Otherwise it runs on the CUDA cores, and a note names the dot
+# and the reason (a tensor-core kind that falls back: narrow operands are
+# exact in f32, so the products are exact there too, and the sums are f32's
+# fused multiply-adds; tf32 kinds are computed in full f32 there, more
+# accurately than asked).  The tensor cores read 8-bit operands K-major only
+# (mma.sync's and wgmma's 8-bit forms have no transposed operands): a loaded
+# slice an 8-bit product would read otherwise - B [K, N] as it lies, or A as
+# trans(slice) - is a located error saying how to give it (B as [N, K] and
+# trans(...)); one computed in registers is stored K-major.
 #
 # On sm_90a a product whose operands are both slices loaded beside it for it
 # alone (a K loop's: the pipeline streams them into shared memory), whose K
@@ -40,10 +46,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..errors import UnsupportedError
 from ..middle.ir import Block, Function, Op, Value, walk
 from ..types import DType
-from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, copy_layout, mma_layout,
-                     swapped_fragment_layout, swapped_wgmma_layout, wgmma_layout)
+from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, copy_layout, mma_a8_layout,
+                     mma_layout, swapped_fragment_layout, swapped_wgmma_layout, wgmma_layout)
 
 WGMMA_ROW_BYTES = 128  # a wgmma product's K, in bytes of an operand: one row of the 128-byte swizzle
 WGMMA_MAX_N = 256
@@ -73,6 +80,11 @@ class MmaKind:
         return self.operand.is_half
 
     @property
+    def tf32(self) -> bool:
+        """An f32 product rounded to TF32 (swapped on wgmma: its operands are rounded on their way)."""
+        return self.ptx == "tf32"
+
+    @property
     def wgmma_k(self) -> int:
         """The K of a product wgmma runs: one 128-byte swizzled row of the operand."""
         return WGMMA_ROW_BYTES // self.operand.nbytes
@@ -81,6 +93,8 @@ class MmaKind:
 MMA_KINDS = {
     "bf16": MmaKind("bf16", DType.BF16, 16, "bf16", 1),
     "f16": MmaKind("f16", DType.F16, 16, "f16", 1),
+    "f8e4m3": MmaKind("f8e4m3", DType.F8E4M3, 32, "e4m3", 1),
+    "f8e5m2": MmaKind("f8e5m2", DType.F8E5M2, 32, "e5m2", 1),
     "tf32": MmaKind("tf32", DType.F32, 8, "tf32", 1, "rn"),
     "tf32x3": MmaKind("tf32x3", DType.F32, 8, "tf32", 3, "rna"),
 }
@@ -156,9 +170,11 @@ class MmaPlan:
 
     @cached_property
     def a_layout(self) -> Layout | None:
-        """Of an A operand whose registers are its fragments (16-bit kinds with mma.sync only)."""
-        if not self.kind.sixteen_bit or self.instruction == "wgmma":
+        """Of an A operand whose registers are its fragments (16- and 8-bit kinds with mma.sync only)."""
+        if self.kind.tf32 or self.instruction == "wgmma":
             return None
+        if self.kind.operand.is_f8:
+            return mma_a8_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n)
         return mma_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n, share_columns=True)
 
     @cached_property
@@ -183,12 +199,13 @@ class MmaPlan:
 def kind_of(op: Op) -> MmaKind | None:
     """The tensor-core kind a dot asks for by its operands and precision; None for the CUDA cores."""
     dtype = op.operands[0].dtype
-    if dtype.is_half:
+    if dtype.is_narrow:
         return MMA_KINDS[dtype.value]
     return MMA_KINDS.get(op.attrs.get("precision", "ieee"))
 
 
-def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = False) -> dict[Op, MmaPlan | str]:
+def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = False,
+              fp8: bool = False) -> dict[Op, MmaPlan | str]:
     """For each dot of a tensor-core kind: its plan, or why it runs on the CUDA cores."""
     ops = list(walk(func.body))
     users: dict[Value, list[Op]] = {}
@@ -200,8 +217,9 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
     for op in ops:
         if op.opcode != "dot" or (kind := kind_of(op)) is None:
             continue
-        if not tensor_cores:
-            out[op] = f"the target has no {kind.ptx} tensor cores (sm_80 and newer have them)"
+        if not tensor_cores or (kind.operand.is_f8 and not fp8):
+            out[op] = f"the target has no {kind.ptx} tensor cores ({'sm_89' if kind.operand.is_f8 else 'sm_80'} " \
+                      "and newer have them)"
             continue
         m, k = op.operands[0].type.shape
         n = op.operands[1].type.shape[1]
@@ -210,11 +228,13 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         if wrong:
             out[op] = f"the {kind.shape} instruction cannot tile it ({', '.join(wrong)})"
             continue
-        sources = [loaded_slice(v, users, kind.sixteen_bit) for v in op.operands[:2]]
+        sources = [loaded_slice(v, users, not kind.tf32) for v in op.operands[:2]]
+        if kind.operand.is_f8:
+            _k_major_or_error(op, kind, sources)
         loaded = all(src is not None and block_of.get(v.owner) is block_of.get(src[0]) is block_of[op]
                      for v, src in zip(op.operands, sources))
         transposed = tuple(src is not None and src[1] for src in sources)
-        swapped = not kind.sixteen_bit
+        swapped = kind.tf32
         groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), k, threads) if wgmma and loaded else None
         if groups is not None:
             out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma", swapped, transposed)
@@ -223,6 +243,19 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         warps_m, warps_n = choose_warps(m, n, threads // WARP, rows_only)
         out[op] = MmaPlan(kind, m, n, k, warps_m, warps_n, threads, transposed=transposed)
     return out
+
+
+def _k_major_or_error(op: Op, kind: MmaKind, sources) -> None:
+    """An 8-bit product's loaded operands must lie K-major: A [M, K] as it lies, B as trans(a slice [N, K])."""
+    (a, b), name = sources, kind.operand
+    if b is not None and not b[1]:
+        raise UnsupportedError(f"dot of {name} tiles on the tensor cores reads B K-major (8-bit mma.sync and wgmma "
+                               f"have no transposed operands), but B is this [K, N] slice, N-major as it lies; give "
+                               f"B as an [N, K] tensor and write dot(a, trans(b[...]))", b[0].loc or op.loc)
+    if a is not None and a[1]:
+        raise UnsupportedError(f"dot of {name} tiles on the tensor cores reads A K-major (8-bit mma.sync and wgmma "
+                               f"have no transposed operands), but A is the transpose of this [K, M] slice, M-major; "
+                               f"give A as an [M, K] tensor and load it as it lies", a[0].loc or op.loc)
 
 
 def wgmma_groups(kind: MmaKind, m: int, n: int, k: int, threads: int) -> tuple[int, int] | None:

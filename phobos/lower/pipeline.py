@@ -54,7 +54,7 @@
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
-# that zero-fills the elements outside (16-bit elements, too small for
+# that zero-fills the elements outside (16- and 8-bit elements, too small for
 # cp.async, are loaded and stored instead); TMA zero-fills a box's elements
 # outside the tensor itself.  This module builds on memory.py
 # (slice geometry, addresses, bounds tests), dot.py and mma.py (the stage
@@ -209,15 +209,17 @@ def _tma_swapped(low: Lowering, op: Op, plan: PipelinePlan) -> PipelinePlan | No
 
 def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
     """The TMA boxes of the staged slices where a producer warpgroup can copy this loop's stages by TMA,
-    else None: a GEMM's K loop on wgmma (one product whose group stays in flight, or a swapped one that
-    reads B's fragments from the stage; operands straight from the stage, each a slice TMA can copy:
-    `tma_box`), at the kernel's top level, with nothing but
+    else None: a GEMM's K loop on wgmma (one product whose group stays in flight, or one waited for in its
+    iteration - an 8-bit product promoted into its accumulator -, or a swapped one that reads B's
+    fragments from the stage; operands straight from the stage, each a slice TMA can copy: `tma_box`), at
+    the kernel's top level, with nothing but
     register arithmetic before it - the producer's threads run that code too, outside every layout, so
     it may not touch memory (not even a load: their elements lie past the slice) - and room in the CTA
     for the producer's threads (not with WARPS=32, which copies by cp.async)."""
     body = low.src.body.ops
-    if (plan.in_flight is None and not plan.kept) or plan.through_registers or low.barrier_threads is not None \
-            or op not in body or low.threads + PRODUCER_THREADS > MAX_THREADS:
+    product = low.plans.get(plan.product)
+    if product is None or product.instruction != "wgmma" or plan.through_registers \
+            or low.barrier_threads is not None or op not in body or low.threads + PRODUCER_THREADS > MAX_THREADS:
         return None
     boxes = [tma_box(low, st.load, st.space) for st in plan.staged]
     before = Block(ops=body[:body.index(op)])
@@ -229,10 +231,10 @@ def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
 def _accumulating_wgmma(low: Lowering, op: Op, dots: list[Op]) -> Op | None:
     """The loop's one product, if it is a wgmma that accumulates into a carried value nothing else in the
     loop reads (a GEMM's K loop): its group may then stay in flight while the next iteration starts - unless
-    it reads fragments from registers (a swapped product), or is tf32x3 (which adds each product to acc
-    after its wait)."""
+    it reads fragments from registers (a swapped product), or is tf32x3 or promotes (which add the product to
+    acc after its wait)."""
     if len(dots) != 1 or low.plans[dots[0]].instruction != "wgmma" or len(dots[0].operands) != 3 \
-            or low.plans[dots[0]].swapped or low.plans[dots[0]].kind.products != 1:
+            or low.plans[dots[0]].swapped or low.plans[dots[0]].kind.products != 1 or dots[0].attrs.get("promote"):
         return None
     dot, body = dots[0], op.regions[0]
     acc = dot.operands[2]
@@ -975,7 +977,7 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
     with cp.async.
 
     Inside the tensor and aligned: 16-byte copies.  Otherwise one copy per
-    element, zero-filled outside the tensor (the edge contract); 16-bit
+    element, zero-filled outside the tensor (the edge contract); 16- and 8-bit
     elements are loaded and stored (cp.async moves 4 bytes or more).
     """
     tensor = low.vals[load.operands[0]]
@@ -991,7 +993,7 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
     else:
         thread_index = low.op("add", [low.op("mul", [c0, low.const(space.stride // eb)], I32), c1], I32)
         thread_dst = low.smem_address(stage, thread_index, eb)
-    chunk_aligned = layout.vector_width() * eb == 16  # every thread's columns start 16-byte chunks
+    chunk_aligned = layout.vector_width(16) * eb == 16  # every thread's columns start 16-byte chunks
 
     def destination(r: int) -> tuple[Value, int]:
         """(shared address, immediate offset) of register slot r's element in the stage."""
@@ -1002,7 +1004,7 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
         row, col = (low.coord(layout, r, d) for d in (0, 1))
         return low.op("add", [stage, low.op("cast", [space.offset(low, row, col)], U32)], U32), start
 
-    width = vector_ok(tensor, tile_dims, layout)
+    width = vector_ok(tensor, tile_dims, layout, most=16)
     fast = in_bounds(low, tensor, starts, sizes)
     if width > 1:
         fast = low.all_of([fast, aligned(low, tensor, starts, width)])

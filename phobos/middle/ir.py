@@ -135,6 +135,8 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "mma", "mma(a..., b..., c0..c3) -> d0..d3: one warp's tensor-core product of a 16 x 8 tile; "
                         "attrs shape (m16n8k16, m16n8k8), type (bf16 f16 tf32: of a and b)"),
     **_ops(True, "pack_half2", "pack_half2(lo, hi) -> b32: two f32 rounded to 16-bit floats; attrs dtype"),
+    **_ops(True, "pack_f8x4", "pack_f8x4(x0, x1, x2, x3) -> b32: four f32 converted to 8-bit floats, x0 the "
+           "lowest byte; attrs dtype"),
     **_ops(True, "tf32", "tf32(x) -> b32: f32 x rounded to TF32, attrs mode (rna: nearest, ties away; rn: ties to even, sm_90+)"),
     **_ops(True, "tf32_low", "tf32_low(x, high) -> b32: x - high (high a TF32 pattern) rounded to TF32"),
     **_ops(False, "wgmma", "wgmma(desc_a, desc_b, acc...) -> acc...: one warpgroup's asynchronous product of a "

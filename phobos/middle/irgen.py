@@ -6,7 +6,8 @@
 # `if`'s results.  Everything implicit in the source becomes explicit: literals
 # get the dtype their context asks for, scalars and size-1 extents are widened
 # by `broadcast`, compound assignment to a tensor slice becomes load-op-store,
-# and a 16-bit float value used where f32 is computed is converted by a `cast`.
+# and a narrow (16- or 8-bit) float value used where f32 is computed is
+# converted by a `cast`.
 #
 # Jumps become data.  `break`, `continue` and `return` set hidden bool
 # variables (the checker's flags), which loops and branches carry like any
@@ -100,7 +101,7 @@ class IRGen:
         return self.b.value("cast", [v], t)
 
     def operand_dtype(self, a: ast.Expr, b: ast.Expr) -> DType:
-        """The dtype two operands meet in: a literal-only side follows the other; 16-bit floats
+        """The dtype two operands meet in: a literal-only side follows the other; narrow floats
         meet as f32."""
         da, db = self.ck.types[a].dtype.compute, self.ck.types[b].dtype.compute
         if da == db or b in self.ck.weak:
@@ -389,16 +390,16 @@ class IRGen:
     # ------------------------------------------------------------ expressions
     def expr(self, e: ast.Expr, want: DType | None = None) -> Value | tuple[Value, ...]:
         """The value of `e` (a tuple of them for a tuple); a literal-only expression takes the dtype
-        `want`, and a 16-bit float is converted when `want` is f32 (the dtype it is computed in)."""
+        `want`, and a narrow float is converted when `want` is f32 (the dtype it is computed in)."""
         t = self.ck.types[e]
         value = self.ck.consts.get(e)
         if value is not None and isinstance(t, ScalarType):
-            widened = want is not None and t.dtype.is_half and want is t.dtype.compute
+            widened = want is not None and t.dtype.is_narrow and want is t.dtype.compute
             dtype = want if (want is not None and e in self.ck.weak) or widened else t.dtype
             self.at(e)
             return self.b.const(convert(value, dtype), ScalarType(dtype))
         v = EXPRESSIONS.lookup(type(e))(self, e)
-        if want is not None and isinstance(v, Value) and v.dtype.is_half and want is v.dtype.compute:
+        if want is not None and isinstance(v, Value) and v.dtype.is_narrow and want is v.dtype.compute:
             self.at(e)
             v = self.convert(v, want)
         return v

@@ -17,25 +17,30 @@ from __future__ import annotations
 
 import itertools
 
-from ..constants import cvt_nan_integer
+import numpy as np
+
+from ..constants import F8_FORMATS, F8_NAN, cvt_nan_integer, largest_float
 from ..errors import UnsupportedError
 from ..middle.ir import Function, Op, Value, uses
 from ..types import DType
-from .emit import (CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item, Label, MapAddr, ModuleDecl,
-                   Raw, SourceLine, Sym, Vec, VReg)
+from .emit import (CLASS_OF_DTYPE, FP8_PTX_VERSION, PTX_VERSION, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, Item,
+                   Label, MapAddr, ModuleDecl, Raw, SourceLine, Sym, Vec, VReg)
 
 TYPE_SUFFIX = {
     DType.BOOL: "pred", DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32",
     DType.I64: "s64", DType.F16: "f16", DType.BF16: "bf16", DType.F32: "f32", DType.F64: "f64",
+    DType.F8E4M3: "e4m3", DType.F8E5M2: "e5m2",
 }
 BITS_SUFFIX = {DType.I32: "b32", DType.U32: "b32", DType.F32: "b32", DType.I64: "b64", DType.F64: "b64",
-               DType.BOOL: "pred", DType.F16: "b16", DType.BF16: "b16"}
+               DType.BOOL: "pred", DType.F16: "b16", DType.BF16: "b16", DType.F8E4M3: "b16", DType.F8E5M2: "b16"}
 PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.F32: ".f32", DType.F64: ".f64",
               DType.BOOL: ".u8"}
 MEMORY_TYPE = {DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32", DType.I64: "s64",
-               DType.F32: "f32", DType.F64: "f64", DType.F16: "b16", DType.BF16: "b16", DType.BOOL: "u8"}
+               DType.F32: "f32", DType.F64: "f64", DType.F16: "b16", DType.BF16: "b16", DType.BOOL: "u8",
+               DType.F8E4M3: "b8", DType.F8E5M2: "b8"}
 SPECIAL_AXIS = "xyz"
-MMA_FRAGMENT_REGISTERS = {"m16n8k16": (4, 2), "m16n8k8": (4, 2)}  # b32 registers of A and B per lane
+MMA_FRAGMENT_REGISTERS = {"m16n8k16": (4, 2), "m16n8k8": (4, 2), "m16n8k32": (4, 2)}  # b32 registers of A, B per lane
+F8_TYPES = ("e4m3", "e5m2")  # the PTX names of the 8-bit floats the tensor cores multiply
 FLOAT_ROUNDED = {"add", "sub", "mul", "div", "fma"}
 COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 FLOAT_COMPARE = dict(COMPARE, ne="neu")  # NaN != x is true, as in C and numpy
@@ -56,6 +61,7 @@ class Selector:
         self.use_count = uses(func)
         self.strings: dict[bytes, str] = {}  # .global string constants by content
         self.local_bytes = 0  # the local buffer vprintf's arguments need
+        self.ptx_version = PTX_VERSION  # raised by instructions a later PTX ISA brought (func attr `ptx_version`)
 
     # ---------------------------------------------------------- registers
     def new(self, dtype: DType) -> VReg:
@@ -314,6 +320,8 @@ def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
             convert(s, dst, f32, DType.F32, to)
     elif to is DType.BF16:
         _to_bf16(s, dst, src, frm)
+    elif frm.is_f8 or to.is_f8:
+        _f8_conversion(s, dst, src, frm, to)
     elif DType.F16 in (frm, to) and DType.F64 in (frm, to):  # through f32, as the language converts
         f32 = s.new(DType.F32)
         convert(s, f32, src, frm, DType.F32)
@@ -362,6 +370,110 @@ def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
     s.emit("setp.nan.f32", nan, src, src)
     s.emit("selp.b32", out, Imm(0x7FFF, DType.I32), out, nan)  # any NaN becomes the canonical NaN, as cvt's
     s.emit("cvt.u16.u32", dst, out)
+
+
+def _f8_conversion(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
+    """To or from an 8-bit float (its code the low byte of a b16 register), through f32: f32 -> f8 rounds
+    to nearest even and saturates (NaN: 0x7F) - cvt.rn.satfinite.e4m3x2.f32 from sm_89 on (the function's
+    attr `native_fp8`); f8 -> f32 is exact - cvt.rn.f16x2.e4m3x2 to f16, then to f32.  Before sm_89 both
+    are integer arithmetic (`_f32_to_f8`, `_f8_to_f32`) that gives the same bits."""
+    if frm.is_f8:  # (to another 8-bit format: through f32 too)
+        f32 = dst if to is DType.F32 else s.new(DType.F32)
+        (_f8_to_f32_native if s.func.attrs.get("native_fp8") else _f8_to_f32)(s, f32, s.reg_of(src, frm), frm)
+        if to is not DType.F32:
+            convert(s, dst, f32, DType.F32, to)
+        return
+    if frm is not DType.F32:
+        f32 = s.new(DType.F32)
+        convert(s, f32, src, frm, DType.F32)
+        src = f32
+    src = s.reg_of(src, DType.F32)
+    if s.func.attrs.get("native_fp8"):
+        s.ptx_version = FP8_PTX_VERSION
+        s.emit(f"cvt.rn.satfinite.{TYPE_SUFFIX[to]}x2.f32", dst, src, src)  # the same code in both bytes
+        return
+    _f32_to_f8(s, dst, src, to)
+
+
+def _f8_to_f32_native(s: Selector, dst: VReg, src: VReg, frm: DType) -> None:
+    s.ptx_version = FP8_PTX_VERSION
+    pair, low, high = s.new(DType.I32), s.new(DType.F16), s.new(DType.F16)
+    s.emit(f"cvt.rn.f16x2.{TYPE_SUFFIX[frm]}x2", pair, src)
+    s.emit("mov.b32", Vec((low, high)), pair)
+    s.emit("cvt.f32.f16", dst, low)
+
+
+def _f8_to_f32(s: Selector, dst: VReg, src: VReg, frm: DType) -> None:
+    """An 8-bit float code -> f32 with integer arithmetic: as f16 bits (e5m2 is f16's top byte; e4m3's
+    exponent and fraction shifted into f16's place give the value / 2^8, which f32 scales back exactly),
+    then cvt.f32.f16; e4m3's NaN codes (S.1111.111) give the canonical NaN."""
+    code, half = s.new(DType.I32), s.new(DType.I32)
+    s.emit("cvt.u32.u16", code, src)
+    s.emit("and.b32", code, code, Imm(0xFF, DType.I32))
+    bits = s.new(DType.F16)
+    if frm is DType.F8E5M2:
+        s.emit("shl.b32", half, code, Imm(8, DType.I32))
+        s.emit("cvt.u16.u32", bits, half)
+        s.emit("cvt.f32.f16", dst, bits)
+        return
+    magnitude, sign, nan, scaled = s.new(DType.I32), s.new(DType.I32), s.new(DType.BOOL), s.new(DType.F32)
+    s.emit("and.b32", magnitude, code, Imm(0x7F, DType.I32))
+    s.emit("and.b32", sign, code, Imm(0x80, DType.I32))
+    s.emit("shl.b32", sign, sign, Imm(8, DType.I32))
+    s.emit("shl.b32", half, magnitude, Imm(7, DType.I32))
+    s.emit("or.b32", half, half, sign)
+    s.emit("cvt.u16.u32", bits, half)
+    s.emit("cvt.f32.f16", scaled, bits)
+    s.emit("mul.rn.f32", scaled, scaled, Imm(256.0, DType.F32))
+    s.emit("setp.eq.u32", nan, magnitude, Imm(0x7F, DType.U32))
+    s.emit("selp.b32", dst, Imm(0x7FFFFFFF, DType.I32), scaled, nan)
+
+
+def _f32_to_f8(s: Selector, dst: VReg, src: VReg, to: DType) -> None:
+    """f32 -> an 8-bit float code with integer arithmetic, as cvt.rn.satfinite does it: the magnitude
+    saturated at the largest finite value (infinities too); its 24-bit significand shifted right by
+    23 - fraction bits, more below the format's smallest normal exponent (subnormal codes; at most 25,
+    which leaves 0 of any f32 that small), rounded to nearest even; the code is the exponent's distance
+    above the smallest normal one, times 2^fraction, plus that quotient (a carry moves up an exponent);
+    then the sign; NaN 0x7F."""
+    fmt = F8_FORMATS[to]
+    fraction, low = fmt.fraction, 127 + 1 - fmt.bias  # f32's biased exponent of the smallest normal
+    largest = int(np.array(largest_float(to), np.float32).view(np.uint32))
+    r = [s.new(DType.I32) for _ in range(11)]
+    bits, sign, a, exponent, sig, shift, q, rem, half, t, code = r
+    nan, up = s.new(DType.BOOL), s.new(DType.BOOL)
+    u = lambda v: Imm(v, DType.U32)  # noqa: E731
+    s.emit("mov.b32", bits, src)
+    s.emit("shr.u32", sign, bits, u(24))
+    s.emit("and.b32", sign, sign, u(0x80))
+    s.emit("and.b32", a, bits, u(0x7FFFFFFF))
+    s.emit("setp.gt.u32", nan, a, u(0x7F800000))
+    s.emit("min.u32", a, a, u(largest))
+    s.emit("shr.u32", exponent, a, u(23))
+    s.emit("and.b32", sig, a, u(0x7FFFFF))
+    s.emit("or.b32", sig, sig, u(0x800000))
+    s.emit("sub.s32", shift, Imm(low, DType.I32), exponent)
+    s.emit("max.s32", shift, shift, Imm(0, DType.I32))
+    s.emit("add.s32", shift, shift, Imm(23 - fraction, DType.I32))
+    s.emit("min.u32", shift, shift, u(25))
+    s.emit("shr.u32", q, sig, shift)
+    s.emit("shl.b32", t, u(1), shift)
+    s.emit("sub.s32", t, t, Imm(1, DType.I32))
+    s.emit("and.b32", rem, sig, t)
+    s.emit("shr.u32", half, t, u(1))
+    s.emit("add.s32", half, half, Imm(1, DType.I32))  # 2^(shift - 1)
+    s.emit("and.b32", t, q, u(1))
+    s.emit("add.s32", t, rem, t)  # rem + (q odd) > half: above half way, or at it with q odd
+    s.emit("setp.gt.u32", up, t, half)
+    s.emit("selp.u32", t, u(1), u(0), up)
+    s.emit("add.s32", q, q, t)
+    s.emit("sub.s32", code, exponent, Imm(low, DType.I32))
+    s.emit("max.s32", code, code, Imm(0, DType.I32))
+    s.emit("shl.b32", code, code, u(fraction))
+    s.emit("add.s32", code, code, q)
+    s.emit("or.b32", code, code, sign)
+    s.emit("selp.b32", code, u(F8_NAN), code, nan)
+    s.emit("cvt.u16.u32", dst, code)
 
 
 def _cast(s: Selector, op: Op) -> None:
@@ -591,6 +703,8 @@ def _mma(s: Selector, op: Op) -> None:
     regs = [s.reg(v) for v in op.operands]
     a, b, c = regs[:na], regs[na:na + nb], regs[na + nb:]
     dsts = Vec(tuple(s.define(r) for r in op.results))
+    if kind in F8_TYPES:
+        s.ptx_version = FP8_PTX_VERSION
     s.emit(f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32", dsts, Vec(tuple(a)), Vec(tuple(b)),
            Vec(tuple(c)))
 
@@ -598,6 +712,17 @@ def _mma(s: Selector, op: Op) -> None:
 def _pack_half2(s: Selector, op: Op) -> None:
     lo, hi = op.operands
     s.emit(f"cvt.rn.{TYPE_SUFFIX[op.attrs['dtype']]}x2.f32", s.define(op.result), s.reg(hi), s.reg(lo))
+
+
+def _pack_f8x4(s: Selector, op: Op) -> None:
+    """Four f32 as four 8-bit float codes in one b32 (the first the lowest byte): two cvt.rn.satfinite pairs."""
+    s.ptx_version = FP8_PTX_VERSION
+    x0, x1, x2, x3 = (s.reg(v) for v in op.operands)
+    low, high = s.new(DType.F8E4M3), s.new(DType.F8E4M3)
+    pair = f"cvt.rn.satfinite.{TYPE_SUFFIX[op.attrs['dtype']]}x2.f32"
+    s.emit(pair, low, x1, x0)
+    s.emit(pair, high, x3, x2)
+    s.emit("mov.b32", s.define(op.result), Vec((low, high)))
 
 
 def _tf32(s: Selector, op: Op) -> None:
@@ -635,8 +760,8 @@ def _wgmma(s: Selector, op: Op) -> None:
         s.emit("wgmma.fence.sync.aligned", ndefs=0)
     kind = op.attrs["type"]
     one, zero = Imm(1, DType.I32), Imm(0, DType.I32)
-    # 16-bit: A K-major (0) or M-major (1), B K-major (0) or N-major (1); tf32: both K-major, no operand
-    trans = [] if kind == "tf32" else [Imm(bit, DType.I32) for bit in op.attrs.get("trans", (0, 1))]
+    # 16-bit: A K-major (0) or M-major (1), B K-major (0) or N-major (1); tf32, e4m3, e5m2: both K-major, no operand
+    trans = [] if kind == "tf32" or kind in F8_TYPES else [Imm(bit, DType.I32) for bit in op.attrs.get("trans", (0, 1))]
     s.emit(f"wgmma.mma_async.sync.aligned.m64n{op.attrs['n']}k{op.attrs['k']}.f32.{kind}.{kind}", Vec(tuple(regs)),
            a, desc_b, zero if from_zero else one, one, one, *trans, tied=not from_zero)  # scale-d, -a, -b
 
@@ -845,6 +970,7 @@ SELECT = {
     "ldmatrix": _ldmatrix,
     "mma": _mma,
     "pack_half2": _pack_half2,
+    "pack_f8x4": _pack_f8x4,
     "tf32": _tf32,
     "tf32_low": _tf32_low,
     "wgmma": _wgmma,
@@ -904,5 +1030,9 @@ def entry_params(func: Function) -> list[EntryParam]:
 
 
 def select(func: Function) -> list[Item]:
-    """PTX items for a thread-level function (virtual registers, not yet allocated)."""
-    return Selector(func).run()
+    """PTX items for a thread-level function (virtual registers, not yet allocated); the function's attr
+    `ptx_version` is the PTX ISA version they need."""
+    selector = Selector(func)
+    items = selector.run()
+    func.attrs["ptx_version"] = selector.ptx_version
+    return items

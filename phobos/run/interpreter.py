@@ -12,27 +12,32 @@
 #
 # Semantics, exactly those of the language unless noted:
 #   values      numpy scalars or arrays of the exact compute dtype (bool, i32,
-#               i64, u32, f32, f64; f16 and bf16 values are f32 arrays of
-#               values the 16-bit format holds); every operator and cast is the one
+#               i64, u32, f32, f64; narrow float values are f32 arrays of
+#               values the narrow format holds); every operator and cast is the one
 #               `phobos.constants` defines (the checker folds constants with the
 #               same functions): f32 rounds each step, integers wrap, integer
 #               `/` truncates toward zero and `%` takes the dividend's sign;
 #               float `/` and comparisons are IEEE (NaN != NaN).  Values are
 #               never modified in place, so broadcasts may be read-only views.
 #   loads       a tile of the slice sizes (a single index drops its dimension);
-#               elements outside the tensor read 0.  f16 and bf16 load as
-#               such (held as f32, as the compiled code holds them: an f16 NaN
-#               becomes the canonical one), i8 and i16 as i32.
+#               elements outside the tensor read 0.  Narrow floats load as
+#               such (held as f32, as the compiled code holds them: an f16 or
+#               8-bit NaN becomes the canonical one), i8 and i16 as i32.
 #   stores      only elements inside the tensor are written, converted to the
 #               tensor's dtype (round to nearest even; integers wrap).
 #               atomic_add adds into the elements inside the tensor (f32
 #               flushing subnormals, as the GPU's atom.add.f32 does).
 #   bf16        tensors are numpy arrays of `ml_dtypes.bfloat16` (ml_dtypes is
 #               not imported here: such arrays come with it), or uint16 arrays
-#               holding the bit patterns.
+#               holding the bit patterns; f8e4m3 and f8e5m2 ones of
+#               `ml_dtypes.float8_e4m3fn` and `float8_e5m2`, or uint8 arrays of
+#               the codes, read and written through the codes
+#               (`constants.f8_values`, `f8_bits`: a store saturates, as the
+#               GPU's cvt does).
 #   dot         computed exactly in float64 and rounded once to f32; `x + dot(a,
 #               b)` of equal types (so `acc += dot(a, b)`) is fused as the
-#               back end's fuse-dot pass fuses it: x + a @ b rounded once.  The
+#               back end's fuse-dot pass fuses it: x + a @ b rounded once
+#               (8-bit floats: a @ b rounded, then added to x in f32).  The
 #               GPU rounds after every fused multiply-add of its chain (or, on
 #               the tensor cores, after each group of products), so its f32
 #               result may differ from this one by those roundings.  The
@@ -111,8 +116,8 @@ from ..types import VALUE_DTYPES, DType, ScalarType, TensorType, TileType, Tuple
 
 Fn = Callable[[list], object]  # a compiled expression or statement: frame -> value
 
-NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16}  # tensor element types
-VALUE = {d: constants.NUMPY[d].type for d in VALUE_DTYPES}  # values (16-bit floats held as f32)
+NP = {d: np.dtype(d.numpy_name).type for d in DType if d is not DType.BF16 and not d.is_f8}  # numpy's own types
+VALUE = {d: constants.NUMPY[d].type for d in VALUE_DTYPES}  # values (narrow floats held as f32)
 GRID_SLOTS = 7  # frame[0:3] = program_id(0..2), frame[3:6] = num_programs(0..2), frame[6] = the launch's _Order
 ORDER_SLOT = 6
 
@@ -342,10 +347,14 @@ def _element(index: tuple, at: tuple) -> str:
 
 
 def _tensor_codec(name: str, dtype: DType, array: np.ndarray) -> _Tensor:
-    """Loads and stores of a tensor, as the compiled code holds 16-bit floats in f32 registers: an
+    """Loads and stores of a tensor, as the compiled code holds narrow floats in f32 registers: an
     f16 loads through cvt.f32.f16 (a NaN becomes the canonical one), a bf16 by a shift (its bits
     stay); a store to either rounds through cvt.rn (a NaN becomes the canonical one).  A bf16 array,
-    of ml_dtypes or uint16, is read and written through its bit patterns."""
+    of ml_dtypes or uint16, is read and written through its bit patterns, an 8-bit float's through
+    its codes (ml_dtypes' own conversions neither saturate nor canonicalize NaN)."""
+    if dtype.is_f8:
+        return _Tensor(name, array.view(np.uint8), lambda bits: constants.f8_values(bits, dtype),
+                       lambda x: constants.f8_bits(x, dtype))
     storage = array.dtype
     if dtype is DType.BF16:
         return _Tensor(name, array, lambda x: constants.bf16_values(np.asarray(x).view(np.uint16)),
@@ -359,9 +368,12 @@ def _tensor_codec(name: str, dtype: DType, array: np.ndarray) -> _Tensor:
 
 def _accepted_dtypes(dtype: DType) -> list[str]:
     """The names of the numpy element types a tensor of `dtype` may have: bf16 is ml_dtypes' bfloat16 or
-    the bits as uint16 (by name, so that ml_dtypes is imported only by those who make such arrays)."""
+    the bits as uint16, an 8-bit float ml_dtypes' type or the codes as uint8 (by name, so that ml_dtypes is
+    imported only by those who make such arrays)."""
     if dtype is DType.BF16:
         return ["uint16", "bfloat16"]
+    if dtype.is_f8:
+        return ["uint8", dtype.numpy_name]
     return [np.dtype(NP[dtype]).name]
 
 
@@ -838,8 +850,10 @@ class _Compiler:
         return lambda f: product(a(f), b(f), None)
 
     def fusable_dot(self, e: ast.Expr, sum_t) -> bool:
-        """Whether `x + e` is fused: e is a dot whose type is that of the sum (as fuse-dot requires)."""
-        return isinstance(e, ast.Call) and e.func == "dot" and self.ck.types[e] == sum_t
+        """Whether `x + e` is fused: e is a dot whose type is that of the sum (as fuse-dot requires), of
+        operands whose sums start from x (not those that promote: DType.dot_promotes)."""
+        return isinstance(e, ast.Call) and e.func == "dot" and self.ck.types[e] == sum_t \
+            and not self.ck.types[e.args[0]].dtype.dot_promotes
 
     def fused_dot(self, x: Fn, e: ast.Call) -> Fn:
         """x + dot(a, b) with one rounding."""

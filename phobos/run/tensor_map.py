@@ -46,6 +46,7 @@ DTYPES = {
     "u8": (0, 1), "u16": (1, 2), "u32": (2, 4), "s32": (3, 4), "u64": (4, 8), "s64": (5, 8),
     "f16": (6, 2), "f32": (7, 4), "f64": (8, 8), "bf16": (9, 2), "f32.ftz": (10, 4), "tf32": (11, 4),
     "tf32.ftz": (12, 4),
+    "f8e4m3": (0, 1), "f8e5m2": (0, 1),  # 8-bit floats move as bytes (the driver has no type of them)
 }
 # name -> (CUtensorMapSwizzle, span in bytes)
 SWIZZLES = {"none": (0, 0), "32B": (1, 32), "64B": (2, 64), "128B": (3, 128)}
@@ -56,9 +57,11 @@ MAGIC = b"PHOBOSTM"
 _LAYOUT = struct.Struct("<8sQ6B2x5Q4Q5H5B")
 
 _NUMPY_NAMES = {"uint8": "u8", "uint16": "u16", "uint32": "u32", "int32": "s32", "uint64": "u64",
-                "int64": "s64", "float16": "f16", "float32": "f32", "float64": "f64"}
+                "int64": "s64", "float16": "f16", "float32": "f32", "float64": "f64",
+                "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2"}
 _TORCH_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "f16", "torch.float32": "f32",
-                "torch.float64": "f64", "torch.uint8": "u8", "torch.int32": "s32", "torch.int64": "s64"}
+                "torch.float64": "f64", "torch.uint8": "u8", "torch.int32": "s32", "torch.int64": "s64",
+                "torch.float8_e4m3fn": "f8e4m3", "torch.float8_e5m2": "f8e5m2"}
 
 
 @dataclass(frozen=True)

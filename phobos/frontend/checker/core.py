@@ -392,7 +392,7 @@ class Checker:
 
     def unify_dtypes(self, a: ast.Expr | None, da: DType, b: ast.Expr | None, db: DType, loc: Loc) -> DType:
         """The dtype of an operation on `a` and `b`: theirs when equal, else the one that
-        a literal-only side adapts to.  16-bit floats take part as f32 (their compute dtype)."""
+        a literal-only side adapts to.  Narrow floats take part as f32 (their compute dtype)."""
         da, db = da.compute, db.compute
         if da == db or (b is not None and self.adapts(b, db, da)):
             dtype = da
@@ -440,8 +440,8 @@ class Checker:
 
 def widens(have: DType, want: DType) -> bool:
     """Whether a value of dtype `have` is taken where `want` is asked for: the same dtype, or a
-    16-bit float where an f32 is (exact, so no conversion needs writing)."""
-    return have == want or (have.is_half and want is DType.F32)
+    narrow float (16- or 8-bit) where an f32 is (exact, so no conversion needs writing)."""
+    return have == want or (have.is_narrow and want is DType.F32)
 
 
 def article(dtype: DType) -> str:

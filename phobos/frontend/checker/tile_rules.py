@@ -15,7 +15,8 @@ from ..builtins import DOT_PRECISIONS
 from .calls import arguments, arity, axis_of
 from .core import BUILTIN_RULES, Checker
 
-DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16)  # 16-bit floats: products exact, f32 sums
+DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16, DType.F8E4M3, DType.F8E5M2)  # narrow floats: products
+# exact, f32 sums
 
 
 @BUILTIN_RULES.on("arange")
@@ -161,7 +162,7 @@ def dot_precision(e: ast.Call, a: ValueType) -> None:
                             kw.value.loc)
     dtype = a.dtype if isinstance(a, TileType) else None
     if kw.value.value != "ieee" and dtype is not DType.F32:
-        what = ("bf16 and f16 products are always exact, with f32 sums, on the tensor cores"
-                if dtype is not None and dtype.is_half else "only f32 products have TF32 modes")
+        what = (f"{dtype} products are always exact, with f32 sums, on the tensor cores"
+                if dtype is not None and dtype.is_narrow else "only f32 products have TF32 modes")
         raise SemanticError(f'precision="{kw.value.value}" applies to f32 operands, not {dtype}: {what}',
                             kw.loc)

@@ -9,7 +9,9 @@
 #   A, 16-bit, 16x16 per warp: register i, half h (h = 0 the low 16 bits)
 #       row g + 8 (i % 2),   column 2t + h + 8 (i // 2)
 #   A, tf32, 16x8 per warp:    register i: row g + 8 (i % 2), column t + 4 (i // 2)
+#   A, 8-bit, 16x32:           register i, byte h: row g + 8 (i % 2), column 4t + h + 16 (i // 2)
 #   B, 16-bit, 16x8:           register i, half h: row (k) 2t + h + 8 i, column g
+#   B, 8-bit, 32x8:            register i, byte h: row (k) 4t + h + 16 i, column g
 #   B, tf32, 8x8:              register i: row t + 4 i, column g
 #   C/D, f32, 16x8:            register i: row g + 8 (i // 2), column 2t + i % 2
 #
@@ -28,7 +30,7 @@
 # base offset, 62-63 swizzle (0 none, 1 128B, 2 64B, 3 32B).  The operand is
 # an R x K matrix (R = M for A, N for B); "K-major" means consecutive k are
 # adjacent in memory (the default), "MN-major" that consecutive rows are (the
-# transposed forms, 16-bit types only).  With e the element size, W the
+# transposed forms, 16-bit types only: tf32 and 8-bit operands are K-major).  With e the element size, W the
 # swizzle width in bytes and T = 16 / e elements per 16 bytes:
 #
 #   K-major, no swizzle: 8x16-byte core matrices of 8 rows,
@@ -85,7 +87,9 @@ def _fragment(row, col, registers: int, halves: int, shape) -> Fragment:
 
 A16 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: 2 * t + h + 8 * (i // 2), 4, 2, (16, 16))
 A_TF32 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: t + 4 * (i // 2), 4, 1, (16, 8))
+A8 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: 4 * t + h + 16 * (i // 2), 4, 4, (16, 32))
 B16 = _fragment(lambda i, h, g, t: 2 * t + h + 8 * i, lambda i, h, g, t: g, 2, 2, (16, 8))
+B8 = _fragment(lambda i, h, g, t: 4 * t + h + 16 * i, lambda i, h, g, t: g, 2, 4, (32, 8))
 B_TF32 = _fragment(lambda i, h, g, t: t + 4 * i, lambda i, h, g, t: g, 2, 1, (8, 8))
 C32 = _fragment(lambda i, h, g, t: g + 8 * (i // 2), lambda i, h, g, t: 2 * t + i % 2, 4, 1, (16, 8))
 

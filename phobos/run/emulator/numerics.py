@@ -515,29 +515,40 @@ class TensorCoreModel:
     products and the accumulator c are aligned to the largest exponent E among
     them (a product's exponent is the sum of its factors' exponents, with
     subnormal factors at the format's minimum exponent, so a product's
-    significand lies in [0, 4)); each aligned term keeps 23 + `extra_bits`
-    fraction bits below 2**E and is truncated (toward zero) below that; the
-    truncated terms are added exactly and the sum is rounded once to f32
-    toward zero (subnormal results kept, an overflow gives an infinity).  The
-    result is the c of the next block.  A NaN operand, an infinite product
-    with a zero, or infinities of both signs give NaN; otherwise an infinite
-    term gives that infinity.
+    significand lies in [0, 4)); each aligned term keeps `kept[input format]`
+    fraction bits below 2**E (23 + extra bits: more than f32 has; fewer for
+    Hopper's 8-bit floats) and is truncated (toward zero) below that; the
+    truncated terms are added exactly and the sum is rounded once toward zero
+    to f32, or to `fraction[input format]` fraction bits where that is fewer
+    (subnormal results kept, an overflow gives an infinity).  The result is
+    the c of the next block.  A NaN operand, an infinite product with a zero,
+    or infinities of both signs give NaN; otherwise an infinite term gives
+    that infinity.  A format missing from `block` is not one this generation
+    multiplies.
     """
 
     name: str
     block: dict  # input format name -> products summed in one fused step
-    extra_bits: int
+    kept: dict  # input format name -> fraction bits an aligned term keeps below 2**E
+    fraction: dict  # input format name -> fraction bits of each block's result (23: f32's)
 
 
 TENSOR_CORE_MODELS = {
-    # H100, H200 and B200 (sm_90, sm_100): 16 products (8 for tf32) per step, 2 extra bits.
-    "hopper": TensorCoreModel("hopper", {"f16": 16, "bf16": 16, "tf32": 8}, 2),
-    # A100 (sm_80): 8 products (4 for tf32) per step, 1 extra bit.
-    "ampere": TensorCoreModel("ampere", {"f16": 8, "bf16": 8, "tf32": 4}, 1),
+    # H100, H200 (sm_90): 16 products (8 for tf32) per step, 2 extra bits; 8-bit floats 32 products a step,
+    # terms and results kept to 13 fraction bits (Khattak and Mikaitis's H100 model: fma 32, neab -10, the
+    # output significand 23 - 10 bits; DeepSeek-V3's report measured "around 14 bits" of accumulation).
+    "hopper": TensorCoreModel("hopper", {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32},
+                              {"f16": 25, "bf16": 25, "tf32": 25, "e4m3": 13, "e5m2": 13},
+                              {"f16": 23, "bf16": 23, "tf32": 23, "e4m3": 13, "e5m2": 13}),
+    # A100 (sm_80): 8 products (4 for tf32) per step, 1 extra bit; no 8-bit floats.
+    "ampere": TensorCoreModel("ampere", {"f16": 8, "bf16": 8, "tf32": 4}, {"f16": 24, "bf16": 24, "tf32": 24},
+                              {"f16": 23, "bf16": 23, "tf32": 23}),
 }
 
 TF32 = FloatFormat("tf32", 10, -126, 127)
-_INPUT_FORMATS = {"f16": F16, "bf16": BF16, "tf32": TF32}
+E4M3 = FloatFormat("e4m3", 3, -6, 8)  # (its largest value is 448: S.1111.111 is NaN)
+E5M2 = FloatFormat("e5m2", 2, -14, 15)
+_INPUT_FORMATS = {"f16": F16, "bf16": BF16, "tf32": TF32, "e4m3": E4M3, "e5m2": E5M2}
 
 
 def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
@@ -551,10 +562,14 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     """D = C + A B as the tensor cores compute it, for a batch of matrices.
 
     a: (..., M, K) and b: (..., K, N) hold the exact float64 values of the
-    f16/bf16/tf32 inputs; c: (..., M, N) float32.  Returns float32 (..., M, N).
+    f16/bf16/tf32/e4m3/e5m2 inputs; c: (..., M, N) float32.  Returns float32 (..., M, N).
     """
+    if informat not in model.block:
+        raise ValueError(f"the {model.name} tensor cores do not multiply {informat}")
     fmt = _INPUT_FORMATS[informat]
     size = model.block[informat]
+    out_format = F32 if model.fraction[informat] == F32.man else \
+        FloatFormat(f"f32 to {model.fraction[informat]} bits", model.fraction[informat], F32.emin, F32.emax)
     k = a.shape[-1]
     if k % size:
         raise ValueError(f"k = {k} is not a multiple of the {model.name} block of {size}")
@@ -562,12 +577,13 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     with np.errstate(all="ignore"):
         for start in range(0, k, size):
             acc = _block_fma(a[..., start:start + size], b[..., start:start + size, :], acc,
-                             fmt.emin, model.extra_bits)
+                             fmt.emin, model.kept[informat], out_format)
     return acc
 
 
-def _block_fma(a, b, c, emin: int, extra_bits: int) -> np.ndarray:
-    """One fused block: c (..., M, N) float32 + a (..., M, k) @ b (..., k, N)."""
+def _block_fma(a, b, c, emin: int, kept: int, out_format: FloatFormat) -> np.ndarray:
+    """One fused block: c (..., M, N) float32 + a (..., M, k) @ b (..., k, N), the terms kept to `kept`
+    fraction bits below the largest exponent, the sum rounded toward zero to `out_format`."""
     terms = a[..., :, :, None] * b[..., None, :, :]          # (..., M, k, N), exact
     expo = (_exponents(a, emin)[..., :, :, None] + _exponents(b, emin)[..., None, :, :])
     c64 = c.astype(np.float64)
@@ -576,11 +592,11 @@ def _block_fma(a, b, c, emin: int, extra_bits: int) -> np.ndarray:
     top = np.max(np.where(live, expo, lowest), axis=-2)      # (..., M, N)
     c_live = (c64 != 0) & np.isfinite(c64)
     top = np.maximum(top, np.where(c_live, _exponents(c64, F32.emin), lowest))
-    unit = np.ldexp(1.0, np.maximum(top, -900) - (F32.man + extra_bits))
-    kept = np.trunc(np.where(live, terms, 0.0) / unit[..., None, :])
+    unit = np.ldexp(1.0, np.maximum(top, -900) - kept)
+    kept_terms = np.trunc(np.where(live, terms, 0.0) / unit[..., None, :])
     kept_c = np.trunc(np.where(c_live, c64, 0.0) / unit)
-    total = (kept.sum(axis=-2) + kept_c) * unit                # exact: fewer than 2**53 units
-    out = round_to_format(total, None, F32, "rz")
+    total = (kept_terms.sum(axis=-2) + kept_c) * unit          # exact: fewer than 2**53 units
+    out = round_to_format(total, None, out_format, "rz")
     out = np.where(np.abs(total) >= 2.0 ** 128, np.copysign(np.inf, total), out).astype(np.float32)
     return _tensor_core_specials(terms, c64, out)
 

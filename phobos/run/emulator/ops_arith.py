@@ -18,7 +18,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ...constants import cvt_nan_integer, narrow_nan
+from ...constants import F8_NAN, cvt_nan_integer, f8_bits, f8_values, narrow_nan
+from ...types import DType
 from . import numerics as nx
 from . import syntax as syn
 from .decode import Semantics, lanes, opcode, plain
@@ -781,10 +782,64 @@ def _cvt_tf32(d, ins, mods) -> Semantics:
     return elementwise(d, ins, TYPES["b32"], [TYPES["f32"]], convert)
 
 
+# ------------------------------------------------------------------ cvt of 8-bit float pairs
+
+F8_PAIRS = {"e4m3x2": DType.F8E4M3, "e5m2x2": DType.F8E5M2}
+
+
+def _half_bits(values):
+    """f16 bit patterns of f32 values an f16 holds (NaN: the canonical 0x7FFF)."""
+    out = np.asarray(values, np.float32).astype(np.float16).view(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FFF), out)
+
+
+def _cvt_f8(d, ins, mods) -> Semantics:
+    """`cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f32 d, a, b` (two f32: a's code the high byte of d) and
+    `.f16x2 d, a` (the high half's code the high byte): to nearest even, beyond the largest finite value
+    (and infinities) that value of the sign, NaN 0x7F (`constants.f8_bits`); and `cvt.rn{.relu}.f16x2.
+    {e4m3x2,e5m2x2} d, a`: both codes widened exactly to f16, NaN the canonical f16 NaN 0x7FFF (as NVIDIA's
+    cuda_fp8.hpp does it).  `.relu`: negative results are +0."""
+    dst, src = mods.types(2)
+    relu = mods.flag("relu")
+    if mods.take("rn") is None:
+        raise d.error(f"cvt.{dst.name}.{src.name} needs .rn", PtxSyntaxError)
+    if dst.name in F8_PAIRS:
+        require(d, mods.flag("satfinite"), f"cvt to .{dst.name} needs .satfinite")
+        require(d, src.name in ("f32", "f16x2"), f"cvt.{dst.name} converts .f32 pairs or .f16x2")
+        fmt = F8_PAIRS[dst.name]
+
+        def encode(x):
+            x = np.asarray(x, np.float32)
+            if relu:
+                x = np.where(x < 0, np.float32(0), x)
+            return f8_bits(x, fmt).astype(np.uint16)
+
+        if src.name == "f32":
+            return elementwise(d, ins, dst, [src, src], lambda a, b: (encode(a) << np.uint16(8)) | encode(b))
+        halves = lambda v, h: ((np.asarray(v, np.uint32) >> np.uint32(16 * h)) & np.uint32(0xFFFF)).astype(  # noqa: E731
+            np.uint16).view(np.float16).astype(np.float32)
+        return elementwise(d, ins, dst, [src], lambda v: (encode(halves(v, 1)) << np.uint16(8)) | encode(halves(v, 0)))
+    require(d, dst.name == "f16x2" and src.name in F8_PAIRS, "cvt from an 8-bit float pair gives .f16x2")
+    fmt = F8_PAIRS[src.name]
+
+    def decode(v):
+        v = np.asarray(v, np.uint16)
+        out = np.zeros(v.shape, np.uint32)
+        for h in (0, 1):
+            x = f8_values((v >> np.uint16(8 * h)) & np.uint16(0xFF), fmt)
+            if relu:
+                x = np.where(x < 0, np.float32(0), x)
+            out |= _half_bits(x).astype(np.uint32) << np.uint32(16 * h)
+        return out
+    return elementwise(d, ins, dst, [src], decode)
+
+
 @opcode("cvt")
 def build_cvt(d, ins, mods):
     if "tf32" in mods.words:
         return _cvt_tf32(d, ins, mods)
+    if any(w in F8_PAIRS for w in mods.words):
+        return _cvt_f8(d, ins, mods)
     dst, src = mods.types(2)
     irnd = mods.take(*INT_ROUNDING)
     frnd = mods.take(*ROUNDING)

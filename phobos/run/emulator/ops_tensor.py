@@ -1,11 +1,12 @@
 # Tensor-core instructions: mma.sync, ldmatrix, stmatrix, the wgmma family
 # and setmaxnreg.
 #
-# `mma.sync` (m16n8k16 .bf16/.f16, m16n8k8 .tf32, f32 accumulators) works on
-# whole warps: the registers of the 32 lanes are gathered into matrices with
-# the fragment tables of `fragments`, multiplied with the tensor-core model of
-# the launch (numerics.tensor_core_dot) and scattered back.  `.tf32` operands
-# are f32 bit patterns of which the tensor core ignores the 13 low bits.
+# `mma.sync` (m16n8k16 .bf16/.f16, m16n8k8 .tf32, m16n8k32 .e4m3/.e5m2, f32
+# accumulators) works on whole warps: the registers of the 32 lanes are
+# gathered into matrices with the fragment tables of `fragments`, multiplied
+# with the tensor-core model of the launch (numerics.tensor_core_dot) and
+# scattered back.  `.tf32` operands are f32 bit patterns of which the tensor
+# core ignores the 13 low bits; 8-bit floats are four codes a register.
 #
 # `ldmatrix`/`stmatrix` move 8x8 matrices of 16-bit elements between shared
 # memory and fragments: lanes 8i..8i+7 give the row addresses of matrix i,
@@ -14,10 +15,11 @@
 # address, so the race detector sees them as that lane's.
 #
 # `wgmma.mma_async` (sm_90a) works on whole warpgroups (128 threads: warps
-# 4w..4w+3): m64nNk16 .bf16/.f16 and m64nNk8 .tf32 with f32 accumulators, A
-# from registers or a shared-memory descriptor, B from a descriptor (layouts
-# and swizzles in `fragments`), scale-d (false: D = A B), imm-scale-a/b (-1
-# negates), imm-trans-a/b (MN-major operands).  It is performed when issued;
+# 4w..4w+3): m64nNk16 .bf16/.f16, m64nNk8 .tf32 and m64nNk32 .e4m3/.e5m2 with
+# f32 accumulators, A from registers or a shared-memory descriptor, B from a
+# descriptor (layouts and swizzles in `fragments`), scale-d (false: D = A B),
+# imm-scale-a/b (-1 negates), imm-trans-a/b (MN-major operands, 16-bit types
+# only: the others have no such operands and are K-major).  It is performed when issued;
 # until the `wgmma.wait_group` that covers it, its registers and the shared
 # bytes it read are watched (async_state.AsyncMma) and every wgmma needs a
 # `wgmma.fence` after other instructions touched the registers wgmmas use.
@@ -28,6 +30,8 @@ import re
 
 import numpy as np
 
+from ...constants import f8_values
+from ...types import DType
 from . import fragments as fr
 from . import numerics as nx
 from . import syntax as syn
@@ -38,8 +42,10 @@ from .ptxtypes import TYPES
 
 B32, F32, U64, PRED = TYPES["b32"], TYPES["f32"], TYPES["u64"], TYPES["pred"]
 WARP, WARPGROUP = 32, 128
-_ELEMENT_TYPES = ("bf16", "f16", "tf32")
-_ELEMENT_SIZE = {"bf16": 2, "f16": 2, "tf32": 4}
+_ELEMENT_TYPES = ("bf16", "f16", "tf32", "e4m3", "e5m2")
+_ELEMENT_SIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
+_F8 = {"e4m3": DType.F8E4M3, "e5m2": DType.F8E5M2}
+_WGMMA_K = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
 
 
 def whole_units(m, idx, size: int, what: str) -> np.ndarray:
@@ -70,6 +76,9 @@ def _element_decoder(kind: str):
         return lambda v, h: nx.tf32_value(v)
     if kind == "f32":
         return lambda v, h: np.asarray(v, np.float32).astype(np.float64)
+    if kind in _F8:  # byte h of the register
+        return lambda v, h: f8_values(((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF))
+                                      .astype(np.uint8), _F8[kind]).astype(np.float64)
     half = _bf16_value if kind == "bf16" else _f16_value
     return lambda v, h: half((np.asarray(v, np.uint32) >> np.uint32(16 * h)) & np.uint32(0xFFFF))
 
@@ -86,6 +95,8 @@ def _memory_values(raw: np.ndarray, kind: str) -> np.ndarray:
     """Element values from their little-endian bytes (..., size)."""
     if kind == "tf32":
         return nx.tf32_value(np.ascontiguousarray(raw).view(np.uint32)[..., 0])
+    if kind in _F8:
+        return f8_values(np.ascontiguousarray(raw)[..., 0], _F8[kind]).astype(np.float64)
     bits = np.ascontiguousarray(raw).view(np.uint16)[..., 0]
     return _bf16_value(bits) if kind == "bf16" else _f16_value(bits)
 
@@ -99,7 +110,7 @@ def _registers(d, operand, count: int, what: str):
 
 def _type_words(d, mods, count: int) -> list[str]:
     """The `count` element-type modifiers, in order."""
-    found = [w for w in mods.words if w in ("f32", "f16", "bf16", "tf32")]
+    found = [w for w in mods.words if w in ("f32", *_ELEMENT_TYPES)]
     if len(found) != count:
         raise d.error(f"{mods.base} needs {count} type modifiers, found {len(found)}", PtxSyntaxError)
     for w in found:
@@ -115,19 +126,29 @@ def _sync_aligned(d, mods):
 # ------------------------------------------------------------------ mma.sync
 
 _MMA_FRAGMENTS = {("m16n8k16", "bf16"): (fr.A16, fr.B16), ("m16n8k16", "f16"): (fr.A16, fr.B16),
-                  ("m16n8k8", "tf32"): (fr.A_TF32, fr.B_TF32)}
+                  ("m16n8k8", "tf32"): (fr.A_TF32, fr.B_TF32),
+                  ("m16n8k32", "e4m3"): (fr.A8, fr.B8), ("m16n8k32", "e5m2"): (fr.A8, fr.B8)}
+
+
+def _model(m, kind: str, what: str):
+    """The launch's tensor-core model, which must multiply `kind`."""
+    model = m.config.tensor_cores
+    if kind not in model.block:
+        raise Fault(UnsupportedPtx, f"{what} of .{kind}: the {model.name} tensor cores have no such type "
+                                    f"(8-bit floats: sm_89 and newer; launch with tensor_cores=\"hopper\")")
+    return model
 
 
 @opcode("mma")
 def build_mma(d, ins, mods):
     _sync_aligned(d, mods)
-    shape = mods.take("m16n8k16", "m16n8k8")
+    shape = mods.take("m16n8k16", "m16n8k8", "m16n8k32")
     if shape is None or not (mods.flag("row") and mods.flag("col")):
-        raise d.error("supported: mma.sync.aligned.m16n8k16 / m16n8k8 .row.col", UnsupportedPtx)
+        raise d.error("supported: mma.sync.aligned.m16n8k16 / m16n8k8 / m16n8k32 .row.col", UnsupportedPtx)
     dtype, atype, btype, ctype = _type_words(d, mods, 4)
     require(d, dtype == ctype == "f32" and atype == btype and (shape, atype) in _MMA_FRAGMENTS,
             f"mma.{shape}.{dtype}.{atype}.{btype}.{ctype} is not supported "
-            "(f32 accumulators with bf16/f16 m16n8k16 or tf32 m16n8k8)")
+            "(f32 accumulators with bf16/f16 m16n8k16, tf32 m16n8k8 or e4m3/e5m2 m16n8k32)")
     frag_a, frag_b = _MMA_FRAGMENTS[shape, atype]
     dst, a, b, c = d.operands(ins, 4)
     writers = [d.writer(x, F32) for x in _registers(d, dst, 4, "the destination")]
@@ -143,7 +164,7 @@ def build_mma(d, ins, mods):
         ma = fr.gather(frag_a, values(read_a), decode)
         mb = fr.gather(frag_b, values(read_b), decode)
         mc = fr.gather(fr.C32, values(read_c), decode_c).astype(np.float32)
-        result = nx.tensor_core_dot(ma, mb, mc, atype, m.config.tensor_cores)
+        result = nx.tensor_core_dot(ma, mb, mc, atype, _model(m, atype, "mma.sync"))
         for write, value in zip(writers, fr.scatter(fr.C32, result)):
             write(m, idx, value)
     return plain(run)
@@ -219,7 +240,7 @@ def build_stmatrix(d, ins, mods):
 
 # ------------------------------------------------------------------ wgmma
 
-_WGMMA_SHAPE = re.compile(r"m64n(\d+)k(8|16)$")
+_WGMMA_SHAPE = re.compile(r"m64n(\d+)k(8|16|32)$")
 
 
 @opcode("wgmma.fence", "wgmma.commit_group", "wgmma.wait_group")
@@ -249,15 +270,15 @@ def build_wgmma(d, ins, mods):
     _sync_aligned(d, mods)
     shape = next((w for w in mods.words if _WGMMA_SHAPE.match(w)), None)
     if shape is None:
-        raise d.error("wgmma.mma_async needs a shape m64nNk16 or m64nNk8", PtxSyntaxError)
+        raise d.error("wgmma.mma_async needs a shape m64nNk16, m64nNk8 or m64nNk32", PtxSyntaxError)
     mods.words.remove(shape)
     n, k = (int(x) for x in _WGMMA_SHAPE.match(shape).groups())
     dtype, atype, btype = _type_words(d, mods, 3)
     require(d, dtype == "f32" and atype == btype and atype in _ELEMENT_TYPES
-            and k == (8 if atype == "tf32" else 16) and n % 8 == 0 and 8 <= n <= 256,
+            and k == _WGMMA_K[atype] and n % 8 == 0 and 8 <= n <= 256,
             f"wgmma.mma_async.{shape}.{dtype}.{atype}.{btype} is not supported "
-            "(f32 accumulators; bf16/f16 with k16 or tf32 with k8; N = 8..256 in steps of 8)")
-    transposable = atype != "tf32"
+            "(f32 accumulators; bf16/f16 with k16, tf32 with k8 or e4m3/e5m2 with k32; N = 8..256 in steps of 8)")
+    transposable = atype in ("bf16", "f16")
     ops = list(ins.operands)
     a_in_registers = isinstance(ops[1], syn.Vector) if len(ops) > 1 else False
     extra = (3 + (1 if a_in_registers else 2)) if transposable else 3
@@ -283,7 +304,7 @@ def build_wgmma(d, ins, mods):
     trans_a = bool(trans[0]) if transposable and not a_in_registers else False
     trans_b = bool(trans[-1]) if transposable else False
     d.claim_async_registers(slots)
-    frag_a = fr.A16 if transposable else fr.A_TF32
+    frag_a = {"tf32": fr.A_TF32, "e4m3": fr.A8, "e5m2": fr.A8}.get(atype, fr.A16)
     frag_d = fr.wgmma_accumulator(n)
     decode, decode_d = _element_decoder(atype), _element_decoder("f32")
     esize = _ELEMENT_SIZE[atype]
@@ -310,7 +331,7 @@ def build_wgmma(d, ins, mods):
         if not (scale.all(axis=1) | ~scale.any(axis=1)).all():
             raise Fault(WarpSyncError, "scale-d differs between the threads of a warpgroup", thread=int(first[0]))
         mc[~scale[:, 0]] = 0
-        result = nx.tensor_core_dot(ma * scale_a, mb * scale_b, mc, atype, m.config.tensor_cores)
+        result = nx.tensor_core_dot(ma * scale_a, mb * scale_b, mc, atype, _model(m, atype, "wgmma"))
         for write, value in zip(writers, fr.scatter(frag_d, result.reshape(groups * 4, 16, n))):
             write(m, idx, value)
         m.async_mma.issue(m, threads, slots, np.concatenate(reads), pc)

@@ -2,7 +2,8 @@
 #
 # Registers and memory keep raw bits; an instruction reinterprets them as its
 # own type.  `.b` types are unsigned bit containers, `.f16` values are held as
-# numpy float16 and `.bf16` as their 16-bit pattern (NumPy has no bfloat16).
+# numpy float16 and `.bf16` as their 16-bit pattern (NumPy has no bfloat16);
+# pairs of 8-bit floats (`.e4m3x2`, `.e5m2x2`) as their 16 bits.
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,9 +52,11 @@ def _table() -> dict[str, PtxType]:
     types["bf16"] = PtxType("bf16", "bf", 16, UINT[16])
     types["f32"] = PtxType("f32", "f", 32, np.dtype(np.float32))
     types["f64"] = PtxType("f64", "f", 64, np.dtype(np.float64))
-    # Packed pairs only ever travel as bits here.
+    # Packed pairs only ever travel as bits here (an 8-bit float pair: two codes in 16 bits).
     types["f16x2"] = PtxType("f16x2", "b", 32, UINT[32])
     types["bf16x2"] = PtxType("bf16x2", "b", 32, UINT[32])
+    types["e4m3x2"] = PtxType("e4m3x2", "b", 16, UINT[16])
+    types["e5m2x2"] = PtxType("e5m2x2", "b", 16, UINT[16])
     return types
 
 
