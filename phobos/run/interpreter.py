@@ -199,7 +199,7 @@ UNARY_FLOAT = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "erf": _erf, "gelu": lambda x: x * (1.0 + _erf(x / math.sqrt(2.0))) / 2.0,
-    "sin": numerics.sin_approx, "cos": numerics.cos_approx,
+    "sin": lambda x: _numerics().sin_approx(x), "cos": lambda x: _numerics().cos_approx(x),
 }
 BINARY_NUMERIC = {"maximum": "max", "minimum": "min"}  # the opcode of each
 
