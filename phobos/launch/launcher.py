@@ -872,7 +872,7 @@ class _Kernel:
             autotune.screen(compiled, device, lambda: self.ptxas_report(compiled))
             return config, compiled
 
-        def measure(prepared: tuple[Config, CompiledKernel]) -> float:
+        def measure(prepared: tuple[Config, CompiledKernel], timing: autotune.Timing) -> float:
             nonlocal scratch
             config, compiled = prepared
             grid = self.grid_for(config, compiled, call, spec)
@@ -887,7 +887,8 @@ class _Kernel:
                     if tensor.param.written or tensor.host is not None:
                         scratch[name] = backend.device_copy(tensor)
             return backend.time(Launch(self.info.checked(config), compiled, grid, call, scratch,
-                                       device=device_index, cubin=self.cubin(compiled, device.compute_capability)))
+                                       device=device_index, cubin=self.cubin(compiled, device.compute_capability)),
+                                timing.warmup, timing.repeat)
 
         try:
             return autotune.tune(self.name, configs, evaluate, measure, completion_order(configs, ahead))
