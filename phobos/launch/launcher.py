@@ -151,6 +151,9 @@ class Module:
         self._backend: Backend | None = None
         self.kernels: dict[str, KernelFunction] = {
             info.name: KernelFunction(_Kernel(info, digest, self)) for info in kernel_infos(source, self.filename)}
+        for name, function in self.kernels.items():  # plain attributes: `mod.k(...)` costs no __getattr__
+            if name not in self.__dict__ and not hasattr(type(self), name):
+                self.__dict__[name] = function
 
     def backend(self) -> Backend:
         """The backend kernels run on, chosen at the first launch (see jit's `mode`)."""
@@ -198,13 +201,8 @@ class KernelFunction:
         return self._kernel.name
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        direct = self._variant.direct
-        if direct is not None and not kwargs:
-            done = direct(args)
-            if done is not None:
-                self._kernel.last = done.last
-                return
-        self._kernel.call(self._variant, args, kwargs)
+        if kwargs or self._variant.direct(args) is None:
+            self._kernel.call(self._variant, args, kwargs)
 
     def __getitem__(self, grid: Any) -> KernelFunction:
         spec = grid if callable(grid) else normalize_grid(self.name, grid, f"got {grid!r}")
@@ -419,7 +417,7 @@ class _Variant:
     grid: GridSpec
     tuning: autotune.Tuning
     fast: dict[tuple, fastpath.Prepared]
-    direct: Callable[[tuple], fastpath.FastCall | None] | None = None
+    direct: Callable[[tuple], fastpath.FastCall | None] = lambda values: None  # none prepared yet
 
 
 #: Grid functions whose prepared calls a kernel keeps (each a _Variant); past this many the oldest is forgotten.
@@ -812,14 +810,15 @@ class _Kernel:
                                              lambda result: normalize_grid(self.name, result, ""))
         fast = fastpath.FastCall(queued, recipe, stream_of, self.last,
                                  lambda handle: check(handle, device, f"{self.name}: argument 'stream'"),
-                                 pairs, aliased, parts if not key[0] else None, self._locate, grid_holds)
+                                 pairs, aliased, parts if not key[0] else None, self._locate, grid_holds, self)
         if key in variant.fast:
             variant.fast[key].add(fast)
         else:
             if len(variant.fast) >= fastpath.MAX_PREPARED:
                 del variant.fast[next(iter(variant.fast))]
             variant.fast[key] = fastpath.Prepared(fast)
-        variant.direct = fast.direct
+        if fast.direct is not None:
+            variant.direct = fast.direct
 
     def choose(self, call: BoundCall, backend: Backend, forced: Config, spec: GridSpec,
                tuning: autotune.Tuning, device_index: int = 0) -> tuple[Config, dict[str, float | str]]:
