@@ -167,3 +167,41 @@ def plot(name: str, rows: list[dict], x: str, series: list[tuple[str, str]], yla
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def sweep_plot(name: str, rows: list[dict], kernels: list[str], key: str, label: str, out_dir: str,
+               device: str | None = None) -> Path | None:
+    """A map per kernel of `key` over its shapes (columns across, rows down), each cell written out and
+    colored by how far it is from 1 (skipped, with a note, where matplotlib is missing)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.colors import LogNorm
+    except ImportError:
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        return None
+    fig, axes = plt.subplots(1, len(kernels), figsize=(5 * len(kernels), 4), squeeze=False)
+    for ax, kernel in zip(axes[0], kernels):
+        mine = [r for r in rows if r["kernel"] == kernel]
+        widths = sorted({r["columns"] for r in mine})
+        counts = sorted({r["rows"] for r in mine})
+        grid = [[float("nan")] * len(widths) for _ in counts]
+        for r in mine:
+            grid[counts.index(r["rows"])][widths.index(r["columns"])] = r[key]
+        ax.imshow(grid, cmap="RdYlGn", norm=LogNorm(vmin=0.5, vmax=2.0), aspect="auto")
+        for i, line in enumerate(grid):
+            for j, value in enumerate(line):
+                if value == value:
+                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(widths)), [str(n) for n in widths], rotation=30)
+        ax.set_yticks(range(len(counts)), [str(m) for m in counts])
+        ax.set_xlabel("columns")
+        ax.set_ylabel("rows")
+        ax.set_title(kernel)
+    fig.suptitle(f"{name}: {label}, on {device or device_name()}")
+    fig.tight_layout()
+    path = Path(out_dir) / f"{name}.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -3,8 +3,9 @@
     python benchmarks/readme_tables.py [bench_results]
 
 Reads sgemm.json (bench_sgemm.py), add.json (bench_add.py), rows.json
-(bench_rows.py), launch.json (bench_launch.py), gemm_tc.json
-(bench_gemm_tc.py) and dag.json (bench_dag.py) where they are, and prints
+(bench_rows.py), call_overhead.json (bench_call_overhead.py), cold_start.json
+(bench_cold_start.py), gemm_tc.json (bench_gemm_tc.py) and dag.json
+(bench_dag.py) where they are, and prints
 one table per file: the documented call first (`mod.k(...)` back to back on
 torch's stream, beside the reference called the same way), the kernel alone
 second, then the ratios.  A missing file is named and skipped; a figure the
@@ -58,30 +59,48 @@ def add_table(data: dict) -> str:
 
 
 def rows_table(data: dict) -> str:
+    """The sweep (rows with a shape: one matrix of call ratios per kernel, columns across, row counts down),
+    then the other rows one a line."""
+    swept = [r for r in data["rows"] if "columns" in r]
+    text = ""
+    for kernel in dict.fromkeys(r["kernel"] for r in swept):
+        mine = [r for r in swept if r["kernel"] == kernel]
+        widths = sorted({r["columns"] for r in mine})
+        cell = {(r["rows"], r["columns"]): r for r in mine}
+        lines = [[str(m)] + [f"{number(cell[m, n].get('call_ratio'), 2)} ({number(cell[m, n].get('ratio'), 2)})"
+                             if (m, n) in cell else "" for n in widths] for m in sorted({r["rows"] for r in mine})]
+        reference = mine[0].get("reference", "torch")
+        text += (f"{kernel} through the call beside {reference}, Phobos / reference: the documented calls "
+                 f"(the kernels alone), rows down, columns across:\n\n"
+                 + markdown(["rows"] + [str(n) for n in widths], lines) + "\n\n")
     heads = ["kernel", "unit", "Phobos call", "reference call", "call ratio", "Phobos kernel", "reference kernel",
              "kernel ratio", "Triton call / kernel"]
     rows = []
     for r in data["rows"]:
+        if "columns" in r:
+            continue
         call, kernel = number(r.get("call_triton_gbs"), 0), number(r.get("triton_gbs"), 0)
         triton = f"{call or '-'} / {kernel or '-'}" if call or kernel else ""
         rows.append([r["kernel"], r.get("unit", "GB/s"), number(r.get("call_phobos_gbs"), 1),
                      f"{r.get('reference', 'torch')} {number(r.get('call_torch_gbs'), 1)}", number(r.get("call_ratio"), 2),
                      number(r.get("phobos_gbs"), 1), number(r.get("torch_gbs"), 1), number(r.get("ratio"), 2), triton])
-    return ("Row kernels and reductions (GB/s count one read and one write of the matrix; attention in "
-            "TFLOP/s):\n\n" + markdown(heads, rows))
+    if rows:
+        text += ("Row kernels and reductions (GB/s count one read and one write of the matrix; attention in "
+                 "TFLOP/s):\n\n" + markdown(heads, rows))
+    return text.rstrip("\n")
 
 
-def launch_table(data: dict) -> str:
-    rows = [[r["call"], number(r["us"], 1)] for r in data["rows"]]
-    text = (f"Host cost per call (c = a + b on {data.get('elements', '?')} fp32 elements, back to back):\n\n"
+def call_overhead_table(data: dict) -> str:
+    rows = [[r["call"], number(r["us"], 2)] for r in data["rows"]]
+    return (f"Host cost per call (c = a + b on {data.get('elements', '?')} fp32 elements, back to back):\n\n"
             + markdown(["call", "µs per call"], rows))
-    cold = data.get("cold_first_calls") or []
-    if cold:
-        rows = [[r["first call"], number(r.get("first_call_s"), 2) or f"failed: {r.get('error', '?')}",
-                 str(r.get("configurations", ""))] for r in cold]
-        text += ("\n\nThe first call in a fresh process with an empty cache:\n\n"
-                 + markdown(["first call", "seconds", "configurations"], rows))
-    return text
+
+
+def cold_start_table(data: dict) -> str:
+    rows = [[r["first call"], number(r.get("first_call_s"), 3) or f"failed: {r.get('error', '?')}",
+             r.get("target", ""), str(r.get("configurations", ""))] for r in data["rows"]]
+    return "The first call of a tuned kernel, in a fresh process:\n\n" + markdown(
+        ["first call", "seconds", "target", "configurations"], rows)
 
 
 def gemm_tc_table(data: dict) -> str:
@@ -112,7 +131,8 @@ def dag_table(data: dict) -> str:
 
 
 #: The tables, in README's order: file name -> how it is printed.
-TABLES = {"sgemm.json": sgemm_table, "add.json": add_table, "rows.json": rows_table, "launch.json": launch_table,
+TABLES = {"sgemm.json": sgemm_table, "add.json": add_table, "rows.json": rows_table,
+          "call_overhead.json": call_overhead_table, "cold_start.json": cold_start_table,
           "gemm_tc.json": gemm_tc_table, "dag.json": dag_table}
 
 

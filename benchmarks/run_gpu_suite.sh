@@ -18,14 +18,16 @@
 #      refused (its i32 block start would wrap), an add with an i64 start runs
 #      exactly, softmax over [40000, 65536] matches torch.
 #      `python -m pytest -m gpu` runs every GPU test (the huge ones last).
-#   2. bench_launch.py: µs per call, Phobos add(a, b, c) on torch tensors at most
-#      15 (aim 8.5) beside torch.add (~9) and Triton (~16-23); the cold first
-#      call of sgemm 4096^3 in a fresh process at most 5 s, beside Triton's.
+#   2. bench_call_overhead.py: µs per call, Phobos add(a, b, c) on torch tensors
+#      at most torch.add's, beside Triton and CuPy; 100 calls in a CUDA graph;
+#      bench_cold_start.py: the first call of sgemm and gemm_bf16 4096^3 in a
+#      fresh process at most 2 s, in a second process at most 50 ms.
 #   3. bench_add.py: add() GB/s through the call at 2^24 / 2^26 / 2^28 within
 #      0.97 of torch.add() (the "call ratio" column).
 #   4. bench_sgemm.py: sgemm() through the call beside torch.mm(); the call
 #      ratio close to the kernel ratio (the call adds only host time).
-#   5. bench_rows.py: softmax / layer norm / sum / attention through the call.
+#   5. bench_rows.py: softmax / layer norm / row sums over widths 64..262144 and
+#      1..65536 rows, then sum / attention, through the call.
 # Each benchmark prints a table and writes JSON (and a PNG where matplotlib
 # is installed) under OUT_DIR; readme_tables.py prints README's Performance
 # tables from that JSON.
@@ -38,7 +40,8 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false   # JAX shares the GPU with torch in 
 python -m pytest -q -rs -m "gpu and not huge" tests/test_call_path_gpu.py tests/test_index_width.py \
     tests/test_launcher_gpu.py tests/test_runtime_gpu.py
 python -m pytest -q -rs -m huge tests/test_huge_tensors_gpu.py   # each test's work in a child process
-python benchmarks/bench_launch.py --out "$OUT"
+python benchmarks/bench_call_overhead.py --out "$OUT"
+python benchmarks/bench_cold_start.py --out "$OUT"
 python benchmarks/bench_add.py --out "$OUT"
 python benchmarks/bench_sgemm.py --out "$OUT"
 python benchmarks/bench_rows.py --out "$OUT"

@@ -2,9 +2,10 @@
 #
 #   python examples/layernorm.py [--size M N] [--mode gpu|interpret|emulate]
 #
-# The kernel serves rows of any length: it derives its block of columns from N
-# (the whole row when it fits in registers, else blocks of 8192 walked twice),
-# and the autotuner chooses the number of warps.
+# The kernel serves rows of any length and any number of them: the sizes pick
+# how the rows are spread (several to a program when they are short, one held
+# whole when it fits in registers, else walked in blocks of 8192 columns), and
+# the autotuner chooses the rows per program and the warps.
 from __future__ import annotations
 
 from pathlib import Path

@@ -96,7 +96,7 @@ class FakeGpu:
     def run(self, launch: Launch) -> None:
         self.runs.append(launch)
 
-    def time(self, launch: Launch) -> float:
+    def time(self, launch: Launch, warmup: int, repeat: int) -> float:
         self.timed.append(launch)
         return self.times.get(config_text(launch.compiled.config), 1.0)
 

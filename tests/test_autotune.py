@@ -13,7 +13,7 @@ import pytest
 import phobos
 from phobos.launch import cache, launcher
 from phobos.configuration import config_text
-from phobos.launch.autotune import Skipped, screen, tune
+from phobos.launch.autotune import CAREFUL, FINALISTS, QUICK, Skipped, screen, tune
 from phobos.compiler import compile
 from phobos.errors import LaunchError, PtxasTimeout, ResourceError
 from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
@@ -25,8 +25,8 @@ CONFIGS = [{"BLOCK": b} for b in (128, 256, 512, 1024)]
 
 
 def fake_timer(times: dict[int, float]):
-    """measure(): the time listed for the configuration's BLOCK."""
-    return lambda config: times[config["BLOCK"]]
+    """measure(): the time listed for the configuration's BLOCK, however carefully it is timed."""
+    return lambda config, timing: times[config["BLOCK"]]
 
 
 # --- the choice
@@ -39,7 +39,7 @@ def test_the_fastest_configuration_wins():
 
 
 def test_ties_go_to_the_first_listed():
-    assert tune("add", CONFIGS, lambda c: c, lambda c: 1.0).config == {"BLOCK": 128}
+    assert tune("add", CONFIGS, lambda c: c, lambda c, timing: 1.0).config == {"BLOCK": 128}
 
 
 def test_skipped_configurations_are_recorded_with_their_reasons():
@@ -57,7 +57,7 @@ def test_skipped_configurations_are_recorded_with_their_reasons():
 
 
 def test_failures_while_timing_are_reasons_too():
-    def measure(config):
+    def measure(config, timing):
         if config["BLOCK"] == 512:
             raise LaunchError("kernel 'add' failed: too many resources requested for launch")
         return 1.0 + config["BLOCK"]
@@ -70,7 +70,7 @@ def test_failures_while_timing_are_reasons_too():
 def test_spilling_configurations_are_timed_only_when_nothing_else_runs():
     timed = []
 
-    def measure(config):
+    def measure(config, timing):
         timed.append(config["BLOCK"])
         return float(config["BLOCK"])
 
@@ -90,6 +90,47 @@ def test_spilling_configurations_are_timed_only_when_nothing_else_runs():
     result = tune("add", CONFIGS, all_spill, measure)
     assert result.config == {"BLOCK": 128} and timed == [128, 256, 512, 1024]
     assert result.timings == {"BLOCK=128": 128.0, "BLOCK=256": 256.0, "BLOCK=512": 512.0, "BLOCK=1024": 1024.0}
+
+
+def test_every_configuration_is_timed_quickly_and_the_quickest_few_again_carefully():
+    quick = {128: 1.0, 256: 1.1, 512: 1.2, 1024: 3.0}  # the last is too slow to be a finalist
+    careful = {128: 1.15, 256: 1.05, 512: 1.1}  # the second was a little unlucky the first time
+    seen = []
+
+    def measure(config, timing):
+        seen.append((config["BLOCK"], timing))
+        return (quick if timing is QUICK else careful)[config["BLOCK"]]
+
+    result = tune("add", CONFIGS, lambda c: c, measure)
+    assert result.config == {"BLOCK": 256}
+    assert seen == [(128, QUICK), (256, QUICK), (512, QUICK), (1024, QUICK),
+                    (128, CAREFUL), (256, CAREFUL), (512, CAREFUL)]
+    assert result.timings == {"BLOCK=128": 1.15, "BLOCK=256": 1.05, "BLOCK=512": 1.1, "BLOCK=1024": 3.0}
+
+
+def test_at_most_a_few_finalists_are_timed_carefully():
+    configs = [{"BLOCK": 2 ** i} for i in range(10)]
+    careful = []
+
+    def measure(config, timing):
+        if timing is CAREFUL:
+            careful.append(config["BLOCK"])
+        return 1.0 if timing is QUICK else 2.0 - config["BLOCK"] / 1024
+
+    result = tune("add", configs, lambda c: c, measure)
+    assert careful == [1, 2, 4, 8][:FINALISTS]  # equal quick times: the first listed
+    assert result.config == {"BLOCK": careful[-1]}
+
+
+def test_a_finalist_that_fails_when_timed_carefully_is_not_chosen():
+    def measure(config, timing):
+        if timing is CAREFUL and config["BLOCK"] == 128:
+            raise LaunchError("kernel 'add' failed: an illegal memory access")
+        return 1.0
+
+    result = tune("add", CONFIGS, lambda c: c, measure)
+    assert result.config == {"BLOCK": 256}
+    assert result.timings["BLOCK=128"] == "kernel 'add' failed: an illegal memory access"
 
 
 def test_no_runnable_configuration_is_an_error_listing_every_reason():
@@ -113,7 +154,7 @@ def test_progress_is_logged_for_more_than_three_configurations(caplog):
     assert first == "tuning add over 4 configurations..."
     assert re.fullmatch(r"tuning add over 4 configurations: best BLOCK=1024: 1 ms \(\d+\.\d s\)", last)
     caplog.clear()
-    tune("add", CONFIGS[:3], lambda c: c, lambda c: 1.0)
+    tune("add", CONFIGS[:3], lambda c: c, lambda c, timing: 1.0)
     assert phobos_messages(caplog) == []
 
 
@@ -497,7 +538,7 @@ def test_cpu_backends_do_not_tune(monkeypatch):
 
 def test_scratch_copies_are_freed_when_timing_fails():
     class FailingGpu(FakeGpu):
-        def time(self, launch):
+        def time(self, launch, warmup, repeat):
             raise KeyboardInterrupt
 
     gpu = FailingGpu(TIMES)

@@ -142,6 +142,32 @@ def test_a_call_captured_in_a_cuda_graph_replays(add, torch):
         assert torch.allclose(c, 2 * (a + b))
 
 
+def test_tuned_row_kernels_captured_in_a_cuda_graph_replay_on_new_data(torch):
+    """The documented calls of tuned kernels (positional: the written-out call; with a keyword: the probing
+    path), recorded by torch.cuda.graph and replayed after the inputs change."""
+    softmax = phobos.load(EXAMPLES / "softmax.phobos", mode="gpu").softmax
+    layernorm = phobos.load(EXAMPLES / "layernorm.phobos", mode="gpu").layernorm
+    x = torch.randn(4096, 1000, device="cuda")
+    w, b = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: tunes, compiles, prepares
+        softmax(x, y)
+        layernorm(x, w, b, z, eps=1e-5)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        softmax(x, y)
+        layernorm(x, w, b, z, eps=1e-5)
+    for _ in range(3):
+        x.copy_(torch.randn_like(x) * 3)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert (y - torch.softmax(x, 1)).abs().max().item() < 1e-6
+        assert (z - torch.nn.functional.layer_norm(x, (1000,), w, b, 1e-5)).abs().max().item() < 1e-4
+
+
 def test_numpy_arguments_and_first_calls_during_capture_are_errors(add, torch):
     graph = torch.cuda.CUDAGraph()
     x = np.ones(1000, np.float32)

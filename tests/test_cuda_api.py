@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import struct
 
 import pytest
 
@@ -54,8 +55,8 @@ def library() -> Library:
 
 def test_every_call_is_declared_with_its_argument_types(library):
     cuda.DriverApi(library)
-    assert library.cuLaunchKernel.argtypes is not None and library.cuModuleLoadDataEx.restype is ctypes.c_int
-    assert library["cuLaunchKernel"].argtypes is None  # the launch converts nothing: Launcher passes C values
+    assert library.cuModuleLoadDataEx.argtypes is not None and library.cuModuleLoadDataEx.restype is ctypes.c_int
+    assert library["cuLaunchKernelEx"].argtypes is None  # the launch converts nothing: Launcher passes C values
 
 
 def test_functions_are_looked_up_by_name_and_errors_are_named(library):
@@ -79,17 +80,35 @@ def test_a_refused_capture_query_counts_as_capturing(library):
     assert api.stream_capturing(0)
 
 
-def test_the_launcher_packs_into_a_buffer_that_extra_points_at(library):
+def test_the_launcher_holds_the_launch_configuration_and_the_parameters_that_extra_points_at(library):
     api = cuda.DriverApi(library)
     launcher = api.launcher(0xABC, (4, 2, 1), (128, 1, 1), 1024, 12)
-    ctypes.memmove(launcher.buffer, b"x" * 12, 12)
-    assert launcher.queue(0x77) == 0
-    (call,) = library["cuLaunchKernel"].calls
-    function, *dims, shared, stream, params, extra = call
-    assert function.value == 0xABC and dims == [4, 2, 1, 128, 1, 1] and shared == 1024 and stream.value == 0x77
-    assert params is None
-    assert extra[0] == 1 and extra[1] == ctypes.addressof(launcher.buffer) and extra[2] == 2 and extra[4] is None
-    assert ctypes.c_size_t.from_address(extra[3]).value == 12
+    parameters = struct.Struct("<QI")
+    cuda.launch_layout(parameters).pack_into(launcher.buffer, cuda.STREAM_OFFSET, 0x77, 0x1234, 5)
+    assert launcher.launch(*launcher.arguments) == 0
+    (call,) = library["cuLaunchKernelEx"].calls
+    config, function, params, extra = call
+    assert function.value == 0xABC and params is None
+    grid_block_shared = cuda.LAUNCH_CONFIG.unpack_from(launcher.buffer, 0)
+    assert config.value == ctypes.addressof(launcher.buffer)
+    assert grid_block_shared == (4, 2, 1, 128, 1, 1, 1024, 0x77, 0, 0)  # no launch attributes
+    assert extra[0] == 1 and extra[1] == ctypes.addressof(launcher.buffer) + cuda.PARAMS_OFFSET
+    assert extra[2] == 2 and extra[4] is None and ctypes.c_size_t.from_address(extra[3]).value == 12
+    assert parameters.unpack_from(launcher.buffer, cuda.PARAMS_OFFSET) == (0x1234, 5)
+    assert launcher.queue(0x99) == 0  # the stream alone, the parameters as they were
+    assert cuda.LAUNCH_CONFIG.unpack_from(launcher.buffer, 0)[7] == 0x99
+    assert parameters.unpack_from(launcher.buffer, cuda.PARAMS_OFFSET) == (0x1234, 5)
+    assert ctypes.sizeof(CUlaunchConfig) == cuda.LAUNCH_CONFIG.size
+    assert CUlaunchConfig.hStream.offset == cuda.STREAM_OFFSET and cuda.LAUNCH_CONFIG.size <= cuda.PARAMS_OFFSET
+
+
+class CUlaunchConfig(ctypes.Structure):
+    """cuda.h's CUlaunchConfig, as the C compiler lays it out."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
 
 
 def test_parameter_info_asks_for_the_parameters_it_is_told_of_and_stops_where_the_driver_has_no_more(library):

@@ -89,7 +89,7 @@ def test_sgemm_split_in_two_dimensions_is_the_direct_call_bit_for_bit(emulated):
 
 
 def test_chain_gemm_softmax_gemm_is_the_direct_chain_bit_for_bit(interpreted):
-    M, K, N, P = 64, 32, 48, 40
+    M, K, N, P = 256, 32, 48, 40  # softmax's cells are 64 rows (its largest ROWS): four of them
     a, b, d = random((M, K), 3), random((K, N), 4), random((N, P), 5)
     gemm = interpreted.load(EXAMPLES / "sgemm.phobos").sgemm
     softmax = interpreted.load(EXAMPLES / "softmax.phobos").softmax

@@ -473,3 +473,21 @@ def test_a_parsetab_module_beside_the_parser_is_never_imported(tmp_path):
     assert done.stdout.splitlines()[0].startswith(str(tmp_path))
     assert done.stdout.splitlines()[1] == "k"
     assert not marker.exists()
+
+
+def test_the_lalr_tables_kept_beside_the_parser_are_the_grammars(tmp_path):
+    """lalr_tables.json is read instead of generating the tables at every start; a stale one would be
+    ignored (the tables generated in memory), so a grammar changed without `python -m phobos.frontend.parser`
+    fails here."""
+    import json
+
+    from phobos.frontend import parser
+
+    fresh = json.loads(parser.write_tables(tmp_path / "tables.json").read_text())
+    kept = json.loads(parser.TABLES.read_text())
+    assert kept["signature"] == fresh["signature"], \
+        "phobos/frontend/lalr_tables.json is out of date: run `python -m phobos.frontend.parser`"
+    assert (kept["action"], kept["goto"]) == (fresh["action"], fresh["goto"])
+    assert [p[:4] for p in kept["productions"]] == [p[:4] for p in fresh["productions"]]  # lines may move
+    assert parser._kept_tables(fresh["signature"]) is not None
+    assert parser._kept_tables("another grammar") is None  # then the parser generates its tables

@@ -84,6 +84,13 @@ def case_layernorm(m, n, eps=1e-5):
     return make
 
 
+def case_row_sum(m, n):
+    def make(rng):
+        x = f32(rng, m, n)
+        return [x, np.full(m, np.nan, np.float32)], {1: x.astype(np.float64).sum(axis=1)}
+    return make
+
+
 def case_vector_sum(n):
     def make(rng):
         x = f32(rng, n)
@@ -296,6 +303,10 @@ CASES = [
          config={"WARPS": 4}, rtol=1e-5, atol=1e-5),
     Case("layernorm-long-rows", ROOT / "examples/layernorm.phobos", "layernorm", case_layernorm(2, 20001),
          rtol=1e-5, atol=1e-5),
+    Case("row_sum", ROOT / "examples/row_sum.phobos", "row_sum", case_row_sum(37, 1000), rtol=1e-5,
+         atol=1e-5),
+    Case("row_sum-long-rows", ROOT / "examples/row_sum.phobos", "row_sum", case_row_sum(2, 20001), rtol=1e-5,
+         atol=1e-4),
     Case("vector_sum", ROOT / "examples/vector_sum.phobos", "vector_sum", case_vector_sum(10000), rtol=1e-5,
          grid=lambda config, sizes: (-(-sizes["N"] // config["BLOCK"]),)),
     Case("attention", ROOT / "examples/attention.phobos", "attention", case_attention(100), rtol=1e-4,
@@ -408,8 +419,9 @@ def test_gpu(case):
 # wrong results before the kernels said which sizes their configurations serve).
 ROWS_ON_GPU = [
     Case(f"{name}-{m}x{n}", ROOT / f"examples/{name}.phobos", name, make(m, n), rtol=1e-5, atol=atol)
-    for name, make, atol in (("softmax", case_softmax, 1e-9), ("layernorm", case_layernorm, 1e-5))
-    for m, n in ((512, 4096), (256, 1000), (8, 100000))
+    for name, make, atol in (("softmax", case_softmax, 1e-9), ("layernorm", case_layernorm, 1e-5),
+                             ("row_sum", case_row_sum, 1e-3))
+    for m, n in ((512, 4096), (256, 1000), (8, 100000), (4096, 64), (1, 262144))
 ]
 
 

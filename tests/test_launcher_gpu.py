@@ -294,8 +294,8 @@ def test_benchmark_measures_milliseconds(add):
     assert 0 < ms < 10_000
 
 
-@pytest.mark.parametrize("script", ["add.py", "sgemm.py", "softmax.py", "layernorm.py", "vector_sum.py",
-                                    "attention.py"])
+@pytest.mark.parametrize("script", ["add.py", "sgemm.py", "softmax.py", "layernorm.py", "row_sum.py",
+                                    "vector_sum.py", "attention.py"])
 def test_examples_run_on_the_gpu(script):
     done = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})

@@ -133,12 +133,26 @@ def test_slice_copy_tests_bounds_uniformly_then_uses_vectors():
     (branch,) = ifs(out)  # the load is fused into the store: one edge test for both slices
     assert "tid" not in depends_on(branch.operands[0])  # the same in every thread of the CTA
     assert {"param", "program_id", "cmp"} <= depends_on(branch.operands[0])
-    fast, slow = branch.regions
+    fast, rest = branch.regions
     (ld,), (st,) = ops_of(fast, "ld_global"), ops_of(fast, "st_global")
     assert (ld.attrs["vec"], ld.attrs["masked"], st.attrs["vec"], st.attrs["masked"]) == (4, False, 4, False)
     assert ld.attrs["read_only"]  # x is never written
+    # not inside but aligned: the same vectors, each tested (a row's end is a multiple of the vector)
+    (aligned,) = [op for op in rest.ops if op.opcode == "if"]
+    assert "tid" not in depends_on(aligned.operands[0])
+    edge, slow = aligned.regions
+    assert [(o.attrs["vec"], o.attrs["masked"]) for o in ops_of(edge, "ld_global") + ops_of(edge, "st_global")] \
+        == [(4, True)] * 2
     slow_ld, slow_st = ops_of(slow, "ld_global"), ops_of(slow, "st_global")
     assert [(o.attrs["vec"], o.attrs["masked"]) for o in slow_ld + slow_st] == [(1, True)] * 8
+
+
+def test_a_large_tile_has_no_edge_arm_of_masked_vectors():
+    out = lower(copy_kernel(16384), SMEM)  # 16 vectors a thread: past MASKED_VECTOR_ACCESSES
+    (branch,) = ifs(out)
+    fast, slow = branch.regions
+    assert not [op for op in slow.ops if op.opcode == "if"]
+    assert {o.attrs["vec"] for o in ops_of(slow, "ld_global")} == {1}
 
 
 def test_a_load_with_another_use_is_not_fused():

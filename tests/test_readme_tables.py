@@ -21,11 +21,20 @@ def test_tables_from_the_benchmarks_json(tmp_path):
          "config": {"TILE_M": 64, "TILE_N": 128, "TILE_K": 32, "GROUP_M": 8}}]}))
     (tmp_path / "rows.json").write_text(json.dumps({**meta, "rows": [  # an older run: kernel times only
         {"kernel": "softmax 4096x4096", "phobos_gbs": 3656.8, "torch_gbs": 2343.2, "ratio": 1.56,
-         "triton_gbs": 3699.0, "unit": "GB/s"}]}))
+         "triton_gbs": 3699.0, "unit": "GB/s"},
+        *({"kernel": "row_sum", "rows": m, "columns": n, "call_ratio": m / n, "ratio": n / m, "reference": "torch.sum"}
+          for m, n in ((1, 64), (16, 64), (16, 1000)))]}))
+    (tmp_path / "cold_start.json").write_text(json.dumps({**meta, "rows": [
+        {"first call": "Phobos sgemm 4096^3, empty cache", "first_call_s": 1.8123, "target": "<= 2 s",
+         "configurations": 27}, {"first call": "Triton", "error": "no GPU"}]}))
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True, check=True)
     lines = done.stdout.splitlines()
     assert "| 2^24 | 3990 | 4012 | 0.995 | 4079 | 4050 | 1.007 | 3207 | 3878 |" in lines
     assert "| 4096 x 4096 x 4096 | 47.1 | 50.8 | 0.93 | 47.6 | 51.2 | 0.93 | 71 | 64 x 128 x 32 GROUP_M=8 |" in lines
     assert "| softmax 4096x4096 | GB/s |  | torch  |  | 3656.8 | 2343.2 | 1.56 | - / 3699 |" in lines
-    assert any("launch.json not found" in line for line in lines)
+    assert "| rows | 64 | 1000 |" in lines  # the sweep: one matrix a kernel, the call ratio (the kernel's)
+    assert "| 1 | 0.02 (64.00) |  |" in lines and "| 16 | 0.25 (4.00) | 0.02 (62.50) |" in lines
+    assert "| Phobos sgemm 4096^3, empty cache | 1.812 | <= 2 s | 27 |" in lines
+    assert "| Triton | failed: no GPU |  |  |" in lines
+    assert any("call_overhead.json not found" in line for line in lines)
     assert "<!-- measured 2026-12-01 on NVIDIA H200, torch 2.11 -->" in lines

@@ -236,21 +236,24 @@ class StandInApi:
 
 
 class StandInLauncher:
-    """cuda.Launcher for a stand-in kernel: reads the packed buffer at each launch."""
+    """cuda.Launcher for a stand-in kernel: reads the stream and parameters packed in its buffer at each launch."""
 
     def __init__(self, kernel, grid, block, shared_bytes, size):
         self.kernel, self.grid, self.block, self.shared_bytes = kernel, grid, block, shared_bytes
-        self.buffer = ctypes.create_string_buffer(max(size, 1))
+        self.buffer = ctypes.create_string_buffer(cuda.PARAMS_OFFSET + max(size, 1))
         self.size = size
         self.lock = threading.Lock()
-        self.extra = None
+        self.arguments = ("config", "function", None, "extra")
 
-    def launch(self, stream: ctypes.c_void_p, params: None, extra: None) -> int:
-        return self.kernel.launch(self.grid, self.block, self.buffer.raw[: self.size], self.shared_bytes,
-                                  stream.value or 0)
+    def launch(self, config, function, params, extra) -> int:
+        assert (config, function, params, extra) == self.arguments
+        stream = struct.unpack_from("<Q", self.buffer, cuda.STREAM_OFFSET)[0]
+        parameters = self.buffer.raw[cuda.PARAMS_OFFSET:cuda.PARAMS_OFFSET + self.size]
+        return self.kernel.launch(self.grid, self.block, parameters, self.shared_bytes, stream)
 
     def queue(self, stream: int) -> int:
-        return self.launch(ctypes.c_void_p(stream), None, self.extra)
+        struct.pack_into("<Q", self.buffer, cuda.STREAM_OFFSET, stream)
+        return self.launch(*self.arguments)
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from phobos.errors import LaunchError, ResourceError
 from .attention_support import case_attention_bf16
 from .test_kernels import (case_add, case_attention, case_attention_fp8, case_cumsum, case_dropout, case_embedding_bag,
                            case_ew2d, case_gemm16, case_gemm_fp8, case_gemm_fp8_blockwise, case_half, case_layernorm,
-                           case_loops, case_reduce_sum, case_rowstats, case_sgemm, case_sgemm_tc, case_softmax,
-                           case_splitk, case_top8, case_vector_sum, check_outputs, splitk_grid)
+                           case_loops, case_reduce_sum, case_row_sum, case_rowstats, case_sgemm, case_sgemm_tc,
+                           case_softmax, case_splitk, case_top8, case_vector_sum, check_outputs, splitk_grid)
 
 ROOT = Path(__file__).parent.parent
 SOURCES = sorted((ROOT / "examples").glob("*.phobos")) + sorted((ROOT / "tests" / "kernels").glob("*.phobos"))
@@ -73,6 +73,9 @@ REGISTRY: dict[tuple[str, str], Entry] = {
     ("examples/layernorm.phobos", "layernorm"): Entry(
         lambda s: case_layernorm(s["M"], s["N"]), ({"M": 3, "N": 1}, {"M": 5, "N": 1000}, {"M": 2, "N": 20001}),
         rtol=1e-5, atol=1e-5),
+    ("examples/row_sum.phobos", "row_sum"): Entry(
+        lambda s: case_row_sum(s["M"], s["N"]), ({"M": 3, "N": 1}, {"M": 37, "N": 1000}, {"M": 2, "N": 20001}),
+        rtol=1e-5, atol=1e-4),
     ("examples/vector_sum.phobos", "vector_sum"): Entry(
         lambda s: case_vector_sum(s["N"]), ({"N": 1}, {"N": 5001}, {"N": 40000}), grid=blocks("BLOCK"),
         rtol=1e-5, atol=1e-3),

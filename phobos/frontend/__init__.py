@@ -1,7 +1,9 @@
 # The front end: source text -> checked kernel.
 #
 #   lexer.py     text -> tokens (each with its Loc)
-#   parser.py    tokens -> ast.Program (PLY LALR grammar, EBNF in each rule)
+#   parser.py    tokens -> ast.Program (PLY LALR grammar, EBNF in each rule);
+#                lalr_tables.json keeps its tables as data (python -m
+#                phobos.frontend.parser writes them)
 #   ast.py       the syntax tree; every node carries a Loc
 #   builtins.py  the one registry of builtin functions that the checker, the
 #                interpreter and the docs read

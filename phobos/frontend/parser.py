@@ -3,10 +3,18 @@
 # A PLY LALR grammar in the style of pycparser: one `p_` function per rule with
 # the rule in its docstring (PLY reads it) and the EBNF it implements above it,
 # operator precedence in PLY's `precedence` table rather than in layered rules.
-# The tables are built in memory when the first parser is made, by PLY's own
-# table generator called directly (`_lalr_parser`): `yacc.yacc()` would first
-# import a `parsetab` module beside this one and run it, so a stray or planted
-# parsetab.py could change the grammar or break every parse.  No parser.out.  A syntax error raises ParseError at the offending token and
+# The tables are made when the first parser is made, by PLY's own table
+# generator called directly (`_lalr_parser`): `yacc.yacc()` would first import
+# a `parsetab` module beside this one and run it, so a stray or planted
+# parsetab.py could change the grammar or break every parse.  No parser.out.
+# The tables are also kept beside this file as data, lalr_tables.json, which a
+# process reads instead of generating them (a few milliseconds instead of 0.15 s
+# and more, in every process and in every compile worker) where its signature,
+# PLY's of the grammar's rules, tokens and precedence, is this grammar's; reading
+# JSON runs nothing.  `python -m phobos.frontend.parser` writes it, and
+# tests/test_frontend.py fails while it is out of date.
+#
+# A syntax error raises ParseError at the offending token and
 # names the tokens that could have come there, found by running the LALR tables
 # forward from the parser's stack (the action table alone over-approximates:
 # LALR merges states, so a `}` ending a kernel would seem to accept `else`).
@@ -17,7 +25,9 @@
 # recursive walks of later stages stay far from Python's recursion limit.
 from __future__ import annotations
 
+import json
 from functools import partial
+from pathlib import Path
 
 import ply.yacc as yacc
 
@@ -619,8 +629,17 @@ def pick_kernel(program: ast.Program, kernel: str | None) -> ast.Kernel:
 
 
 def _lalr_parser(rules, start: str) -> yacc.LRParser:
-    """A PLY parser for the grammar of the `p_` methods of `rules`, its LALR tables built here in
-    memory: what `yacc.yacc()` does, without looking for a table module to import first."""
+    """A PLY parser for the grammar of the `p_` methods of `rules`, its LALR tables the kept ones
+    (TABLES) where they are this grammar's, else built here in memory: what `yacc.yacc()` does, without
+    looking for a table module to import first."""
+    info, grammar = _grammar(rules, start)
+    tables = _kept_tables(info.signature()) or yacc.LRGeneratedTable(grammar, "LALR", yacc.NullLogger())
+    tables.bind_callables(info.pdict)
+    return yacc.LRParser(tables, info.error_func)
+
+
+def _grammar(rules, start: str) -> tuple[yacc.ParserReflect, yacc.Grammar]:
+    """The grammar of the `p_` methods of `rules`, checked, and what PLY read of them."""
     info = yacc.ParserReflect({name: getattr(rules, name) for name in dir(rules)}, log=yacc.NullLogger())
     info.get_all()
     if info.error or info.validate_all():
@@ -633,6 +652,41 @@ def _lalr_parser(rules, start: str) -> yacc.LRParser:
     grammar.set_start(start)
     if grammar.undefined_symbols() or grammar.infinite_cycles() or grammar.unused_precedence():
         raise yacc.YaccError("the Phobos grammar is inconsistent")
+    return info, grammar
+
+
+#: The grammar's LALR tables, kept as data (see the header).
+TABLES = Path(__file__).with_name("lalr_tables.json")
+
+
+def _kept_tables(signature: str) -> yacc.LRTable | None:
+    """The tables in TABLES when they were made for a grammar of this signature, else None."""
+    try:
+        kept = json.loads(TABLES.read_text())
+        if kept["signature"] != signature:
+            return None
+        tables = yacc.LRTable()
+        tables.lr_action = {int(state): actions for state, actions in kept["action"].items()}
+        tables.lr_goto = {int(state): gotos for state, gotos in kept["goto"].items()}
+        tables.lr_productions = [yacc.MiniProduction(*production) for production in kept["productions"]]
+        tables.lr_method = kept["method"]
+        return tables
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_tables(path: Path = TABLES) -> Path:
+    """Generate the grammar's LALR tables and keep them, as JSON, at `path`."""
+    info, grammar = _grammar(Parser(), "program")
     tables = yacc.LRGeneratedTable(grammar, "LALR", yacc.NullLogger())
-    tables.bind_callables(info.pdict)
-    return yacc.LRParser(tables, info.error_func)
+    kept = {"signature": info.signature(), "method": tables.lr_method,
+            "action": {str(state): actions for state, actions in tables.lr_action.items()},
+            "goto": {str(state): gotos for state, gotos in tables.lr_goto.items()},
+            "productions": [[p.str, p.name, p.len, p.func, Path(p.file).name if p.file else None, p.line]
+                            for p in tables.lr_productions]}
+    path.write_text(json.dumps(kept, sort_keys=True, separators=(",", ":")) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_tables()}")

@@ -24,10 +24,15 @@
 # constants - so a choice is never reused for sizes it is not valid for.
 #
 # `tune` drives the search.  It knows nothing about GPUs: the launcher hands
-# it `evaluate` (compile and screen one configuration) and `measure` (time it),
-# so the choice logic runs on any machine with a fake timer.  Every
-# configuration ends up in the timings, as milliseconds or as the reason it
-# was skipped.  Tuning more than a few configurations logs progress lines
+# it `evaluate` (compile and screen one configuration) and `measure` (time it,
+# as carefully as a Timing asks), so the choice logic runs on any machine with
+# a fake timer.  Every configuration is first timed QUICK (one warm-up launch,
+# one sample), as soon as it is compiled; then the few that came out fastest
+# (FINALISTS, within FINALIST_SLACK of the quickest) are timed again CAREFULly
+# and the fastest of those is kept: a first call of a GEMM of seconds' worth of
+# configurations spends a sample or two on the slow ones, not fourteen.  Every
+# configuration ends up in the timings, as milliseconds (the careful figure
+# where there is one) or as the reason it was skipped.  Tuning more than a few configurations logs progress lines
 # (phobos.log.Progress); each configuration's outcome is logged at DEBUG, the
 # report PHOBOS_LOG=debug shows.
 from __future__ import annotations
@@ -174,6 +179,25 @@ class Tuning:
         return [configs[i] for i in sorted(ranked)]
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How carefully a configuration is timed: untimed warm-up launches, then timed samples (each sample
+    runs short kernels back to back for about a millisecond: phobos.run.runtime.time_calls)."""
+
+    warmup: int
+    repeat: int
+
+
+#: The first look at every configuration, and the second at the finalists.
+QUICK = Timing(warmup=1, repeat=1)
+CAREFUL = Timing(warmup=3, repeat=10)
+
+#: The configurations timed carefully after the quick round: at most FINALISTS, those within FINALIST_SLACK
+#: of the quickest (a quick sample can be off by some percent: the clocks ramp, another process runs).
+FINALISTS = 4
+FINALIST_SLACK = 1.25
+
+
 @dataclass
 class TuneResult:
     config: dict[str, int]
@@ -181,20 +205,22 @@ class TuneResult:
 
 
 def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable[[dict[str, int]], Any],
-         measure: Callable[[Any], float], order: Iterable[dict[str, int]] | None = None) -> TuneResult:
+         measure: Callable[[Any, Timing], float], order: Iterable[dict[str, int]] | None = None) -> TuneResult:
     """The fastest of `configs`.
 
     `evaluate(config)` prepares a configuration for timing (compiles it) or
     raises Skipped (or any PhobosError, recorded as the reason);
-    `measure(prepared)` returns its time in milliseconds or raises the same.
-    `order` is the order to time them in (each of `configs` once; default,
-    theirs): the launcher passes the order their compiles finish in.  Ties go
-    to the earlier of `configs`.  Raises LaunchError, listing every reason,
-    when no configuration can run.
+    `measure(prepared, timing)` returns its time in milliseconds or raises the
+    same.  `order` is the order to time them in (each of `configs` once;
+    default, theirs): the launcher passes the order their compiles finish in.
+    Each is timed QUICK, then the finalists CAREFULly (see the module header).
+    Ties go to the earlier of `configs`.  Raises LaunchError, listing every
+    reason, when no configuration can run.
     """
     progress = Progress(logger, f"tuning {kernel_name} over {len(configs)} configurations", len(configs),
                         "configurations", threshold=PROGRESS_THRESHOLD)
     timings: dict[str, float | str] = {}
+    prepared: dict[str, Any] = {}
     fallbacks: list[tuple[dict[str, int], Any]] = []
 
     def attempt(config: dict[str, int], step: Callable[[], float]) -> None:
@@ -210,21 +236,36 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
         outcome = f"{timings[text]:.4g} ms" if isinstance(timings[text], float) else f"skipped: {timings[text]}"
         logger.debug("tuning %s: %s: %s", kernel_name, text, outcome)
 
+    def first_look(config: dict[str, int], ready: Callable[[], Any]) -> float:
+        prepared[config_text(config)] = ready()
+        return measure(prepared[config_text(config)], QUICK)
+
     for done, config in enumerate(configs if order is None else order, start=1):
-        attempt(config, lambda: measure(evaluate(config)))
+        attempt(config, lambda: first_look(config, lambda: evaluate(config)))
         progress.update(done)
     if not _timed(timings):
-        for config, prepared in fallbacks:
-            attempt(config, lambda: measure(prepared))
-    timed = _timed(timings)
+        for config, fallback in fallbacks:
+            attempt(config, lambda: first_look(config, lambda: fallback))
+    rank = {config_text(config): index for index, config in enumerate(configs)}
+    finalists = _finalists(_timed(timings), rank)
+    if len(finalists) > 1:
+        by_text = {config_text(config): config for config in configs}
+        for text in finalists:
+            attempt(by_text[text], lambda: measure(prepared[text], CAREFUL))
+    timed = {text: value for text, value in _timed(timings).items() if len(finalists) < 2 or text in finalists}
     if not timed:
         progress.finish("no configuration can run")
         reasons = "\n".join(f"  {text}: {reason}" for text, reason in timings.items())
         raise LaunchError(f"{kernel_name}: no configuration can run on this device:\n{reasons}")
-    rank = {config_text(config): index for index, config in enumerate(configs)}
     best = min(timed, key=lambda text: (timed[text], rank[text]))
     progress.finish(f"best {best}: {timed[best]:.4g} ms")
     return TuneResult(next(c for c in configs if config_text(c) == best), timings)
+
+
+def _finalists(quick: dict[str, float], rank: dict[str, int]) -> list[str]:
+    """The configurations timed again carefully: the quickest few, within FINALIST_SLACK of the quickest."""
+    ordered = sorted(quick, key=lambda text: (quick[text], rank[text]))
+    return [text for text in ordered[:FINALISTS] if quick[text] <= FINALIST_SLACK * quick[ordered[0]]]
 
 
 def _timed(timings: dict[str, float | str]) -> dict[str, float]:

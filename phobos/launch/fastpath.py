@@ -43,9 +43,9 @@
 # first, and only a call it does not match pays for probing and the lookup.
 from __future__ import annotations
 
-import ctypes
 import functools
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +54,7 @@ import numpy as np
 
 from ..errors import LaunchError
 from ..compiler import KernelParam
+from ..run.cuda import STREAM_OFFSET
 from ..types import DType
 from .binding import _Refused, convert_scalar, tensor_view
 
@@ -274,12 +275,19 @@ def assembler(recipe: Sequence[tuple]) -> Callable[[Sequence[Any], list], tuple]
     return names["assemble"]
 
 
+def alias_expression(pairs: Sequence[tuple[int, int, int, int]], pointer: str) -> str:
+    """Python for whether any pair (i, j, bytes of i, bytes of j) of device tensors overlaps, with `pointer`
+    formatted with an index naming an address: `p[0] < p[2] + 4096 and p[2] < p[0] + 4096 or ...` (a bool;
+    False for no pairs)."""
+    tests = [f"({pointer.format(i)} < {pointer.format(j)} + {size_j} and {pointer.format(j)} < "
+             f"{pointer.format(i)} + {size_i})" for i, j, size_i, size_j in pairs]
+    return " or ".join(tests) or "False"
+
+
 def alias_test(pairs: Sequence[tuple[int, int, int, int]]) -> Callable[[list], bool]:
-    """A function pointers -> whether any pair (i, j, bytes of i, bytes of j) of device tensors overlaps,
-    written out: `return p[0] < p[2] + 4096 and p[2] < p[0] + 4096 or ...` (False for no pairs)."""
-    tests = [f"(p[{i}] < p[{j}] + {size_j} and p[{j}] < p[{i}] + {size_i})" for i, j, size_i, size_j in pairs]
+    """A function pointers -> whether any pair of device tensors overlaps (`alias_expression`, written out)."""
     names: dict[str, Any] = {}
-    exec(f"def aliased(p):\n    return {' or '.join(tests) or 'False'}\n", names)
+    exec(f"def aliased(p):\n    return {alias_expression(pairs, 'p[{}]')}\n", names)
     return names["aliased"]
 
 
@@ -311,6 +319,7 @@ class FastCall:
     parts: Key | None = None  # the signature's key parts, when its arguments are all positional
     locate: Locate | None = None
     grid_holds: Callable[[], bool] | None = None
+    owner: Any = None  # whose `last` a direct call sets (the kernel's)
     checked_streams: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -379,21 +388,25 @@ def grid_check(spec: Callable, config: dict, sizes: dict, grid: tuple,
 # as on the probing path and its key part compared.
 
 
-def _guard_scalar(i: int, part: tuple, names: dict) -> list[str]:
+def _guard_scalar(i: int, part: tuple, names: dict, one_device: bool) -> list[str]:
     names[f"K{i}"] = part[0]
     return [f"if type(v{i}) is not K{i}: return None"]
 
 
-def _guard_torch(i: int, part: tuple, names: dict) -> list[str]:
+def _guard_torch(i: int, part: tuple, names: dict, one_device: bool) -> list[str]:
+    """torch's dtypes are singletons, so the dtype is compared by identity (another object of an equal
+    dtype, which torch never gives, would only send the call to the probing path); a CUDA tensor is on the
+    one device there is, where the driver sees one."""
     kind, dtype, shape, contiguous, device, alignment = part
     names.update({f"K{i}": kind, f"D{i}": dtype, f"S{i}": shape})
+    on_device = "" if one_device else f" or v{i}.get_device() != {device}"
     return [f"if type(v{i}) is not K{i} or not v{i}.is_cuda: return None",
             f"p{i} = v{i}.data_ptr()",
-            f"if p{i} & 15 != {alignment} or v{i}.dtype != D{i} or v{i}.shape != S{i} "
-            f"or v{i}.get_device() != {device} or v{i}.is_contiguous() is not {contiguous}: return None"]
+            f"if p{i} & 15 != {alignment} or v{i}.dtype is not D{i} or v{i}.shape != S{i}{on_device} "
+            f"or v{i}.is_contiguous() is not {contiguous}: return None"]
 
 
-def _guard_probed(i: int, part: tuple, names: dict) -> list[str]:
+def _guard_probed(i: int, part: tuple, names: dict, one_device: bool) -> list[str]:
     names.update({f"K{i}": part[0], f"P{i}": part, f"probe{i}": PROBES[part[0]]})
     return [f"if type(v{i}) is not K{i}: return None",
             f"found = _probed(probe{i}, v{i}, locate)",
@@ -414,21 +427,25 @@ GUARDS = {_probe_scalar: _guard_scalar, _probe_torch: _guard_torch}
 
 def direct_call(fast: FastCall) -> Callable[[tuple], FastCall | None]:
     """The whole call of `fast`'s signature (positional arguments only) as one function: values -> `fast`
-    when it launched, None when the values are not of this signature or a scalar does not pack."""
-    names: dict[str, Any] = {"fast": fast, "locate": fast.locate, "_probed": _probed, "struct": struct}
+    when it launched (having set its owner's `last`), None when the values are not of this signature or a
+    scalar does not pack."""
+    names: dict[str, Any] = {"fast": fast, "locate": fast.locate, "_probed": _probed, "struct": struct,
+                             "owner": fast.owner, "last": fast.last}
     count = len(fast.parts)
-    lines = [f"if len(values) != {count}: return None"]
     if count:
-        lines.append(f"{''.join(f'v{i}, ' for i in range(count))}= values")
+        lines = ["try:", f"    {''.join(f'v{i}, ' for i in range(count))}= values", "except ValueError:",
+                 "    return None"]
+    else:
+        lines = ["if values: return None"]
+    one_device = getattr(fast.queue, "only_device", False)
     for i, part in enumerate(fast.parts):
-        lines += GUARDS.get(PROBES[part[0]], _guard_probed)(i, part, names)
+        lines += GUARDS.get(PROBES[part[0]], _guard_probed)(i, part, names, one_device)
     if fast.grid_holds is not None:
         names["grid_holds"] = fast.grid_holds
         lines.append("if not grid_holds(): return None")
     if fast.pairs:
-        names["aliasing"] = fast.aliasing
-        pointers = ", ".join(f"p{i}" if i in _pointer_positions(fast) else "None" for i in range(count))
-        lines.append(f"if aliasing(({pointers},)) is not {fast.aliased}: return None")
+        overlap = alias_expression(fast.pairs, "p{}")
+        lines.append(f"if ({overlap}) is not {fast.aliased}: return None")
     if fast.queue is not None:
         lines.append(f"stream = {_stream_code(fast.stream_of, names)}")
         items = []
@@ -452,20 +469,29 @@ def direct_call(fast: FastCall) -> Callable[[tuple], FastCall | None]:
             names["queue"] = fast.queue
             lines += ["try:", f"    queue(stream, ({arguments}{',' if items else ''}))",
                       "except (OverflowError, struct.error):", "    return None"]
-        else:  # QueuedKernel.__call__, written out
-            names.update(zip(("lock", "pack", "launch", "extra", "fail"), inline), c_void_p=ctypes.c_void_p)
-            lines += ["with lock:", "    try:", f"        pack({arguments})",
-                      "    except (OverflowError, struct.error):", "        return None",
-                      "    code = launch(c_void_p(stream), None, extra)",
-                      "if code:", "    fail(code, stream)"]
-    lines.append("return fast")
+        else:  # QueuedKernel.__call__, written out: without the lock in the thread that owns a buffer
+            names.update(get_ident=threading.get_ident, pack_into=inline.pack_into, fail=inline.fail)
+            lines += [f"if get_ident() == {inline.owner}:",
+                      *(f"    {line}" for line in _launch_code(inline.own, "own", arguments, names)),
+                      "    if code:", "        fail(code, stream, own)",
+                      "else:", "    with shared.lock:",
+                      *(f"        {line}" for line in _launch_code(inline.shared, "shared", arguments, names)),
+                      "    if code:", "        fail(code, stream, shared)"]
+    lines += ["owner.last = last", "return fast"]
     body = "\n".join(f"    {line}" for line in lines)
     exec(f"def direct(values):\n{body}\n", names)
     return names["direct"]
 
 
-def _pointer_positions(fast: FastCall) -> set[int]:
-    return {i for i, part in enumerate(fast.parts) if PROBES[part[0]] is not _probe_scalar}
+def _launch_code(launcher: Any, name: str, arguments: str, names: dict) -> list[str]:
+    """Pack the stream and the parameters into `launcher`'s buffer and launch (cuda.Launcher); a number
+    that does not pack returns None before anything is queued (the probing path reports it)."""
+    config, function, params, extra = launcher.arguments
+    names.update({name: launcher, f"{name}_buffer": launcher.buffer, f"{name}_launch": launcher.launch,
+                  f"{name}_config": config, f"{name}_function": function, f"{name}_extra": extra})
+    return ["try:", f"    pack_into({name}_buffer, {STREAM_OFFSET}, stream, {arguments})",
+            "except (OverflowError, struct.error):", "    return None",
+            f"code = {name}_launch({name}_config, {name}_function, {params!r}, {name}_extra)"]
 
 
 def _stream_code(source: StreamSource, names: dict) -> str:

@@ -156,6 +156,9 @@ class Module:
         self._backend: Backend | None = None
         self.kernels: dict[str, KernelFunction] = {
             info.name: KernelFunction(_Kernel(info, digest, self)) for info in kernel_infos(source, self.filename)}
+        for name, function in self.kernels.items():  # plain attributes: `mod.k(...)` costs no __getattr__
+            if name not in self.__dict__ and not hasattr(type(self), name):
+                self.__dict__[name] = function
 
     def backend(self) -> Backend:
         """The backend kernels run on, chosen at the first launch (see jit's `mode`)."""
@@ -204,13 +207,8 @@ class KernelFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         try:
-            direct = self._variant.direct
-            if direct is not None and not kwargs:
-                done = direct(args)
-                if done is not None:
-                    self._kernel.last = done.last
-                    return
-            self._kernel.call(self._variant, args, kwargs)
+            if kwargs or self._variant.direct(args) is None:
+                self._kernel.call(self._variant, args, kwargs)
         except PhobosError as error:
             raise at_call_site(error)  # the error of the call above; PHOBOS_FULL_TRACEBACKS=1 shows where
 
@@ -432,7 +430,7 @@ class _Variant:
     grid: GridSpec
     tuning: autotune.Tuning
     fast: dict[tuple, fastpath.Prepared]
-    direct: Callable[[tuple], fastpath.FastCall | None] | None = None
+    direct: Callable[[tuple], fastpath.FastCall | None] = lambda values: None  # none prepared yet
 
 
 #: Grid functions whose prepared calls a kernel keeps (each a _Variant); past this many the oldest is forgotten.
@@ -825,14 +823,15 @@ class _Kernel:
                                              lambda result: normalize_grid(self.name, result, ""))
         fast = fastpath.FastCall(queued, recipe, stream_of, self.last,
                                  lambda handle: check(handle, device, f"{self.name}: argument 'stream'"),
-                                 pairs, aliased, parts if not key[0] else None, self._locate, grid_holds)
+                                 pairs, aliased, parts if not key[0] else None, self._locate, grid_holds, self)
         if key in variant.fast:
             variant.fast[key].add(fast)
         else:
             if len(variant.fast) >= fastpath.MAX_PREPARED:
                 del variant.fast[next(iter(variant.fast))]
             variant.fast[key] = fastpath.Prepared(fast)
-        variant.direct = fast.direct
+        if fast.direct is not None:
+            variant.direct = fast.direct
 
     def choose(self, call: BoundCall, backend: Backend, forced: Config, spec: GridSpec,
                tuning: autotune.Tuning, device_index: int = 0) -> tuple[Config, dict[str, float | str]]:
@@ -917,7 +916,7 @@ class _Kernel:
             autotune.screen(compiled, device, lambda: self.ptxas_report(compiled))
             return config, compiled
 
-        def measure(prepared: tuple[Config, CompiledKernel]) -> float:
+        def measure(prepared: tuple[Config, CompiledKernel], timing: autotune.Timing) -> float:
             nonlocal scratch
             config, compiled = prepared
             grid = self.grid_for(config, compiled, call, spec)
@@ -932,7 +931,8 @@ class _Kernel:
                     if tensor.param.written or tensor.host is not None:
                         scratch[name] = backend.device_copy(tensor)
             return backend.time(Launch(self.info.checked(config), compiled, grid, call, scratch,
-                                       device=device_index, cubin=self.cubin(compiled, device.compute_capability)))
+                                       device=device_index, cubin=self.cubin(compiled, device.compute_capability)),
+                                timing.warmup, timing.repeat)
 
         try:
             return autotune.tune(self.name, configs, evaluate, measure, completion_order(configs, ahead))

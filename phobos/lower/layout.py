@@ -182,29 +182,37 @@ def _prod(xs) -> int:
     return n
 
 
-def _spread(shape: tuple[int, ...], spt: tuple[int, ...], budget: int, start: tuple[int, ...]) -> tuple[int, ...]:
-    """Powers of two per dim (last dim first) whose product is at most `budget`, covering what is left."""
+def _spread(shape: tuple[int, ...], spt: tuple[int, ...], budget: int, start: tuple[int, ...],
+            order: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Powers of two per dim whose product is at most `budget`, covering what is left, given to the dims
+    in `order` (default: the last dim first)."""
     rank = len(shape)
     out = [1] * rank
     left = budget
-    for d in reversed(range(rank)):
+    for d in (reversed(range(rank)) if order is None else order):
         need = _pow2_at_least(_cdiv(shape[d], spt[d] * start[d]))
         out[d] = min(left, need)
         left //= out[d]
     return tuple(out)
 
 
-def blocked(shape: tuple[int, ...], threads: int) -> Layout:
+def blocked(shape: tuple[int, ...], threads: int, reduced: tuple[int, ...] = ()) -> Layout:
     """The default layout: a vector of up to 4 along the last dim, threads row-major over the tile.
 
     Consecutive lanes take consecutive vectors of a row, so a warp's accesses to
     a row-major tensor are contiguous (coalesced) and 128 bits wide per thread.
+    The warps go to the dims not in `reduced` first (the dims a reduction of
+    the tile runs along), so that a tile of several rows reduced along its rows
+    has whole rows in each warp: the reduction then takes shuffles only, no
+    exchange through shared memory and no barrier.
     """
     rank = len(shape)
     vec = next(v for v in (4, 2, 1) if shape[-1] % v == 0)
     spt = (1,) * (rank - 1) + (vec,)
     lanes = _spread(shape, spt, WARP, (1,) * rank)
-    warps = _spread(shape, spt, threads // WARP, lanes)
+    last_first = tuple(reversed(range(rank)))
+    order = tuple(d for d in last_first if d not in reduced) + tuple(d for d in last_first if d in reduced)
+    warps = _spread(shape, spt, threads // WARP, lanes, order)
     return grid_layout(shape, threads, spt, lanes, warps)
 
 

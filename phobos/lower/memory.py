@@ -243,34 +243,67 @@ def load(low: Lowering, op: Op) -> None:
 
 def load_registers(low: Lowering, op: Op, layout: Layout | None) -> list[Value]:
     """The registers of load `op` in `layout` (None: a scalar's one): vector loads when the slice is inside
-    the tensor and aligned, else element by element with zeros outside."""
+    the tensor and aligned, masked vector loads when it is aligned only, else element by element with zeros
+    outside."""
     tensor = low.vals[op.operands[0]]
     starts, sizes, tile_dims = slice_geometry(low, op, tensor)
     addrs = row_addresses(low, tensor, starts, tile_dims, layout)
     dtype = tensor.dtype.compute
     width = vector_ok(tensor, tile_dims, layout)
-    fast = in_bounds(low, tensor, starts, sizes)
-    if width > 1:
-        fast = low.all_of([fast, aligned(low, tensor, starts, width)])
-    nregs = len(addrs)
-    regions = [Block(), Block()]
-    branch = low.b.op("if", [fast], [ScalarType(dtype)] * nregs, {}, regions)
-    outer = low.b
-    for region, vec in ((regions[0], width), (regions[1], 1)):
-        low.b = low.builder_for(region, outer.block, outer.loc)
+    alignment = [aligned(low, tensor, starts, width)] if width > 1 else []
+    fast = low.all_of([in_bounds(low, tensor, starts, sizes), *alignment])
+
+    def arm(vec: int, checked: bool) -> list[Value]:
         regs: list[Value] = []
         for group in access_groups(layout, vec):
             addr, off = addrs[group[0]]
-            if vec > 1 or region is regions[0]:
-                pred = low.slot_valid(layout, group[0]) if layout is not None else None
-            else:
+            if checked:
                 pred = element_valid(low, tensor, starts, sizes, tile_dims, layout, group[0])
+            else:
+                pred = low.slot_valid(layout, group[0]) if layout is not None else None
             ld = low.b.op("ld_global", [addr] + ([pred] if pred is not None else []),
                           [ScalarType(dtype)] * len(group),
                           {"dtype": tensor.dtype, "vec": len(group), "offset": off,
                            "masked": pred is not None, "read_only": tensor.read_only})
             regs += ld.results
-        low.b.op("yield", regs, [])
+        return regs
+
+    return branches(low, access_arms(low, fast, alignment, width, layout), [ScalarType(dtype)] * len(addrs), arm)
+
+
+#: The most vector accesses per thread a slice access may have for its edge arm of masked vectors (code
+#: written once more): rows and small tiles, often partly outside their tensor, keep their vectors to the
+#: end; a large tile (a GEMM's epilogue) is mostly inside, and its edge CTAs access element by element.
+MASKED_VECTOR_ACCESSES = 8
+
+
+def access_arms(low: Lowering, fast: Value, alignment: list[Value], width: int, layout: Layout | None
+                ) -> list[tuple]:
+    """The arms of a slice access, each (condition, vector width, whether each access tests its elements),
+    the last one's condition None: unmasked vectors where `fast` (inside the tensor and aligned); then,
+    where only the `alignment` tests hold (and the tile is small: MASKED_VECTOR_ACCESSES), vectors each
+    tested by its first element - the row length and the start being multiples of the vector, a vector
+    lies inside or outside the tensor as a whole, so rows of any length that are multiples of the vector
+    keep their vector accesses to the end; else element by element."""
+    if not alignment or len(access_groups(layout, width)) > MASKED_VECTOR_ACCESSES:
+        return [(fast, width, False), (None, 1, True)]
+    return [(fast, width, False), (low.all_of(alignment), width, True), (None, 1, True)]
+
+
+def branches(low: Lowering, arms: list[tuple], types: list[ScalarType], emit) -> list[Value]:
+    """`if c0 {emit(arm 0)} else if c1 {emit(arm 1)} ... else {emit(last arm)}` as nested `if` ops, each
+    arm (condition, *arguments of emit); emit builds an arm's code at low.b and returns the values it
+    gives (as many as `types`), which the result is."""
+    (condition, *arguments), rest = arms[0], arms[1:]
+    if not rest:
+        return emit(*arguments)
+    regions = [Block(), Block()]
+    branch = low.b.op("if", [condition], types, {}, regions)
+    outer = low.b
+    for region, build in ((regions[0], lambda: emit(*arguments)),
+                          (regions[1], lambda: branches(low, rest, types, emit))):
+        low.b = low.builder_for(region, outer.block, outer.loc)
+        low.b.op("yield", build(), [])
     low.b = outer
     return list(branch.results)
 
@@ -310,21 +343,19 @@ def store_like(low: Lowering, op: Op, opcode: str, fused: FusedStore | None = No
     width = vector_ok(tensor, tile_dims, layout) if opcode == "st_global" else 1
     for _, t, _, _, dims in accesses[1:]:
         width = min(width, vector_ok(t, dims, layout))
-    conditions = []
+    conditions, alignment = [], []
     for _, t, st, sz, _ in accesses:
         conditions.append(in_bounds(low, t, st, sz))
         if width > 1:
-            conditions.append(aligned(low, t, st, width))
-    fast = low.all_of(conditions)
+            alignment.append(aligned(low, t, st, width))
+            conditions.append(alignment[-1])
+    arms = access_arms(low, low.all_of(conditions), alignment, width, layout)
     addrs = {a[0]: RowAddresses(low, a[1], a[2], a[4], layout) for a in accesses}  # built at each access
-    regions = [Block(), Block()]
-    low.b.op("if", [fast], [], {}, regions)
-    outer = low.b
-    for region, vec in ((regions[0], width), (regions[1], 1)):
-        low.b = low.builder_for(region, outer.block, outer.loc)
+
+    def arm(vec: int, checked: bool) -> list[Value]:
         for group in access_groups(layout, vec):
             def valid(access):  # the store's and its loads' (only the replica that stores loads)
-                if region is regions[0]:
+                if not checked:
                     return low.all_of([low.slot_valid(layout, group[0]) if layout is not None else None, owner])
                 return low.all_of([element_valid(low, access[1], access[2], access[3], access[4], layout,
                                                  group[0]), owner])
@@ -336,8 +367,9 @@ def store_like(low: Lowering, op: Op, opcode: str, fused: FusedStore | None = No
             pred = valid(accesses[0])
             low.b.op(opcode, [addr, *(values[(value, r)] for r in group)] + ([pred] if pred is not None else []),
                      [], {"dtype": tensor.dtype, "vec": len(group), "offset": off, "masked": pred is not None})
-        low.b.op("yield", [], [])
-    low.b = outer
+        return []
+
+    branches(low, arms, [], arm)
 
 
 def fused_values(low: Lowering, fused: FusedStore, loads, addrs, group: list[int], valid, values: dict) -> None:

@@ -21,8 +21,11 @@
 #   broadcast's operand the collapsed layout of its result, so that
 #   `x - max(x, axis=1)` and the row maxima of softmax live where the row
 #   elements are;
-# * any group still undecided gets the blocked layout of its shape, and the
-#   propagation runs again from it.
+# * the group of the largest tile still undecided gets the blocked layout
+#   of its shape (so that the smaller tiles broadcast onto it follow it) - its
+#   warps along the dims no reduction of the group runs along, first, so
+#   that the rows of a tile reduced along its rows each stay in one warp -
+#   and the propagation runs again from it.
 #
 # So `acc`, the C tile loaded for `beta * c_old` and the stored result of
 # sgemm all live in the dot layout.  Only a genuine conflict costs a trip
@@ -183,6 +186,12 @@ def assign_layouts(func: Function, threads: int, plans: dict | None = None) -> d
     fragments = [(op.operands[i], layout) for op, plan in plans.items() if isinstance(plan, MmaPlan)
                  for i, layout in plan.operand_layouts.items()]
 
+    reduced: dict[Value, tuple[int, ...]] = {}  # per group: the dims a reduction of one of its tiles runs along
+    for op in ops:
+        if op.opcode == "reduce" and op.attrs["axis"] is not None:
+            root = groups.find(op.operands[0])
+            reduced[root] = tuple(sorted({*reduced.get(root, ()), op.attrs["axis"] % len(op.operands[0].type.shape)}))
+
     def propagate() -> bool:
         changed = False
         for op in ops:
@@ -206,10 +215,13 @@ def assign_layouts(func: Function, threads: int, plans: dict | None = None) -> d
         if operand is not None:
             chosen[groups.find(operand[0])] = operand[1]
             continue
-        undecided = next((t for t in tiles if groups.find(t) not in chosen), None)
+        # the largest first: the smaller tiles broadcast onto it (a row's mask) then take its layout
+        undecided = max((t for t in tiles if groups.find(t) not in chosen), key=lambda t: t.type.size,
+                        default=None)
         if undecided is None:
             break
-        chosen[groups.find(undecided)] = blocked(undecided.type.shape, threads)
+        root = groups.find(undecided)
+        chosen[root] = blocked(undecided.type.shape, threads, reduced.get(root, ()))
     return {t: chosen[groups.find(t)] for t in tiles}
 
 

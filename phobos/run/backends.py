@@ -50,10 +50,6 @@ DEFAULT_ARCH = "sm_90"
 #: several program instances.
 EMULATED_MULTIPROCESSORS = 2
 
-#: Launches timed per configuration while autotuning, after untimed warm-up ones.
-TIMING_WARMUP = 3
-TIMING_REPEAT = 10
-
 
 @dataclass
 class Launch:
@@ -136,8 +132,9 @@ class Backend(Protocol):
         """Run the kernel once; written host arrays hold the results afterwards (a GPU may return before
         the kernel ends when every tensor is in device memory)."""
 
-    def time(self, launch: Launch) -> float:
-        """Median milliseconds of a launch (tuning backends only)."""
+    def time(self, launch: Launch, warmup: int, repeat: int) -> float:
+        """Median milliseconds of a launch over `repeat` timed samples after `warmup` untimed launches (tuning
+        backends only)."""
 
     def device_copy(self, tensor: TensorArgument) -> Any:
         """A scratch copy of `tensor` in device memory (tuning backends only)."""
@@ -210,12 +207,12 @@ class GpuBackend:
                 error.notes.append(note)
             raise
 
-    def time(self, launch: Launch) -> float:
+    def time(self, launch: Launch, warmup: int, repeat: int) -> float:
         compiled = launch.compiled
         with runtime.on_device(launch.device):
             return runtime.time_launch(self._module(launch), compiled.kernel_name, self._ctas(launch), launch.block,
                                        launch.ptx_arguments(), shared_bytes=compiled.shared_bytes,
-                                       warmup=TIMING_WARMUP, repeat=TIMING_REPEAT)
+                                       warmup=warmup, repeat=repeat)
 
     def device_copy(self, tensor: TensorArgument) -> Any:
         source = tensor.host if tensor.host is not None else tensor.pointer

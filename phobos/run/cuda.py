@@ -8,10 +8,13 @@
 #   get_function      a kernel of a loaded module
 #   parameter_info    where the compiled kernel reads each parameter (offset, size),
 #                     which a parameter buffer must follow (runtime.parameter_offsets)
-#   launcher          a prebuilt cuLaunchKernel: the parameter buffer and the
-#                     `extra` array that points at it are made once, so a launch
-#                     is one pack into the buffer and one foreign call, on any
-#                     stream handle (torch's, CuPy's, PyCUDA's or a raw one)
+#   launcher          a prebuilt cuLaunchKernelEx: one buffer holds the launch
+#                     configuration (grid, block, shared memory, the stream) and
+#                     the parameters, with the `extra` array that points at them
+#                     made once, so a launch is one pack of the stream and the
+#                     parameters into the buffer and one foreign call of four
+#                     ready arguments, on any stream handle (torch's, CuPy's,
+#                     PyCUDA's or a raw one)
 #   stream_capturing  whether a stream is being captured into a CUDA graph
 #   stream_context    the context a stream belongs to
 #   pointer_device    the device that holds an address (None for host memory)
@@ -26,7 +29,7 @@
 from __future__ import annotations
 
 import ctypes
-import functools
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -69,30 +72,56 @@ class CudaError(Exception):
         self.log = log
 
 
-class Launcher:
-    """cuLaunchKernel for one function and launch shape, with its parameter buffer made once.
+#: CUlaunchConfig (CUDA 12): grid x, y, z, block x, y, z and dynamic shared memory as unsigned ints, the
+#: stream at byte STREAM_OFFSET, then the attributes (a pointer and a count; none here).  A Launcher's
+#: buffer holds it, and the kernel's parameters from PARAMS_OFFSET on.
+LAUNCH_CONFIG = struct.Struct("<7I4xQQI4x")
+STREAM_OFFSET = 32
+PARAMS_OFFSET = 64
+#: How a Launcher's stream is packed, at STREAM_OFFSET (the attribute fields after it stay 0); the
+#: parameters' format follows it: `launch_layout`.
+STREAM_FORMAT = "<Q" + "x" * (PARAMS_OFFSET - STREAM_OFFSET - 8)
 
-    The caller packs the parameters into `buffer` (a ctypes array of `size`
-    bytes) and calls `queue(stream)` (or `launch(c_void_p(stream), None,
-    extra)`), which returns the CUresult.  `lock`
-    serialises packing and launching when several threads share one Launcher
-    (ctypes releases the GIL during the call).
+
+def launch_layout(parameters: struct.Struct) -> struct.Struct:
+    """The stream and the parameters (their little-endian layout, from offset 0) as one struct, packed at
+    STREAM_OFFSET of a Launcher's buffer."""
+    return struct.Struct(STREAM_FORMAT + parameters.format.lstrip("<"))
+
+
+_STREAM = struct.Struct(STREAM_FORMAT)
+
+
+class Launcher:
+    """cuLaunchKernelEx for one function and launch shape, with its buffer made once.
+
+    The buffer holds the CUlaunchConfig (LAUNCH_CONFIG) and, from
+    PARAMS_OFFSET, the parameters (`size` bytes), which `extra` points at.
+    The caller packs the stream and the parameters (`launch_layout`, at
+    STREAM_OFFSET) and calls `launch(*arguments)` - the foreign function
+    and its four arguments, all made once - which returns the CUresult;
+    `queue(stream)` sets the stream alone and launches.  `lock` serialises
+    packing and launching when several threads share one Launcher (ctypes
+    releases the GIL during the call).
     """
 
     def __init__(self, function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
-                 shared_bytes: int, size: int, launch_kernel: Callable[..., int]):
-        self.buffer = ctypes.create_string_buffer(max(size, 1))
+                 shared_bytes: int, size: int, launch_kernel_ex: Callable[..., int]):
+        self.buffer = ctypes.create_string_buffer(PARAMS_OFFSET + max(size, 1))
+        LAUNCH_CONFIG.pack_into(self.buffer, 0, *grid, *block, shared_bytes, 0, 0, 0)
         self._size = ctypes.c_size_t(size)
-        self.extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer),
+        base = ctypes.addressof(self.buffer)
+        self.extra = (ctypes.c_void_p * 5)(_LAUNCH_PARAM_BUFFER_POINTER, base + PARAMS_OFFSET,
                                            _LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(self._size),
                                            _LAUNCH_PARAM_END)
         self.lock = threading.Lock()
-        # The dimensions and shared size are below 2^31, so they pass as C ints; the handles as pointers:
-        # launch(ctypes.c_void_p(stream), None, extra) is cuLaunchKernel with the buffer packed.
-        self.launch = functools.partial(launch_kernel, ctypes.c_void_p(function), *grid, *block, shared_bytes)
+        # cuLaunchKernelEx(&config, function, NULL, extra): the handles already as what C expects.
+        self.launch = launch_kernel_ex
+        self.arguments = (ctypes.c_void_p(base), ctypes.c_void_p(function), None, self.extra)
 
     def queue(self, stream: int) -> int:
-        return self.launch(ctypes.c_void_p(stream), None, self.extra)
+        _STREAM.pack_into(self.buffer, STREAM_OFFSET, stream)
+        return self.launch(*self.arguments)
 
 
 class DriverApi:
@@ -105,7 +134,6 @@ class DriverApi:
             "cuModuleLoadDataEx": (ctypes.POINTER(p), p, u, ctypes.POINTER(i), ctypes.POINTER(p)),
             "cuModuleUnload": (p,),
             "cuModuleGetFunction": (ctypes.POINTER(p), p, ctypes.c_char_p),
-            "cuLaunchKernel": (p, u, u, u, u, u, u, u, p, ctypes.POINTER(p), ctypes.POINTER(p)),
             "cuFuncSetAttribute": (p, i, i),
             "cuFuncGetParamInfo": (p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
                                    ctypes.POINTER(ctypes.c_size_t)),
@@ -130,8 +158,8 @@ class DriverApi:
             function.restype = i
         # The launch itself without argtypes: ctypes's conversions per argument cost more than the driver's
         # call; Launcher passes every argument already as what C expects.
-        self._launch_kernel = library["cuLaunchKernel"]
-        self._launch_kernel.restype = i
+        self._launch_kernel_ex = library["cuLaunchKernelEx"]
+        self._launch_kernel_ex.restype = i
 
     # --- errors
     def error(self, code: int, log: str = "") -> CudaError:
@@ -186,7 +214,7 @@ class DriverApi:
 
     def launcher(self, function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
                  shared_bytes: int, size: int) -> Launcher:
-        return Launcher(function, grid, block, shared_bytes, size, self._launch_kernel)
+        return Launcher(function, grid, block, shared_bytes, size, self._launch_kernel_ex)
 
     # --- streams, pointers, contexts
     def stream_capturing(self, stream: int) -> bool:

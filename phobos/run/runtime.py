@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 
@@ -631,14 +631,30 @@ STICKY_ERRORS = frozenset({"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_MISALIGNED_
                            "CUDA_ERROR_ASSERT", "CUDA_ERROR_LAUNCH_TIMEOUT"})
 
 
+class Inline(NamedTuple):
+    """What QueuedKernel.__call__ does, in pieces, for a caller that writes the launch into its own code
+    (phobos.launch.fastpath.direct_call): in the thread `owner`, `pack_into(own.buffer, cuda.STREAM_OFFSET,
+    stream, *values)` and `own.launch(*own.arguments)` without a lock (no other thread packs into that
+    buffer); in any other, the same with `shared`, under `shared.lock`; then, for a CUresult that is not 0,
+    `fail(code, stream, launcher)`."""
+
+    owner: int
+    own: cuda.Launcher
+    shared: cuda.Launcher
+    pack_into: Callable[..., None]
+    fail: Callable[[int, int, cuda.Launcher], None]
+
+
 class QueuedKernel:
     """A kernel with its launch shape and parameter layout fixed, made once and called for every launch.
 
-    `queue(stream, values)` packs `values` (in the PTX's parameter order:
-    device addresses and numbers) into the parameter buffer and queues the
-    kernel on `stream` (a raw CUstream handle: 0 is the NULL stream); it does
-    not wait.  On a machine with several devices the kernel's context is made
-    current for the launch when it is not.
+    `queue(stream, values)` packs the stream and `values` (in the PTX's
+    parameter order: device addresses and numbers) into the launch's buffer
+    and queues the kernel on `stream` (a raw CUstream handle: 0 is the NULL
+    stream); it does not wait.  On a machine with several devices the
+    kernel's context is made current for the launch when it is not.  The
+    thread that made it has a buffer of its own besides (`inline`), which
+    the calls written out for it pack without taking the lock.
     """
 
     def __init__(self, function: Function, shape: LaunchShape):
@@ -648,46 +664,50 @@ class QueuedKernel:
         self.shape = shape
         self.layout = parameter_layout(function.params, function.offsets)
         self.context = primary_context(function.device)
-        self.switch_context = device_count() > 1
+        self.only_device = device_count() == 1  # the driver sees this device alone: every CUDA tensor is on it
+        self.switch_context = not self.only_device
         function.allow_shared(shape.shared_bytes)
-        self._launcher = api.launcher(function.handle, shape.grid, shape.block, shape.shared_bytes, self.layout.size)
-        self._pack = functools.partial(self.layout.pack_into, self._launcher.buffer, 0)
-        self._queue = self._launcher.queue
-        self._lock = self._launcher.lock
+        launcher = functools.partial(api.launcher, function.handle, shape.grid, shape.block, shape.shared_bytes,
+                                     self.layout.size)
+        self._launcher, self._own = launcher(), launcher()
+        self._owner = threading.get_ident()
+        self._pack_into = cuda.launch_layout(self.layout).pack_into
 
     def __call__(self, stream: int, values: Sequence[Any]) -> None:
         """Queue the launch; a value that does not fit its parameter raises struct.error or OverflowError
         before anything is queued (callers bind values first, or fall back to binding on it)."""
-        with self._lock:
-            self._pack(*values)
-            code = self._queue(stream) if not self.switch_context else self._queue_in_context(stream)
+        launcher = self._launcher
+        with launcher.lock:
+            self._pack_into(launcher.buffer, cuda.STREAM_OFFSET, stream, *values)
+            code = launcher.launch(*launcher.arguments) if not self.switch_context else \
+                self._queue_in_context(stream)
         if code:
-            self._retry_or_raise(code, stream)
+            self._retry_or_raise(code, stream, launcher)
 
-    def inline(self) -> tuple | None:
-        """What `__call__` does, in pieces, for a caller that writes the launch into its own code
-        (phobos.launch.fastpath.direct_call): (lock, pack(*values), launch(c_void_p stream, None, extra), extra,
-        fail(code, stream)); None when a launch must make the kernel's context current first."""
+    def inline(self) -> Inline | None:
+        """The pieces of a launch (Inline); None when a launch must make the kernel's context current first."""
         if self.switch_context:
             return None
-        return self._lock, self._pack, self._launcher.launch, self._launcher.extra, self._retry_or_raise
+        return Inline(self._owner, self._own, self._launcher, self._pack_into, self._retry_or_raise)
 
     def _queue_in_context(self, stream: int) -> int:
         api = cuda.api()
         if api.current_context() == self.context:
-            return self._queue(stream)
+            return self._launcher.queue(stream)
         api.push_context(self.context)
         try:
-            return self._queue(stream)
+            return self._launcher.queue(stream)
         finally:
             api.pop_context()
 
-    def _retry_or_raise(self, code: int, stream: int) -> None:
+    def _retry_or_raise(self, code: int, stream: int, launcher: cuda.Launcher) -> None:
+        """After a launch from `launcher`'s buffer failed: again in the kernel's context, where the calling
+        thread had none current; else the error."""
         api = cuda.api()
         if code == cuda.CUDA_ERROR_INVALID_CONTEXT and not api.current_context():
             api.push_context(self.context)  # a thread that never made a context current: use the kernel's
-            with self._lock:
-                code = self._queue(stream)
+            with launcher.lock:
+                code = launcher.queue(stream)
             if not code:
                 return
         raise self.error(api.error(code))

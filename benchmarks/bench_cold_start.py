@@ -1,0 +1,151 @@
+"""The first call of a tuned kernel: in a fresh process with an empty cache, and in a second process.
+
+    python benchmarks/bench_cold_start.py [--out bench_results]
+
+Each case runs as a script file of its own in a fresh interpreter (Triton's
+@jit reads its function's source file), on torch tensors at 4096^3, timed from
+the call to the end of its kernel (loading the module and making the tensors
+come before, and are reported apart):
+
+- sgemm (examples/sgemm.phobos) and gemm_bf16 (examples/gemm_bf16.phobos),
+  each first with an empty PHOBOS_CACHE_DIR - compiling, assembling and
+  timing every configuration that serves the sizes; the target is 2 s - then
+  in a second process on the cache the first one filled (the choice, the
+  compiled kernel and the cubin read from disk; the target is 50 ms);
+- the same first call with PHOBOS_AUTOTUNE=0 (one configuration compiled);
+- Triton's first call of a one-configuration fp32 matmul (`tl.dot` with
+  input_precision="ieee") and of a bf16 one, each with an empty
+  TRITON_CACHE_DIR.
+
+Every result is checked against torch.  Prints a table, writes
+<out>/cold_start.json and a plot.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from common import plot, save, table
+
+ROOT = Path(__file__).parent.parent
+
+PHOBOS_FIRST_CALL = """
+import json, sys, time
+start = time.perf_counter()
+import torch, phobos
+torch.cuda.init()
+path, name, dtype = sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3])
+a, b = (torch.randn(4096, 4096, device="cuda").to(dtype) for _ in range(2))
+c = torch.zeros(4096, 4096, device="cuda", dtype=dtype)
+imported = time.perf_counter()
+fn = getattr(phobos.load(path), name)
+torch.cuda.synchronize()
+ready = time.perf_counter()
+fn(a, b, c, alpha=1.0, beta=0.0) if name == "sgemm" else fn(a, b, c)
+torch.cuda.synchronize()
+first = time.perf_counter() - ready
+want = (a.float() @ b.float()).to(dtype)
+ok = bool(torch.allclose(c.float(), want.float(), rtol=1e-2, atol=1e-1))
+print(json.dumps({"first_call_s": first, "load_s": ready - imported, "setup_s": imported - start, "ok": ok,
+                  "config": fn.config, "configurations": len(fn.timings) or 1}))
+"""
+
+TRITON_FIRST_CALL = """
+import json, sys, time
+start = time.perf_counter()
+import torch, triton, triton.language as tl
+
+@triton.jit
+def matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pm, pn = tl.program_id(0), tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        x = tl.load(a + rm[:, None] * K + (k + rk)[None, :])
+        y = tl.load(b + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(x, y, input_precision="ieee")
+    tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty))
+
+dtype = getattr(torch, sys.argv[1])
+a, b = (torch.randn(4096, 4096, device="cuda").to(dtype) for _ in range(2))
+c = torch.empty(4096, 4096, device="cuda", dtype=dtype)
+torch.cuda.synchronize()
+ready = time.perf_counter()
+matmul[(4096 // 64, 4096 // 64)](a, b, c, 4096, 4096, 4096, BM=64, BN=64, BK=32)
+torch.cuda.synchronize()
+first = time.perf_counter() - ready
+ok = bool(torch.allclose(c.float(), (a.float() @ b.float()), rtol=1e-2, atol=1e-1))
+print(json.dumps({"first_call_s": first, "setup_s": ready - start, "ok": ok, "configurations": 1}))
+"""
+
+
+def fresh_process(script: str, args: list[str], env: dict[str, str]) -> dict:
+    """Run `script` as a file in a fresh interpreter; the JSON its last line prints, or the error it ended with."""
+    with tempfile.TemporaryDirectory(prefix="bench-cold-") as tmp:
+        path = Path(tmp) / "first_call.py"
+        path.write_text(textwrap.dedent(script))
+        done = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
+                              env={**os.environ, **env}, cwd=ROOT, timeout=600)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit status {done.returncode}", "stderr_tail": lines[-20:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cases() -> list[tuple[str, str, list[str], dict, str | None]]:
+    """(label, script, arguments, environment, cache) per run, in order; runs that share a cache name share a
+    cache directory, the later ones finding what the earlier ones left."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    sgemm = [str(ROOT / "examples" / "sgemm.phobos"), "sgemm", "float32"]
+    gemm = [str(ROOT / "examples" / "gemm_bf16.phobos"), "gemm_bf16", "bfloat16"]
+    return [("Phobos sgemm 4096^3, empty cache", PHOBOS_FIRST_CALL, sgemm, {"PYTHONPATH": path}, "sgemm"),
+            ("Phobos sgemm 4096^3, second process", PHOBOS_FIRST_CALL, sgemm, {"PYTHONPATH": path}, "sgemm"),
+            ("Phobos gemm_bf16 4096^3, empty cache", PHOBOS_FIRST_CALL, gemm, {"PYTHONPATH": path}, "gemm"),
+            ("Phobos gemm_bf16 4096^3, second process", PHOBOS_FIRST_CALL, gemm, {"PYTHONPATH": path}, "gemm"),
+            ("Phobos sgemm 4096^3, PHOBOS_AUTOTUNE=0, empty cache", PHOBOS_FIRST_CALL, sgemm,
+             {"PYTHONPATH": path, "PHOBOS_AUTOTUNE": "0"}, "untuned"),
+            ("Triton fp32 matmul 4096^3, one configuration, empty cache", TRITON_FIRST_CALL, ["float32"], {}, None),
+            ("Triton bf16 matmul 4096^3, one configuration, empty cache", TRITON_FIRST_CALL, ["bfloat16"], {},
+             None)]
+
+
+TARGETS = {"empty cache": 2.0, "second process": 0.05}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench_results")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-cold-cache-") as caches:
+        for label, script, arguments, env, cache in cases():
+            place = Path(caches) / (cache or f"triton-{len(rows)}")
+            variable = "PHOBOS_CACHE_DIR" if cache else "TRITON_CACHE_DIR"
+            result = fresh_process(script, arguments, {**env, variable: str(place)})
+            target = next((t for words, t in TARGETS.items() if label.startswith("Phobos") and label.endswith(words)
+                           and "AUTOTUNE" not in label), None)
+            rows.append({"first call": label, "target_s": target, **result})
+            print(f"{label}: {result}", flush=True)
+    for r in rows:
+        r.setdefault("configurations", "")
+        r["seconds"] = r.get("first_call_s", float("nan"))
+        r["meets"] = "" if r["target_s"] is None else ("yes" if r["seconds"] <= r["target_s"] else "NO")
+        r["target"] = "" if r["target_s"] is None else f"<= {r['target_s']:g} s"
+    print(table(rows, [("first call", "first call (fresh process)", ""), ("seconds", "s", ".3f"),
+                       ("target", "target", ""), ("meets", "met", ""),
+                       ("configurations", "configurations", "")]))
+    print(f"wrote {save('cold_start', rows, {}, args.out)}")
+    plot("cold_start", [r for r in rows if "first_call_s" in r], "first call", [("seconds", "s")],
+         "seconds to the end of the first call", args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+# The row kernels of examples/ - softmax, layer norm and row sums - in every variant their launch
+# rules offer, at widths that reach each shape of the work and its edges: several rows to a warp
+# (short rows), whole rows in registers up to 16384 columns (with a partial last row block of a
+# program), and longer rows walked in blocks (with and without a partial last block); row lengths
+# that are no multiple of the vector (so no vector access is aligned) and ones that are (the last
+# block's vectors are masked one by one).  Each configuration valid for the sizes runs in the
+# interpreter (the language's meaning) and in the PTX emulator (the code generated), against NumPy.
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import phobos
+
+from .test_kernels import case_layernorm, case_row_sum, case_softmax, check_outputs
+
+ROOT = Path(__file__).parent.parent
+
+KERNELS = {"softmax": (case_softmax, 1e-6, 1e-6), "layernorm": (case_layernorm, 1e-5, 1e-5),
+           "row_sum": (case_row_sum, 1e-5, 1e-4)}
+
+# (rows, columns): a tail of rows a program of 16 or 64 rows leaves, rows of one vector or shorter,
+# ragged and aligned widths, one row block exactly, the longest row held in registers and the first
+# walked in blocks, and walks with and without a partial last block.
+SIZES = [(37, 64), (5, 3), (70, 1), (9, 1000), (4, 1001), (3, 4096), (2, 16384), (1, 16385), (2, 24576),
+         (2, 20001), (1, 20000)]
+
+
+def configurations(fn, m: int, n: int) -> list[dict]:
+    return fn.rules.serving(fn.rules.autotune_configurations(), {"M": m, "N": n})[0]
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_every_variant_at_every_edge(name, mode):
+    make, rtol, atol = KERNELS[name]
+    fn = getattr(phobos.load(ROOT / "examples" / f"{name}.phobos", mode=mode), name)
+    ran = set()
+    for m, n in SIZES:
+        configs = configurations(fn, m, n)
+        assert configs, f"{name}: no configuration serves {m} x {n}"
+        for config in configs:
+            label = f"{name} {mode} {m}x{n} {config}"
+            args, expected = make(m, n)(np.random.default_rng(zlib.crc32(label.encode())))
+            forced = fn.configure(**{k: v for k, v in config.items() if k in fn.rules.space})
+            forced(*args)
+            assert forced.config == config, label
+            check_outputs(label, args, expected, rtol, atol)
+            ran.add((config["LOOP"], config["ROWS"] > 1))
+    assert ran == {(0, False), (0, True), (1, False)}, f"{name}: variants run: {sorted(ran)}"
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_the_variants_follow_the_sizes(name):
+    fn = getattr(phobos.load(ROOT / "examples" / f"{name}.phobos", mode="interpret"), name)
+    short = configurations(fn, 4096, 64)
+    assert {c["BN"] for c in short} == {64} and max(c["ROWS"] for c in short) == 64
+    # a vector a thread at least, but for one warp (a row of fewer than 128 columns alone)
+    assert all(c["ROWS"] * 64 >= 4 * 32 * c["WARPS"] or c["WARPS"] == 1 for c in short)
+    whole = configurations(fn, 64, 16384)
+    assert {(c["LOOP"], c["BN"], c["ROWS"]) for c in whole} == {(0, 16384, 1)}
+    long = configurations(fn, 64, 100000)
+    assert sorted((c["WARPS"], c["LOOP"], c["BN"], c["ROWS"]) for c in long) == \
+        [(8, 1, 8192, 1), (16, 1, 8192, 1), (32, 1, 16384, 1)]
