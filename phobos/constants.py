@@ -37,7 +37,11 @@
 #              -> f32 keeps the bits (it is a shift); f32 -> f64 keeps the
 #              payload, quieted.
 #   16-bit     values of f16 and bf16 are held as f32 arrays whose elements
-#   floats     the 16-bit format represents (`round_half` makes them).
+#   floats     the 16-bit format represents (`round_half` makes them); an
+#              operation whose result is 16-bit computes in f32 and rounds
+#              once to it (exact for + - * / of two 16-bit values: f32 has
+#              more than twice their precision, so the result is the one a
+#              16-bit unit gives).
 #   literals   an expression of literals alone is computed exactly (`exact`:
 #              Python integers and doubles, C division), then takes the dtype
 #              its context gives it, where it must be representable (`fits`).
@@ -68,6 +72,9 @@ OPERATORS: dict[str, tuple[str, dict]] = {
        (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
 }
 UNARY_OPERATORS = {"-": "neg", "!": "not", "~": "not"}
+# The operations whose result on 16-bit floats is rounded to the 16-bit format (computed in f32); the
+# others (neg, abs, min, max, select and moves) give one of their operands' values, which it holds.
+ROUNDED_OPCODES = frozenset({"add", "sub", "mul", "div", "rem"})
 
 # Binary floating-point formats: (bits of precision, largest exponent).
 _FLOAT_FORMATS = {DType.F16: (11, 15), DType.BF16: (8, 127), DType.F32: (24, 127), DType.F64: (53, 1023)}
@@ -448,8 +455,8 @@ def evaluate(opcode: str, attrs: dict, operands: list[Constant], dtypes: list[DT
         return None
     arrays = [_array(v, d) for v, d in zip(operands, dtypes)]
     with np.errstate(all="ignore"):
-        out = fn(*arrays)
-    return _constant(np.asarray(out).astype(NUMPY[result]))
+        out = np.asarray(fn(*arrays)).astype(NUMPY[result])
+        return _constant(round_half(out, result) if result.is_half else out)
 
 
 _EXACT: dict[str, Callable] = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,

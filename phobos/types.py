@@ -2,9 +2,10 @@
 #
 # A dtype is an element type.  Values are computed in the *compute* dtypes
 # (bool, i32, i64, u32, f32, f64).  f16 and bf16 are *16-bit float* dtypes:
-# values may have them (a load from such a tensor, a conversion bf16(x)), and
-# `dot` of two of them runs on the tensor cores, but any arithmetic on them is
-# computed in f32 (`compute`), and the compiler holds them in f32 registers.
+# values may have them (a load from such a tensor, a conversion bf16(x), and
+# arithmetic on two of one format, which gives that format), and `dot` of two
+# of them runs on the tensor cores; arithmetic on them is computed in f32
+# (`compute`) and rounded back, and the compiler holds them in f32 registers.
 # i8 and i16 are *storage* dtypes: only the element type of a tensor, whose
 # loads give i32 values.  A store converts to the tensor's dtype (round to
 # nearest even; integers keep their low bits).  Three kinds of value exist:
@@ -67,7 +68,7 @@ class DType(Enum):
 
     @property
     def is_half(self) -> bool:
-        """A 16-bit float (f16, bf16): values may have it; arithmetic on them runs in f32."""
+        """A 16-bit float (f16, bf16): values may have it; arithmetic on them runs in f32, rounded back."""
         return self in (DType.F16, DType.BF16)
 
     @property

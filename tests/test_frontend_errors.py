@@ -746,9 +746,9 @@ CASES = [
         }
         """, SemanticError, 2, 13, "a string can only be an option of a builtin"),
     Case("assigning f32 to a bf16 variable", """\
-        kernel k(a: tensor<bf16>[N]) {
+        kernel k(a: tensor<bf16>[N], s: f32) {
             var x = a[0 :+ 16]
-            x = x * 2.0
+            x = x * s
         }
         """, SemanticError, 3, 9, "cannot assign an f32 value to a bf16 variable; convert it with bf16(...)"),
     Case("atomic_add on an f16 tensor", """\

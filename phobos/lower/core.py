@@ -469,11 +469,12 @@ class Lowering:
 # ------------------------------------------------------------------ plain helpers
 
 def scalar_op(low: "Lowering", op: Op, operands: list[Value]) -> Value:
-    """One element of element-wise `op`, on the registers of its operands' elements."""
+    """One element of element-wise `op`, on the registers of its operands' elements (a 16-bit float's in
+    the f32 register that holds it)."""
     dtype = op.result.dtype
     if op.opcode == "cast" and (dtype.is_half or op.operands[0].dtype.is_half):
         return convert_register(low, operands[0], dtype)
-    return low.op(op.opcode, operands, ScalarType(dtype), **op.attrs)
+    return low.op(op.opcode, operands, ScalarType(dtype.compute), **op.attrs)
 
 
 def convert_register(low: "Lowering", x: Value, to: DType) -> Value:

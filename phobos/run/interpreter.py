@@ -152,9 +152,14 @@ def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | Non
     return lambda f: np.broadcast_to(fn(f), want)
 
 
-def _binary_function(op: str):
-    """The numpy function of the source operator `a op b`, as `phobos.constants` defines it."""
-    return constants.operation(*constants.OPERATORS[op])
+def _binary_function(op: str, dtype: DType):
+    """The numpy function of the source operator `a op b` with a result of `dtype`, as `phobos.constants`
+    defines it: arithmetic of a 16-bit float computed in f32 and rounded once to it."""
+    opcode, attrs = constants.OPERATORS[op]
+    fn = constants.operation(opcode, attrs)
+    if dtype.is_half and opcode in constants.ROUNDED_OPCODES:
+        return lambda a, b: constants.round_half(fn(a, b), dtype)
+    return fn
 
 
 def _via_f64(fn):
@@ -359,10 +364,12 @@ class _Compiler:
         return self.slots.setdefault(sym, GRID_SLOTS + len(self.slots))
 
     def operand_dtype(self, a: ast.Expr, b: ast.Expr) -> DType:
-        """The dtype two operands meet in: a literal-only side follows the other, 16-bit floats
-        meet as f32 (as irgen)."""
-        da, db = self.ck.types[a].dtype.compute, self.ck.types[b].dtype.compute
-        return da if da == db or b in self.ck.weak else db
+        """The dtype two operands meet in, as irgen's: a literal-only side follows the other; a 16-bit
+        float meets f32, or the other 16-bit format, in f32."""
+        da, db = self.ck.types[a].dtype, self.ck.types[b].dtype
+        if da == db or b in self.ck.weak:
+            return da
+        return db if a in self.ck.weak else da.compute
 
     # ------------------------------------------------------------ statements
     def block(self, block: ast.Block) -> Fn:
@@ -437,7 +444,7 @@ class _Compiler:
             return _broadcast(self.expr(s.value, dtype), shape_of(self.ck.types[s.value]), shape_of(target_t))
         if s.op == "+=" and self.fusable_dot(s.value, target_t):
             return self.fused_dot(old, s.value)
-        fn, value = _binary_function(s.op[:-1]), self.expr(s.value, dtype)
+        fn, value = _binary_function(s.op[:-1], dtype), self.expr(s.value, dtype)
         return lambda f: fn(old(f), value(f))
 
     @STATEMENTS.on(ast.ExprStmt)
@@ -666,7 +673,7 @@ class _Compiler:
             for dot, other in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
                 if self.fusable_dot(dot, self.ck.types[e]):
                     return self.fused_dot(self.expr(other, dtype), dot)
-        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op)
+        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, self.ck.types[e].dtype)
         return lambda f: fn(a(f), b(f))
 
     @EXPRESSIONS.on(ast.Index)
@@ -750,8 +757,10 @@ class _Compiler:
     def call_unary_float(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         x, fn = self.expr(e.args[0], dtype), UNARY_FLOAT[e.func]
-        if dtype is DType.F32:
+        if dtype.compute is DType.F32:
             fn = _via_f64(fn)
+        if dtype.is_half:  # computed in f32, rounded to the 16-bit format
+            return lambda f: (lambda v: constants.round_half(constants.arithmetic_nan(fn(v), v), dtype))(x(f))
         return lambda f: (lambda v: constants.arithmetic_nan(fn(v), v))(x(f))
 
     @BUILTIN_RULES.on("unary_numeric")

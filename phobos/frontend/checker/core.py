@@ -391,13 +391,15 @@ class Checker:
         return (have.is_int and (want.is_int or want.is_float)) or (have.is_float and want.is_float)
 
     def unify_dtypes(self, a: ast.Expr | None, da: DType, b: ast.Expr | None, db: DType, loc: Loc) -> DType:
-        """The dtype of an operation on `a` and `b`: theirs when equal, else the one that
-        a literal-only side adapts to.  16-bit floats take part as f32 (their compute dtype)."""
-        da, db = da.compute, db.compute
+        """The dtype of an operation on `a` and `b`: theirs when equal (f16 op f16 is f16, as in
+        Triton), else the one that a literal-only side adapts to; a 16-bit float meets f32, or the
+        other 16-bit format, in f32."""
         if da == db or (b is not None and self.adapts(b, db, da)):
             dtype = da
         elif a is not None and self.adapts(a, da, db):
             dtype = db
+        elif da.is_float and da.compute == db.compute:
+            dtype = da.compute
         else:
             raise SemanticError(f"mismatched types {da} and {db}; convert one side, e.g. {da}(...) "
                                 f"or {db}(...)", loc)

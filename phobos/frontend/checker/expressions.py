@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...constants import OPERATORS, evaluate, exact
 from ...errors import Loc, SemanticError
-from ...types import DType, ScalarType, TensorType, TileType, TupleType, ValueType, shape_of, with_dtype
+from ...types import DType, ScalarType, TensorType, TileType, TupleType, ValueType, shape_of
 from .. import ast
 from ..ast import start_loc
 from .core import EXPRESSIONS, Checker, Poisoned, article
@@ -75,7 +75,6 @@ def expr_unary(ck: Checker, e: ast.Unary):
     if e.op == "-":
         if t.dtype is DType.BOOL:
             raise SemanticError("unary '-' needs a number, not bool; use '!' for logical not", e.loc)
-        t = with_dtype(t, t.dtype.compute)
         if value is not None:
             if e.operand in ck.weak:
                 ck.check_fits(-value, DType.I64, e.loc)

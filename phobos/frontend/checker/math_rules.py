@@ -39,13 +39,12 @@ def call_unary_float(ck: Checker, e: ast.Call):
     if not t.dtype.is_float:
         raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                             start_loc(e.args[0]))
-    t = with_dtype(t, t.dtype.compute)
     allowed = BUILTINS[e.func].dtypes
-    if t.dtype not in allowed:
+    if t.dtype.compute not in allowed:
         names = " and ".join(str(d) for d in allowed)
         raise SemanticError(f"{e.func}() is implemented for {names} only, not {t.dtype}; convert the "
                             f"argument with {allowed[0]}(...)", start_loc(e.args[0]))
-    return t
+    return t  # of a 16-bit float: computed in f32, rounded to it
 
 
 @BUILTIN_RULES.on("unary_numeric")
@@ -54,7 +53,7 @@ def call_unary_numeric(ck: Checker, e: ast.Call):
     t = ck.value(e.args[0])
     if t.dtype is DType.BOOL:
         raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
-    return ck.concrete(e.args[0], with_dtype(t, t.dtype.compute))
+    return ck.concrete(e.args[0], t)
 
 
 @BUILTIN_RULES.on("binary_numeric")
@@ -109,11 +108,12 @@ def call_cast(ck: Checker, e: ast.Call):
 
 
 def operands_in(ck: Checker, e: ast.Call, dtypes) -> DType:
-    """The dtype all arguments of `e` meet in, checked against `dtypes`."""
+    """The dtype all arguments of `e` meet in (16-bit floats in f32), checked against `dtypes`."""
     types = [ck.value(x) for x in e.args]
     dtype = types[0].dtype
     for x, t in zip(e.args[1:], types[1:]):
         dtype = ck.unify_dtypes(e.args[0], dtype, x, t.dtype, start_loc(x))
+    dtype = dtype.compute
     if dtype not in dtypes:
         names = " and ".join(map(str, dtypes))
         raise SemanticError(f"{e.func}() works on {names}, not {dtype}", e.loc)
