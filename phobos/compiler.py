@@ -342,7 +342,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
     thread = lower(func, tgt.shared_limit(ck.knobs.ctas_per_sm), tgt.cp_async, index_bits, read_only_cache,
-                   tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma)
+                   tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma, tgt.compute_capability)
     expand_math(thread)
     if dumps is not None and (dumps.schedule or dumps.ir):
         dumps.texts += [f"// {text}" if i == 0 else text

@@ -32,10 +32,12 @@
 #   casts      int -> int keeps the low bits; float -> int truncates toward
 #              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi);
 #              to a float rounds to nearest even; to bool is `!= 0`.  To f16
-#              or bf16: to f32 first, then rounded to nearest even.  A NaN cast
-#              to f32, f16 or bf16 becomes the canonical NaN, except that bf16
-#              -> f32 keeps the bits (it is a shift); f32 -> f64 keeps the
-#              payload, quieted.
+#              or bf16: rounded once to nearest even, from any dtype (an
+#              integer through f64, exactly but for an i64 past 2^53; an f64
+#              or integer through f32 rounded to odd, see round_to_odd_f32).
+#              A NaN cast to f32, f16 or bf16 becomes the canonical NaN,
+#              except that bf16 -> f32 keeps the bits (it is a shift); f32 ->
+#              f64 keeps the payload, quieted.
 #   16-bit     values of f16 and bf16 are held as f32 arrays whose elements
 #   floats     the 16-bit format represents (`round_half` makes them); an
 #              operation whose result is 16-bit computes in f32 and rounds
@@ -393,6 +395,18 @@ def _float_to_float(x, to: DType):
     return arithmetic_nan(np.asarray(x, np.float64).astype(np.float32))
 
 
+def round_to_odd_f32(x):
+    """f64 values as f32, rounded toward zero and the last bit set where that was inexact ("round to
+    odd"): rounding these to nearest even in a format of at most 22 bits of precision gives the f64
+    value's own rounding, as if once (f32 keeps two bits more than it needs).  NaN stays NaN."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        t = x.astype(np.float32)
+        t = np.where(np.abs(t.astype(np.float64)) > np.abs(x), np.nextafter(t, np.float32(0)), t)
+        inexact = t.astype(np.float64) != x
+        return np.where(inexact & ~np.isnan(x), (t.view(np.uint32) | 1).view(np.float32), t)[()]
+
+
 def convert_array(x, to: DType, frm: DType | None = None):
     """Values of `x`, of dtype `frm` (by default the one its NumPy dtype is), converted to `to`, as
     the GPU's cvt does it (see the header)."""
@@ -403,6 +417,8 @@ def convert_array(x, to: DType, frm: DType | None = None):
     if frm.is_half:
         return convert_array(_widen(x, frm), to, DType.F32)
     if to.is_half:
+        if frm is DType.F64 or (frm.is_int and frm.bits >= 32):  # one rounding: through f32 rounded to odd
+            return round_half(round_to_odd_f32(convert_array(x, DType.F64, frm)), to)
         return round_half(convert_array(x, DType.F32, frm), to)
     target = NUMPY[to]
     with np.errstate(all="ignore"):

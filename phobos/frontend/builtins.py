@@ -138,8 +138,9 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             effect=True, void=True),
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}.", "cast")
       for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32)],
-    *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: to f32, then rounded to nearest even "
-              f"in the 16-bit format (arithmetic on the result is computed in f32 and rounded back to it).", "cast")
+    *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: rounded once to nearest even in the "
+              f"16-bit format, from any dtype (arithmetic on the result is computed in f32 and rounded back to it).",
+              "cast")
       for dt in (DType.BF16, DType.F16)],
 ]}
 

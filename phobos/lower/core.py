@@ -481,11 +481,15 @@ def convert_register(low: "Lowering", x: Value, to: DType) -> Value:
     """Register `x` converted to a value of dtype `to`, in a register of its compute dtype.
 
     A 16-bit float is held in an f32 register: widening one to f32 is nothing,
-    and a conversion to one goes to f32, then rounds through the 16-bit format
-    (what the language says a conversion does) back into f32.
+    and a conversion to one rounds once through the 16-bit format (what the
+    language says a conversion does) back into f32 - from f32 (or bool), or
+    from f64, into which an integer first converts (exactly, but for an i64
+    past 2^53; constants.convert_array).
     """
     if to.is_half:
-        if x.dtype is not DType.F32:
+        if x.dtype.is_int:
+            x = low.op("cast", [x], ScalarType(DType.F64))
+        elif x.dtype is not DType.F64 and x.dtype is not DType.F32:
             x = low.op("cast", [x], ScalarType(DType.F32))
         return low.op("cast", [low.op("cast", [x], ScalarType(to))], ScalarType(DType.F32))
     return x if to is x.dtype else low.op("cast", [x], ScalarType(to))

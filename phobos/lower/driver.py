@@ -13,7 +13,8 @@ from .core import Lowering
 
 
 def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32,
-          read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False) -> Function:
+          read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False,
+          capability: int = 75) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
@@ -31,7 +32,9 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     read-only cache (ld.global.nc), for calls whose tensors overlap;
     `tensor_cores` allows mma.sync (sm_80 and newer), `wgmma` wgmma.mma_async
     (sm_90a), `tma` copies by TMA through tensor maps (parameters of kind
-    `tensor_map` in attrs `params`, which the launcher fills per call).
+    `tensor_map` in attrs `params`, which the launcher fills per call);
+    `capability` is the target's compute capability (attr `capability`: 80
+    and newer convert to bf16 natively, 90 and newer add bf16 atomically).
     """
     low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma)
     persistent = pipeline.persistent_loop(low)
@@ -42,5 +45,5 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     low.out.attrs["shared_bytes"] = low.smem_bytes
     low.out.attrs["notes"] = list(low.notes)
     low.out.attrs["schedules"] = list(low.schedules)
-    low.out.attrs["native_bf16"] = tensor_cores  # cvt to bf16 exists where mma.sync does (sm_80)
+    low.out.attrs["capability"] = capability
     return low.out

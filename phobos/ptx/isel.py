@@ -329,13 +329,16 @@ def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
 
 
 def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
-    """f32 -> bf16, rounding to nearest even: cvt.rn.bf16.f32 on sm_80 and newer (the function's attr
-    `native_bf16`), else with integer ops."""
-    if frm is not DType.F32:
+    """f32 or f64 -> bf16, rounding once to nearest even: cvt.rn.bf16.f32 on sm_80 and newer (the
+    function's attr `capability`), else with integer ops; an f64 first to f32 rounded to odd
+    (`_f64_to_odd_f32`), which makes the two roundings one."""
+    if frm is DType.F64:
+        src = _f64_to_odd_f32(s, src)
+    elif frm is not DType.F32:
         f32 = s.new(DType.F32)
         convert(s, f32, src, frm, DType.F32)
         src = f32
-    if s.func.attrs.get("native_bf16"):
+    if s.func.attrs.get("capability", 0) >= 80:
         s.emit("cvt.rn.bf16.f32", dst, s.reg_of(src, DType.F32))
         return
     bits, lsb, out, nan = s.new(DType.I32), s.new(DType.I32), s.new(DType.I32), s.new(DType.BOOL)
@@ -347,6 +350,22 @@ def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
     s.emit("setp.nan.f32", nan, src, src)
     s.emit("selp.b32", out, Imm(0x7FFF, DType.I32), out, nan)  # any NaN becomes the canonical NaN, as cvt's
     s.emit("cvt.u16.u32", dst, out)
+
+
+def _f64_to_odd_f32(s: Selector, src) -> VReg:
+    """An f64 as f32 rounded toward zero, its last bit set where that was inexact (constants.
+    round_to_odd_f32): rounded again to a 16-bit format, it rounds as the f64 would, once."""
+    x = s.reg_of(src, DType.F64)
+    low, back, bits, odd, out = s.new(DType.F32), s.new(DType.F64), s.new(DType.I32), s.new(DType.I32), s.new(DType.F32)
+    inexact = s.new(DType.BOOL)
+    s.emit("cvt.rz.f32.f64", low, x)
+    s.emit("cvt.f64.f32", back, low)
+    s.emit("setp.ne.f64", inexact, back, x)  # false for NaN: it stays as cvt made it
+    s.emit("mov.b32", bits, low)
+    s.emit("or.b32", odd, bits, Imm(1, DType.I32))
+    s.emit("selp.b32", bits, odd, bits, inexact)
+    s.emit("mov.b32", out, bits)
+    return out
 
 
 def _cast(s: Selector, op: Op) -> None:

@@ -1,0 +1,86 @@
+# The dtypes and operations a Triton user expects: conversions to 16-bit
+# floats rounded once from any dtype, float `%` (fmod), u64, integer dot,
+# 16-bit atomic_add, and the math functions of f64 (and the inverse and
+# hyperbolic ones of both float widths).  Each runs in the interpreter, in the
+# emulator for every target family (sm_75, sm_80, sm_90a: the PTX differs
+# where the hardware does) and on the GPU (marked `gpu`), and gives the same
+# bits - or, for the transcendental functions, results within their documented
+# bound (docs/language.md, "Accuracy of math functions").
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import phobos
+from phobos.run.backends import EmulateBackend
+
+from .language_support import run
+from .emulator_support import PTXAS, ptxas_errors
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = ml_dtypes.bfloat16
+TARGETS = ("sm_75", "sm_80", "sm_90a")
+
+
+class EmulateFor(EmulateBackend):
+    """The emulator running the PTX compiled for `target` (the plain emulate mode compiles for sm_90)."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def arch(self, index: int = 0) -> str:
+        return self.target
+
+    def __repr__(self) -> str:
+        return f"emulate-{self.target}"
+
+
+MODES = ["interpret", *(EmulateFor(t) for t in TARGETS), pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def run_in(src: str, mode, *args, **kw):
+    """language_support.run in `mode`; for an emulated target, ptxas must accept its PTX first."""
+    if isinstance(mode, EmulateFor) and PTXAS is not None:
+        ptx = phobos.compile_to_ptx(src, arch=mode.target, config=kw.get("config"))
+        errors = ptxas_errors(ptx, mode.target)
+        assert errors is None, errors
+    return run(src, mode, *args, **kw)
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """The bit patterns of float values, every NaN as one pattern (which NaN is the NaN semantics'
+    concern, tested in test_nan_bits)."""
+    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
+    values = np.asarray(a, np.float32 if a.dtype.itemsize == 2 else a.dtype)
+    return np.where(np.isnan(values), uint(0x7FFF), np.ascontiguousarray(a).view(uint))
+
+
+# ------------------------------------------------------------ conversions to 16-bit floats
+TO_16_BIT = """
+kernel k(x: tensor<f64>[N], i: tensor<i32>[N], h: tensor<f16>[N], b: tensor<bf16>[N], hi: tensor<f16>[N],
+         bi: tensor<bf16>[N]) {
+    h[0 :+ 16] = f16(x[0 :+ 16])
+    b[0 :+ 16] = bf16(x[0 :+ 16])
+    hi[0 :+ 16] = f16(i[0 :+ 16])
+    bi[0 :+ 16] = bf16(i[0 :+ 16])
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_conversions_to_16_bit_floats_round_once(mode):
+    """f16(x) and bf16(x) of an f64 (or an i32) round the value itself, not its f32 rounding: 1 + 2^-11 +
+    2^-40 is just above the halfway point between two f16 values, which its f32 rounding is on."""
+    x = np.array([1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-30, 1 + 2**-11, 65519.99, 65520.0, 1e300, -1e-300,
+                  2.0**-25 * 1.0000001, np.nan, -0.0, 1 / 3, 3.4e38, 1 + 2**-8, 2.0**-133 * 1.5, -7.1, 0.1])
+    i = np.array([2**24 + 2**16 + 1, -(2**24 + 2**16 + 1), 2049, 65519, 65521, 7, 0, -1, 2**31 - 1, -2**31,
+                  2**25 + 2**17 + 2**16, 4, 5, 6, 8, 9], np.int32)
+    zeros16, zeros_b = np.zeros(16, np.float16), np.zeros(16, BF16)
+    *_, h, b, hi, bi = run_in(TO_16_BIT, mode, x, i, zeros16, zeros_b, zeros16, zeros_b)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(bits(h), bits(x.astype(np.float16)))  # numpy rounds f64 to f16 once
+        np.testing.assert_array_equal(bits(hi), bits(i.astype(np.float16)))
+    want_b = [0x3F80, 0x3F81, 0x3F80, 0x4780, 0x4780, 0x7F80, 0x8000, 0x3300, 0x7FFF, 0x8000, 0x3EAB, 0x7F80,
+              0x3F80, 0x0002, 0xC0E3, 0x3DCD]
+    np.testing.assert_array_equal(bits(b), want_b)
+    assert bits(bi)[:2].tolist() == [0x4B81, 0xCB81]  # 2^24 + 2^17, not the 2^24 that f32 then bf16 gives
