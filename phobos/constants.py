@@ -23,7 +23,8 @@
 #              comparisons with NaN are false except `ne`; `min`/`max` ignore
 #              a NaN operand (NaN only when both are) and order -0.0 below
 #              +0.0, as PTX's min and max do, so their result does not depend
-#              on the operands' order; `abs` and `-` change only the sign bit.
+#              on the operands' order; `abs` and `-` change only the sign bit;
+#              `rem` is C's fmod: exact, with the dividend's sign.
 #   NaN bits   those the GPU gives (`arithmetic_nan`, below): every f32 result
 #              that is NaN is the canonical NaN 0x7FFFFFFF (f16 and bf16 ones
 #              0x7FFF); an f64 result keeps the payload of its first NaN
@@ -219,7 +220,10 @@ def divide(a, b):
 
 
 def remainder(a, b):
-    """`a % b` of integers: a - (a / b) * b, with the dividend's sign (0 for a zero divisor)."""
+    """`a % b`, with the dividend's sign: of integers a - (a / b) * b (0 for a zero divisor); of floats
+    C's fmod, exact (NaN for a zero divisor or an infinite dividend)."""
+    if a.dtype.kind == "f":
+        return np.fmod(a, b)
     return a - divide(a, b) * nonzero_divisor(b)
 
 
@@ -493,7 +497,7 @@ def exact(opcode: str, attrs: dict, a: Constant, b: Constant) -> Constant:
         if b == 0:
             raise ZeroDivisionError("division by zero")
         if isinstance(a, float) or isinstance(b, float):
-            return a / b
+            return a / b if opcode == "div" else math.fmod(a, b)
         q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
         return q if opcode == "div" else a - q * b
     return _EXACT[opcode](a, b)

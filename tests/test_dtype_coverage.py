@@ -84,3 +84,55 @@ def test_conversions_to_16_bit_floats_round_once(mode):
               0x3F80, 0x0002, 0xC0E3, 0x3DCD]
     np.testing.assert_array_equal(bits(b), want_b)
     assert bits(bi)[:2].tolist() == [0x4B81, 0xCB81]  # 2^24 + 2^17, not the 2^24 that f32 then bf16 gives
+
+
+# ------------------------------------------------------------ float %
+FLOAT_REMAINDER = """
+kernel k(a: tensor<f32>[N], b: tensor<f32>[N], c: tensor<f64>[N], d: tensor<f64>[N], h: tensor<f16>[H],
+         y: tensor<f32>[N], z: tensor<f64>[N], w: tensor<f16>[N], lit: tensor<f64>[4]) {
+    let i = program_id(0) * 64
+    y[i :+ 64] = a[i :+ 64] % b[i :+ 64]
+    z[i :+ 64] = c[i :+ 64] % d[i :+ 64]
+    w[i :+ 64] = h[i :+ 64] % h[i + 1 :+ 64]
+    if program_id(0) == 0 {
+        lit[0] = 7.5 % 2.0
+        lit[1] = -7.5 % 2.0
+        lit[2] = f64(f32(1e30) % f32(3.0))
+        lit[3] = 5.0 % inf
+    }
+}
+"""
+
+
+def remainder_operands(rng, dtype, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs that reach every case: the largest and smallest magnitudes (the most steps), signs, zeros,
+    infinities, NaN, and random values over the whole exponent range."""
+    info = np.finfo(dtype)
+    pairs = [(info.max, info.smallest_subnormal), (-info.max, info.smallest_subnormal * 3), (info.max, info.tiny),
+             (info.smallest_subnormal * 7, info.smallest_subnormal * 2), (7.5, 2.0), (-7.5, 2.0), (7.5, -2.0),
+             (-0.0, 3.0), (0.0, -3.0), (5.0, np.inf), (-5.0, -np.inf), (np.inf, 2.0), (3.0, 0.0), (np.nan, 1.0),
+             (1.0, np.nan), (1.0, 3.0), (0.1, 0.01), (1e10, 1e-10), (2.0, 2.0), (-6.0, 3.0)]
+    exponent = np.log2(info.max)
+    rest = n - len(pairs)
+    x = rng.standard_normal(rest) * 2.0 ** rng.uniform(-exponent, exponent, rest)
+    y = rng.standard_normal(rest) * 2.0 ** rng.uniform(-exponent, exponent, rest)
+    with np.errstate(over="ignore"):
+        a = np.concatenate([np.array([p[0] for p in pairs], dtype), x.astype(dtype)])
+        b = np.concatenate([np.array([p[1] for p in pairs], dtype), y.astype(dtype)])
+    return a, b
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_float_remainder_is_fmod_exactly(mode):
+    """`%` of floats is C's fmod, as Triton's: x - trunc(x / y) y exactly, with the sign of x (was refused)."""
+    rng = np.random.default_rng(5)
+    a, b = remainder_operands(rng, np.float32, 128)
+    c, d = remainder_operands(rng, np.float64, 128)
+    h = rng.standard_normal(129).astype(np.float16)
+    *_, y, z, w, lit = run_in(FLOAT_REMAINDER, mode, a, b, c, d, h, np.zeros(128, np.float32),
+                              np.zeros(128, np.float64), np.zeros(128, np.float16), np.zeros(4), grid=(2,))
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(bits(y), bits(np.fmod(a, b)))
+        np.testing.assert_array_equal(bits(z), bits(np.fmod(c, d)))
+        np.testing.assert_array_equal(bits(w), bits(np.fmod(h[:128], h[1:])))
+    np.testing.assert_array_equal(lit, [1.5, -1.5, np.fmod(np.float32(1e30), np.float32(3.0)), 5.0])

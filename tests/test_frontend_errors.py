@@ -433,11 +433,11 @@ CASES = [
             let a = full([2048, 1], 0.0) * full([1, 1024], 0.0)
         }
         """, SemanticError, 2, 34, "too large"),
-    Case("float modulo", """\
+    Case("float shift", """\
         kernel k(x: tensor<f32>[N], s: f32) {
-            let a = s % 2.0
+            let a = s << 2
         }
-        """, SemanticError, 2, 15, "'%' needs integer"),
+        """, SemanticError, 2, 15, "'<<' needs integer"),
     Case("bool arithmetic", """\
         kernel k(x: tensor<f32>[N]) {
             let a = true + 1

@@ -131,7 +131,7 @@ def operation(ck: Checker, op: str, lt: ValueType, lhs: ast.Expr | None, rt: Val
         if dtype.is_float:
             raise SemanticError(f"'{op}' works on the bits of integers (or on bools), not on {dtype}; "
                                 f"see bitcast()", loc)
-    elif op in ("%", "<<", ">>") and not dtype.is_int:
+    elif op in ("<<", ">>") and not dtype.is_int:
         raise SemanticError(f"'{op}' needs integer operands, not {dtype}", loc)
     if op in ("<<", ">>"):
         check_shift(ck, rhs, dtype if lhs is None or lhs not in ck.weak else DType.I64)
