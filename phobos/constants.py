@@ -455,8 +455,8 @@ def convert(value: Constant, dtype: DType) -> Constant:
         source = DType.F64
     elif isinstance(value, bool):
         source = DType.BOOL
-    else:  # an integer of any dtype, or an exact one (those are checked to fit i64 first)
-        source = DType.I64
+    else:  # an integer of any dtype, or an exact one (those are checked to fit i64 or u64 first)
+        source = DType.I64 if value <= int_range(DType.I64)[1] else DType.U64
     return _converted(value, source, dtype)
 
 

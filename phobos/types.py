@@ -1,7 +1,7 @@
 # The types of Phobos values, shared by the checker, the IR and the back end.
 #
 # A dtype is an element type.  Values are computed in the *compute* dtypes
-# (bool, i32, i64, u32, f32, f64).  f16 and bf16 are *16-bit float* dtypes:
+# (bool, i32, i64, u32, u64, f32, f64).  f16 and bf16 are *16-bit float* dtypes:
 # values may have them (a load from such a tensor, a conversion bf16(x), and
 # arithmetic on two of one format, which gives that format), and `dot` of two
 # of them runs on the tensor cores; arithmetic on them is computed in f32
@@ -29,6 +29,7 @@ class DType(Enum):
     I32 = "i32"
     I64 = "i64"
     U32 = "u32"
+    U64 = "u64"
     F16 = "f16"
     BF16 = "bf16"
     F32 = "f32"
@@ -50,7 +51,7 @@ class DType(Enum):
 
     @property
     def is_int(self) -> bool:
-        return self in (DType.I8, DType.I16, DType.I32, DType.I64, DType.U32)
+        return self in (DType.I8, DType.I16, DType.I32, DType.I64, DType.U32, DType.U64)
 
     @property
     def is_signed(self) -> bool:
@@ -92,17 +93,17 @@ class DType(Enum):
 
 
 _BITS = {
-    DType.BOOL: 1, DType.I8: 8, DType.I16: 16, DType.I32: 32, DType.I64: 64, DType.U32: 32,
+    DType.BOOL: 1, DType.I8: 8, DType.I16: 16, DType.I32: 32, DType.I64: 64, DType.U32: 32, DType.U64: 64,
     DType.F16: 16, DType.BF16: 16, DType.F32: 32, DType.F64: 64,
 }
 _PROMOTED = {DType.F16: DType.F32, DType.BF16: DType.F32, DType.I8: DType.I32, DType.I16: DType.I32}
 _NUMPY = {
     DType.BOOL: "bool", DType.I8: "int8", DType.I16: "int16", DType.I32: "int32",
-    DType.I64: "int64", DType.U32: "uint32", DType.F16: "float16", DType.BF16: "bfloat16",
+    DType.I64: "int64", DType.U32: "uint32", DType.U64: "uint64", DType.F16: "float16", DType.BF16: "bfloat16",
     DType.F32: "float32", DType.F64: "float64",
 }
 
-COMPUTE_DTYPES = (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.F32, DType.F64)
+COMPUTE_DTYPES = (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.U64, DType.F32, DType.F64)
 VALUE_DTYPES = COMPUTE_DTYPES + (DType.F16, DType.BF16)  # what values (scalars, tiles) may be
 
 

@@ -136,3 +136,63 @@ def test_float_remainder_is_fmod_exactly(mode):
         np.testing.assert_array_equal(bits(z), bits(np.fmod(c, d)))
         np.testing.assert_array_equal(bits(w), bits(np.fmod(h[:128], h[1:])))
     np.testing.assert_array_equal(lit, [1.5, -1.5, np.fmod(np.float32(1e30), np.float32(3.0)), 5.0])
+
+
+# ------------------------------------------------------------ u64
+U64_KERNEL = """
+kernel k(a: tensor<u64>[N], b: tensor<u64>[N], s: u64, y: tensor<u64>[NY], q: tensor<f64>[N],
+         m: tensor<u64>[8], i: tensor<i64>[N]) {
+    let x = a[0 :+ 8]
+    let z = b[0 :+ 8]
+    y[0 :+ 8] = (x / z) + (x % z) * 3 + (x >> 60) + mulhi(x, z) + (x ^ 0xFFFFFFFFFFFFFFFF) + cdiv(x, z)
+    y[8 :+ 8] = where(x < z, x - z, s) + maximum(x, z) - abs(x) + (-z)
+    q[0 :+ 8] = f64(x)
+    i[0 :+ 8] = i64(x) + bitcast(z, i64)
+    m[0] = max(x)
+    m[1] = sum(x)
+    m[2] = 18446744073709551615
+    m[3] = u64(-1.5) + u64(3.9e19) + u64(i32(-1))
+    m[4] = a[s] + a[s - 0xFFFFFFFFFFFFFFF8 :+ 4][1]   // s is past the end: 0; the slice starts at 3
+    var n: u64 = 0
+    for t in range(u64(18446744073709551610), 18446744073709551615, 2) {
+        n += t & 0xFF
+    }
+    m[5] = n
+    m[6] = u64(argmin(x))
+    m[7] = u64(f32(x[0]))
+    atomic_add(y[16 :+ 8], x)
+    atomic_max(y[24 :+ 8], z)
+    atomic_xor(y[32 :+ 8], z)
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_u64(mode):
+    """u64 values: arithmetic (wrapping, unsigned division and shifts), comparisons, conversions, bitcast,
+    reductions, loops to the top of the range, indices past i64, atomics - the same bits everywhere."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 2**64, 8, dtype=np.uint64, endpoint=False)
+    a[:2] = [2**64 - 1, 0]
+    b = rng.integers(0, 2**64, 8, dtype=np.uint64)
+    b[2:4] = [0, 1]
+    s = 2**64 - 5
+    *_, y, q, m, i = run_in(U64_KERNEL, mode, a, b, np.uint64(s), np.arange(40, dtype=np.uint64), np.zeros(8),
+                            np.zeros(8, np.uint64), np.zeros(8, np.int64))
+    with np.errstate(over="ignore"):
+        nz = np.where(b == 0, np.uint64(1), b)
+        wide = a.astype(object) * b.astype(object)
+        want0 = (a // nz) + (a % nz) * np.uint64(3) + (a >> np.uint64(60)) \
+            + np.array([w >> 64 for w in wide], np.uint64) + ~a + (a // nz + (a % nz != 0))
+        want1 = np.where(a < b, a - b, np.uint64(s)) + np.maximum(a, b) - a + (np.uint64(0) - b)
+    np.testing.assert_array_equal(y[:8], want0)
+    np.testing.assert_array_equal(y[8:16], want1)
+    np.testing.assert_array_equal(y[16:24], np.arange(16, 24, dtype=np.uint64) + a)
+    np.testing.assert_array_equal(y[24:32], np.maximum(np.arange(24, 32, dtype=np.uint64), b))
+    np.testing.assert_array_equal(y[32:40], np.arange(32, 40, dtype=np.uint64) ^ b)
+    np.testing.assert_array_equal(q, a.astype(np.float64))
+    np.testing.assert_array_equal(i, a.view(np.int64) + b.view(np.int64))
+    total = sum(int(v) for v in a) % 2**64
+    n = sum(t & 0xFF for t in range(2**64 - 6, 2**64 - 1, 2))
+    assert m.tolist() == [int(a.max()), total, 2**64 - 1, 2**64 - 2, int(a[4]), n, int(np.argmin(a)),
+                          int(np.float32(a[0])) if np.float32(a[0]) < 2**64 else 2**64 - 1]

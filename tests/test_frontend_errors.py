@@ -478,11 +478,16 @@ CASES = [
             b[0] = 300
         }
         """, SemanticError, 2, 12, "does not fit in i8"),
-    Case("literal arithmetic beyond i64", """\
+    Case("literal arithmetic beyond u64", """\
         kernel k(x: tensor<f32>[N]) {
-            let a = 9223372036854775807 + 1
+            let a = 18446744073709551615 + 1
         }
-        """, SemanticError, 2, 33, "does not fit in i64"),
+        """, SemanticError, 2, 34, "is not a 64-bit integer"),
+    Case("literal arithmetic beyond i64 in an i64", """\
+        kernel k(x: tensor<f32>[N]) {
+            var a: i64 = 9223372036854775807 + 1
+        }
+        """, SemanticError, 2, 18, "does not fit in i64"),
     Case("infinite constant converted to an integer", """\
         kernel k(x: tensor<f32>[N]) {
             let a = i32(1e308 * 10.0)

@@ -24,7 +24,7 @@ class Builtin:
 
 
 F32_F64 = (DType.F32, DType.F64)
-ATOMIC_INTEGERS = (DType.I32, DType.U32, DType.I64)
+ATOMIC_INTEGERS = (DType.I32, DType.U32, DType.I64, DType.U64)
 
 
 def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32,)) -> Builtin:
@@ -94,10 +94,10 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     Builtin("cdiv", "cdiv(a, b)", "Integer division rounded up: the exact quotient's ceiling, "
             "without intermediate overflow (a divisor of 0 counts as 1, as for `/`).", "binary_int"),
     Builtin("mulhi", "mulhi(a, b)",
-            "The high half of the full product of two integers of one dtype (i32, u32, i64): the bits "
+            "The high half of the full product of two integers of one dtype (i32, u32, i64, u64): the bits "
             "above the ones a * b keeps.", "mulhi", dtypes=ATOMIC_INTEGERS),
     Builtin("bitcast", "bitcast(x, DTYPE)",
-            "The bits of x read as DTYPE, a dtype of the same width (f32/i32/u32, f64/i64).", "bitcast"),
+            "The bits of x read as DTYPE, a dtype of the same width (f32/i32/u32, f64/i64/u64).", "bitcast"),
     Builtin("cumsum", "cumsum(x, axis=0)",
             "Inclusive running sum along `axis` (the shape stays); the axis may be left out of a 1-D tile.",
             "scan_op"),
@@ -137,7 +137,7 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "Stops the kernel with an error (its source line and the text) where cond is false.", "assert",
             effect=True, void=True),
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}.", "cast")
-      for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32)],
+      for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.U64)],
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: rounded once to nearest even in the "
               f"16-bit format, from any dtype (arithmetic on the result is computed in f32 and rounded back to it).",
               "cast")

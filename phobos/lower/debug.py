@@ -19,7 +19,7 @@ from .indexed import scalar_layout
 from .layout import Layout
 from .values import program_index
 
-FORMATS = {DType.F32: "%.9g", DType.F64: "%.17g", DType.I32: "%d", DType.U32: "%u", DType.I64: "%lld",
+FORMATS = {DType.F32: "%.9g", DType.F64: "%.17g", DType.I32: "%d", DType.U32: "%u", DType.I64: "%lld", DType.U64: "%llu",
            DType.BOOL: "%s"}
 
 

@@ -33,11 +33,11 @@ from .memory import as_type, index_inside, index_value, strides_of
 
 ATOMIC_PTX_TYPE = {  # (op, dtype) -> the PTX type of the atom instruction
     **{("add", d): t for d, t in ((DType.F32, "f32"), (DType.F64, "f64"), (DType.I32, "s32"),
-                                  (DType.U32, "u32"), (DType.I64, "u64"))},
+                                  (DType.U32, "u32"), (DType.I64, "u64"), (DType.U64, "u64"))},
     **{(op, d): t for op in ("max", "min") for d, t in ((DType.I32, "s32"), (DType.U32, "u32"),
-                                                         (DType.I64, "s64"))},
+                                                         (DType.I64, "s64"), (DType.U64, "u64"))},
     **{(op, d): ("b64" if d.bits == 64 else "b32") for op in ("and", "or", "xor", "xchg", "cas")
-       for d in (DType.I32, DType.U32, DType.I64, DType.F32, DType.F64)},
+       for d in (DType.I32, DType.U32, DType.I64, DType.U64, DType.F32, DType.F64)},
 }
 ORDERED = {"xchg", "cas"}  # acquire-release, between barriers
 

@@ -15,7 +15,8 @@
 #
 # The tests are exact for every start the language allows, so no start can
 # wrap around into the tensor.  They are done in the start's own width
-# (`index_value`: i32 and i64 as they are, u32 zero-extended to i64) and
+# (`index_value`: i32 and i64 as they are, u32 zero-extended to i64, u64
+# above the largest i64 - outside every tensor - clamped to it) and
 # written so that nothing wraps: a slice is inside when 0 <= start and
 # size <= dim - start (never start + size <= dim, which wraps for a start
 # near 2^31; dim - start cannot wrap once start >= 0, and when start < 0 the
@@ -69,9 +70,11 @@ def slice_geometry(low: Lowering, op: Op, tensor: TensorRef):
 
 
 def index_value(low: Lowering, v: Value) -> Value:
-    """A start or single index as a value the bounds tests are exact in: i32 or i64 (u32 zero-extended),
-    at least as wide as the index type."""
-    if v.dtype is DType.U32 or low.index_type == I64:
+    """A start or single index as a value the bounds tests are exact in: i32 or i64 (u32 zero-extended,
+    u64 past the largest i64 clamped to it), at least as wide as the index type."""
+    if v.dtype is DType.U64:
+        v = low.op("min", [v, low.const(2**63 - 1, DType.U64)], ScalarType(DType.U64))
+    if v.dtype is not DType.I32 or low.index_type == I64:
         return as_type(low, v, I64)
     return v
 

@@ -349,7 +349,7 @@ class IRGen:
             magnitude = self.b.value("select", [up, step_v, magnitude_down], t)
         else:
             distance, magnitude = (up_distance, step_v) if step > 0 else (down_distance, magnitude_down)
-        if t.dtype != DType.U32:  # unsigned order of signed numbers: flip the sign bits, compare signed
+        if t.dtype.is_signed:  # unsigned order of signed numbers: flip the sign bits, compare signed
             sign = self.b.const(-(1 << (t.dtype.bits - 1)), t)
             distance = self.b.value("xor", [distance, sign], t)
             magnitude = self.b.value("xor", [magnitude, sign], t)
@@ -484,6 +484,8 @@ class IRGen:
             if isinstance(sub, ast.Slice):
                 start = self.expr(sub.start)
                 self.at(sub)
+                if start.dtype is DType.U64:  # past the largest i64 it is outside the tensor: clamped to it
+                    start = self.b.value("min", [start, self.b.const(2**63 - 1, start.type)], start.type)
                 if start.dtype is not DType.I64:  # start + i is exact: an i32 or u32 start + i may wrap
                     start = self.convert(start, DType.I64)
                 size = self.ck.consts[sub.size]

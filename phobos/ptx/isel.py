@@ -25,13 +25,16 @@ from .emit import (CLASS_OF_DTYPE, SMEM_SYMBOL, Addr, EntryParam, Imm, Instr, It
 
 TYPE_SUFFIX = {
     DType.BOOL: "pred", DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32",
-    DType.I64: "s64", DType.F16: "f16", DType.BF16: "bf16", DType.F32: "f32", DType.F64: "f64",
+    DType.I64: "s64", DType.U64: "u64", DType.F16: "f16", DType.BF16: "bf16", DType.F32: "f32", DType.F64: "f64",
 }
-BITS_SUFFIX = {DType.I32: "b32", DType.U32: "b32", DType.F32: "b32", DType.I64: "b64", DType.F64: "b64",
+BITS_SUFFIX = {DType.I32: "b32", DType.U32: "b32", DType.F32: "b32", DType.I64: "b64", DType.U64: "b64",
+               DType.F64: "b64",
                DType.BOOL: "pred", DType.F16: "b16", DType.BF16: "b16"}
-PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.F32: ".f32", DType.F64: ".f64",
+PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.U64: ".u64", DType.F32: ".f32",
+              DType.F64: ".f64",
               DType.BOOL: ".u8"}
 MEMORY_TYPE = {DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32", DType.I64: "s64",
+               DType.U64: "u64",
                DType.F32: "f32", DType.F64: "f64", DType.F16: "b16", DType.BF16: "b16", DType.BOOL: "u8"}
 SPECIAL_AXIS = "xyz"
 MMA_FRAGMENT_REGISTERS = {"m16n8k16": (4, 2), "m16n8k8": (4, 2)}  # b32 registers of A and B per lane
@@ -177,12 +180,10 @@ def _arith(opcode: str):
         elif opcode == "mul":
             name = "mul.lo"
         suffix = BITS_SUFFIX[dtype] if opcode in ("and", "or", "xor", "not", "shl") else TYPE_SUFFIX[dtype]
-        if opcode == "shr":
-            suffix = "u32" if dtype is DType.U32 else TYPE_SUFFIX[dtype]
         operands = [s.src(v) for v in op.operands]
         if opcode in ("neg", "not", "abs"):
             operands = [s.reg(op.operands[0])]
-        if dtype is DType.U32 and opcode in UNSIGNED_UNARY:  # PTX has abs and neg for signed types only
+        if dtype.is_int and not dtype.is_signed and opcode in UNSIGNED_UNARY:  # PTX's abs and neg are signed
             UNSIGNED_UNARY[opcode](s, op)
             return
         if dtype.is_float and opcode in FLOAT_SIGN:
@@ -231,7 +232,8 @@ def _unsigned_abs(s: Selector, op: Op) -> None:
 
 
 def _unsigned_neg(s: Selector, op: Op) -> None:
-    s.emit("sub.u32", s.define(op.result), Imm(0, DType.U32), s.reg(op.operands[0]))
+    dtype = op.result.dtype
+    s.emit(f"sub.{TYPE_SUFFIX[dtype]}", s.define(op.result), Imm(0, dtype), s.reg(op.operands[0]))
 
 
 UNSIGNED_UNARY = {"abs": _unsigned_abs, "neg": _unsigned_neg}
@@ -385,7 +387,7 @@ def _shfl(mode: str, clamp: int):
         lane = s.src(mask)
         name = f"shfl.sync.{mode}.b32"
         c, members = Imm(clamp, DType.I32), Imm(-1, DType.I32)
-        if dtype in (DType.I64, DType.F64):
+        if dtype.bits == 64:
             lo, hi, lo2, hi2 = (s.new(DType.I32) for _ in range(4))
             s.emit("mov.b64", Vec((lo, hi)), s.reg(x))
             s.emit(name, lo2, lo, lane, c, members)
@@ -425,7 +427,7 @@ def _atom(s: Selector, op: Op) -> None:
 PRINT_ARGS = "phobos_print_args"  # the local buffer that holds vprintf's arguments
 VPRINTF = (".extern .func (.param .b32 func_retval0) vprintf\n(\n\t.param .b64 vprintf_param_0,\n"
            "\t.param .b64 vprintf_param_1\n);")
-PRINT_TYPE = {DType.I32: "s32", DType.U32: "u32", DType.I64: "s64", DType.F64: "f64"}
+PRINT_TYPE = {DType.I32: "s32", DType.U32: "u32", DType.I64: "s64", DType.U64: "u64", DType.F64: "f64"}
 
 
 def _global_string(s: Selector, text: str) -> Sym:
@@ -507,7 +509,7 @@ def _load(space: str):
         mem = op.attrs["dtype"]
         vec = op.attrs["vec"]
         dsts = [s.define(r) for r in op.results]
-        natural = mem in (DType.F32, DType.F64, DType.I32, DType.U32, DType.I64)
+        natural = mem in (DType.F32, DType.F64, DType.I32, DType.U32, DType.I64, DType.U64)
         temp = DType.I32 if (mem is DType.BOOL or mem.is_int) else mem  # widened or 16-bit float bits
         targets = dsts if natural else [s.new(temp) for _ in dsts]
         if pred is not None:

@@ -50,7 +50,7 @@ from .checked import CheckedKernel, Frame, Loop, SizeBinding, Symbol
 from .config import declaration
 
 MAX_TILE_ELEMENTS = 1 << 20
-SCALAR_PARAM_DTYPES = (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.BOOL)
+SCALAR_PARAM_DTYPES = (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.U64, DType.BOOL)
 
 KERNEL_SCOPE = 1  # scopes[0] holds NAMED_CONSTANTS
 NAMED_CONSTANTS = {
@@ -338,12 +338,12 @@ class Checker:
         return t
 
     def concrete(self, e: ast.Expr, t: ValueType) -> ValueType:
-        """The type a value keeps when nothing around it asks for another (literals: i32, or i64
+        """The type a value keeps when nothing around it asks for another (literals: i32, or i64 - u64 -
         when the value needs it; f32)."""
         if e in self.weak and isinstance(t, ScalarType) and t.dtype is DType.I32:
             value = self.out.consts.get(e)
             if value is not None and not fits(value, DType.I32):
-                return ScalarType(DType.I64)
+                return ScalarType(DType.I64 if fits(value, DType.I64) else DType.U64)
         self.settle(e, t.dtype)
         return t
 
@@ -430,6 +430,8 @@ class Checker:
         """A literal-only expression takes `dtype`: its value must fit in it."""
         if e is not None and e in self.weak:
             value = self.out.consts.get(e)
+            if dtype is DType.U64 and isinstance(e, ast.IntLit) and e.pattern:
+                return  # a 64-bit pattern in hexadecimal: its bits, as a u64
             if value is not None:
                 self.check_fits(value, dtype, start_loc(e))
 

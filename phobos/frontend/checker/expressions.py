@@ -9,7 +9,7 @@
 # the GPU would.  Calls are calls.py's.
 from __future__ import annotations
 
-from ...constants import OPERATORS, evaluate, exact
+from ...constants import OPERATORS, evaluate, exact, fits, int_range
 from ...errors import Loc, SemanticError
 from ...types import DType, ScalarType, TensorType, TileType, TupleType, ValueType, shape_of
 from .. import ast
@@ -162,7 +162,10 @@ def fold(ck: Checker, e: ast.Binary, result: ValueType, operand_dtype: DType) ->
             value = exact(opcode, attrs, a, b)
         except ZeroDivisionError:
             raise SemanticError("division by zero in a constant expression", e.loc) from None
-        ck.check_fits(value, DType.I64, e.loc)
+        if isinstance(value, int) and not isinstance(value, bool) and not fits(value, DType.I64) \
+                and not fits(value, DType.U64):
+            raise SemanticError(f"the constant {value} is not a 64-bit integer (from {int_range(DType.I64)[0]} "
+                                f"to {int_range(DType.U64)[1]})", e.loc)
     elif opcode in ("div", "rem") and operand_dtype.is_int and b == 0:
         raise SemanticError("division by zero in a constant expression", e.loc)
     else:

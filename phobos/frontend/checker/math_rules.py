@@ -16,7 +16,7 @@ from ..builtins import BUILTINS, CAST_DTYPES
 from .calls import arity, shape_of_all
 from .core import BUILTIN_RULES, Checker, article
 
-BITCAST_DTYPES = (DType.I32, DType.U32, DType.F32, DType.I64, DType.F64)
+BITCAST_DTYPES = (DType.I32, DType.U32, DType.F32, DType.I64, DType.U64, DType.F64)
 
 
 def arith(ck: Checker, op: str, lt: ValueType, rhs: ast.Expr, rt: ValueType, loc: Loc, lhs_node) -> ValueType:
