@@ -196,3 +196,33 @@ def test_u64(mode):
     n = sum(t & 0xFF for t in range(2**64 - 6, 2**64 - 1, 2))
     assert m.tolist() == [int(a.max()), total, 2**64 - 1, 2**64 - 2, int(a[4]), n, int(np.argmin(a)),
                           int(np.float32(a[0])) if np.float32(a[0]) < 2**64 else 2**64 - 1]
+
+
+# ------------------------------------------------------------ integer dot
+INT_DOT = """
+@autotune(BK in [32])
+kernel k(a: tensor<i8>[M, K], b: tensor<i8>[K, N], c: tensor<i32>[M, N], d: tensor<i32>[M, N]) {
+    var acc: tile<i32>[32, 16] = 0
+    for k in range(0, K, BK) {
+        acc += dot(a[0 :+ 32, k :+ BK], b[k :+ BK, 0 :+ 16])
+    }
+    c[0 :+ 32, 0 :+ 16] = acc
+    d[0 :+ 32, 0 :+ 16] = dot(c[0 :+ 32, 0 :+ 16], trans(c[0 :+ 16, 0 :+ 16] * 99991))   // wraps
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_integer_dot_is_exact(mode):
+    """dot of i8 tiles (loaded as i32) is the exact i32 product, as Triton's int8 x int8 -> int32; of i32
+    tiles it wraps like i32 arithmetic (was refused)."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (30, 70)).astype(np.int8)
+    b = rng.integers(-128, 128, (70, 16)).astype(np.int8)
+    *_, c, d = run_in(INT_DOT, mode, a, b, np.zeros((30, 16), np.int32), np.zeros((30, 16), np.int32))
+    np.testing.assert_array_equal(c, a.astype(np.int64) @ b.astype(np.int64))
+    full = np.zeros((32, 16), np.int64)
+    full[:30] = c
+    with np.errstate(over="ignore"):
+        scaled = (full[:16] * 99991).astype(np.int32).astype(np.int64)
+    np.testing.assert_array_equal(d, (full @ scaled.T).astype(np.int32)[:30])

@@ -47,7 +47,8 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "Matrix product of tiles [M, K] and [K, N]: a [M, N] tile.  f32 (or f64) tiles: exact "
             "arithmetic, one fused multiply-add per term; for f32, precision=\"tf32\" or \"tf32x3\" runs "
             "on the tensor cores instead.  bf16 or f16 tiles: an f32 tile, each element the exact "
-            "products summed in f32 (on the tensor cores).", "dot"),
+            "products summed in f32 (on the tensor cores).  i32 tiles (i8 and i16 tensors load as i32): the "
+            "exact product, wrapping as i32 arithmetic does.", "dot"),
     Builtin("sum", "sum(x, axis=None)",
             "Sum of the elements of a tile along `axis` (kept with extent 1), or of all of them (a scalar).",
             "reduce"),

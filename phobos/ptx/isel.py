@@ -281,7 +281,10 @@ def _select(s: Selector, op: Op) -> None:
 
 
 def _fma(s: Selector, op: Op) -> None:
-    s.emit(f"fma.rn.{TYPE_SUFFIX[op.result.dtype]}", s.define(op.result), *(s.src(v) for v in op.operands))
+    """a * b + c: rounded once for floats, the low half (wrapping) for integers (an integer dot's steps)."""
+    dtype = op.result.dtype
+    name = "fma.rn" if dtype.is_float else "mad.lo"
+    s.emit(f"{name}.{TYPE_SUFFIX[dtype]}", s.define(op.result), *(s.src(v) for v in op.operands))
 
 
 def _unary(template: str):

@@ -311,6 +311,11 @@ def _dot_product(dtype: DType, precision: str):
                 out = a @ b if x is None else x + a @ b
             return _chain_nan(out, a, b, x)
         return product64
+    if dtype is DType.I32:  # exact, wrapping: the low 32 bits of the 64-bit sums (which may wrap too)
+        def integer(a, b, x):
+            total = a.astype(np.int64) @ b.astype(np.int64)
+            return (total if x is None else x.astype(np.int64) + total).astype(np.int32)
+        return integer
     split = _PRECISION_TERMS[precision]
 
     def product(a, b, x):

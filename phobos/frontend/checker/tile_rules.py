@@ -15,7 +15,7 @@ from ..builtins import DOT_PRECISIONS
 from .calls import arguments, arity, axis_of
 from .core import BUILTIN_RULES, Checker
 
-DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16)  # 16-bit floats: products exact, f32 sums
+DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16, DType.I32)  # 16-bit floats: products exact, f32 sums
 
 
 @BUILTIN_RULES.on("arange")
