@@ -226,3 +226,42 @@ def test_integer_dot_is_exact(mode):
     with np.errstate(over="ignore"):
         scaled = (full[:16] * 99991).astype(np.int32).astype(np.int64)
     np.testing.assert_array_equal(d, (full @ scaled.T).astype(np.int32)[:30])
+
+
+# ------------------------------------------------------------ 16-bit atomic_add
+HALF_ATOMICS = """
+kernel k(h: tensor<f16>[N], b: tensor<bf16>[N], x: tensor<f32>[M], oh: tensor<f16>[M], ob: tensor<bf16>[M]) {
+    let i = arange(0, 64) % 5
+    atomic_add(h[i], f32(i + 1))           // repeated elements: small integers, exact in any order
+    atomic_add(b[i], f32(i - 2))
+    oh[0 :+ 64] = atomic_add(h[5 :+ 64], x[0 :+ 64])   // the old values, each sum rounded once
+    ob[0 :+ 64] = atomic_add(b[5 :+ 64], x[0 :+ 64] * 3.0)
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_16_bit_atomic_add(mode):
+    """atomic_add into f16 and bf16 tensors (was refused): x is rounded to the tensor's format, then each
+    sum once (atom/red .add.noftz.f16; bf16 natively on sm_90, by compare-and-swap before), subnormals kept."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(64) * 3).astype(np.float32)
+    x[:4] = [2**-11 + 2**-30, 1e-6, 65504.0, 2**-24]  # rounds to 2^-11 first; a subnormal; overflow; the least
+    h = rng.standard_normal(69).astype(np.float16)
+    h[:9] = [3, -1, 0, 7, 2, 1.0, 0.0, 65504.0, 0.0]  # small integers where sums repeat: exact in any order
+    b = rng.standard_normal(69).astype(BF16)
+    b[:5] = [1, 2, -3, 0, 5]
+    *_, h2, b2, _, oh, ob = run_in(HALF_ATOMICS, mode, h, b, x, np.zeros(64, np.float16), np.zeros(64, BF16))
+    counts = np.bincount(np.arange(64) % 5, minlength=5)
+    with np.errstate(over="ignore"):
+        want_h = h.copy()
+        want_h[:5] = (h[:5].astype(np.float32) + counts * np.arange(1, 6)).astype(np.float16)
+        want_h[5:] = h[5:] + x.astype(np.float16)
+        want_b = b.copy()
+        want_b[:5] = (b[:5].astype(np.float32) + counts * np.arange(-2, 3)).astype(BF16)
+        want_b[5:] = (b[5:].astype(np.float32) + (x * np.float32(3)).astype(BF16).astype(np.float32)).astype(BF16)
+    np.testing.assert_array_equal(bits(h2), bits(want_h))
+    np.testing.assert_array_equal(bits(b2), bits(want_b))
+    np.testing.assert_array_equal(bits(oh), bits(h[5:]))
+    np.testing.assert_array_equal(bits(ob), bits(b[5:]))
+    assert h2[5] == 1.0 and np.isinf(h2[7]) and h2[8] == np.float16(2**-24)

@@ -756,9 +756,9 @@ CASES = [
             x = x * s
         }
         """, SemanticError, 3, 9, "cannot assign an f32 value to a bf16 variable; convert it with bf16(...)"),
-    Case("atomic_add on an f16 tensor", """\
+    Case("atomic_max on an f16 tensor", """\
         kernel k(x: tensor<f16>[N]) {
-            atomic_add(x[0 :+ 4], 1.0)
+            atomic_max(x[0 :+ 4], 1.0)
         }
         """, SemanticError, 2, 16, "f16"),
     Case("assigning to inf", """\

@@ -120,7 +120,7 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "split"),
     Builtin("concat", "concat(a, b, axis=0)",
             "a followed by b along `axis` (the other extents equal).", "concat"),
-    _atomic("add", "Adds x into the tensor elements", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
+    _atomic("add", "Adds x into the tensor elements", (DType.F32, DType.F64, DType.F16, DType.BF16) + ATOMIC_INTEGERS),
     _atomic("max", "Replaces each tensor element by the larger of it and x", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
     _atomic("min", "Replaces each tensor element by the smaller of it and x", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
     _atomic("and", "Bitwise-ands x into the tensor elements", ATOMIC_INTEGERS),

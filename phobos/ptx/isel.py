@@ -408,13 +408,16 @@ def _shfl(mode: str, clamp: int):
 
 def _atom(s: Selector, op: Op) -> None:
     """atom (red when the old value is unused and the op has a red form); a masked atom's old value
-    is 0 where its predicate is false."""
+    is 0 where its predicate is false.  bf16's add before sm_90 is a compare-and-swap loop."""
     operands = list(op.operands)
     pred = operands.pop() if op.attrs["masked"] else None
     addr, values = operands[0], operands[1:]
     kind, ptx_type = op.attrs["op"], op.attrs["type"]
     sem = ".acq_rel.gpu" if op.attrs["ordered"] else ""
     guard = s.reg(pred) if pred is not None else None
+    if ptx_type == "noftz.bf16" and s.func.attrs.get("capability", 0) < 90:
+        _bf16_add_loop(s, op, s.reg(addr), s.reg(values[0]), guard)
+        return
     args = [Addr(s.reg(addr))] + [s.reg(v) for v in values]
     kind_name = {"xchg": "exch"}.get(kind, kind)
     if not op.results and kind not in ("xchg", "cas"):
@@ -425,6 +428,31 @@ def _atom(s: Selector, op: Op) -> None:
     if guard is not None:
         s.mov(dst, Imm(ZERO.get(dtype, 0), dtype), dtype)
     s.emit(f"atom{sem}.global.{kind_name}.{ptx_type}", dst, *args, guard=guard)
+
+
+def _bf16_add_loop(s: Selector, op: Op, addr: VReg, x: VReg, guard: VReg | None) -> None:
+    """old += x on a bf16 in global memory, for targets without atom.add.bf16 (before sm_90): read it, add in
+    f32 and round to bf16 (the sum of two bf16 values rounded once), swap it in by atom.cas.b16 if the
+    element is still what was read, else again from what the swap found.  Each thread loops on its own
+    (the branches are not uniform); the old value is the one the successful swap replaced."""
+    old = s.define(op.results[0]) if op.results else s.new(DType.BF16)
+    seen, new, sum16 = s.new(DType.BF16), s.new(DType.BF16), s.new(DType.F32)
+    widened, addend, again = s.new(DType.F32), s.new(DType.F32), s.new(DType.BOOL)
+    top, done = s.label("bf16_add"), s.label("bf16_added")
+    s.mov(old, Imm(0, DType.BF16), DType.BF16)
+    if guard is not None:
+        s.emit("bra", Sym(done), ndefs=0, guard=guard, negated=True)
+    s.emit("ld.global.b16", old, Addr(addr))
+    convert(s, addend, x, DType.BF16, DType.F32)
+    s.items.append(Label(top))
+    convert(s, widened, old, DType.BF16, DType.F32)
+    s.emit("add.rn.f32", sum16, widened, addend)
+    convert(s, new, sum16, DType.F32, DType.BF16)
+    s.emit("atom.global.cas.b16", seen, Addr(addr), old, new)
+    s.emit("setp.ne.b16", again, seen, old)
+    s.mov(old, seen, DType.BF16)
+    s.emit("bra", Sym(top), ndefs=0, guard=again)
+    s.items.append(Label(done))
 
 
 PRINT_ARGS = "phobos_print_args"  # the local buffer that holds vprintf's arguments

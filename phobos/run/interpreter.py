@@ -927,6 +927,8 @@ class _Compiler:
         target, *operands = e.args
         dtype = self.ck.types[target.base].dtype
         values = [self.expr(x, dtype.compute) for x in operands]
+        if dtype.is_half:  # x in the tensor's format first (as the GPU's 16-bit add takes it)
+            values = [(lambda x: lambda f: constants.convert_array(np.asarray(x(f)), dtype))(x) for x in values]
         elements = self.elements(target)
         update = _ATOMIC_UPDATES[e.func[len("atomic_"):]](dtype)
         zero = NP[dtype.compute](0)
@@ -936,12 +938,12 @@ class _Compiler:
             tensor, index, inside = elements(f)
             args = [np.broadcast_to(a, inside.shape) for a in args]
             old = np.zeros(inside.shape, NP[dtype.compute])
-            flat = tensor.array.reshape(-1)
-            where = np.ravel_multi_index(index, tensor.array.shape) if tensor.array.size else None
             for pos in zip(*np.nonzero(inside)) if inside.ndim else ([()] if inside else []):
-                i = where[pos]
-                old[pos] = flat[i]
-                flat[i] = update(flat[i], *(a[pos] for a in args))
+                at = tuple(np.asarray(i)[pos] for i in index)
+                old[pos] = tensor.load(tensor.array[at])
+                new = update(old[pos], *(a[pos] for a in args))
+                tensor.array[at] = tensor.store(constants.convert_array(np.asarray(new), dtype) if dtype.is_half
+                                                else new)
             return np.where(inside, old, zero)[()]
         return run
 

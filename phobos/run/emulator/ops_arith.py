@@ -641,6 +641,13 @@ def _to_f64(t: PtxType, ftz: bool):
 _CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 
 
+def half_sum(t: PtxType):
+    """(a, b) -> a + b of two f16 or bf16 operands in t's storage, rounded once to nearest even (their
+    float64 sum is exact), NaN canonical: `add` of 16-bit floats and `atom.add.noftz` of them."""
+    to_f64, encode = _to_f64(t, False), _encode(t)
+    return lambda a, b: encode(_round_exact(to_f64(a) + to_f64(b), t, "rn"))
+
+
 def _encode(t: PtxType):
     """float64 values representable in t -> t's storage, NaNs made canonical."""
     if t.name == "f64":  # payloads are kept, quieted
