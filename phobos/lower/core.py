@@ -106,21 +106,31 @@ class Programs:
 
 @dataclass
 class TensorRef:
-    """A lowered tensor: base address (global, i64), dims (values of the index type), element type, and
-    whether it may be loaded through the read-only cache (ld.global.nc)."""
+    """A lowered tensor: base address (global, i64), dims (values of the index type), element type,
+    whether it may be loaded through the read-only cache (ld.global.nc), and its element strides (i64
+    values; a constant 1 for a last stride specialised to 1) when it was passed as a strided view - None:
+    row-major, the strides follow from the dims."""
 
     ptr: Value
     dims: list[Value]
     dtype: DType
     read_only: bool
+    strides: list[Value] | None = None
+
+    @property
+    def unit_last(self) -> bool:
+        """Whether consecutive elements of the last dim are adjacent in memory (vector accesses may work)."""
+        return self.strides is None or getattr(self.strides[-1].owner, "opcode", None) == "const"
 
 
 class Lowering:
     """The state of lowering one tile-level function, and the helpers on it."""
 
     def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32,
-                 read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False):
+                 read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False,
+                 strided: dict[str, bool] | None = None):
         self.src = func
+        self.strided = strided or {}  # tensors passed as strided views: name -> whether the last stride is 1
         self.tma = tma  # a K loop's stages may be copied by TMA, through tensor maps the launcher builds
         self.wgmma = wgmma  # the target is sm_90a (wgmma; cvt.rn.tf32 too)
         self.smem_limit = smem_limit

@@ -14,7 +14,7 @@ from .core import Lowering
 
 def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32,
           read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False,
-          capability: int = 75) -> Function:
+          capability: int = 75, strided: dict[str, bool] | None = None) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
@@ -34,9 +34,12 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     (sm_90a), `tma` copies by TMA through tensor maps (parameters of kind
     `tensor_map` in attrs `params`, which the launcher fills per call);
     `capability` is the target's compute capability (attr `capability`: 80
-    and newer convert to bf16 natively, 90 and newer add bf16 atomically).
+    and newer convert to bf16 natively, 90 and newer add bf16 atomically);
+    `strided` names the tensors addressed through element strides, each with
+    whether its last stride is 1 (parameters of kind `stride` in attrs
+    `params`, one per dim but such a last one, which the launcher fills).
     """
-    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma)
+    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma, strided)
     persistent = pipeline.persistent_loop(low)
     if persistent is not None:
         pipeline.lower_persistent(low, *persistent)

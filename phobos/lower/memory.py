@@ -41,6 +41,13 @@
 # register's constant offset along the last dim becomes the access's
 # immediate offset.  Offsets are 64-bit from the first product on (mul.wide).
 #
+# A tensor passed as a strided view (`TensorRef.strides`: i64 launch values,
+# the last one the constant 1 where the launcher specialised it) is addressed
+# through its strides instead of its dims: every coordinate times its stride.
+# With a last stride of 1 the accesses are vectors as above, the alignment
+# test asking every other stride to be a multiple of the vector; with another
+# last stride every element is an access of its own.
+#
 # A store that fusion.py planned is lowered together with its loads and the
 # element-wise ops between them, one vector of registers at a time; its fast
 # path needs every one of those slices inside and aligned.  A tile held by
@@ -103,7 +110,9 @@ def index_inside(low: Lowering, index: Value, dim: Value) -> Value:
 
 
 def strides_of(low: Lowering, tensor: TensorRef) -> list[Value]:
-    """Row-major strides in elements, as i64 values."""
+    """The tensor's strides in elements, as i64 values: its own, or the row-major ones of its dims."""
+    if tensor.strides is not None:
+        return tensor.strides
     strides = [None] * len(tensor.dims)
     acc = low.const(1, DType.I64)
     for d in reversed(range(len(tensor.dims))):
@@ -135,7 +144,7 @@ def unsigned_less(low: Lowering, a: Value, b: Value) -> Value:
 
 def vector_ok(tensor: TensorRef, tile_dims, layout: Layout | None) -> int:
     """The vector width (elements) usable when the slice is aligned, 1 if none."""
-    if layout is None or not tile_dims or tile_dims[-1] != len(tensor.dims) - 1:
+    if layout is None or not tile_dims or tile_dims[-1] != len(tensor.dims) - 1 or not tensor.unit_last:
         return 1
     if tensor.dtype.nbytes < 4 and not tensor.dtype.is_half:
         return 1
@@ -146,11 +155,13 @@ def vector_ok(tensor: TensorRef, tile_dims, layout: Layout | None) -> int:
 
 
 def aligned(low: Lowering, tensor: TensorRef, starts, width: int) -> Value:
-    """Uniform predicate: the base pointer, row length and slice start allow `width`-element vectors."""
+    """Uniform predicate: the base pointer, row length (a strided view's strides but the last) and slice
+    start allow `width`-element vectors."""
     nbytes = width * tensor.dtype.nbytes
     low_bits = low.op("and", [tensor.ptr, low.const(nbytes - 1, DType.I64)], I64)
     preds = [low.op("cmp", [low_bits, low.const(0, DType.I64)], BOOL, pred="eq")]
-    for v in (address_index(low, starts[-1]), tensor.dims[-1]):
+    rows = [tensor.dims[-1]] if tensor.strides is None else tensor.strides[:-1]
+    for v in (address_index(low, starts[-1]), *rows):
         low_bits = low.op("and", [v, low.const(width - 1, v.dtype)], v.type)
         preds.append(low.op("cmp", [low_bits, low.const(0, v.dtype)], BOOL, pred="eq"))
     return low.all_of(preds)
@@ -178,13 +189,14 @@ class RowAddresses:
         for k, d in enumerate(tile_dims):
             thread_c[d] = low.op("add", [starts[d], as_type(low, low.thread_coord(layout.terms[k]), index_t)],
                                  index_t)
+        self.unit_last = tensor.unit_last
         base = tensor.ptr
         for d in range(len(tensor.dims)):
             c = thread_c.get(d, starts[d])
-            if d == last:
+            if d == last and self.unit_last:
                 term = low.op("mul_wide", [c, low.const(eb)], I64) if index_t == I32 else \
                     low.op("mul", [c, low.const(eb, DType.I64)], I64)
-            elif d == last - 1:  # the stride is the last dim
+            elif d == last - 1 and tensor.strides is None:  # the stride is the last dim
                 row = low.op("mul_wide", [c, tensor.dims[last]], I64) if index_t == I32 else \
                     low.op("mul", [c, tensor.dims[last]], I64)
                 term = low.op("mul", [row, low.const(eb, DType.I64)], I64)
@@ -203,7 +215,7 @@ class RowAddresses:
         for k, d in enumerate(self.tile_dims):
             if offsets[k] == 0:
                 continue
-            if d == self.last:
+            if d == self.last and self.unit_last:
                 last_off = offsets[k] * self.eb
             else:
                 row = low.op("mul", [self.strides[d], low.const(offsets[k] * self.eb, DType.I64)], I64)

@@ -1122,9 +1122,6 @@ def _tensor_arg(sym: Symbol, arg, written: bool) -> _Tensor:
                           f"({t}), got an array of shape {arg.shape}", sym.loc)
     if arg.dtype not in accepted:
         raise LaunchError(f"argument '{sym.name}' must be an array of {want} ({t}), got {arg.dtype}", sym.loc)
-    if not arg.flags.c_contiguous:
-        raise LaunchError(f"argument '{sym.name}' must be C-contiguous (row-major); pass "
-                          f"numpy.ascontiguousarray(...)", sym.loc)
     if written and not arg.flags.writeable:
         raise LaunchError(f"argument '{sym.name}' is stored into but the array is read-only", sym.loc)
     for d, (dim, n) in enumerate(zip(t.dims, arg.shape)):
