@@ -115,3 +115,25 @@ def test_device_print_of_16_bit_floats(mode, capfd):
     b = np.array([0x3FC0], np.uint16)  # 1.5
     run(HALF_PRINT, mode, h, b)
     assert capfd.readouterr().out.strip() == "[program (0, 0, 0)] h 0.333251953 b 1.5"
+
+
+HALF_SCAN = """
+kernel k(h: tensor<f16>[N], b: tensor<bf16>[N], s: tensor<f32>[N], p: tensor<f32>[N]) {
+    s[0 :+ 8] = cumsum(h[0 :+ 8])
+    p[0 :+ 8] = cumprod(b[0 :+ 8])
+    device_print("{}", cumprod(b[4 :+ 4]))
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scans_of_16_bit_floats_are_f32(mode, capfd):
+    """cumsum and cumprod of 16-bit tiles run in f32 and give f32, as sum does (their registers were typed
+    16-bit, which printing one crashed on)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    h = np.array([0.5, 1024, 0.25, -3, 2049, 1, 1, 1], np.float16)
+    b = np.array([2, 0.5, 3, 1.5, 1, 1, 2, -1], ml_dtypes.bfloat16)
+    *_, s, p = run(HALF_SCAN, mode, h, b, np.zeros(8, np.float32), np.zeros(8, np.float32))
+    np.testing.assert_array_equal(s, np.cumsum(h.astype(np.float32)))  # 1024.5 + 0.25: not rounded to f16
+    np.testing.assert_array_equal(p, np.cumprod(b.astype(np.float32)))
+    assert len(capfd.readouterr().out.splitlines()) == 4

@@ -27,7 +27,7 @@ F32_F64 = (DType.F32, DType.F64)
 ATOMIC_INTEGERS = (DType.I32, DType.U32, DType.I64, DType.U64)
 
 
-def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32,)) -> Builtin:
+def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32, DType.F64)) -> Builtin:
     return Builtin(name, f"{name}(x)", doc, "unary_float", dtypes=dtypes)
 
 
@@ -63,20 +63,36 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "Index (i32) of the smallest element along `axis`, like argmax.", "reduce_index"),
     _unary_float("exp", "e to the power x."),
     _unary_float("exp2", "2 to the power x."),
+    _unary_float("exp10", "10 to the power x."),
+    _unary_float("expm1", "e to the power x, minus 1 (accurate near 0)."),
     _unary_float("log", "Natural logarithm."),
     _unary_float("log2", "Base-2 logarithm."),
-    _unary_float("sqrt", "Square root, correctly rounded.", F32_F64),
+    _unary_float("log10", "Base-10 logarithm."),
+    _unary_float("log1p", "log(1 + x) (accurate near 0)."),
+    _unary_float("sqrt", "Square root, correctly rounded."),
     _unary_float("rsqrt", "1 / sqrt(x)."),
-    _unary_float("tanh", "Hyperbolic tangent."),
-    _unary_float("sigmoid", "1 / (1 + exp(-x))."),
-    _unary_float("erf", "The error function."),
-    _unary_float("gelu", "x * (1 + erf(x / sqrt(2))) / 2, the exact GELU."),
     _unary_float("sin", "Sine."),
     _unary_float("cos", "Cosine."),
-    _unary_float("floor", "The largest integer value not above x (a float).", F32_F64),
-    _unary_float("ceil", "The smallest integer value not below x (a float).", F32_F64),
-    _unary_float("round", "x rounded to the nearest integer value, halves to even (a float).", F32_F64),
-    _unary_float("trunc", "x rounded toward zero to an integer value (a float).", F32_F64),
+    _unary_float("tan", "Tangent."),
+    _unary_float("asin", "Arcsine, in [-pi/2, pi/2]."),
+    _unary_float("acos", "Arccosine, in [0, pi]."),
+    _unary_float("atan", "Arctangent, in [-pi/2, pi/2]."),
+    Builtin("atan2", "atan2(y, x)", "The angle of the point (x, y), in [-pi, pi] (C's atan2; broadcast).",
+            "binary_float", dtypes=F32_F64),
+    _unary_float("sinh", "Hyperbolic sine."),
+    _unary_float("cosh", "Hyperbolic cosine."),
+    _unary_float("tanh", "Hyperbolic tangent."),
+    _unary_float("asinh", "Inverse hyperbolic sine."),
+    _unary_float("acosh", "Inverse hyperbolic cosine."),
+    _unary_float("atanh", "Inverse hyperbolic tangent."),
+    _unary_float("sigmoid", "1 / (1 + exp(-x))."),
+    _unary_float("erf", "The error function."),
+    _unary_float("erfc", "1 - erf(x) (accurate where erf is near 1)."),
+    _unary_float("gelu", "x * (1 + erf(x / sqrt(2))) / 2, the exact GELU."),
+    _unary_float("floor", "The largest integer value not above x (a float)."),
+    _unary_float("ceil", "The smallest integer value not below x (a float)."),
+    _unary_float("round", "x rounded to the nearest integer value, halves to even (a float)."),
+    _unary_float("trunc", "x rounded toward zero to an integer value (a float)."),
     Builtin("fma", "fma(a, b, c)", "a * b + c rounded once (floats; broadcast).", "fma", dtypes=F32_F64),
     Builtin("abs", "abs(x)", "Absolute value (integers or floats).", "unary_numeric"),
     Builtin("maximum", "maximum(x, y)", "Element-wise larger of x and y (broadcast; NaN ignored, "

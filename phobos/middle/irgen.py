@@ -599,6 +599,14 @@ class IRGen:
         self.at(e)
         return self.convert(self.b.value(e.func, [x], with_dtype(t, t.dtype.compute)), t.dtype)
 
+    @BUILTIN_RULES.on("binary_float")
+    def call_binary_float(self, e: ast.Call) -> Value:
+        t = self.ck.types[e]
+        wide = t.dtype.compute
+        a, b = (self.coerce(self.expr(x, wide), shape_of(t)) for x in e.args)
+        self.at(e)
+        return self.convert(self.b.value(e.func, [a, b], with_dtype(t, wide)), t.dtype)
+
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Value:
         x = self.expr(e.args[0], self.ck.types[e].dtype)

@@ -45,7 +45,9 @@
 #               all are NaN).  An axis is kept with extent 1; no axis gives a
 #               scalar.
 #   math        f32 functions are evaluated in float64 and rounded once (the
-#               GPU's approximations are documented in mathlib.py).
+#               GPU's approximations are documented in mathlib.py), f64 ones
+#               by NumPy (glibc's, within an ulp; gelu of a pair, as libm.py
+#               computes it), 16-bit ones as f32 rounded to their format.
 #   casts       float -> int truncates toward zero and saturates, NaN -> 0
 #               (cvt.rzi); int -> int wraps; to float rounds to nearest even.
 #   division    an integer divisor of 0 counts as 1 (`x / 0 == x`, `x % 0 ==
@@ -171,19 +173,41 @@ def _via_f64(fn):
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
 
 
 def _erf(x):
     return np.asarray(_ERF(x), np.float64)
 
 
+def _erfc(x):
+    return np.asarray(_ERFC(x), np.float64)
+
+
+_INV_SQRT2 = (0.7071067811865476, -4.833646656726457e-17)  # 1/sqrt(2) as a pair of doubles
+
+
+def _gelu(x):
+    """x erfc(-x / sqrt 2) / 2, -x / sqrt 2 carried as a pair of doubles (erfc amplifies the rounding of
+    its argument by twice its square) and erfc of the pair to first order; -0.0 at -inf (the limit)."""
+    y, error = numerics.two_prod(-x, np.float64(_INV_SQRT2[0]))
+    y_lo = error - x * _INV_SQRT2[1]
+    with np.errstate(all="ignore"):
+        slope = 2.0 / math.sqrt(math.pi) * np.exp(-y * y)
+        return np.where(x == -np.inf, -0.0, x * (_erfc(y) - np.nan_to_num(y_lo * slope)) / 2.0)
+
+
 UNARY_FLOAT = {
     "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
-    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "erf": _erf, "gelu": lambda x: x * (1.0 + _erf(x / math.sqrt(2.0))) / 2.0,
-    "sin": np.sin, "cos": np.cos,
+    "exp": np.exp, "exp2": np.exp2, "exp10": lambda x: np.power(10.0, x), "expm1": np.expm1,
+    "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x), "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "erf": _erf, "erfc": _erfc, "gelu": _gelu,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh,
 }
+BINARY_FLOAT = {"atan2": np.arctan2}
 BINARY_NUMERIC = {"maximum": "max", "minimum": "min"}  # the opcode of each
 
 
@@ -767,6 +791,18 @@ class _Compiler:
         if dtype.is_half:  # computed in f32, rounded to the 16-bit format
             return lambda f: (lambda v: constants.round_half(constants.arithmetic_nan(fn(v), v), dtype))(x(f))
         return lambda f: (lambda v: constants.arithmetic_nan(fn(v), v))(x(f))
+
+    @BUILTIN_RULES.on("binary_float")
+    def call_binary_float(self, e: ast.Call) -> Fn:  # atan2, as unary_float: in f64, rounded once
+        dtype = self.ck.types[e].dtype
+        a, b = (self.expr(x, dtype) for x in e.args)
+        fn = BINARY_FLOAT[e.func]
+        if dtype.compute is DType.F32:
+            exact = fn
+            fn = lambda p, q: exact(p.astype(np.float64), q.astype(np.float64)).astype(np.float32)  # noqa: E731
+        if dtype.is_half:
+            return lambda f: constants.round_half(fn(np.asarray(a(f)), np.asarray(b(f))), dtype)
+        return lambda f: fn(np.asarray(a(f)), np.asarray(b(f)))[()]
 
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Fn:  # abs

@@ -47,6 +47,21 @@ def call_unary_float(ck: Checker, e: ast.Call):
     return t  # of a 16-bit float: computed in f32, rounded to it
 
 
+@BUILTIN_RULES.on("binary_float")
+def call_binary_float(ck: Checker, e: ast.Call):
+    """atan2(y, x): two floats (literals become f32) that meet in one dtype and broadcast."""
+    arity(e, 2)
+    a, b = (ck.value(x) for x in e.args)
+    for x, t in zip(e.args, (a, b)):
+        if not t.dtype.is_float and x not in ck.weak:
+            raise SemanticError(f"{e.func}() needs float arguments, got {t.dtype}; convert it with f32(...)",
+                                start_loc(x))
+    a, b = (t if t.dtype.is_float else with_dtype(t, DType.F32) for t in (a, b))
+    t = arith(ck, e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
+    ck.settle_all(e.args, t.dtype)
+    return t
+
+
 @BUILTIN_RULES.on("unary_numeric")
 def call_unary_numeric(ck: Checker, e: ast.Call):
     arity(e, 1)
