@@ -319,7 +319,7 @@ COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np
 # opcode -> function of the operand arrays (all of one dtype) -> the result array
 OPERATIONS: dict[str, Callable] = {
     "add": _arithmetic(operator.add), "sub": _arithmetic(operator.sub), "mul": _arithmetic(operator.mul),
-    "div": _arithmetic(divide), "rem": remainder,
+    "div": _arithmetic(divide), "rem": _arithmetic(remainder),
     "min": minimum, "max": maximum,
     "cdiv": ceil_divide,  # the builtin (irgen writes it as div, rem and select)
     "and": operator.and_, "or": operator.or_, "xor": operator.xor,

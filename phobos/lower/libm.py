@@ -238,7 +238,8 @@ def fmod(m: MathBuilder, x: Value, y: Value, steps: int) -> Value:
     r - q t is a multiple of ulp(t) below t in magnitude, so fma gives it exactly, and a negative one takes
     t back.  Each step takes 50 binary places off the exponent difference (at most 2097 for f64, 276 for
     values of f32), so `steps` of them (FMOD_STEPS), the same number in every thread, always finish; once
-    r < |y| the steps leave it.  x infinite or y zero give NaN (the steps make it), and so does a NaN; y infinite
+    r < |y| the steps leave it.  x infinite or y zero give NaN (the steps make it, of numbers: the canonical
+    one, its sign kept), a NaN operand x + y (the first NaN, quieted: constants.arithmetic_nan); y infinite
     gives x."""
     a, b = m.op("abs", x), m.op("abs", y)
     eb = m.exponent(b)
@@ -254,8 +255,9 @@ def fmod(m: MathBuilder, x: Value, y: Value, steps: int) -> Value:
         return [m.select(m.cmp("ge", r, b), left, r)]
 
     (r,) = m.loop(steps, [a], step)
-    signed = m.copysign(r, x)
-    return m.select(m.is_nan(y), m.add(x, y), signed)  # a NaN y: the steps leave x
+    signed = m.select(m.is_nan(r), r, m.copysign(r, x))
+    either = m.add(x, y)
+    return m.select(m.is_nan(x), either, m.select(m.is_nan(y), either, signed))
 
 
 #: fmod's steps: enough for the largest exponent difference of the operands' dtype (see fmod).

@@ -318,7 +318,7 @@ def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
             convert(s, dst, f32, DType.F32, to)
     elif to is DType.BF16:
         _to_bf16(s, dst, src, frm)
-    elif DType.F16 in (frm, to) and DType.F64 in (frm, to):  # through f32, as the language converts
+    elif frm is DType.F16 and to is DType.F64:  # through f32 (exact), as the language widens an f16
         f32 = s.new(DType.F32)
         convert(s, f32, src, frm, DType.F32)
         convert(s, dst, f32, DType.F32, to)
