@@ -147,11 +147,14 @@ class Dumps:
 class CodeOptions:
     """What a call's arguments decide about a kernel's code besides its configuration (compile_kernel's
     keywords): 64-bit indices for tensors past what i32 indexes, no read-only-cache loads where a tensor
-    the kernel only reads overlaps one it writes, TMA copies where every tensor can have a tensor map."""
+    the kernel only reads overlaps one it writes, TMA copies where every tensor can have a tensor map,
+    strides as launch values for tensors passed as views that are not C-contiguous."""
 
     index_bits: int = 32
     read_only_cache: bool = True
     tma: bool = False  # K loops may copy by TMA: the launcher can build tensor maps over every tensor of the call
+    # tensors passed as strided views: (name, last stride is 1), their strides launch values (see compile_kernel)
+    strided: tuple[tuple[str, bool], ...] = ()
 
     def keywords(self) -> dict[str, Any]:
         """compile_kernel's keywords for these options: those that differ from the defaults (so the cache
@@ -176,6 +179,7 @@ class CompiledKernel:
     cluster: int = 1  # CTAs of a cluster (`.reqnctapercluster`, along x): the grid is a multiple of it
     index_bits: int = 32  # width of tensor dims and size parameters (compile_kernel)
     read_only_cache: bool = True  # tensors the kernel only reads are loaded with ld.global.nc (compile_kernel)
+    strided: tuple[tuple[str, bool], ...] = ()  # tensors addressed by stride parameters (compile_kernel)
 
     @property
     def config_text(self) -> str:
@@ -322,18 +326,19 @@ def target(arch: str) -> Target:
 @raised_at_call_site
 def compile(src: str, *, arch: str = "sm_90", config: dict[str, int] | None = None, kernel: str | None = None,
             filename: str | None = None, dumps: Dumps | None = None, index_bits: int = 32,
-            read_only_cache: bool = True) -> CompiledKernel:
+            read_only_cache: bool = True, strided: tuple[tuple[str, bool], ...] = ()) -> CompiledKernel:
     """Compile one kernel of `src` for one autotune configuration (first values when None); `filename` names
     the source in errors and in the PTX (default `<string>`, as phobos.jit)."""
     program = parse_source(src, filename or SourceFile.name_for(src))
     return compile_kernel(pick_kernel(program, kernel), arch=arch, config=config, dumps=dumps,
-                          index_bits=index_bits, read_only_cache=read_only_cache)
+                          index_bits=index_bits, read_only_cache=read_only_cache, strided=strided)
 
 
 def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int] | None = None,
                    dumps: Dumps | None = None, verify_each: bool = False,
                    allocate_registers: bool = True, index_bits: int = 32,
-                   read_only_cache: bool = True, tma: bool = False) -> CompiledKernel:
+                   read_only_cache: bool = True, tma: bool = False,
+                   strided: tuple[tuple[str, bool], ...] = ()) -> CompiledKernel:
     """Compile one parsed kernel; `verify_each` checks the IR after every pass,
     `allocate_registers=False` keeps one PTX register per value (for comparison).
 
@@ -347,13 +352,23 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
     read-only cache of ld.global.nc must not see (the PTX leaves it undefined).
     `tma` lets a GEMM's K loop on wgmma (sm_90a) copy its stages by TMA: the
     kernel then has `tensor_map` parameters (after the others), which the
-    launcher builds for each call from the tensors they name.
+    launcher builds for each call from the tensors they name.  `strided` names
+    the tensors passed as views that are not C-contiguous, each with whether
+    its last stride is 1: their element strides are `stride` parameters (one
+    per dim, but for a last stride of 1, which is a constant and keeps vector
+    accesses), filled by the launcher per call.
     """
     tgt = target(arch)
     if index_bits not in INDEX_WIDTHS:
         raise PhobosError(f"index_bits must be 32 or 64, got {index_bits!r}")
+    tensors = {p.name for p in k.params if p.type.kind == "tensor"}
+    unknown = [name for name, _ in strided if name not in tensors]
+    if unknown:
+        raise PhobosError(f"strided names {', '.join(map(repr, unknown))}, which kernel '{k.name}' has no tensor "
+                          f"parameter of")
     try:
-        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers, index_bits, read_only_cache, tma)
+        return _pipeline(k, tgt, config, dumps, verify_each, allocate_registers, index_bits, read_only_cache, tma,
+                         tuple(strided))
     except PhobosError as err:
         resolved = resolve_config(k, config) if not isinstance(err, SemanticError) or config else {}
         if resolved:
@@ -367,7 +382,8 @@ def compile_kernel(k: ast.Kernel, *, arch: str = "sm_90", config: dict[str, int]
 
 
 def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_each: bool,
-              allocate_registers: bool, index_bits: int, read_only_cache: bool, tma: bool) -> CompiledKernel:
+              allocate_registers: bool, index_bits: int, read_only_cache: bool, tma: bool,
+              strided: tuple[tuple[str, bool], ...]) -> CompiledKernel:
     from .lower.driver import lower  # the back end: imported by the first compile (launchers that find their
     from .lower.mathlib import expand_math  # kernels in the disk cache never need it)
     from .ptx.emit import Kernel, emit_module
@@ -396,7 +412,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     run_pipeline(func, TILE_PIPELINE, stage="tile", verify_each=verify_each, dump_after=after, dumps=texts)
     lap("irgen+tile passes")
     thread = lower(func, tgt.shared_limit(ck.knobs.ctas_per_sm), tgt.cp_async, index_bits, read_only_cache,
-                   tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma, tgt.fp8)
+                   tgt.tensor_cores, tgt.wgmma, tma and tgt.wgmma, tgt.fp8, tgt.compute_capability, dict(strided))
     expand_math(thread)
     if dumps is not None and (dumps.schedule or dumps.ir):
         dumps.texts += [f"// {text}" if i == 0 else text
@@ -419,7 +435,8 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         ptx_version=thread.attrs["ptx_version"], header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
                         + (f", configuration {config_text(ck.config)}" if ck.config else "")
                         + (f", {index_bits}-bit indices" if index_bits != 32 else "")
-                        + (", no read-only cache loads" if not read_only_cache else ""),
+                        + (", no read-only cache loads" if not read_only_cache else "")
+                        + "".join(f", {name} strided" + (" (last stride 1)" if unit else "") for name, unit in strided),
                         f"{thread.attrs['threads']} threads per CTA, {thread.attrs['shared_bytes']} bytes of "
                         f"shared memory, peak register pressure {alloc.peak_pressure}",
                         *thread.attrs["notes"]])
@@ -431,7 +448,8 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
         threads=thread.attrs["threads"], shared_bytes=thread.attrs["shared_bytes"],
         registers_estimate=alloc.peak_pressure, grid_hint=grid_hints(func), timings=times,
         notes=list(thread.attrs["notes"]), schedules=list(thread.attrs["schedules"]),
-        cluster=thread.attrs.get("cluster", 1), index_bits=index_bits, read_only_cache=read_only_cache)
+        cluster=thread.attrs.get("cluster", 1), index_bits=index_bits, read_only_cache=read_only_cache,
+        strided=strided)
 
 
 def grid_hints(func) -> GridHint:

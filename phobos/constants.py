@@ -23,7 +23,8 @@
 #              comparisons with NaN are false except `ne`; `min`/`max` ignore
 #              a NaN operand (NaN only when both are) and order -0.0 below
 #              +0.0, as PTX's min and max do, so their result does not depend
-#              on the operands' order; `abs` and `-` change only the sign bit.
+#              on the operands' order; `abs` and `-` change only the sign bit;
+#              `rem` is C's fmod: exact, with the dividend's sign.
 #   NaN bits   those the GPU gives (`arithmetic_nan`, below): every f32 result
 #              that is NaN is the canonical NaN 0x7FFFFFFF (f16 and bf16 ones
 #              0x7FFF); an f64 result keeps the payload of its first NaN
@@ -33,19 +34,24 @@
 #              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi,
 #              whose NaN is not always 0: `cvt_nan_integer`; the compiled code
 #              selects 0 there); to a float rounds to nearest even; to bool is
-#              `!= 0`.  To f16 or bf16: to f32 first, then rounded to nearest
-#              even.  To f8e4m3 or f8e5m2: to f32 first, then rounded to
-#              nearest even and saturated as PTX's cvt.rn.satfinite does
-#              (beyond the largest finite value, infinities too: the largest
-#              finite value of the sign; NaN: the code 0x7F).  A NaN cast to
-#              f16 or bf16, or from f16 to f32, becomes the canonical NaN;
-#              bf16 -> f32 keeps the bits (it is a shift); f32 -> f64 keeps the
-#              payload, quieted, and f64 -> f32 its sign and top payload bits,
-#              quieted (`narrow_nan`).
+#              `!= 0`.  To f16 or bf16: rounded once to nearest even, from any
+#              dtype (an integer through f64, exactly but for an i64 past 2^53;
+#              an f64 or integer through f32 rounded to odd, see
+#              round_to_odd_f32).  To f8e4m3 or f8e5m2: to f32 first, then
+#              rounded to nearest even and saturated as PTX's cvt.rn.satfinite
+#              does (beyond the largest finite value, infinities too: the
+#              largest finite value of the sign; NaN: the code 0x7F).  A NaN
+#              cast to f16 or bf16, or from f16 to f32, becomes the canonical
+#              NaN; bf16 -> f32 keeps the bits (it is a shift); f32 -> f64
+#              keeps the payload, quieted, and f64 -> f32 its sign and top
+#              payload bits, quieted (`narrow_nan`).
 #   narrow     values of f16, bf16, f8e4m3 and f8e5m2 are held as f32 arrays
 #   floats     whose elements the narrow format represents (`round_narrow`
 #              makes them; an 8-bit NaN is the canonical f32 NaN 0x7FFFFFFF,
-#              as the GPU's widening cvt gives it).
+#              as the GPU's widening cvt gives it); an operation whose result
+#              is 16-bit computes in f32 and rounds once to it (exact for
+#              + - * / of two 16-bit values: f32 has more than twice their
+#              precision, so the result is the one a 16-bit unit gives).
 #   literals   an expression of literals alone is computed exactly (`exact`:
 #              Python integers and doubles, C division), then takes the dtype
 #              its context gives it, where it must be representable (`fits`).
@@ -78,6 +84,9 @@ OPERATORS: dict[str, tuple[str, dict]] = {
        (("==", "eq"), ("!=", "ne"), ("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"))},
 }
 UNARY_OPERATORS = {"-": "neg", "!": "not", "~": "not"}
+# The operations whose result on 16-bit floats is rounded to the 16-bit format (computed in f32); the
+# others (neg, abs, min, max, select and moves) give one of their operands' values, which it holds.
+ROUNDED_OPCODES = frozenset({"add", "sub", "mul", "div", "rem"})
 
 # Binary floating-point formats: (bits of precision, largest exponent).
 _FLOAT_FORMATS = {DType.F16: (11, 15), DType.BF16: (8, 127), DType.F32: (24, 127), DType.F64: (53, 1023)}
@@ -261,7 +270,10 @@ def divide(a, b):
 
 
 def remainder(a, b):
-    """`a % b` of integers: a - (a / b) * b, with the dividend's sign (0 for a zero divisor)."""
+    """`a % b`, with the dividend's sign: of integers a - (a / b) * b (0 for a zero divisor); of floats
+    C's fmod, exact (NaN for a zero divisor or an infinite dividend)."""
+    if a.dtype.kind == "f":
+        return np.fmod(a, b)
     return a - divide(a, b) * nonzero_divisor(b)
 
 
@@ -357,7 +369,7 @@ COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np
 # opcode -> function of the operand arrays (all of one dtype) -> the result array
 OPERATIONS: dict[str, Callable] = {
     "add": _arithmetic(operator.add), "sub": _arithmetic(operator.sub), "mul": _arithmetic(operator.mul),
-    "div": _arithmetic(divide), "rem": remainder,
+    "div": _arithmetic(divide), "rem": _arithmetic(remainder),
     "min": minimum, "max": maximum,
     "cdiv": ceil_divide,  # the builtin (irgen writes it as div, rem and select)
     "and": operator.and_, "or": operator.or_, "xor": operator.xor,
@@ -513,6 +525,18 @@ def _float_to_float(x, to: DType):
     return narrow_nan(x)
 
 
+def round_to_odd_f32(x):
+    """f64 values as f32, rounded toward zero and the last bit set where that was inexact ("round to
+    odd"): rounding these to nearest even in a format of at most 22 bits of precision gives the f64
+    value's own rounding, as if once (f32 keeps two bits more than it needs).  NaN stays NaN."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(all="ignore"):
+        t = x.astype(np.float32)
+        t = np.where(np.abs(t.astype(np.float64)) > np.abs(x), np.nextafter(t, np.float32(0)), t)
+        inexact = t.astype(np.float64) != x
+        return np.where(inexact & ~np.isnan(x), (t.view(np.uint32) | 1).view(np.float32), t)[()]
+
+
 def convert_array(x, to: DType, frm: DType | None = None):
     """Values of `x`, of dtype `frm` (by default the one its NumPy dtype is), converted to `to`, as
     the GPU's cvt does it (see the header)."""
@@ -522,7 +546,11 @@ def convert_array(x, to: DType, frm: DType | None = None):
         return x[()]
     if frm.is_narrow:
         return convert_array(_widen(x, frm), to, DType.F32)
-    if to.is_narrow:
+    if to.is_half:
+        if frm is DType.F64 or (frm.is_int and frm.bits >= 32):  # one rounding: through f32 rounded to odd
+            return round_half(round_to_odd_f32(convert_array(x, DType.F64, frm)), to)
+        return round_half(convert_array(x, DType.F32, frm), to)
+    if to.is_f8:
         return round_narrow(convert_array(x, DType.F32, frm), to)
     target = NUMPY[to]
     with np.errstate(all="ignore"):
@@ -555,8 +583,8 @@ def convert(value: Constant, dtype: DType) -> Constant:
         source = DType.F64
     elif isinstance(value, bool):
         source = DType.BOOL
-    else:  # an integer of any dtype, or an exact one (those are checked to fit i64 first)
-        source = DType.I64
+    else:  # an integer of any dtype, or an exact one (those are checked to fit i64 or u64 first)
+        source = DType.I64 if value <= int_range(DType.I64)[1] else DType.U64
     return _converted(value, source, dtype)
 
 
@@ -575,8 +603,8 @@ def evaluate(opcode: str, attrs: dict, operands: list[Constant], dtypes: list[DT
         return None
     arrays = [_array(v, d) for v, d in zip(operands, dtypes)]
     with np.errstate(all="ignore"):
-        out = fn(*arrays)
-    return _constant(np.asarray(out).astype(NUMPY[result]))
+        out = np.asarray(fn(*arrays)).astype(NUMPY[result])
+        return _constant(round_half(out, result) if result.is_half else out)
 
 
 _EXACT: dict[str, Callable] = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
@@ -597,7 +625,7 @@ def exact(opcode: str, attrs: dict, a: Constant, b: Constant) -> Constant:
         if b == 0:
             raise ZeroDivisionError("division by zero")
         if isinstance(a, float) or isinstance(b, float):
-            return a / b
+            return a / b if opcode == "div" else math.fmod(a, b)
         q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
         return q if opcode == "div" else a - q * b
     return _EXACT[opcode](a, b)

@@ -1,11 +1,13 @@
 # The types of Phobos values, shared by the checker, the IR and the back end.
 #
 # A dtype is an element type.  Values are computed in the *compute* dtypes
-# (bool, i32, i64, u32, f32, f64).  f16 and bf16 (*16-bit floats*) and
+# (bool, i32, i64, u32, u64, f32, f64).  f16 and bf16 (*16-bit floats*) and
 # f8e4m3 and f8e5m2 (*8-bit floats*, OCP FP8) are *narrow float* dtypes:
 # values may have them (a load from such a tensor, a conversion bf16(x)), and
-# `dot` of two of them runs on the tensor cores, but any arithmetic on them is
-# computed in f32 (`compute`), and the compiler holds them in f32 registers.
+# `dot` of two of them runs on the tensor cores; arithmetic is computed in f32
+# (`compute`) - on two values of one 16-bit format rounded back to it, which
+# gives that format, on 8-bit floats left in f32 - and the compiler holds them
+# in f32 registers.
 # i8 and i16 are *storage* dtypes: only the element type of a tensor, whose
 # loads give i32 values.  A store converts to the tensor's dtype (round to
 # nearest even; integers keep their low bits).  Three kinds of value exist:
@@ -29,6 +31,7 @@ class DType(Enum):
     I32 = "i32"
     I64 = "i64"
     U32 = "u32"
+    U64 = "u64"
     F8E4M3 = "f8e4m3"
     F8E5M2 = "f8e5m2"
     F16 = "f16"
@@ -52,7 +55,7 @@ class DType(Enum):
 
     @property
     def is_int(self) -> bool:
-        return self in (DType.I8, DType.I16, DType.I32, DType.I64, DType.U32)
+        return self in (DType.I8, DType.I16, DType.I32, DType.I64, DType.U32, DType.U64)
 
     @property
     def is_signed(self) -> bool:
@@ -76,7 +79,7 @@ class DType(Enum):
 
     @property
     def is_half(self) -> bool:
-        """A 16-bit float (f16, bf16)."""
+        """A 16-bit float (f16, bf16): values may have it; arithmetic on them runs in f32, rounded back."""
         return self in (DType.F16, DType.BF16)
 
     @property
@@ -113,7 +116,7 @@ class DType(Enum):
 
 
 _BITS = {
-    DType.BOOL: 1, DType.I8: 8, DType.I16: 16, DType.I32: 32, DType.I64: 64, DType.U32: 32,
+    DType.BOOL: 1, DType.I8: 8, DType.I16: 16, DType.I32: 32, DType.I64: 64, DType.U32: 32, DType.U64: 64,
     DType.F8E4M3: 8, DType.F8E5M2: 8, DType.F16: 16, DType.BF16: 16, DType.F32: 32, DType.F64: 64,
 }
 _PROMOTED = {DType.F8E4M3: DType.F32, DType.F8E5M2: DType.F32, DType.F16: DType.F32, DType.BF16: DType.F32,
@@ -121,11 +124,12 @@ _PROMOTED = {DType.F8E4M3: DType.F32, DType.F8E5M2: DType.F32, DType.F16: DType.
 # NumPy's names (bfloat16 and the 8-bit floats are ml_dtypes' types, as JAX and torch name them)
 _NUMPY = {
     DType.BOOL: "bool", DType.I8: "int8", DType.I16: "int16", DType.I32: "int32",
-    DType.I64: "int64", DType.U32: "uint32", DType.F8E4M3: "float8_e4m3fn", DType.F8E5M2: "float8_e5m2",
-    DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32", DType.F64: "float64",
+    DType.I64: "int64", DType.U32: "uint32", DType.U64: "uint64", DType.F8E4M3: "float8_e4m3fn",
+    DType.F8E5M2: "float8_e5m2", DType.F16: "float16", DType.BF16: "bfloat16", DType.F32: "float32",
+    DType.F64: "float64",
 }
 
-COMPUTE_DTYPES = (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.F32, DType.F64)
+COMPUTE_DTYPES = (DType.BOOL, DType.I32, DType.I64, DType.U32, DType.U64, DType.F32, DType.F64)
 NARROW_FLOATS = (DType.F8E4M3, DType.F8E5M2, DType.F16, DType.BF16)
 VALUE_DTYPES = COMPUTE_DTYPES + NARROW_FLOATS  # what values (scalars, tiles) may be
 

@@ -128,10 +128,10 @@ def test_keywords_and_positions_are_signatures_of_their_own(gpu):
     (lambda driver: on_device(driver, np.zeros(1000, np.float64))[0],
      "add: argument 'c': expected a 1-D f32 tensor [N] with N = 1000 (from 'a'), got float64 tests.OnDevice of shape "
      "(1000,)"),
-    (lambda driver: on_device(driver, np.zeros(1000, np.float32), strides=(8,))[0],
+    (lambda driver: on_device(driver, np.zeros(1000, np.float32), strides=(0,))[0],
      "add: argument 'c': expected a 1-D f32 tensor [N] with N = 1000 (from 'a'), got a non-contiguous float32 "
-     "tests.OnDevice of shape (1000,); pass a C-contiguous (row-major) one, e.g. np.ascontiguousarray(x) or "
-     "x.contiguous()"),
+     "tests.OnDevice of shape (1000,) with strides (0,); the kernel writes it, and its elements overlap (a zero or "
+     "overlapping stride): pass a copy, e.g. np.ascontiguousarray(x) or x.contiguous()"),
     (lambda driver: "c",
      "add: argument 'c': expected a 1-D f32 tensor [N] with N = 1000 (from 'a'), got str 'c'"),
 ])
@@ -396,10 +396,13 @@ def test_dlpack_offsets_dtypes_and_strides_are_checked():
         add(DlpackOnGpu(a), DlpackOnGpu(a), DlpackOnGpu(np.zeros(300, np.float64)))
     assert message(error) == ("add: argument 'c': expected a 1-D f32 tensor [N] with N = 300 (from 'a'), got "
                               "float64 tests.DlpackOnGpu of shape (300,) on cuda:0")
-    with pytest.raises(LaunchError, match="got a non-contiguous float32 tests.DlpackOnGpu of shape"):
-        add(DlpackOnGpu(a), DlpackOnGpu(a), DlpackOnGpu(np.zeros(600, np.float32)[::2]))
+    with pytest.raises(LaunchError, match=r"got a non-contiguous float32 tests.DlpackOnGpu of shape \(300,\) on "
+                                          r"cuda:0 with strides \(-1,\); kernels take strides of 0 or more"):
+        add(DlpackOnGpu(a), DlpackOnGpu(a), DlpackOnGpu(np.zeros(300, np.float32)[::-1]))
     view = binding.tensor_view(DlpackOnGpu(np.zeros(400, np.float32)[100:]))
     assert view.pointer % 4 == 0 and view.shape == (300,)
+    view = binding.tensor_view(DlpackOnGpu(np.zeros(600, np.float32)[::2]))
+    assert not view.contiguous and view.strides == (2,)  # a strided view, taken as it lies
 
 
 def test_a_dlpack_array_in_host_memory_is_refused_naming_the_argument():

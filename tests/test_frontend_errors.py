@@ -436,11 +436,11 @@ CASES = [
             let a = full([2048, 1], 0.0) * full([1, 1024], 0.0)
         }
         """, SemanticError, 2, 34, "too large"),
-    Case("float modulo", """\
+    Case("float shift", """\
         kernel k(x: tensor<f32>[N], s: f32) {
-            let a = s % 2.0
+            let a = s << 2
         }
-        """, SemanticError, 2, 15, "'%' needs integer"),
+        """, SemanticError, 2, 15, "'<<' needs integer"),
     Case("bool arithmetic", """\
         kernel k(x: tensor<f32>[N]) {
             let a = true + 1
@@ -481,11 +481,16 @@ CASES = [
             b[0] = 300
         }
         """, SemanticError, 2, 12, "does not fit in i8"),
-    Case("literal arithmetic beyond i64", """\
+    Case("literal arithmetic beyond u64", """\
         kernel k(x: tensor<f32>[N]) {
-            let a = 9223372036854775807 + 1
+            let a = 18446744073709551615 + 1
         }
-        """, SemanticError, 2, 33, "does not fit in i64"),
+        """, SemanticError, 2, 34, "is not a 64-bit integer"),
+    Case("literal arithmetic beyond i64 in an i64", """\
+        kernel k(x: tensor<f32>[N]) {
+            var a: i64 = 9223372036854775807 + 1
+        }
+        """, SemanticError, 2, 18, "does not fit in i64"),
     Case("infinite constant converted to an integer", """\
         kernel k(x: tensor<f32>[N]) {
             let a = i32(1e308 * 10.0)
@@ -749,14 +754,14 @@ CASES = [
         }
         """, SemanticError, 2, 13, "a string can only be an option of a builtin"),
     Case("assigning f32 to a bf16 variable", """\
-        kernel k(a: tensor<bf16>[N]) {
+        kernel k(a: tensor<bf16>[N], s: f32) {
             var x = a[0 :+ 16]
-            x = x * 2.0
+            x = x * s
         }
         """, SemanticError, 3, 9, "cannot assign an f32 value to a bf16 variable; convert it with bf16(...)"),
-    Case("atomic_add on an f16 tensor", """\
+    Case("atomic_max on an f16 tensor", """\
         kernel k(x: tensor<f16>[N]) {
-            atomic_add(x[0 :+ 4], 1.0)
+            atomic_max(x[0 :+ 4], 1.0)
         }
         """, SemanticError, 2, 16, "f16"),
     Case("assigning to inf", """\

@@ -496,7 +496,7 @@ def test_integer_reductions_wrap_and_keep_their_dtype():
 MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "erf": np.vectorize(math.erf), "gelu": lambda x: x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))) / 2,
+    "erf": np.vectorize(math.erf), "gelu": lambda x: x * np.vectorize(math.erfc)(-x / math.sqrt(2)) / 2,
     "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
 }
 MATH_CASES = [(name, str(dtype)) for name in sorted(MATH) for dtype in BUILTINS[name].dtypes]
@@ -682,7 +682,7 @@ def test_storage_dtypes_load_promoted_and_store_rounded():
     src = """
     kernel storage(h: tensor<f16>[9], bf: tensor<bf16>[9], b8: tensor<i8>[8], s16: tensor<i16>[8],
                    out: tensor<f32>[13], io: tensor<i32>[8]) {
-        out[0 :+ 4] = h[0 :+ 4] * 2.0
+        out[0 :+ 4] = h[0 :+ 4] * 2.0     // f16 arithmetic: 65504 * 2 overflows to inf
         out[4 :+ 4] = bf[0 :+ 4]
         io[0 :+ 4] = b8[0 :+ 4] + s16[0 :+ 4]
         h[4 :+ 5] = out[8 :+ 5]
@@ -700,7 +700,8 @@ def test_storage_dtypes_load_promoted_and_store_rounded():
     out[8:13] = [1 + 2.0**-11, 1 + 3 * 2.0**-11, 1 + 2.0**-8, 1 + 3 * 2.0**-8, np.nan]
     io = np.array([0, 0, 0, 0, 200, -129, 65535, 70000], np.int32)
     launch(src, 1, h, bf, b8, s16, out, io)
-    np.testing.assert_array_equal(out[:4], h[:4].astype(np.float32) * 2)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(out[:4], (h[:4] * np.float16(2)).astype(np.float32))
     np.testing.assert_array_equal(out[4:8], [1, -2, np.inf, 1.5])
     np.testing.assert_array_equal(io[:4], [872, 126, 5, 32766])
     np.testing.assert_array_equal(h[4:8], [1.0, 1 + 2.0**-9, 1 + 2.0**-8, 1 + 3 * 2.0**-8])
@@ -813,7 +814,6 @@ def scale_args(**change):
     (dict(x=np.zeros(5, np.float64)), "x", "float32"),
     (dict(x=[1.0, 2.0]), "x", "numpy array"),
     (dict(m=np.zeros(20, np.float32)), "m", "2 dimensions"),
-    (dict(m=np.zeros((4, 5), np.float32).T), "m", "C-contiguous"),
     (dict(y=np.zeros(6, np.float32)), "y", "size 'N'"),
     (dict(m=np.zeros((4, 4), np.float32)), "m", "size 'N'"),
     (dict(m=np.zeros((5, 3), np.float32)), "m", "must be 4"),

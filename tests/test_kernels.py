@@ -145,7 +145,7 @@ def case_half(n):
         a = f32(rng, n).astype(np.float16)
         c = rng.integers(-128, 127, n).astype(np.int8)
         b = np.zeros(n, np.uint16)
-        expected_b = (a.astype(np.float32) * 2 + 0.5).astype(np.float32)
+        expected_b = (a * np.float16(2) + np.float16(0.5)).astype(np.float32)  # f16 arithmetic, rounded each step
         return [a, b, c, np.zeros(n, np.int32)], {1: ("bf16", expected_b), 3: c.astype(np.int64) * 3}
     return make
 

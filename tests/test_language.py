@@ -697,15 +697,17 @@ def test_bf16_tensors_are_ml_dtypes_arrays(mode):
     ml_dtypes = pytest.importorskip("ml_dtypes")
     src = """
     kernel k(E: tensor<bf16>[V, 16], ids: tensor<i32>[B], out: tensor<bf16>[B, 16], total: tensor<f32>[B]) {
-        let rows = E[ids[0 :+ 8], 0 :+ 16]          // f32 values, exactly the bf16 ones
-        out[0 :+ 8, 0 :+ 16] = rows * 3.0 + 0.1      // rounded to nearest even into bf16
+        let rows = E[ids[0 :+ 8], 0 :+ 16]          // bf16 values
+        out[0 :+ 8, 0 :+ 16] = rows * 3.0 + 0.1      // bf16 arithmetic: each step rounded to bf16
         total[0 :+ 8] = reshape(sum(rows, axis=1), [8])
     }"""
     e = RNG.standard_normal((5, 16)).astype(ml_dtypes.bfloat16)
     ids = np.array([4, 0, 2, 2, 1, 3, 0, 9], np.int32)
     _, _, out, total = run(src, mode, e, ids, np.zeros((8, 16), ml_dtypes.bfloat16), np.zeros(8, np.float32))
     rows = np.where((ids < 5)[:, None], e[np.minimum(ids, 4)].astype(np.float32), 0)
-    want = (rows * np.float32(3) + np.float32(0.1)).astype(ml_dtypes.bfloat16)
+    bf16 = ml_dtypes.bfloat16
+    want = ((rows * np.float32(3)).astype(bf16).astype(np.float32)
+            + np.float32(bf16(0.1))).astype(bf16)
     assert out.dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
     np.testing.assert_allclose(total, rows.astype(np.float64).sum(axis=1), rtol=1e-6, atol=1e-6)

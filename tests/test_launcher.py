@@ -260,11 +260,20 @@ def test_non_tensors_are_named():
         "sgemm: argument 'B': expected a 2-D f32 tensor [K, N] with K = 1 (from 'A'), got float 2.0")
 
 
-def test_non_contiguous_and_read_only_tensors():
-    A = f32(64, 32).T
+def test_views_that_cannot_be_taken_as_they_lie_and_read_only_tensors():
+    """Strided views are taken as they lie (test_strided_tensors), but for negative strides and, in a tensor the
+    kernel writes, elements that overlap."""
+    A = f32(32, 64)[:, ::-1]
     assert sgemm_error(A, f32(64, 16), f32(32, 16)) == (
         "sgemm: argument 'A': expected a 2-D f32 tensor [M, K], got a non-contiguous float32 array of shape "
-        "(32, 64); pass a C-contiguous (row-major) one, e.g. np.ascontiguousarray(x) or x.contiguous()")
+        "(32, 64) with strides (64, -1); kernels take strides of 0 or more: pass a copy, e.g. "
+        "np.ascontiguousarray(x) or x.contiguous()")
+    C = np.lib.stride_tricks.as_strided(f32(16), (32, 16), (0, 4))  # every row the same memory
+    assert sgemm_error(f32(32, 64), f32(64, 16), C) == (
+        "sgemm: argument 'C': expected a 2-D f32 tensor [M, N] with M = 32 (from 'A'), N = 16 (from 'B'), got a "
+        "non-contiguous float32 array of shape (32, 16) with strides (0, 1); the kernel writes it, and its "
+        "elements overlap (a zero or overlapping stride): pass a copy, e.g. np.ascontiguousarray(x) or "
+        "x.contiguous()")
     C = f32(32, 16)
     C.flags.writeable = False
     assert sgemm_error(f32(32, 64), f32(64, 16), C) == (
@@ -358,9 +367,9 @@ def test_device_memory_mismatches():
     c = np.empty(10, np.float32)
     assert add_error(DeviceArray((10,), "<f8"), f32(10), c) == (
         "add: argument 'a': expected a 1-D f32 tensor [N], got float64 tests.DeviceArray of shape (10,)")
-    assert add_error(DeviceArray((10,), strides=(8,)), f32(10), c).endswith(
-        "got a non-contiguous float32 tests.DeviceArray of shape (10,); pass a C-contiguous "
-        "(row-major) one, e.g. np.ascontiguousarray(x) or x.contiguous()")
+    assert add_error(DeviceArray((10,), strides=(6,)), f32(10), c).endswith(
+        "got a non-contiguous float32 tests.DeviceArray of shape (10,) with strides None; its strides are not "
+        "whole elements: pass a copy, e.g. np.ascontiguousarray(x) or x.contiguous()")
     assert add_error(f32(10), f32(10), DeviceArray((10,), read_only=True)) == (
         "add: argument 'c': expected a 1-D f32 tensor [N] with N = 10 (from 'a'), got a read-only float32 "
         "tests.DeviceArray of shape (10,); the kernel writes 'c'")

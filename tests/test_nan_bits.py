@@ -264,3 +264,19 @@ def test_emulated_f64_arithmetic_keeps_the_first_nan_payload():
     b = np.array([0xFFF8_0000_0000_0009], np.uint64).view(np.float64)
     got = run_elementwise("fma.rn.f64 %d, %a0, %a1, %a0;", "f64", ("f64", b), ("f64", a))
     assert bits(got) == [0xFFF8_0000_0000_0009]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_remainder_of_nans_and_infinities(mode):
+    """x % y (fmod) with a NaN operand gives x + y's NaN (on the GPU the canonical one), an infinite x or a
+    zero y a NaN, an infinite y gives x; finite cases keep the dividend's sign."""
+    src = """kernel k(x: tensor<f32>[N], y: tensor<f32>[N], z: tensor<f32>[N]) {
+        z[0 :+ 8] = x[0 :+ 8] % y[0 :+ 8]
+    }"""
+    x = np.array([np.nan, 1.0, np.inf, 5.0, -5.5, 3.0, -np.inf, 7.0], np.float32)
+    y = np.array([2.0, np.nan, 2.0, 0.0, 2.0, np.inf, np.nan, -2.0], np.float32)
+    z = np.zeros(8, np.float32)
+    run(src, mode, x, y, z)
+    assert bits(z[:2]) == [F32_NAN, F32_NAN]
+    assert np.isnan(z[2]) and np.isnan(z[3]) and np.isnan(z[6])
+    assert list(z[[4, 5, 7]]) == [-1.5, 3.0, 1.0]

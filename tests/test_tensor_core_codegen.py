@@ -194,7 +194,7 @@ kernel k(x: tensor<f32>[N], h: tensor<bf16>[N], y: tensor<f32>[N], z: tensor<f16
     let v = x[0 :+ 8]
     let b = bf16(v)              // rounded to bf16, held exactly
     h[0 :+ 8] = b
-    y[0 :+ 8] = b * 0.1 + f16(v) // arithmetic on 16-bit values is f32; 0.1 is an f32 literal
+    y[0 :+ 8] = b * 0.1 + f16(v) // bf16 * a literal is bf16 (0.1 taken as a bf16); bf16 + f16 meet in f32
     z[0 :+ 8] = v                // a store rounds to the tensor's format
 }
 """
@@ -208,7 +208,8 @@ def test_conversions_and_arithmetic_of_16_bit_values():
     for mode, (_, h, y, z) in run_both(CONVERSIONS, lambda: [x, np.zeros(8, np.uint16), np.zeros(8, np.float32),
                                                             np.zeros(8, np.float16)]).items():
         np.testing.assert_array_equal(bf16_values(h), want_b, err_msg=mode)
-        np.testing.assert_array_equal(y, want_b * np.float32(0.1) + want_h, err_msg=mode)
+        tenth = bf16_values(bf16_bits(np.float32(0.1)))
+        np.testing.assert_array_equal(y, bf16_values(bf16_bits(want_b * tenth)) + want_h, err_msg=mode)
         np.testing.assert_array_equal(z, want_z, err_msg=mode)
 
 

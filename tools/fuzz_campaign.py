@@ -2,7 +2,7 @@
 # more examples and fresh random seeds, round after round, until a time
 # budget is spent or one fails.
 #
-#     python tools/fuzz_campaign.py [--minutes 60] [--scale 40] [--only front|edge] [--gpu]
+#     python tools/fuzz_campaign.py [--minutes 60] [--scale 40] [--only front|edge|compile] [--gpu]
 #
 # The tests themselves are the ones CI runs with a few examples each:
 #   front  tests/test_frontend_fuzz.py: random tokens, statements, mutated
@@ -12,6 +12,9 @@
 #          outside their tensors, run by the interpreter and the PTX emulator
 #          (bounds and race checks on), which must agree; and assembled by
 #          ptxas.  --gpu adds the GPU against the interpreter.
+#   compile tests/test_compile_fuzz.py: generated calls of every builtin on
+#          operands of every dtype, and the edge kernels; every program the
+#          checker accepts must compile for sm_75, sm_80 and sm_90a
 # PHOBOS_FUZZ_SCALE (--scale) multiplies each test's number of examples.  A
 # failure stops the campaign and prints Hypothesis's shrunk example - a
 # kernel source with its configuration, grid and arguments for `edge` - which
@@ -33,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITES = {
     "front": ["tests/test_frontend_fuzz.py"],
     "edge": ["tests/test_edge_property.py"],
+    "compile": ["tests/test_compile_fuzz.py"],
 }
 
 

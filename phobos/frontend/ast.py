@@ -23,6 +23,7 @@ class Expr:
 @node
 class IntLit(Expr):
     value: int
+    pattern: bool = False  # hexadecimal past the largest i64: the i64 with those 64 bits, or a u64
 
 
 @node

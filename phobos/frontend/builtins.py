@@ -24,10 +24,10 @@ class Builtin:
 
 
 F32_F64 = (DType.F32, DType.F64)
-ATOMIC_INTEGERS = (DType.I32, DType.U32, DType.I64)
+ATOMIC_INTEGERS = (DType.I32, DType.U32, DType.I64, DType.U64)
 
 
-def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32,)) -> Builtin:
+def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32, DType.F64)) -> Builtin:
     return Builtin(name, f"{name}(x)", doc, "unary_float", dtypes=dtypes)
 
 
@@ -53,7 +53,8 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "arithmetic, one fused multiply-add per term; for f32, precision=\"tf32\" or \"tf32x3\" runs "
             "on the tensor cores instead.  bf16 or f16 tiles: an f32 tile, each element the exact "
             "products summed in f32 (on the tensor cores).  f8e4m3 or f8e5m2 tiles: likewise, with sums "
-            "of the tensor cores' precision (see Accuracy of dot).", "dot"),
+            "of the tensor cores' precision (see Accuracy of dot).  i32 tiles (i8 and i16 tensors load as "
+            "i32): the exact product, wrapping as i32 arithmetic does.", "dot"),
     Builtin("sum", "sum(x, axis=None)",
             "Sum of the elements of a tile along `axis` (kept with extent 1), or of all of them (a scalar).",
             "reduce"),
@@ -68,20 +69,36 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "Index (i32) of the smallest element along `axis`, like argmax.", "reduce_index"),
     _unary_float("exp", "e to the power x."),
     _unary_float("exp2", "2 to the power x."),
+    _unary_float("exp10", "10 to the power x."),
+    _unary_float("expm1", "e to the power x, minus 1 (accurate near 0)."),
     _unary_float("log", "Natural logarithm."),
     _unary_float("log2", "Base-2 logarithm."),
-    _unary_float("sqrt", "Square root, correctly rounded.", F32_F64),
+    _unary_float("log10", "Base-10 logarithm."),
+    _unary_float("log1p", "log(1 + x) (accurate near 0)."),
+    _unary_float("sqrt", "Square root, correctly rounded."),
     _unary_float("rsqrt", "1 / sqrt(x)."),
-    _unary_float("tanh", "Hyperbolic tangent."),
-    _unary_float("sigmoid", "1 / (1 + exp(-x))."),
-    _unary_float("erf", "The error function."),
-    _unary_float("gelu", "x * (1 + erf(x / sqrt(2))) / 2, the exact GELU."),
     _unary_float("sin", "Sine."),
     _unary_float("cos", "Cosine."),
-    _unary_float("floor", "The largest integer value not above x (a float).", F32_F64),
-    _unary_float("ceil", "The smallest integer value not below x (a float).", F32_F64),
-    _unary_float("round", "x rounded to the nearest integer value, halves to even (a float).", F32_F64),
-    _unary_float("trunc", "x rounded toward zero to an integer value (a float).", F32_F64),
+    _unary_float("tan", "Tangent."),
+    _unary_float("asin", "Arcsine, in [-pi/2, pi/2]."),
+    _unary_float("acos", "Arccosine, in [0, pi]."),
+    _unary_float("atan", "Arctangent, in [-pi/2, pi/2]."),
+    Builtin("atan2", "atan2(y, x)", "The angle of the point (x, y), in [-pi, pi] (C's atan2; broadcast).",
+            "binary_float", dtypes=F32_F64),
+    _unary_float("sinh", "Hyperbolic sine."),
+    _unary_float("cosh", "Hyperbolic cosine."),
+    _unary_float("tanh", "Hyperbolic tangent."),
+    _unary_float("asinh", "Inverse hyperbolic sine."),
+    _unary_float("acosh", "Inverse hyperbolic cosine."),
+    _unary_float("atanh", "Inverse hyperbolic tangent."),
+    _unary_float("sigmoid", "1 / (1 + exp(-x))."),
+    _unary_float("erf", "The error function."),
+    _unary_float("erfc", "1 - erf(x) (accurate where erf is near 1)."),
+    _unary_float("gelu", "x * (1 + erf(x / sqrt(2))) / 2, the exact GELU."),
+    _unary_float("floor", "The largest integer value not above x (a float)."),
+    _unary_float("ceil", "The smallest integer value not below x (a float)."),
+    _unary_float("round", "x rounded to the nearest integer value, halves to even (a float)."),
+    _unary_float("trunc", "x rounded toward zero to an integer value (a float)."),
     Builtin("fma", "fma(a, b, c)", "a * b + c rounded once (floats; broadcast).", "fma", dtypes=F32_F64),
     Builtin("abs", "abs(x)", "Absolute value (integers or floats).", "unary_numeric"),
     Builtin("maximum", "maximum(x, y)", "Element-wise larger of x and y (broadcast; NaN ignored, "
@@ -100,10 +117,10 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     Builtin("cdiv", "cdiv(a, b)", "Integer division rounded up: the exact quotient's ceiling, "
             "without intermediate overflow (a divisor of 0 counts as 1, as for `/`).", "binary_int"),
     Builtin("mulhi", "mulhi(a, b)",
-            "The high half of the full product of two integers of one dtype (i32, u32, i64): the bits "
+            "The high half of the full product of two integers of one dtype (i32, u32, i64, u64): the bits "
             "above the ones a * b keeps.", "mulhi", dtypes=ATOMIC_INTEGERS),
     Builtin("bitcast", "bitcast(x, DTYPE)",
-            "The bits of x read as DTYPE, a dtype of the same width (f32/i32/u32, f64/i64).", "bitcast"),
+            "The bits of x read as DTYPE, a dtype of the same width (f32/i32/u32, f64/i64/u64).", "bitcast"),
     Builtin("cumsum", "cumsum(x, axis=0)",
             "Inclusive running sum along `axis` (the shape stays); the axis may be left out of a 1-D tile.",
             "scan_op"),
@@ -125,7 +142,7 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "split"),
     Builtin("concat", "concat(a, b, axis=0)",
             "a followed by b along `axis` (the other extents equal).", "concat"),
-    _atomic("add", "Adds x into the tensor elements", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
+    _atomic("add", "Adds x into the tensor elements", (DType.F32, DType.F64, DType.F16, DType.BF16) + ATOMIC_INTEGERS),
     _atomic("max", "Replaces each tensor element by the larger of it and x", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
     _atomic("min", "Replaces each tensor element by the smaller of it and x", (DType.F32, DType.F64) + ATOMIC_INTEGERS),
     _atomic("and", "Bitwise-ands x into the tensor elements", ATOMIC_INTEGERS),
@@ -143,9 +160,10 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "Stops the kernel with an error (its source line and the text) where cond is false.", "assert",
             effect=True, void=True),
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}.", "cast")
-      for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32)],
-    *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: to f32, then rounded to nearest even "
-              f"in the 16-bit format (arithmetic on the result is computed in f32).", "cast")
+      for dt in (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.U64)],
+    *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: rounded once to nearest even in the "
+              f"16-bit format, from any dtype (arithmetic on the result is computed in f32 and rounded back to it).",
+              "cast")
       for dt in (DType.BF16, DType.F16)],
     *[Builtin(dt.value, f"{dt.value}(x)", f"x converted to {dt.value}: to f32, then rounded to nearest even "
               f"in the 8-bit format and saturated (beyond the largest finite value, {limit}, and infinities "

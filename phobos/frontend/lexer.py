@@ -155,15 +155,16 @@ class Lexer:
         if _INT_TEXT.fullmatch(text) or _HEX_TEXT.fullmatch(text):
             hex_digits = text[2:].lstrip("0") if text[:2].lower() == "0x" else None
             digits = text.lstrip("0") or "0"
-            too_long = len(hex_digits) > 16 if hex_digits is not None else len(digits) > len(str(I64_MAX))
+            too_long = len(hex_digits) > 16 if hex_digits is not None else len(digits) > len(str(U64_MAX))
             value = int(text, 16) if hex_digits is not None else (0 if too_long else int(digits))
-            if too_long or value > U64_MAX or (hex_digits is None and value > I64_MAX):
-                raise LexError(f"integer literal {shown} is too large; the largest is {I64_MAX} (i64)"
+            if too_long or value > U64_MAX:
+                raise LexError(f"integer literal {shown} is too large; the largest is {U64_MAX} (u64)"
                                + (f" or 0x{U64_MAX:X} in hexadecimal" if hex_digits is not None else ""),
                                self._loc(t.lexpos))
-            if value > I64_MAX:  # a 64-bit pattern written in hexadecimal: the i64 with those bits
+            pattern = hex_digits is not None and value > I64_MAX
+            if pattern:  # a 64-bit pattern written in hexadecimal: the i64 with those bits (or a u64)
                 value -= 1 << 64
-            t.type, t.value = "INT", value
+            t.type, t.value = "INT", (value, pattern)
         elif _FLOAT_TEXT.fullmatch(text):
             if math.isinf(float(text)):
                 raise LexError(f"float literal {shown} is too large for f64", self._loc(t.lexpos))

@@ -438,7 +438,7 @@ class Parser:
     #           | '(' expr ',' expr {',' expr} ')' | '[' expr {',' expr} ']'
     def p_primary_int(self, p):
         """primary : INT"""
-        p[0] = ast.IntLit(self._loc(p, 1), p[1])
+        p[0] = ast.IntLit(self._loc(p, 1), *p[1])
 
     def p_primary_float(self, p):
         """primary : FLOAT"""
@@ -520,7 +520,7 @@ class Parser:
         if tok.type == "NEWLINE":
             what = "end of line"
         elif tok.type in ("INT", "FLOAT"):
-            what = f"number '{tok.value if tok.type == 'INT' else tok.value[1]}'"
+            what = f"number '{tok.value[0] if tok.type == 'INT' else tok.value[1]}'"
         elif tok.type == "ID":
             what = f"name '{tok.value}'"
         else:

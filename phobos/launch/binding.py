@@ -6,15 +6,21 @@
 #
 #   tensors  a numpy array (host memory), a torch tensor, a PyCUDA GPUArray,
 #            anything with `__cuda_array_interface__` or DLPack's `__dlpack__`
-#            (device memory, on any one device), of the
-#            declared element type and rank, C-contiguous (row-major); literal
-#            dimensions must match, and each size name (N, M, K) takes its
-#            value from the first tensor that has it and must agree everywhere
-#            else.  A tensor the kernel writes must be writeable.  Elements
-#            must be in the machine's byte order: a big-endian array ('>f4',
-#            from a file or the network) is refused with the call that converts
-#            it, as a non-contiguous one is, rather than copied and converted
-#            behind the caller's back (the GPU reads the bytes as they are).
+#            (device memory, on any one device), of the declared element type
+#            and rank; literal dimensions must match, and each size name (N, M,
+#            K) takes its value from the first tensor that has it and must agree
+#            everywhere else.  A view that is not C-contiguous (transposed,
+#            sliced, channels-last) is taken as it lies: its strides (in
+#            elements) become launch values of a kernel compiled for them
+#            (`strides`; phobos.compiler.CodeOptions.strided) - unless a stride
+#            is negative or not a whole number of elements, or the kernel writes
+#            a view whose elements overlap (a zero stride, a broadcast), which
+#            are refused with the call that copies it.  A tensor the kernel
+#            writes must be writeable.  Elements must be in the machine's byte
+#            order: a big-endian array ('>f4', from a file or the network) is
+#            refused with the call that converts it, rather than copied and
+#            converted behind the caller's back (the GPU reads the bytes as
+#            they are).
 #   scalars  converted to the declared type: any real number for a float, an
 #            integer (or an integral float) in range for an integer type, a
 #            bool for a bool.
@@ -52,7 +58,8 @@ ACCEPTED_DTYPES = {DType.BF16: ("bfloat16", "uint16"), DType.F8E4M3: ("float8_e4
 
 @dataclass(frozen=True)
 class TensorArgument:
-    """A tensor argument, checked: host memory (`host`) or device memory (`pointer`)."""
+    """A tensor argument, checked: host memory (`host`) or device memory (`pointer`), and its strides in
+    elements when it is not C-contiguous (None when it is)."""
 
     param: KernelParam
     source: Any  # the object the caller passed
@@ -61,15 +68,42 @@ class TensorArgument:
     shape: tuple[int, ...]
     device: int | None = None  # the device index of device memory; None for host memory or where unknown
     stream: int | None = None  # the stream its producer works on (`__cuda_array_interface__` version 3)
+    strides: tuple[int, ...] | None = None
+
+    @property
+    def span(self) -> int:
+        """The elements from the first to the last one of the tensor in memory (its size when contiguous)."""
+        if 0 in self.shape:
+            return 0
+        if self.strides is None:
+            return math.prod(self.shape)
+        return 1 + sum((extent - 1) * stride for extent, stride in zip(self.shape, self.strides))
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * self.param.dtype.nbytes
+        """The bytes the tensor's elements lie in, first to last (what a copy of it moves)."""
+        return self.span * self.param.dtype.nbytes
 
     @property
     def value(self) -> np.ndarray | int:
-        """What a backend passes for this tensor: the numpy array or the device address."""
+        """What the interpreter takes for this tensor: the numpy array (a view, as it lies) or the device
+        address."""
         return self.host if self.host is not None else self.pointer
+
+    @property
+    def buffer(self) -> np.ndarray | int:
+        """What compiled code takes for this tensor: the device address, or the numpy memory its elements lie
+        in (for a strided view, a 1-D view of that memory from its first element to its last, which the
+        kernel indexes with the strides)."""
+        if self.host is None or self.strides is None:
+            return self.value
+        return np.lib.stride_tricks.as_strided(self.host, (self.span,), (self.host.itemsize,),
+                                               writeable=self.host.flags.writeable)
+
+    def specialisation(self) -> tuple[str, bool] | None:
+        """How a kernel is compiled for this tensor (CodeOptions.strided): None when it is contiguous, else
+        (its name, whether its last stride is 1)."""
+        return None if self.strides is None else (self.param.name, self.strides[-1] == 1)
 
 
 @dataclass
@@ -174,9 +208,12 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
     if not view.native_order:
         raise fail(view.description, "; pass one in the machine's byte order, e.g. "
                                      "x.astype(x.dtype.newbyteorder('='))")
+    strides = None if view.contiguous else view.strides
     if not view.contiguous:
-        raise fail(f"a non-contiguous {view.description}",
-                   "; pass a C-contiguous (row-major) one, e.g. np.ascontiguousarray(x) or x.contiguous()")
+        problem = _stride_problem(view, param.written)
+        if problem is not None:
+            raise fail(f"a non-contiguous {view.description} with strides {view.strides}",
+                       f"; {problem}: pass a copy, e.g. np.ascontiguousarray(x) or x.contiguous()")
     if param.written and view.read_only:
         raise fail(f"a read-only {view.description}", f"; the kernel writes '{param.name}'")
     if host_only is not None and view.host is None:
@@ -191,7 +228,30 @@ def _bind_tensor(call: BoundCall, param: KernelParam, value: Any, host_only: str
             call.size_origins[dim] = param.name
         if extent != (dim if isinstance(dim, int) else call.sizes[dim]):
             raise fail(view.description)
-    return TensorArgument(param, value, view.host, view.pointer, view.shape, view.device, view.stream)
+    return TensorArgument(param, value, view.host, view.pointer, view.shape, view.device, view.stream, strides)
+
+
+def _stride_problem(view: TensorView, written: bool) -> str | None:
+    """Why a strided view cannot be passed as it lies (None if it can): strides that are not whole
+    elements or are negative, or, for a tensor the kernel writes, elements that overlap."""
+    if view.strides is None:
+        return "its strides are not whole elements"
+    if any(stride < 0 for stride in view.strides):
+        return "kernels take strides of 0 or more"
+    if written and not _apart(view.shape, view.strides):
+        return "the kernel writes it, and its elements overlap (a zero or overlapping stride)"
+    return None
+
+
+def _apart(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether every element of a view lies at its own address: ordered by stride, each dimension's
+    stride must pass the whole extent of the ones below it."""
+    reach = 0
+    for extent, stride in sorted(((n, s) for n, s in zip(shape, strides) if n > 1), key=lambda d: d[1]):
+        if stride <= reach:
+            return False
+        reach += (extent - 1) * stride
+    return True
 
 
 #: How each library converts an array to another element type, by the module its arrays come from: the
@@ -226,7 +286,8 @@ def overlapping_tensors(call: BoundCall) -> list[tuple[str, str]]:
     """(read, written) names of each tensor the kernel only reads whose memory overlaps one it writes.
 
     Host arrays are compared with host arrays and device memory with device
-    memory (by address and size: binding has made sure they are contiguous).
+    memory (by address and the bytes from their first element to their last,
+    which for a strided view also holds what it skips).
     Such a call must not read through the read-only cache (phobos.compiler.
     CodeOptions.read_only_cache)."""
     extents = {name: _extent(tensor) for name, tensor in call.tensors.items()}
@@ -339,6 +400,14 @@ class TensorView:
     native_order: bool = True  # elements in the machine's byte order
     device: int | None = None  # the device index of device memory, where the object says
     stream: int | None = None  # the stream its producer works on, where the object says
+    strides: tuple[int, ...] | None = None  # in elements (None where they are not whole elements)
+
+
+def _element_strides(byte_strides, itemsize: int) -> tuple[int, ...] | None:
+    """Byte strides as element strides; None where one is not a whole number of elements."""
+    if any(s % itemsize for s in byte_strides):
+        return None
+    return tuple(int(s) // itemsize for s in byte_strides)
 
 
 class _Refused(Exception):
@@ -355,7 +424,7 @@ def _numpy_view(value: Any) -> TensorView | None:
         return None
     return TensorView(value, None, value.shape, value.dtype.name, value.flags.c_contiguous,
                       not value.flags.writeable, f"{_element_name(value.dtype)} array of shape {value.shape}",
-                      value.dtype.isnative)
+                      value.dtype.isnative, strides=_element_strides(value.strides, value.itemsize))
 
 
 #: torch element types numpy has not: torch's integer type of their size, and the bit patterns' numpy type
@@ -385,9 +454,11 @@ def _torch_view(value: Any) -> TensorView | None:
             array = _host_array(value)
         except (TypeError, RuntimeError) as error:
             raise _Refused(description, f"cannot view it as a numpy array: {error}") from None
-        return TensorView(array, None, shape, dtype_name, value.is_contiguous(), False, description)
-    return TensorView(None, value.data_ptr(), shape, dtype_name, value.is_contiguous(), False, description,
-                      device=value.get_device())
+        return TensorView(array, None, shape, dtype_name, value.is_contiguous(), False, description,
+                          strides=_element_strides(array.strides, array.itemsize))
+    contiguous = value.is_contiguous()
+    return TensorView(None, value.data_ptr(), shape, dtype_name, contiguous, False, description,
+                      device=value.get_device(), strides=None if contiguous else tuple(value.stride()))
 
 
 def _gpuarray_view(value: Any) -> TensorView | None:
@@ -396,7 +467,8 @@ def _gpuarray_view(value: Any) -> TensorView | None:
     dtype = np.dtype(value.dtype)
     shape = tuple(value.shape)
     return TensorView(None, int(value.gpudata), shape, dtype.name, bool(value.flags.c_contiguous), False,
-                      f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative)
+                      f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative,
+                      strides=_element_strides(value.strides, dtype.itemsize))
 
 
 def _cuda_array_interface_view(value: Any) -> TensorView | None:
@@ -419,7 +491,8 @@ def _cuda_array_interface_view(value: Any) -> TensorView | None:
     return TensorView(None, int(pointer or 0), shape, dtype.name, contiguous, bool(read_only),
                       f"{_element_name(dtype)} {_type_name(value)} of shape {shape}", dtype.isnative,
                       device=device if isinstance(device, int) else None,
-                      stream=int(stream) if stream is not None else None)
+                      stream=int(stream) if stream is not None else None,
+                      strides=None if strides is None else _element_strides(strides, dtype.itemsize))
 
 
 # DLPack (https://dmlc.github.io/dlpack): the C structs a `__dlpack__` capsule points at.
@@ -481,7 +554,8 @@ def _dlpack_view(value: Any) -> TensorView | None:
         raise _Refused(f"a {kind}", f"its DLPack capsule is unusable: {error}") from None
     contiguous = strides is None or _c_contiguous(shape, strides, 1)  # DLPack strides count elements
     return TensorView(None, pointer, shape, dtype_name, contiguous, False,
-                      f"{dtype_name} {kind} of shape {shape} on cuda:{device_id}", device=int(device_id))
+                      f"{dtype_name} {kind} of shape {shape} on cuda:{device_id}", device=int(device_id),
+                      strides=strides)
 
 
 def _element_name(dtype: np.dtype) -> str:

@@ -4,8 +4,9 @@
 # A call's *signature* is what the full binding (phobos.launch.binding) checks
 # of its arguments: for each one, in the order given (positional, then the
 # keyword names), its Python type and, for a tensor, its element type, shape,
-# contiguity, device and the low four bits of its address (the alignment
-# class).  `probe` reads exactly that, as a hashable key, plus the addresses and
+# contiguity (and a strided view's strides, which the code is compiled for
+# and which reach the kernel as parameters), device and the low four bits of
+# its address (the alignment class).  `probe` reads exactly that, as a hashable key, plus the addresses and
 # the streams the tensors name, with one small function per argument type
 # (PROBES; torch tensors have their own, anything else goes through the
 # binding's `tensor_view`).  numpy arrays are never probed: they are copied to
@@ -82,7 +83,9 @@ def _probe_torch(tensor: Any, locate: Locate) -> tuple:
         raise Unprobed  # a CPU tensor (host memory, copied by the full path), or another kind of device
     device = tensor.get_device()
     pointer = tensor.data_ptr()
-    return (type(tensor), tensor.dtype, tensor.shape, tensor.is_contiguous(), device, pointer & 15), pointer, None
+    if tensor.is_contiguous():
+        return (type(tensor), tensor.dtype, tensor.shape, True, device, pointer & 15), pointer, None
+    return (type(tensor), tensor.dtype, tensor.shape, tensor.stride(), device, pointer & 15), pointer, None
 
 
 def _probe_cuda_array_interface(value: Any, locate: Locate) -> tuple:
@@ -104,7 +107,8 @@ def _probe_view(value: Any, locate: Locate) -> tuple:
         raise Unprobed
     pointer = view.pointer
     device = view.device if view.device is not None else locate(pointer)
-    return ((type(value), view.dtype_name, view.shape, view.contiguous, view.read_only, device, pointer & 15),
+    layout = True if view.contiguous else view.strides
+    return ((type(value), view.dtype_name, view.shape, layout, view.read_only, device, pointer & 15),
             pointer, view.stream)
 
 
@@ -396,14 +400,18 @@ def _guard_scalar(i: int, part: tuple, names: dict, one_device: bool) -> list[st
 def _guard_torch(i: int, part: tuple, names: dict, one_device: bool) -> list[str]:
     """torch's dtypes are singletons, so the dtype is compared by identity (another object of an equal
     dtype, which torch never gives, would only send the call to the probing path); a CUDA tensor is on the
-    one device there is, where the driver sees one."""
-    kind, dtype, shape, contiguous, device, alignment = part
-    names.update({f"K{i}": kind, f"D{i}": dtype, f"S{i}": shape})
+    one device there is, where the driver sees one; a strided view's strides are compared too (a
+    contiguous one's guard stays as it was)."""
+    kind, dtype, shape, layout, device, alignment = part
+    names.update({f"K{i}": kind, f"D{i}": dtype, f"S{i}": shape, f"L{i}": layout})
     on_device = "" if one_device else f" or v{i}.get_device() != {device}"
-    return [f"if type(v{i}) is not K{i} or not v{i}.is_cuda: return None",
-            f"p{i} = v{i}.data_ptr()",
-            f"if p{i} & 15 != {alignment} or v{i}.dtype is not D{i} or v{i}.shape != S{i}{on_device} "
-            f"or v{i}.is_contiguous() is not {contiguous}: return None"]
+    lines = [f"if type(v{i}) is not K{i} or not v{i}.is_cuda: return None",
+             f"p{i} = v{i}.data_ptr()",
+             f"if p{i} & 15 != {alignment} or v{i}.dtype is not D{i} or v{i}.shape != S{i}{on_device} "
+             f"or v{i}.is_contiguous() is not {layout is True}: return None"]
+    if layout is not True:
+        lines.append(f"if v{i}.stride() != L{i}: return None")
+    return lines
 
 
 def _guard_probed(i: int, part: tuple, names: dict, one_device: bool) -> list[str]:

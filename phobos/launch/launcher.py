@@ -806,10 +806,13 @@ class _Kernel:
                 kind = type(call.given[param.name])
                 recipe.append(("scalar", positions[param.name], fastpath.scalar_converter(self.name, param, kind)))
             elif param.kind == "tensor_map":
+                tensor = call.tensors[param.name]
                 recipe.append(("tensor_map", positions[param.name],
-                               runtime.MapEncoder(call.tensors[param.name].shape, param.map_dtype, param.box)))
+                               runtime.MapEncoder(tensor.shape, param.map_dtype, param.box, tensor.strides)))
             elif param.kind == "programs":  # a persistent kernel's virtual grid, fixed with the sizes
                 recipe.append(("const", launch.grid[param.dims[0]]))
+            elif param.kind == "stride":  # a strided view's, fixed by the signature as its shape is
+                recipe.append(("const", call.tensors[param.name].strides[param.dims[0]]))
             else:
                 recipe.append(("const", call.sizes[param.name]))
         tensors = [call.tensors[name] for name in call.given if name in call.tensors]
@@ -970,13 +973,16 @@ def completion_order(configs: list[Config], ahead: dict[tuple, Future]) -> Itera
 def code_options(call: BoundCall, backend: Backend, arch: str) -> CodeOptions:
     """The code a call needs: 64-bit indices past i32; no read-only-cache loads when a tensor the kernel only
     reads overlaps one it writes (an in-place call such as add(x, y, x)); TMA copies on a target with wgmma
-    where every tensor can have a tensor map (`tensor_map.describable`) that the backend can build - the GPU
-    over device memory only, the emulator over its arrays."""
+    where every tensor can have a tensor map (`tensor_map.describable`, from its strides too) that the
+    backend can build - the GPU over device memory only, the emulator over its arrays; strides as launch
+    values for the tensors passed as views that are not C-contiguous, specialised on a last stride of 1
+    (TensorArgument.specialisation; a contiguous call's options, and cache keys, stay what they were)."""
     tma = target(arch).wgmma and call.index_bits == 32 and all(
         (tensor.host is None or backend.maps_host_arrays)
-        and describable(tensor.shape, tensor.param.dtype.nbytes, tensor.pointer)
+        and describable(tensor.shape, tensor.param.dtype.nbytes, tensor.pointer, tensor.strides)
         for tensor in call.tensors.values())
-    return CodeOptions(call.index_bits, not overlapping_tensors(call), tma)
+    strided = tuple(s for s in (tensor.specialisation() for tensor in call.tensors.values()) if s is not None)
+    return CodeOptions(call.index_bits, not overlapping_tensors(call), tma, strided)
 
 
 def _decoded(payload: Any, decode: Callable[[Any], Any]) -> Any:

@@ -24,14 +24,19 @@
 #   rearrange.py  permute, join, concat through shared memory
 #   debug.py      device_print and device_assert: vprintf and trap
 #   layout.py     where each element of a tile lives (thread digits + registers)
-#   mathlib.py    math builtins expanded into PTX-level operations
+#   mathlib.py    math builtins (and % of floats) expanded into PTX-level
+#                 operations: the f32 approximations, else libm's f64 ones
+#   libm.py       the f64 math library (within 2 ulp): its builder and
+#                 algorithms; mathlib_tables.py, its constants and fits
+#                 (written by tools/fit_mathlib.py)
 #
 # The concern modules (values ... reduce) register their handlers in
 # core.HANDLERS and import core, placement, fusion and layout; of each other,
 # only pipeline.py imports memory.py, dot.py and mma.py, dot.py imports
 # mma.py, control.py imports pipeline.py, indexed.py imports memory.py,
 # reduce.py imports scan.py, rearrange.py imports dot.py and debug.py imports
-# indexed.py and values.py.  mma_plan.py writes no IR: placement.py and
+# indexed.py and values.py; mathlib.py imports libm.py, which imports
+# mathlib_tables.py.  mma_plan.py writes no IR: placement.py and
 # core.py read its plans.  A new op: a function `handler(low, op)` decorated with
 # `@HANDLERS.on("opcode")` in the module of its concern (a new module is
 # imported by driver.py).

@@ -106,13 +106,21 @@ class Programs:
 
 @dataclass
 class TensorRef:
-    """A lowered tensor: base address (global, i64), dims (values of the index type), element type, and
-    whether it may be loaded through the read-only cache (ld.global.nc)."""
+    """A lowered tensor: base address (global, i64), dims (values of the index type), element type,
+    whether it may be loaded through the read-only cache (ld.global.nc), and its element strides (i64
+    values; a constant 1 for a last stride specialised to 1) when it was passed as a strided view - None:
+    row-major, the strides follow from the dims."""
 
     ptr: Value
     dims: list[Value]
     dtype: DType
     read_only: bool
+    strides: list[Value] | None = None
+
+    @property
+    def unit_last(self) -> bool:
+        """Whether consecutive elements of the last dim are adjacent in memory (vector accesses may work)."""
+        return self.strides is None or getattr(self.strides[-1].owner, "opcode", None) == "const"
 
 
 class Lowering:
@@ -120,9 +128,10 @@ class Lowering:
 
     def __init__(self, func: Function, smem_limit: int, cp_async: bool, index_bits: int = 32,
                  read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False,
-                 fp8: bool = False):
+                 fp8: bool = False, strided: dict[str, bool] | None = None):
         self.src = func
         self.fp8 = fp8  # the target has 8-bit float conversions and their mma.sync (sm_89 and newer)
+        self.strided = strided or {}  # tensors passed as strided views: name -> whether the last stride is 1
         self.tma = tma  # a K loop's stages may be copied by TMA, through tensor maps the launcher builds
         self.wgmma = wgmma  # the target is sm_90a (wgmma; cvt.rn.tf32 too)
         self.smem_limit = smem_limit
@@ -471,22 +480,28 @@ class Lowering:
 # ------------------------------------------------------------------ plain helpers
 
 def scalar_op(low: "Lowering", op: Op, operands: list[Value]) -> Value:
-    """One element of element-wise `op`, on the registers of its operands' elements."""
+    """One element of element-wise `op`, on the registers of its operands' elements (a 16-bit float's in
+    the f32 register that holds it)."""
     dtype = op.result.dtype
     if op.opcode == "cast" and (dtype.is_narrow or op.operands[0].dtype.is_narrow):
         return convert_register(low, operands[0], dtype)
-    return low.op(op.opcode, operands, ScalarType(dtype), **op.attrs)
+    return low.op(op.opcode, operands, ScalarType(dtype.compute), **op.attrs)
 
 
 def convert_register(low: "Lowering", x: Value, to: DType) -> Value:
     """Register `x` converted to a value of dtype `to`, in a register of its compute dtype.
 
     A narrow float is held in an f32 register: widening one to f32 is nothing,
-    and a conversion to one goes to f32, then rounds through the narrow format
-    (what the language says a conversion does) back into f32.
+    and a conversion to one rounds through the narrow format (what the
+    language says a conversion does) back into f32.  To a 16-bit float it
+    rounds once - from f32 (or bool), or from f64, into which an integer first
+    converts (exactly, but for an i64 past 2^53; constants.convert_array); to
+    an 8-bit float it goes through f32.
     """
     if to.is_narrow:
-        if x.dtype is not DType.F32:
+        if to.is_half and x.dtype.is_int:
+            x = low.op("cast", [x], ScalarType(DType.F64))
+        elif x.dtype is not DType.F32 and not (to.is_half and x.dtype is DType.F64):
             x = low.op("cast", [x], ScalarType(DType.F32))
         return low.op("cast", [low.op("cast", [x], ScalarType(to))], ScalarType(DType.F32))
     return x if to is x.dtype else low.op("cast", [x], ScalarType(to))

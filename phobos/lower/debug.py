@@ -22,7 +22,7 @@ from .indexed import scalar_layout
 from .layout import Layout
 from .values import program_index
 
-FORMATS = {DType.F32: "%.9g", DType.F64: "%.17g", DType.I32: "%d", DType.U32: "%u", DType.I64: "%lld",
+FORMATS = {DType.F32: "%.9g", DType.F64: "%.17g", DType.I32: "%d", DType.U32: "%u", DType.I64: "%lld", DType.U64: "%llu",
            DType.BOOL: "%s"}
 
 
@@ -45,7 +45,7 @@ def device_print(low: Lowering, op: Op) -> None:
     values = op.operands
     tile = bool(values) and isinstance(values[0].type, TileType)
     layout = low.layouts[values[0]] if tile else scalar_layout(low)
-    shown = [FORMATS[v.dtype] for v in values]
+    shown = [FORMATS[v.dtype.compute] for v in values]  # a 16-bit float prints as the f32 it is held in
     if "{}" in text:
         parts = [_escape(p) for p in text.split("{}")]
         body = "".join(p + (shown[i] if i < len(shown) else "") for i, p in enumerate(parts))

@@ -116,7 +116,7 @@ def finish_dot(low: Lowering, op: Op, plan: DotPlan, stage: Value) -> None:
     if len(op.operands) == 3:
         acc = low.in_layout(op.operands[2], plan.layout).regs
     else:
-        acc = [low.const(0.0, plan.dtype.compute)] * plan.layout.nregs
+        acc = [low.const(0.0 if plan.dtype.is_float else 0, plan.dtype.compute)] * plan.layout.nregs
     acc = dot_compute(low, plan, stage, acc)
     result = TileRegs(plan.layout, acc)
     layout = low.layouts[op.result]

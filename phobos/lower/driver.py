@@ -14,7 +14,7 @@ from .core import Lowering
 
 def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: int = 32,
           read_only_cache: bool = True, tensor_cores: bool = False, wgmma: bool = False, tma: bool = False,
-          fp8: bool = False) -> Function:
+          fp8: bool = False, capability: int = 75, strided: dict[str, bool] | None = None) -> Function:
     """Thread-level IR for a tile-level function.
 
     Before: a verified tile-level Function (tiles, tensor slices, dot, reduce).
@@ -32,11 +32,16 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     read-only cache (ld.global.nc), for calls whose tensors overlap;
     `tensor_cores` allows mma.sync (sm_80 and newer), `wgmma` wgmma.mma_async
     (sm_90a), `tma` copies by TMA through tensor maps (parameters of kind
-    `tensor_map` in attrs `params`, which the launcher fills per call),
+    `tensor_map` in attrs `params`, which the launcher fills per call);
     `fp8` the conversions and mma.sync of 8-bit floats (sm_89 and newer; attr
-    `native_fp8`).
+    `native_fp8`); `capability` is the target's compute capability (attr
+    `capability`: 80 and newer convert to bf16 natively, 90 and newer add
+    bf16 atomically); `strided` names the tensors addressed through element
+    strides, each with whether its last stride is 1 (parameters of kind
+    `stride` in attrs `params`, one per dim but such a last one, which the
+    launcher fills).
     """
-    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma, fp8)
+    low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma, fp8, strided)
     persistent = pipeline.persistent_loop(low)
     if persistent is not None:
         pipeline.lower_persistent(low, *persistent)
@@ -45,6 +50,6 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     low.out.attrs["shared_bytes"] = low.smem_bytes
     low.out.attrs["notes"] = list(low.notes)
     low.out.attrs["schedules"] = list(low.schedules)
-    low.out.attrs["native_bf16"] = tensor_cores  # cvt to bf16 exists where mma.sync does (sm_80)
     low.out.attrs["native_fp8"] = fp8
+    low.out.attrs["capability"] = capability
     return low.out

@@ -15,7 +15,10 @@
 # A scatter and an atomic run in the first replica of each element only
 # (`owner`); a scalar atomic runs in thread 0, and its old value reaches every
 # thread through shared memory, as do the old values of a replicated tile.
-# Atomics map to `atom` (`red` when the old values are unused).  Float max and
+# Atomics map to `atom` (`red` when the old values are unused).  A 16-bit
+# float's add rounds x to the tensor's format first and the sum once
+# (`add.noftz.f16`; bf16 natively from sm_90, else a compare-and-swap loop
+# that isel writes).  Float max and
 # min use the integer trick: a value with its sign bit clear orders like its
 # bits as a signed integer (atom.max.s32 for max), one with the sign bit set
 # in reverse like its bits as unsigned (atom.min.u32 for max), so -0 < +0 and
@@ -33,11 +36,12 @@ from .memory import as_type, index_inside, index_value, strides_of
 
 ATOMIC_PTX_TYPE = {  # (op, dtype) -> the PTX type of the atom instruction
     **{("add", d): t for d, t in ((DType.F32, "f32"), (DType.F64, "f64"), (DType.I32, "s32"),
-                                  (DType.U32, "u32"), (DType.I64, "u64"))},
+                                  (DType.U32, "u32"), (DType.I64, "u64"), (DType.U64, "u64"),
+                                  (DType.F16, "noftz.f16"), (DType.BF16, "noftz.bf16"))},
     **{(op, d): t for op in ("max", "min") for d, t in ((DType.I32, "s32"), (DType.U32, "u32"),
-                                                         (DType.I64, "s64"))},
+                                                         (DType.I64, "s64"), (DType.U64, "u64"))},
     **{(op, d): ("b64" if d.bits == 64 else "b32") for op in ("and", "or", "xor", "xchg", "cas")
-       for d in (DType.I32, DType.U32, DType.I64, DType.F32, DType.F64)},
+       for d in (DType.I32, DType.U32, DType.I64, DType.U64, DType.F32, DType.F64)},
 }
 
 
@@ -144,6 +148,10 @@ def atomic_element(low: Lowering, kind: str, dtype: DType, addr: Value, xs: list
             return None
         return low.op("bitcast", [low.op("select", [negative, old_neg, old_pos], bits_t)], ScalarType(dtype))
     t = ScalarType(dtype)
+    if dtype.is_half:  # add: x in the tensor's format (a 16-bit register), the old value back in f32
+        x16 = low.op("cast", [xs[0]], t)
+        old = _atom(low, kind, ATOMIC_PTX_TYPE[(kind, dtype)], addr, [x16], pred, used, t)
+        return low.op("cast", [old], ScalarType(DType.F32)) if used else None
     if kind in ("and", "or", "xor", "xchg", "cas") and dtype.is_float:
         bits_t = ScalarType(DType.I64 if dtype.bits == 64 else DType.I32)
         old = _atom(low, kind, ATOMIC_PTX_TYPE[(kind, dtype)], addr, [low.op("bitcast", [x], bits_t) for x in xs],

@@ -18,67 +18,30 @@
 #   erf             Abramowitz & Stegun 7.1.26: absolute error under 1.5e-7
 #   gelu            x * (1 + erf(x / sqrt 2)) / 2
 #
-# Only f32 has the approximate instructions; in f64 only sqrt and abs exist.
+# Only f32 has the approximate instructions.  Every function of f64, and the
+# f32 functions that have no approximation here (tan, the inverse and
+# hyperbolic ones, expm1, log1p, log10, exp10, atan2) and `%` of floats
+# (fmod), are computed by libm.py's algorithms in f64 (an f32 argument widened
+# exactly, the result rounded once to f32): within 1-2 ulp of f64, so
+# correctly rounded f32 results but for a rare tie.
 from __future__ import annotations
 
 import math
 
-from ..errors import UnsupportedError
 from ..middle.ir import Block, Builder, Function, Op, Value, replace_uses
 from ..types import DType, ScalarType
+from .libm import F64_FUNCTIONS, FMOD_STEPS, MathBuilder, fmod
 
-LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 F32 = ScalarType(DType.F32)
+F64 = ScalarType(DType.F64)
 BOOL = ScalarType(DType.BOOL)
-EXPANDED = {"exp", "exp2", "log", "log2", "rsqrt", "tanh", "sigmoid", "erf", "gelu", "sin", "cos"}
+#: Every math function expanded here; those of f32 in APPROXIMATE use the GPU's approximations, the rest (and
+#: every one of f64) the f64 algorithms of libm.py.
+EXPANDED = set(F64_FUNCTIONS)
 
 
-class _Math:
-    """Builds f32 arithmetic at an insertion point."""
-
-    def __init__(self, b: Builder):
-        self.b = b
-
-    def c(self, x: float) -> Value:
-        return self.b.const(float(x), F32)
-
-    def op(self, opcode: str, *args: Value, **attrs) -> Value:
-        return self.b.value(opcode, list(args), F32, **attrs)
-
-    def add(self, a, b):
-        return self.op("add", a, b)
-
-    def mul(self, a, b):
-        return self.op("mul", a, b)
-
-    def fma(self, a, b, c):
-        return self.op("fma", a, b, c)
-
-    def div(self, a, b):
-        return self.op("div", a, b)
-
-    def exp(self, x):
-        return self.op("ex2_approx", self.mul(x, self.c(LOG2E)))
-
-    def poly(self, x, coeffs):
-        """Horner: coeffs[0] + x * (coeffs[1] + x * (...))."""
-        acc = self.c(coeffs[-1])
-        for k in reversed(coeffs[:-1]):
-            acc = self.fma(acc, x, self.c(k))
-        return acc
-
-    def erf(self, x):
-        ax = self.op("abs", x)
-        t = self.div(self.c(1.0), self.fma(self.c(0.3275911), ax, self.c(1.0)))
-        p = self.mul(t, self.poly(t, [0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429]))
-        e = self.exp(self.op("neg", self.mul(ax, ax)))
-        y = self.op("sub", self.c(1.0), self.mul(p, e))
-        neg = self.b.value("cmp", [x, self.c(0.0)], BOOL, pred="lt")
-        return self.op("select", neg, self.op("neg", y), y)
-
-
-def _tanh(m: _Math, x: Value) -> Value:
+def _tanh(m: MathBuilder, x: Value) -> Value:
     ax = m.op("abs", x)
     x2 = m.mul(x, x)
     small = m.mul(x, m.poly(x2, [1.0, -1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835]))
@@ -90,7 +53,7 @@ def _tanh(m: _Math, x: Value) -> Value:
     return m.op("select", is_small, small, big)
 
 
-EXPANSIONS = {
+APPROXIMATE = {
     "exp2": lambda m, x: m.op("ex2_approx", x),
     "exp": lambda m, x: m.exp(x),
     "log2": lambda m, x: m.op("lg2_approx", x),
@@ -109,8 +72,9 @@ def expand_math(func: Function) -> None:
     """Rewrite math functions into approximate instructions and arithmetic.
 
     Before: thread-level IR that may hold exp, exp2, log, log2, rsqrt, tanh,
-    sigmoid, erf, gelu, sin, cos.  After: none of those remain; they are
-    computed with ex2/lg2/rsqrt/sin/cos_approx, fma, add, mul, div, select.
+    sigmoid, erf, gelu, sin, cos, and rem of floats.  After: none of those
+    remain; they are computed with ex2/lg2/rsqrt/sin/cos_approx, fma, add, mul,
+    div, select, integer and bit operations, and loops of a fixed count.
     """
     replace: dict[Value, Value] = {}
     _expand_block(func, func.body, replace)
@@ -122,13 +86,28 @@ def _expand_block(func: Function, block: Block, replace: dict) -> None:
     for op in block.ops:
         for region in op.regions:
             _expand_block(func, region, replace)
-        if op.opcode not in EXPANDED:
+        float_remainder = op.opcode == "rem" and op.result.dtype.is_float
+        if op.opcode not in EXPANDED and not float_remainder:
             new_ops.append(op)
             continue
-        if op.result.dtype is not DType.F32:
-            raise UnsupportedError(f"{op.opcode}() is implemented for f32 only, not {op.result.dtype}", op.loc)
         scratch = Block()
         b = Builder(func, scratch, op.loc)
-        replace[op.result] = EXPANSIONS[op.opcode](_Math(b), op.operands[0])
+        replace[op.result] = expansion(MathBuilder(b, op.result.dtype), op.opcode, op.operands)
         new_ops += scratch.ops
     block.ops = new_ops
+
+
+def expansion(m: MathBuilder, opcode: str, operands: list[Value]) -> Value:
+    """The value of math op `opcode` (or rem of floats) in m's dtype: an f32 approximation, or in f64 (for
+    f32, exact conversions around it and one rounding at the end)."""
+    if m.t == F32 and opcode in APPROXIMATE:
+        return APPROXIMATE[opcode](m, *operands)
+    wide = MathBuilder(m.b, DType.F64)
+    if opcode == "rem":
+        steps = FMOD_STEPS[m.t.dtype]
+        compute = lambda w, x, y: fmod(w, x, y, steps)  # noqa: E731
+    else:
+        compute = F64_FUNCTIONS[opcode]
+    if m.t == F64:
+        return compute(wide, *operands)
+    return m.typed("cast", m.t, compute(wide, *(wide.typed("cast", F64, v) for v in operands)))

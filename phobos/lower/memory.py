@@ -15,7 +15,8 @@
 #
 # The tests are exact for every start the language allows, so no start can
 # wrap around into the tensor.  They are done in the start's own width
-# (`index_value`: i32 and i64 as they are, u32 zero-extended to i64) and
+# (`index_value`: i32 and i64 as they are, u32 zero-extended to i64, u64
+# above the largest i64 - outside every tensor - clamped to it) and
 # written so that nothing wraps: a slice is inside when 0 <= start and
 # size <= dim - start (never start + size <= dim, which wraps for a start
 # near 2^31; dim - start cannot wrap once start >= 0, and when start < 0 the
@@ -39,6 +40,13 @@
 # address that depends on the thread and the row is arithmetic, and the
 # register's constant offset along the last dim becomes the access's
 # immediate offset.  Offsets are 64-bit from the first product on (mul.wide).
+#
+# A tensor passed as a strided view (`TensorRef.strides`: i64 launch values,
+# the last one the constant 1 where the launcher specialised it) is addressed
+# through its strides instead of its dims: every coordinate times its stride.
+# With a last stride of 1 the accesses are vectors as above, the alignment
+# test asking every other stride to be a multiple of the vector; with another
+# last stride every element is an access of its own.
 #
 # A store that fusion.py planned is lowered together with its loads and the
 # element-wise ops between them, one vector of registers at a time; its fast
@@ -69,9 +77,11 @@ def slice_geometry(low: Lowering, op: Op, tensor: TensorRef):
 
 
 def index_value(low: Lowering, v: Value) -> Value:
-    """A start or single index as a value the bounds tests are exact in: i32 or i64 (u32 zero-extended),
-    at least as wide as the index type."""
-    if v.dtype is DType.U32 or low.index_type == I64:
+    """A start or single index as a value the bounds tests are exact in: i32 or i64 (u32 zero-extended,
+    u64 past the largest i64 clamped to it), at least as wide as the index type."""
+    if v.dtype is DType.U64:
+        v = low.op("min", [v, low.const(2**63 - 1, DType.U64)], ScalarType(DType.U64))
+    if v.dtype is not DType.I32 or low.index_type == I64:
         return as_type(low, v, I64)
     return v
 
@@ -100,7 +110,9 @@ def index_inside(low: Lowering, index: Value, dim: Value) -> Value:
 
 
 def strides_of(low: Lowering, tensor: TensorRef) -> list[Value]:
-    """Row-major strides in elements, as i64 values."""
+    """The tensor's strides in elements, as i64 values: its own, or the row-major ones of its dims."""
+    if tensor.strides is not None:
+        return tensor.strides
     strides = [None] * len(tensor.dims)
     acc = low.const(1, DType.I64)
     for d in reversed(range(len(tensor.dims))):
@@ -133,7 +145,7 @@ def unsigned_less(low: Lowering, a: Value, b: Value) -> Value:
 def vector_ok(tensor: TensorRef, tile_dims, layout: Layout | None, most: int = 8) -> int:
     """The vector width (elements) usable when the slice is aligned, 1 if none: at most 16 bytes and `most`
     elements (16 for cp.async's copies, which take no registers)."""
-    if layout is None or not tile_dims or tile_dims[-1] != len(tensor.dims) - 1:
+    if layout is None or not tile_dims or tile_dims[-1] != len(tensor.dims) - 1 or not tensor.unit_last:
         return 1
     if tensor.dtype.nbytes < 4 and not tensor.dtype.is_narrow:
         return 1
@@ -144,11 +156,13 @@ def vector_ok(tensor: TensorRef, tile_dims, layout: Layout | None, most: int = 8
 
 
 def aligned(low: Lowering, tensor: TensorRef, starts, width: int) -> Value:
-    """Uniform predicate: the base pointer, row length and slice start allow `width`-element vectors."""
+    """Uniform predicate: the base pointer, row length (a strided view's strides but the last) and slice
+    start allow `width`-element vectors."""
     nbytes = width * tensor.dtype.nbytes
     low_bits = low.op("and", [tensor.ptr, low.const(nbytes - 1, DType.I64)], I64)
     preds = [low.op("cmp", [low_bits, low.const(0, DType.I64)], BOOL, pred="eq")]
-    for v in (address_index(low, starts[-1]), tensor.dims[-1]):
+    rows = [tensor.dims[-1]] if tensor.strides is None else tensor.strides[:-1]
+    for v in (address_index(low, starts[-1]), *rows):
         low_bits = low.op("and", [v, low.const(width - 1, v.dtype)], v.type)
         preds.append(low.op("cmp", [low_bits, low.const(0, v.dtype)], BOOL, pred="eq"))
     return low.all_of(preds)
@@ -176,13 +190,14 @@ class RowAddresses:
         for k, d in enumerate(tile_dims):
             thread_c[d] = low.op("add", [starts[d], as_type(low, low.thread_coord(layout.terms[k]), index_t)],
                                  index_t)
+        self.unit_last = tensor.unit_last
         base = tensor.ptr
         for d in range(len(tensor.dims)):
             c = thread_c.get(d, starts[d])
-            if d == last:
+            if d == last and self.unit_last:
                 term = low.op("mul_wide", [c, low.const(eb)], I64) if index_t == I32 else \
                     low.op("mul", [c, low.const(eb, DType.I64)], I64)
-            elif d == last - 1:  # the stride is the last dim
+            elif d == last - 1 and tensor.strides is None:  # the stride is the last dim
                 row = low.op("mul_wide", [c, tensor.dims[last]], I64) if index_t == I32 else \
                     low.op("mul", [c, tensor.dims[last]], I64)
                 term = low.op("mul", [row, low.const(eb, DType.I64)], I64)
@@ -201,7 +216,7 @@ class RowAddresses:
         for k, d in enumerate(self.tile_dims):
             if offsets[k] == 0:
                 continue
-            if d == self.last:
+            if d == self.last and self.unit_last:
                 last_off = offsets[k] * self.eb
             else:
                 row = low.op("mul", [self.strides[d], low.const(offsets[k] * self.eb, DType.I64)], I64)

@@ -978,7 +978,8 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
 
     Inside the tensor and aligned: 16-byte copies.  Otherwise one copy per
     element, zero-filled outside the tensor (the edge contract); 16- and 8-bit
-    elements are loaded and stored (cp.async moves 4 bytes or more).
+    elements are loaded and stored (cp.async moves 4 bytes or more) - always,
+    for a strided view whose last stride is not 1.
     """
     tensor = low.vals[load.operands[0]]
     starts, sizes, tile_dims = slice_geometry(low, load, tensor)
@@ -1005,15 +1006,18 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
         return low.op("add", [stage, low.op("cast", [space.offset(low, row, col)], U32)], U32), start
 
     width = vector_ok(tensor, tile_dims, layout, most=16)
-    fast = in_bounds(low, tensor, starts, sizes)
-    if width > 1:
-        fast = low.all_of([fast, aligned(low, tensor, starts, width)])
-    fast = low.all_of([enabled, fast])
+    if width * eb < 4:  # no copy of whole elements is 4 bytes or more: an element at a time
+        fast = low.const(False, DType.BOOL)
+    else:
+        fast = in_bounds(low, tensor, starts, sizes)
+        if width > 1:
+            fast = low.all_of([fast, aligned(low, tensor, starts, width)])
+        fast = low.all_of([enabled, fast])
     outer = low.b
     regions = [Block(), Block()]
     low.b.op("if", [fast], [], {}, regions)
     low.b = low.builder_for(regions[0], outer.block, outer.loc)
-    for group in access_groups(layout, width):
+    for group in access_groups(layout, width) if width * eb >= 4 else ():
         addr, off = addrs[group[0]]
         dst, offset = destination(group[0])
         pred = low.slot_valid(layout, group[0])

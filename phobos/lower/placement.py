@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from ..configuration import Knobs
 from ..errors import ResourceError
-from ..middle.ir import Function, Op, Value, walk
+from ..middle.ir import MATH_OPCODES, Function, Op, Value, walk
 from ..types import TileType
 from .layout import WARP, Layout, blocked, dot_layout
 from .mma_plan import MmaPlan
@@ -51,7 +51,7 @@ from .mma_plan import MmaPlan
 # its operands, all in the result's layout).
 ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr", "neg", "not",
                "abs", "cmp", "select", "cast", "fma", "mulhi", "bitcast", "floor", "ceil", "round", "trunc",
-               "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "gelu", "sin", "cos"}
+               *MATH_OPCODES}
 # The opcodes whose tile operands and results all take one layout, element for element.
 ALIGNED = {"gather", "scatter", "atomic", "scan", "print", "assert"}
 DEFAULT_MAX_THREADS = 256

@@ -5,12 +5,15 @@
 # and every register of the result reads the element it copies, found from
 # its coordinates.  (split is two `extract`s, made by irgen.)  A transpose that
 # only dots use does not move: dot.py stages it straight from the
-# untransposed tile.
+# untransposed tile.  The join of two scalars moves nothing either: every
+# thread holds both, and each register of the [2] result picks one by its
+# coordinate.
 from __future__ import annotations
 
 import math
 
 from ..middle.ir import Op, Value
+from ..types import ScalarType
 from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, Transposed, row_major_strides
 
 
@@ -31,8 +34,11 @@ def permute(low: Lowering, op: Op) -> None:
 
 @HANDLERS.on("join")
 def join(low: Lowering, op: Op) -> None:
-    a, b = (low.tile(v) for v in op.operands)
     layout = low.layouts[op.result]
+    if isinstance(op.operands[0].type, ScalarType):
+        low.vals[op.result] = TileRegs(layout, [join_scalars(low, op, layout, r) for r in range(layout.nregs)])
+        return
+    a, b = (low.tile(v) for v in op.operands)
     size = math.prod(op.operands[0].type.shape)
     strides = row_major_strides(op.operands[0].type.shape)
 
@@ -41,6 +47,13 @@ def join(low: Lowering, op: Op) -> None:
         return low.op("add", [which, low.dot_product(coords[:-1], strides)], I32)
 
     low.vals[op.result] = TileRegs(layout, low.relayout_from([a, b], layout, op.result.dtype, source_index))
+
+
+def join_scalars(low: Lowering, op: Op, layout, r: int) -> Value:
+    """Register r of join(a, b) of two scalars: a where its coordinate is 0, else b."""
+    a, b = (low.vals[v] for v in op.operands)
+    first = low.op("cmp", [low.coord(layout, r, 0), low.const(0)], BOOL, pred="eq")
+    return low.op("select", [first, a, b], ScalarType(op.result.dtype.compute))
 
 
 @HANDLERS.on("concat")

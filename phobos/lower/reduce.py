@@ -16,6 +16,7 @@
 # was anchored elsewhere, is moved there through shared memory.
 from __future__ import annotations
 
+from ..constants import int_range
 from ..middle.ir import Op, Value
 from ..types import DType, ScalarType
 from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, row_major_strides, smem_bytes
@@ -162,6 +163,5 @@ def _identity(kind: str, dtype: DType):
         return 0.0 if dtype.is_float else 0
     if dtype.is_float:
         return float("nan")
-    big = {DType.I32: 2**31 - 1, DType.I64: 2**63 - 1, DType.U32: 2**32 - 1}[dtype]
-    small = {DType.I32: -2**31, DType.I64: -2**63, DType.U32: 0}[dtype]
+    small, big = int_range(dtype)
     return small if kind in ("max", "argmax") else big

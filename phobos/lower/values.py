@@ -16,8 +16,8 @@
 # blocks in L2; see grouped_program_ids.
 from __future__ import annotations
 
-from ..middle.ir import Builder, Op, Value
-from ..types import ScalarType, TensorType, TileType
+from ..middle.ir import Builder, KernelParam, Op, Value
+from ..types import DType, ScalarType, TensorType, TileType
 from .core import BOOL, HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides, scalar_op
 from .layout import Layout
 from .placement import ELEMENTWISE, broadcast_dims, keep_axes, source_axes
@@ -30,12 +30,32 @@ def param(low: Lowering, op: Op) -> None:
     if isinstance(t, TensorType):
         ptr = low.op("param", [], I64, **op.attrs)
         dims = [param_size(low, d) if isinstance(d, str) else low.const(d, low.index_type.dtype) for d in t.dims]
-        low.vals[op.result] = TensorRef(ptr, dims, t.dtype, not p.written and low.read_only_cache)
+        strides = param_strides(low, p) if p.name in low.strided else None
+        low.vals[op.result] = TensorRef(ptr, dims, t.dtype, not p.written and low.read_only_cache, strides)
     elif p.kind == "size":  # the language's i32 (with 64-bit indices, the low half of the parameter)
         size = param_size(low, p.name)
         low.vals[op.result] = size if size.type == t else low.op("cast", [size], t)
     else:
         low.vals[op.result] = low.op("param", [], t, **op.attrs)
+
+
+def param_strides(low: Lowering, p: KernelParam) -> list[Value]:
+    """The element strides of tensor parameter `p`, passed as a strided view: a `stride` parameter (i64) per
+    dim, added to the kernel's once and read at its start, but a constant 1 for a last stride specialised
+    to 1."""
+    params = low.out.attrs["params"]
+    strides = []
+    for d in range(len(p.dims)):
+        if d == len(p.dims) - 1 and low.strided[p.name]:
+            strides.append(low.const(1, DType.I64))
+            continue
+        index = next((i for i, q in enumerate(params) if (q.kind, q.name, q.dims) == ("stride", p.name, (d,))), None)
+        if index is None:
+            index = len(params)
+            params.append(KernelParam(p.name, "stride", DType.I64, (d,)))
+        strides.append(low.entry_value(("stride", index), lambda b, index=index, d=d: b.value(
+            "param", [], I64, index=index, name=f"{p.name}_stride{d}")))
+    return strides
 
 
 def param_size(low: Lowering, name: str) -> Value:

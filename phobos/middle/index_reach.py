@@ -141,7 +141,7 @@ def _collect(value: Value, affine: dict[Value, Affine | None], terms: dict[Value
 
 
 def _is_scalar_int(value: Value) -> bool:
-    return isinstance(value.type, ScalarType) and value.dtype in (DType.I32, DType.I64, DType.U32)
+    return isinstance(value.type, ScalarType) and value.dtype.is_int
 
 
 #: How each IR op of a scalar integer is an affine function of the program ids (absent: it is not one).

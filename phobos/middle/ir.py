@@ -40,6 +40,10 @@ def _ops(pure: bool, names: str, doc: str) -> dict[str, OpInfo]:
     return {n: OpInfo(pure, doc) for n in names.split()}
 
 
+#: The element-wise math functions: one opcode per builtin (atan2 of two operands, the others of one).
+MATH_OPCODES = frozenset(("exp exp2 exp10 expm1 log log2 log10 log1p sqrt rsqrt tanh sigmoid erf erfc gelu sin cos tan "
+                          "asin acos atan atan2 sinh cosh asinh acosh atanh").split())
+
 OPCODES: dict[str, OpInfo] = {
     # values of every level
     **_ops(True, "const", "a constant (a tile: every element equal); attrs value"),
@@ -55,8 +59,8 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "mulhi", "the high half of the full product of two integers"),
     **_ops(True, "floor ceil round trunc", "rounding of floats to integer values (round: halves to even)"),
     **_ops(True, "bitcast", "the operand's bits as the result dtype (of the same width)"),
-    **_ops(True, "exp exp2 log log2 sqrt rsqrt tanh sigmoid erf gelu sin cos rcp",
-           "element-wise math"),
+    **_ops(True, " ".join(sorted(MATH_OPCODES)), "element-wise math (atan2: of two operands)"),
+    **_ops(True, "rcp", "1 / x"),
     **_ops(True, "ex2_approx lg2_approx rsqrt_approx sin_approx cos_approx",
            "the GPU's approximate math instructions (thread level; see mathlib.py)"),
     # tile level

@@ -7,7 +7,8 @@
 # get the dtype their context asks for, scalars and size-1 extents are widened
 # by `broadcast`, compound assignment to a tensor slice becomes load-op-store,
 # and a narrow (16- or 8-bit) float value used where f32 is computed is
-# converted by a `cast`.
+# converted by a `cast`; arithmetic whose result is a 16-bit float is
+# computed in f32 and then rounded by a `cast` to it.
 #
 # Jumps become data.  `break`, `continue` and `return` set hidden bool
 # variables (the checker's flags), which loops and branches carry like any
@@ -28,13 +29,13 @@
 # KernelParam), `config` and `knobs` (the configuration's Knobs, for lowering).
 from __future__ import annotations
 
-from ..constants import OPERATORS, UNARY_OPERATORS, convert
+from ..constants import OPERATORS, ROUNDED_OPCODES, UNARY_OPERATORS, convert
 from ..dispatch import Dispatch
 from ..frontend import ast
 from ..frontend.builtins import BUILTINS, CAST_DTYPES, ORDERED_ATOMICS, argument, dot_precision
 from .ir import Block, Builder, Function, KernelParam, Value
 from ..frontend.sema import CheckedKernel, Inlined, Symbol
-from ..types import DType, ScalarType, TensorType, TileType, TupleType, broadcast_shapes, shape_of
+from ..types import DType, ScalarType, TensorType, TileType, TupleType, broadcast_shapes, shape_of, with_dtype
 
 # The IR of each kind of statement and expression (keyed by AST class) and of
 # each builtin (keyed by `Builtin.rule`; effect builtins are statements).
@@ -101,12 +102,13 @@ class IRGen:
         return self.b.value("cast", [v], t)
 
     def operand_dtype(self, a: ast.Expr, b: ast.Expr) -> DType:
-        """The dtype two operands meet in: a literal-only side follows the other; narrow floats
-        meet as f32."""
-        da, db = self.ck.types[a].dtype.compute, self.ck.types[b].dtype.compute
+        """The dtype two operands meet in (the checker's unify_dtypes): a literal-only side follows the
+        other; a 16-bit float meets f32, or the other 16-bit format, in f32; 8-bit floats meet as f32."""
+        da, db = (self.ck.types[x].dtype for x in (a, b))
+        da, db = (d.compute if d.is_f8 else d for d in (da, db))
         if da == db or b in self.ck.weak:
             return da
-        return db
+        return db if a in self.ck.weak else da.compute
 
     def typed(self, dtype: DType, shape) -> ScalarType | TileType:
         return ScalarType(dtype) if shape is None else TileType(dtype, shape)
@@ -348,7 +350,7 @@ class IRGen:
             magnitude = self.b.value("select", [up, step_v, magnitude_down], t)
         else:
             distance, magnitude = (up_distance, step_v) if step > 0 else (down_distance, magnitude_down)
-        if t.dtype != DType.U32:  # unsigned order of signed numbers: flip the sign bits, compare signed
+        if t.dtype.is_signed:  # unsigned order of signed numbers: flip the sign bits, compare signed
             sign = self.b.const(-(1 << (t.dtype.bits - 1)), t)
             distance = self.b.value("xor", [distance, sign], t)
             magnitude = self.b.value("xor", [magnitude, sign], t)
@@ -409,6 +411,10 @@ class IRGen:
         return self.env[self.ck.symbols[e]]
 
     def binary(self, opcode: str, a: Value, b: Value, dtype: DType) -> Value:
+        """`a opcode b` of `dtype`; arithmetic of a 16-bit dtype computes in f32 and rounds once to it."""
+        if dtype.is_half and opcode in ROUNDED_OPCODES:
+            wide = dtype.compute
+            return self.convert(self.binary(opcode, self.convert(a, wide), self.convert(b, wide), wide), dtype)
         shape = broadcast_shapes(shape_of(a.type), shape_of(b.type))
         if opcode in ("div", "rem") and dtype.is_int:
             b = self.nonzero_divisor(b)
@@ -479,6 +485,8 @@ class IRGen:
             if isinstance(sub, ast.Slice):
                 start = self.expr(sub.start)
                 self.at(sub)
+                if start.dtype is DType.U64:  # past the largest i64 it is outside the tensor: clamped to it
+                    start = self.b.value("min", [start, self.b.const(2**63 - 1, start.type)], start.type)
                 if start.dtype is not DType.I64:  # start + i is exact: an i32 or u32 start + i may wrap
                     start = self.convert(start, DType.I64)
                 size = self.ck.consts[sub.size]
@@ -588,9 +596,17 @@ class IRGen:
     @BUILTIN_RULES.on("unary_float")
     def call_unary_float(self, e: ast.Call) -> Value:
         t = self.ck.types[e]
-        x = self.expr(e.args[0], t.dtype)
+        x = self.expr(e.args[0], t.dtype.compute)
         self.at(e)
-        return self.b.value(e.func, [x], t)
+        return self.convert(self.b.value(e.func, [x], with_dtype(t, t.dtype.compute)), t.dtype)
+
+    @BUILTIN_RULES.on("binary_float")
+    def call_binary_float(self, e: ast.Call) -> Value:
+        t = self.ck.types[e]
+        wide = t.dtype.compute
+        a, b = (self.coerce(self.expr(x, wide), shape_of(t)) for x in e.args)
+        self.at(e)
+        return self.convert(self.b.value(e.func, [a, b], with_dtype(t, wide)), t.dtype)
 
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Value:

@@ -25,7 +25,7 @@ REG_CLASSES = {
 }
 CLASS_OF_DTYPE = {
     DType.BOOL: "pred", DType.I8: "b32", DType.I16: "b32", DType.I32: "b32", DType.U32: "b32",
-    DType.I64: "b64", DType.F16: "b16", DType.BF16: "b16", DType.F32: "f32", DType.F64: "f64",
+    DType.I64: "b64", DType.U64: "b64", DType.F16: "b16", DType.BF16: "b16", DType.F32: "f32", DType.F64: "f64",
     DType.F8E4M3: "b16", DType.F8E5M2: "b16",  # an 8-bit float's code in the low byte (cvt's e4m3x2 is .b16)
 }
 SMEM_SYMBOL = "phobos_smem"

@@ -28,16 +28,17 @@ from .emit import (CLASS_OF_DTYPE, FP8_PTX_VERSION, PTX_VERSION, SMEM_SYMBOL, Ad
 
 TYPE_SUFFIX = {
     DType.BOOL: "pred", DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32",
-    DType.I64: "s64", DType.F16: "f16", DType.BF16: "bf16", DType.F32: "f32", DType.F64: "f64",
+    DType.I64: "s64", DType.U64: "u64", DType.F16: "f16", DType.BF16: "bf16", DType.F32: "f32", DType.F64: "f64",
     DType.F8E4M3: "e4m3", DType.F8E5M2: "e5m2",
 }
-BITS_SUFFIX = {DType.I32: "b32", DType.U32: "b32", DType.F32: "b32", DType.I64: "b64", DType.F64: "b64",
-               DType.BOOL: "pred", DType.F16: "b16", DType.BF16: "b16", DType.F8E4M3: "b16", DType.F8E5M2: "b16"}
-PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.F32: ".f32", DType.F64: ".f64",
-              DType.BOOL: ".u8"}
+BITS_SUFFIX = {DType.I32: "b32", DType.U32: "b32", DType.F32: "b32", DType.I64: "b64", DType.U64: "b64",
+               DType.F64: "b64", DType.BOOL: "pred", DType.F16: "b16", DType.BF16: "b16", DType.F8E4M3: "b16",
+               DType.F8E5M2: "b16"}
+PARAM_TYPE = {DType.I32: ".s32", DType.U32: ".u32", DType.I64: ".s64", DType.U64: ".u64", DType.F32: ".f32",
+              DType.F64: ".f64", DType.BOOL: ".u8"}
 MEMORY_TYPE = {DType.I8: "s8", DType.I16: "s16", DType.I32: "s32", DType.U32: "u32", DType.I64: "s64",
-               DType.F32: "f32", DType.F64: "f64", DType.F16: "b16", DType.BF16: "b16", DType.BOOL: "u8",
-               DType.F8E4M3: "b8", DType.F8E5M2: "b8"}
+               DType.U64: "u64", DType.F32: "f32", DType.F64: "f64", DType.F16: "b16", DType.BF16: "b16",
+               DType.BOOL: "u8", DType.F8E4M3: "b8", DType.F8E5M2: "b8"}
 SPECIAL_AXIS = "xyz"
 MMA_FRAGMENT_REGISTERS = {"m16n8k16": (4, 2), "m16n8k8": (4, 2), "m16n8k32": (4, 2)}  # b32 registers of A, B per lane
 F8_TYPES = ("e4m3", "e5m2")  # the PTX names of the 8-bit floats the tensor cores multiply
@@ -184,12 +185,10 @@ def _arith(opcode: str):
         elif opcode == "mul":
             name = "mul.lo"
         suffix = BITS_SUFFIX[dtype] if opcode in ("and", "or", "xor", "not", "shl") else TYPE_SUFFIX[dtype]
-        if opcode == "shr":
-            suffix = "u32" if dtype is DType.U32 else TYPE_SUFFIX[dtype]
         operands = [s.src(v) for v in op.operands]
         if opcode in ("neg", "not", "abs"):
             operands = [s.reg(op.operands[0])]
-        if dtype is DType.U32 and opcode in UNSIGNED_UNARY:  # PTX has abs and neg for signed types only
+        if dtype.is_int and not dtype.is_signed and opcode in UNSIGNED_UNARY:  # PTX's abs and neg are signed
             UNSIGNED_UNARY[opcode](s, op)
             return
         if dtype.is_float and opcode in FLOAT_SIGN:
@@ -238,7 +237,8 @@ def _unsigned_abs(s: Selector, op: Op) -> None:
 
 
 def _unsigned_neg(s: Selector, op: Op) -> None:
-    s.emit("sub.u32", s.define(op.result), Imm(0, DType.U32), s.reg(op.operands[0]))
+    dtype = op.result.dtype
+    s.emit(f"sub.{TYPE_SUFFIX[dtype]}", s.define(op.result), Imm(0, dtype), s.reg(op.operands[0]))
 
 
 UNSIGNED_UNARY = {"abs": _unsigned_abs, "neg": _unsigned_neg}
@@ -286,7 +286,10 @@ def _select(s: Selector, op: Op) -> None:
 
 
 def _fma(s: Selector, op: Op) -> None:
-    s.emit(f"fma.rn.{TYPE_SUFFIX[op.result.dtype]}", s.define(op.result), *(s.src(v) for v in op.operands))
+    """a * b + c: rounded once for floats, the low half (wrapping) for integers (an integer dot's steps)."""
+    dtype = op.result.dtype
+    name = "fma.rn" if dtype.is_float else "mad.lo"
+    s.emit(f"{name}.{TYPE_SUFFIX[dtype]}", s.define(op.result), *(s.src(v) for v in op.operands))
 
 
 def _unary(template: str):
@@ -322,7 +325,7 @@ def convert(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
         _to_bf16(s, dst, src, frm)
     elif frm.is_f8 or to.is_f8:
         _f8_conversion(s, dst, src, frm, to)
-    elif DType.F16 in (frm, to) and DType.F64 in (frm, to):  # through f32, as the language converts
+    elif frm is DType.F16 and to is DType.F64:  # through f32 (exact), as the language widens an f16
         f32 = s.new(DType.F32)
         convert(s, f32, src, frm, DType.F32)
         convert(s, dst, f32, DType.F32, to)
@@ -352,13 +355,16 @@ def _float_to_int(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
 
 
 def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
-    """f32 -> bf16, rounding to nearest even: cvt.rn.bf16.f32 on sm_80 and newer (the function's attr
-    `native_bf16`), else with integer ops."""
-    if frm is not DType.F32:
+    """f32 or f64 -> bf16, rounding once to nearest even: cvt.rn.bf16.f32 on sm_80 and newer (the
+    function's attr `capability`), else with integer ops; an f64 first to f32 rounded to odd
+    (`_f64_to_odd_f32`), which makes the two roundings one."""
+    if frm is DType.F64:
+        src = _f64_to_odd_f32(s, src)
+    elif frm is not DType.F32:
         f32 = s.new(DType.F32)
         convert(s, f32, src, frm, DType.F32)
         src = f32
-    if s.func.attrs.get("native_bf16"):
+    if s.func.attrs.get("capability", 0) >= 80:
         s.emit("cvt.rn.bf16.f32", dst, s.reg_of(src, DType.F32))
         return
     bits, lsb, out, nan = s.new(DType.I32), s.new(DType.I32), s.new(DType.I32), s.new(DType.BOOL)
@@ -370,6 +376,22 @@ def _to_bf16(s: Selector, dst: VReg, src, frm: DType) -> None:
     s.emit("setp.nan.f32", nan, src, src)
     s.emit("selp.b32", out, Imm(0x7FFF, DType.I32), out, nan)  # any NaN becomes the canonical NaN, as cvt's
     s.emit("cvt.u16.u32", dst, out)
+
+
+def _f64_to_odd_f32(s: Selector, src) -> VReg:
+    """An f64 as f32 rounded toward zero, its last bit set where that was inexact (constants.
+    round_to_odd_f32): rounded again to a 16-bit format, it rounds as the f64 would, once."""
+    x = s.reg_of(src, DType.F64)
+    low, back, bits, odd, out = s.new(DType.F32), s.new(DType.F64), s.new(DType.I32), s.new(DType.I32), s.new(DType.F32)
+    inexact = s.new(DType.BOOL)
+    s.emit("cvt.rz.f32.f64", low, x)
+    s.emit("cvt.f64.f32", back, low)
+    s.emit("setp.ne.f64", inexact, back, x)  # false for NaN: it stays as cvt made it
+    s.emit("mov.b32", bits, low)
+    s.emit("or.b32", odd, bits, Imm(1, DType.I32))
+    s.emit("selp.b32", bits, odd, bits, inexact)
+    s.emit("mov.b32", out, bits)
+    return out
 
 
 def _f8_conversion(s: Selector, dst: VReg, src, frm: DType, to: DType) -> None:
@@ -493,7 +515,7 @@ def _shfl(mode: str, clamp: int):
         lane = s.src(mask)
         name = f"shfl.sync.{mode}.b32"
         c, members = Imm(clamp, DType.I32), Imm(-1, DType.I32)
-        if dtype in (DType.I64, DType.F64):
+        if dtype.bits == 64:
             lo, hi, lo2, hi2 = (s.new(DType.I32) for _ in range(4))
             s.emit("mov.b64", Vec((lo, hi)), s.reg(x))
             s.emit(name, lo2, lo, lane, c, members)
@@ -511,13 +533,16 @@ def _shfl(mode: str, clamp: int):
 
 def _atom(s: Selector, op: Op) -> None:
     """atom (red when the old value is unused and the op has a red form); a masked atom's old value
-    is 0 where its predicate is false."""
+    is 0 where its predicate is false.  bf16's add before sm_90 is a compare-and-swap loop."""
     operands = list(op.operands)
     pred = operands.pop() if op.attrs["masked"] else None
     addr, values = operands[0], operands[1:]
     kind, ptx_type = op.attrs["op"], op.attrs["type"]
     sem = ".acq_rel.gpu" if op.attrs["ordered"] else ""
     guard = s.reg(pred) if pred is not None else None
+    if ptx_type == "noftz.bf16" and s.func.attrs.get("capability", 0) < 90:
+        _bf16_add_loop(s, op, s.reg(addr), s.reg(values[0]), guard)
+        return
     args = [Addr(s.reg(addr))] + [s.reg(v) for v in values]
     kind_name = {"xchg": "exch"}.get(kind, kind)
     if not op.results and kind not in ("xchg", "cas"):
@@ -530,10 +555,35 @@ def _atom(s: Selector, op: Op) -> None:
     s.emit(f"atom{sem}.global.{kind_name}.{ptx_type}", dst, *args, guard=guard)
 
 
+def _bf16_add_loop(s: Selector, op: Op, addr: VReg, x: VReg, guard: VReg | None) -> None:
+    """old += x on a bf16 in global memory, for targets without atom.add.bf16 (before sm_90): read it, add in
+    f32 and round to bf16 (the sum of two bf16 values rounded once), swap it in by atom.cas.b16 if the
+    element is still what was read, else again from what the swap found.  Each thread loops on its own
+    (the branches are not uniform); the old value is the one the successful swap replaced."""
+    old = s.define(op.results[0]) if op.results else s.new(DType.BF16)
+    seen, new, sum16 = s.new(DType.BF16), s.new(DType.BF16), s.new(DType.F32)
+    widened, addend, again = s.new(DType.F32), s.new(DType.F32), s.new(DType.BOOL)
+    top, done = s.label("bf16_add"), s.label("bf16_added")
+    s.mov(old, Imm(0, DType.BF16), DType.BF16)
+    if guard is not None:
+        s.emit("bra", Sym(done), ndefs=0, guard=guard, negated=True)
+    s.emit("ld.global.b16", old, Addr(addr))
+    convert(s, addend, x, DType.BF16, DType.F32)
+    s.items.append(Label(top))
+    convert(s, widened, old, DType.BF16, DType.F32)
+    s.emit("add.rn.f32", sum16, widened, addend)
+    convert(s, new, sum16, DType.F32, DType.BF16)
+    s.emit("atom.global.cas.b16", seen, Addr(addr), old, new)
+    s.emit("setp.ne.b16", again, seen, old)
+    s.mov(old, seen, DType.BF16)
+    s.emit("bra", Sym(top), ndefs=0, guard=again)
+    s.items.append(Label(done))
+
+
 PRINT_ARGS = "phobos_print_args"  # the local buffer that holds vprintf's arguments
 VPRINTF = (".extern .func (.param .b32 func_retval0) vprintf\n(\n\t.param .b64 vprintf_param_0,\n"
            "\t.param .b64 vprintf_param_1\n);")
-PRINT_TYPE = {DType.I32: "s32", DType.U32: "u32", DType.I64: "s64", DType.F64: "f64"}
+PRINT_TYPE = {DType.I32: "s32", DType.U32: "u32", DType.I64: "s64", DType.U64: "u64", DType.F64: "f64"}
 
 
 def _global_string(s: Selector, text: str) -> Sym:
@@ -615,7 +665,7 @@ def _load(space: str):
         mem = op.attrs["dtype"]
         vec = op.attrs["vec"]
         dsts = [s.define(r) for r in op.results]
-        natural = mem in (DType.F32, DType.F64, DType.I32, DType.U32, DType.I64)
+        natural = mem in (DType.F32, DType.F64, DType.I32, DType.U32, DType.I64, DType.U64)
         temp = DType.I32 if (mem is DType.BOOL or mem.is_int) else mem  # widened or 16-bit float bits
         targets = dsts if natural else [s.new(temp) for _ in dsts]
         if pred is not None:

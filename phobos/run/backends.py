@@ -77,10 +77,19 @@ class Launch:
         return [self._argument(p.name) for p in self.call.params]
 
     def ptx_arguments(self) -> list[Any]:
-        """The arguments in the PTX's parameter order (bools as 0/1, the PTX's .u8; a TensorMap over the
-        tensor a `tensor_map` parameter names; the grid's extent along its axis for a `programs` one)."""
-        return [self._tensor_map(p) if p.kind == "tensor_map" else self.grid[p.dims[0]] if p.kind == "programs"
-                else _as_ptx_value(self._argument(p.name)) for p in self.compiled.params]
+        """The arguments in the PTX's parameter order (bools as 0/1, the PTX's .u8; a tensor's address or the
+        memory its elements lie in; a TensorMap over the tensor a `tensor_map` parameter names; the grid's
+        extent along its axis for a `programs` one; the stride a `stride` one names)."""
+        return [PTX_ARGUMENTS.get(p.kind, Launch._plain)(self, p) for p in self.compiled.params]
+
+    def _plain(self, param: KernelParam) -> Any:
+        return _as_ptx_value(self._argument(param.name, compiled=True))
+
+    def _stride(self, param: KernelParam) -> int:
+        return self.call.tensors[param.name].strides[param.dims[0]]
+
+    def _programs(self, param: KernelParam) -> int:
+        return self.grid[param.dims[0]]
 
     def queued_arguments(self) -> list[Any]:
         """ptx_arguments with the tensor maps encoded by the driver, as a QueuedKernel packs them."""
@@ -88,10 +97,11 @@ class Launch:
                 for value in self.ptx_arguments()]
 
     def _tensor_map(self, param: KernelParam) -> TensorMap:
-        value = self._argument(param.name)
+        value = self._argument(param.name, compiled=True)
         if not isinstance(value, np.ndarray):
             value = runtime.device_address(value)
-        return kernel_map(value, self.call.tensors[param.name].shape, param.map_dtype, param.box)
+        tensor = self.call.tensors[param.name]
+        return kernel_map(value, tensor.shape, param.map_dtype, param.box, tensor.strides)
 
     @property
     def asynchronous(self) -> bool:
@@ -103,14 +113,22 @@ class Launch:
         return [index for index, p in enumerate(self.compiled.params)
                 if p.written and p.name not in self.replacements and self.call.tensors[p.name].host is not None]
 
-    def _argument(self, name: str) -> Any:
+    def _argument(self, name: str, compiled: bool = False) -> Any:
+        """The value of parameter `name`: a replacement, or the call's (for `compiled` code, a strided host
+        array's memory, TensorArgument.buffer)."""
         if name in self.replacements:
             return self.replacements[name]
+        if compiled and name in self.call.tensors:
+            return self.call.tensors[name].buffer
         return self.call.value(name)
 
 
 def _as_ptx_value(value: Any) -> Any:
     return int(value) if isinstance(value, np.bool_) else value
+
+
+#: How a Launch gives the value of each kind of compiled parameter (the others: Launch._plain).
+PTX_ARGUMENTS = {"tensor_map": Launch._tensor_map, "programs": Launch._programs, "stride": Launch._stride}
 
 
 class Backend(Protocol):
@@ -215,7 +233,7 @@ class GpuBackend:
                                        warmup=warmup, repeat=repeat)
 
     def device_copy(self, tensor: TensorArgument) -> Any:
-        source = tensor.host if tensor.host is not None else tensor.pointer
+        source = tensor.buffer if tensor.host is not None else tensor.pointer
         with runtime.on_device(tensor.device or 0):
             return runtime.device_copy(source, tensor.nbytes)
 

@@ -51,8 +51,10 @@
 #               all are NaN).  An axis is kept with extent 1; no axis gives a
 #               scalar.
 #   math        f32 functions are evaluated in float64 and rounded once (the
-#               GPU's approximations are documented in mathlib.py); sin and cos
-#               of the GPU's turns (emulator.numerics.sin_approx).
+#               GPU's approximations are documented in mathlib.py; sin and cos
+#               of the GPU's turns, emulator.numerics.sin_approx), f64 ones by
+#               NumPy (glibc's, within an ulp; gelu of a pair, as libm.py
+#               computes it), 16-bit ones as f32 rounded to their format.
 #   casts       float -> int truncates toward zero and saturates, NaN -> 0
 #               (cvt.rzi); int -> int wraps; to float rounds to nearest even.
 #   division    an integer divisor of 0 counts as 1 (`x / 0 == x`, `x % 0 ==
@@ -174,9 +176,14 @@ def _broadcast(fn: Fn, have: tuple[int, ...] | None, want: tuple[int, ...] | Non
     return lambda f: np.broadcast_to(fn(f), want)
 
 
-def _binary_function(op: str):
-    """The numpy function of the source operator `a op b`, as `phobos.constants` defines it."""
-    return constants.operation(*constants.OPERATORS[op])
+def _binary_function(op: str, dtype: DType):
+    """The numpy function of the source operator `a op b` with a result of `dtype`, as `phobos.constants`
+    defines it: arithmetic of a 16-bit float computed in f32 and rounded once to it."""
+    opcode, attrs = constants.OPERATORS[op]
+    fn = constants.operation(opcode, attrs)
+    if dtype.is_half and opcode in constants.ROUNDED_OPCODES:
+        return lambda a, b: constants.round_half(fn(a, b), dtype)
+    return fn
 
 
 def _via_f64(fn):
@@ -188,19 +195,44 @@ def _via_f64(fn):
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
 
 
 def _erf(x):
     return np.asarray(_ERF(x), np.float64)
 
 
+def _erfc(x):
+    return np.asarray(_ERFC(x), np.float64)
+
+
+_INV_SQRT2 = (0.7071067811865476, -4.833646656726457e-17)  # 1/sqrt(2) as a pair of doubles
+
+
+def _gelu(x):
+    """x erfc(-x / sqrt 2) / 2, -x / sqrt 2 carried as a pair of doubles (erfc amplifies the rounding of
+    its argument by twice its square) and erfc of the pair to first order; -0.0 at -inf (the limit)."""
+    y, error = _numerics().two_prod(-x, np.float64(_INV_SQRT2[0]))
+    y_lo = error - x * _INV_SQRT2[1]
+    with np.errstate(all="ignore"):
+        slope = 2.0 / math.sqrt(math.pi) * np.exp(-y * y)
+        return np.where(x == -np.inf, -0.0, x * (_erfc(y) - np.nan_to_num(y_lo * slope)) / 2.0)
+
+
 UNARY_FLOAT = {
     "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
-    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "erf": _erf, "gelu": lambda x: x * (1.0 + _erf(x / math.sqrt(2.0))) / 2.0,
-    "sin": lambda x: _numerics().sin_approx(x), "cos": lambda x: _numerics().cos_approx(x),
+    "exp": np.exp, "exp2": np.exp2, "exp10": lambda x: np.power(10.0, x), "expm1": np.expm1,
+    "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x), "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "erf": _erf, "erfc": _erfc, "gelu": _gelu,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh,
 }
+BINARY_FLOAT = {"atan2": np.arctan2}
+# f32 functions the GPU computes on its approximate unit with a reduction of its own (sin.approx,
+# cos.approx: the argument in f32 turns), which rounding the float64 value would not give
+APPROXIMATE_F32 = {"sin": lambda x: _numerics().sin_approx(x), "cos": lambda x: _numerics().cos_approx(x)}
 BINARY_NUMERIC = {"maximum": "max", "minimum": "min"}  # the opcode of each
 
 
@@ -424,6 +456,11 @@ def _dot_product(dtype: DType, precision: str):
                 out = a @ b if x is None else x + a @ b
             return _chain_nan(out, a, b, x)
         return product64
+    if dtype is DType.I32:  # exact, wrapping: the low 32 bits of the 64-bit sums (which may wrap too)
+        def integer(a, b, x):
+            total = a.astype(np.int64) @ b.astype(np.int64)
+            return (total if x is None else x.astype(np.int64) + total).astype(np.int32)
+        return integer
     split = _PRECISION_TERMS[precision]
 
     def product(a, b, x):
@@ -477,10 +514,12 @@ class _Compiler:
         return self.slots.setdefault(sym, GRID_SLOTS + len(self.slots))
 
     def operand_dtype(self, a: ast.Expr, b: ast.Expr) -> DType:
-        """The dtype two operands meet in: a literal-only side follows the other, 16-bit floats
-        meet as f32 (as irgen)."""
-        da, db = self.ck.types[a].dtype.compute, self.ck.types[b].dtype.compute
-        return da if da == db or b in self.ck.weak else db
+        """The dtype two operands meet in, as irgen's: a literal-only side follows the other; a 16-bit
+        float meets f32, or the other 16-bit format, in f32."""
+        da, db = self.ck.types[a].dtype, self.ck.types[b].dtype
+        if da == db or b in self.ck.weak:
+            return da
+        return db if a in self.ck.weak else da.compute
 
     # ------------------------------------------------------------ statements
     def block(self, block: ast.Block) -> Fn:
@@ -555,7 +594,7 @@ class _Compiler:
             return _broadcast(self.expr(s.value, dtype), shape_of(self.ck.types[s.value]), shape_of(target_t))
         if s.op == "+=" and self.fusable_dot(s.value, target_t):
             return self.fused_dot(old, s.value)
-        fn, value = _binary_function(s.op[:-1]), self.expr(s.value, dtype)
+        fn, value = _binary_function(s.op[:-1], dtype), self.expr(s.value, dtype)
         return lambda f: fn(old(f), value(f))
 
     @STATEMENTS.on(ast.ExprStmt)
@@ -784,7 +823,7 @@ class _Compiler:
             for dot, other in ((e.rhs, e.lhs), (e.lhs, e.rhs)):
                 if self.fusable_dot(dot, self.ck.types[e]):
                     return self.fused_dot(self.expr(other, dtype), dot)
-        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op)
+        a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, self.ck.types[e].dtype)
         return lambda f: fn(a(f), b(f))
 
     @EXPRESSIONS.on(ast.Index)
@@ -870,9 +909,23 @@ class _Compiler:
     def call_unary_float(self, e: ast.Call) -> Fn:
         dtype = self.ck.types[e].dtype
         x, fn = self.expr(e.args[0], dtype), UNARY_FLOAT[e.func]
-        if dtype is DType.F32:
-            fn = _via_f64(fn)
+        if dtype.compute is DType.F32:
+            fn = _via_f64(APPROXIMATE_F32.get(e.func, fn))
+        if dtype.is_half:  # computed in f32, rounded to the 16-bit format
+            return lambda f: (lambda v: constants.round_half(constants.arithmetic_nan(fn(v), v), dtype))(x(f))
         return lambda f: (lambda v: constants.arithmetic_nan(fn(v), v))(x(f))
+
+    @BUILTIN_RULES.on("binary_float")
+    def call_binary_float(self, e: ast.Call) -> Fn:  # atan2, as unary_float: in f64, rounded once
+        dtype = self.ck.types[e].dtype
+        a, b = (self.expr(x, dtype) for x in e.args)
+        fn = BINARY_FLOAT[e.func]
+        if dtype.compute is DType.F32:
+            exact = fn
+            fn = lambda p, q: exact(p.astype(np.float64), q.astype(np.float64)).astype(np.float32)  # noqa: E731
+        if dtype.is_half:
+            return lambda f: constants.round_half(fn(np.asarray(a(f)), np.asarray(b(f))), dtype)
+        return lambda f: fn(np.asarray(a(f)), np.asarray(b(f)))[()]
 
     @BUILTIN_RULES.on("unary_numeric")
     def call_unary_numeric(self, e: ast.Call) -> Fn:  # abs
@@ -1034,6 +1087,8 @@ class _Compiler:
         target, *operands = e.args
         dtype = self.ck.types[target.base].dtype
         values = [self.expr(x, dtype.compute) for x in operands]
+        if dtype.is_half:  # x in the tensor's format first (as the GPU's 16-bit add takes it)
+            values = [(lambda x: lambda f: constants.convert_array(np.asarray(x(f)), dtype))(x) for x in values]
         elements = self.elements(target)
         kind = e.func[len("atomic_"):]
         update, ordered = _ATOMIC_UPDATES[kind](dtype), kind in ORDERED_ATOMICS
@@ -1046,12 +1101,12 @@ class _Compiler:
             tensor, index, inside = elements(f)
             args = [np.broadcast_to(a, inside.shape) for a in args]
             old = np.zeros(inside.shape, NP[dtype.compute])
-            flat = tensor.array.reshape(-1)
-            where = np.ravel_multi_index(index, tensor.array.shape) if tensor.array.size else None
             for pos in zip(*np.nonzero(inside)) if inside.ndim else ([()] if inside else []):
-                i = where[pos]
-                old[pos] = flat[i]
-                flat[i] = update(flat[i], *(a[pos] for a in args))
+                at = tuple(np.asarray(i)[pos] for i in index)
+                old[pos] = tensor.load(tensor.array[at])
+                new = update(old[pos], *(a[pos] for a in args))
+                tensor.array[at] = tensor.store(constants.convert_array(np.asarray(new), dtype) if dtype.is_half
+                                                else new)
             return np.where(inside, old, zero)[()]
         return run
 
@@ -1354,9 +1409,6 @@ def _tensor_arg(sym: Symbol, arg, written: bool) -> _Tensor:
                           f"({t}), got an array of shape {arg.shape}", sym.loc)
     if arg.dtype.name not in accepted:
         raise LaunchError(f"argument '{sym.name}' must be an array of {want} ({t}), got {arg.dtype}", sym.loc)
-    if not arg.flags.c_contiguous:
-        raise LaunchError(f"argument '{sym.name}' must be C-contiguous (row-major); pass "
-                          f"numpy.ascontiguousarray(...)", sym.loc)
     if written and not arg.flags.writeable:
         raise LaunchError(f"argument '{sym.name}' is stored into but the array is read-only", sym.loc)
     for d, (dim, n) in enumerate(zip(t.dims, arg.shape)):

@@ -603,12 +603,13 @@ def encode_tensor_map(tmap: TensorMap) -> bytes:
 
 class MapEncoder:
     """The driver's encoding of one `tensor_map` parameter for each device address it is given (the launcher's
-    fast path: shape, type and box fixed by the call's signature), the last few kept."""
+    fast path: shape, strides, type and box fixed by the call's signature), the last few kept."""
 
     KEPT = 64
 
-    def __init__(self, shape: tuple[int, ...], dtype: str, box: tuple[int, ...]):
-        self.shape, self.dtype, self.box = shape, dtype, box
+    def __init__(self, shape: tuple[int, ...], dtype: str, box: tuple[int, ...],
+                 strides: tuple[int, ...] | None = None):
+        self.shape, self.dtype, self.box, self.strides = shape, dtype, box, strides
         self.encoded: dict[int, bytes] = {}
 
     def __call__(self, address: int) -> bytes:
@@ -616,7 +617,8 @@ class MapEncoder:
         if raw is None:
             if len(self.encoded) >= self.KEPT:
                 del self.encoded[next(iter(self.encoded))]
-            raw = self.encoded[address] = encode_tensor_map(kernel_map(address, self.shape, self.dtype, self.box))
+            raw = self.encoded[address] = encode_tensor_map(kernel_map(address, self.shape, self.dtype, self.box,
+                                                                       self.strides))
         return raw
 
 

@@ -255,24 +255,33 @@ def _inspect(tensor: Any) -> tuple[list[int], list[int], int, str | None]:
 KERNEL_SWIZZLE = "128B"
 
 
-def kernel_map(tensor: Any, shape: tuple[int, ...], dtype: str, box: tuple[int, ...]) -> TensorMap:
-    """The map a `tensor_map` parameter takes over a dense row-major tensor (a NumPy array in the
-    emulator, else its device address) of `shape` and element type `dtype` (a DType value), moving boxes of
-    `box` elements (the tensor's own order).  DType values name the map's element types (bf16, f16, f32;
-    tf32: f32 data the copy rounds to TF32, KernelParam.map_dtype)."""
+def kernel_map(tensor: Any, shape: tuple[int, ...], dtype: str, box: tuple[int, ...],
+               strides: tuple[int, ...] | None = None) -> TensorMap:
+    """The map a `tensor_map` parameter takes over a tensor (a NumPy array in the emulator, else its device
+    address) of `shape` and element type `dtype` (a DType value), row-major or of element `strides` (the last
+    one 1), moving boxes of `box` elements (the tensor's own order).  DType values name the map's element
+    types (bf16, f16, f32; tf32: f32 data the copy rounds to TF32, KernelParam.map_dtype)."""
     itemsize = DTYPES[dtype][1]
-    strides = [itemsize]
+    byte_strides = [s * itemsize for s in (strides or _row_major(shape))]
+    return TensorMap(tensor, dtype, tuple(reversed(shape)), tuple(reversed(byte_strides[:-1])),
+                     tuple(reversed(box)), swizzle=KERNEL_SWIZZLE)
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = [1]
     for extent in reversed(shape[1:]):
         strides.append(strides[-1] * extent)
-    return TensorMap(tensor, dtype, tuple(reversed(shape)), tuple(strides[1:]), tuple(reversed(box)),
-                     swizzle=KERNEL_SWIZZLE)
+    return tuple(reversed(strides))
 
 
-def describable(shape: tuple[int, ...], itemsize: int, address: int | None) -> bool:
-    """Whether a dense row-major tensor of `shape` at `address` (None: one the launcher places, aligned) can
-    have a tensor map: 16-byte aligned, rows a multiple of 16 bytes apart, every size 1 .. 2^32, rank 1 .. 5."""
+def describable(shape: tuple[int, ...], itemsize: int, address: int | None,
+                strides: tuple[int, ...] | None = None) -> bool:
+    """Whether a tensor of `shape` at `address` (None: one the launcher places, aligned), row-major or of
+    element `strides`, can have a tensor map: 16-byte aligned, the last dim dense, the others a positive
+    multiple of 16 bytes apart (below 2^40), every size 1 .. 2^32, rank 1 .. 5."""
     if not 1 <= len(shape) <= MAX_RANK or any(not 1 <= d <= 1 << 32 for d in shape):
         return False
     if address is not None and address % 16:
         return False
-    return len(shape) == 1 or (shape[-1] * itemsize) % 16 == 0
+    strides = strides or _row_major(shape)
+    return strides[-1] == 1 and all(0 < s * itemsize < 1 << 40 and (s * itemsize) % 16 == 0 for s in strides[:-1])

@@ -50,7 +50,7 @@ from .checked import CheckedKernel, Frame, Loop, SizeBinding, Symbol
 from .config import declaration
 
 MAX_TILE_ELEMENTS = 1 << 20
-SCALAR_PARAM_DTYPES = (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.BOOL)
+SCALAR_PARAM_DTYPES = (DType.F32, DType.F64, DType.I32, DType.I64, DType.U32, DType.U64, DType.BOOL)
 
 KERNEL_SCOPE = 1  # scopes[0] holds NAMED_CONSTANTS
 NAMED_CONSTANTS = {
@@ -338,12 +338,12 @@ class Checker:
         return t
 
     def concrete(self, e: ast.Expr, t: ValueType) -> ValueType:
-        """The type a value keeps when nothing around it asks for another (literals: i32, or i64
+        """The type a value keeps when nothing around it asks for another (literals: i32, or i64 - u64 -
         when the value needs it; f32)."""
         if e in self.weak and isinstance(t, ScalarType) and t.dtype is DType.I32:
             value = self.out.consts.get(e)
             if value is not None and not fits(value, DType.I32):
-                return ScalarType(DType.I64)
+                return ScalarType(DType.I64 if fits(value, DType.I64) else DType.U64)
         self.settle(e, t.dtype)
         return t
 
@@ -391,13 +391,16 @@ class Checker:
         return (have.is_int and (want.is_int or want.is_float)) or (have.is_float and want.is_float)
 
     def unify_dtypes(self, a: ast.Expr | None, da: DType, b: ast.Expr | None, db: DType, loc: Loc) -> DType:
-        """The dtype of an operation on `a` and `b`: theirs when equal, else the one that
-        a literal-only side adapts to.  Narrow floats take part as f32 (their compute dtype)."""
-        da, db = da.compute, db.compute
+        """The dtype of an operation on `a` and `b`: theirs when equal (f16 op f16 is f16, as in
+        Triton), else the one that a literal-only side adapts to; a 16-bit float meets f32, or the
+        other 16-bit format, in f32.  8-bit floats take part as f32 (their compute dtype)."""
+        da, db = (d.compute if d.is_f8 else d for d in (da, db))
         if da == db or (b is not None and self.adapts(b, db, da)):
             dtype = da
         elif a is not None and self.adapts(a, da, db):
             dtype = db
+        elif da.is_float and da.compute == db.compute:
+            dtype = da.compute
         else:
             raise SemanticError(f"mismatched types {da} and {db}; convert one side, e.g. {da}(...) "
                                 f"or {db}(...)", loc)
@@ -428,6 +431,8 @@ class Checker:
         """A literal-only expression takes `dtype`: its value must fit in it."""
         if e is not None and e in self.weak:
             value = self.out.consts.get(e)
+            if dtype is DType.U64 and isinstance(e, ast.IntLit) and e.pattern:
+                return  # a 64-bit pattern in hexadecimal: its bits, as a u64
             if value is not None:
                 self.check_fits(value, dtype, start_loc(e))
 

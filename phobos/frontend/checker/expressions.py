@@ -9,9 +9,9 @@
 # the GPU would.  Calls are calls.py's.
 from __future__ import annotations
 
-from ...constants import OPERATORS, evaluate, exact
+from ...constants import OPERATORS, evaluate, exact, fits, int_range
 from ...errors import Loc, SemanticError
-from ...types import DType, ScalarType, TensorType, TileType, TupleType, ValueType, shape_of, with_dtype
+from ...types import DType, ScalarType, TensorType, TileType, TupleType, ValueType, shape_of
 from .. import ast
 from ..ast import start_loc
 from .core import EXPRESSIONS, Checker, Poisoned, article
@@ -75,7 +75,6 @@ def expr_unary(ck: Checker, e: ast.Unary):
     if e.op == "-":
         if t.dtype is DType.BOOL:
             raise SemanticError("unary '-' needs a number, not bool; use '!' for logical not", e.loc)
-        t = with_dtype(t, t.dtype.compute)
         if value is not None:
             if e.operand in ck.weak:
                 ck.check_fits(-value, DType.I64, e.loc)
@@ -132,7 +131,7 @@ def operation(ck: Checker, op: str, lt: ValueType, lhs: ast.Expr | None, rt: Val
         if dtype.is_float:
             raise SemanticError(f"'{op}' works on the bits of integers (or on bools), not on {dtype}; "
                                 f"see bitcast()", loc)
-    elif op in ("%", "<<", ">>") and not dtype.is_int:
+    elif op in ("<<", ">>") and not dtype.is_int:
         raise SemanticError(f"'{op}' needs integer operands, not {dtype}", loc)
     if op in ("<<", ">>"):
         check_shift(ck, rhs, dtype if lhs is None or lhs not in ck.weak else DType.I64)
@@ -163,7 +162,10 @@ def fold(ck: Checker, e: ast.Binary, result: ValueType, operand_dtype: DType) ->
             value = exact(opcode, attrs, a, b)
         except ZeroDivisionError:
             raise SemanticError("division by zero in a constant expression", e.loc) from None
-        ck.check_fits(value, DType.I64, e.loc)
+        if isinstance(value, int) and not isinstance(value, bool) and not fits(value, DType.I64) \
+                and not fits(value, DType.U64):
+            raise SemanticError(f"the constant {value} is not a 64-bit integer (from {int_range(DType.I64)[0]} "
+                                f"to {int_range(DType.U64)[1]})", e.loc)
     elif opcode in ("div", "rem") and operand_dtype.is_int and b == 0:
         raise SemanticError("division by zero in a constant expression", e.loc)
     else:

@@ -16,7 +16,7 @@ from ..builtins import BUILTINS, CAST_DTYPES
 from .calls import arity, shape_of_all
 from .core import BUILTIN_RULES, Checker, article
 
-BITCAST_DTYPES = (DType.I32, DType.U32, DType.F32, DType.I64, DType.F64)
+BITCAST_DTYPES = (DType.I32, DType.U32, DType.F32, DType.I64, DType.U64, DType.F64)
 
 
 def arith(ck: Checker, op: str, lt: ValueType, rhs: ast.Expr, rt: ValueType, loc: Loc, lhs_node) -> ValueType:
@@ -39,12 +39,26 @@ def call_unary_float(ck: Checker, e: ast.Call):
     if not t.dtype.is_float:
         raise SemanticError(f"{e.func}() needs a float argument, got {t.dtype}; convert it with f32(...)",
                             start_loc(e.args[0]))
-    t = with_dtype(t, t.dtype.compute)
     allowed = BUILTINS[e.func].dtypes
-    if t.dtype not in allowed:
+    if t.dtype.compute not in allowed:
         names = " and ".join(str(d) for d in allowed)
         raise SemanticError(f"{e.func}() is implemented for {names} only, not {t.dtype}; convert the "
                             f"argument with {allowed[0]}(...)", start_loc(e.args[0]))
+    return t  # of a 16-bit float: computed in f32, rounded to it
+
+
+@BUILTIN_RULES.on("binary_float")
+def call_binary_float(ck: Checker, e: ast.Call):
+    """atan2(y, x): two floats (literals become f32) that meet in one dtype and broadcast."""
+    arity(e, 2)
+    a, b = (ck.value(x) for x in e.args)
+    for x, t in zip(e.args, (a, b)):
+        if not t.dtype.is_float and x not in ck.weak:
+            raise SemanticError(f"{e.func}() needs float arguments, got {t.dtype}; convert it with f32(...)",
+                                start_loc(x))
+    a, b = (t if t.dtype.is_float else with_dtype(t, DType.F32) for t in (a, b))
+    t = arith(ck, e.func, a, e.args[1], b, e.loc, lhs_node=e.args[0])
+    ck.settle_all(e.args, t.dtype)
     return t
 
 
@@ -54,7 +68,7 @@ def call_unary_numeric(ck: Checker, e: ast.Call):
     t = ck.value(e.args[0])
     if t.dtype is DType.BOOL:
         raise SemanticError(f"{e.func}() needs a number, not bool", start_loc(e.args[0]))
-    return ck.concrete(e.args[0], with_dtype(t, t.dtype.compute))
+    return ck.concrete(e.args[0], t)
 
 
 @BUILTIN_RULES.on("binary_numeric")
@@ -109,11 +123,12 @@ def call_cast(ck: Checker, e: ast.Call):
 
 
 def operands_in(ck: Checker, e: ast.Call, dtypes) -> DType:
-    """The dtype all arguments of `e` meet in, checked against `dtypes`."""
+    """The dtype all arguments of `e` meet in (16-bit floats in f32), checked against `dtypes`."""
     types = [ck.value(x) for x in e.args]
     dtype = types[0].dtype
     for x, t in zip(e.args[1:], types[1:]):
         dtype = ck.unify_dtypes(e.args[0], dtype, x, t.dtype, start_loc(x))
+    dtype = dtype.compute
     if dtype not in dtypes:
         names = " and ".join(map(str, dtypes))
         raise SemanticError(f"{e.func}() works on {names}, not {dtype}", e.loc)

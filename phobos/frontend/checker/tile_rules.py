@@ -15,8 +15,8 @@ from ..builtins import DOT_PRECISIONS
 from .calls import arguments, arity, axis_of
 from .core import BUILTIN_RULES, Checker
 
-DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16, DType.F8E4M3, DType.F8E5M2)  # narrow floats: products
-# exact, f32 sums
+DOT_DTYPES = (DType.F32, DType.F64, DType.BF16, DType.F16, DType.F8E4M3, DType.F8E5M2, DType.I32)  # narrow
+# floats: products exact, f32 sums
 
 
 @BUILTIN_RULES.on("arange")

@@ -644,6 +644,17 @@ def _to_f64(t: PtxType, ftz: bool):
 _CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 
 
+def half_sum(t: PtxType):
+    """(a, b) -> a + b of two f16 or bf16 operands in t's storage, rounded once to nearest even (their
+    float64 sum is exact), NaN canonical: `add` of 16-bit floats and `atom.add.noftz` of them."""
+    to_f64, encode = _to_f64(t, False), _encode(t, t)
+
+    def add(a, b):
+        total = _round_exact(to_f64(a) + to_f64(b), t, "rn")
+        return encode(total, total)
+    return add
+
+
 def _encode(t: PtxType, src: PtxType):
     """(float64 values representable in t, the source operands) -> t's storage.  A NaN keeps its
     payload where the GPU keeps it (constants.py, 'casts'): to f64 quieted, f64 -> f32 its sign and

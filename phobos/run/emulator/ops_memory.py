@@ -12,7 +12,9 @@
 #
 # Atomics run lane by lane in thread order (see memory.apply_atomic), so that
 # every contribution counts and float sums round as if threads arrived in
-# order.  `atom.add.f32` flushes subnormal inputs and results, as PTX says.
+# order.  `atom.add.f32` flushes subnormal inputs and results, as PTX says;
+# `.add.noftz` of f16 and bf16 (and of their packed pairs, each half on its
+# own) rounds each sum once, subnormals kept.
 #
 # cp.async copies are recorded when issued and performed when a
 # `cp.async.wait_group`/`wait_all` covers them (or their thread exits); the
@@ -27,7 +29,7 @@ from . import syntax as syn
 from .decode import opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError
 from .memory import ASYNC, ASYNC_SOURCE, ATOMIC, LOAD, LOCAL_APERTURE, NC_LOAD, PARAM_APERTURE, SHARED_APERTURE
-from .ops_arith import elementwise, require
+from .ops_arith import elementwise, half_sum, require
 from .ptxtypes import TYPES
 
 _SPACES = {"global": "global", "const": "const", "shared": "shared", "shared::cta": "shared",
@@ -135,16 +137,30 @@ def build_st(d, ins, mods):
 # ------------------------------------------------------------------ atomics
 
 def _float_add(t):
+    if t.name in _HALF_PAIRS:  # two sums, one in each 16-bit half of the word
+        add = half_sum(TYPES[_HALF_PAIRS[t.name]])
+
+        def pair(old, b, c):
+            halves = [add((old >> np.uint32(s)) & np.uint32(0xFFFF), (b >> np.uint32(s)) & np.uint32(0xFFFF))
+                      for s in (0, 16)]
+            return (halves[0].view(np.uint16).astype(np.uint32) |
+                    (halves[1].view(np.uint16).astype(np.uint32) << np.uint32(16)))
+        return pair
+    if t.bits == 16:
+        add = half_sum(t)
+        return lambda old, b, c: add(old, b)
     return lambda old, b, c: nx.atomic_add(old, b)
 
 
+_HALF_PAIRS = {"f16x2": "f16", "bf16x2": "bf16"}
 _ATOMIC_TYPES = {
-    "add": ("u32", "s32", "u64", "s64", "f32", "f64"),
+    "add": ("u32", "s32", "u64", "s64", "f32", "f64", "f16", "bf16", "f16x2", "bf16x2"),
     "min": ("u32", "s32", "u64", "s64"), "max": ("u32", "s32", "u64", "s64"),
     "inc": ("u32",), "dec": ("u32",),
     "and": ("b32", "b64"), "or": ("b32", "b64"), "xor": ("b32", "b64"),
-    "exch": ("b32", "b64"), "cas": ("b32", "b64"),
+    "exch": ("b32", "b64"), "cas": ("b16", "b32", "b64"),
 }
+_NOFTZ_ONLY = {"f16", "bf16", "f16x2", "bf16x2"}  # their add is written .add.noftz
 
 
 def _atomic_update(op: str, t):
@@ -174,9 +190,12 @@ def build_atomic(d, ins, mods):
         raise d.error(f"{mods.base} needs an operation (.add, .min, .cas, ...)", PtxSyntaxError)
     require(d, returns or op not in ("exch", "cas"), f"red.{op} is not valid")
     sem = next((w for w in mods.words if w in ("acquire", "release", "acq_rel")), None)
+    noftz = mods.take("noftz") is not None
     mods.drop(_is_hint)
     t = mods.type()
     require(d, t.name in _ATOMIC_TYPES[op], f"{mods.base}.{op}.{t.name} is not supported")
+    require(d, noftz == (t.name in _NOFTZ_ONLY and op == "add"),
+            f"{mods.base}.{op}.{t.name}: .noftz is written with (and only with) add of f16, bf16 and their pairs")
     ops = d.operands(ins, (4 if op == "cas" else 3) - (0 if returns else 1))
     if returns:
         write, ops = d.writer(ops[0], t), ops[1:]
