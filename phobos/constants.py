@@ -271,9 +271,14 @@ def divide(a, b):
 
 def remainder(a, b):
     """`a % b`, with the dividend's sign: of integers a - (a / b) * b (0 for a zero divisor); of floats
-    C's fmod, exact (NaN for a zero divisor or an infinite dividend)."""
+    C's fmod, exact, computed as the compiled code computes it (lower/libm.py's fmod): in f64, an f32's
+    operands widened exactly, its NaNs f64 arithmetic's (a NaN operand's, quieted; a NaN made of numbers,
+    for a zero divisor or an infinite dividend, `made_nan`), then narrowed back (`narrow_nan`)."""
     if a.dtype.kind == "f":
-        return np.fmod(a, b)
+        wide_a, wide_b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        with np.errstate(all="ignore"):
+            wide = arithmetic_nan(np.fmod(wide_a, wide_b), wide_a, wide_b)
+        return wide if a.dtype == np.float64 else narrow_nan(wide)
     return a - divide(a, b) * nonzero_divisor(b)
 
 
@@ -369,7 +374,7 @@ COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np
 # opcode -> function of the operand arrays (all of one dtype) -> the result array
 OPERATIONS: dict[str, Callable] = {
     "add": _arithmetic(operator.add), "sub": _arithmetic(operator.sub), "mul": _arithmetic(operator.mul),
-    "div": _arithmetic(divide), "rem": _arithmetic(remainder),
+    "div": _arithmetic(divide), "rem": remainder,
     "min": minimum, "max": maximum,
     "cdiv": ceil_divide,  # the builtin (irgen writes it as div, rem and select)
     "and": operator.and_, "or": operator.or_, "xor": operator.xor,
