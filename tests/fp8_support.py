@@ -64,7 +64,7 @@ def pair_cases(name: str) -> list[tuple[str, str, str, list[tuple[str, np.ndarra
     f16 = lambda bits: bits.astype(np.uint16).view(np.float16).astype(np.float32)  # noqa: E731
     pairs16 = (shuffled << 16) | halves
     codes = halves.astype(np.uint16)
-    relu = np.where(x < 0, np.float32(0), x)
+    relu = np.where(np.signbit(x) & ~np.isnan(x), np.float32(0), x)  # .relu makes -0.0 +0.0 too
     return [
         ("f32 pairs", f"cvt.rn.satfinite.{name}x2.f32 %d, %a0, %a1;", "b16", [("f32", x), ("f32", y)],
          (f8_reference(x, name).astype(np.uint16) << 8) | f8_reference(y, name)),

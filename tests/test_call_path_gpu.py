@@ -114,8 +114,11 @@ def test_the_tenth_call_checks_like_the_first(add, torch):
         add(a, b, c)
     with pytest.raises(LaunchError, match=r"argument 'c': expected a 1-D f32 tensor \[N\] with N = 4096"):
         add(a, b, torch.randn(4095, device="cuda"))
-    with pytest.raises(LaunchError, match="got a non-contiguous"):
-        add(a, b, torch.randn(8192, device="cuda")[::2])
+    strided = torch.zeros(8192, device="cuda")[::2]  # a view taken as it lies, through its stride
+    add(a, b, strided)
+    assert torch.equal(strided, a + b)
+    with pytest.raises(LaunchError, match="its elements overlap"):
+        add(a, b, torch.zeros(1, device="cuda").expand(4096))  # a written view whose elements overlap
     with pytest.raises(LaunchError, match="got torch.float16 tensor"):
         add(a, b, c.half())
 

@@ -49,6 +49,7 @@ class StandInDriver(types.ModuleType):
         self.asked: list[str] = []  # kernels whose parameter offsets the runtime asked for
         self.tensor_maps: list[tuple] = []  # the arguments of each cuTensorMapEncodeTiled
         self.next_address = 0x10000
+        self.pushed_in: list[str] = []  # the threads that pushed a context, in order
         driver = self
 
         class DeviceAllocation:
@@ -69,7 +70,7 @@ class StandInDriver(types.ModuleType):
                 pass
 
             def push(self) -> None:
-                pass
+                driver.pushed_in.append(threading.current_thread().name)
 
         class Device:
             def __init__(self, ordinal: int):
@@ -265,6 +266,7 @@ def driver(monkeypatch) -> StandInDriver:
     monkeypatch.setitem(sys.modules, "pycuda", package)
     monkeypatch.setitem(sys.modules, "pycuda.driver", stand_in)
     monkeypatch.setattr(runtime, "_loaded_driver", None)
+    monkeypatch.setattr(runtime, "_this_thread", threading.local())
     monkeypatch.setattr(runtime, "_modules", {})
     monkeypatch.setattr(runtime.atexit, "register", lambda *args: None)
     stand_in.api = StandInApi(stand_in)
@@ -402,6 +404,18 @@ def test_a_thread_without_a_current_context_gets_the_kernels(driver, add_ptx, mo
     a, b = inputs(4)
     runtime.launch(add_ptx, "add", 1, 4, [a, b, np.zeros(4, np.float32), 4])
     assert len(launched) == 2 and driver.api.context == driver.api.primary_context(0)
+
+
+def test_every_thread_that_copies_gets_the_context_pushed_once(driver):
+    """PyCUDA's context stack is per thread: a copy from a thread of its own (torch's autograd runs a
+    backward pass in one) must find the primary context pushed there too, once."""
+    runtime.device_copy(np.zeros(4, np.float32))
+    worker = threading.Thread(target=lambda: [runtime.device_copy(np.zeros(4, np.float32)) for _ in range(3)],
+                              name="backward")
+    worker.start()
+    worker.join()
+    runtime.device_copy(np.zeros(4, np.float32))
+    assert driver.pushed_in == [threading.current_thread().name, "backward"]
 
 
 def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver):

@@ -389,11 +389,23 @@ def gpu_available() -> tuple[bool, str]:
 
 
 _loaded_driver: ModuleType | None = None
+_primary: Any = None  # device 0's primary context, retained once for the process
+_this_thread = threading.local()  # `driver` once this thread made the context current for PyCUDA
 
 
 def _driver() -> ModuleType:
-    """pycuda.driver with the primary context of device 0 made current; ToolchainError if impossible."""
-    global _loaded_driver
+    """pycuda.driver with the primary context of device 0 made current in the calling thread (PyCUDA's
+    context stack is per thread: torch runs a backward pass, Dask a task, in threads of their own);
+    ToolchainError if impossible."""
+    driver = getattr(_this_thread, "driver", None)
+    if driver is None:
+        driver = _current_in_this_thread(_load_driver())
+    return driver
+
+
+def _load_driver() -> ModuleType:
+    """pycuda.driver, initialised, with device 0's primary context retained (once per process)."""
+    global _loaded_driver, _primary
     if _loaded_driver is not None:
         return _loaded_driver
     if importlib.util.find_spec("pycuda") is None:
@@ -406,15 +418,22 @@ def _driver() -> ModuleType:
         driver.init()
         if driver.Device.count() == 0:
             raise ToolchainError("no CUDA GPU/driver found: the driver sees no device")
-        context = driver.Device(0).retain_primary_context()
-        context.push()
+        _primary = driver.Device(0).retain_primary_context()
     except driver.Error as error:
         raise ToolchainError(f"no CUDA GPU/driver found: {error}") from error
-    if threading.current_thread() is threading.main_thread():
-        atexit.register(_release_context, context)
-    else:  # PyCUDA aborts the process when a thread ends with a context pushed (a Dask executor's)
-        _loading_thread.release = _PopAtThreadExit(driver)
     _loaded_driver = driver
+    return driver
+
+
+def _current_in_this_thread(driver: ModuleType) -> ModuleType:
+    """Push the primary context in the calling thread, popped when the process (main thread) or the
+    thread ends."""
+    _primary.push()
+    if threading.current_thread() is threading.main_thread():
+        atexit.register(_release_context, _primary)
+    else:  # PyCUDA aborts the process when a thread ends with a context pushed (a Dask executor's)
+        _this_thread.release = _PopAtThreadExit(driver)
+    _this_thread.driver = driver
     return driver
 
 
@@ -435,9 +454,6 @@ class _PopAtThreadExit:
             self.driver.Context.pop()
         except Exception:  # the driver is already shut down: nothing is left to pop
             pass
-
-
-_loading_thread = threading.local()
 
 
 @functools.lru_cache(maxsize=None)

@@ -809,7 +809,7 @@ def _cvt_f8(d, ins, mods) -> Semantics:
     `.f16x2 d, a` (the high half's code the high byte): to nearest even, beyond the largest finite value
     (and infinities) that value of the sign, NaN 0x7F (`constants.f8_bits`); and `cvt.rn{.relu}.f16x2.
     {e4m3x2,e5m2x2} d, a`: both codes widened exactly to f16, NaN the canonical f16 NaN 0x7FFF (as NVIDIA's
-    cuda_fp8.hpp does it).  `.relu`: negative results are +0."""
+    cuda_fp8.hpp does it).  `.relu`: negative results, and -0.0, are +0."""
     dst, src = mods.types(2)
     relu = mods.flag("relu")
     if mods.take("rn") is None:
@@ -821,8 +821,8 @@ def _cvt_f8(d, ins, mods) -> Semantics:
 
         def encode(x):
             x = np.asarray(x, np.float32)
-            if relu:
-                x = np.where(x < 0, np.float32(0), x)
+            if relu:  # -0.0 too (an H100 gives the code 0x00 for it)
+                x = np.where(np.signbit(x) & ~np.isnan(x), np.float32(0), x)
             return f8_bits(x, fmt).astype(np.uint16)
 
         if src.name == "f32":
