@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import phobos
+from phobos.launch import autotune
 from phobos.compiler import parse_source
 from phobos.errors import LaunchError, PhobosError
 from phobos.frontend.launch_rules import Condition, LaunchRules, Term, next_pow2, term_text
@@ -242,6 +243,19 @@ def test_the_autotuner_never_compiles_or_times_an_invalid_configuration():
     fn(x, x.copy())
     assert all(c["BN"] == 512 for c in gpu.timed_configs()) and len(gpu.timed_configs()) > 0
     assert set(fn.timings) == {"BN=512, WARPS=4", "BN=512, WARPS=8"}
+
+
+def test_configurations_that_all_spill_are_timed_as_fallbacks(monkeypatch):
+    """Where every configuration spills, the tuner times them anyway (a bench of attention's backward at
+    d = 128 stopped with a TypeError here: the fallback was the kernel, not what evaluate prepares)."""
+    def spills(kernel, device, ptxas):
+        raise autotune.Skipped("spills registers (8 bytes stored, 8 bytes loaded)", fallback=kernel)
+    monkeypatch.setattr(autotune, "screen", spills)
+    gpu = FakeGpu()
+    fn = phobos.jit(ROWS, "rows.phobos", mode=gpu).rows
+    x = np.zeros((8, 300), np.float32)
+    fn(x, x.copy())
+    assert {c["BN"] for c in gpu.timed_configs()} == {512} and fn.config["BN"] == 512
 
 
 def test_a_single_valid_configuration_is_run_without_tuning():

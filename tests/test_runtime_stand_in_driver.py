@@ -7,6 +7,7 @@
 # what it does with the results.
 from __future__ import annotations
 
+import _thread
 import ctypes
 import importlib.machinery
 import struct
@@ -50,6 +51,7 @@ class StandInDriver(types.ModuleType):
         self.tensor_maps: list[tuple] = []  # the arguments of each cuTensorMapEncodeTiled
         self.next_address = 0x10000
         self.pushed_in: list[str] = []  # the threads that pushed a context, in order
+        self.popped_in: list[str] = []  # ... and popped one
         driver = self
 
         class DeviceAllocation:
@@ -71,6 +73,10 @@ class StandInDriver(types.ModuleType):
 
             def push(self) -> None:
                 driver.pushed_in.append(threading.current_thread().name)
+
+            @staticmethod
+            def pop() -> None:
+                driver.popped_in.append(threading.current_thread().name)
 
         class Device:
             def __init__(self, ordinal: int):
@@ -416,6 +422,22 @@ def test_every_thread_that_copies_gets_the_context_pushed_once(driver):
     worker.join()
     runtime.device_copy(np.zeros(4, np.float32))
     assert driver.pushed_in == [threading.current_thread().name, "backward"]
+
+
+def test_a_thread_python_did_not_start_pops_the_context_when_the_call_returns(driver):
+    """torch's autograd engine runs a backward pass in a thread of its own, in which no Python code runs
+    at its end: a call there leaves no context pushed (PyCUDA aborts the process otherwise)."""
+    done = threading.Event()
+
+    def foreign() -> None:
+        for _ in range(2):
+            with runtime.thread_scope():
+                runtime.device_copy(np.zeros(4, np.float32))
+        done.set()
+
+    _thread.start_new_thread(foreign, ())
+    assert done.wait(10)
+    assert len(driver.pushed_in) == len(driver.popped_in) == 2 and driver.pushed_in == driver.popped_in
 
 
 def test_tensor_maps_are_encoded_by_cuTensorMapEncodeTiled(driver):

@@ -208,7 +208,8 @@ class KernelFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         try:
             if kwargs or self._variant.direct(args) is None:
-                self._kernel.call(self._variant, args, kwargs)
+                with runtime.thread_scope():
+                    self._kernel.call(self._variant, args, kwargs)
         except PhobosError as error:
             raise at_call_site(error)  # the error of the call above; PHOBOS_FULL_TRACEBACKS=1 shows where
 
@@ -916,7 +917,12 @@ class _Kernel:
         def evaluate(config: Config) -> tuple[Config, CompiledKernel]:
             self._collect(ahead.pop(tuple(config.items()), None), config, arch, options)
             compiled = self.compiled(config, arch, options)
-            autotune.screen(compiled, device, lambda: self.ptxas_report(compiled))
+            try:
+                autotune.screen(compiled, device, lambda: self.ptxas_report(compiled))
+            except autotune.Skipped as skipped:
+                if skipped.fallback is not None:  # it may still be timed, as evaluate prepares it
+                    skipped.fallback = (config, compiled)
+                raise
             return config, compiled
 
         def measure(prepared: tuple[Config, CompiledKernel], timing: autotune.Timing) -> float:

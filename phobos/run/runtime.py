@@ -427,14 +427,32 @@ def _load_driver() -> ModuleType:
 
 def _current_in_this_thread(driver: ModuleType) -> ModuleType:
     """Push the primary context in the calling thread, popped when the process (main thread) or the
-    thread ends."""
+    thread ends - or, in a thread Python did not start (torch's autograd engine runs a backward pass in
+    one, and no Python code runs at its end), when the call that needed it returns (`thread_scope`)."""
     _primary.push()
-    if threading.current_thread() is threading.main_thread():
+    thread = threading.current_thread()
+    if thread is threading.main_thread():
         atexit.register(_release_context, _primary)
+    elif isinstance(thread, threading._DummyThread):
+        _this_thread.foreign = True
     else:  # PyCUDA aborts the process when a thread ends with a context pushed (a Dask executor's)
         _this_thread.release = _PopAtThreadExit(driver)
     _this_thread.driver = driver
     return driver
+
+
+@contextlib.contextmanager
+def thread_scope() -> Iterator[None]:
+    """A call into the driver from any thread: where the block made the context current in a thread
+    Python did not start, it is popped again at the block's end (PyCUDA aborts the process if such a
+    thread ends with a context pushed, and nothing would pop it there)."""
+    try:
+        yield
+    finally:
+        if getattr(_this_thread, "foreign", False):
+            _this_thread.driver.Context.pop()
+            _this_thread.driver = None
+            _this_thread.foreign = False
 
 
 def _release_context(context: Any) -> None:
