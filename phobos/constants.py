@@ -412,6 +412,14 @@ def bf16_values(bits):
 _HALF_NAN = {DType.F16: canonical_nan(np.float32), DType.BF16: bf16_values(CANONICAL_NAN_BITS[DType.BF16])}
 
 
+def widen_f16(x):
+    """f16 values as cvt.f32.f16 widens them (a load of an f16 tensor): exactly, a NaN the canonical
+    f32 NaN.  In registers they stay f32 after that, so a conversion of an f16 value to f32 is no
+    cvt: it keeps the bits (a NaN negated by `-` keeps its sign)."""
+    x = np.asarray(x).astype(np.float32)
+    return np.where(np.isnan(x), canonical_nan(np.float32), x)[()]
+
+
 def round_half(x, dtype: DType):
     """f32 values rounded to nearest even in the 16-bit format `dtype` (f16 or bf16), as f32; NaN
     becomes the format's canonical NaN (cvt.rn.f16.f32, cvt.rn.bf16.f32)."""
@@ -517,12 +525,6 @@ def round_tf32(x):
     return np.where(special, bits, rounded).view(np.float32)[()]
 
 
-def _widen(x, frm: DType):
-    """Narrow float values (held as f32) as f32: cvt.f32.f16 makes NaN the canonical NaN; bf16's bits
-    are shifted into place, so they stay; an 8-bit float's NaN is the canonical one already."""
-    return np.where(np.isnan(x), canonical_nan(np.float32), x)[()] if frm is DType.F16 else x
-
-
 def _float_to_float(x, to: DType):
     """f32 <-> f64 (cvt): a NaN keeps its sign and payload (to f32 its top bits), quieted."""
     if to is DType.F64:
@@ -549,8 +551,8 @@ def convert_array(x, to: DType, frm: DType | None = None):
     frm = frm or next(d for d in COMPUTE_DTYPES if NUMPY[d] == x.dtype)
     if frm == to:
         return x[()]
-    if frm.is_narrow:
-        return convert_array(_widen(x, frm), to, DType.F32)
+    if frm.is_narrow:  # held as the f32 register holds it (its NaN the load's, its sign any neg's): as it is
+        return convert_array(x, to, DType.F32)
     if to.is_half:
         if frm is DType.F64 or (frm.is_int and frm.bits >= 32):  # one rounding: through f32 rounded to odd
             return round_half(round_to_odd_f32(convert_array(x, DType.F64, frm)), to)

@@ -281,3 +281,34 @@ def test_remainder_of_nans_and_infinities(mode):
     run(src, mode, x, y, z)
     assert bits(z[[0, 1, 2, 3, 6]]) == [0x7FE00000, 0xFFC00001, 0xFFC00000, 0xFFC00000, 0x7FC00000]
     assert list(z[[4, 5, 7]]) == [-1.5, 3.0, 1.0]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_negated_16_bit_nan_widened_keeps_its_sign(mode):
+    """An f16 value lives in an f32 register, so widening it is no cvt: `-abs(sqrt(h))` of a negative
+    h is the canonical NaN with the sign set, 0xFFFFFFFF, in f32 and widened to f64 (an H100, fuzz seed
+    168; the interpreter made it canonical again, 0x7FFFFFFF)."""
+    src = """kernel k(h: tensor<f16>[N], y: tensor<f32>[N], w: tensor<f64>[N]) {
+        y[0 :+ 2] = -abs(sqrt(h[0 :+ 2]))
+        w[0 :+ 2] = f64(-h[0 :+ 2])
+    }"""
+    h = np.array([0xBC00, 0x7E00], np.uint16).view(np.float16)      # -1.0 and a NaN
+    y, w = np.zeros(2, np.float32), np.zeros(2, np.float64)
+    run(src, mode, h, y, w)
+    assert bits(y) == [0xFFFFFFFF, 0xFFFFFFFF]
+    assert bits(w) == [0x3FF0_0000_0000_0000, 0xFFFF_FFFF_E000_0000]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_gelu_of_minus_infinity_is_nan_in_f32_and_minus_zero_in_f64(mode):
+    """f32 gelu is x / 2 * (1 + erf(x / sqrt 2)), so -inf * 0 there: NaN, as an H100 gives it (fuzz
+    seeds 31, 338, 1366, 1664; the interpreter gave the limit -0.0, which f64's gelu computes)."""
+    src = """kernel k(x: tensor<f32>[N], y: tensor<f32>[N], d: tensor<f64>[N], w: tensor<f64>[N]) {
+        y[0 :+ 2] = gelu(x[0 :+ 2])
+        w[0 :+ 2] = gelu(d[0 :+ 2])
+    }"""
+    x, d = np.array([-np.inf, np.inf], np.float32), np.array([-np.inf, np.inf])
+    y, w = np.zeros(2, np.float32), np.zeros(2, np.float64)
+    run(src, mode, x, y, d, w)
+    assert bits(y) == [F32_NAN, 0x7F800000]
+    assert bits(w) == [0x8000_0000_0000_0000, 0x7FF0_0000_0000_0000]
