@@ -21,14 +21,14 @@
 #   floats     IEEE, rounded to nearest even once per operation in the
 #              operands' dtype (an f32 operation is never computed in double);
 #              comparisons with NaN are false except `ne`; `min`/`max` ignore
-#              a NaN operand (NaN only when both are) and order -0.0 below
-#              +0.0, as PTX's min and max do, so their result does not depend
-#              on the operands' order; `abs` and `-` change only the sign bit;
+#              a NaN operand (NaN only when both are: b's, as arithmetic gives
+#              it) and order -0.0 below +0.0, as PTX's min and max do; `abs` and `-` change only the sign bit;
 #              `rem` is C's fmod: exact, with the dividend's sign.
 #   NaN bits   those the GPU gives (`arithmetic_nan`, below): every f32 result
 #              that is NaN is the canonical NaN 0x7FFFFFFF (f16 and bf16 ones
-#              0x7FFF); an f64 result keeps the payload of its first NaN
-#              operand, quieted, and a NaN made of numbers is 0xFFF8000000000000.
+#              0x7FFF); an f64 result keeps the payload of a NaN operand,
+#              quieted (which one where several are: `NAN_PRECEDENCE`), and a
+#              NaN made of numbers is 0xFFF8000000000000.
 #              Moves (select, loads, stores, bitcast) keep every bit.
 #   casts      int -> int keeps the low bits; float -> int truncates toward
 #              zero and saturates at the integer's range, NaN -> 0 (cvt.rzi,
@@ -149,15 +149,14 @@ def range_text(dtype: DType) -> str:
 # programming guide (Floating-Point Standard): "The result of a single-precision
 # floating-point operation involving one or more input NaNs is the quiet NaN of
 # bit pattern 0x7fffffff" (an H100 gives it for `x - NaN`); `min`/`max` give
-# "canonical NaN" when both inputs are NaN, and conversions to f16 and bf16
-# give 0x7FFF.  An f64 NaN made of numbers (`inf - inf`, `fma(0, inf, 0)`,
-# `sqrt(-1)`) is 0xFFF8000000000000 on an H100 (MADE_NAN_BITS); the f64 NaN of
-# min/max of two NaNs is assumed to be 0x7FFFFFFFFFFFFFFF (CANONICAL_NAN_BITS;
-# tools/probe_numerics.py measures both).  `arithmetic_nan` applies the rule to
+# "canonical NaN" when both inputs are NaN (f32), and conversions to f16 and
+# bf16 give 0x7FFF.  An f64 NaN made of numbers (`inf - inf`, `fma(0, inf, 0)`,
+# `sqrt(-1)`) is 0xFFF8000000000000 on an H100 (MADE_NAN_BITS); f64 min/max of
+# two NaNs give b's, quieted, as add does (tools/probe_numerics.py measures
+# both).  `arithmetic_nan` applies the rule to
 # a computed result; the interpreter, the folding passes and the PTX emulator
 # all go through it.
-CANONICAL_NAN_BITS = {DType.F16: 0x7FFF, DType.BF16: 0x7FFF, DType.F32: 0x7FFF_FFFF,
-                      DType.F64: 0x7FFF_FFFF_FFFF_FFFF}
+CANONICAL_NAN_BITS = {DType.F16: 0x7FFF, DType.BF16: 0x7FFF, DType.F32: 0x7FFF_FFFF}
 MADE_NAN_BITS = {DType.F32: 0x7FFF_FFFF, DType.F64: 0xFFF8_0000_0000_0000}
 _FLOAT_BITS = {np.dtype(np.float32): (np.uint32, DType.F32), np.dtype(np.float64): (np.uint64, DType.F64)}
 
@@ -168,7 +167,8 @@ def _nan_of(table: dict, dtype) -> np.floating:
 
 
 def canonical_nan(dtype) -> np.floating:
-    """The GPU's canonical NaN (what min/max give for two NaNs) of a float32 or float64 NumPy dtype."""
+    """The GPU's canonical NaN (what f32 arithmetic, and min/max of two NaNs, give) of the float32
+    NumPy dtype; f64 has none (its NaNs keep payloads)."""
     return _nan_of(CANONICAL_NAN_BITS, dtype)
 
 
@@ -204,10 +204,24 @@ def narrow_nan(x):
     return np.where(np.isnan(x), kept.astype(np.uint32).view(np.float32), rounded)[()]
 
 
+# Which f64 NaN operand an instruction passes on where several are NaN: the operand positions in the
+# order it looks at them (an H100, tools/probe_numerics.py: `a + b`, `a - b`, `a * b`, max and min
+# give b's, quieted; fma(a, b, c) b's, then c's, then a's; div a's).  Any other instruction (div,
+# sqrt, a rounding, fmod) looks at its operands in order.
+NAN_PRECEDENCE = {"add": (1, 0), "sub": (1, 0), "mul": (1, 0), "max": (1, 0), "min": (1, 0),
+                  "fma": (1, 2, 0)}
+
+
+def nan_precedence(opcode: str, *operands) -> tuple:
+    """`operands` of an instruction `opcode` in the order it looks for a NaN to pass on."""
+    return tuple(operands[i] for i in NAN_PRECEDENCE.get(opcode, range(len(operands))))
+
+
 def arithmetic_nan(out, *operands):
     """`out`, what an arithmetic instruction (add, sub, mul, fma, div, sqrt, a rounding, an approximate
-    function) computed from `operands`, with the GPU's bits where it is NaN: for f32 the canonical NaN;
-    for f64 the first NaN operand, quieted, or `made_nan` where every operand is a number."""
+    function) computed from `operands` - given in the order the instruction looks for a NaN in them
+    (`nan_precedence`) - with the GPU's bits where it is NaN: for f32 the canonical NaN; for f64 the
+    first NaN operand in that order, quieted, or `made_nan` where every operand is a number."""
     out = np.asarray(out)
     nan = np.isnan(out)
     if not nan.any():
@@ -228,12 +242,12 @@ def cvt_nan_integer(source_bits: int, dest_bits: int) -> int:
     return 0 if source_bits < 64 and dest_bits < 64 else 1 << (dest_bits - 1)
 
 
-def _arithmetic(fn: Callable) -> Callable:
+def _arithmetic(fn: Callable, opcode: str = "") -> Callable:
     """An operation whose float results that are NaN get the GPU's bits (integers are left alone)."""
     def apply(*operands):
         with np.errstate(all="ignore"):
             out = fn(*operands)
-        return arithmetic_nan(out, *operands) if np.asarray(out).dtype.kind == "f" else out
+        return arithmetic_nan(out, *nan_precedence(opcode, *operands)) if np.asarray(out).dtype.kind == "f" else out
     return apply
 
 
@@ -272,12 +286,13 @@ def divide(a, b):
 def remainder(a, b):
     """`a % b`, with the dividend's sign: of integers a - (a / b) * b (0 for a zero divisor); of floats
     C's fmod, exact, computed as the compiled code computes it (lower/libm.py's fmod): in f64, an f32's
-    operands widened exactly, its NaNs f64 arithmetic's (a NaN operand's, quieted; a NaN made of numbers,
-    for a zero divisor or an infinite dividend, `made_nan`), then narrowed back (`narrow_nan`)."""
+    operands widened exactly, its NaNs f64 arithmetic's (a NaN operand's as a + b gives it, b's first,
+    quieted; a NaN made of numbers, for a zero divisor or an infinite dividend, `made_nan`), then
+    narrowed back (`narrow_nan`)."""
     if a.dtype.kind == "f":
         wide_a, wide_b = np.asarray(a, np.float64), np.asarray(b, np.float64)
         with np.errstate(all="ignore"):
-            wide = arithmetic_nan(np.fmod(wide_a, wide_b), wide_a, wide_b)
+            wide = arithmetic_nan(np.fmod(wide_a, wide_b), *nan_precedence("add", wide_a, wide_b))
         return wide if a.dtype == np.float64 else narrow_nan(wide)
     return a - divide(a, b) * nonzero_divisor(b)
 
@@ -294,10 +309,10 @@ def ceil_divide(a, b):
 
 
 def _extreme(larger: bool):
-    """PTX's max (larger) or min on two arrays: a NaN operand is ignored, two NaNs give the canonical
-    NaN, -0.0 is below +0.0; the result is one operand's bits.  Written with comparisons and
-    `isnan` alone, which treat signaling NaNs like the others on every platform (NumPy's fmax and
-    fmin need not)."""
+    """PTX's max (larger) or min on two arrays: a NaN operand is ignored, -0.0 is below +0.0, and the
+    result is one operand's bits - but for two NaNs, which give an arithmetic NaN of b (f32's
+    canonical NaN; f64's b quieted, `NAN_PRECEDENCE`).  Written with comparisons and `isnan` alone,
+    which treat signaling NaNs like the others on every platform (NumPy's fmax and fmin need not)."""
     def extreme(a, b):
         a, b = np.asarray(a), np.asarray(b)
         if a.dtype.kind != "f":
@@ -308,7 +323,7 @@ def _extreme(larger: bool):
             zero_tie = (a == b) & ((sign_a & ~sign_b) if larger else (sign_b & ~sign_a))
             a_nan = np.isnan(a)
             out = np.where(beyond | zero_tie | a_nan, b, a)
-            return np.where(a_nan & np.isnan(b), canonical_nan(out.dtype), out)[()]
+            return np.where(a_nan & np.isnan(b), arithmetic_nan(b, *nan_precedence("max", a, b)), out)[()]
     return extreme
 
 
@@ -318,8 +333,9 @@ minimum = _extreme(False)
 
 def reduce_extreme(opcode: str, x, axis, keepdims: bool):
     """The `max` or `min` of the elements of `x` along `axis` (None: all), as `maximum`/`minimum`
-    combine them in any order: NaN ignored, -0.0 below +0.0, the canonical NaN where every element
-    is NaN - and a single element as it is (nothing combines it)."""
+    combine them, each step's b the later elements: NaN ignored, -0.0 below +0.0; where every element
+    is NaN, the NaN of two NaNs of the last one (f32's canonical NaN, f64's last element quieted) -
+    and a single element as it is (nothing combines it)."""
     x = np.asarray(x)
     larger = opcode == "max"
     if x.dtype.kind != "f":
@@ -333,7 +349,9 @@ def reduce_extreme(opcode: str, x, axis, keepdims: bool):
     wanted = (x == 0) & (np.signbit(x) != larger)
     zero = np.copysign(x.dtype.type(0), x.dtype.type(1 if larger else -1))
     out = np.where((out == 0) & np.any(wanted, axis=axis, keepdims=keepdims), zero, out)
-    return np.where(np.all(nan, axis=axis, keepdims=keepdims), canonical_nan(x.dtype), out)[()]
+    flat = x.reshape(-1) if axis is None else np.moveaxis(x, axis, -1)
+    last = flat[..., -1] if axis is None or not keepdims else np.expand_dims(flat[..., -1], axis)
+    return np.where(np.all(nan, axis=axis, keepdims=keepdims), arithmetic_nan(last, last), out)[()]
 
 
 def _shift(left: bool):
@@ -373,7 +391,8 @@ COMPARISONS: dict[str, Callable] = {"eq": np.equal, "ne": np.not_equal, "lt": np
 
 # opcode -> function of the operand arrays (all of one dtype) -> the result array
 OPERATIONS: dict[str, Callable] = {
-    "add": _arithmetic(operator.add), "sub": _arithmetic(operator.sub), "mul": _arithmetic(operator.mul),
+    "add": _arithmetic(operator.add, "add"), "sub": _arithmetic(operator.sub, "sub"),
+    "mul": _arithmetic(operator.mul, "mul"),
     "div": _arithmetic(divide), "rem": remainder,
     "min": minimum, "max": maximum,
     "cdiv": ceil_divide,  # the builtin (irgen writes it as div, rem and select)
@@ -410,6 +429,14 @@ def bf16_values(bits):
 # The canonical NaNs of the 16-bit formats as the f32 registers of compiled code hold them: f16's
 # widened by cvt.f32.f16 (the f32 canonical NaN, which rounds back to 0x7FFF), bf16's shifted.
 _HALF_NAN = {DType.F16: canonical_nan(np.float32), DType.BF16: bf16_values(CANONICAL_NAN_BITS[DType.BF16])}
+
+
+def widen_f16(x):
+    """f16 values as cvt.f32.f16 widens them (a load of an f16 tensor): exactly, a NaN the canonical
+    f32 NaN.  In registers they stay f32 after that, so a conversion of an f16 value to f32 is no
+    cvt: it keeps the bits (a NaN negated by `-` keeps its sign)."""
+    x = np.asarray(x).astype(np.float32)
+    return np.where(np.isnan(x), canonical_nan(np.float32), x)[()]
 
 
 def round_half(x, dtype: DType):
@@ -517,12 +544,6 @@ def round_tf32(x):
     return np.where(special, bits, rounded).view(np.float32)[()]
 
 
-def _widen(x, frm: DType):
-    """Narrow float values (held as f32) as f32: cvt.f32.f16 makes NaN the canonical NaN; bf16's bits
-    are shifted into place, so they stay; an 8-bit float's NaN is the canonical one already."""
-    return np.where(np.isnan(x), canonical_nan(np.float32), x)[()] if frm is DType.F16 else x
-
-
 def _float_to_float(x, to: DType):
     """f32 <-> f64 (cvt): a NaN keeps its sign and payload (to f32 its top bits), quieted."""
     if to is DType.F64:
@@ -549,8 +570,8 @@ def convert_array(x, to: DType, frm: DType | None = None):
     frm = frm or next(d for d in COMPUTE_DTYPES if NUMPY[d] == x.dtype)
     if frm == to:
         return x[()]
-    if frm.is_narrow:
-        return convert_array(_widen(x, frm), to, DType.F32)
+    if frm.is_narrow:  # held as the f32 register holds it (its NaN the load's, its sign any neg's): as it is
+        return convert_array(x, to, DType.F32)
     if to.is_half:
         if frm is DType.F64 or (frm.is_int and frm.bits >= 32):  # one rounding: through f32 rounded to odd
             return round_half(round_to_odd_f32(convert_array(x, DType.F64, frm)), to)

@@ -259,11 +259,29 @@ def test_emulated_instructions_give_the_gpus_nan(instruction, inputs, want):
     assert bits(got) == [want]
 
 
-def test_emulated_f64_arithmetic_keeps_the_first_nan_payload():
-    a = np.array([0x7FF0_0000_0000_0005], np.uint64).view(np.float64)
-    b = np.array([0xFFF8_0000_0000_0009], np.uint64).view(np.float64)
-    got = run_elementwise("fma.rn.f64 %d, %a0, %a1, %a0;", "f64", ("f64", b), ("f64", a))
-    assert bits(got) == [0xFFF8_0000_0000_0009]
+F64_A, F64_B, F64_C = 0xFFF8_0000_0000_0009, 0x7FF0_0000_0000_0005, 0x7FF4_0000_2000_0000
+
+
+@pytest.mark.parametrize("instruction, want", [
+    ("add.rn.f64 %d, %a0, %a1;", F64_B | 1 << 51),
+    ("sub.rn.f64 %d, %a0, %a1;", F64_B | 1 << 51),
+    ("mul.rn.f64 %d, %a0, %a1;", F64_B | 1 << 51),
+    ("max.f64 %d, %a0, %a1;", F64_B | 1 << 51),
+    ("min.f64 %d, %a0, %a1;", F64_B | 1 << 51),
+    ("div.rn.f64 %d, %a0, %a1;", F64_A),
+    ("fma.rn.f64 %d, %a0, %a1, %a2;", F64_B | 1 << 51),
+    ("fma.rn.f64 %d, %a0, %a2, %a1;", F64_C | 1 << 51),
+    ("fma.rn.f64 %d, %a2, %a0, %a2;", F64_A),
+    ("neg.f64 %d, %a1;", F64_B | 1 << 51),
+    ("abs.f64 %d, %a2;", F64_C | 1 << 51),
+])
+def test_emulated_f64_instructions_pass_on_the_nan_the_gpu_does(instruction, want):
+    """Of several f64 NaN operands an H100 passes on, quieted: b's in add, sub, mul, max and min, b's
+    then c's then a's in fma, a's in div (tools/probe_numerics.py's rows); neg and abs quiet a
+    signaling NaN and keep its sign."""
+    a, b, c = (np.array([v], np.uint64).view(np.float64) for v in (F64_A, F64_B, F64_C))
+    got = run_elementwise(instruction, "f64", ("f64", a), ("f64", b), ("f64", c))
+    assert bits(got) == [want]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -281,3 +299,61 @@ def test_remainder_of_nans_and_infinities(mode):
     run(src, mode, x, y, z)
     assert bits(z[[0, 1, 2, 3, 6]]) == [0x7FE00000, 0xFFC00001, 0xFFC00000, 0xFFC00000, 0x7FC00000]
     assert list(z[[4, 5, 7]]) == [-1.5, 3.0, 1.0]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_negated_16_bit_nan_widened_keeps_its_sign(mode):
+    """An f16 value lives in an f32 register, so widening it is no cvt: `-abs(sqrt(h))` of a negative
+    h is the canonical NaN with the sign set, 0xFFFFFFFF, in f32 and widened to f64 (an H100, fuzz seed
+    168; the interpreter made it canonical again, 0x7FFFFFFF)."""
+    src = """kernel k(h: tensor<f16>[N], y: tensor<f32>[N], w: tensor<f64>[N]) {
+        y[0 :+ 2] = -abs(sqrt(h[0 :+ 2]))
+        w[0 :+ 2] = f64(-h[0 :+ 2])
+    }"""
+    h = np.array([0xBC00, 0x7E00], np.uint16).view(np.float16)      # -1.0 and a NaN
+    y, w = np.zeros(2, np.float32), np.zeros(2, np.float64)
+    run(src, mode, h, y, w)
+    assert bits(y) == [0xFFFFFFFF, 0xFFFFFFFF]
+    assert bits(w) == [0x3FF0_0000_0000_0000, 0xFFFF_FFFF_E000_0000]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_gelu_of_minus_infinity_is_nan_in_f32_and_minus_zero_in_f64(mode):
+    """f32 gelu is x / 2 * (1 + erf(x / sqrt 2)), so -inf * 0 there: NaN, as an H100 gives it (fuzz
+    seeds 31, 338, 1366, 1664; the interpreter gave the limit -0.0, which f64's gelu computes)."""
+    src = """kernel k(x: tensor<f32>[N], y: tensor<f32>[N], d: tensor<f64>[N], w: tensor<f64>[N]) {
+        y[0 :+ 2] = gelu(x[0 :+ 2])
+        w[0 :+ 2] = gelu(d[0 :+ 2])
+    }"""
+    x, d = np.array([-np.inf, np.inf], np.float32), np.array([-np.inf, np.inf])
+    y, w = np.zeros(2, np.float32), np.zeros(2, np.float64)
+    run(src, mode, x, y, d, w)
+    assert bits(y) == [F32_NAN, 0x7F800000]
+    assert bits(w) == [0x8000_0000_0000_0000, 0x7FF0_0000_0000_0000]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_of_two_f64_nans_arithmetic_and_min_max_give_the_gpus(mode):
+    """An H100 passes on b's NaN, quieted, in a + b, a - b, a * b, maximum and minimum (fuzz seeds 1187,
+    1536: the interpreter gave a's, or the canonical NaN for min/max); fma(a, b, c) b's, then c's; a / b
+    a's; a max or min reduction of NaNs alone its last element's, quieted (seed 257, the probe's rows)."""
+    src = """kernel k(x: tensor<f64>[N], y: tensor<f64>[N], r: tensor<f64>[M], m: tensor<f64>[K]) {
+        r[0] = x[0] + y[0]
+        r[1] = x[0] - y[0]
+        r[2] = x[0] * y[0]
+        r[3] = maximum(x[0], y[0])
+        r[4] = minimum(x[0], y[0])
+        r[5] = x[0] / y[0]
+        r[6] = fma(x[0], y[0], x[1])
+        r[7] = fma(x[1], y[1], x[0])
+        m[0 :+ 2] = reshape(max(reshape(x[0 :+ 4], [2, 2]), axis=1), [2])
+        m[2 :+ 2] = reshape(min(reshape(x[0 :+ 4], [2, 2]), axis=0), [2])
+    }"""
+    a, b, c, d = 0xFFF8_0000_0000_0ABC, 0x7FF4_0000_0000_0000, 0x7FF0_0000_0000_0001, 0xFFFF_FFFF_FFFF_FFFE
+    x = np.array([a, c, d, b], np.uint64).view(np.float64)
+    y = np.array([b, 0x3FF0_0000_0000_0000, 0, 0], np.uint64).view(np.float64)
+    r, m = np.zeros(8, np.float64), np.zeros(4, np.float64)
+    run(src, mode, x, y, r, m)
+    q = 1 << 51
+    assert bits(r) == [b | q, b | q, b | q, b | q, b | q, a, b | q, a]        # fma: c's NaN before a's
+    assert bits(m) == [c | q, b | q, d, b | q]

@@ -171,9 +171,12 @@ class _Expressions:
         return f"{self.pick(names)}[{self.block}]" if names else None
 
     def literal(self, dtype: str) -> str:
-        if dtype in FLOATS:
+        if dtype == "f64":
             return self.pick(["0.0", "-0.0", "1.0", "-1.0", "0.5", "3.0", "1e-40", "inf", "-inf", "nan",
                               "65504.0", "1e30", "-2.5"])
+        if dtype == "f32":  # one that fits f16 and bf16 too: an "f32" operand may be a 16-bit value
+            return self.pick(["0.0", "-0.0", "1.0", "-1.0", "0.5", "3.0", "1e-40", "inf", "-inf", "nan",
+                              "65504.0", "-65504.0", "-2.5"])
         if dtype == "u32":
             return self.pick(["0", "1", "3", "31", "32", "4294967295", "2147483648"])
         if dtype == "i64":
@@ -189,29 +192,30 @@ class _Expressions:
         "mulhi": "mulhi({e}, {e})", "cdiv": "cdiv({e}, {e})",
     }
 
-    def template(self, kind: str, dtype: str, depth: int) -> str:
+    def template(self, kind: str, dtype: str, depth: int, plain: bool = False) -> str:
         def fill(match: re.Match) -> str:
             word = match.group(1)
             if word == "e":
-                return self.expr(dtype, depth)
+                return self.expr(dtype, depth, plain)
             return self.condition(depth) if word == "c" else self.pick(word.split("|"))
         return re.sub(r"\{([^{}]+)\}", fill, self.TEMPLATES[kind])
 
     def expr(self, dtype: str, depth: int, plain: bool = False) -> str:
         """An expression of compute dtype `dtype` (f32 f64 i32 i64 u32 bool), never literals alone;
-        `plain`: of that dtype itself, not a 16-bit float (which has no bits to bitcast)."""
+        `plain`: of that dtype itself, not a 16-bit float (which has no bits to bitcast): an operation
+        on 16-bit values alone keeps their format, so every operand is plain too."""
         if dtype == "bool":
             return self.condition(depth)
         if depth <= 0 or self.rng.random() < 0.25:
             return self.leaf(dtype, depth, plain)
-        kind = self.pick([k for k in self.KINDS[dtype] if not (plain and k == "half")])
+        kind = self.pick([k for k in self.KINDS[dtype] if not (plain and k in self.OF_16_BITS)])
         if kind in self.TEMPLATES:
-            return self.template(kind, dtype, depth - 1)
-        return getattr(self, "k_" + kind)(dtype, depth - 1)
+            return self.template(kind, dtype, depth - 1, plain)
+        return getattr(self, "k_" + kind)(dtype, depth - 1, plain)
 
-    def operand_pair(self, dtype: str, depth: int) -> tuple[str, str]:
-        a = self.expr(dtype, depth)
-        b = self.literal(dtype) if self.rng.random() < 0.5 else self.expr(dtype, depth)
+    def operand_pair(self, dtype: str, depth: int, plain: bool = False) -> tuple[str, str]:
+        a = self.expr(dtype, depth, plain)
+        b = self.literal(dtype) if self.rng.random() < 0.5 else self.expr(dtype, depth, plain)
         return (a, b) if self.rng.random() < 0.5 else (b, a)
 
     def leaf(self, dtype: str, depth: int, plain: bool = False) -> str:
@@ -238,41 +242,45 @@ class _Expressions:
                 "mulhi", "cdiv", "reduce_extreme"],
     }
 
-    def k_arith(self, dtype, depth):
-        a, b = self.operand_pair(dtype, depth)
+    # the kinds that may give a 16-bit value where f32 is asked for; each kind's method takes (dtype,
+    # depth, plain) and makes operands of the result's dtype plain where the result must be
+    OF_16_BITS = ("half", "argument_of_16")
+
+    def k_arith(self, dtype, depth, plain=False):
+        a, b = self.operand_pair(dtype, depth, plain)
         return f"({a} {self.pick(['+', '-', '*', '/'] if dtype in FLOATS else ['+', '-', '*'])} {b})"
 
-    def k_bits(self, dtype, depth):
+    def k_bits(self, dtype, depth, plain=False):
         if self.rng.random() < 0.2:
-            return f"(~{self.expr(dtype, depth)})"
-        a, b = self.operand_pair(dtype, depth)
+            return f"(~{self.expr(dtype, depth, plain)})"
+        a, b = self.operand_pair(dtype, depth, plain)
         return f"({a} {self.pick(['&', '|', '^'])} {b})"
 
-    def k_minmax(self, dtype, depth):
-        a, b = self.operand_pair(dtype, depth)
+    def k_minmax(self, dtype, depth, plain=False):
+        a, b = self.operand_pair(dtype, depth, plain)
         return f"{self.pick(['maximum', 'minimum'])}({a}, {b})"
 
-    def k_cast(self, dtype, depth):
+    def k_cast(self, dtype, depth, plain=False):
         frm = self.pick([t for t in FLOATS + INTS if t != dtype])
         return f"{dtype}({self.expr(frm, depth)})"
 
-    def k_bitcast(self, dtype, depth):
+    def k_bitcast(self, dtype, depth, plain=False):
         frm = self.pick(BITCAST_PARTNERS[dtype])
         return f"bitcast({self.expr(frm, depth, plain=True)}, {dtype})"
 
-    def k_half(self, dtype, depth):  # rounded through a 16-bit format, used as f32
+    def k_half(self, dtype, depth, plain=False):  # rounded through a 16-bit format, used as f32
         return f"{self.pick(HALVES)}({self.expr(self.pick(FLOATS + INTS), depth)})"
 
-    def k_argument_of_16(self, dtype, depth):  # 16-bit values in f32 arithmetic
+    def k_argument_of_16(self, dtype, depth, plain=False):  # 16-bit values in f32 arithmetic
         half = [f"{n}[{self.block}]" for n, t in self.inputs.items() if t in HALVES]
         value = self.pick(half) if half else self.k_half(dtype, depth)
         return f"({value} {self.pick(['+', '*', '-'])} {self.expr(dtype, depth)})"
 
-    def k_reduce_extreme(self, dtype, depth):  # a scalar, broadcast by the operation around it
-        scalar = f"{self.pick(['max', 'min'])}({self.expr(dtype, depth)})"
-        return f"({self.expr(dtype, depth)} {self.pick(['+', '*'] if dtype not in INTS else ['+', '^'])} {scalar})"
+    def k_reduce_extreme(self, dtype, depth, plain=False):  # a scalar, broadcast by the operation around it
+        scalar = f"{self.pick(['max', 'min'])}({self.expr(dtype, depth, plain)})"
+        return f"({self.expr(dtype, depth, plain)} {self.pick(['+', '*'] if dtype not in INTS else ['+', '^'])} {scalar})"
 
-    def k_argminmax(self, dtype, depth):
+    def k_argminmax(self, dtype, depth, plain=False):
         x = self.expr(self.pick(FLOATS + INTS), depth)
         return f"(arange(B) + {self.pick(['argmax', 'argmin'])}({x}))"
 

@@ -191,6 +191,14 @@ def arithmetic_groups() -> list[Group]:
         g.cases = [Case(f"{t} {fn} of rows of 8", f"{{y}} = reshape({fn}(reshape({{a}}, [{BLOCK // 8}, 8]), axis=1), "
                         f"[{BLOCK // 8}])", t) for fn in ("max", "min")]
         groups.append(g)
+        # a NaN literal: ptxas sees an immediate, which it may fold (x - NaN is -NaN on an H100, fuzz
+        # seeds 470, 1303, 1521): which NaN comes out, the operand's or the constant's, and its sign
+        g = Group(f"literal nan {t}", {"a": specials(t)})
+        g.cases = [Case(f"{t} {form.format(a='a')}", "{y} = " + form, t)
+                   for form in ("{a} + nan", "nan + {a}", "{a} - nan", "nan - {a}", "{a} * nan",
+                                "maximum({a}, nan)", "maximum(nan, {a})", "fma({a}, nan, {a})",
+                                "maximum({a}, {a} + nan)")]
+        groups.append(g)
         old, x = pairs(fewer(t))
         g = Group(f"atomics {t}", {"old": old, "a": x})
         g.cases = [Case(f"{t} atomic_{op}(old, a)", f"atomic_{op}({{y}}, {{a}})", t, init="old")
@@ -207,6 +215,9 @@ def integer_groups() -> list[Group]:
         g.cases = [Case(f"{t} a {op} b", f"{{y}} = {{a}} {op} {{b}}", t) for op in ("/", "%", "<<", ">>")]
         g.cases += [Case(f"{t} mulhi(a, b)", "{y} = mulhi({a}, {b})", t),
                     Case(f"{t} cdiv(a, b)", "{y} = cdiv({a}, {b})", t)]
+        if t != "u32":  # abs of the most negative value wraps to itself: a negative divisor (fuzz seed 1530)
+            g.cases += [Case(f"{t} cdiv(a, abs(b))", "{y} = cdiv({a}, abs({b}))", t),
+                        Case(f"{t} abs(b) < 0", "{y} = abs({b}) < 0", "bool")]
         groups.append(g)
     return groups
 
@@ -407,6 +418,15 @@ FACTS = [
     ("cvt.rzi.u64.f32", (0x7FC00000,), "cvt.rzi.u64.f32 of NaN"),
     ("cvt.rzi.s32.f64", (0x7FF8 << 48,), "cvt.rzi.s32.f64 of NaN"),
     ("neg.f64", (0x7FF4 << 48,), "neg.f64 of a signaling NaN"),
+    ("f64 a - nan", (0x3FF0 << 48,), "f64 1 - NaN literal: the sign (ptxas folds the immediate)"),
+    ("f64 a - nan", (0xFFF8_0000_0000_0ABC,), "f64 NaN - NaN literal: which one"),
+    ("f64 a + nan", (0xFFF8_0000_0000_0ABC,), "f64 NaN + NaN literal: which one"),
+    ("f64 nan + a", (0xFFF8_0000_0000_0ABC,), "f64 NaN literal + NaN: which one"),
+    ("f64 nan - a", (0xFFF8_0000_0000_0ABC,), "f64 NaN literal - NaN: which one"),
+    ("f64 maximum(a, nan)", (0xFFF8_0000_0000_0ABC,), "f64 maximum(NaN, NaN literal)"),
+    ("f64 maximum(a, a + nan)", (0xFFF8_0000_0000_0ABC,), "f64 maximum(x, x + NaN literal), x NaN"),
+    ("i32 cdiv(a, abs(b))", (31, 0x8000_0000), "i32 cdiv(31, abs(INT_MIN)): 0 if abs wraps"),
+    ("i32 abs(b) < 0", (0, 0x8000_0000), "i32 abs(INT_MIN) < 0"),
     ("neg.f32", (0x7FA00000,), "neg.f32 of a signaling NaN"),
 ]
 

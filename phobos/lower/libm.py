@@ -239,7 +239,7 @@ def fmod(m: MathBuilder, x: Value, y: Value, steps: int) -> Value:
     t back.  Each step takes 50 binary places off the exponent difference (at most 2097 for f64, 276 for
     values of f32), so `steps` of them (FMOD_STEPS), the same number in every thread, always finish; once
     r < |y| the steps leave it.  x infinite or y zero give NaN (the steps make it, of numbers: the canonical
-    one, its sign kept), a NaN operand x + y (the first NaN, quieted: constants.arithmetic_nan); y infinite
+    one, its sign kept), a NaN operand x + y (y's NaN before x's, quieted: constants.NAN_PRECEDENCE); y infinite
     gives x."""
     a, b = m.op("abs", x), m.op("abs", y)
     eb = m.exponent(b)

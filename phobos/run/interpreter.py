@@ -230,9 +230,11 @@ UNARY_FLOAT = {
     "atanh": np.arctanh,
 }
 BINARY_FLOAT = {"atan2": np.arctan2}
-# f32 functions the GPU computes on its approximate unit with a reduction of its own (sin.approx,
-# cos.approx: the argument in f32 turns), which rounding the float64 value would not give
-APPROXIMATE_F32 = {"sin": lambda x: _numerics().sin_approx(x), "cos": lambda x: _numerics().cos_approx(x)}
+# f32 functions whose GPU form gives what rounding the float64 value would not: sin.approx and
+# cos.approx reduce the argument in f32 turns; gelu is x / 2 * (1 + erf(x / sqrt 2)) (lower/mathlib.py),
+# NaN at -inf (-inf * 0), where f64's (lower/libm.py) gives the limit -0.0
+APPROXIMATE_F32 = {"sin": lambda x: _numerics().sin_approx(x), "cos": lambda x: _numerics().cos_approx(x),
+                   "gelu": lambda x: np.where(x == -np.inf, np.nan, _gelu(x))}
 BINARY_NUMERIC = {"maximum": "max", "minimum": "min"}  # the opcode of each
 
 
@@ -392,8 +394,7 @@ def _tensor_codec(name: str, dtype: DType, array: np.ndarray) -> _Tensor:
         return _Tensor(name, array, lambda x: constants.bf16_values(np.asarray(x).view(np.uint16)),
                        lambda x: np.asarray(constants.bf16_bits(x)).view(storage))
     if dtype is DType.F16:
-        return _Tensor(name, array, lambda x: constants.convert_array(x.astype(np.float32), DType.F32, dtype),
-                       lambda x: constants.round_half(x, dtype).astype(storage))
+        return _Tensor(name, array, constants.widen_f16, lambda x: constants.round_half(x, dtype).astype(storage))
     compute = NP[dtype.compute]
     return _Tensor(name, array, lambda x: x.astype(compute), lambda x: x.astype(storage))
 

@@ -22,11 +22,13 @@
 #
 # NaN results carry the bits the GPU gives them, as `phobos.constants.
 # arithmetic_nan` defines for the whole of Phobos: every f32 arithmetic result
-# that is NaN is the canonical NaN 0x7FFFFFFF; an f64 one is its first NaN
-# operand with the quiet bit set (PTX supports f64 payloads), or
-# 0xFFF8000000000000 where it is made of numbers.  The functions below
-# return those bits; `min`/`max` (`extreme`) return one operand's bits, or the
-# canonical NaN for two NaNs (and for any NaN under `.NaN`).
+# that is NaN is the canonical NaN 0x7FFFFFFF; an f64 one is a NaN operand
+# with the quiet bit set (PTX supports f64 payloads) - b's before a's in add,
+# sub and mul, b's, c's, a's in fma, the first in the others (`constants.
+# NAN_PRECEDENCE`) - or 0xFFF8000000000000 where it is made of numbers.  The
+# functions below return those bits; `min`/`max` (`extreme`) return one
+# operand's bits, or for two NaNs b's quieted (f32: the canonical NaN, and so
+# for any NaN under `.NaN`).
 #
 # The `.approx` transcendentals are computed in float64 and rounded to the
 # result type, which is closer than the GPU's approximations - except the
@@ -48,7 +50,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ...constants import arithmetic_nan, canonical_nan, maximum, minimum, quiet
+from ...constants import arithmetic_nan, canonical_nan, maximum, minimum, nan_precedence, quiet
 
 MODES = ("rn", "rz", "rm", "rp")
 
@@ -389,27 +391,28 @@ def _fma_f64(a, b, c, mode):
 
 # ------------------------------------------------------------------ the operations, with the GPU's NaNs
 
-def _with_nans(raw):
-    """An arithmetic operation `raw(*operands, mode)` whose NaN results get the GPU's bits."""
+def _with_nans(raw, opcode: str):
+    """An arithmetic operation `raw(*operands, mode)` whose NaN results get the GPU's bits (`opcode`
+    says which NaN operand it passes on)."""
     def op(*args):
         *operands, mode = args
         with np.errstate(all="ignore"):
-            return arithmetic_nan(raw(*operands, mode), *operands)
+            return arithmetic_nan(raw(*operands, mode), *nan_precedence(opcode, *operands))
     op.__doc__ = raw.__doc__
     return op
 
 
-add_f32, mul_f32, fma_f32 = _with_nans(_add_f32), _with_nans(_mul_f32), _with_nans(_fma_f32)
-div_f32, sqrt_f32 = _with_nans(_div_f32), _with_nans(_sqrt_f32)
-add_f64, mul_f64, fma_f64 = _with_nans(_add_f64), _with_nans(_mul_f64), _with_nans(_fma_f64)
-div_f64, sqrt_f64 = _with_nans(_div_f64), _with_nans(_sqrt_f64)
+add_f32, mul_f32, fma_f32 = _with_nans(_add_f32, "add"), _with_nans(_mul_f32, "mul"), _with_nans(_fma_f32, "fma")
+div_f32, sqrt_f32 = _with_nans(_div_f32, "div"), _with_nans(_sqrt_f32, "sqrt")
+add_f64, mul_f64, fma_f64 = _with_nans(_add_f64, "add"), _with_nans(_mul_f64, "mul"), _with_nans(_fma_f64, "fma")
+div_f64, sqrt_f64 = _with_nans(_div_f64, "div"), _with_nans(_sqrt_f64, "sqrt")
 
 
 def subtract(add):
     """a - b from an `add` of the format: a + (-b), whose NaN is then the one of a and b themselves."""
     def sub(a, b, mode):
         with np.errstate(all="ignore"):
-            return arithmetic_nan(add(a, -np.asarray(b), mode), a, b)
+            return arithmetic_nan(add(a, -np.asarray(b), mode), *nan_precedence("sub", a, b))
     return sub
 
 

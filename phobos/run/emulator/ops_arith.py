@@ -222,13 +222,13 @@ def build_rem(d, ins, mods):
 
 # ------------------------------------------------------------------ unary, min/max
 
-def _float_sign_op(fn, t: PtxType):
-    """abs or neg of floats: f64 passes a NaN through unchanged, f32 gives the canonical NaN."""
-    nan = None if t.bits == 64 else nx.canonical_nan(t.dtype)
-
+def _float_sign_op(fn):
+    """abs or neg of floats, whose NaN is an arithmetic one (an H100): f64 passes a NaN through
+    quieted, sign and all (neg.f64 of 0xFFF4000020000000 is 0xFFFC000020000000); f32 gives the
+    canonical NaN."""
     def apply(a):
         a = np.asarray(a)
-        return np.where(np.isnan(a), a if nan is None else nan, fn(a))
+        return nx.arithmetic_nan(fn(a), a)
     return apply
 
 
@@ -238,7 +238,7 @@ def build_abs_neg(d, ins, mods):
     fn = np.abs if mods.base == "abs" else np.negative
     if t.is_float:
         float_only(d, mods, t)
-        return elementwise(d, ins, t, [t], with_ftz_sat(mods, _float_sign_op(fn, t), sat_allowed=False))
+        return elementwise(d, ins, t, [t], with_ftz_sat(mods, _float_sign_op(fn), sat_allowed=False))
     require(d, t.kind == "s", f"{mods.base} takes a signed integer type")
     return elementwise(d, ins, t, [t], fn)
 
