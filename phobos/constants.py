@@ -212,6 +212,24 @@ NAN_PRECEDENCE = {"add": (1, 0), "sub": (1, 0), "mul": (1, 0), "max": (1, 0), "m
                   "fma": (1, 2, 0)}
 
 
+#: f64 operations that ptxas folds to a NaN constant operand, whatever the other operand (on an H100
+#: 1 - NaN and NaN' - NaN give 0xFFF8000000000000, NaN' + NaN and NaN - NaN' 0x7FF8000000000000).
+ABSORBING_NAN = {"add", "sub", "mul", "div"}
+
+
+def absorbed_nan(opcode: str, a, b):
+    """What f64 `a opcode b` is where one of the constant operands `a`, `b` (None: not a constant) is a
+    NaN and `opcode` in ABSORBING_NAN: that NaN, negated as sub's subtrahend (x - c is x + -c); else
+    None.  The IR's folder and the interpreter fold such operations to it, as ptxas would."""
+    if opcode not in ABSORBING_NAN:
+        return None
+    for position, known in enumerate((a, b)):
+        if isinstance(known, (float, np.floating)) and math.isnan(known):
+            value = np.float64(known)
+            return -value if opcode == "sub" and position == 1 else value
+    return None
+
+
 def nan_precedence(opcode: str, *operands) -> tuple:
     """`operands` of an instruction `opcode` in the order it looks for a NaN to pass on."""
     return tuple(operands[i] for i in NAN_PRECEDENCE.get(opcode, range(len(operands))))

@@ -357,3 +357,38 @@ def test_of_two_f64_nans_arithmetic_and_min_max_give_the_gpus(mode):
     q = 1 << 51
     assert bits(r) == [b | q, b | q, b | q, b | q, b | q, a, b | q, a]        # fma: c's NaN before a's
     assert bits(m) == [c | q, b | q, d, b | q]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_f64_arithmetic_with_a_nan_constant_is_that_constant(mode):
+    """ptxas folds an f64 + - * / with a NaN constant operand to the constant (negated as the
+    subtrahend), whatever the other operand: on an H100 1 - nan and NaN' - nan give 0xFFF8000000000000,
+    NaN' + nan and nan - NaN' 0x7FF8000000000000 (constants.absorbed_nan)."""
+    src = """kernel k(x: tensor<f64>[N], z: tensor<f64>[M]) {
+        let v = x[0 :+ 2]
+        z[0 :+ 2] = v - nan
+        z[2 :+ 2] = v + nan
+        z[4 :+ 2] = nan - v
+        z[6 :+ 2] = v * nan
+    }"""
+    x = np.array([1.0, 0.0], np.float64)
+    x[1:].view(np.uint64)[:] = 0xFFF8000000000ABC
+    z = np.zeros(8, np.float64)
+    run(src, mode, x, z)
+    assert bits(z) == [0xFFF8000000000000] * 2 + [0x7FF8000000000000] * 6
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_integer_abs_of_the_smallest_value_wraps_and_stays_negative(mode):
+    """abs(INT_MIN) is INT_MIN, below 0 (ptxas takes abs.s32's result to be non-negative, so the code
+    does not use it: on an H100 `abs(x) < 0` was false and cdiv(31, abs(INT_MIN)) 1)."""
+    src = """kernel k(x: tensor<i32>[N], z: tensor<i32>[M]) {
+        let v = x[0 :+ 2]
+        z[0 :+ 2] = abs(v)
+        z[2 :+ 2] = i32(abs(v) < 0)
+        z[4 :+ 2] = cdiv(31, abs(v))
+    }"""
+    x = np.array([-2147483648, -7], np.int32)
+    z = np.zeros(6, np.int32)
+    run(src, mode, x, z)
+    assert list(z) == [-2147483648, 7, 1, 0, 0, 5]

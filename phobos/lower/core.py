@@ -205,7 +205,7 @@ class Lowering:
         return value
 
     def const(self, value, dtype: DType = DType.I32) -> Value:
-        key = (dtype, value if not isinstance(value, float) else value.hex(), type(value))
+        key = (dtype, freeze(value), type(value))
         hit = self.const_values.get(key)
         if hit is None:
             hit = self.const_values[key] = self.entry.value("const", [], ScalarType(dtype), value=value)

@@ -188,8 +188,8 @@ def _arith(opcode: str):
         operands = [s.src(v) for v in op.operands]
         if opcode in ("neg", "not", "abs"):
             operands = [s.reg(op.operands[0])]
-        if dtype.is_int and not dtype.is_signed and opcode in UNSIGNED_UNARY:  # PTX's abs and neg are signed
-            UNSIGNED_UNARY[opcode](s, op)
+        if dtype.is_int and (dtype.is_signed, opcode) in INTEGER_UNARY:
+            INTEGER_UNARY[dtype.is_signed, opcode](s, op)
             return
         if dtype.is_float and opcode in FLOAT_SIGN:
             FLOAT_SIGN[opcode](s, op)
@@ -241,7 +241,19 @@ def _unsigned_neg(s: Selector, op: Op) -> None:
     s.emit(f"sub.{TYPE_SUFFIX[dtype]}", s.define(op.result), Imm(0, dtype), s.reg(op.operands[0]))
 
 
-UNSIGNED_UNARY = {"abs": _unsigned_abs, "neg": _unsigned_neg}
+def _signed_abs(s: Selector, op: Op) -> None:
+    """|x| of a signed integer, wrapping (abs(INT_MIN) is INT_MIN) as (x ^ m) - m, m = x >> (bits - 1):
+    not abs.s32, whose result ptxas takes to be non-negative (on an H100 `abs(x) < 0` was false and
+    cdiv(31, abs(INT_MIN)) 1 for x = INT_MIN, while abs.s32 itself gives INT_MIN)."""
+    dtype = op.result.dtype
+    x, sign, flipped = s.reg(op.operands[0]), s.new(dtype), s.new(dtype)
+    s.emit(f"shr.{TYPE_SUFFIX[dtype]}", sign, x, Imm(dtype.bits - 1, DType.I32))
+    s.emit(f"xor.{BITS_SUFFIX[dtype]}", flipped, x, sign)
+    s.emit(f"sub.{TYPE_SUFFIX[dtype]}", s.define(op.result), flipped, sign)
+
+
+# integer neg and abs by signedness: PTX's abs and neg are signed
+INTEGER_UNARY = {(False, "abs"): _unsigned_abs, (False, "neg"): _unsigned_neg, (True, "abs"): _signed_abs}
 
 
 def _sign_bit(logic: str, mask: int):

@@ -825,6 +825,11 @@ class _Compiler:
                 if self.fusable_dot(dot, self.ck.types[e]):
                     return self.fused_dot(self.expr(other, dtype), dot)
         a, b, fn = self.expr(e.lhs, dtype), self.expr(e.rhs, dtype), _binary_function(e.op, self.ck.types[e].dtype)
+        if dtype is DType.F64:
+            nan = constants.absorbed_nan(constants.OPERATORS[e.op][0], self.ck.consts.get(e.lhs),
+                                         self.ck.consts.get(e.rhs))
+            if nan is not None:  # as the compiler folds it (middle/passes/fold.py)
+                return lambda f: np.full_like(fn(a(f), b(f)), nan)[()]
         return lambda f: fn(a(f), b(f))
 
     @EXPRESSIONS.on(ast.Index)

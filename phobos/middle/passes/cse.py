@@ -5,6 +5,8 @@
 # - finds every earlier equal computation that dominates an op.
 from __future__ import annotations
 
+import struct
+
 from ..ir import COMMUTATIVE, Block, Function, Op, Value, replace_uses
 
 
@@ -15,7 +17,7 @@ def freeze(x):
     if isinstance(x, dict):
         return tuple(sorted((k, freeze(v)) for k, v in x.items()))
     if isinstance(x, float):
-        return ("f", x.hex())  # 0.0 and -0.0 differ; so do NaN payloads
+        return ("f", struct.pack("<d", x))  # 0.0 and -0.0 differ; so do NaNs of other signs or payloads
     return x
 
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from ..ir import Block, Function, Op, Value, replace_uses
-from ...constants import evaluate
+from ...constants import absorbed_nan, evaluate
 from ...types import DType
 
 
@@ -17,7 +17,9 @@ def fold(func: Function) -> None:
     """Fold constant operations and simplify identities.
 
     Before: any valid IR.  After: every pure op whose operands are all `const`
-    and whose exact value is known has become a `const`; x+0, x-0, x*1, x/1,
+    and whose exact value is known has become a `const`, and so has an f64
+    + - * / with a NaN constant operand (`constants.absorbed_nan`: ptxas would
+    fold it so); x+0, x-0, x*1, x/1,
     x*0 (integers), select with a constant condition or equal arms, and `if`
     with a constant condition are gone, their uses rewired.  Dead ops remain for
     DCE to remove.
@@ -64,6 +66,11 @@ def _fold_op(op: Op, consts: dict, replace: dict) -> None:
         value = _evaluate(op, known)
         if value is not None:
             _make_const(op, value, consts)
+            return
+    if dtype is DType.F64 and len(known) == 2:
+        nan = absorbed_nan(op.opcode, *known)
+        if nan is not None:
+            _make_const(op, nan, consts)
             return
     same = identity(op.opcode, op.operands, known, dtype)
     if same is not None and same.type == op.result.type:
