@@ -90,5 +90,5 @@ def test_ties_go_to_the_earlier_configuration_whatever_the_timing_order():
     from phobos.launch import autotune
     configs = [{"B": 1}, {"B": 2}, {"B": 3}]
     times = {1: 2.0, 2: 1.0, 3: 1.0}
-    result = autotune.tune("k", configs, lambda c: c, lambda c: times[c["B"]], order=reversed(configs))
+    result = autotune.tune("k", configs, lambda c: c, lambda c, timing: times[c["B"]], order=reversed(configs))
     assert result.config == {"B": 2} and set(result.timings) == {"B=1", "B=2", "B=3"}

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import struct
+import types
 
 import numpy as np
 import pytest
@@ -301,7 +302,8 @@ def test_a_torch_views_strides_are_part_of_its_signature_and_of_the_direct_calls
     (strided,), _, _ = fastpath.probe([view], lambda address: 0)
     assert plain[3] is True and strided[3] == (1, 4)  # a contiguous tensor's key part is what it was
     fast = fastpath.FastCall(None, [("pointer", 0), ("const", 4)], fastpath.StreamSource("null"), None,
-                             lambda handle: None, parts=(strided,), locate=lambda address: 0)
+                             lambda handle: None, parts=(strided,), locate=lambda address: 0,
+                             owner=types.SimpleNamespace(last=None))
     assert fast.direct((view,)) is fast
     assert fast.direct((StridedTorchTensor((4, 6), (1, 5), False),)) is None  # other strides: not this signature
     assert fast.direct((contiguous,)) is None

@@ -63,7 +63,8 @@ def test_the_fake_implementation_checks_dtypes_and_shapes_naming_the_argument(ad
         with pytest.raises(LaunchError) as error:
             add_op(x, x, torch.empty(300, dtype=torch.float64))
         assert error.value.message == ("add: argument 'c': expected a 1-D f32 tensor [N] with N = 300 (from 'a'), "
-                                       "got torch.float64 tensor of shape (300,) on cpu")
+                                       "got torch.float64 tensor of shape (300,) on cpu; convert it: "
+                                       "c = c.to(torch.float32), and read the result from the new 'c'")
         with pytest.raises(LaunchError, match="argument 'b': expected a 1-D f32 tensor"):
             add_op(x, torch.empty(299), x)
         add_op(x, x, x)  # fine: nothing is computed

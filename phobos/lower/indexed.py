@@ -150,7 +150,7 @@ def atomic_element(low: Lowering, kind: str, dtype: DType, addr: Value, xs: list
     t = ScalarType(dtype)
     if dtype.is_half:  # add: x in the tensor's format (a 16-bit register), the old value back in f32
         x16 = low.op("cast", [xs[0]], t)
-        old = _atom(low, kind, ATOMIC_PTX_TYPE[(kind, dtype)], addr, [x16], pred, used, t)
+        old = _atom(low, kind, ATOMIC_PTX_TYPE[(kind, dtype)], addr, [x16], pred, used, t, ordered)
         return low.op("cast", [old], ScalarType(DType.F32)) if used else None
     if kind in ("and", "or", "xor", "xchg", "cas") and dtype.is_float:
         bits_t = ScalarType(DType.I64 if dtype.bits == 64 else DType.I32)

@@ -1142,7 +1142,7 @@ class _Compiler:
         compare = condition.op if isinstance(condition, ast.Binary) and condition.op in COMPARISONS else None
         if compare is not None:
             dtype = self.operand_dtype(condition.lhs, condition.rhs)
-            lhs, rhs, fn = self.expr(condition.lhs, dtype), self.expr(condition.rhs, dtype), _binary_function(compare)
+            lhs, rhs, fn = self.expr(condition.lhs, dtype), self.expr(condition.rhs, dtype), _binary_function(compare, DType.BOOL)
         else:
             cond = self.expr(condition)
 
