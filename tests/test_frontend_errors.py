@@ -1058,14 +1058,16 @@ def test_check_prints_every_error_of_a_file(tmp_path):
 
 @pytest.mark.slow
 def test_check_says_ok_for_the_examples():
-    """Every configuration of every example is compiled for sm_90 (about half a minute): 8 of attention_bf16's
-    need more shared memory than sm_90 has, which the autotuner skips, and check warns of."""
+    """Every configuration of every example is compiled for sm_90 (about half a minute): some of the attention
+    kernels' configurations need more shared memory or registers than sm_90 has, which the autotuner skips,
+    and check warns of (at the kernel's location)."""
     result = run_check(*(p.relative_to(REPO) for p in EXAMPLES), timeout=600)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{p.relative_to(REPO)}: ok" for p in EXAMPLES]
     warnings = [line for line in result.stderr.splitlines() if "warning:" in line]
-    assert warnings and all(re.fullmatch(r"examples/attention_bf16\.phobos:\d+:\d+: warning: \d+ of the \d+ "
-                                         r"configurations of kernel 'attention' do not fit sm_90", w) for w in warnings)
+    assert warnings and all(re.fullmatch(r"examples/attention_\w+\.phobos:\d+:\d+: warning: (\d+ of the \d+ "
+                                         r"configurations of kernel '\w+' do not fit sm_90|the compiler estimates "
+                                         r"\d+ registers per thread, .*)", w) for w in warnings)
     assert "error:" not in result.stderr
 
 
