@@ -334,9 +334,11 @@ def test_gelu_of_minus_infinity_is_nan_in_f32_and_minus_zero_in_f64(mode):
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_of_two_f64_nans_arithmetic_and_min_max_give_the_gpus(mode):
-    """An H100 passes on b's NaN, quieted, in a + b, a - b, a * b, maximum and minimum (fuzz seeds 1187,
-    1536: the interpreter gave a's, or the canonical NaN for min/max); fma(a, b, c) b's, then c's; a / b
-    a's; a max or min reduction of NaNs alone its last element's, quieted (seed 257, the probe's rows)."""
+    """Of several NaN operands the result is one of them, quieted.  Which one the GPU gives depends on the
+    order ptxas puts the operands in, which PTX does not fix: the probes' one-instruction kernels gave b's in
+    a + b, a - b, a * b, maximum and minimum, fma(a, b, c) b's, then c's, a / b a's, a max or min reduction of
+    NaNs alone its last element's; in this kernel an H100 gave a's for a + b.  The CPU modes follow the
+    probes' order (constants.NAN_PRECEDENCE), exactly; the GPU is held to one of the operands' NaNs."""
     src = """kernel k(x: tensor<f64>[N], y: tensor<f64>[N], r: tensor<f64>[M], m: tensor<f64>[K]) {
         r[0] = x[0] + y[0]
         r[1] = x[0] - y[0]
@@ -355,8 +357,13 @@ def test_of_two_f64_nans_arithmetic_and_min_max_give_the_gpus(mode):
     r, m = np.zeros(8, np.float64), np.zeros(4, np.float64)
     run(src, mode, x, y, r, m)
     q = 1 << 51
-    assert bits(r) == [b | q, b | q, b | q, b | q, b | q, a, b | q, a]        # fma: c's NaN before a's
-    assert bits(m) == [c | q, b | q, d, b | q]
+    if mode != "gpu":
+        assert bits(r) == [b | q, b | q, b | q, b | q, b | q, a, b | q, a]        # fma: c's NaN before a's
+        assert bits(m) == [c | q, b | q, d, b | q]
+        return
+    either = [{a, b | q}] * 5 + [{a, b | q}, {a, b | q, c | q}, {a, c | q}]
+    assert all(got in allowed for got, allowed in zip(bits(r), either)), [hex(v) for v in bits(r)]
+    assert all(got in allowed for got, allowed in zip(bits(m), [{a, c | q}, {d, b | q}, {a, d}, {c | q, b | q}]))
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
