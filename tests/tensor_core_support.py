@@ -20,8 +20,9 @@ from phobos.types import DType
 from phobos.run.tensor_map import TensorMap
 
 ROOT = Path(__file__).parent.parent
-ESIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
+ESIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1}
 F8 = {"e4m3": DType.F8E4M3, "e5m2": DType.F8E5M2}
+EIGHT_BIT = (*F8, "s8")  # m16n8k32's operands: four a register
 
 
 def gemm_generator():
@@ -115,16 +116,16 @@ def tf32_gemm_reference(a: np.ndarray, b: np.ndarray, precision: str, tile_k: in
 
 def _mma_elements(operand: str, kind: str):
     """[(lane, register, part, row, column)] of one warp's mma fragment (PTX ISA tables; part: which half,
-    or for 8-bit floats which byte, of the register)."""
+    or for 8-bit floats and s8 which byte, of the register)."""
     out = []
     for lane in range(32):
         g, t = lane // 4, lane % 4
-        if operand == "a" and kind in F8:          # a0..a15, four per register (m16n8k32)
+        if operand == "a" and kind in EIGHT_BIT:   # a0..a15, four per register (m16n8k32)
             for e in range(16):
                 row = g if e in (0, 1, 2, 3, 8, 9, 10, 11) else g + 8
                 col = t * 4 + (e & 3) + (16 if e >= 8 else 0)
                 out.append((lane, e // 4, e % 4, row, col))
-        elif operand == "b" and kind in F8:        # b0..b7
+        elif operand == "b" and kind in EIGHT_BIT:  # b0..b7
             for e in range(8):
                 out.append((lane, e // 4, e % 4, t * 4 + (e & 3) + (16 if e >= 4 else 0), g))
         elif operand == "a" and kind != "tf32":    # a0..a7, two per register
@@ -154,7 +155,7 @@ def pack_fragment(matrix_stored: np.ndarray, operand: str, kind: str, registers:
         return np.concatenate([pack_fragment(x, operand, kind, registers) for x in matrix_stored])
     regs = np.zeros((32, registers), np.uint32)
     bits = np.ascontiguousarray(matrix_stored).view(np.uint32) if kind == "tf32" else \
-        np.asarray(matrix_stored, np.uint8).astype(np.uint32) if kind in F8 else bits16(matrix_stored)
+        np.asarray(matrix_stored).astype(np.uint8).astype(np.uint32) if kind in EIGHT_BIT else bits16(matrix_stored)
     width = 8 * ESIZE.get(kind, 2) if kind != "tf32" else 0
     for lane, reg, part, row, col in _mma_elements(operand, kind):
         regs[lane, reg] |= np.uint32(int(bits[row, col]) << (width * part))
@@ -162,10 +163,10 @@ def pack_fragment(matrix_stored: np.ndarray, operand: str, kind: str, registers:
 
 
 def unpack_accumulator(regs: np.ndarray, rows: int = 16, cols: int = 8) -> np.ndarray:
-    """(32, 4) f32 registers of an mma D -> the 16x8 matrix ((warps * 32, 4) -> (warps, 16, 8))."""
+    """(32, 4) f32 (or s32) registers of an mma D -> the 16x8 matrix ((warps * 32, 4) -> (warps, 16, 8))."""
     if len(regs) > 32:
         return np.stack([unpack_accumulator(regs[w:w + 32]) for w in range(0, len(regs), 32)])
-    out = np.zeros((rows, cols), np.float32)
+    out = np.zeros((rows, cols), regs.dtype)
     for lane, reg, _, row, col in _mma_elements("c", "f32"):
         out[row, col] = regs[lane, reg]
     return out
@@ -174,7 +175,7 @@ def unpack_accumulator(regs: np.ndarray, rows: int = 16, cols: int = 8) -> np.nd
 def pack_accumulator(matrix: np.ndarray) -> np.ndarray:
     if matrix.ndim == 3:
         return np.concatenate([pack_accumulator(x) for x in matrix])
-    regs = np.zeros((32, 4), np.float32)
+    regs = np.zeros((32, 4), matrix.dtype)
     for lane, reg, _, row, col in _mma_elements("c", "f32"):
         regs[lane, reg] = matrix[row, col]
     return regs
@@ -194,16 +195,18 @@ def wgmma_a_registers(a_stored: np.ndarray, kind: str) -> np.ndarray:
 
 # ------------------------------------------------------------------ kernels
 
-MMA_SHAPES = {"bf16": "m16n8k16", "f16": "m16n8k16", "tf32": "m16n8k8", "e4m3": "m16n8k32", "e5m2": "m16n8k32"}
-STEP = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}  # the k of one instruction
+MMA_SHAPES = {"bf16": "m16n8k16", "f16": "m16n8k16", "tf32": "m16n8k8", "e4m3": "m16n8k32", "e5m2": "m16n8k32",
+              "s8": "m16n8k32"}
+STEP = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32}  # the k of one instruction
 
 
 def mma_fragment_ptx(kind: str) -> str:
     """Each warp: d[thread] = mma(a[thread], b[thread], c[thread]), fragments given per thread
     (four registers of A, two of B, four of C and D), so that many warps test many matrices.  8-bit
-    floats need sm_89 and PTX ISA 8.4."""
+    floats need sm_89 and PTX ISA 8.4; s8 accumulates in s32."""
     shape = MMA_SHAPES[kind]
     version, target = ("8.4", "sm_89") if kind in F8 else ("8.0", "sm_80")
+    acc = "s32" if kind == "s8" else "f32"
     return f"""\
 .version {version}
 .target {target}
@@ -211,7 +214,7 @@ def mma_fragment_ptx(kind: str) -> str:
 .visible .entry mma_fragments(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd)
 {{
     .reg .b32 %a<4>, %b<2>, %lane, %x, %y;
-    .reg .f32 %c<4>, %d<4>;
+    .reg .{acc} %c<4>, %d<4>;
     .reg .b64 %p<4>, %off;
     mov.u32 %x, %ctaid.x;
     mov.u32 %y, %ntid.x;
@@ -229,9 +232,9 @@ def mma_fragment_ptx(kind: str) -> str:
     add.s64 %p1, %p1, %off;
     ld.global.v4.b32 {{%a0, %a1, %a2, %a3}}, [%p0];
     ld.global.v2.b32 {{%b0, %b1}}, [%p1];
-    ld.global.v4.f32 {{%c0, %c1, %c2, %c3}}, [%p2];
-    mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32 {{%d0, %d1, %d2, %d3}}, {{%a0, %a1, %a2, %a3}}, {{%b0, %b1}}, {{%c0, %c1, %c2, %c3}};
-    st.global.v4.f32 [%p3], {{%d0, %d1, %d2, %d3}};
+    ld.global.v4.{acc} {{%c0, %c1, %c2, %c3}}, [%p2];
+    mma.sync.aligned.{shape}.row.col.{acc}.{kind}.{kind}.{acc} {{%d0, %d1, %d2, %d3}}, {{%a0, %a1, %a2, %a3}}, {{%b0, %b1}}, {{%c0, %c1, %c2, %c3}};
+    st.global.v4.{acc} [%p3], {{%d0, %d1, %d2, %d3}};
     ret;
 }}
 """

@@ -142,14 +142,15 @@ def unsigned_less(low: Lowering, a: Value, b: Value) -> Value:
     return low.op("cmp", [low.op("cast", [a], U32), low.op("cast", [b], U32)], BOOL, pred="lt")
 
 
-def vector_ok(tensor: TensorRef, tile_dims, layout: Layout | None, most: int = 8) -> int:
-    """The vector width (elements) usable when the slice is aligned, 1 if none: at most 16 bytes and `most`
-    elements (16 for cp.async's copies, which take no registers)."""
+def vector_ok(tensor: TensorRef, tile_dims, layout: Layout | None, copy: bool = False) -> int:
+    """The vector width (elements) usable when the slice is aligned, 1 if none: at most 16 bytes and 8
+    elements - or, for cp.async's copies (`copy`), which take no registers, 16 elements, also of the small
+    integers (whose loads into registers widen them one at a time)."""
     if layout is None or not tile_dims or tile_dims[-1] != len(tensor.dims) - 1 or not tensor.unit_last:
         return 1
-    if tensor.dtype.nbytes < 4 and not tensor.dtype.is_narrow:
+    if tensor.dtype.nbytes < 4 and not tensor.dtype.is_narrow and not copy:
         return 1
-    width = layout.vector_width(most)
+    width = layout.vector_width(16 if copy else 8)
     while width > 1 and width * tensor.dtype.nbytes > 16:
         width //= 2
     return width

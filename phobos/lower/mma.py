@@ -204,7 +204,7 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
     trans(x) is x's registers as they are)."""
     a_v, b_v = op.operands[0], op.operands[1]
     a, b = low.staged.get(a_v), low.staged.get(b_v)
-    k_major_b = plan.kind.operand.is_f8
+    k_major_b = plan.kind.eight_bit
     for v, staged in ((a_v, a), (b_v, b)):
         if staged is None and isinstance(low.vals[v], Transposed) and not (v is b_v and k_major_b):
             low.vals[v] = low.vals[v].moved(low, low.layouts[v], v.dtype.compute)  # a transpose in registers
@@ -384,7 +384,7 @@ def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
         if apart:
             product = [low.op("add", [x, y], F32) for x, y in zip(acc, product)]
     elif len(op.operands) == 2:
-        product = compute(low, plan, a, b, [low.const(0.0, DType.F32)] * plan.layout.nregs)
+        product = compute(low, plan, a, b, [low.const(plan.kind.zero, plan.kind.accumulator)] * plan.layout.nregs)
     elif plan.kind.products == 1:
         product = compute(low, plan, a, b, low.in_layout(op.operands[2], plan.layout).regs)
     else:  # tf32x3: the tensor cores' sums round toward zero; they stay within one product, added to acc as f32
@@ -394,7 +394,7 @@ def finish(low: Lowering, op: Op, plan: MmaPlan, a, b: SharedOperand) -> None:
     result = TileRegs(plan.layout, product)
     layout = low.layouts[op.result]
     if layout != plan.layout:
-        result = TileRegs(layout, low.relayout(result, layout, DType.F32))
+        result = TileRegs(layout, low.relayout(result, layout, plan.kind.accumulator))
     low.vals[op.result] = result
 
 
@@ -412,7 +412,7 @@ def compute(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value])
                 first = (i * nt + j) * 4
                 c = acc[first:first + 4]
                 for fa, fb in _products(a_frags, b_frags[j]):
-                    c = list(low.b.op("mma", [*fa, *fb, *c], [F32] * 4,
+                    c = list(low.b.op("mma", [*fa, *fb, *c], [ScalarType(kind.accumulator)] * 4,
                                       {"shape": kind.shape, "type": kind.ptx}).results)
                 acc[first:first + 4] = c
     return acc

@@ -3,19 +3,23 @@
 # layouts the decisions imply, mma.py and pipeline.py the decisions).
 #
 # A `dot` is a tensor-core product when its operands are bf16 or f16, or
-# f8e4m3 or f8e5m2, or f32 with precision "tf32" or "tf32x3" (`MMA_KINDS`),
-# the target has `mma.sync` of them (sm_80 and newer; 8-bit floats sm_89),
-# and its tile shape is whole instruction tiles: M a multiple of 16, N of 8
-# and K of the instruction's k (16 for 16-bit operands, 32 for 8-bit ones, 8
-# for tf32).  Otherwise it runs on the CUDA cores, and a note names the dot
-# and the reason (a tensor-core kind that falls back: narrow operands are
-# exact in f32, so the products are exact there too, and the sums are f32's
-# fused multiply-adds; tf32 kinds are computed in full f32 there, more
-# accurately than asked).  The tensor cores read 8-bit operands K-major only
-# (mma.sync's and wgmma's 8-bit forms have no transposed operands): a loaded
-# slice an 8-bit product would read otherwise - B [K, N] as it lies, or A as
-# trans(slice) - is a located error saying how to give it (B as [N, K] and
-# trans(...)); one computed in registers is stored K-major.
+# f8e4m3 or f8e5m2, or f32 with precision "tf32" or "tf32x3", or i32 tiles
+# loaded from i8 tensors (s8 values: `holds_s8`) (`MMA_KINDS`), the target
+# has `mma.sync` of them (sm_80 and newer; 8-bit floats sm_89), and its tile
+# shape is whole instruction tiles: M a multiple of 16, N of 8 and K of the
+# instruction's k (16 for 16-bit operands, 32 for 8-bit ones, 8 for tf32).
+# Otherwise it runs on the CUDA cores, and a note names the dot and the
+# reason (a tensor-core kind that falls back: narrow operands are exact in
+# f32, so the products are exact there too, and the sums are f32's fused
+# multiply-adds; tf32 kinds are computed in full f32 there, more accurately
+# than asked; i32 products are exact and wrap alike on both).  The tensor
+# cores read 8-bit operands K-major only (mma.sync's and wgmma's 8-bit forms
+# have no transposed operands): a loaded slice an 8-bit float product would
+# read otherwise - B [K, N] as it lies, or A as trans(slice) - is a located
+# error saying how to give it (B as [N, K] and trans(...)); an s8 product so
+# loaded runs on the CUDA cores, as i32 products always did, its note saying
+# how to give it; an operand computed in registers is stored K-major.  s8
+# products run mma.sync only (wgmma's s8 forms are not used yet).
 #
 # On sm_90a a product whose operands are both slices loaded beside it for it
 # alone (a K loop's: the pipeline streams them into shared memory), whose K
@@ -70,6 +74,26 @@ class MmaKind:
     products: int  # 1, or 3 for tf32x3 (split operands)
     rounding: str = ""  # how f32 operands become TF32: "rn" (nearest, ties to even: dot's tf32), "rna"
     # (ties away: tf32x3's high parts, whose rests make up the difference)
+    accumulator: DType = DType.F32  # the accumulators' dtype (i32: s32 sums, exact and wrapping)
+
+    @property
+    def ptx_accumulator(self) -> str:
+        """The PTX type of the accumulators."""
+        return "s32" if self.integer else "f32"
+
+    @property
+    def integer(self) -> bool:
+        return self.accumulator is DType.I32
+
+    @property
+    def zero(self) -> int | float:
+        """The accumulators' zero, as a constant of their dtype."""
+        return 0 if self.integer else 0.0
+
+    @property
+    def eight_bit(self) -> bool:
+        """8-bit operands (floats or s8): four a register, read K-major only."""
+        return self.operand.nbytes == 1
 
     @property
     def shape(self) -> str:
@@ -97,6 +121,7 @@ MMA_KINDS = {
     "f8e5m2": MmaKind("f8e5m2", DType.F8E5M2, 32, "e5m2", 1),
     "tf32": MmaKind("tf32", DType.F32, 8, "tf32", 1, "rn"),
     "tf32x3": MmaKind("tf32x3", DType.F32, 8, "tf32", 3, "rna"),
+    "s8": MmaKind("s8", DType.I8, 32, "s8", 1, accumulator=DType.I32),
 }
 
 
@@ -170,8 +195,9 @@ class MmaPlan:
 
     @cached_property
     def a_layout(self) -> Layout | None:
-        """Of an A operand whose registers are its fragments (16- and 8-bit kinds with mma.sync only)."""
-        if self.kind.tf32 or self.instruction == "wgmma":
+        """Of an A operand whose registers are its fragments (16-bit and 8-bit float kinds with mma.sync only;
+        an s8 A, loaded, goes through shared memory)."""
+        if self.kind.tf32 or self.kind.integer or self.instruction == "wgmma":
             return None
         if self.kind.operand.is_f8:
             return mma_a8_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n)
@@ -197,11 +223,23 @@ class MmaPlan:
 
 
 def kind_of(op: Op) -> MmaKind | None:
-    """The tensor-core kind a dot asks for by its operands and precision; None for the CUDA cores."""
+    """The tensor-core kind a dot asks for by its operands and precision (i32: s8, which `plan_dots` takes
+    only where both operands hold s8 values); None for the CUDA cores."""
     dtype = op.operands[0].dtype
     if dtype.is_narrow:
         return MMA_KINDS[dtype.value]
+    if dtype is DType.I32:
+        return MMA_KINDS["s8"]
     return MMA_KINDS.get(op.attrs.get("precision", "ieee"))
+
+
+def holds_s8(v: Value) -> bool:
+    """Whether tile v is loaded from an i8 tensor, as it lies or transposed (`trans(x[...])`): its i32
+    values are then s8 values, which the tensor cores multiply as bytes."""
+    owner = v.owner
+    if isinstance(owner, Op) and owner.opcode == "permute" and tuple(owner.attrs["order"]) == (1, 0):
+        owner = owner.operands[0].owner
+    return isinstance(owner, Op) and owner.opcode == "load" and owner.operands[0].dtype is DType.I8
 
 
 def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = False,
@@ -217,6 +255,9 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
     for op in ops:
         if op.opcode != "dot" or (kind := kind_of(op)) is None:
             continue
+        if kind.integer and not all(holds_s8(v) for v in op.operands[:2]):
+            out[op] = "its i32 operands are not both loaded from i8 tensors (the tensor cores multiply s8 values)"
+            continue
         if not tensor_cores or (kind.operand.is_f8 and not fp8):
             out[op] = f"the target has no {kind.ptx} tensor cores ({'sm_89' if kind.operand.is_f8 else 'sm_80'} " \
                       "and newer have them)"
@@ -229,13 +270,15 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
             out[op] = f"the {kind.shape} instruction cannot tile it ({', '.join(wrong)})"
             continue
         sources = [loaded_slice(v, users, not kind.tf32) for v in op.operands[:2]]
-        if kind.operand.is_f8:
-            _k_major_or_error(op, kind, sources)
+        if kind.eight_bit and (why := _not_k_major(op, kind, sources)) is not None:
+            out[op] = why
+            continue
         loaded = all(src is not None and block_of.get(v.owner) is block_of.get(src[0]) is block_of[op]
                      for v, src in zip(op.operands, sources))
         transposed = tuple(src is not None and src[1] for src in sources)
         swapped = kind.tf32
-        groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), k, threads) if wgmma and loaded else None
+        groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), k, threads) \
+            if wgmma and loaded and not kind.integer else None
         if groups is not None:
             out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma", swapped, transposed)
             continue
@@ -245,17 +288,24 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
     return out
 
 
-def _k_major_or_error(op: Op, kind: MmaKind, sources) -> None:
-    """An 8-bit product's loaded operands must lie K-major: A [M, K] as it lies, B as trans(a slice [N, K])."""
+def _not_k_major(op: Op, kind: MmaKind, sources) -> str | None:
+    """An 8-bit product's loaded operands must lie K-major: A [M, K] as it lies, B as trans(a slice [N, K]).
+    Where one does not: for 8-bit floats a located error, for s8 why the product runs on the CUDA cores."""
     (a, b), name = sources, kind.operand
+    found = None
     if b is not None and not b[1]:
-        raise UnsupportedError(f"dot of {name} tiles on the tensor cores reads B K-major (8-bit mma.sync and wgmma "
-                               f"have no transposed operands), but B is this [K, N] slice, N-major as it lies; give "
-                               f"B as an [N, K] tensor and write dot(a, trans(b[...]))", b[0].loc or op.loc)
-    if a is not None and a[1]:
-        raise UnsupportedError(f"dot of {name} tiles on the tensor cores reads A K-major (8-bit mma.sync and wgmma "
-                               f"have no transposed operands), but A is the transpose of this [K, M] slice, M-major; "
-                               f"give A as an [M, K] tensor and load it as it lies", a[0].loc or op.loc)
+        found = (b[0], "B K-major (8-bit mma.sync and wgmma have no transposed operands), but B is {this} [K, N] "
+                       "slice{at}, N-major as it lies; give B as an [N, K] tensor and write dot(a, trans(b[...]))")
+    elif a is not None and a[1]:
+        found = (a[0], "A K-major (8-bit mma.sync and wgmma have no transposed operands), but A is the transpose of "
+                       "{this} [K, M] slice{at}, M-major; give A as an [M, K] tensor and load it as it lies")
+    if found is None:
+        return None
+    load, why = found
+    loc = load.loc or op.loc
+    if kind.integer:
+        return "the tensor cores read " + why.format(this="the", at=f" at {loc.line}:{loc.col}" if loc else "")
+    raise UnsupportedError(f"dot of {name} tiles on the tensor cores reads {why.format(this='this', at='')}", loc)
 
 
 def wgmma_groups(kind: MmaKind, m: int, n: int, k: int, threads: int) -> tuple[int, int] | None:

@@ -1005,7 +1005,7 @@ def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpa
         row, col = (low.coord(layout, r, d) for d in (0, 1))
         return low.op("add", [stage, low.op("cast", [space.offset(low, row, col)], U32)], U32), start
 
-    width = vector_ok(tensor, tile_dims, layout, most=16)
+    width = vector_ok(tensor, tile_dims, layout, copy=True)
     if width * eb < 4:  # no copy of whole elements is 4 bytes or more: an element at a time
         fast = low.const(False, DType.BOOL)
     else:

@@ -759,7 +759,8 @@ def _ldmatrix(s: Selector, op: Op) -> None:
 
 
 def _mma(s: Selector, op: Op) -> None:
-    """mma.sync of one 16 x 8 tile: the operands are A's registers, B's, then the four of C."""
+    """mma.sync of one 16 x 8 tile: the operands are A's registers, B's, then the four of C (f32, or i32 for
+    s8 operands)."""
     shape, kind = op.attrs["shape"], op.attrs["type"]
     na, nb = MMA_FRAGMENT_REGISTERS[shape]
     regs = [s.reg(v) for v in op.operands]
@@ -767,7 +768,8 @@ def _mma(s: Selector, op: Op) -> None:
     dsts = Vec(tuple(s.define(r) for r in op.results))
     if kind in F8_TYPES:
         s.ptx_version = FP8_PTX_VERSION
-    s.emit(f"mma.sync.aligned.{shape}.row.col.f32.{kind}.{kind}.f32", dsts, Vec(tuple(a)), Vec(tuple(b)),
+    acc = TYPE_SUFFIX[op.results[0].dtype]  # f32, or s32 (s8 operands: exact sums that wrap, no .satfinite)
+    s.emit(f"mma.sync.aligned.{shape}.row.col.{acc}.{kind}.{kind}.{acc}", dsts, Vec(tuple(a)), Vec(tuple(b)),
            Vec(tuple(c)))
 
 

@@ -2,11 +2,14 @@
 # and setmaxnreg.
 #
 # `mma.sync` (m16n8k16 .bf16/.f16, m16n8k8 .tf32, m16n8k32 .e4m3/.e5m2, f32
-# accumulators) works on whole warps: the registers of the 32 lanes are
-# gathered into matrices with the fragment tables of `fragments`, multiplied
-# with the tensor-core model of the launch (numerics.tensor_core_dot) and
-# scattered back.  `.tf32` operands are f32 bit patterns of which the tensor
-# core ignores the 13 low bits; 8-bit floats are four codes a register.
+# accumulators; m16n8k32 .s8 with s32 accumulators) works on whole warps: the
+# registers of the 32 lanes are gathered into matrices with the fragment
+# tables of `fragments`, multiplied with the tensor-core model of the launch
+# (numerics.tensor_core_dot) and scattered back.  `.tf32` operands are f32
+# bit patterns of which the tensor core ignores the 13 low bits; 8-bit floats
+# and s8 integers are four a register.  The s8 form is exact in every model:
+# the integer products and C summed exactly, wrapped to 32 bits (without
+# .satfinite the PTX ISA's s32 accumulation wraps; .satfinite is not modelled).
 #
 # `ldmatrix`/`stmatrix` move 8x8 matrices of 16-bit elements between shared
 # memory and fragments: lanes 8i..8i+7 give the row addresses of matrix i,
@@ -40,7 +43,7 @@ from .errors import Fault, MemoryFault, PtxSyntaxError, TrapError, UnsupportedPt
 from .ops_arith import require
 from .ptxtypes import TYPES
 
-B32, F32, U64, PRED = TYPES["b32"], TYPES["f32"], TYPES["u64"], TYPES["pred"]
+B32, F32, S32, U64, PRED = TYPES["b32"], TYPES["f32"], TYPES["s32"], TYPES["u64"], TYPES["pred"]
 WARP, WARPGROUP = 32, 128
 _ELEMENT_TYPES = ("bf16", "f16", "tf32", "e4m3", "e5m2")
 _ELEMENT_SIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
@@ -76,6 +79,11 @@ def _element_decoder(kind: str):
         return lambda v, h: nx.tf32_value(v)
     if kind == "f32":
         return lambda v, h: np.asarray(v, np.float32).astype(np.float64)
+    if kind == "s32":
+        return lambda v, h: np.asarray(v, np.int32).astype(np.float64)
+    if kind == "s8":  # byte h of the register, signed
+        return lambda v, h: ((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF)).astype(np.uint8) \
+            .view(np.int8).astype(np.float64)
     if kind in _F8:  # byte h of the register
         return lambda v, h: f8_values(((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF))
                                       .astype(np.uint8), _F8[kind]).astype(np.float64)
@@ -110,7 +118,7 @@ def _registers(d, operand, count: int, what: str):
 
 def _type_words(d, mods, count: int) -> list[str]:
     """The `count` element-type modifiers, in order."""
-    found = [w for w in mods.words if w in ("f32", *_ELEMENT_TYPES)]
+    found = [w for w in mods.words if w in ("f32", "s32", "s8", *_ELEMENT_TYPES)]
     if len(found) != count:
         raise d.error(f"{mods.base} needs {count} type modifiers, found {len(found)}", PtxSyntaxError)
     for w in found:
@@ -127,7 +135,9 @@ def _sync_aligned(d, mods):
 
 _MMA_FRAGMENTS = {("m16n8k16", "bf16"): (fr.A16, fr.B16), ("m16n8k16", "f16"): (fr.A16, fr.B16),
                   ("m16n8k8", "tf32"): (fr.A_TF32, fr.B_TF32),
-                  ("m16n8k32", "e4m3"): (fr.A8, fr.B8), ("m16n8k32", "e5m2"): (fr.A8, fr.B8)}
+                  ("m16n8k32", "e4m3"): (fr.A8, fr.B8), ("m16n8k32", "e5m2"): (fr.A8, fr.B8),
+                  ("m16n8k32", "s8"): (fr.A8, fr.B8)}
+_MMA_ACCUMULATOR = {"s8": "s32"}  # the accumulator type of an operand type (f32 where not named)
 
 
 def _model(m, kind: str, what: str):
@@ -145,17 +155,20 @@ def build_mma(d, ins, mods):
     shape = mods.take("m16n8k16", "m16n8k8", "m16n8k32")
     if shape is None or not (mods.flag("row") and mods.flag("col")):
         raise d.error("supported: mma.sync.aligned.m16n8k16 / m16n8k8 / m16n8k32 .row.col", UnsupportedPtx)
+    require(d, not mods.flag("satfinite"), "mma.sync .satfinite is not supported (the s32 sums wrap without it)")
     dtype, atype, btype, ctype = _type_words(d, mods, 4)
-    require(d, dtype == ctype == "f32" and atype == btype and (shape, atype) in _MMA_FRAGMENTS,
+    accumulator = _MMA_ACCUMULATOR.get(atype, "f32")
+    require(d, dtype == ctype == accumulator and atype == btype and (shape, atype) in _MMA_FRAGMENTS,
             f"mma.{shape}.{dtype}.{atype}.{btype}.{ctype} is not supported "
-            "(f32 accumulators with bf16/f16 m16n8k16, tf32 m16n8k8 or e4m3/e5m2 m16n8k32)")
+            "(f32 accumulators with bf16/f16 m16n8k16, tf32 m16n8k8 or e4m3/e5m2 m16n8k32; s32 with s8 m16n8k32)")
     frag_a, frag_b = _MMA_FRAGMENTS[shape, atype]
+    ctype_ptx = TYPES[accumulator]
     dst, a, b, c = d.operands(ins, 4)
-    writers = [d.writer(x, F32) for x in _registers(d, dst, 4, "the destination")]
+    writers = [d.writer(x, ctype_ptx) for x in _registers(d, dst, 4, "the destination")]
     read_a = [d.reader(x, B32) for x in _registers(d, a, frag_a.registers, "A")]
     read_b = [d.reader(x, B32) for x in _registers(d, b, frag_b.registers, "B")]
-    read_c = [d.reader(x, F32) for x in _registers(d, c, 4, "C")]
-    decode, decode_c = _element_decoder(atype), _element_decoder("f32")
+    read_c = [d.reader(x, ctype_ptx) for x in _registers(d, c, 4, "C")]
+    decode, decode_c = _element_decoder(atype), _element_decoder(accumulator)
 
     def run(m, idx):
         whole_units(m, idx, WARP, "mma.sync")
@@ -163,11 +176,21 @@ def build_mma(d, ins, mods):
         values = lambda readers: [np.broadcast_to(r(m, idx), (n,)) for r in readers]  # noqa: E731
         ma = fr.gather(frag_a, values(read_a), decode)
         mb = fr.gather(frag_b, values(read_b), decode)
-        mc = fr.gather(fr.C32, values(read_c), decode_c).astype(np.float32)
-        result = nx.tensor_core_dot(ma, mb, mc, atype, _model(m, atype, "mma.sync"))
+        mc = fr.gather(fr.C32, values(read_c), decode_c)
+        if accumulator == "s32":
+            result = integer_dot(ma, mb, mc)
+        else:
+            result = nx.tensor_core_dot(ma, mb, mc.astype(np.float32), atype, _model(m, atype, "mma.sync"))
         for write, value in zip(writers, fr.scatter(fr.C32, result)):
             write(m, idx, value)
     return plain(run)
+
+
+def integer_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """D = C + A B of integer matrices (exact values in float64) as an s32 accumulation gives it: the products
+    and C summed exactly (int64), wrapped to 32 bits."""
+    exact = np.matmul(a.astype(np.int64), b.astype(np.int64)) + c.astype(np.int64)
+    return exact.astype(np.int32)  # the low 32 bits, as two's complement
 
 
 # ------------------------------------------------------------------ ldmatrix / stmatrix
