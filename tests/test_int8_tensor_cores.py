@@ -125,6 +125,28 @@ def test_wrapping_sums_are_the_cuda_cores_and_the_interpreters(arch):
     np.testing.assert_array_equal(c, want)
 
 
+STRAIGHT = """
+kernel k(a: tensor<i8>[32, 64], b: tensor<i8>[16, 64], c: tensor<i32>[32, 16], d: tensor<i32>[32, 16]) {
+    let x = a[0 :+ 32, 0 :+ 64]
+    c[0 :+ 32, 0 :+ 16] = dot(x, trans(b[0 :+ 16, 0 :+ 64]))
+    d[0 :+ 32, 0 :+ 16] = dot(x, trans(a[0 :+ 16, 0 :+ 64])) + x[0 :+ 32, 0 :+ 16]
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_operands_held_in_registers_are_stored_as_bytes(mode):
+    """Loaded outside a K loop, one of them used twice: the registers' s8 values are stored K-major as bytes
+    (B as B^T) and read by ldmatrix; `emulate` checks the PTX with ptxas for sm_75 and sm_90 too."""
+    notes = compile_source(STRAIGHT, arch="sm_80").notes
+    assert len(notes) == 2 and all("mma.sync m16n8k32 s8" in note for note in notes), notes
+    a, b = rng.choice(EXTREMES, (32, 64)), rng.choice(EXTREMES, (16, 64))
+    *_, c, d = run(STRAIGHT, mode, a, b, np.zeros((32, 16), np.int32), np.zeros((32, 16), np.int32))
+    wide = a.astype(np.int64)
+    np.testing.assert_array_equal(c, wide @ b.astype(np.int64).T)
+    np.testing.assert_array_equal(d, wide @ wide[:16].T + wide[:, :16])
+
+
 def test_before_sm_80_the_cuda_cores_multiply():
     k = compile_source(GEMM, arch="sm_75", config=SMALL)
     assert "CUDA cores: the target has no s8 tensor cores (sm_80 and newer have them)" in k.notes[0], k.notes
