@@ -85,6 +85,13 @@ def test_round_trip_and_memory_layer(tmp_path):
     assert fresh(tmp_path).load("kernels", KEY) is None
 
 
+def test_an_entry_another_process_wrote_is_remembered_without_writing(tmp_path):
+    store = DiskCache(tmp_path)
+    store.remember("kernels", KEY, {"ptx": "text"})
+    assert store.load("kernels", KEY) == {"ptx": "text"}
+    assert not store.path_for("kernels", KEY).exists() and fresh(tmp_path).load("kernels", KEY) is None
+
+
 def test_entries_are_plain_json_holding_their_key(tmp_path):
     DiskCache(tmp_path).store("kernels", KEY, {"ptx": "text"})
     entry = json.loads(DiskCache(tmp_path).path_for("kernels", KEY).read_text())

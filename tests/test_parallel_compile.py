@@ -41,6 +41,42 @@ def test_configurations_compile_in_worker_processes_like_here(two_workers, monke
     assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 4
 
 
+def test_a_worker_writes_what_it_made_to_the_cache_the_job_names(tmp_path):
+    key = {"kernel": "add", "config": {"BLOCK": 128}}
+    try:
+        ptxas = find_ptxas()
+    except ToolchainError:
+        ptxas = None
+    job = parallel.CompileJob(ADD4, "add.phobos", "add", {"BLOCK": 128}, "sm_90", ptxas is not None, "add",
+                              cache_root=str(tmp_path), compiled_key=key)
+    result = parallel.run_job(job)
+    assert result["stored"] is True
+    on_disk = cache.DiskCache(tmp_path)
+    assert on_disk.load(cache.COMPILED, key) == result["compiled"]
+    if ptxas is not None:
+        assembled = cache.assembled_key(result["compiled"]["ptx"], "sm_90", ptxas)
+        assert on_disk.load(cache.PTXAS, assembled) == result["report"]
+        assert on_disk.load(cache.CUBIN, assembled) == result["cubin"]
+    unnamed = parallel.run_job(parallel.CompileJob(ADD4, "add.phobos", "add", {"BLOCK": 256}, "sm_90", False, "add"))
+    assert "stored" not in unnamed  # no cache named: the caller writes it
+
+
+def test_the_caller_leaves_writing_the_workers_results_to_them(two_workers, monkeypatch, isolated_cache):
+    written = []
+    write = cache._write_atomically
+    monkeypatch.setattr(cache, "_write_atomically", lambda path, text: (written.append(path), write(path, text)))
+    add = phobos.kernel(ADD4, mode=FakeGpu())
+    a, b = random_vectors(2000)
+    add(a, b, np.empty_like(a))
+    assert [path.parent.name for path in written] == [cache.AUTOTUNE]  # the choice; the rest the workers wrote
+    assert len(list((isolated_cache / cache.COMPILED).iterdir())) == 4
+    forget_memory(monkeypatch)
+    monkeypatch.setattr(launcher, "compile_kernel", lambda *a, **k: pytest.fail("compiled again"))
+    again = phobos.kernel(ADD4, mode=FakeGpu())
+    again(a, b, np.empty_like(a))  # a new process: every configuration and the choice read from disk
+    assert again.config == add.config
+
+
 def test_a_job_that_fails_in_a_worker_comes_back_empty():
     job = parallel.CompileJob(ADD4, "add.phobos", "sub", {"BLOCK": 128}, "sm_90", False, "sub")  # no such kernel
     assert parallel.run_job(job) is None

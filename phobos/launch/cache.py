@@ -154,9 +154,13 @@ class DiskCache:
         self._memory[memory_key] = entry["payload"]
         return entry["payload"]
 
+    def remember(self, namespace: str, key: dict, payload: Any) -> None:
+        """Keep the entry in the memory layer only: another process (a compile worker) wrote it to disk."""
+        self._memory[(namespace, canonical_json(key))] = payload
+
     def store(self, namespace: str, key: dict, payload: Any) -> None:
         """Write the entry atomically; a cache that cannot be written is warned about once, not fatal."""
-        self._memory[(namespace, canonical_json(key))] = payload
+        self.remember(namespace, key, payload)
         path = self.path_for(namespace, key)
         entry = {"format": ENTRY_FORMAT, "key": key, "checksum": text_digest(canonical_json(payload)),
                  "payload": payload}
@@ -340,10 +344,19 @@ _caches: dict[Path, DiskCache] = {}
 
 def default_cache() -> DiskCache:
     """The cache under cache_dir(), one object (and memory layer) per root per process."""
-    root = cache_dir()
+    return cache_at(cache_dir())
+
+
+def cache_at(root: Path) -> DiskCache:
+    """The cache under `root`, one object (and memory layer) per root per process."""
     if root not in _caches:
         _caches[root] = DiskCache(root)
     return _caches[root]
+
+
+def assembled_key(ptx: str, arch: str, ptxas: str) -> dict:
+    """The key of ptxas's report on a kernel's PTX, and of the cubin it made of it (namespaces PTXAS, CUBIN)."""
+    return {"ptx": text_digest(ptx), "arch": arch, "ptxas": ptxas, "build": phobos_build()}
 
 
 # ---------------------------------------------------------------------------

@@ -541,15 +541,16 @@ class _Kernel:
         return _compiled_kernels[memory_key]
 
     def _keep_compiled(self, config: Config, arch: str, compiled: CompiledKernel,
-                       options: CodeOptions = CodeOptions()) -> None:
+                       options: CodeOptions = CodeOptions(), on_disk: bool = False) -> None:
+        """Keep `compiled` in memory and in the disk cache (`on_disk`: a compile worker wrote it there)."""
         memory_key, disk_key = self._compiled_keys(config, arch, options)
-        cache.default_cache().store(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
+        store = cache.default_cache()
+        (store.remember if on_disk else store.store)(cache.COMPILED, disk_key, cache.encode_compiled(compiled))
         _compiled_kernels[memory_key] = compiled
 
     def _ptxas_key(self, compiled: CompiledKernel, ptxas: str) -> dict:
         """The key of ptxas's report on a compiled kernel, and of the cubin it made."""
-        return {"ptx": cache.text_digest(compiled.ptx), "arch": compiled.arch, "ptxas": ptxas,
-                "build": cache.phobos_build()}
+        return cache.assembled_key(compiled.ptx, compiled.arch, ptxas)
 
     def _label(self, config: Config) -> str:
         return f"{self.module.filename} [{self.name}: {config_text(config)}]"
@@ -579,11 +580,14 @@ class _Kernel:
             self._keep_assembled(key, report, cubin)
         return report
 
-    def _keep_assembled(self, key: dict, report: Report, cubin: bytes | None) -> None:
+    def _keep_assembled(self, key: dict, report: Report, cubin: bytes | None, on_disk: bool = False) -> None:
+        """Keep ptxas's report and cubin in the cache (`on_disk`: in its memory layer only, a compile worker
+        wrote them to disk)."""
         store = cache.default_cache()
+        keep = store.remember if on_disk else store.store
         if cubin is not None:
-            store.store(cache.CUBIN, key, cache.encode_cubin(cubin))
-        store.store(cache.PTXAS, key, cache.encode_report(report))
+            keep(cache.CUBIN, key, cache.encode_cubin(cubin))
+        keep(cache.PTXAS, key, cache.encode_report(report))
 
     def cubin(self, compiled: CompiledKernel, capability: tuple[int, int]) -> bytes | None:
         """The cubin ptxas already made of `compiled`, when there is one and it is for exactly this GPU."""
@@ -610,9 +614,11 @@ class _Kernel:
         # Largest first (the product of the values stands in for the code's size): the long compiles start
         # at once instead of trailing behind the short ones.
         missing.sort(key=lambda config: -math.prod(config.values()))
+        root = str(cache.default_cache().root)
         return {tuple(config.items()): workers.submit(parallel.CompileJob(
             self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
-            options.keywords(), device.max_threads_per_block, device.max_shared_bytes_per_block))
+            options.keywords(), device.max_threads_per_block, device.max_shared_bytes_per_block, root,
+            self._compiled_keys(config, arch, options)[1]))
             for config in missing}
 
     def _collect(self, future: Future | None, config: Config, arch: str, options: CodeOptions) -> None:
@@ -631,9 +637,10 @@ class _Kernel:
             cubin = cache.decode_cubin(result["cubin"]) if "cubin" in result else None
         except (cache.MalformedEntry, TypeError, KeyError):
             return
-        self._keep_compiled(config, arch, compiled, options)
+        on_disk = result.get("stored") is True
+        self._keep_compiled(config, arch, compiled, options, on_disk)
         if report is not None:
-            self._keep_assembled(self._ptxas_key(compiled, toolchain.find_ptxas()), report, cubin)
+            self._keep_assembled(self._ptxas_key(compiled, toolchain.find_ptxas()), report, cubin, on_disk)
         if isinstance(result.get("ptxas_timeout"), str):
             self._ptxas_timeouts[cache.text_digest(compiled.ptx)] = result["ptxas_timeout"]
 

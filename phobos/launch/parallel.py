@@ -5,9 +5,13 @@
 # seconds each for large tiles.  `CompilePool.submit` hands one configuration
 # (the source text, kernel name, configuration and target) to one of a few
 # worker processes, which compiles it and runs ptxas on it, keeping the cubin
-# (unless the kernel needs more threads or shared memory than the device has);
-# the launcher stores what comes back in its caches and times each
-# configuration as soon as its result is in, while the others still compile.
+# (unless the kernel needs more threads or shared memory than the device has),
+# and writes what it made to the disk cache under the keys the job names
+# (the compiled kernel; ptxas's report and the cubin), so that the calling
+# process, which times each configuration as soon as its result is in while
+# the others still compile, only keeps the results in memory: the cache's
+# JSON encoding, checksums and fsyncs run in the workers, side by side,
+# instead of one after another between the caller's timings.
 #
 # A worker is `python -m phobos.launch.parallel`, started on the first job and
 # kept for the process: it reads one job per line on stdin and writes one
@@ -54,6 +58,8 @@ class CompileJob:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # CodeOptions.keywords()
     max_threads: int | None = None  # the device's limits per CTA: a kernel past them is not assembled,
     max_shared_bytes: int | None = None  # since it cannot run anyway
+    cache_root: str | None = None  # the disk cache the worker writes its results to (None: the caller writes them)
+    compiled_key: dict[str, Any] | None = None  # the key of the compiled kernel there
 
 
 def compile_workers() -> int:
@@ -70,7 +76,27 @@ def _program(source: str, filename: str) -> Any:
 
 
 def run_job(job: CompileJob) -> dict[str, Any] | None:
-    """Compile (and assemble) one configuration: cache payloads, or None when it fails."""
+    """Compile (and assemble) one configuration: cache payloads, or None when it fails; the payloads are
+    written to the job's cache, and `stored` says so, when it names one."""
+    result = _compiled_and_assembled(job)
+    if result is not None and job.cache_root is not None and job.compiled_key is not None:
+        _store(job, result)
+    return result
+
+
+def _store(job: CompileJob, result: dict[str, Any]) -> None:
+    """Write a job's payloads to its disk cache, under the keys the launcher reads them by."""
+    store = cache.cache_at(Path(job.cache_root))
+    store.store(cache.COMPILED, job.compiled_key, result["compiled"])
+    if "report" in result:
+        key = cache.assembled_key(result["compiled"]["ptx"], result["compiled"]["arch"], toolchain.find_ptxas())
+        if "cubin" in result:
+            store.store(cache.CUBIN, key, result["cubin"])
+        store.store(cache.PTXAS, key, result["report"])
+    result["stored"] = True
+
+
+def _compiled_and_assembled(job: CompileJob) -> dict[str, Any] | None:
     try:
         kernel = pick_kernel(_program(job.source, job.filename), job.kernel)
         compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **job.options)
