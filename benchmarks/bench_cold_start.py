@@ -1,6 +1,6 @@
 """The first call of a tuned kernel: in a fresh process with an empty cache, and in a second process.
 
-    python benchmarks/bench_cold_start.py [--out bench_results]
+    python benchmarks/bench_cold_start.py [--out bench_results] [--trace]
 
 Each case runs as a script file of its own in a fresh interpreter (Triton's
 @jit reads its function's source file), on torch tensors at 4096^3, timed from
@@ -18,7 +18,9 @@ come before, and are reported apart):
   TRITON_CACHE_DIR.
 
 Every result is checked against torch.  Prints a table, writes
-<out>/cold_start.json and a plot.
+<out>/cold_start.json and a plot.  With --trace the Phobos runs log at
+PHOBOS_LOG=debug, and each prints when every configuration was timed (or
+skipped), in ms from the call: where the first call's seconds go.
 """
 from __future__ import annotations
 
@@ -36,8 +38,18 @@ from common import plot, save, table
 ROOT = Path(__file__).parent.parent
 
 PHOBOS_FIRST_CALL = """
-import json, sys, time
+import json, logging, os, sys, time
 start = time.perf_counter()
+trace, called = [], [0.0]
+
+
+class Trace(logging.Handler):  # with --trace (PHOBOS_LOG=debug): phobos's log lines, in ms from the call
+    def emit(self, record):
+        trace.append(f"{1e3 * (record.created - called[0]):8.0f} ms  {record.getMessage()}")
+
+
+if os.environ.get("PHOBOS_LOG") == "debug":
+    logging.getLogger().addHandler(Trace())
 import torch, phobos
 torch.cuda.init()
 path, name, dtype = sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3])
@@ -46,14 +58,14 @@ c = torch.zeros(4096, 4096, device="cuda", dtype=dtype)
 imported = time.perf_counter()
 fn = getattr(phobos.load(path), name)
 torch.cuda.synchronize()
-ready = time.perf_counter()
+ready, called[0] = time.perf_counter(), time.time()
 fn(a, b, c, alpha=1.0, beta=0.0) if name == "sgemm" else fn(a, b, c)
 torch.cuda.synchronize()
 first = time.perf_counter() - ready
 want = (a.float() @ b.float()).to(dtype)
 ok = bool(torch.allclose(c.float(), want.float(), rtol=1e-2, atol=1e-1))
 print(json.dumps({"first_call_s": first, "load_s": ready - imported, "setup_s": imported - start, "ok": ok,
-                  "config": fn.config, "configurations": len(fn.timings) or 1}))
+                  "config": fn.config, "configurations": len(fn.timings) or 1, **({"trace": trace} if trace else {})}))
 """
 
 TRITON_FIRST_CALL = """
@@ -123,17 +135,22 @@ TARGETS = {"empty cache": 2.0, "second process": 0.05}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench_results")
+    parser.add_argument("--trace", action="store_true",
+                        help="PHOBOS_LOG=debug in the Phobos runs: print when each configuration was timed, in ms "
+                             "from the call (also under 'trace' in the JSON); the tracing costs a little time")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-cold-cache-") as caches:
         for label, script, arguments, env, cache in cases():
             place = Path(caches) / (cache or f"triton-{len(rows)}")
             variable = "PHOBOS_CACHE_DIR" if cache else "TRITON_CACHE_DIR"
-            result = fresh_process(script, arguments, {**env, variable: str(place)})
+            traced = {"PHOBOS_LOG": "debug"} if args.trace and cache else {}
+            result = fresh_process(script, arguments, {**env, **traced, variable: str(place)})
             target = next((t for words, t in TARGETS.items() if label.startswith("Phobos") and label.endswith(words)
                            and "AUTOTUNE" not in label), None)
             rows.append({"first call": label, "target_s": target, **result})
-            print(f"{label}: {result}", flush=True)
+            print(f"{label}: {({k: v for k, v in result.items() if k != 'trace'})}", flush=True)
+            print("".join(f"    {line}\n" for line in result.get("trace", [])), end="", flush=True)
     for r in rows:
         r.setdefault("configurations", "")
         r["seconds"] = r.get("first_call_s", float("nan"))

@@ -5,6 +5,9 @@
 # one.  The GPU is the recording FakeGpu.
 from __future__ import annotations
 
+import logging
+import re
+
 import numpy as np
 import pytest
 
@@ -75,6 +78,16 @@ def test_the_caller_leaves_writing_the_workers_results_to_them(two_workers, monk
     again = phobos.kernel(ADD4, mode=FakeGpu())
     again(a, b, np.empty_like(a))  # a new process: every configuration and the choice read from disk
     assert again.config == add.config
+
+
+def test_each_result_from_a_worker_is_logged_with_its_seconds_at_debug(two_workers, isolated_cache, caplog):
+    caplog.set_level(logging.DEBUG, logger="phobos")
+    add = phobos.kernel(ADD4, mode=FakeGpu())
+    a, b = random_vectors(2000)
+    add(a, b, np.empty_like(a))
+    arrivals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled in a worker")]
+    assert sorted(re.search(r"BLOCK=(\d+)", line)[1] for line in arrivals) == ["1024", "128", "256", "512"]
+    assert all(re.search(r": compile \d+\.\d{3} s", line) for line in arrivals)
 
 
 def test_a_job_that_fails_in_a_worker_comes_back_empty():

@@ -23,16 +23,21 @@
 #
 # PHOBOS_COMPILE_WORKERS sets the number of processes (default: the machine's
 # cores); 1 compiles in the calling process, one configuration after another.
+# At PHOBOS_LOG=debug each result's arrival is logged with the seconds the
+# worker spent compiling it and in ptxas (with the autotuner's lines, a
+# timeline of a first call).
 from __future__ import annotations
 
 import dataclasses
 import functools
 import json
+import logging
 import os
 import queue
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +47,8 @@ from .. import ptxcheck, toolchain
 from ..compiler import compile_kernel, parse_source, pick_kernel
 from ..errors import PhobosError, PtxasTimeout
 from . import cache
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -98,9 +105,11 @@ def _store(job: CompileJob, result: dict[str, Any]) -> None:
 
 def _compiled_and_assembled(job: CompileJob) -> dict[str, Any] | None:
     try:
+        start = time.perf_counter()
         kernel = pick_kernel(_program(job.source, job.filename), job.kernel)
         compiled = compile_kernel(kernel, arch=job.arch, config=job.config, **job.options)
-        result: dict[str, Any] = {"compiled": cache.encode_compiled(compiled)}
+        seconds = {"compile": time.perf_counter() - start}  # what the worker spent, for the debug log
+        result: dict[str, Any] = {"compiled": cache.encode_compiled(compiled), "seconds": seconds}
         too_big = (job.max_threads is not None and compiled.threads > job.max_threads) or \
             (job.max_shared_bytes is not None and compiled.shared_bytes > job.max_shared_bytes)
         if job.assemble and not too_big:
@@ -110,6 +119,7 @@ def _compiled_and_assembled(job: CompileJob) -> dict[str, Any] | None:
             except PtxasTimeout as timeout:
                 result["ptxas_timeout"] = timeout.message  # the launcher does not run it a second time
                 return result
+            seconds["ptxas"] = time.perf_counter() - start - seconds["compile"]
             result["report"] = cache.encode_report(report)
             if cubin is not None:
                 result["cubin"] = cache.encode_cubin(cubin)
@@ -148,9 +158,23 @@ class CompilePool:
                 worker.stdin.write(json.dumps(dataclasses.asdict(job)) + "\n")
                 worker.stdin.flush()
                 line = worker.stdout.readline()
-                future.set_result(json.loads(line) if line else None)
+                result = json.loads(line) if line else None
+                _log_arrival(job, result)
+                future.set_result(result)
             except (OSError, ValueError) as error:
                 future.set_exception(error)
+
+
+def _log_arrival(job: CompileJob, result: dict[str, Any] | None) -> None:
+    """At DEBUG (PHOBOS_LOG=debug), that a worker's result is in, and what the worker spent on it."""
+    if not logger.isEnabledFor(logging.DEBUG):
+        return
+    seconds = result.get("seconds") if isinstance(result, dict) else None
+    if not isinstance(seconds, dict):
+        logger.debug("compiled in a worker: %s: failed there; it compiles in this process", job.label)
+        return
+    spent = ", ".join(f"{stage} {value:.3f} s" for stage, value in seconds.items() if isinstance(value, float))
+    logger.debug("compiled in a worker: %s: %s", job.label, spent)
 
 
 def _start_worker() -> subprocess.Popen:
