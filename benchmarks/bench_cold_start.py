@@ -20,7 +20,8 @@ come before, and are reported apart):
 Every result is checked against torch.  Prints a table, writes
 <out>/cold_start.json and a plot.  With --trace the Phobos runs log at
 PHOBOS_LOG=debug, and each prints when every configuration was timed (or
-skipped), in ms from the call: where the first call's seconds go.
+skipped), in ms from the call, and then the 15 functions the call's thread
+spent most time in (cProfile): where the first call's seconds go.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ from common import plot, save, table
 ROOT = Path(__file__).parent.parent
 
 PHOBOS_FIRST_CALL = """
-import json, logging, os, sys, time
+import cProfile, json, logging, os, pstats, sys, time
+from pathlib import Path
 start = time.perf_counter()
 trace, called = [], [0.0]
 
@@ -58,10 +60,19 @@ c = torch.zeros(4096, 4096, device="cuda", dtype=dtype)
 imported = time.perf_counter()
 fn = getattr(phobos.load(path), name)
 torch.cuda.synchronize()
+traced = bool(trace) or os.environ.get("PHOBOS_LOG") == "debug"
+profile = cProfile.Profile() if traced else None  # with --trace: the call's functions, this thread's
 ready, called[0] = time.perf_counter(), time.time()
+if profile: profile.enable()
 fn(a, b, c, alpha=1.0, beta=0.0) if name == "sgemm" else fn(a, b, c)
 torch.cuda.synchronize()
 first = time.perf_counter() - ready
+if profile:
+    profile.disable()
+    stats = pstats.Stats(profile).stats  # (file, line, function) -> (calls, calls, own s, cumulative s, callers)
+    top = sorted(stats.items(), key=lambda item: -item[1][2])[:15]
+    trace += [f"{1e3 * own:8.1f} ms own {1e3 * cumulative:8.1f} ms with callees  {calls:6d} x "
+              f"{Path(file).name}:{line} {function}" for (file, line, function), (calls, _, own, cumulative, _) in top]
 want = (a.float() @ b.float()).to(dtype)
 ok = bool(torch.allclose(c.float(), want.float(), rtol=1e-2, atol=1e-1))
 print(json.dumps({"first_call_s": first, "load_s": ready - imported, "setup_s": imported - start, "ok": ok,
