@@ -211,7 +211,7 @@ def test_too_much_shared_memory_is_a_located_error():
     with pytest.raises(ResourceError) as info:
         compile(src, arch="sm_75", config={"TILE_M": 128, "TILE_N": 256, "TILE_K": 64}, filename="sgemm.phobos")
     err = info.value
-    assert err.loc.line == 14
+    assert err.loc.line == 17
     needed = int(re.search(r"needs (\d+) bytes", err.message).group(1))
     assert needed > 65536 and "allows 65536" in err.message
     assert "TILE_M=128" in str(err)

@@ -74,7 +74,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     child.stdout.close()  # as `| head -1` does
     stderr = child.stderr.read().decode()
     assert child.wait() == 1
-    assert first == b"Kernel @3:1 name='sgemm'\n"
+    assert first == b"Kernel @6:1 name='sgemm'\n"
     assert stderr == ""
 
 
