@@ -669,7 +669,9 @@ def exact(opcode: str, attrs: dict, a: Constant, b: Constant) -> Constant:
         if b == 0:
             raise ZeroDivisionError("division by zero")
         if isinstance(a, float) or isinstance(b, float):
-            return a / b if opcode == "div" else math.fmod(a, b)
+            if opcode == "div":
+                return a / b
+            return float(remainder(np.asarray(float(a)), np.asarray(float(b))))  # an infinite a: NaN
         q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
         return q if opcode == "div" else a - q * b
     return _EXACT[opcode](a, b)

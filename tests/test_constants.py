@@ -376,3 +376,11 @@ def test_casts_match_the_emitted_code_and_the_folded_constants(frm, to, values):
     np.testing.assert_array_equal(run, want)
     np.testing.assert_array_equal(folded[constant], want[constant])
     np.testing.assert_array_equal(np.array([convert(v.item(), to) for v in x], want.dtype), want)
+
+
+def test_a_remainder_of_literals_with_an_infinite_dividend_is_nan():
+    """`inf % 1.5` of literals alone folds to NaN, as fmod gives (math.fmod raised ValueError: the
+    compile fuzz found it)."""
+    from phobos.constants import exact
+    assert math.isnan(exact("rem", {}, math.inf, 1.5)) and exact("rem", {}, 7.5, math.inf) == 7.5
+    assert exact("rem", {}, -5.5, 2.0) == -1.5

@@ -906,3 +906,21 @@ def test_the_emulator_orders_instances_by_acquire_release_atomics_only():
     assert list(lock) == [0, 3]
     with pytest.raises(PhobosError, match="data race on global memory"):
         run(unlocked, "emulate", np.zeros(2, np.int32), grid=(3,))
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+def test_device_assert_of_a_16_bit_comparison_compiles(arch):
+    """A comparison of bf16 values (16-bit arithmetic keeps its format) in device_assert prints them as
+    the f32 they are held in (an internal error before: the compile fuzz found it)."""
+    src = """kernel k(b: tensor<bf16>[N]) {
+        device_assert(b[1] < b[1], "ieee")
+    }"""
+    assert phobos.compile(src, arch=arch).ptx.count("vprintf") >= 1
+
+
+def test_device_assert_of_a_16_bit_comparison_reports_the_values():
+    src = """kernel k(b: tensor<bf16>[N]) {
+        device_assert(b[1] < b[1], "ieee")
+    }"""
+    with pytest.raises(phobos.DeviceAssertError, match="ieee"):
+        phobos.kernel(src, mode="emulate")[(1,)](np.zeros(2, np.uint16))

@@ -67,7 +67,7 @@ def device_assert(low: Lowering, op: Op) -> None:
     layout = low.layouts[cond] if tile else scalar_layout(low)
     loc = op.loc
     owner = low.owner(layout)
-    shown = f" ({FORMATS[compared[0].dtype]} {compare} {FORMATS[compared[1].dtype]})" if compared else ""
+    shown = f" ({FORMATS[compared[0].dtype.compute]} {compare} {FORMATS[compared[1].dtype.compute]})" if compared else ""
     failed = []
     for r in range(layout.nregs):
         ok, *values = (low.in_layout(v, layout).regs[r] if tile else low.vals[v] for v in op.operands)
