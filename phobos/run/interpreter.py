@@ -829,7 +829,7 @@ class _Compiler:
             nan = constants.absorbed_nan(constants.OPERATORS[e.op][0], self.ck.consts.get(e.lhs),
                                          self.ck.consts.get(e.rhs))
             if nan is not None:  # as the compiler folds it (middle/passes/fold.py)
-                return lambda f: np.full_like(fn(a(f), b(f)), nan)[()]
+                return lambda f: np.full(np.broadcast_shapes(np.shape(a(f)), np.shape(b(f))), nan)[()]
         return lambda f: fn(a(f), b(f))
 
     @EXPRESSIONS.on(ast.Index)
