@@ -60,6 +60,7 @@
 # holds exactly: an f32 constant is a double whose value is an f32.
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from collections.abc import Callable
@@ -230,9 +231,27 @@ def absorbed_nan(opcode: str, a, b):
     return None
 
 
+_precedence_reversed = False
+
+
+@contextlib.contextmanager
+def reversed_nan_precedence():
+    """Within it, every instruction looks for a NaN operand to pass on in the reverse of its
+    NAN_PRECEDENCE order.  Which of several f64 NaN operands the GPU passes on follows the order
+    ptxas puts the operands in, which PTX does not fix (docs/language.md): the differential fuzz runs
+    the CPU modes both ways and holds the GPU to one of the two answers where they differ."""
+    global _precedence_reversed
+    before, _precedence_reversed = _precedence_reversed, True
+    try:
+        yield
+    finally:
+        _precedence_reversed = before
+
+
 def nan_precedence(opcode: str, *operands) -> tuple:
     """`operands` of an instruction `opcode` in the order it looks for a NaN to pass on."""
-    return tuple(operands[i] for i in NAN_PRECEDENCE.get(opcode, range(len(operands))))
+    order = tuple(NAN_PRECEDENCE.get(opcode, range(len(operands))))
+    return tuple(operands[i] for i in (order[::-1] if _precedence_reversed else order))
 
 
 def arithmetic_nan(out, *operands):
@@ -368,8 +387,9 @@ def reduce_extreme(opcode: str, x, axis, keepdims: bool):
     zero = np.copysign(x.dtype.type(0), x.dtype.type(1 if larger else -1))
     out = np.where((out == 0) & np.any(wanted, axis=axis, keepdims=keepdims), zero, out)
     flat = x.reshape(-1) if axis is None else np.moveaxis(x, axis, -1)
-    last = flat[..., -1] if axis is None or not keepdims else np.expand_dims(flat[..., -1], axis)
-    return np.where(np.all(nan, axis=axis, keepdims=keepdims), arithmetic_nan(last, last), out)[()]
+    end = 0 if _precedence_reversed else -1  # the NaN two NaNs pass on is the later's, or the earlier's
+    kept = flat[..., end] if axis is None or not keepdims else np.expand_dims(flat[..., end], axis)
+    return np.where(np.all(nan, axis=axis, keepdims=keepdims), arithmetic_nan(kept, kept), out)[()]
 
 
 def _shift(left: bool):
