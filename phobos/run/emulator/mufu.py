@@ -184,3 +184,17 @@ F32_FORMS = {
 def approx_f32(op: str, ftz: bool):
     """The GPU's `op.approx{.ftz}.f32` as a function of f32 arrays."""
     return F32_FORMS[op][0 if ftz else 1]
+
+
+def approx_16(op: str, type_name: str):
+    """The GPU's `op.approx{.ftz}.<type_name>` (ex2 or tanh of .f16, .bf16 or their x2 pairs) as a
+    function of the raw bits: every 16-bit result is in the table."""
+    def apply(bits):
+        results = table(f"{op}.{type_name.removesuffix('x2')}")
+        bits = np.asarray(bits)
+        if type_name.endswith("x2"):
+            bits = bits.astype(np.uint32)
+            low, high = results[bits & 0xFFFF], results[bits >> 16]
+            return low.astype(np.uint32) | (high.astype(np.uint32) << 16)
+        return results[bits.view(np.uint16)].view(bits.dtype)
+    return apply
