@@ -19,7 +19,8 @@
 # 2^23 each; every input of the 16-bit forms) are kept as deltas in ulps from
 # a reference computed here with IEEE float64 operations only (so the same on
 # every platform), lzma-compressed in mufu_tables.npz (tools/build_mufu_tables.py
-# writes it from the measured data) and decompressed when first used.
+# writes it from the measured data) and decompressed when first used (0.1 s);
+# the reference is computed for the lanes an instruction runs on.
 from __future__ import annotations
 
 import functools
@@ -67,22 +68,29 @@ REFERENCES = {
 HALF_FORMS = ("ex2.f16", "ex2.bf16", "tanh.f16", "tanh.bf16")
 
 
-def reference_bits(name: str) -> np.ndarray:
-    """The f32 bits of table `name`'s reference at every index."""
-    size = 1 << (24 if name in ("rsqrt", "sqrt") else 23)
-    return REFERENCES[name](np.arange(size, dtype=np.int64)).astype(np.float32).view(np.uint32)
+def reference_bits(name: str, index: np.ndarray | None = None) -> np.ndarray:
+    """The f32 bits of table `name`'s reference at `index` (default: every index)."""
+    if index is None:
+        index = np.arange(1 << (24 if name in ("rsqrt", "sqrt") else 23), dtype=np.int64)
+    return REFERENCES[name](np.asarray(index, np.int64)).astype(np.float32).view(np.uint32)
 
 
 @functools.cache
-def table(name: str) -> np.ndarray:
-    """The unit's result bits at every index of table `name` (decompressed once)."""
+def _stored(name: str) -> np.ndarray:
+    """Table `name` as stored, decompressed (once): int8 deltas, or the 16-bit forms' results."""
     with np.load(TABLES) as stored:
         packed = stored[name].tobytes()
     if name in HALF_FORMS:  # every 16-bit result, as differences from the previous one
         steps = np.frombuffer(lzma.decompress(packed), np.int16)
         return np.cumsum(steps, dtype=np.int64).astype(np.uint16)
-    delta = np.frombuffer(lzma.decompress(packed), np.int8)
-    return from_ordered(ordered(reference_bits(name)) + delta)
+    return np.frombuffer(lzma.decompress(packed), np.int8)
+
+
+def table(name: str, index: np.ndarray) -> np.ndarray:
+    """The unit's result bits at `index` of table `name` (the reference computed for those indices only)."""
+    if name in HALF_FORMS:
+        return _stored(name)[index]
+    return from_ordered(ordered(reference_bits(name, index)) + _stored(name)[index])
 
 
 def _fields(x: np.ndarray):
@@ -109,7 +117,7 @@ def mufu_rcp(x):
     """MUFU.RCP: 1/x, of the significand's table and the negated exponent."""
     x = _flush(x)
     sign, e, man = _fields(x)
-    out = _scaled(table("rcp")[man], -e, sign)
+    out = _scaled(table("rcp", man), -e, sign)
     out = np.where(x == 0, np.copysign(np.float32(np.inf), x), out)
     out = np.where(np.isinf(x), np.copysign(np.float32(0), x), out)
     return np.where(np.isnan(x), canonical_nan(np.float32), out).astype(np.float32)
@@ -120,7 +128,7 @@ def _root(name: str, power: int):
     def apply(x):
         x = _flush(x)
         sign, e, man = _fields(x)
-        value = table(name)[((e & 1) << 23) | man]
+        value = table(name, ((e & 1) << 23) | man)
         out = _scaled(value, power * (e >> 1), np.zeros_like(sign))
         with np.errstate(invalid="ignore"):
             zero = np.float32(np.inf if power < 0 else 0.0)
@@ -140,7 +148,7 @@ def mufu_ex2(x):
     magnitude = np.minimum(np.abs(np.nan_to_num(x.astype(np.float64))), 1024.0)
     q = np.trunc(magnitude * 2.0 ** 23).astype(np.int64)
     fixed = np.where(x < 0, np.where((q & SIGNIFICAND) == 0, -q, ~q), q)
-    out = _scaled(table("ex2")[fixed & SIGNIFICAND], fixed >> 23, np.zeros_like(q))
+    out = _scaled(table("ex2", fixed & SIGNIFICAND), fixed >> 23, np.zeros_like(q))
     return np.where(np.isnan(x), canonical_nan(np.float32), out).astype(np.float32)
 
 
@@ -190,11 +198,11 @@ def approx_16(op: str, type_name: str):
     """The GPU's `op.approx{.ftz}.<type_name>` (ex2 or tanh of .f16, .bf16 or their x2 pairs) as a
     function of the raw bits: every 16-bit result is in the table."""
     def apply(bits):
-        results = table(f"{op}.{type_name.removesuffix('x2')}")
+        name = f"{op}.{type_name.removesuffix('x2')}"
         bits = np.asarray(bits)
         if type_name.endswith("x2"):
             bits = bits.astype(np.uint32)
-            low, high = results[bits & 0xFFFF], results[bits >> 16]
+            low, high = table(name, bits & 0xFFFF), table(name, bits >> 16)
             return low.astype(np.uint32) | (high.astype(np.uint32) << 16)
-        return results[bits.view(np.uint16)].view(bits.dtype)
+        return table(name, bits.view(np.uint16)).view(bits.dtype)
     return apply
