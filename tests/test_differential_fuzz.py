@@ -26,7 +26,8 @@ def failures(program: Program, modes: tuple[str, str]) -> list[str]:
     a_reversed = run_reversed(program, modes[0]) if modes[1] == "gpu" else None
     out = []
     for name in program.outputs:
-        bad = disagreements(program, name, b[name], a[name], None if a_reversed is None else a_reversed[name])
+        bad = disagreements(program, name, b[name], a[name], None if a_reversed is None else a_reversed[name],
+                            modes)
         if len(bad):
             i = bad[0]
             out.append(f"seed {program.seed}: {name} ({program.outputs[name].klass}) differs in {len(bad)} "

@@ -92,14 +92,14 @@ def check_program(seed: int, modes: dict) -> dict:
         if a not in results or b not in results:
             continue
         for output, spec in program.outputs.items():
-            bad = vg.disagreements(program, output, results[b][output], results[a][output])
+            bad = vg.disagreements(program, output, results[b][output], results[a][output], modes=(a, b))
             if len(bad) and b == "gpu" and spec.dtype == "f64":
                 # the GPU's choice among several f64 NaN operands: the CPU mode's other order may give it
                 if a not in reversed_results:
                     reversed_results[a] = vg.run_reversed(program, modes[a])
                 lawful = len(bad)
                 bad = vg.disagreements(program, output, results[b][output], results[a][output],
-                                       reversed_results[a][output])
+                                       reversed_results[a][output], (a, b))
                 record["nan_choice"][f"{a}/{b}"] = record["nan_choice"].get(f"{a}/{b}", 0) + lawful - len(bad)
             if len(bad):
                 i = int(bad[0])

@@ -361,7 +361,7 @@ def _row(name: str, kind: str, p: vg.Program, y: str, results: dict, inputs: lis
            "results": {m: _bits(r) for m, r in results.items()}, "disagreements": {}}
     for i, a in enumerate(modes):
         for b in modes[i + 1:]:
-            bad = vg.disagreements(p, y, results[b], results[a])
+            bad = vg.disagreements(p, y, results[b], results[a], modes=(a, b))
             row["disagreements"][f"{a}/{b}"] = [int(v) for v in bad]
     if spec.klass == "approx" and "gpu" in results:
         row["error"] = _approx_error(p, y, results["gpu"], results["emulate"])

@@ -30,9 +30,10 @@
 # operand's bits, or for two NaNs b's quieted (f32: the canonical NaN, and so
 # for any NaN under `.NaN`).
 #
-# The `.approx` transcendentals are computed in float64 and rounded to the
-# result type, which is closer than the GPU's approximations - except the
-# range reduction of sin and cos, which is the GPU's (`sin_approx`): ptxas
+# The `.approx` functions that mufu.py does not model bit for bit (lg2, sin,
+# cos, tanh of f32; the f64 ones) are computed in float64 and rounded to the
+# result type (`approximate`; docs/emulator.md gives their distance from the
+# GPU's) - sin and cos of the GPU's range reduction (`sin_approx`): ptxas
 # multiplies by 1/(2 pi) rounded toward zero to f32, so at large arguments the
 # GPU's results are those of the rounded number of turns (sin(2^31) is 0).
 #

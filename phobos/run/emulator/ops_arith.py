@@ -4,11 +4,13 @@
 # remainder truncate toward zero as in C, and a zero divisor is reported
 # (PTX leaves the result undefined).  Floating-point operations round exactly
 # as PTX specifies through `numerics`, with the GPU's NaN bits, and min/max
-# order -0.0 below +0.0 as the PTX ISA says; the `.approx` functions (ex2,
-# lg2, sin, cos, tanh, rsqrt, rcp.approx, sqrt.approx, div.approx/.full) are
-# computed in float64 and rounded to the result type, so they are at least as
-# accurate as the GPU's, which may differ from them by a few ulp (sin and cos
-# of the GPU's reduction of the argument: numerics.sin_approx).  abs and neg
+# order -0.0 below +0.0 as the PTX ISA says; the `.approx` functions are the
+# GPU's bits where mufu.py models its multifunction unit (rcp, rsqrt, sqrt and
+# ex2 of f32; ex2 and tanh of f16, bf16 and their pairs), the others (lg2,
+# sin, cos, tanh of f32, the f64 ones) computed in float64 and rounded to the
+# result type, a few ulp from the GPU's (docs/emulator.md; sin and cos of the
+# GPU's reduction of the argument: numerics.sin_approx); div.approx and
+# div.full are the correctly rounded quotient.  abs and neg
 # of f64 pass a NaN through unchanged (the CUDA programming guide); of f32 they
 # give the canonical NaN, like the FADD that ptxas makes of them (Phobos itself
 # changes signs with and/xor, which keep every bit).
@@ -20,6 +22,7 @@ import numpy as np
 
 from ...constants import F8_NAN, cvt_nan_integer, f8_bits, f8_values, narrow_nan
 from ...types import DType
+from . import mufu
 from . import numerics as nx
 from . import syntax as syn
 from .decode import Semantics, lanes, opcode, plain
@@ -283,13 +286,40 @@ def build_testp(d, ins, mods):
 
 # ------------------------------------------------------------------ rcp sqrt and approximations
 
+# The `.approx` functions computed in float64 and rounded (docs/emulator.md gives their distance from the
+# GPU's) where mufu.py does not model the GPU's unit.
+_ROUNDED = {
+    "rcp": lambda x: 1.0 / x, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "ex2": np.exp2, "lg2": np.log2, "sin": nx.sin_approx, "cos": nx.cos_approx, "tanh": np.tanh,
+}
+_HALVES = ("f16", "f16x2", "bf16", "bf16x2")
+# The types of each `.approx` instruction (rcp's and sqrt's other forms are IEEE operations).
+APPROX_TYPES = {"rcp": ("f32", "f64"), "sqrt": ("f32",), "rsqrt": ("f32", "f64"), "lg2": ("f32",),
+                "sin": ("f32",), "cos": ("f32",), "ex2": ("f32",) + _HALVES, "tanh": ("f32",) + _HALVES}
+
+
+def approx_function(op: str, type_name: str, ftz: bool):
+    """`op.approx{.ftz}.<type_name>` as a function of register values: the GPU's unit where mufu.py models
+    it (the 16-bit forms' tables hold what they flush), else float64 rounded, flushed under .ftz."""
+    if type_name in _HALVES:
+        return mufu.approx_16(op, type_name)
+    if type_name == "f32" and op in mufu.F32_FORMS:
+        return mufu.approx_f32(op, ftz)
+    rounded = nx.approximate(_ROUNDED[op])
+    return (lambda x: nx.flush(rounded(nx.flush(x)))) if ftz else rounded
+
+
+def _approximation(d, ins, mods):
+    t = mods.type()
+    require(d, t.name in APPROX_TYPES[mods.base], f"{mods.base}.approx.{t.name} is not supported")
+    return elementwise(d, ins, t, [t], approx_function(mods.base, t.name, mods.flag("ftz")))
+
+
 @opcode("rcp")
 def build_rcp(d, ins, mods):
-    t = mods.type()
     if mods.flag("approx"):
-        float_only(d, mods, t)
-        return elementwise(d, ins, t, [t], with_ftz_sat(mods, nx.approximate(lambda a: 1.0 / a),
-                                                         sat_allowed=False))
+        return _approximation(d, ins, mods)
+    t = mods.type()
     mode = float_modifiers(d, mods, t, default=None)
     div = _DIV[t.bits]
     one = t.dtype.type(1)
@@ -299,30 +329,19 @@ def build_rcp(d, ins, mods):
 
 @opcode("sqrt")
 def build_sqrt(d, ins, mods):
-    t = mods.type()
     if mods.flag("approx"):
-        require(d, t.name == "f32", "sqrt.approx is for .f32")
-        return elementwise(d, ins, t, [t], with_ftz_sat(mods, nx.approximate(np.sqrt), sat_allowed=False))
+        return _approximation(d, ins, mods)
+    t = mods.type()
     mode = float_modifiers(d, mods, t, default=None)
     sqrt = _SQRT[t.bits]
     return elementwise(d, ins, t, [t], with_ftz_sat(mods, lambda a: sqrt(a, mode), sat_allowed=False))
 
 
-_APPROX = {
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "ex2": np.exp2, "lg2": np.log2, "sin": nx.sin_approx, "cos": nx.cos_approx, "tanh": np.tanh,
-}
-
-
-@opcode(*_APPROX)
+@opcode("rsqrt", "ex2", "lg2", "sin", "cos", "tanh")
 def build_approx(d, ins, mods):
-    t = mods.type()
     if not mods.flag("approx"):
         raise d.error(f"{mods.base} needs .approx", PtxSyntaxError)
-    require(d, t.name == "f32" or (t.name == "f64" and mods.base == "rsqrt"),
-            f"{mods.base}.approx.{t.name} is not supported")
-    return elementwise(d, ins, t, [t], with_ftz_sat(mods, nx.approximate(_APPROX[mods.base]),
-                                                     sat_allowed=False))
+    return _approximation(d, ins, mods)
 
 
 # ------------------------------------------------------------------ bits

@@ -1,0 +1,117 @@
+# Builds phobos/run/emulator/mufu_tables.npz, the emulator's tables of the GPU's
+# multifunction unit (phobos/run/emulator/mufu.py), from what
+# tools/measure_approx.py measured on the GPU:
+#
+#     python tools/build_mufu_tables.py MEASURED_DIR [--out PATH] [--tests PATH]
+#
+# Each f32 table is one swept binade's results (checked against the sha256 of
+# the GPU's raw bits that the measurement stored), as int8 deltas in ulps from
+# mufu.reference_bits, lzma-compressed; each 16-bit table is every result of
+# the form, as int16 differences from the previous one, lzma-compressed.
+# It also writes tests/data/mufu_measured.npz, the tests' sample of the GPU's
+# results: for every form, `input_<form>` and `result_<form>` bits, SUBSET of
+# each swept binade and of each random sample.
+from __future__ import annotations
+
+import argparse
+import bz2
+import hashlib
+import lzma
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import measure_approx as ma  # noqa: E402
+
+from phobos.run.emulator import mufu  # noqa: E402
+
+FILE_OF = {op: name for name, ops in ma.FILES.items() for op in ops}
+# table -> (instruction swept, the binades (sign, exponent) it is made of, in index order)
+F32_TABLES = {"rcp": ("rcp", [(1, 0)]), "rsqrt": ("rsqrt", [(1, 0), (1, 1)]),
+              "sqrt": ("sqrt", [(1, 0), (1, 1)]), "ex2": ("ex2", [(1, 0)])}
+HALF_TABLES = {"ex2.f16": "ex2.approx.f16", "ex2.bf16": "ex2.approx.ftz.bf16",
+               "tanh.f16": "tanh.approx.f16", "tanh.bf16": "tanh.approx.bf16"}
+PRESET = 9 | lzma.PRESET_EXTREME
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "data" / "mufu_measured.npz"
+SUBSET = 512
+
+
+def measured_binade(directory: Path, op: str, sign: int, exponent: int) -> np.ndarray:
+    """The GPU's result bits over one swept binade, rebuilt from the stored deltas and checked."""
+    form = ma.F32_FORMS[op][0]
+    key = f"{form}_{'-' if sign < 0 else ''}2^{exponent}".replace(".", "_").replace("^", "").replace("-", "m")
+    with np.load(directory / f"{FILE_OF[op]}.npz") as stored:
+        raw, sha = bz2.decompress(stored[f"delta_{key}"].tobytes()), stored[f"sha_{key}"].tobytes()
+    delta = np.frombuffer(raw, np.int8 if len(raw) == 1 << 23 else np.int16).astype(np.int64)
+    bits = ma.binade(sign, exponent)
+    got = mufu.from_ordered(ma.ordered(ma.reference(ma.F32[op][0], bits)) + delta)
+    if hashlib.sha256(got.tobytes()).digest() != sha:
+        raise SystemExit(f"{key}: the rebuilt results do not match the GPU's sha256")
+    return got
+
+
+def f32_table(directory: Path, name: str) -> np.ndarray:
+    op, binades = F32_TABLES[name]
+    got = np.concatenate([measured_binade(directory, op, s, e) for s, e in binades])
+    if name == "ex2":  # measured on [1, 2): 2^(1 + f), the table holds 2^f
+        got = got - np.uint32(1 << 23)
+    delta = ma.ordered(got) - mufu.ordered(mufu.reference_bits(name))
+    assert np.abs(delta).max() < 128, name
+    return np.frombuffer(lzma.compress(delta.astype(np.int8).tobytes(), preset=PRESET), np.uint8)
+
+
+def half_table(directory: Path, name: str) -> np.ndarray:
+    with np.load(directory / "half16.npz") as stored:
+        results = stored[HALF_TABLES[name].replace(".", "_")]
+    steps = np.diff(results.astype(np.int64), prepend=0).astype(np.int16)
+    return np.frombuffer(lzma.compress(steps.tobytes(), preset=PRESET), np.uint8)
+
+
+def test_subset(directory: Path) -> dict[str, np.ndarray]:
+    """SUBSET inputs and the GPU's results of every measured form the tables model, drawn at random
+    from each swept binade and each random sample."""
+    rng, subset = np.random.default_rng(42), {}
+    for name, (op, _) in F32_TABLES.items():
+        inputs, results = [], []
+        for sign, exponent in ma.F32[op][1]:
+            pick = rng.choice(1 << 23, SUBSET, replace=False)
+            inputs.append(ma.binade(sign, exponent)[pick])
+            results.append(measured_binade(directory, op, sign, exponent)[pick])
+        swept = (np.concatenate(inputs), np.concatenate(results))
+        for form in ma.F32_FORMS[op]:  # the forms agree over the swept binades
+            inputs, results = [swept[0]], [swept[1]]
+            with np.load(directory / f"{FILE_OF[op]}.npz") as stored:
+                for key in stored.files:
+                    if key.startswith(f"sample_{form.replace('.', '_')}_sample"):
+                        pick = rng.choice(stored[key].size, SUBSET, replace=False)
+                        inputs.append(stored[key][pick])
+                        results.append(stored["result_" + key[len("sample_"):]][pick])
+            subset[f"input_{form}"], subset[f"result_{form}"] = np.concatenate(inputs), np.concatenate(results)
+    with np.load(directory / "half16.npz") as stored:
+        for form in HALF_TABLES.values():
+            pick = np.sort(rng.choice(1 << 16, 4 * SUBSET, replace=False)).astype(np.uint16)
+            subset[f"input_{form}"], subset[f"result_{form}"] = pick, stored[form.replace(".", "_")][pick]
+    return subset
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build the emulator's tables of the GPU's MUFU.")
+    parser.add_argument("measured", type=Path, help="directory that tools/measure_approx.py wrote")
+    parser.add_argument("--out", type=Path, default=mufu.TABLES)
+    parser.add_argument("--tests", type=Path, default=TESTS, help="where the tests' sample goes")
+    args = parser.parse_args(argv)
+    tables = {name: f32_table(args.measured, name) for name in F32_TABLES}
+    tables.update({name: half_table(args.measured, name) for name in HALF_TABLES})
+    np.savez(args.out, **tables)
+    for name, packed in tables.items():
+        print(f"{name:<10} {packed.size / 1024:8.1f} KiB")
+    print(f"{args.out}: {args.out.stat().st_size / 1024:.1f} KiB")
+    np.savez_compressed(args.tests, **test_subset(args.measured))
+    print(f"{args.tests}: {args.tests.stat().st_size / 1024:.1f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
