@@ -44,7 +44,7 @@ def measured_binade(directory: Path, op: str, sign: int, exponent: int) -> np.nd
     key = f"{form}_{'-' if sign < 0 else ''}2^{exponent}".replace(".", "_").replace("^", "").replace("-", "m")
     with np.load(directory / f"{FILE_OF[op]}.npz") as stored:
         raw, sha = bz2.decompress(stored[f"delta_{key}"].tobytes()), stored[f"sha_{key}"].tobytes()
-    delta = np.frombuffer(raw, np.int8 if len(raw) == 1 << 23 else np.int16).astype(np.int64)
+    delta = np.frombuffer(raw, {1: np.int8, 2: np.int16, 4: np.int32}[len(raw) >> 23]).astype(np.int64)
     bits = ma.binade(sign, exponent)
     got = mufu.from_ordered(ma.ordered(ma.reference(ma.F32[op][0], bits)) + delta)
     if hashlib.sha256(got.tobytes()).digest() != sha:

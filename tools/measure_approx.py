@@ -11,8 +11,8 @@
 #   <file>.npz   (FILES) for each f32 instruction and binade [2^e, 2^(e+1))
 #                (or its negative) swept: `delta_<op>_<binade>`, the GPU's
 #                result minus the f32-rounded float64 value in ulps (through
-#                the ordered integers of the bits), as bz2-compressed int8 or
-#                int16 bytes; `sha_...` the sha256 of the GPU's raw result bits
+#                the ordered integers of the bits), as bz2-compressed int8,
+#                int16 or int32 bytes; `sha_...` the sha256 of the GPU's raw result bits
 #                (a rebuilt table checks itself against it); for random samples
 #                `sample_<op>_<k>` the inputs and `result_<op>_<k>` the raw
 #                result bits.  The ftz form is swept; summary.json says whether
@@ -159,8 +159,9 @@ def distances(got: np.ndarray, want: np.ndarray) -> dict:
 
 
 def packed(delta: np.ndarray) -> np.ndarray:
-    """`delta` (small integers) as the bytes of its bz2-compressed int8 or int16 array."""
-    small = np.int8 if np.abs(delta).max() < 128 else np.int16
+    """`delta` as the bytes of its bz2-compressed int8, int16 or int32 array (the narrowest that holds it)."""
+    largest = np.abs(delta).max()
+    small = np.int8 if largest < 1 << 7 else np.int16 if largest < 1 << 15 else np.int32
     return np.frombuffer(bz2.compress(delta.astype(small).tobytes(), 9), np.uint8)
 
 
