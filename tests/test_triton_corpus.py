@@ -1,0 +1,33 @@
+# The Triton corpus (tests/triton_corpus) in the emulator: every case on sm_80 and sm_90a, race checks
+# on, compared with its numpy reference.  Cases that fail today for a reason outside the corpus (an
+# instruction the emulator does not implement, a false alarm of a detector) are strict xfails pinned to
+# the error they raise, so that they show up when that changes.  Skipped, with the reason, without Triton.
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("triton", reason="the Triton corpus needs Triton (pip install 'phobos-tile[triton]')")
+
+import phobos.triton  # noqa: E402
+
+from .triton_corpus import ARCHES, CASES  # noqa: E402
+
+
+def _params():
+    for name, case in CASES.items():
+        for arch in ARCHES:
+            marks = [pytest.mark.slow] if case.heavy else []
+            if arch in case.skip:
+                marks.append(pytest.mark.skip(reason=case.skip[arch]))
+            elif arch in case.xfail:
+                raises, reason = case.xfail[arch]
+                marks.append(pytest.mark.xfail(raises=raises, strict=True, reason=reason))
+            yield pytest.param(name, arch, marks=marks, id=f"{name}-{arch}")
+
+
+@pytest.mark.parametrize("name, arch", list(_params()))
+def test_corpus_case(name, arch):
+    run = CASES[name].make(arch)
+    for launch in run.launches():
+        phobos.triton.emulate(launch.kernel, arch=arch, check_races=True)[launch.grid](*launch.args, **launch.kwargs)
+    assert run.check() == []
