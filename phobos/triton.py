@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import linecache
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from .constants import bf16_bits
-from .errors import LaunchError, SourceFile, raised_at_call_site
+from .errors import LaunchError, raised_at_call_site
 from .run import emulator
 from .run.tensor_map import DTYPES, SWIZZLES, TensorMap
 
@@ -93,9 +91,6 @@ _INTEGER_RANGES = {f"i{b}": (-(1 << (b - 1)), (1 << (b - 1)) - 1) for b in (8, 1
 _DEVICE_TO_HOST_TMA_TYPE = {**{i: i for i in range(16)}, 8: 10, 9: 8, 10: 9}
 _TMA_TYPE_NAMES = {code: name for name, (code, _) in reversed(DTYPES.items())}  # code 0: "u8"
 _SWIZZLE_NAMES = {code: name for name, (code, _) in SWIZZLES.items()}
-
-_FILE_DIRECTIVE = re.compile(r'^\s*\.file\s+\d+\s+"([^"]*)"(?:\s*,\s*"([^"]*)")?', re.MULTILINE)
-
 
 # ---------------------------------------------------------------------------------------------------- arguments
 class HostArray:
@@ -458,7 +453,7 @@ class EmulatedKernel:
             raise LaunchError(f"{name}: its PTX takes {len(params)} parameters, Triton {triton.__version__}'s "
                               f"signature gives {len(arguments)} (phobos.triton follows Triton 3.6's launcher)")
         values = [_ptx_value(arg, ptx_type, name) for arg, (_, ptx_type) in zip(arguments, params)]
-        _register_sources(compiled.ptx)
+        module.register_sources()
         cluster = (meta.num_ctas, 1, 1) if meta.num_ctas > 1 else None
         return kernel.launch((grid[0] * meta.num_ctas, grid[1], grid[2]), compiled.block, values, meta.shared,
                              tensor_cores=TENSOR_CORES[self.target.arch], cluster=cluster, **self.options)
@@ -482,15 +477,6 @@ def _scratch(label: str, size: int, ctas: int) -> PtxArgument:
     null pointer when the kernel needs none."""
     value = emulator.Pointer(np.zeros(size * ctas, np.uint8), 0, label) if size else None
     return PtxArgument(label, "*i8", value)
-
-
-def _register_sources(ptx: str) -> None:
-    """Give the errors the text of every source file the PTX's `.file` directives name."""
-    for match in _FILE_DIRECTIVE.finditer(ptx):
-        path = match.group(1) if match.group(2) is None else f"{match.group(1)}/{match.group(2)}"
-        lines = linecache.getlines(path)
-        if lines:
-            SourceFile.register(path, "".join(lines))
 
 
 @raised_at_call_site

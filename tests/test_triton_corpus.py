@@ -17,7 +17,9 @@ def _params():
     for name, case in CASES.items():
         for arch in ARCHES:
             marks = [pytest.mark.slow] if case.heavy else []
-            if arch in case.skip:
+            if case.missing():
+                marks.append(pytest.mark.skip(reason=f"needs {', '.join(case.missing())}"))
+            elif arch in case.skip:
                 marks.append(pytest.mark.skip(reason=case.skip[arch]))
             elif arch in case.xfail:
                 raises, reason = case.xfail[arch]

@@ -12,6 +12,7 @@
 # absolute products).
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -193,7 +194,8 @@ class Case:
     instruction the emulator does not implement, a false alarm of a detector), expected to flip.
     skip: arch -> reason (Triton cannot compile it for that arch).  deterministic: the GPU gives the same
     bits from run to run (no float atomics whose order varies, no lock order in sums).  heavy: one of the
-    larger emulations (still small sizes)."""
+    larger emulations (still small sizes).  requires: modules the case needs besides Triton and numpy
+    (torch, for tensor descriptors over torch tensors)."""
 
     name: str
     build: Callable[[str, np.random.Generator], Run]
@@ -201,7 +203,12 @@ class Case:
     skip: dict[str, str] = field(default_factory=dict)
     deterministic: bool = True
     heavy: bool = False
+    requires: tuple[str, ...] = ()
     seed: int = 0
+
+    def missing(self) -> list[str]:
+        """The modules of `requires` that are not installed."""
+        return [name for name in self.requires if importlib.util.find_spec(name) is None]
 
     def make(self, arch: str) -> Run:
         return self.build(arch, np.random.default_rng(self.seed))

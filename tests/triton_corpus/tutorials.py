@@ -51,7 +51,7 @@ def t01_vector_add(arch, rng):
                dict(BLOCK_SIZE=256), [Output("output", out, x + y)])
 
 
-@case()
+@case(requires=("torch",))
 def t01_vector_add_torch(arch, rng):
     import torch
     n = 777
@@ -737,7 +737,7 @@ def matmul_kernel_descriptor_persistent(a_desc, b_desc, c_desc, M, N, K, BLOCK_S
         c_desc.store([offs_cm, offs_cn], c)
 
 
-@case(heavy=True)
+@case(heavy=True, requires=("torch",))
 def t09_persistent_matmul_tma_descriptors(arch, rng):
     """Host TensorDescriptors: TMA copies on sm_90a, plain loads from the base pointer, shape and strides on
     sm_80 (Triton lowers them so where TMA is absent)."""

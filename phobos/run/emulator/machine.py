@@ -45,7 +45,9 @@
 from __future__ import annotations
 
 import functools
+import linecache
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -707,6 +709,7 @@ class Module:
         lines = ptx_text.splitlines()
         self.name = name
         self.target = tree.target
+        self.files = list(tree.files.values())  # the source files its `.file` directives name
         self.variables = self._place_variables(tree)
         addresses = {v.name: (v.space, v.address) for v in self.variables}
         self.kernels = {e.name: Kernel(Decoder(tree, e, name, lines, addresses).decode(), self)
@@ -730,6 +733,19 @@ class Module:
             data[: values.nbytes] = values.view(np.uint8)
             placed.append(ModuleVariable(var.name, var.space, layout.allocate(data, var.name), data))
         return placed
+
+    def register_sources(self, *folders: str) -> list[str]:
+        """Give errors the text of the source files the `.file` directives name (as named, else relative
+        to one of `folders`), so that they quote the source line at fault; the names of those found."""
+        found = []
+        for name in self.files:
+            for path in [name] + [os.path.join(folder, name) for folder in folders if not os.path.isabs(name)]:
+                lines = linecache.getlines(path)
+                if lines:
+                    SourceFile.register(name, "".join(lines))
+                    found.append(name)
+                    break
+        return found
 
     def kernel(self, name: str) -> Kernel:
         if name not in self.kernels:
