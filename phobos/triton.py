@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +41,6 @@ from typing import Any
 
 import numpy as np
 
-from .constants import bf16_bits
 from .errors import LaunchError, raised_at_call_site
 from .run import emulator
 from .run.tensor_map import DTYPES, SWIZZLES, TensorMap
@@ -337,6 +337,8 @@ class EmulatedKernel:
             inner = getattr(fn, "fn", None)
             hint = (f" ({type(fn).__name__} wraps one: emulate its .fn with the meta-parameters of one "
                     f"configuration)" if isinstance(inner, JITFunction) or hasattr(inner, "fn") else "")
+            if type(fn).__name__ == "InterpretedFunction":
+                hint = " (TRITON_INTERPRET=1 made it an interpreted one: unset it to emulate the compiled kernel)"
             raise LaunchError(f"phobos.triton.emulate takes a @triton.jit function, got {type(fn).__name__}{hint}")
         self.fn = fn
         self.arch = arch
@@ -345,12 +347,16 @@ class EmulatedKernel:
                         **({} if max_steps is None else {"max_steps": max_steps})}
 
     def __getitem__(self, grid) -> Callable[..., TritonLaunch]:
-        return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
+        """The kernel to be launched on `grid`, as `kernel[grid](*args, **kwargs)` in Triton."""
+        return raised_at_call_site(functools.partial(self._run, grid))
 
     @raised_at_call_site
     def run(self, *args, grid, **kwargs) -> TritonLaunch:
         """Compile (once per specialisation) and run on `grid`: a tuple of 1 to 3 sizes, or a callable of
         the arguments by name (constexprs included), as Triton's grid lambdas take `meta`."""
+        return self._run(grid, *args, **kwargs)
+
+    def _run(self, grid, *args, **kwargs) -> TritonLaunch:
         call = self._bind(args, kwargs)
         compiled = self._compile(call)
         bound = call.originals

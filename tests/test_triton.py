@@ -5,6 +5,9 @@
 from __future__ import annotations
 
 import inspect
+import re
+import runpy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -258,3 +261,38 @@ def test_a_read_only_array_written_is_an_error_naming_it():
     y.flags.writeable = False
     with pytest.raises(LaunchError, match="read-only array passed as dst_ptr"):
         phobos.triton.emulate(copy_kernel)[(1,)](x, y, 16, BLOCK=16)
+
+
+# ---------------------------------------------------------------------------------------------------- the documentation
+DOC = Path(__file__).parent.parent / "docs" / "emulator.md"
+BLOCK = re.compile(r"^```(\w+)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
+
+
+def _doc_blocks() -> list[tuple[str, str]]:
+    """(kind, text) of the fenced blocks of docs/emulator.md's section on Triton kernels."""
+    section = DOC.read_text().split("## Triton kernels on the CPU", 1)[1].split("\n## ", 1)[0]
+    return [(match[1], match[2]) for match in BLOCK.finditer(section)]
+
+
+def _run_block(code: str, path: Path, capsys) -> str:
+    path.write_text(code)  # a file: triton.jit reads the kernel's source
+    capsys.readouterr()
+    runpy.run_path(str(path), run_name="__main__")
+    return capsys.readouterr().out
+
+
+def test_the_documented_example_runs(tmp_path, capsys):
+    python = [text for kind, text in _doc_blocks() if kind == "python"]
+    _run_block(python[0], tmp_path / "add_example.py", capsys)  # it asserts its result
+
+
+def test_the_documented_differences_from_triton_interpret(tmp_path, capsys, monkeypatch):
+    """The three differences the docs show, as the emulator gives them and as TRITON_INTERPRET=1 does."""
+    pytest.importorskip("torch")
+    blocks = _doc_blocks()
+    index = next(i for i, (kind, text) in enumerate(blocks) if "def differences" in text)
+    code, (_, emulated), (_, interpreted) = blocks[index][1], blocks[index + 1], blocks[index + 2]
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert _run_block(code, tmp_path / "differences.py", capsys) == emulated
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert _run_block(code, tmp_path / "differences_interpreted.py", capsys) == interpreted

@@ -35,7 +35,7 @@ SPECULATIVE_DIVISION = (ArithmeticFault, "integer division by zero in the next-t
                                          "with an unspecified value)")
 
 
-# ---------------------------------------------------------------------------------------------------- checks
+# -------------------- checks
 def as_numpy(value: Any) -> np.ndarray:
     """An output as a numpy array (torch tensors of any dtype; bf16 as ml_dtypes' bfloat16)."""
     if isinstance(value, np.ndarray):
@@ -123,12 +123,14 @@ def close(rtol: float, atol: float = 0.0) -> Check:
 
 
 def dot_bound(a: np.ndarray, b: np.ndarray, unit: float, out_unit: float = 0.0) -> Check:
-    """For C = A @ B (batched over leading dimensions): |got - want| <= unit * K * (|A| @ |B|) + out_unit
-    |want|: each of the K products and partial sums rounded at most `unit` relatively (2^-24 for f32
-    accumulation, 2^-11 for tf32 inputs...), then the result rounded to the output format (`out_unit`)."""
-    magnitude = np.abs(_floats(a)) @ np.abs(_floats(b))
-    k = a.shape[-1]
+    """For C = A @ B: |got - want| <= unit * K * (|A| @ |B|) + out_unit |want|: each of the K products and
+    partial sums rounded at most `unit` relatively (2^-23 for f32 accumulation, 2^-10 for tf32 inputs...),
+    then the result rounded to the output format (`out_unit`)."""
+    return magnitude_bound(np.abs(_floats(a)) @ np.abs(_floats(b)), a.shape[-1], unit, out_unit)
 
+
+def magnitude_bound(magnitude: np.ndarray, k: int, unit: float, out_unit: float = 0.0) -> Check:
+    """dot_bound for products whose sums of absolute terms, |A| @ |B|, are given (several products at once)."""
     def compare(got, want):
         g, w = _floats(got), _floats(want)
         bound = unit * k * magnitude + out_unit * np.abs(w) + 1e-30
@@ -137,7 +139,7 @@ def dot_bound(a: np.ndarray, b: np.ndarray, unit: float, out_unit: float = 0.0) 
     return Check(f"dot_bound({unit:g})", compare)
 
 
-# ---------------------------------------------------------------------------------------------------- exact references
+# -------------------- exact references
 def round_f32(q: Fraction) -> np.float32:
     """The f32 nearest to the rational `q` (ties to even), for references that must round once."""
     guess = np.float32(float(q))
@@ -153,7 +155,7 @@ def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
                      for x, y, z in zip(a.ravel(), b.ravel(), c.ravel())], np.float32).reshape(a.shape)
 
 
-# ---------------------------------------------------------------------------------------------------- cases
+# -------------------- cases
 @dataclass
 class Output:
     """One output of a run: the array the kernel writes (an argument), its reference, how they compare."""

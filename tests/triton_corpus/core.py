@@ -25,7 +25,7 @@ def _ml_dtype(name: str):
     return getattr(ml_dtypes, name)
 
 
-# ---------------------------------------------------------------------------------------------------- elementwise
+# -------------------- elementwise
 @triton.jit
 def unary_kernel(x_ptr, y_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -159,7 +159,8 @@ def c_floor_ceil_abs_neg(arch, rng):
     x = _floats(rng, 10)
     x[6:10] = [np.inf, -np.inf, 2.5, -2.5]
     runs = [_unary(op, x, np.float32, want) for op, want in
-            (("floor", np.floor(x)), ("ceil", np.ceil(x)), ("abs", np.abs(x)), ("neg", np.float32(0) - x))]  # Triton's -x is 0 - x: -(+0) is +0
+            (("floor", np.floor(x)), ("ceil", np.ceil(x)), ("abs", np.abs(x)),
+             ("neg", np.float32(0) - x))]  # Triton's -x is 0 - x: -(+0) is +0
     for first, second in zip(runs, runs[1:]):
         first.then = second
     return runs[0]
@@ -327,7 +328,7 @@ def c_libdevice_pow_atan2(arch, rng):
     return first
 
 
-# ---------------------------------------------------------------------------------------------------- casts
+# -------------------- casts
 @case()
 def c_cast_f32_to_bf16(arch, rng):
     """f32 -> bf16 rounds to nearest even (cvt.rn.bf16.f32); TRITON_INTERPRET=1 truncates; with
@@ -385,7 +386,7 @@ def c_cast_fp8(arch, rng):
     return first
 
 
-# ---------------------------------------------------------------------------------------------------- reductions, scans, sorting
+# -------------------- reductions, scans, sorting
 @triton.jit
 def reduce_kernel(x_ptr, out_ptr, idx_ptr, M, N, stride, OP: tl.constexpr, AXIS: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -523,7 +524,7 @@ def c_sort_topk_flip(arch, rng):
                [Output("sorted, flipped", y, want), Output("topk", top, -np.sort(-x, axis=1)[:, :8])])
 
 
-# ---------------------------------------------------------------------------------------------------- memory
+# -------------------- memory
 @triton.jit
 def transpose_kernel(x_ptr, y_ptr, t_ptr, M, N, stride_xm, stride_ym, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -552,7 +553,7 @@ def c_load_2d_masks_other(arch, rng):
                [Output("transposed", y, want_y), Output("tile", t, want_t)])
 
 
-# ---------------------------------------------------------------------------------------------------- atomics
+# -------------------- atomics
 @triton.jit
 def atomic_kernel(x_ptr, out_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -666,7 +667,7 @@ def c_histogram(arch, rng):
                [Output("histogram", hist, np.bincount(x, minlength=bins).astype(np.int32))])
 
 
-# ---------------------------------------------------------------------------------------------------- not run by the emulator yet
+# -------------------- not run by the emulator yet
 @triton.jit
 def dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
     rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)

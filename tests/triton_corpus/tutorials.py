@@ -9,8 +9,6 @@
 # @triton.autotune (each case names one configuration).
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import triton
 import triton.language as tl
@@ -18,7 +16,8 @@ from triton.language.extra.cuda import libdevice
 
 from phobos.run.emulator import UnsupportedPtx
 
-from .cases import CP_ASYNC_THEN_WGMMA, SAME_VALUE_STORES, SPECULATIVE_DIVISION, Output, Run, case, close, dot_bound, ulps
+from .cases import (CP_ASYNC_THEN_WGMMA, SAME_VALUE_STORES, SPECULATIVE_DIVISION, Output, Run, case, close, dot_bound,
+                    magnitude_bound, ulps)
 
 LOG2E = 1.4426950408889634
 
@@ -29,7 +28,7 @@ def _ml_dtype(name: str):
     return getattr(ml_dtypes, name)
 
 
-# ---------------------------------------------------------------------------------------------------- 01 vector add
+# -------------------- 01 vector add
 @triton.jit
 def add_kernel(x_ptr, y_ptr, output_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
@@ -62,7 +61,7 @@ def t01_vector_add_torch(arch, rng):
                [Output("output", out, (x + y).numpy())])
 
 
-# ---------------------------------------------------------------------------------------------------- 02 fused softmax
+# -------------------- 02 fused softmax
 @triton.jit
 def softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
                    BLOCK_SIZE: tl.constexpr, num_stages: tl.constexpr):
@@ -99,7 +98,7 @@ def t02_fused_softmax(arch, rng):
                [Output("output", y, _softmax(x), close(2e-6, 1e-9))])
 
 
-# ---------------------------------------------------------------------------------------------------- 03 matmul
+# -------------------- 03 matmul
 @triton.jit
 def leaky_relu(x):
     return tl.where(x >= 0, x, 0.01 * x)
@@ -214,7 +213,7 @@ def t03_matmul_fp16_ragged(arch, rng):
                        num_stages=2)
 
 
-# ---------------------------------------------------------------------------------------------------- 04 low-memory dropout
+# -------------------- 04 low-memory dropout
 @triton.jit
 def _seeded_dropout(x_ptr, output_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
@@ -267,7 +266,7 @@ def t04_low_memory_dropout(arch, rng):
                [Output("output", out, want, ulps(2))])
 
 
-# ---------------------------------------------------------------------------------------------------- 05 layer norm
+# -------------------- 05 layer norm
 @triton.jit
 def _layer_norm_fwd_fused(X, Y, W, B, Mean, Rstd, stride, N, eps, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0)
@@ -415,7 +414,7 @@ def t05_layer_norm_backward(arch, rng):
                [Output("dx", dx, want_dx, close(1e-4, 1e-4))], then=second)
 
 
-# ---------------------------------------------------------------------------------------------------- 06 fused attention
+# -------------------- 06 fused attention
 @triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, K_block_ptr, V_block_ptr, start_m, qk_scale, BLOCK_M: tl.constexpr,
                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, STAGE: tl.constexpr, offs_m: tl.constexpr,
@@ -526,7 +525,7 @@ def t06_fused_attention_causal(arch, rng):
     return _attention_run(rng, causal=True)
 
 
-# ---------------------------------------------------------------------------------------------------- 07 libdevice
+# -------------------- 07 libdevice
 @triton.jit
 def asin_kernel(x_ptr, y_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
@@ -549,7 +548,7 @@ def t07_libdevice_asin(arch, rng):
                [Output("y", y, np.arcsin(x.astype(np.float64)), ulps(2))])
 
 
-# ---------------------------------------------------------------------------------------------------- 08 grouped GEMM
+# -------------------- 08 grouped GEMM
 @triton.jit
 def grouped_matmul_kernel(a_ptr, b_ptr, c_ptr, group_a_offsets, group_b_offsets, group_c_offsets, group_gemm_sizes,
                           g_lds, group_size, NUM_SM: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
@@ -616,25 +615,13 @@ def t08_grouped_gemm(arch, rng):
     magnitude = np.concatenate([(np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))).ravel()
                                 for a, b in zip(a_list, b_list)])
     num_sm = 4
-    check = close(2.0 ** -10, 0)  # the f16 rounding of the result dominates K 2^-24 |A||B|
     return Run(grouped_matmul_kernel, (num_sm,),
                (a_all, b_all, c_all, offsets(a_list), offsets(b_list), c_offsets, gemm_sizes, lds, len(sizes)),
                dict(NUM_SM=num_sm, num_warps=4, **blocks),
-               [Output("c", c_all, want, dot_magnitude_check(magnitude, 64))])
+               [Output("c", c_all, want, magnitude_bound(magnitude, 64, 2.0 ** -23, 2.0 ** -11))])
 
 
-def dot_magnitude_check(magnitude: np.ndarray, k: int):
-    """The dot bound of f32 accumulation then f16 rounding, for products whose |A||B| sums are given."""
-    from .cases import Check, _first, _floats
-
-    def compare(got, want):
-        g, w = _floats(got), _floats(want)
-        bad = ~(np.abs(g - w) <= 2.0 ** -23 * k * magnitude + 2.0 ** -11 * np.abs(w) + 1e-30)
-        return _first(bad, got, want, " beyond the dot bound") if bad.any() else None
-    return Check("dot_bound(f16 out)", compare)
-
-
-# ---------------------------------------------------------------------------------------------------- 09 persistent matmul
+# -------------------- 09 persistent matmul
 @triton.jit
 def _compute_pid(tile_id, num_pid_in_group, num_pid_m, GROUP_SIZE_M: tl.constexpr):
     group_id = tile_id // num_pid_in_group
@@ -758,7 +745,7 @@ def t09_persistent_matmul_tma_descriptors(arch, rng):
                [Output("c", c, a64 @ b64, dot_bound(a.numpy(), b.numpy().T, 2.0 ** -23, 2.0 ** -11))])
 
 
-# ---------------------------------------------------------------------------------------------------- 10 8-bit floats, block scaling
+# -------------------- 10 8-bit floats, block scaling
 @triton.jit
 def fp8_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_K: tl.constexpr):
