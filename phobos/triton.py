@@ -56,7 +56,7 @@ except ModuleNotFoundError as missing:
     raise ModuleNotFoundError("phobos.triton needs Triton: pip install 'phobos-tile[triton]'",
                               name=missing.name) from missing
 
-__all__ = ["emulate", "EmulatedKernel", "Compiled", "TritonLaunch", "ARCHES"]
+__all__ = ["emulate", "EmulatedKernel", "Compiled", "TritonLaunch", "BoundCall", "HostMemory", "ARCHES"]
 
 #: The targets a kernel is compiled for: name -> Triton's compute capability (sm_90 means sm_90a, the
 #: target Triton compiles capability 90 for).
@@ -375,8 +375,14 @@ class EmulatedKernel:
         """The kernel compiled for these arguments (Triton's warmup), from the cache when it was before."""
         return self._compile(self._bind(args, kwargs))
 
+    @raised_at_call_site
+    def bind(self, *args, **kwargs) -> "BoundCall":
+        """The arguments as Triton's binder takes them (`originals`: by parameter name, defaults applied, as
+        a grid callable sees them) and the host memory their arrays lie in (`memory`)."""
+        return self._bind(args, kwargs)
+
     # -- the stages
-    def _bind(self, args: tuple, kwargs: dict) -> "_Call":
+    def _bind(self, args: tuple, kwargs: dict) -> "BoundCall":
         fn = self.fn
         names = [p.name for p in fn.params]
         constexprs = {p.name for p in fn.params if p.is_constexpr}
@@ -428,9 +434,9 @@ class EmulatedKernel:
             return seen.get(id(value), value)
 
         originals = {k: original(v) for k, v in bound.items()}
-        return _Call(backend, given, bound, originals, specialization, options, memory)
+        return BoundCall(backend, given, bound, originals, specialization, options, memory)
 
-    def _compile(self, call: "_Call") -> Compiled:
+    def _compile(self, call: "BoundCall") -> Compiled:
         fn = self.fn
         key = (fn, self.arch, repr(call.specialization), repr(sorted(call.options.items())))
         compiled = _COMPILED.get(key)
@@ -443,7 +449,7 @@ class EmulatedKernel:
                                                  kernel.metadata, kernel, signature, constexprs)
         return compiled
 
-    def _launch(self, compiled: Compiled, call: "_Call", grid: tuple[int, int, int]):
+    def _launch(self, compiled: Compiled, call: "BoundCall", grid: tuple[int, int, int]):
         meta = compiled.metadata
         name = compiled.name
         descriptors = iter(getattr(meta, "tensordesc_meta", None) or [None] * 64)
@@ -466,8 +472,9 @@ class EmulatedKernel:
 
 
 @dataclass
-class _Call:
-    """One call's arguments as Triton's binder gave them back, and the host memory they point into."""
+class BoundCall:
+    """One call's arguments as Triton's binder gave them back, and the host memory they point into
+    (HostMemory: one byte array per run of overlapping arguments, a Pointer into it per argument)."""
 
     backend: Any
     given: dict[str, Any]  # keyword arguments: constexprs and options

@@ -388,29 +388,28 @@ def c_cast_fp8(arch, rng):
 
 # -------------------- reductions, scans, sorting
 @triton.jit
-def reduce_kernel(x_ptr, out_ptr, idx_ptr, M, N, stride, OP: tl.constexpr, AXIS: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def reduce_kernel(x_ptr, out_ptr, idx_ptr, stride, OP: tl.constexpr, AXIS: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    x = tl.load(x_ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0)
+    x = tl.load(x_ptr + rows[:, None] * stride + cols[None, :])
     if OP == "sum":
         y = tl.sum(x, axis=AXIS)
     elif OP == "max":
-        y = tl.max(tl.where(mask, x, -float("inf")), axis=AXIS)
+        y = tl.max(x, axis=AXIS)
     elif OP == "min":
-        y = tl.min(tl.where(mask, x, float("inf")), axis=AXIS)
+        y = tl.min(x, axis=AXIS)
     elif OP == "xor_sum":
         y = tl.xor_sum(x, axis=AXIS)
     elif OP == "argmax":
-        y, i = tl.max(tl.where(mask, x, -float("inf")), axis=AXIS, return_indices=True)
+        y, i = tl.max(x, axis=AXIS, return_indices=True)
         tl.store(idx_ptr + tl.arange(0, y.shape[0]), i)
     elif OP == "argmin":
-        i = tl.argmin(tl.where(mask, x, float("inf")), axis=AXIS)
-        y = tl.min(tl.where(mask, x, float("inf")), axis=AXIS)
+        i = tl.argmin(x, axis=AXIS)
+        y = tl.min(x, axis=AXIS)
         tl.store(idx_ptr + tl.arange(0, y.shape[0]), i)
     elif OP == "prod":
-        y = tl.reduce(tl.where(mask, x, 1), AXIS, _multiply)
+        y = tl.reduce(x, AXIS, _multiply)
     else:
         tl.static_assert(False, "unknown OP")
     tl.store(out_ptr + tl.arange(0, y.shape[0]), y)
@@ -429,7 +428,7 @@ def _reduce(op, x, axis, out_dtype, want, check=exact, want_index=None):
     outputs = [Output(op, out, want, check)]
     if want_index is not None:
         outputs.append(Output(f"{op} index", idx, want_index))
-    return Run(reduce_kernel, (1,), (x, out, idx, M, Ncols, x.strides[0] // x.itemsize),
+    return Run(reduce_kernel, (1,), (x, out, idx, x.strides[0] // x.itemsize),
                dict(OP=op, AXIS=axis, BLOCK_M=M, BLOCK_N=Ncols, num_warps=4), outputs)
 
 
