@@ -151,6 +151,14 @@ def test_the_grid_callable_sees_the_arguments_by_name():
     np.testing.assert_array_equal(y, 2)
 
 
+def test_num_ctas_launches_clusters_of_that_many_ctas():
+    """sm_90a with num_ctas=2: grid[0] x 2 CTAs in clusters of 2 (.reqnctapercluster), a program each."""
+    x, y = np.arange(512, dtype=np.float32), np.zeros(512, np.float32)
+    launch = phobos.triton.emulate(copy_kernel)[(4,)](x, y, 512, BLOCK=128, num_ctas=2)
+    assert launch.stats.grid == (8, 1, 1) and ".reqnctapercluster 2" in launch.compiled.ptx
+    np.testing.assert_array_equal(y, 2 * x)
+
+
 def test_an_empty_grid_runs_nothing():
     y = np.zeros(8, np.float32)
     launch = phobos.triton.emulate(copy_kernel)[(0,)](np.ones(8, np.float32), y, 8, BLOCK=8)
