@@ -29,12 +29,17 @@ def _params():
             yield pytest.param(name, arch, marks=marks, id=f"{name}-{arch}")
 
 
-@pytest.mark.parametrize("name, arch", list(_params()))
-def test_corpus_case(name, arch):
+def _run_and_check(name: str, arch: str, check_races: bool) -> None:
     run = CASES[name].make(arch)
     for launch in run.launches():
-        phobos.triton.emulate(launch.kernel, arch=arch, check_races=True)[launch.grid](*launch.args, **launch.kwargs)
+        kernel = phobos.triton.emulate(launch.kernel, arch=arch, check_races=check_races)
+        kernel[launch.grid](*launch.args, **launch.kwargs)
     assert run.check() == []
+
+
+@pytest.mark.parametrize("name, arch", list(_params()))
+def test_corpus_case(name, arch):
+    _run_and_check(name, arch, check_races=True)
 
 
 #: The errors of the race detectors, which check_races=False turns off.
@@ -50,7 +55,4 @@ def _false_alarms():
 
 @pytest.mark.parametrize("name, arch", list(_false_alarms()))
 def test_cases_failing_for_a_false_alarm_are_right_without_the_detectors(name, arch):
-    run = CASES[name].make(arch)
-    for launch in run.launches():
-        phobos.triton.emulate(launch.kernel, arch=arch, check_races=False)[launch.grid](*launch.args, **launch.kwargs)
-    assert run.check() == []
+    _run_and_check(name, arch, check_races=False)

@@ -62,15 +62,16 @@ class DeviceMirror:
     """The host memory of a call's arguments, copied to the GPU buffer for buffer (phobos.triton.HostMemory:
     one per run of overlapping arguments), each argument a view of its buffer with its own strides."""
 
-    def __init__(self, memory: phobos.triton.HostMemory):
+    def __init__(self, memory: phobos.triton.HostMemory, device: str = "cuda"):
         import torch
         self.torch = torch
         self.memory = memory
+        self.device = device
         self.buffers: dict[int, tuple[np.ndarray, object]] = {}
         for pointer in memory.pointers.values():
             host = pointer.array
             if id(host) not in self.buffers:
-                device = torch.zeros(-(-max(host.size, 1) // 16) * 16, dtype=torch.uint8, device="cuda")
+                device = torch.zeros(-(-max(host.size, 1) // 16) * 16, dtype=torch.uint8, device=self.device)
                 device[: host.size].copy_(torch.from_numpy(np.ascontiguousarray(host)))
                 self.buffers[id(host)] = (host, device)
 
@@ -96,7 +97,8 @@ class DeviceMirror:
 
     def copy_back(self) -> None:
         """The GPU's bytes into the host memory of the arguments (as the emulator writes them)."""
-        self.torch.cuda.synchronize()
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
         for host, device in self.buffers.values():
             if host.flags.writeable and host.size:
                 host[:] = device[: host.size].cpu().numpy()

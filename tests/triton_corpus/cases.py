@@ -188,6 +188,13 @@ class Run:
                 if (why := out.check(out.array, out.want)) is not None]
 
 
+def chain(runs: list[Run]) -> Run:
+    """The runs one after the other, as one case."""
+    for first, second in zip(runs, runs[1:]):
+        first.then = second
+    return runs[0]
+
+
 @dataclass
 class Case:
     """A corpus case: its builder, and what is known about it per arch.

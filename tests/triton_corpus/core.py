@@ -15,7 +15,7 @@ from triton.language.extra.cuda import libdevice
 from phobos.constants import bf16_bits
 from phobos.run.emulator import PtxSyntaxError, UnsupportedPtx
 
-from .cases import SAME_VALUE_STORES, Output, Run, case, close, exact, fma_f32, ulps
+from .cases import SAME_VALUE_STORES, Output, Run, case, chain, close, exact, fma_f32, ulps
 
 N = 256  # elements of the elementwise cases: two programs of BLOCK
 
@@ -27,83 +27,44 @@ def _ml_dtype(name: str):
 
 # -------------------- elementwise
 @triton.jit
-def unary_kernel(x_ptr, y_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
+def unary_kernel(x_ptr, y_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
+    """y = FN(x): FN a Triton builtin (tl.exp, libdevice.tanh...) or a @triton.jit function, a constexpr."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, FN(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+@triton.jit
+def cast_kernel(x_ptr, y_ptr, n, ROUNDING: tl.constexpr, BLOCK: tl.constexpr):
+    """y = x converted to y's element type (ROUNDING: fp_downcast_rounding, None for Triton's default)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
-    if OP == "exp":
-        y = tl.exp(x)
-    elif OP == "exp2":
-        y = tl.exp2(x)
-    elif OP == "log":
-        y = tl.log(x)
-    elif OP == "log2":
-        y = tl.log2(x)
-    elif OP == "sqrt":
-        y = tl.sqrt(x)
-    elif OP == "rsqrt":
-        y = tl.rsqrt(x)
-    elif OP == "sqrt_rn":
-        y = tl.sqrt_rn(x)
-    elif OP == "sin":
-        y = tl.sin(x)
-    elif OP == "cos":
-        y = tl.cos(x)
-    elif OP == "abs":
-        y = tl.abs(x)
-    elif OP == "floor":
-        y = tl.floor(x)
-    elif OP == "ceil":
-        y = tl.ceil(x)
-    elif OP == "sigmoid":
-        y = tl.sigmoid(x)
-    elif OP == "erf":
-        y = tl.erf(x)
-    elif OP == "tanh":
-        y = libdevice.tanh(x)
-    elif OP == "cbrt":
-        y = libdevice.cbrt(x)
-    elif OP == "erfinv":
-        y = libdevice.erfinv(x)
-    elif OP == "log1p":
-        y = libdevice.log1p(x)
-    elif OP == "expm1":
-        y = libdevice.expm1(x)
-    elif OP == "popc":
-        y = libdevice.popc(x)
-    elif OP == "clz":
-        y = libdevice.clz(x)
-    elif OP == "bf16":
-        y = x.to(tl.bfloat16)
-    elif OP == "bf16_rtz":
-        y = x.to(tl.bfloat16, fp_downcast_rounding="rtz")
-    elif OP == "f16":
-        y = x.to(tl.float16)
-    elif OP == "f32":
-        y = x.to(tl.float32)
-    elif OP == "i32":
-        y = x.to(tl.int32)
-    elif OP == "u32":
-        y = x.to(tl.uint32)
-    elif OP == "f64":
-        y = x.to(tl.float64)
-    elif OP == "e4m3":
-        y = x.to(tl.float8e4nv)
-    elif OP == "e5m2":
-        y = x.to(tl.float8e5)
-    elif OP == "not":
-        y = ~x
-    elif OP == "neg":
-        y = -x
-    else:
-        tl.static_assert(False, "unknown OP")
-    tl.store(y_ptr + offs, y, mask=mask)
+    tl.store(y_ptr + offs, x.to(y_ptr.dtype.element_ty, fp_downcast_rounding=ROUNDING), mask=mask)
 
 
-def _unary(op: str, x: np.ndarray, out_dtype, want, check=exact, **kwargs):
-    y = np.zeros(x.shape, out_dtype)
-    return Run(unary_kernel, (triton.cdiv(x.size, 128),), (x, y, x.size), dict(OP=op, BLOCK=128, **kwargs),
-               [Output(op, y, want, check)])
+@triton.jit
+def _negate(x):
+    return -x
+
+
+@triton.jit
+def _invert(x):
+    return ~x
+
+
+def _launch_elementwise(kernel, label: str, inputs: tuple, out_dtype, want, check, **kwargs) -> Run:
+    out = np.zeros(inputs[0].shape, out_dtype)
+    return Run(kernel, (triton.cdiv(out.size, 128),), (*inputs, out, out.size), dict(BLOCK=128, **kwargs),
+               [Output(label, out, want, check)])
+
+
+def _unary(label: str, fn, x: np.ndarray, out_dtype, want, check=exact) -> Run:
+    return _launch_elementwise(unary_kernel, label, (x,), out_dtype, want, check, FN=fn)
+
+
+def _cast(label: str, x: np.ndarray, out_dtype, want, rounding=None) -> Run:
+    return _launch_elementwise(cast_kernel, label, (x,), out_dtype, want, exact, ROUNDING=rounding)
 
 
 def _floats(rng, scale=4.0):
@@ -112,118 +73,119 @@ def _floats(rng, scale=4.0):
     return x
 
 
-#: The approximate functions: op -> (inputs, float64 reference, ulp bound).  tl.exp, exp2, log, log2,
-#: sqrt, rsqrt are MUFU's .approx instructions (ex2, lg2, sqrt, rsqrt: 2 ulps, PTX ISA), with a scaling
-#: by log2(e) or ln(2) rounded in f32 around ex2 and lg2 (for |x| up to 30, 2^5 ulps of the exponent);
-#: the others are libdevice's, at the bounds of the CUDA Math API (single precision).
+#: The approximate functions: name -> (function, inputs, float64 reference, ulp bound).  tl.exp and exp2,
+#: tl.sqrt and rsqrt are MUFU's .approx instructions (ex2, sqrt, rsqrt: 2 ulps, PTX ISA), tl.exp with a
+#: scaling by log2(e) rounded in f32 before ex2 (for |x| up to 16, 2^4 ulps of the exponent more);
+#: tl.sigmoid adds a div.full; the others are libdevice's, at the bounds of the CUDA Math API (single
+#: precision).
 APPROXIMATE = {
-    "exp": (lambda rng: _floats(rng, 4), np.exp, 48),
-    "exp2": (lambda rng: _floats(rng, 4), np.exp2, 2),
-    "log": (lambda rng: np.abs(_floats(rng, 8)) + np.float32(1e-3), np.log, 4),
-    "log2": (lambda rng: np.abs(_floats(rng, 8)) + np.float32(1e-3), np.log2, 2),
-    "sqrt": (lambda rng: np.abs(_floats(rng, 8)), np.sqrt, 1),
-    "rsqrt": (lambda rng: np.abs(_floats(rng, 8)) + np.float32(1e-3), lambda x: 1 / np.sqrt(x), 2),
-    "sigmoid": (lambda rng: _floats(rng, 4), lambda x: 1 / (1 + np.exp(-x)), 64),
-    "erf": (lambda rng: _floats(rng, 1.5), np.vectorize(math.erf), 2),
-    "tanh": (lambda rng: _floats(rng, 2), np.tanh, 2),
-    "cbrt": (lambda rng: _floats(rng, 50), np.cbrt, 1),
-    "log1p": (lambda rng: np.abs(_floats(rng, 4)), np.log1p, 1),
-    "expm1": (lambda rng: _floats(rng, 3), np.expm1, 1),
-    "erfinv": (lambda rng: np.clip(_floats(rng, 0.4), -0.99, 0.99),
+    "exp": (tl.exp, lambda rng: _floats(rng, 4), np.exp, 48),
+    "exp2": (tl.exp2, lambda rng: _floats(rng, 4), np.exp2, 2),
+    "log": (tl.log, lambda rng: np.abs(_floats(rng, 8)) + np.float32(1e-3), np.log, 4),
+    "log2": (tl.log2, lambda rng: np.abs(_floats(rng, 8)) + np.float32(1e-3), np.log2, 2),
+    "sqrt": (tl.sqrt, lambda rng: np.abs(_floats(rng, 8)), np.sqrt, 1),
+    "rsqrt": (tl.rsqrt, lambda rng: np.abs(_floats(rng, 8)) + np.float32(1e-3), lambda x: 1 / np.sqrt(x), 2),
+    "sigmoid": (tl.sigmoid, lambda rng: _floats(rng, 4), lambda x: 1 / (1 + np.exp(-x)), 64),
+    "erf": (tl.erf, lambda rng: _floats(rng, 1.5), np.vectorize(math.erf), 2),
+    "tanh": (libdevice.tanh, lambda rng: _floats(rng, 2), np.tanh, 2),
+    "cbrt": (libdevice.cbrt, lambda rng: _floats(rng, 50), np.cbrt, 1),
+    "log1p": (libdevice.log1p, lambda rng: np.abs(_floats(rng, 4)), np.log1p, 1),
+    "expm1": (libdevice.expm1, lambda rng: _floats(rng, 3), np.expm1, 1),
+    "erfinv": (libdevice.erfinv, lambda rng: np.clip(_floats(rng, 0.4), -0.99, 0.99),
                np.vectorize(lambda v: float(__import__("mpmath").erfinv(v))), 2),
+    # libdevice's sinf and cosf: their slow path (Payne-Hanek reduction of large arguments) adds with carries
+    "sin": (tl.sin, lambda rng: _floats(rng, 4), np.sin, 2),
+    "cos": (tl.cos, lambda rng: _floats(rng, 4), np.cos, 2),
 }
+_CARRY_CHAINS = (UnsupportedPtx, "mad.lo.cc.u32 / madc.hi.u32 (carry chains), in libdevice's sinf/cosf")
 
 
-def _approximate_case(op: str, **known):
-    inputs, reference, bound = APPROXIMATE[op]
+def _approximate_case(name: str, **known):
+    fn, inputs, reference, bound = APPROXIMATE[name]
 
     def build(arch, rng):
         x = inputs(rng)
-        return _unary(op, x, np.float32, reference(x.astype(np.float64)), ulps(bound))
-    case(f"c_math_{op}", **known)(build)
+        return _unary(name, fn, x, np.float32, reference(x.astype(np.float64)), ulps(bound))
+    case(f"c_math_{name}", **known)(build)
 
 
-for _op in APPROXIMATE:
-    _approximate_case(_op)
-
-#: tl.sin and tl.cos are libdevice's sinf/cosf, whose slow path (Payne-Hanek reduction of large
-#: arguments) adds with carries.
-_CARRY_CHAINS = (UnsupportedPtx, "mad.lo.cc.u32 / madc.hi.u32 (carry chains), in libdevice's sinf/cosf")
-for _op, _fn in (("sin", np.sin), ("cos", np.cos)):
-    APPROXIMATE[_op] = (lambda rng: _floats(rng, 4), _fn, 2)
-    _approximate_case(_op, xfail={"sm_80": _CARRY_CHAINS, "sm_90a": _CARRY_CHAINS})
+for _name in APPROXIMATE:
+    _approximate_case(_name, **({"xfail": {"sm_80": _CARRY_CHAINS, "sm_90a": _CARRY_CHAINS}}
+                                if _name in ("sin", "cos") else {}))
 
 
 @case()
 def c_floor_ceil_abs_neg(arch, rng):
     x = _floats(rng, 10)
     x[6:10] = [np.inf, -np.inf, 2.5, -2.5]
-    runs = [_unary(op, x, np.float32, want) for op, want in
-            (("floor", np.floor(x)), ("ceil", np.ceil(x)), ("abs", np.abs(x)),
-             ("neg", np.float32(0) - x))]  # Triton's -x is 0 - x: -(+0) is +0
-    for first, second in zip(runs, runs[1:]):
-        first.then = second
-    return runs[0]
+    return chain([_unary("floor", tl.floor, x, np.float32, np.floor(x)),
+                  _unary("ceil", tl.ceil, x, np.float32, np.ceil(x)),
+                  _unary("abs", tl.abs, x, np.float32, np.abs(x)),
+                  _unary("neg", _negate, x, np.float32, np.float32(0) - x)])  # Triton's -x is 0 - x: -(+0) is +0
 
 
 @case()
 def c_sqrt_rn(arch, rng):
     x = np.abs(_floats(rng, 8))
     x[6:12] = [np.inf, 1e-45, 2.0, 1e38, 7.0, 0.1]  # a subnormal too
-    return _unary("sqrt_rn", x, np.float32, np.sqrt(x))  # IEEE sqrt: numpy's f32 sqrt is correctly rounded
+    return _unary("sqrt_rn", tl.sqrt_rn, x, np.float32, np.sqrt(x))  # numpy's f32 sqrt is correctly rounded
 
 
 @triton.jit
-def binary_kernel(x_ptr, y_ptr, z_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
+def binary_kernel(x_ptr, y_ptr, z_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
+    """z = FN(x, y), FN a constexpr as in unary_kernel."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(z_ptr + offs, FN(tl.load(x_ptr + offs, mask=mask), tl.load(y_ptr + offs, mask=mask)), mask=mask)
+
+
+@triton.jit
+def operator_kernel(x_ptr, y_ptr, z_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
+    """z = x OP y for Python's operators (which a kernel cannot take as constexprs: they are not builtins)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
     y = tl.load(y_ptr + offs, mask=mask)
-    if OP == "div_rn":
-        z = tl.div_rn(x, y)
-    elif OP == "maximum":
-        z = tl.maximum(x, y)
-    elif OP == "minimum":
-        z = tl.minimum(x, y)
-    elif OP == "maximum_nan":
-        z = tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL)
-    elif OP == "umulhi":
-        z = tl.umulhi(x, y)
-    elif OP == "and":
+    if OP == "&":
         z = x & y
-    elif OP == "or":
+    elif OP == "|":
         z = x | y
-    elif OP == "xor":
+    elif OP == "^":
         z = x ^ y
-    elif OP == "shl":
+    elif OP == "<<":
         z = x << y
-    elif OP == "shr":
+    elif OP == ">>":
         z = x >> y
-    elif OP == "add":
+    elif OP == "+":
         z = x + y
-    elif OP == "mul":
+    elif OP == "*":
         z = x * y
-    elif OP == "sub":
+    elif OP == "-":
         z = x - y
-    elif OP == "floordiv":
+    elif OP == "//":
         z = x // y
-    elif OP == "mod":
-        z = x % y
-    elif OP == "where":
-        z = tl.where(x > y, x, y * 2)
-    elif OP == "pow":
-        z = libdevice.pow(x, y)
-    elif OP == "atan2":
-        z = libdevice.atan2(x, y)
     else:
-        tl.static_assert(False, "unknown OP")
+        tl.static_assert(OP == "%", "unknown OP")
+        z = x % y
     tl.store(z_ptr + offs, z, mask=mask)
 
 
-def _binary(op: str, x: np.ndarray, y: np.ndarray, out_dtype, want, check=exact):
-    z = np.zeros(x.shape, out_dtype)
-    return Run(binary_kernel, (triton.cdiv(x.size, 128),), (x, y, z, x.size), dict(OP=op, BLOCK=128),
-               [Output(op, z, want, check)])
+@triton.jit
+def _maximum_nan(x, y):
+    return tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _where(x, y):
+    return tl.where(x > y, x, y * 2)
+
+
+def _binary(label: str, fn, x: np.ndarray, y: np.ndarray, out_dtype, want, check=exact) -> Run:
+    return _launch_elementwise(binary_kernel, label, (x, y), out_dtype, want, check, FN=fn)
+
+
+def _operator(op: str, x: np.ndarray, y: np.ndarray, out_dtype, want) -> Run:
+    return _launch_elementwise(operator_kernel, op, (x, y), out_dtype, want, exact, OP=op)
 
 
 @case()
@@ -231,7 +193,7 @@ def c_div_rn(arch, rng):
     x, y = _floats(rng), _floats(rng, 3)
     y[:8] = [1.0, 3.0, 0.0, -0.0, np.inf, 1e-40, 7.0, -1e30]
     with np.errstate(all="ignore"):
-        return _binary("div_rn", x, y, np.float32, x / y)  # numpy's f32 division is IEEE division
+        return _binary("div_rn", tl.div_rn, x, y, np.float32, x / y)  # numpy's f32 division is IEEE division
 
 
 @triton.jit
@@ -261,16 +223,15 @@ def c_max_min_nan(arch, rng):
     x, y = _floats(rng), _floats(rng)
     x[::7] = np.nan
     y[::5] = np.nan
-    runs = [_binary("maximum", x, y, np.float32, np.fmax(x, y)), _binary("minimum", x, y, np.float32, np.fmin(x, y)),
-            _binary("maximum_nan", x, y, np.float32, np.maximum(x, y))]
-    runs[0].then, runs[1].then = runs[1], runs[2]
-    return runs[0]
+    return chain([_binary("maximum", tl.maximum, x, y, np.float32, np.fmax(x, y)),
+                  _binary("minimum", tl.minimum, x, y, np.float32, np.fmin(x, y)),
+                  _binary("maximum_nan", _maximum_nan, x, y, np.float32, np.maximum(x, y))])
 
 
 @case()
 def c_where(arch, rng):
     x, y = _floats(rng), _floats(rng)
-    return _binary("where", x, y, np.float32, np.where(x > y, x, y * 2))
+    return _binary("where", _where, x, y, np.float32, np.where(x > y, x, y * 2))
 
 
 @case()
@@ -279,10 +240,8 @@ def c_umulhi(arch, rng):
     y = rng.integers(0, 2 ** 32, N, dtype=np.uint64).astype(np.uint32)
     want = ((x.astype(np.uint64) * y.astype(np.uint64)) >> np.uint64(32)).astype(np.uint32)
     # of int32 operands too, the high half of the unsigned product (mul.hi.u32)
-    second = _binary("umulhi", x.view(np.int32), y.view(np.int32), np.int32, want.view(np.int32))
-    first = _binary("umulhi", x, y, np.uint32, want)
-    first.then = second
-    return first
+    return chain([_binary("umulhi", tl.umulhi, x, y, np.uint32, want),
+                  _binary("umulhi", tl.umulhi, x.view(np.int32), y.view(np.int32), np.int32, want.view(np.int32))])
 
 
 @case()
@@ -293,13 +252,10 @@ def c_integer_arithmetic(arch, rng):
     d = rng.integers(-1000, 1000, N).astype(np.int32)
     d[d == 0] = 7
     with np.errstate(over="ignore"):
-        runs = [_binary("add", x, y, np.int32, x + y), _binary("mul", x, y, np.int32, x * y),
-                _binary("sub", x, y, np.int32, x - y),
-                _binary("floordiv", x, d, np.int32, np.trunc(x.astype(np.float64) / d).astype(np.int32)),
-                _binary("mod", x, d, np.int32, np.fmod(x, d))]
-    for first, second in zip(runs, runs[1:]):
-        first.then = second
-    return runs[0]
+        return chain([_operator("+", x, y, np.int32, x + y), _operator("*", x, y, np.int32, x * y),
+                      _operator("-", x, y, np.int32, x - y),
+                      _operator("//", x, d, np.int32, np.trunc(x.astype(np.float64) / d).astype(np.int32)),
+                      _operator("%", x, d, np.int32, np.fmod(x, d))])
 
 
 @case()
@@ -308,24 +264,23 @@ def c_bit_operations(arch, rng):
     y = rng.integers(0, 2 ** 32, N, dtype=np.uint64).astype(np.uint32)
     shifts = rng.integers(0, 32, N).astype(np.uint32)
     sx, s_shifts = x.view(np.int32), shifts.astype(np.int32)
-    runs = [_binary("and", x, y, np.uint32, x & y), _binary("or", x, y, np.uint32, x | y),
-            _binary("xor", x, y, np.uint32, x ^ y), _binary("shl", x, shifts, np.uint32, x << shifts),
-            _binary("shr", x, shifts, np.uint32, x >> shifts),  # logical for unsigned
-            _binary("shr", sx, s_shifts, np.int32, sx >> s_shifts),  # arithmetic for signed
-            _unary("not", x, np.uint32, ~x),
-            _unary("popc", sx, np.int32, np.array([bin(v).count("1") for v in x], np.int32)),
-            _unary("clz", sx, np.int32, np.array([32 - int(v).bit_length() for v in x], np.int32))]
-    for first, second in zip(runs, runs[1:]):
-        first.then = second
-    return runs[0]
+    popc = np.array([int(v).bit_count() for v in x], np.int32)
+    clz = np.array([32 - int(v).bit_length() for v in x], np.int32)
+    return chain([_operator("&", x, y, np.uint32, x & y), _operator("|", x, y, np.uint32, x | y),
+                  _operator("^", x, y, np.uint32, x ^ y), _operator("<<", x, shifts, np.uint32, x << shifts),
+                  _operator(">>", x, shifts, np.uint32, x >> shifts),  # logical for unsigned
+                  _operator(">>", sx, s_shifts, np.int32, sx >> s_shifts),  # arithmetic for signed
+                  _unary("~", _invert, x, np.uint32, ~x),
+                  _unary("popc", libdevice.popc, sx, np.int32, popc), _unary("clz", libdevice.clz, sx, np.int32, clz)])
 
 
 @case()
 def c_libdevice_pow_atan2(arch, rng):
     x, y = np.abs(_floats(rng, 2)) + np.float32(0.01), _floats(rng, 2)
-    first = _binary("pow", x, y, np.float32, np.power(x.astype(np.float64), y), ulps(4))  # CUDA: powf 4 ulps
-    first.then = _binary("atan2", y, x, np.float32, np.arctan2(y.astype(np.float64), x), ulps(3))  # atan2f 3
-    return first
+    return chain([_binary("pow", libdevice.pow, x, y, np.float32, np.power(x.astype(np.float64), y),
+                          ulps(4)),  # CUDA: powf 4 ulps
+                  _binary("atan2", libdevice.atan2, y, x, np.float32, np.arctan2(y.astype(np.float64), x),
+                          ulps(3))])  # atan2f 3
 
 
 # -------------------- casts
@@ -338,9 +293,7 @@ def c_cast_f32_to_bf16(arch, rng):
     bf16 = _ml_dtype("bfloat16")
     nearest = bf16_bits(x).view(bf16)
     truncated = (x.view(np.uint32) >> 16).astype(np.uint16).view(bf16)
-    first = _unary("bf16", x, bf16, nearest)
-    first.then = _unary("bf16_rtz", x, bf16, truncated)
-    return first
+    return chain([_cast("bf16", x, bf16, nearest), _cast("bf16 rtz", x, bf16, truncated, rounding="rtz")])
 
 
 @case()
@@ -349,12 +302,10 @@ def c_cast_half_and_back(arch, rng):
     x[6:9] = [70000.0, 1e-6, np.float32(1 + 2 ** -11)]  # overflow to inf, a subnormal, a tie
     bf16 = _ml_dtype("bfloat16")
     with np.errstate(over="ignore"):
-        first = _unary("f16", x, np.float16, x.astype(np.float16))
-        widened_h = x.astype(np.float16)
-    widened_b = x.astype(bf16)
-    first.then = _unary("f32", widened_h, np.float32, widened_h.astype(np.float32))
-    first.then.then = _unary("f32", widened_b, np.float32, widened_b.astype(np.float32))
-    return first
+        half = x.astype(np.float16)
+    brain = x.astype(bf16)
+    return chain([_cast("f16", x, np.float16, half), _cast("f32 of f16", half, np.float32, half.astype(np.float32)),
+                  _cast("f32 of bf16", brain, np.float32, brain.astype(np.float32))])
 
 
 @case()
@@ -364,14 +315,11 @@ def c_cast_float_int(arch, rng):
     x = (rng.standard_normal(N) * 1e6).astype(np.float32)
     i = rng.integers(-2 ** 31, 2 ** 31, N, dtype=np.int64).astype(np.int32)
     u = rng.integers(0, 2 ** 32, N, dtype=np.uint64).astype(np.uint32)
-    runs = [_unary("i32", x, np.int32, np.trunc(x).astype(np.int32)),
-            _unary("u32", np.abs(x), np.uint32, np.trunc(np.abs(x)).astype(np.uint32)),
-            _unary("f32", i, np.float32, i.astype(np.float32)),
-            _unary("f32", u, np.float32, u.astype(np.float32)),
-            _unary("f64", x, np.float64, x.astype(np.float64))]
-    for first, second in zip(runs, runs[1:]):
-        first.then = second
-    return runs[0]
+    return chain([_cast("i32", x, np.int32, np.trunc(x).astype(np.int32)),
+                  _cast("u32", np.abs(x), np.uint32, np.trunc(np.abs(x)).astype(np.uint32)),
+                  _cast("f32 of i32", i, np.float32, i.astype(np.float32)),
+                  _cast("f32 of u32", u, np.float32, u.astype(np.float32)),
+                  _cast("f64", x, np.float64, x.astype(np.float64))])
 
 
 @case()
@@ -379,11 +327,11 @@ def c_cast_fp8(arch, rng):
     """f32 -> float8e5 (both archs) and float8e4nv (sm_89 and later), rounded to nearest even (in range)."""
     x = np.clip(_floats(rng, 20), -400, 400)
     e5 = _ml_dtype("float8_e5m2")
-    first = _unary("e5m2", x, e5, x.astype(e5))
+    runs = [_cast("e5m2", x, e5, x.astype(e5))]
     if arch != "sm_80":
         e4 = _ml_dtype("float8_e4m3fn")
-        first.then = _unary("e4m3", x, e4, x.astype(e4))
-    return first
+        runs.append(_cast("e4m3", x, e4, x.astype(e4)))
+    return chain(runs)
 
 
 # -------------------- reductions, scans, sorting
@@ -440,9 +388,7 @@ def c_reductions_f32(arch, rng):
             _reduce("max", x, 1, np.float32, x.max(axis=1)), _reduce("min", x, 0, np.float32, x.min(axis=0)),
             _reduce("argmax", x, 1, np.float32, x.max(axis=1), want_index=x.argmax(axis=1).astype(np.int32)),
             _reduce("argmin", x, 0, np.float32, x.min(axis=0), want_index=x.argmin(axis=0).astype(np.int32))]
-    for first, second in zip(runs, runs[1:]):
-        first.then = second
-    return runs[0]
+    return chain(runs)
 
 
 @case(xfail={"sm_80": SAME_VALUE_STORES, "sm_90a": SAME_VALUE_STORES})
@@ -454,9 +400,7 @@ def c_reductions_i32(arch, rng):
                 _reduce("xor_sum", x, 0, np.int32, np.bitwise_xor.reduce(x, axis=0)),
                 _reduce("max", x, 0, np.int32, x.max(axis=0)),
                 _reduce("prod", small, 0, np.int32, small.prod(axis=0, dtype=np.int32))]
-    for first, second in zip(runs, runs[1:]):
-        first.then = second
-    return runs[0]
+    return chain(runs)
 
 
 @triton.jit
@@ -497,9 +441,7 @@ def c_scans(arch, rng):
                 _scan("cumprod", small, np.cumprod(small, axis=1, dtype=np.int32)),
                 _scan("running_max", f, np.maximum.accumulate(f, axis=1)),
                 _scan("cumsum", f, np.cumsum(f.astype(np.float64), axis=1), close(1e-5, 1e-5))]
-    for first, second in zip(runs, runs[1:]):
-        first.then = second
-    return runs[0]
+    return chain(runs)
 
 
 @triton.jit
@@ -554,32 +496,26 @@ def c_load_2d_masks_other(arch, rng):
 
 # -------------------- atomics
 @triton.jit
-def atomic_kernel(x_ptr, out_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
+def atomic_kernel(x_ptr, out_ptr, n, ATOMIC: tl.constexpr, BLOCK: tl.constexpr):
+    """Every element into one of 8 slots with ATOMIC (tl.atomic_add, tl.atomic_max...: a constexpr)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    slot = offs % 8
-    if OP == "add":
-        tl.atomic_add(out_ptr + slot, x, mask=mask)
-    elif OP == "max":
-        tl.atomic_max(out_ptr + slot, x, mask=mask)
-    elif OP == "min":
-        tl.atomic_min(out_ptr + slot, x, mask=mask)
-    elif OP == "and":
-        tl.atomic_and(out_ptr + slot, x, mask=mask)
-    elif OP == "or":
-        tl.atomic_or(out_ptr + slot, x, mask=mask)
-    elif OP == "xor":
-        tl.atomic_xor(out_ptr + slot, x, mask=mask)
-    elif OP == "xchg_sum":  # each element swapped in, the old value added to a second table
-        old = tl.atomic_xchg(out_ptr + offs, x, mask=mask)
-        tl.atomic_add(out_ptr + n + slot, old, mask=mask)
+    ATOMIC(out_ptr + offs % 8, tl.load(x_ptr + offs, mask=mask), mask=mask)
 
 
-def _atomic(op, x, initial, want, check=exact):
+@triton.jit
+def exchange_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Each element exchanged into a table, the old value added into one of 8 slots past it."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    old = tl.atomic_xchg(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+    tl.atomic_add(out_ptr + n + offs % 8, old, mask=mask)
+
+
+def _atomic(atomic, x, initial, want, check=exact):
     out = initial.copy()
-    return Run(atomic_kernel, (triton.cdiv(x.size, 128),), (x, out, x.size), dict(OP=op, BLOCK=128),
-               [Output(f"atomic_{op}", out, want, check)])
+    return Run(atomic_kernel, (triton.cdiv(x.size, 128),), (x, out, x.size), dict(ATOMIC=atomic, BLOCK=128),
+               [Output(atomic.__name__, out, want, check)])
 
 
 def _by_slot(x, reduce, initial):
@@ -591,15 +527,13 @@ def c_atomics_integer(arch, rng):
     x = rng.integers(-2 ** 20, 2 ** 20, 1000).astype(np.int32)
     bits = rng.integers(0, 2 ** 31, 1000).astype(np.int32)
     zeros, ones = np.zeros(8, np.int32), np.full(8, -1, np.int32)
-    runs = [_atomic("add", x, zeros, _by_slot(x, np.sum, zeros)),
-            _atomic("max", x, zeros, _by_slot(x, np.max, zeros)),
-            _atomic("min", x, zeros, _by_slot(x, np.min, zeros)),
-            _atomic("and", bits, ones, _by_slot(bits, np.bitwise_and.reduce, ones)),
-            _atomic("or", bits, zeros, _by_slot(bits, np.bitwise_or.reduce, zeros)),
-            _atomic("xor", bits, zeros, _by_slot(bits, np.bitwise_xor.reduce, zeros))]
-    for first, second in zip(runs, runs[1:]):
-        first.then = second
-    return runs[0]
+    runs = [_atomic(tl.atomic_add, x, zeros, _by_slot(x, np.sum, zeros)),
+            _atomic(tl.atomic_max, x, zeros, _by_slot(x, np.max, zeros)),
+            _atomic(tl.atomic_min, x, zeros, _by_slot(x, np.min, zeros)),
+            _atomic(tl.atomic_and, bits, ones, _by_slot(bits, np.bitwise_and.reduce, ones)),
+            _atomic(tl.atomic_or, bits, zeros, _by_slot(bits, np.bitwise_or.reduce, zeros)),
+            _atomic(tl.atomic_xor, bits, zeros, _by_slot(bits, np.bitwise_xor.reduce, zeros))]
+    return chain(runs)
 
 
 @case()
@@ -607,9 +541,8 @@ def c_atomics_float_max_min(arch, rng):
     """atomic_max and atomic_min of f32 (Triton splits them by sign into integer atomics)."""
     x = rng.standard_normal(1000).astype(np.float32)
     low, high = np.full(8, -np.inf, np.float32), np.full(8, np.inf, np.float32)
-    first = _atomic("max", x, low, _by_slot(x, np.max, low))
-    first.then = _atomic("min", x, high, _by_slot(x, np.min, high))
-    return first
+    return chain([_atomic(tl.atomic_max, x, low, _by_slot(x, np.max, low)),
+                  _atomic(tl.atomic_min, x, high, _by_slot(x, np.min, high))])
 
 
 @case(deterministic=False)
@@ -617,7 +550,7 @@ def c_atomic_add_f32(arch, rng):
     """Float atomic adds: the order, so the last bits, vary on a GPU."""
     x = rng.standard_normal(1000).astype(np.float32)
     zeros = np.zeros(8, np.float32)
-    return _atomic("add", x, zeros, _by_slot(x.astype(np.float64), np.sum, zeros).astype(np.float64),
+    return _atomic(tl.atomic_add, x, zeros, _by_slot(x.astype(np.float64), np.sum, zeros).astype(np.float64),
                    close(1e-5, 1e-5))
 
 
@@ -629,7 +562,7 @@ def c_atomic_xchg(arch, rng):
     x = rng.integers(1, 100, n).astype(np.int32)
     out = np.zeros(n + 8, np.int32)
     want = np.concatenate([x, np.zeros(8, np.int32)])
-    return Run(atomic_kernel, (n // 128,), (x, out, n), dict(OP="xchg_sum", BLOCK=128), [Output("xchg", out, want)])
+    return Run(exchange_kernel, (n // 128,), (x, out, n), dict(BLOCK=128), [Output("xchg", out, want)])
 
 
 @triton.jit

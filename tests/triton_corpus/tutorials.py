@@ -157,11 +157,13 @@ MATMUL_TYPES = {
     "bf16": ("bfloat16", 2.0 ** -23, "bfloat16"),
     "fp32": ("float32", 2.0 ** -23, "float32"),   # input_precision="ieee": f32 FMAs
     "tf32": ("float32", 2.0 ** -10, "float32"),   # the default for f32 operands: rounded to tf32
+    # the products are exact in f32; Hopper keeps 13 fraction bits of their sums
+    "e4m3": ("float8_e4m3fn", 2.0 ** -13, "float16"),
 }
 
 
 def _operand(rng, shape, dtype_name):
-    dtype = _ml_dtype(dtype_name) if dtype_name == "bfloat16" else np.dtype(dtype_name)
+    dtype = _ml_dtype(dtype_name) if dtype_name in ("bfloat16", "float8_e4m3fn") else np.dtype(dtype_name)
     return (rng.standard_normal(shape) * 0.5).astype(np.float32).astype(dtype)
 
 
@@ -633,17 +635,23 @@ def _compute_pid(tile_id, num_pid_in_group, num_pid_m, GROUP_SIZE_M: tl.constexp
 
 
 @triton.jit
+def _tiles(M, N, K, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+           GROUP_SIZE_M: tl.constexpr):
+    """The tiles of a persistent matmul: row blocks, tiles per group, tiles, K steps."""
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    return num_pid_m, GROUP_SIZE_M * num_pid_n, num_pid_m * num_pid_n, tl.cdiv(K, BLOCK_SIZE_K)
+
+
+@triton.jit
 def matmul_kernel_persistent(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
                              stride_cn, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
                              BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, NUM_SMS: tl.constexpr):
     start_pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
-    num_tiles = num_pid_m * num_pid_n
+    num_pid_m, num_pid_in_group, num_tiles, k_tiles = _tiles(M, N, K, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K,
+                                                             GROUP_SIZE_M)
     tile_id_c = start_pid - NUM_SMS
     offs_k_for_mask = tl.arange(0, BLOCK_SIZE_K)
-    num_pid_in_group = GROUP_SIZE_M * num_pid_n
     for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
         pid_m, pid_n = _compute_pid(tile_id, num_pid_in_group, num_pid_m, GROUP_SIZE_M)
         start_m = pid_m * BLOCK_SIZE_M
@@ -700,12 +708,9 @@ def matmul_kernel_descriptor_persistent(a_desc, b_desc, c_desc, M, N, K, BLOCK_S
                                         GROUP_SIZE_M: tl.constexpr, NUM_SMS: tl.constexpr):
     dtype = tl.float16
     start_pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
-    num_tiles = num_pid_m * num_pid_n
+    num_pid_m, num_pid_in_group, num_tiles, k_tiles = _tiles(M, N, K, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K,
+                                                             GROUP_SIZE_M)
     tile_id_c = start_pid - NUM_SMS
-    num_pid_in_group = GROUP_SIZE_M * num_pid_n
     for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
         pid_m, pid_n = _compute_pid(tile_id, num_pid_in_group, num_pid_m, GROUP_SIZE_M)
         offs_am = pid_m * BLOCK_SIZE_M
@@ -746,38 +751,14 @@ def t09_persistent_matmul_tma_descriptors(arch, rng):
 
 
 # -------------------- 10 8-bit floats, block scaling
-@triton.jit
-def fp8_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
-    b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptrs)
-        b = tl.load(b_ptrs)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K * N
-    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc)
+@case(heavy=True, skip={"sm_80": "Triton 3.6 has no float8e4nv below sm_89"})
+def t10_fp8_e4m3_matmul(arch, rng):
+    """Tutorial 03's kernel on 8-bit float operands (as its fp8 variant runs it), an f16 result."""
+    return _matmul_run(rng, "e4m3", 64, 64, 64)
 
 
 def _fp8_operands(rng, shape, dtype_name):
     return (rng.standard_normal(shape) * 2).astype(np.float32).astype(_ml_dtype(dtype_name))
-
-
-@case(heavy=True, skip={"sm_80": "Triton 3.6 has no float8e4nv below sm_89"})
-def t10_fp8_e4m3_matmul(arch, rng):
-    M, N, K = 64, 64, 64
-    a, b = _fp8_operands(rng, (M, K), "float8_e4m3fn"), _fp8_operands(rng, (K, N), "float8_e4m3fn")
-    c = np.zeros((M, N), np.float32)
-    return Run(fp8_matmul_kernel, (1, 1), (a, b, c, M, N, K), dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4),
-               # the e4m3 products are exact in f32; Hopper keeps 13 fraction bits of the sums
-               [Output("c", c, a.astype(np.float64) @ b.astype(np.float64), dot_bound(a, b, 2.0 ** -13))])
 
 
 @triton.jit
