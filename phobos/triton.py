@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,12 +44,14 @@ import numpy as np
 
 from .errors import LaunchError, raised_at_call_site
 from .run import emulator
+from .run.emulator.ptxtypes import TYPES
 from .run.tensor_map import DTYPES, SWIZZLES, TensorMap
 
 try:
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import JITFunction, create_function_from_signature
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -86,9 +89,8 @@ SCALAR_PACKING["f32"] = SCALAR_PACKING["fp32"]
 _INTEGER_RANGES = {f"i{b}": (-(1 << (b - 1)), (1 << (b - 1)) - 1) for b in (8, 16, 32, 64)} | \
                   {f"u{b}": (0, (1 << b) - 1) for b in (8, 16, 32, 64)}
 
-#: The CUtensorMapDataType (host enum) of the element types a TMA descriptor of Triton carries
-#: (its metadata gives the device enum; driver.py TMA_DTYPE_DEVICE_TO_HOST).
-_DEVICE_TO_HOST_TMA_TYPE = {**{i: i for i in range(16)}, 8: 10, 9: 8, 10: 9}
+#: The element types of TMA descriptors by CUtensorMapDataType (the host enum; Triton's metadata gives the
+#: device enum, which TMA_DTYPE_DEVICE_TO_HOST translates).
 _TMA_TYPE_NAMES = {code: name for name, (code, _) in reversed(DTYPES.items())}  # code 0: "u8"
 _SWIZZLE_NAMES = {code: name for name, (code, _) in SWIZZLES.items()}
 
@@ -197,6 +199,15 @@ def _arrays(name: str, value: Any):
 
 
 _SCALARS = (bool, int, float)
+#: Where the binder's stand-ins for arrays point (any address aligned as the emulator's allocations are).
+STAND_IN_BASE = 1 << 40
+
+
+def _replaced(value: Any, table: dict[int, Any]) -> Any:
+    """`value` with the objects `table` names (by id) replaced, in tuples too."""
+    if isinstance(value, tuple):
+        return tuple(_replaced(item, table) for item in value)
+    return table.get(id(value), value)
 
 
 def _check_argument(where: str, value: Any) -> Any:
@@ -283,7 +294,7 @@ def _descriptor_arguments(label: str, ty: str, desc: TensorDescriptor, memory: H
                 PtxArgument(f"{label}.padding", "i1", desc.padding == "nan"), *tail]
     if meta.get("fp4_padded"):
         raise LaunchError(f"{label}: padded fp4 tensor descriptors are not supported by the emulator")
-    dtype = _TMA_TYPE_NAMES[_DEVICE_TO_HOST_TMA_TYPE[meta["elem_type"]]]
+    dtype = _TMA_TYPE_NAMES[TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]]]
     size = int(meta["elem_size"])
     try:
         tmap = TensorMap(base, dtype, tuple(reversed(shape)), tuple(s * size for s in reversed(strides[:-1])),
@@ -306,10 +317,12 @@ def _ptx_value(arg: PtxArgument, ptx_type: str, kernel: str) -> Any:
     width, pack = bits_of
     if arg.type in _INTEGER_RANGES:
         low, high = _INTEGER_RANGES[arg.type]
-        if not low <= int(arg.value) <= high:
-            raise LaunchError(f"{where} is {arg.type}; {int(arg.value)} is out of range")
+        if not isinstance(arg.value, int):
+            raise LaunchError(f"{where} is {arg.type}; {arg.value!r} is not an integer")
+        if not low <= arg.value <= high:
+            raise LaunchError(f"{where} is {arg.type}; {arg.value} is out of range")
     bits = pack(arg.value) & ((1 << width) - 1)
-    t = emulator.machine.TYPES[ptx_type]
+    t = TYPES[ptx_type]
     if t.is_float:
         return np.array([bits], f"u{t.bits // 8}").view(t.dtype)[0]
     if t.kind == "s" and bits >> (t.bits - 1):
@@ -408,32 +421,18 @@ class EmulatedKernel:
             for part, array in _arrays(label, value):
                 spans[part] = (array, _span(array, f"argument {part} of {name}"))
         memory = HostMemory(spans)
-        seen: dict[int, Any] = {}
-
-        def for_binder(value):
-            if isinstance(value, tuple):
-                return tuple(for_binder(v) for v in value)
-            if id(value) in memory.pointers and not isinstance(value, TensorDescriptor):
-                pointer = memory.pointers[id(value)]
-                stand_in = HostArray(spans_by_id[id(value)].dtype, (1 << 40) + pointer.offset)
-                seen[id(stand_in)] = value
-                return stand_in
-            return value
-
-        spans_by_id = {id(array): span for array, span in spans.values()}
+        # the binder sees each array as a HostArray at the alignment it has in the emulator's memory (whose
+        # allocations are 256-byte aligned: a pointer's alignment is that of its offset)
+        stand_ins = {id(array): HostArray(span.dtype, STAND_IN_BASE + memory.pointer(array).offset)
+                     for array, span in spans.values()}
+        arrays = {id(stand_ins[id(array)]): array for array, _ in spans.values()}
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         try:
-            bound, specialization, options = binder(*[for_binder(v) for v in positional],
-                                                    **{k: for_binder(v) for k, v in given.items()})
+            bound, specialization, options = binder(*[_replaced(v, stand_ins) for v in positional],
+                                                    **{k: _replaced(v, stand_ins) for k, v in given.items()})
         except TypeError as problem:
             raise LaunchError(f"{name}: {problem}") from None
-
-        def original(value):
-            if isinstance(value, tuple):
-                return tuple(original(v) for v in value)
-            return seen.get(id(value), value)
-
-        originals = {k: original(v) for k, v in bound.items()}
+        originals = {k: _replaced(v, arrays) for k, v in bound.items()}
         return BoundCall(backend, given, bound, originals, specialization, options, memory)
 
     def _compile(self, call: "BoundCall") -> Compiled:
@@ -452,7 +451,7 @@ class EmulatedKernel:
     def _launch(self, compiled: Compiled, call: "BoundCall", grid: tuple[int, int, int]):
         meta = compiled.metadata
         name = compiled.name
-        descriptors = iter(getattr(meta, "tensordesc_meta", None) or [None] * 64)
+        descriptors = iter(meta.tensordesc_meta) if getattr(meta, "tensordesc_meta", None) else itertools.repeat(None)
         arguments = [arg for param, ty in compiled.signature.items()
                      for arg in _expand(param, ty, call.originals[param], call.memory, descriptors)]
         ctas = grid[0] * grid[1] * grid[2] * meta.num_ctas

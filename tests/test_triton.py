@@ -255,6 +255,21 @@ def test_bad_arguments_name_the_parameter():
         kernel[(1,)](torch.zeros(16, device="meta"), x, 16, BLOCK=16)
 
 
+@triton.jit
+def annotated_kernel(out_ptr, value: tl.int32):
+    tl.store(out_ptr, value)
+
+
+def test_scalars_must_fit_their_annotated_types():
+    out = np.zeros(1, np.int32)
+    phobos.triton.emulate(annotated_kernel)[(1,)](out, -5)
+    assert out[0] == -5
+    with pytest.raises(LaunchError, match=r"argument value of annotated_kernel is i32; 1099511627776 is out of range"):
+        phobos.triton.emulate(annotated_kernel)[(1,)](out, 2 ** 40)
+    with pytest.raises(LaunchError, match=r"argument value of annotated_kernel is i32; 2.5 is not an integer"):
+        phobos.triton.emulate(annotated_kernel)[(1,)](out, 2.5)
+
+
 def test_bad_targets_and_wrapped_kernels_are_refused_clearly():
     with pytest.raises(LaunchError, match="arch must be one of sm_80, .*got 'sm_100'"):
         phobos.triton.emulate(copy_kernel, arch="sm_100")
