@@ -324,13 +324,18 @@ def c_cast_float_int(arch, rng):
 
 @case()
 def c_cast_fp8(arch, rng):
-    """f32 -> float8e5 (both archs) and float8e4nv (sm_89 and later), rounded to nearest even (in range)."""
+    """f32 -> float8e5 (both archs) and float8e4nv (sm_89 and later), rounded to nearest even (in range);
+    on sm_90a f16 to and from both too (cvt's e4m3x2 and e5m2x2 forms on pairs of f16)."""
     x = np.clip(_floats(rng, 20), -400, 400)
     e5 = _ml_dtype("float8_e5m2")
     runs = [_cast("e5m2", x, e5, x.astype(e5))]
     if arch != "sm_80":
         e4 = _ml_dtype("float8_e4m3fn")
-        runs.append(_cast("e4m3", x, e4, x.astype(e4)))
+        half = x.astype(np.float16)
+        runs += [_cast("e4m3", x, e4, x.astype(e4)), _cast("e4m3 of f16", half, e4, half.astype(e4)),
+                 _cast("e5m2 of f16", half, e5, half.astype(e5)),
+                 _cast("f16 of e4m3", x.astype(e4), np.float16, x.astype(e4).astype(np.float16)),
+                 _cast("f16 of e5m2", x.astype(e5), np.float16, x.astype(e5).astype(np.float16))]
     return chain(runs)
 
 
