@@ -6,6 +6,10 @@
 #           [--tma] [-o out.ptx]
 #           [--dump-ast | --dump-ir | --dump-thread-ir | --dump-schedule | --dump-after=PASS]
 #   cache info | cache clear            where the disk cache is, what it holds; empty it
+#   emulate FILE.ptx --grid X[,Y,Z] --block X[,Y,Z] [--kernel K] [--shared BYTES] [--cluster X[,Y,Z]]
+#           [--arg [NAME=]VALUE]... [--out DIR] [--no-race-checks] [--tensor-cores hopper|ampere]
+#                                       run PTX from any producer (nvcc -ptx, Triton, by hand) in the
+#                                       emulator; VALUE is FILE.npy, zeros:DTYPE:SHAPE or a number
 #   --version
 #
 # `-D` may set a value the kernel's @autotune list does not have: it is
@@ -22,6 +26,10 @@ import argparse
 import os
 import stat
 import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from . import cli
 from .compiler import (INDEX_WIDTHS, PASS_NAMES, TARGETS, Dumps, compile_kernel, parse_source, pick_kernel,
@@ -192,6 +200,130 @@ def cmd_cache(args) -> int:
     return 0
 
 
+#: Element types of `zeros:DTYPE:SHAPE` arguments: PTX's names, and numpy's for the rest.
+_PTX_DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "s8": "int8", "s16": "int16", "s32": "int32",
+               "s64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "b8": "uint8",
+               "b16": "uint16", "b32": "uint32", "b64": "uint64"}
+
+
+@dataclass
+class EmulatorArgument:
+    """One `--arg`: the parameter it names (None: the next one in order), its value (an array or a number),
+    and where an array the kernel writes is saved (None: a number)."""
+
+    name: str | None
+    value: Any
+    save_as: str | None
+
+
+def _sizes(text: str, what: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be 1 to 3 positive integers separated by commas, "
+                                         f"got '{text}'") from None
+    if not 1 <= len(sizes) <= 3 or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{what} must be 1 to 3 positive integers separated by commas, got '{text}'")
+    return sizes
+
+
+def _argument_value(text: str, param: str, ptx_type: str, out: str | None) -> EmulatorArgument | str:
+    """The value `text` gives parameter `param` of PTX type `ptx_type`, or why it cannot."""
+    if ptx_type == "bytes":
+        return f"parameter {param} is a byte array (a tensor map?), which the command line cannot give"
+    if text.startswith("zeros:"):
+        parts = text.split(":")
+        if len(parts) != 3:
+            return f"{param}={text}: expected zeros:DTYPE:SHAPE (zeros:f32:1024, zeros:s32:64x64)"
+        try:
+            dtype = np.dtype(_PTX_DTYPES.get(parts[1], parts[1]))
+            shape = tuple(int(size) for size in parts[2].split("x"))
+        except (TypeError, ValueError):
+            return f"{param}={text}: expected zeros:DTYPE:SHAPE with a numpy or PTX element type and sizes like 64x64"
+        return EmulatorArgument(param, np.zeros(shape, dtype), os.path.join(out or ".", f"{param}.npy"))
+    if text.endswith(".npy"):
+        try:
+            array = np.load(text, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            return f"{param}={text}: cannot read it: {getattr(err, 'strerror', None) or err}"
+        return EmulatorArgument(param, array, os.path.join(out, os.path.basename(text)) if out else text)
+    try:
+        number = float(text) if ptx_type.startswith("f") else int(text, 0)
+    except ValueError:
+        kind = "a number" if ptx_type.startswith("f") else "an integer"
+        return f"{param}={text}: .{ptx_type} takes {kind}, a FILE.npy or zeros:DTYPE:SHAPE"
+    return EmulatorArgument(param, number, None)
+
+
+def _bind_arguments(texts: list[str], params: list[tuple[str, str]], out: str | None) -> list[EmulatorArgument] | str:
+    """The `--arg` values in parameter order, or why they do not fit the parameters."""
+    names = [name for name, _ in params]
+    given: dict[str, str] = {}
+    positional = []
+    for text in texts:
+        name, sep, value = text.partition("=")
+        if sep and name in names:
+            if name in given:
+                return f"parameter {name} is given twice"
+            given[name] = value
+        elif sep and name.isidentifier() and not name.endswith(".npy"):
+            return f"the kernel has no parameter {name!r} (its parameters: {', '.join(names)})"
+        else:
+            positional.append(text)
+    free = [name for name in names if name not in given]
+    if len(positional) > len(free):
+        return f"{len(texts)} arguments for {len(names)} parameters ({', '.join(names)})"
+    given.update(zip(free, positional))
+    missing = [name for name in names if name not in given]
+    if missing:
+        plural = "s" if len(missing) > 1 else ""
+        return f"no value{plural} for parameter{plural} {', '.join(missing)} (--arg NAME=VALUE)"
+    arguments = []
+    for name, ptx_type in params:
+        argument = _argument_value(given[name], name, ptx_type, out)
+        if isinstance(argument, str):
+            return argument
+        arguments.append(argument)
+    return arguments
+
+
+def cmd_emulate(args) -> int:
+    from .run import emulator
+    text = _read(args.file)
+    if args.out and not os.path.isdir(args.out):
+        return _usage_error(f"--out {args.out} is not a directory")
+    try:
+        module = emulator.load_module(text, args.file)
+    except PhobosError as err:
+        print(err.diagnostic(), file=sys.stderr)
+        return 1
+    names = list(module.kernels)
+    if args.kernel is None and len(names) != 1:
+        return _usage_error(f"{args.file} has {len(names)} kernels; name one with --kernel ({', '.join(names)})")
+    name = args.kernel or names[0]
+    if name not in module.kernels:
+        return _usage_error(f"{args.file} has no kernel {name!r} (it has {', '.join(names) or 'none'})")
+    kernel = module.kernels[name]
+    arguments = _bind_arguments(args.arg, kernel.params, args.out)
+    if isinstance(arguments, str):
+        return _usage_error(f"{name}: {arguments}")
+    module.register_sources(os.path.dirname(os.path.abspath(args.file)))
+    before = [np.copy(a.value) if a.save_as else None for a in arguments]
+    try:
+        stats = kernel.launch(args.grid, args.block, [a.value for a in arguments], args.shared,
+                              check_races=args.race_checks, tensor_cores=args.tensor_cores, cluster=args.cluster)
+    except PhobosError as err:
+        print(err.diagnostic(), file=sys.stderr)
+        return 1
+    print(f"{name}: {stats.threads} threads ({stats.grid} x {stats.block}), {stats.steps} instruction steps, "
+          f"{stats.seconds:.2f} s", file=sys.stderr)
+    for argument, old in zip(arguments, before):
+        if argument.save_as and not np.array_equal(old, argument.value):
+            np.save(argument.save_as, argument.value)
+            print(f"wrote {argument.name} to {argument.save_as}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     return cli.run(lambda: _main(argv))
 
@@ -232,8 +364,31 @@ def _main(argv: list[str] | None) -> int:
                            f"picks the level)")
     store = sub.add_parser("cache", help="show where the disk cache is and what it holds, or empty it")
     store.add_argument("action", choices=["info", "clear"])
+    emulate = sub.add_parser("emulate", help="run a PTX kernel (from nvcc -ptx, Triton, by hand...) in the emulator",
+                             description="Run one kernel of a PTX file in the emulator, with every check of "
+                                         "docs/emulator.md. Arguments are the kernel's parameters in order, or "
+                                         "NAME=VALUE: FILE.npy (an array, written back if the kernel changes "
+                                         "it), zeros:DTYPE:SHAPE (a new array, saved as NAME.npy), or a number.")
+    emulate.add_argument("file", metavar="FILE.ptx")
+    emulate.add_argument("--kernel", help="which .entry, when the file has several")
+    emulate.add_argument("--grid", required=True, type=lambda t: _sizes(t, "--grid"), metavar="X[,Y,Z]")
+    emulate.add_argument("--block", required=True, type=lambda t: _sizes(t, "--block"), metavar="X[,Y,Z]")
+    emulate.add_argument("--cluster", type=lambda t: _sizes(t, "--cluster"), metavar="X[,Y,Z]",
+                         help="thread-block cluster shape (default: the kernel's .reqnctapercluster, else 1)")
+    emulate.add_argument("--shared", type=int, default=0, metavar="BYTES", help="dynamic shared memory")
+    emulate.add_argument("--arg", action="append", default=[], metavar="[NAME=]VALUE",
+                         help="one parameter's value: FILE.npy, zeros:DTYPE:SHAPE (zeros:f32:1024) or a number")
+    emulate.add_argument("--out", metavar="DIR", help="save the arrays the kernel writes here (default: over their "
+                                                      ".npy files; zeros: arrays in the current directory)")
+    emulate.add_argument("--no-race-checks", dest="race_checks", action="store_false",
+                         help="turn off the race detectors (faster)")
+    emulate.add_argument("--tensor-cores", default="hopper", choices=["hopper", "ampere"],
+                         help="the numeric model of mma and wgmma (docs/tensor_cores.md)")
     args = parser.parse_args(argv)
-    return {"check": cmd_check, "compile": cmd_compile, "cache": cmd_cache}[args.command](args)
+    if args.command == "emulate" and args.shared < 0:
+        parser.error("--shared must be a non-negative number of bytes")
+    return {"check": cmd_check, "compile": cmd_compile, "cache": cmd_cache,
+            "emulate": cmd_emulate}[args.command](args)
 
 
 if __name__ == "__main__":

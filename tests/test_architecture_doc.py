@@ -30,7 +30,7 @@ NOT_DEFINITIONS = {"TABLE", "PLY", "p_"}
 
 
 #: Libraries of optional extras that modules of the package import, and the extra that brings each.
-OPTIONAL_LIBRARIES = {"dask": "distributed", "distributed": "distributed"}
+OPTIONAL_LIBRARIES = {"dask": "distributed", "distributed": "distributed", "triton": "triton"}
 
 
 def _modules() -> tuple[dict[str, object], dict[str, str]]:

@@ -40,6 +40,7 @@ def test_the_test_extra_brings_what_the_examples_and_the_dag_tests_need():
     test = extras["test"]
     assert "ml_dtypes" in test
     (own,) = re.findall(r"phobos-tile\[([\w,]+)\]", test)
-    assert {"ptxas", "distributed"} <= set(own.split(","))
+    assert {"ptxas", "distributed", "triton"} <= set(own.split(","))
     assert "dask[distributed]" in extras["distributed"]
+    assert "triton==3.6.0" in extras["triton"]  # the version phobos.triton follows (its binder and launcher)
     assert '-e ".[test]"' in quick_start_commands()[0]

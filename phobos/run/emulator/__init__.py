@@ -34,10 +34,10 @@
 from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, DivergentBranch, EmulatorError,
                      GlobalMemoryRace, MemoryFault, MisalignedAddress, NonCoherentRead, PtxSyntaxError,
                      SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
-from .machine import Kernel, LaunchStats, Module, launch, load_module
+from .machine import Kernel, LaunchStats, Module, Pointer, launch, load_module
 
 __all__ = [
-    "launch", "load_module", "Module", "Kernel", "LaunchStats",
+    "launch", "load_module", "Module", "Kernel", "LaunchStats", "Pointer",
     "EmulatorError", "PtxSyntaxError", "UnsupportedPtx", "MemoryFault", "MisalignedAddress",
     "SharedMemoryRace", "GlobalMemoryRace", "NonCoherentRead", "AsyncCopyHazard", "BarrierError",
     "DivergentBranch", "WarpSyncError", "ArithmeticFault", "TrapError",

@@ -45,7 +45,9 @@
 from __future__ import annotations
 
 import functools
+import linecache
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -84,6 +86,17 @@ logger = logging.getLogger(__name__)
 # Shared memory per block (bytes) on the targets Phobos cares about.
 SHARED_LIMITS = {"sm_70": 96 << 10, "sm_75": 64 << 10, "sm_80": 163 << 10, "sm_86": 99 << 10,
                  "sm_87": 163 << 10, "sm_89": 99 << 10, "sm_90": 227 << 10, "sm_90a": 227 << 10}
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """A pointer argument `offset` bytes into `array`: several pointers into one array share its one
+    allocation (views of one buffer, as a GPU sees them).  `name` names the allocation in messages
+    (default: the first parameter that points into it)."""
+
+    array: np.ndarray
+    offset: int = 0
+    name: str | None = None
 
 
 @dataclass
@@ -620,16 +633,10 @@ class Kernel:
                 raise LaunchError(f"{where} needs {param.size} bytes, got {len(raw)}")
             return raw
         t = TYPES[param.type]
-        if isinstance(value, np.ndarray) and value.ndim > 0:
+        if isinstance(value, Pointer) or (isinstance(value, np.ndarray) and value.ndim > 0):
             if t.bits != 64 or t.is_float:
                 raise LaunchError(f"{where} is .{t.name}; an array needs a .u64 pointer parameter")
-            if value.dtype.hasobject:
-                raise LaunchError(f"{where}: arrays of Python objects cannot be copied to the device")
-            address = allocated.get(id(value))
-            if address is None:
-                address = allocated[id(value)] = glob.allocate(np.ascontiguousarray(value), param.name)
-                arrays.append((value, address, param.name))
-            value = address
+            value = self._address(value, param.name, glob, allocated, arrays)
         elif value is None and t.bits == 64 and not t.is_float:
             value = 0
         if t.is_float:
@@ -648,21 +655,30 @@ class Kernel:
         """The emulator's encoding of a tensor map over a NumPy array (allocated like an
         array argument, and copied back after the run)."""
         where = f"argument {param.name} of {self.name}"
-        array = tmap.tensor
-        if not isinstance(array, np.ndarray):
+        if not isinstance(tmap.tensor, (np.ndarray, Pointer)):
             raise LaunchError(f"{where}: in the emulator a TensorMap describes a NumPy array, "
-                              f"not {type(array).__name__}")
+                              f"not {type(tmap.tensor).__name__}")
         if param.size != 128:
             raise LaunchError(f"{where}: a tensor map parameter is .b8 [128], not {param.size} bytes")
-        address = allocated.get(id(array))
-        if address is None:
-            address = allocated[id(array)] = glob.allocate(np.ascontiguousarray(array), param.name)
-            arrays.append((array, address, param.name))
+        address = self._address(tmap.tensor, param.name, glob, allocated, arrays)
         try:
             raw = tmap.emulator_bytes(address)
         except ValueError as problem:
             raise LaunchError(f"{where}: {problem}") from None
         return np.frombuffer(raw, np.uint8)
+
+    def _address(self, value, name: str, glob, allocated, arrays) -> int:
+        """The address of an array argument (or of a Pointer into one): each array is copied into global
+        memory once, however many arguments name it, and copied back after the run."""
+        array, offset = (value.array, value.offset) if isinstance(value, Pointer) else (value, 0)
+        if array.dtype.hasobject:
+            raise LaunchError(f"argument {name} of {self.name}: arrays of Python objects cannot be copied to the device")
+        address = allocated.get(id(array))
+        if address is None:
+            label = value.name if isinstance(value, Pointer) and value.name else name
+            address = allocated[id(array)] = glob.allocate(np.ascontiguousarray(array), label)
+            arrays.append((array, address, label))
+        return address + offset
 
     def _copy_back(self, arrays, glob: GlobalSpace) -> None:
         for array, address, name in arrays:
@@ -693,6 +709,7 @@ class Module:
         lines = ptx_text.splitlines()
         self.name = name
         self.target = tree.target
+        self.files = list(tree.files.values())  # the source files its `.file` directives name
         self.variables = self._place_variables(tree)
         addresses = {v.name: (v.space, v.address) for v in self.variables}
         self.kernels = {e.name: Kernel(Decoder(tree, e, name, lines, addresses).decode(), self)
@@ -717,6 +734,19 @@ class Module:
             placed.append(ModuleVariable(var.name, var.space, layout.allocate(data, var.name), data))
         return placed
 
+    def register_sources(self, *folders: str) -> list[str]:
+        """Give errors the text of the source files the `.file` directives name (as named, else relative
+        to one of `folders`), so that they quote the source line at fault; the names of those found."""
+        found = []
+        for name in self.files:
+            for path in [name] + [os.path.join(folder, name) for folder in folders if not os.path.isabs(name)]:
+                lines = linecache.getlines(path)
+                if lines:
+                    SourceFile.register(name, "".join(lines))
+                    found.append(name)
+                    break
+        return found
+
     def kernel(self, name: str) -> Kernel:
         if name not in self.kernels:
             raise LaunchError(f"{self.name} has no kernel {name!r} (it has {', '.join(self.kernels) or 'none'})")
@@ -739,7 +769,8 @@ def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
 
     grid, block: 1 to 3 sizes.  args: one per `.entry` parameter, in order -
     a NumPy array for a pointer parameter (copied into emulated global memory,
-    and copied back in place after the run), a number for a scalar parameter.
+    and copied back in place after the run), or a `Pointer` into one (pointers
+    into the same array share its allocation), a number for a scalar parameter.
     shared_bytes: the dynamic shared memory size.  source_text: the Phobos
     source named by the module's `.file`, so that errors can quote it.
     name: the PTX file name used in messages.  options: check_races (default
@@ -749,6 +780,6 @@ def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
     cluster shape, as the launch attribute gives it; by default the kernel's
     .reqnctapercluster, else clusters of one CTA), output (what printf's lines
     are written with; default sys.stdout.write).  A `.b8 [128]` parameter
-    takes a phobos.run.tensor_map.TensorMap over a NumPy array.
+    takes a phobos.run.tensor_map.TensorMap over a NumPy array (or a Pointer).
     """
     return load_module(ptx_text, name).launch(kernel, grid, block, args, shared_bytes, source_text, **options)
