@@ -202,6 +202,13 @@ def flush(x):
     return np.where(np.abs(x) < np.finfo(x.dtype).tiny, np.copysign(x.dtype.type(0), x), x).astype(x.dtype)
 
 
+def flush_format(x, fmt: FloatFormat):
+    """`.ftz` of values of the narrow format `fmt` held as float64: those below its smallest normal
+    number become zeros of the same sign."""
+    x = np.asarray(x, np.float64)
+    return np.where(np.abs(x) < math.ldexp(1.0, fmt.emin), np.copysign(0.0, x), x)
+
+
 def saturate(x):
     """`.sat`: clamp to [0, 1], NaN to +0."""
     return np.where(np.isnan(x), x.dtype.type(0), np.clip(x, 0, 1)).astype(x.dtype)
@@ -416,17 +423,25 @@ def subtract(add):
     return sub
 
 
-def extreme(larger: bool, nan_wins: bool):
+def extreme(larger: bool, nan_wins: bool, xorsign_abs: bool = False):
     """PTX's max (larger) or min of two floats; `nan_wins` is the `.NaN` modifier (any NaN operand
-    gives the canonical NaN), else a NaN operand is ignored."""
+    gives the canonical NaN), else a NaN operand is ignored; `.xorsign.abs`: of the operands'
+    magnitudes, with the exclusive or of their signs (a NaN result keeps none)."""
     fn = maximum if larger else minimum
-    if not nan_wins:
+    if nan_wins:
+        plain_fn = fn
+
+        def fn(a, b):
+            out = plain_fn(a, b)
+            return np.where(np.isnan(a) | np.isnan(b), canonical_nan(np.asarray(out).dtype), out)
+    if not xorsign_abs:
         return fn
 
-    def with_nan(a, b):
-        out = fn(a, b)
-        return np.where(np.isnan(a) | np.isnan(b), canonical_nan(np.asarray(out).dtype), out)
-    return with_nan
+    def with_sign(a, b):
+        negative = np.signbit(a) ^ np.signbit(b)
+        out = np.asarray(fn(np.abs(a), np.abs(b)))
+        return np.where(negative & ~np.isnan(out), -out, out)
+    return with_sign
 
 
 def approximate(fn):
