@@ -85,9 +85,9 @@ SIXTEEN_BIT = [row[0] for row in forms.ROUNDED] + [
 
 @pytest.mark.parametrize("instruction", SIXTEEN_BIT)
 def test_16_bit_arithmetic(instruction):
-    require(9) if "bf16" in instruction and not instruction.startswith(("fma", "min", "max")) else require(8)
     words = instruction.split(".")
     name = "bf16" if any(w.startswith("bf16") for w in words) else "f16"
+    require(9 if name == "bf16" and words[0] not in ("fma", "min", "max") else 8)  # bf16 add, neg, setp: sm_90
     count = 3 if words[0] == "fma" else 1 if words[0] in ("neg", "abs") else 2
     pair = words[-1].endswith("x2")
     operands = []
@@ -122,7 +122,7 @@ def mma_on_both(instruction, shape, kind, a, b, c_regs, acc, bits):
 
 @pytest.mark.parametrize("shape", ["m8n8k4", "m16n8k4", "m16n8k8", "m16n8k16"])
 def test_mma_f64(shape):
-    require(8) if shape == "m8n8k4" else require(9)
+    require(8 if shape == "m8n8k4" else 9)
     m, n, k = forms.SHAPES[shape]
     warps = 64
     spread = lambda size: np.exp2(rng.integers(-30, 31, size))  # noqa: E731
