@@ -20,9 +20,9 @@ from phobos.types import DType
 from phobos.run.tensor_map import TensorMap
 
 ROOT = Path(__file__).parent.parent
-ESIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1}
+ESIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1}
 F8 = {"e4m3": DType.F8E4M3, "e5m2": DType.F8E5M2}
-EIGHT_BIT = (*F8, "s8")  # m16n8k32's operands: four a register
+EIGHT_BIT = (*F8, "s8", "u8")  # m16n8k32's operands: four a register
 
 
 def gemm_generator():
@@ -197,7 +197,20 @@ def wgmma_a_registers(a_stored: np.ndarray, kind: str) -> np.ndarray:
 
 MMA_SHAPES = {"bf16": "m16n8k16", "f16": "m16n8k16", "tf32": "m16n8k8", "e4m3": "m16n8k32", "e5m2": "m16n8k32",
               "s8": "m16n8k32"}
-STEP = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32}  # the k of one instruction
+STEP = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32, "u8": 32}  # the k of one instruction
+
+
+def thread_pointers(strides: dict[str, int]) -> str:
+    """PTX lines giving each `.u64` parameter named in `strides` (pa, pb, ...) the thread's pointer in %p0,
+    %p1, ...: the parameter plus the global thread index (%lane) times its stride in bytes.  Declares
+    %lane, %x, %y, %p<n>, %off."""
+    lines = [f".reg .b32 %lane, %x, %y;\n    .reg .b64 %p<{len(strides)}>, %off;",
+             "mov.u32 %x, %ctaid.x;", "mov.u32 %y, %ntid.x;", "mov.u32 %lane, %tid.x;",
+             "mad.lo.u32 %lane, %x, %y, %lane;    // global thread index"]
+    for i, (name, stride) in enumerate(strides.items()):
+        lines += [f"ld.param.u64 %p{i}, [{name}];", f"mul.wide.u32 %off, %lane, {stride};",
+                  f"add.s64 %p{i}, %p{i}, %off;"]
+    return "\n    ".join(lines)
 
 
 def mma_fragment_ptx(kind: str) -> str:
@@ -213,23 +226,9 @@ def mma_fragment_ptx(kind: str) -> str:
 .address_size 64
 .visible .entry mma_fragments(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd)
 {{
-    .reg .b32 %a<4>, %b<2>, %lane, %x, %y;
+    .reg .b32 %a<4>, %b<2>;
     .reg .{acc} %c<4>, %d<4>;
-    .reg .b64 %p<4>, %off;
-    mov.u32 %x, %ctaid.x;
-    mov.u32 %y, %ntid.x;
-    mov.u32 %lane, %tid.x;
-    mad.lo.u32 %lane, %x, %y, %lane;    // global thread index
-    ld.param.u64 %p0, [pa];
-    ld.param.u64 %p1, [pb];
-    ld.param.u64 %p2, [pc];
-    ld.param.u64 %p3, [pd];
-    mul.wide.u32 %off, %lane, 16;
-    add.s64 %p0, %p0, %off;
-    add.s64 %p2, %p2, %off;
-    add.s64 %p3, %p3, %off;
-    mul.wide.u32 %off, %lane, 8;
-    add.s64 %p1, %p1, %off;
+    {thread_pointers({"pa": 16, "pb": 8, "pc": 16, "pd": 16})}
     ld.global.v4.b32 {{%a0, %a1, %a2, %a3}}, [%p0];
     ld.global.v2.b32 {{%b0, %b1}}, [%p1];
     ld.global.v4.{acc} {{%c0, %c1, %c2, %c3}}, [%p2];
@@ -269,7 +268,7 @@ class Operand:
         e, w = self.esize, self.swizzle
         sw = {0: "none", 32: "32B", 64: "64B", 128: "128B"}[w]
         t = 16 // e
-        dtype = "f32" if self.kind == "tf32" else "u8" if self.kind in F8 else self.kind
+        dtype = "f32" if self.kind == "tf32" else "u8" if self.kind in EIGHT_BIT else self.kind
         if self.major == "K" and w:
             assert self.k * e == w, "one swizzle row holds the whole k range"
             return TensorMap.tiled(array, (self.rows, self.k), dtype=dtype, swizzle=sw)
@@ -304,13 +303,16 @@ class Operand:
 
 
 def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, scale_d: int = 1,
-              scale_a: int = 1) -> str:
+              scale_a: int = 1, acc_type: str = "f32") -> str:
     """One warpgroup: TMA loads of A (unless `a` is None: A from registers, one k step) and B,
     then `ksteps` wgmma with C loaded from pc (per thread), D stored to pd (per thread).  16-bit kinds
-    name each operand's major-ness (imm-trans-a/b); the others are K-major and have no such operands."""
+    name each operand's major-ness (imm-trans-a/b); the others are K-major and have no such operands.
+    `acc_type`: f32, f16 (two a .b32 register) or s32 (integer kinds, which take no scale immediates)."""
     k = STEP[kind]
     transposable = kind in ("bf16", "f16")
-    nreg = n // 2
+    nreg = n // 4 if acc_type == "f16" else n // 2
+    reg_type = {"f32": "f32", "f16": "b32", "s32": "s32"}[acc_type]
+    scales = "" if acc_type == "s32" else f", {scale_a}, 1"
     a_bytes = a.nbytes if a else 0
     b_offset = -(-a_bytes // 1024) * 1024
     total = a_bytes + b.nbytes
@@ -327,8 +329,8 @@ def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, sca
     lines = ["wgmma.fence.sync.aligned;"]
     trans_b = 1 if b.major == "MN" else 0
     if a is None:
-        lines.append(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} {{{acc}}}, {{%a0, %a1, %a2, %a3}}, "
-                     f"%db, {scale_d}, {scale_a}, 1{', ' + str(trans_b) if transposable else ''};")
+        lines.append(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{acc_type}.{kind}.{kind} {{{acc}}}, "
+                     f"{{%a0, %a1, %a2, %a3}}, %db, {scale_d}{scales}{', ' + str(trans_b) if transposable else ''};")
     else:
         a_desc, a_step = a.descriptor()
         trans_a = 1 if a.major == "MN" else 0
@@ -336,14 +338,14 @@ def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, sca
             if s:
                 lines += [f"add.s64 %da, %da, {a_step};", f"add.s64 %db, %db, {b_step};"]
             tail = f", {trans_a}, {trans_b}" if transposable else ""
-            lines.append(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{kind}.{kind} {{{acc}}}, %da, %db, "
-                         f"{scale_d if s == 0 else 1}, {scale_a}, 1{tail};")
+            lines.append(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{acc_type}.{kind}.{kind} {{{acc}}}, %da, %db, "
+                         f"{scale_d if s == 0 else 1}{scales}{tail};")
     lines += ["wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;"]
     a_setup = (f"add.s64 %da, %off, {a.descriptor()[0]:#x};" if a else
                "ld.param.u64 %ptr, [pa];\n    mul.wide.u32 %x64, %t, 16;\n    add.s64 %ptr, %ptr, %x64;\n"
                "    ld.global.v4.b32 {%a0, %a1, %a2, %a3}, [%ptr];")
-    loads = "\n    ".join(f"ld.global.f32 %acc{i}, [%ptr+{4 * i}];" for i in range(nreg))
-    stores = "\n    ".join(f"st.global.f32 [%ptr+{4 * i}], %acc{i};" for i in range(nreg))
+    loads = "\n    ".join(f"ld.global.{reg_type} %acc{i}, [%ptr+{4 * i}];" for i in range(nreg))
+    stores = "\n    ".join(f"st.global.{reg_type} [%ptr+{4 * i}], %acc{i};" for i in range(nreg))
     body = "\n    ".join(copies + [])
     return f"""\
 .version 8.0
@@ -357,7 +359,7 @@ def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, sca
     .reg .pred %p, %q;
     .reg .b32 %t, %s, %bar, %a<4>;
     .reg .b64 %am, %bm, %ptr, %off, %x64, %da, %db, %tok;
-    .reg .f32 %acc<{nreg}>;
+    .reg .{reg_type} %acc<{nreg}>;
     mov.u32 %t, %tid.x;
     mov.u32 %s, smem;
     add.u32 %s, %s, 1023;

@@ -219,7 +219,7 @@ def test_trap():
 
 @pytest.mark.parametrize("body, error, message", [
     ("mul24.lo.u32 %r1, %r2, %r3;", UnsupportedPtx, "unknown instruction mul24.lo.u32"),
-    ("add.cc.u32 %r1, %r2, %r3;", UnsupportedPtx, "unsupported modifier .cc on add"),
+    ("min.relu.s32 %r1, %r2, %r3;", UnsupportedPtx, "unsupported modifier .relu on min"),
     ("ld.global.L1::no_allocate.lu.f32 %f1, [%rd1];", None, None),
     ("add.u32 %r1, %r2, %r9;", PtxSyntaxError, "%r9 is not a declared register"),
     ("add.u64 %rd1, %rd1, %r2;", PtxSyntaxError, "a .b32 register is too narrow for .u64"),
@@ -240,9 +240,9 @@ def test_unknown_or_malformed_instructions_are_reported_at_load_time(body, error
 
 
 def test_ptxas_agrees_the_unknown_instruction_is_valid_ptx():
-    # The "unknown instruction" above is real PTX the emulator does not implement.
-    assert_valid_ptx(kernel_text(".reg .b32 %r<4>;\nmov.u32 %r2, 5;\nmov.u32 %r3, 7;\n"
-                                 "mul24.lo.u32 %r1, %r2, %r3;\nret;"))
+    # The "unknown instruction" and the unsupported modifier above are real PTX the emulator does not implement.
+    for instruction in ("mul24.lo.u32 %r1, %r2, %r3;", "min.relu.s32 %r1, %r2, %r3;"):
+        assert_valid_ptx(kernel_text(f".reg .b32 %r<4>;\nmov.u32 %r2, 5;\nmov.u32 %r3, 7;\n{instruction}\nret;"))
 
 
 def test_unsupported_directives_and_functions():

@@ -1,9 +1,9 @@
 """Products of i8 tiles on the tensor cores: `dot` of i32 tiles loaded from i8 tensors runs mma.sync m16n8k32
 .s32.s8.s8.s32 (sm_80 and newer, sm_90a too), both operands K-major - A [M, K] as it lies, B as trans(B[N, K]) -
-copied as bytes by cp.async; exact sums wrapped to 32 bits (no .satfinite), the same bits as the CUDA cores'
-integer multiply-adds (sm_75, or operands not loaded from i8 tensors) and the interpreter, at ragged sizes with
-the s8 extremes and accumulators that wrap.  The GPU test runs a K long enough (2^17 products of -128 * -128)
-for the products alone to wrap:
+copied as bytes by cp.async; exact sums wrapped to 32 bits (no .satfinite, which clamps them), the same bits as
+the CUDA cores' integer multiply-adds (sm_75, or operands not loaded from i8 tensors) and the interpreter, at
+ragged sizes with the s8 extremes and accumulators that wrap.  The GPU test runs a K long enough (2^17 products
+of -128 * -128) for the products alone to wrap:
 
     pytest -m gpu tests/test_int8_tensor_cores.py -q
 """
@@ -17,7 +17,6 @@ from phobos.ptxcheck import check
 from phobos.run import emulator, runtime
 from phobos.run.backends import arch_for
 from phobos.run.emulator import Module
-from phobos.run.emulator.errors import UnsupportedPtx
 
 from . import tensor_core_support as tc
 from .emulator_support import PTXAS, ptxas_errors
@@ -97,10 +96,18 @@ def test_mma_s8_instruction_is_exact_and_wraps(model):
     assert (want != exact).mean() > 0.3  # most sums wrapped
 
 
-def test_mma_s8_satfinite_is_refused():
+def test_mma_s8_satfinite_clamps():
+    """With .satfinite the exact sums are clamped to the s32 range instead of wrapping (PTX ISA, mma:
+    "on overflow, the accumulated value is limited to the range MIN_INT32..MAX_INT32")."""
     text = tc.mma_fragment_ptx("s8").replace(".row.col.s32", ".row.col.satfinite.s32")
-    with pytest.raises(UnsupportedPtx, match="satfinite is not supported"):
-        Module(text, "mma.ptx")
+    if PTXAS is not None:
+        assert ptxas_errors(text, "sm_80") is None
+    args, wrapped_sums, exact = fragment_case(8)
+    out = np.zeros((8 * 32, 4), np.int32)
+    Module(text, "mma.ptx").launch("mma_fragments", 2, 128, args + [out])
+    want = np.clip(exact, -2**31, 2**31 - 1).astype(np.int32)
+    np.testing.assert_array_equal(tc.unpack_accumulator(out), want)
+    assert (want != wrapped_sums).mean() > 0.3  # most sums saturated
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])

@@ -26,6 +26,12 @@
 #      96   u16 x 5  box sizes, innermost first
 #     106   u8 x 5   element strides
 #
+# A kernel may build a map itself (Triton's on-device descriptors): PTX's
+# tensormap.replace writes one field at a time into 128 bytes of memory, here
+# at the offsets of this encoding (FIELD_OFFSETS, the magic stamped with each),
+# and tensormap.cp_fenceproxy copies the map to global memory, where the bulk
+# copies read it (emulator/ops_bulk.py).
+#
 # Sizes, strides and boxes are checked here against the driver's documented
 # rules (cuda.h, cuTensorMapEncodeTiled), so a bad map is a clear error naming
 # the field on both paths instead of CUDA_ERROR_INVALID_VALUE.  Nothing here
@@ -54,7 +60,20 @@ L2_PROMOTIONS = {"none": 0, "64B": 1, "128B": 2, "256B": 3}
 OOB_FILLS = {"zero": 0, "nan": 1}  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE / _NAN_REQUEST_ZERO_FMA
 MAX_RANK = 5
 MAGIC = b"PHOBOSTM"
-_LAYOUT = struct.Struct("<8sQ6B2x5Q4Q5H5B")
+# The emulator's encoding, field by field (struct formats, in order; the header above gives the offsets).
+_FIELDS = (("magic", "8s"), ("global_address", "Q"), ("rank", "B"), ("elemtype", "B"), ("swizzle_mode", "B"),
+           ("interleave_layout", "B"), ("l2_promotion", "B"), ("fill_mode", "B"), ("", "2x"), ("global_dim", "5Q"),
+           ("global_stride", "4Q"), ("box_dim", "5H"), ("element_stride", "5B"))
+_LAYOUT = struct.Struct("<" + "".join(form for _, form in _FIELDS))
+# field -> (byte offset, bytes per entry) in the encoding: what PTX's tensormap.replace (on a map in
+# memory, Triton's on-device descriptors) rewrites.  `rank` holds the rank (the instruction gives rank - 1),
+# `elemtype` the CUtensorMapDataType of the instruction's code (PTX_ELEMENT_TYPES).
+FIELD_OFFSETS = {name: (struct.calcsize("<" + "".join(form for _, form in _FIELDS[:i])),
+                        struct.calcsize("<" + form) // (int(form[:-1]) if form[-1] != "s" and form[:-1] else 1))
+                 for i, (name, form) in enumerate(_FIELDS) if name}
+# tensormap.replace.tile.elemtype's codes (PTX ISA, "Tensormap new_val validity"; they are not the driver's)
+PTX_ELEMENT_TYPES = {0: "u8", 1: "u16", 2: "u32", 3: "s32", 4: "u64", 5: "s64", 6: "f16", 7: "f32",
+                     8: "f32.ftz", 9: "f64", 10: "bf16", 11: "tf32", 12: "tf32.ftz"}
 
 _NUMPY_NAMES = {"uint8": "u8", "uint16": "u16", "uint32": "u32", "int32": "s32", "uint64": "u64",
                 "int64": "s64", "float16": "f16", "float32": "f32", "float64": "f64",

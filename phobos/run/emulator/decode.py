@@ -32,12 +32,13 @@ from .cluster import CLUSTER_REGISTERS, PREDICATE_REGISTERS, check_directives
 from .errors import EmulatorError, PtxSyntaxError, UnsupportedPtx
 from .memory import LOCAL_APERTURE, PARAM_APERTURE, SHARED_APERTURE
 from .numerics import BF16, round_to_format
-from .ptxtypes import SINT, TYPES, PtxType
+from .ptxtypes import SINT, TYPES, UNMODELLED_TYPES, PtxType
 
 # Kinds of instructions: WAIT is a blocking test (mbarrier.try_wait): its handler
 # returns which lanes may go on; the others sleep until an mbarrier phase completes.
 PLAIN, BRANCH, EXIT, BARRIER, WAIT = range(5)
 MASK64 = (1 << 64) - 1
+CARRY_FLAG = "CC.CF"  # the condition code's carry flag (Decoder.carry_flag)
 
 
 class Semantics(NamedTuple):
@@ -123,6 +124,7 @@ class Mods:
     def types(self, count: int) -> list[PtxType]:
         found = [w for w in self.words if w in TYPES]
         if len(found) != count:
+            self.refuse_unmodelled_types()
             raise self.decoder.error(f"expected {count} type modifier(s), found {len(found)}",
                                      PtxSyntaxError)
         for w in found:
@@ -131,6 +133,13 @@ class Mods:
 
     def type(self) -> PtxType:
         return self.types(1)[0]
+
+    def refuse_unmodelled_types(self) -> None:
+        """Raise UnsupportedPtx if a modifier is a PTX type the emulator does not model (valid PTX
+        that the emulator cannot run, rather than malformed PTX)."""
+        unmodelled = [w for w in self.words if w in UNMODELLED_TYPES]
+        if unmodelled:
+            raise self.decoder.error(f"{self.base} of .{unmodelled[0]} is not supported")
 
     def finish(self) -> None:
         if self.words:
@@ -287,6 +296,18 @@ class Decoder:
                 raise self.error(f"register {name} declared twice", PtxSyntaxError, decl.line)
             self.reg_slots[key] = len(self.reg_types)
             self.reg_types.append(ptype)
+
+    def carry_flag(self) -> int:
+        """The slot of the carry flag CC.CF, a predicate of each thread that the extended-precision
+        instructions (add.cc, addc, sub.cc, subc, mad.cc, madc) read and write; allocated at its
+        first use (its name is no PTX register name)."""
+        key = (CARRY_FLAG, 0)
+        if key not in self.reg_slots:
+            self.reg_slots[key] = len(self.reg_types)
+            self.reg_types.append(TYPES["pred"])
+        slot = self.reg_slots[key]
+        self.touched.add(slot)
+        return slot
 
     def lookup(self, name: str) -> int | None:
         """The slot of register `name` as seen from the current instruction's scope."""
@@ -508,9 +529,12 @@ class Decoder:
             rt = self.reg_types[slot]
             if rt.kind == "pred" or rt.is_float or rt.bits < 32:
                 raise self.error(f"{name} cannot hold an address", PtxSyntaxError)
-            if rt.bits == 32:
+            if rt.bits == 32:  # a 32-bit address: register + offset wraps at 32 bits
                 r32 = self._register_reader(slot, rt, TYPES["u32"])
-                return lambda m, idx: r32(m, idx).astype(np.uint64) + offset
+                if not operand.offset:
+                    return lambda m, idx: r32(m, idx).astype(np.uint64)
+                offset32 = np.uint32(operand.offset & 0xFFFFFFFF)
+                return lambda m, idx: (r32(m, idx) + offset32).astype(np.uint64)
             r64 = self._register_reader(slot, rt, TYPES["u64"])
             return lambda m, idx: r64(m, idx) + offset
         found = self.variable(name)

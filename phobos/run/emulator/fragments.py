@@ -8,12 +8,18 @@
 #
 #   A, 16-bit, 16x16 per warp: register i, half h (h = 0 the low 16 bits)
 #       row g + 8 (i % 2),   column 2t + h + 8 (i // 2)
-#   A, tf32, 16x8 per warp:    register i: row g + 8 (i % 2), column t + 4 (i // 2)
+#   A, 32- and 64-bit (tf32, f64), 16x16: register i: row g + 8 (i % 2), column t + 4 (i // 2)
 #   A, 8-bit, 16x32:           register i, byte h: row g + 8 (i % 2), column 4t + h + 16 (i // 2)
 #   B, 16-bit, 16x8:           register i, half h: row (k) 2t + h + 8 i, column g
 #   B, 8-bit, 32x8:            register i, byte h: row (k) 4t + h + 16 i, column g
-#   B, tf32, 8x8:              register i: row t + 4 i, column g
-#   C/D, f32, 16x8:            register i: row g + 8 (i // 2), column 2t + i % 2
+#   B, 32- and 64-bit, 16x8:   register i: row t + 4 i, column g
+#   C/D, 16x8:                 register i: row g + 8 (i // 2), column 2t + i % 2
+#
+# The smaller shapes hold the first registers of these (`first`): tf32 m16n8k8
+# and f64 m16n8k8 the first 4 of A and 2 of B, f64 m16n8k4 2 and 1, f64 m8n8k4
+# 1 and 1 (an 8x4 A) with the first 2 of C (8x8); the 8-bit m16n8k16 the first
+# 2 of A and 1 of B, m8n8k16 1 and 1 with 2 of C.  C and D of f16 hold two
+# elements a register, elements 2i and 2i + 1 of the f32 layout (`packed`).
 #
 # `wgmma` spreads a 64-row A (from registers) and D over the four warps of a
 # warpgroup: warp w holds rows 16w..16w+15 exactly as one `mma` warp does, and
@@ -86,12 +92,26 @@ def _fragment(row, col, registers: int, halves: int, shape) -> Fragment:
 
 
 A16 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: 2 * t + h + 8 * (i // 2), 4, 2, (16, 16))
-A_TF32 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: t + 4 * (i // 2), 4, 1, (16, 8))
+A32 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: t + 4 * (i // 2), 8, 1, (16, 16))
 A8 = _fragment(lambda i, h, g, t: g + 8 * (i % 2), lambda i, h, g, t: 4 * t + h + 16 * (i // 2), 4, 4, (16, 32))
 B16 = _fragment(lambda i, h, g, t: 2 * t + h + 8 * i, lambda i, h, g, t: g, 2, 2, (16, 8))
 B8 = _fragment(lambda i, h, g, t: 4 * t + h + 16 * i, lambda i, h, g, t: g, 2, 4, (32, 8))
-B_TF32 = _fragment(lambda i, h, g, t: t + 4 * i, lambda i, h, g, t: g, 2, 1, (8, 8))
+B32 = _fragment(lambda i, h, g, t: t + 4 * i, lambda i, h, g, t: g, 4, 1, (16, 8))
 C32 = _fragment(lambda i, h, g, t: g + 8 * (i // 2), lambda i, h, g, t: 2 * t + i % 2, 4, 1, (16, 8))
+
+
+def first(frag: Fragment, registers: int, shape: tuple[int, int]) -> Fragment:
+    """The fragment of a smaller shape made of the first `registers` registers of `frag`."""
+    return Fragment(frag.rows[:registers], frag.cols[:registers], shape)
+
+
+A_TF32, B_TF32 = first(A32, 4, (16, 8)), first(B32, 2, (8, 8))
+
+
+def packed(frag: Fragment) -> Fragment:
+    """Two elements a register (f16 accumulators): register i holds elements 2i (low half) and 2i + 1 of
+    the one-element registers of `frag`."""
+    return Fragment(frag.rows.reshape(-1, 2, 32), frag.cols.reshape(-1, 2, 32), frag.shape)
 
 
 def wgmma_accumulator(n: int) -> Fragment:
@@ -114,9 +134,10 @@ def gather(frag: Fragment, regs: list[np.ndarray], decode) -> np.ndarray:
     return out
 
 
-def scatter(frag: Fragment, matrix: np.ndarray) -> list[np.ndarray]:
-    """The inverse of gather for one-element registers: (warps, R, C) -> per register (warps*32,)."""
-    return [matrix[:, frag.rows[i, 0], frag.cols[i, 0]].reshape(-1) for i in range(frag.registers)]
+def scatter(frag: Fragment, matrix: np.ndarray) -> list[list[np.ndarray]]:
+    """The inverse of gather: (warps, R, C) -> per register, per element of it, (warps*32,) values."""
+    return [[matrix[:, frag.rows[i, h], frag.cols[i, h]].reshape(-1) for h in range(frag.halves)]
+            for i in range(frag.registers)]
 
 
 # ------------------------------------------------------------------ ldmatrix / stmatrix

@@ -42,7 +42,10 @@
 # f32.  `tensor_core_dot` follows the bit-accurate models that Khattak and
 # Mikaitis fitted to V100..B200 hardware ("Accurate Models of NVIDIA Tensor
 # Cores", arXiv:2512.07004, 2025; models in github.com/north-numerical-
-# computing/MATLAB-tensor-core): see `TensorCoreModel`.
+# computing/MATLAB-tensor-core): see `TensorCoreModel`.  Into f16
+# accumulators (`round_half_accumulator`) and for f64 (`fma_dot`) the emulator
+# makes an assumption each, which tests/test_emulator_ptx_forms_gpu.py checks
+# on a GPU.
 from __future__ import annotations
 
 import math
@@ -201,6 +204,13 @@ def flush(x):
     """`.ftz`: subnormal values become zeros of the same sign (float32 or float64)."""
     x = np.asarray(x)
     return np.where(np.abs(x) < np.finfo(x.dtype).tiny, np.copysign(x.dtype.type(0), x), x).astype(x.dtype)
+
+
+def flush_format(x, fmt: FloatFormat):
+    """`.ftz` of values of the narrow format `fmt` held as float64: those below its smallest normal
+    number become zeros of the same sign."""
+    x = np.asarray(x, np.float64)
+    return np.where(np.abs(x) < math.ldexp(1.0, fmt.emin), np.copysign(0.0, x), x)
 
 
 def saturate(x):
@@ -417,17 +427,25 @@ def subtract(add):
     return sub
 
 
-def extreme(larger: bool, nan_wins: bool):
+def extreme(larger: bool, nan_wins: bool, xorsign_abs: bool = False):
     """PTX's max (larger) or min of two floats; `nan_wins` is the `.NaN` modifier (any NaN operand
-    gives the canonical NaN), else a NaN operand is ignored."""
+    gives the canonical NaN), else a NaN operand is ignored; `.xorsign.abs`: of the operands'
+    magnitudes, with the exclusive or of their signs (a NaN result keeps none)."""
     fn = maximum if larger else minimum
-    if not nan_wins:
+    if nan_wins:
+        plain_fn = fn
+
+        def fn(a, b):
+            out = plain_fn(a, b)
+            return np.where(np.isnan(a) | np.isnan(b), canonical_nan(np.asarray(out).dtype), out)
+    if not xorsign_abs:
         return fn
 
-    def with_nan(a, b):
-        out = fn(a, b)
-        return np.where(np.isnan(a) | np.isnan(b), canonical_nan(np.asarray(out).dtype), out)
-    return with_nan
+    def with_sign(a, b):
+        negative = np.signbit(a) ^ np.signbit(b)
+        out = np.asarray(fn(np.abs(a), np.abs(b)))
+        return np.where(negative & ~np.isnan(out), -out, out)
+    return with_sign
 
 
 def approximate(fn):
@@ -562,15 +580,17 @@ def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
 
 
 def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
-                    model: TensorCoreModel) -> np.ndarray:
+                    model: TensorCoreModel, b_informat: str | None = None) -> np.ndarray:
     """D = C + A B as the tensor cores compute it, for a batch of matrices.
 
     a: (..., M, K) and b: (..., K, N) hold the exact float64 values of the
-    f16/bf16/tf32/e4m3/e5m2 inputs; c: (..., M, N) float32.  Returns float32 (..., M, N).
+    f16/bf16/tf32/e4m3/e5m2 inputs (b's format `b_informat`, by default a's:
+    e4m3 may meet e5m2, whose blocks and kept bits are the same); c: (..., M, N)
+    float32.  Returns float32 (..., M, N).
     """
     if informat not in model.block:
         raise ValueError(f"the {model.name} tensor cores do not multiply {informat}")
-    fmt = _INPUT_FORMATS[informat]
+    fmt, b_fmt = _INPUT_FORMATS[informat], _INPUT_FORMATS[b_informat or informat]
     size = model.block[informat]
     out_format = F32 if model.fraction[informat] == F32.man else \
         FloatFormat(f"f32 to {model.fraction[informat]} bits", model.fraction[informat], F32.emin, F32.emax)
@@ -581,15 +601,32 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     with np.errstate(all="ignore"):
         for start in range(0, k, size):
             acc = _block_fma(a[..., start:start + size], b[..., start:start + size, :], acc,
-                             fmt.emin, model.kept[informat], out_format)
+                             (fmt.emin, b_fmt.emin), model.kept[informat], out_format)
     return acc
 
 
-def _block_fma(a, b, c, emin: int, kept: int, out_format: FloatFormat) -> np.ndarray:
+def round_half_accumulator(d: np.ndarray) -> np.ndarray:
+    """An f16 accumulator's D (float32 values): the model's f32 result of the instruction rounded once to
+    nearest even into f16 (overflow: infinity).  How the tensor cores round into f16 accumulators is not
+    documented; this is an assumption (docs/tensor_cores.md)."""
+    return round_to_format(np.asarray(d, np.float64), None, F16, "rn").astype(np.float32)
+
+
+def fma_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarray:
+    """D = C + A B of f64 matrices (..., M, K) and (..., K, N) as mma .f64 computes it: PTX gives each
+    multiply-add the precision of fma.f64 (rounded in `mode`); the order is not documented, this takes k
+    in ascending order, d = fma(a_k, b_k, d) from d = c."""
+    acc = np.asarray(c, np.float64)
+    for k in range(a.shape[-1]):
+        acc = fma_f64(a[..., :, k:k + 1], b[..., k:k + 1, :], acc, mode)
+    return acc
+
+
+def _block_fma(a, b, c, emins: tuple[int, int], kept: int, out_format: FloatFormat) -> np.ndarray:
     """One fused block: c (..., M, N) float32 + a (..., M, k) @ b (..., k, N), the terms kept to `kept`
     fraction bits below the largest exponent, the sum rounded toward zero to `out_format`."""
     terms = a[..., :, :, None] * b[..., None, :, :]          # (..., M, k, N), exact
-    expo = (_exponents(a, emin)[..., :, :, None] + _exponents(b, emin)[..., None, :, :])
+    expo = (_exponents(a, emins[0])[..., :, :, None] + _exponents(b, emins[1])[..., None, :, :])
     c64 = c.astype(np.float64)
     live = (terms != 0) & np.isfinite(terms)
     lowest = np.iinfo(np.int64).min // 4

@@ -14,6 +14,14 @@
 # of f64 pass a NaN through unchanged (the CUDA programming guide); of f32 they
 # give the canonical NaN, like the FADD that ptxas makes of them (Phobos itself
 # changes signs with and/xor, which keep every bit).
+#
+# 16-bit floats (.f16, .bf16 and the pairs .f16x2, .bf16x2; PTX ISA, "Half
+# Precision Floating-Point Instructions"): add, sub, mul and fma are rounded
+# once to nearest even from the exact result, NaN results canonical; neg and
+# abs give the canonical NaN for a NaN too (unspecified by PTX, as f32's FADD
+# does it); min/max as f32's; setp compares values.  The extended-precision
+# instructions (add.cc, addc, sub.cc, subc, mad.cc, madc) carry through a
+# per-thread flag (Decoder.carry_flag).
 from __future__ import annotations
 
 from fractions import Fraction
@@ -120,8 +128,12 @@ def _saturating_s32(op):
 
 @opcode("add", "sub")
 def build_add_sub(d, ins, mods):
+    if mods.flag("cc"):
+        return carry_chain(d, ins, mods)
     t = mods.type()
     negate = mods.base == "sub"
+    if t.name in HALF_ELEMENT:
+        return half_arithmetic(d, ins, mods, t)
     if t.is_float:
         mode = float_modifiers(d, mods, t)
         add = (_SUB if negate else _ADD)[t.bits]
@@ -137,6 +149,8 @@ def build_add_sub(d, ins, mods):
 @opcode("mul")
 def build_mul(d, ins, mods):
     t = mods.type()
+    if t.name in HALF_ELEMENT:
+        return half_arithmetic(d, ins, mods, t)
     if t.is_float:
         mode = float_modifiers(d, mods, t)
         mul = _MUL[t.bits]
@@ -155,8 +169,10 @@ def build_mul(d, ins, mods):
 
 @opcode("mad")
 def build_mad(d, ins, mods):
+    if mods.flag("cc"):
+        return carry_chain(d, ins, mods)
     t = mods.type()
-    if t.is_float:
+    if t.is_float or t.name in HALF_ELEMENT:
         return build_fma(d, ins, mods, t)
     int_type(d, t, "mad")
     part = mods.take("lo", "hi", "wide")
@@ -175,9 +191,75 @@ def build_mad(d, ins, mods):
 @opcode("fma")
 def build_fma(d, ins, mods, t: PtxType | None = None):
     t = t or mods.type()
+    if t.name in HALF_ELEMENT:
+        return half_arithmetic(d, ins, mods, t)
     mode = float_modifiers(d, mods, t, default=None)
     fma = _FMA[t.bits]
     return elementwise(d, ins, t, [t, t, t], with_ftz_sat(mods, lambda a, b, c: fma(a, b, c, mode)))
+
+
+# ------------------------------------------------------------------ extended precision: carry chains
+
+def _add_with_carry(a, b, carry):
+    """(a + b + carry, carry out) of unsigned arrays of one width (carry: bool or None)."""
+    total = a + b
+    out = total < a
+    if carry is not None:
+        with_carry = total + carry.astype(total.dtype)
+        out = out | (with_carry < total)
+        total = with_carry
+    return total, out
+
+
+def _subtract_with_borrow(a, b, borrow):
+    """(a - b - borrow, borrow out) of unsigned arrays of one width (borrow: bool or None)."""
+    difference = a - b
+    out = a < b
+    if borrow is not None:
+        owed = borrow.astype(difference.dtype)
+        out = out | (difference < owed)
+        difference = difference - owed
+    return difference, out
+
+
+@opcode("addc", "subc", "madc")
+def carry_chain(d, ins, mods):
+    """Extended-precision arithmetic through the carry flag CC.CF (Decoder.carry_flag): add.cc and
+    sub.cc write the carry (sub: the borrow) out of a + b, a - b; addc and subc add it in (a + b + CF,
+    a - (b + CF)) and write the new one with .cc; mad{.lo,.hi}.cc adds c to the low or high half of
+    a * b and writes the carry of that addition, madc adds CF too.  The sums are of the bits, so .s
+    and .u types give the same bits and the same carry."""
+    base = mods.base
+    carry_in = base.endswith("c")
+    carry_out = not carry_in or mods.flag("cc")
+    part = mods.take("lo", "hi") if base.startswith("mad") else None
+    if base.startswith("mad") and part is None:
+        raise d.error(f"{base} needs .lo or .hi", PtxSyntaxError)
+    t = mods.type()
+    require(d, t.kind in ("u", "s") and t.bits in (32, 64), f"{base}.{t.name} is not supported (.u32, .s32, "
+            ".u64, .s64)")
+    ops = d.operands(ins, 4 if part else 3)
+    write = d.writer(ops[0], t)
+    readers = [d.reader(x, t) for x in ops[1:]]
+    flag = d.carry_flag()
+    unsigned = t.unsigned
+    subtract = base.startswith("sub")
+    product = None if part is None else (np.multiply if part == "lo" else mul_hi(t))
+
+    def run(m, idx):
+        values = [np.asarray(r(m, idx)) for r in readers]
+        if product is not None:
+            values = [np.asarray(product(values[0], values[1])), values[2]]
+        a, b = (np.broadcast_to(v, (lanes(m, idx),)).view(unsigned) for v in values)
+        carry = (m.regs[flag] if idx is None else m.regs[flag][idx]) if carry_in else None
+        result, out = (_subtract_with_borrow if subtract else _add_with_carry)(a, b, carry)
+        write(m, idx, result.view(t.dtype))
+        if carry_out:
+            if idx is None:
+                m.regs[flag][:] = out
+            else:
+                m.regs[flag][idx] = out
+    return plain(run)
 
 
 # ------------------------------------------------------------------ div rem
@@ -239,6 +321,8 @@ def _float_sign_op(fn):
 def build_abs_neg(d, ins, mods):
     t = mods.type()
     fn = np.abs if mods.base == "abs" else np.negative
+    if t.name in HALF_ELEMENT:
+        return half_arithmetic(d, ins, mods, t)
     if t.is_float:
         float_only(d, mods, t)
         return elementwise(d, ins, t, [t], with_ftz_sat(mods, _float_sign_op(fn), sat_allowed=False))
@@ -250,9 +334,14 @@ def build_abs_neg(d, ins, mods):
 def build_min_max(d, ins, mods):
     t = mods.type()
     is_min = mods.base == "min"
+    if t.name in HALF_ELEMENT:
+        return half_arithmetic(d, ins, mods, t)
     if t.is_float:
         float_only(d, mods, t)
-        fn = nx.extreme(larger=not is_min, nan_wins=mods.flag("NaN"))
+        xorsign = mods.flag("xorsign")
+        require(d, xorsign == mods.flag("abs") and not (xorsign and t.name == "f64"),
+                ".xorsign.abs is written so, of .f32 (and 16-bit floats)")
+        fn = nx.extreme(larger=not is_min, nan_wins=mods.flag("NaN"), xorsign_abs=xorsign)
         return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, fn, sat_allowed=False))
     int_type(d, t, mods.base)
     return elementwise(d, ins, t, [t, t], np.minimum if is_min else np.maximum)
@@ -521,6 +610,28 @@ def build_prmt(d, ins, mods):
     return elementwise(d, ins, t, [t, t, t], prmt)
 
 
+@opcode("lop3")
+def build_lop3(d, ins, mods):
+    """Any logic function of three operands, bit by bit: bit i of the 8-bit table immLut is the result
+    for the operand bits (a, b, c) = (i >> 2 & 1, i >> 1 & 1, i & 1) (PTX: immLut = F(0xF0, 0xCC, 0xAA))."""
+    t = _bit_type(d, mods)
+    require(d, t.name == "b32", "lop3 is .b32")
+    ops = d.operands(ins, 5)
+    table = ops[4]
+    if not isinstance(table, syn.Imm) or table.kind != "int" or not 0 <= table.value <= 0xFF:
+        raise d.error("lop3's lookup table is an integer constant 0..255", PtxSyntaxError)
+    minterms = [i for i in range(8) if table.value >> i & 1]
+
+    def lop3(a, b, c):
+        out = np.uint32(0)
+        for i in minterms:
+            out = out | ((a if i & 4 else ~a) & (b if i & 2 else ~b) & (c if i & 1 else ~c))
+        return out
+    write = d.writer(ops[0], t)
+    ra, rb, rc = (d.reader(x, t) for x in ops[1:4])
+    return plain(lambda m, idx: write(m, idx, lop3(ra(m, idx), rb(m, idx), rc(m, idx))))
+
+
 @opcode("shf")
 def build_shf(d, ins, mods):
     """Funnel shift of the 64-bit {b, a} by c (.wrap: c mod 32, .clamp: at most 32)."""
@@ -557,12 +668,18 @@ _BOOL_OPS = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
 
 
 def comparison(d, mods, t: PtxType):
+    """(a, b) -> the comparison the modifiers name, of operands in t's storage (a 16-bit float pair: in
+    the storage of its element type; bf16 compared by value, not by its bits)."""
     cmp = mods.take(*_FLOAT_COMPARE, *_UNSIGNED_COMPARE)
     if cmp is None:
         raise d.error(f"{mods.base} needs a comparison (.eq, .lt, ...)", PtxSyntaxError)
-    if t.is_float:
+    if t.is_float or t.name in HALF_ELEMENT:
         require(d, cmp in _FLOAT_COMPARE, f"{mods.base}.{cmp} is not a floating-point comparison")
         fn = _FLOAT_COMPARE[cmp]
+        if HALF_ELEMENT.get(t.name) == "bf16":
+            to_f64 = _to_f64(TYPES["bf16"], False)
+            compare = fn
+            fn = lambda a, b: compare(to_f64(a), to_f64(b))  # noqa: E731
         if mods.flag("ftz"):
             return lambda a, b: fn(nx.flush(a), nx.flush(b))
         return fn
@@ -577,11 +694,16 @@ def comparison(d, mods, t: PtxType):
 
 @opcode("setp")
 def build_setp(d, ins, mods):
+    """setp: p = a CmpOp b (BoolOp c), and q its negation (BoolOp c); of 16-bit float pairs (.f16x2,
+    .bf16x2) p is the low halves' comparison and q the high halves'."""
     bool_name = mods.take(*_BOOL_OPS)
     t = mods.type()
     cmp = comparison(d, mods, t)
     ops = d.operands(ins, 4 if bool_name else 3)
     dest = ops[0]
+    pairwise_halves = t.name in ("f16x2", "bf16x2")
+    if pairwise_halves and not isinstance(dest, syn.Pair):
+        raise d.error(f"setp.{t.name} writes two predicates p|q", PtxSyntaxError)
     if isinstance(dest, syn.Pair):
         write_p, write_q = d.writer(dest.first, PRED), d.writer(dest.second, PRED)
     else:
@@ -589,17 +711,24 @@ def build_setp(d, ins, mods):
     ra, rb = d.reader(ops[1], t), d.reader(ops[2], t)
     rc = d.reader(ops[3], PRED) if bool_name else None
     combine = _BOOL_OPS.get(bool_name)
+    element = TYPES[HALF_ELEMENT[t.name]].dtype if pairwise_halves else None
+
+    def half(v, shift):
+        return np.asarray((np.asarray(v, np.uint32) >> np.uint32(shift)) & np.uint32(0xFFFF), np.uint16).view(element)
 
     def run(m, idx):
-        r = cmp(ra(m, idx), rb(m, idx))
-        if combine is None:
-            p, q = r, ~r
+        a, b = ra(m, idx), rb(m, idx)
+        if pairwise_halves:
+            r, s = cmp(half(a, 0), half(b, 0)), cmp(half(a, 16), half(b, 16))
         else:
+            r = cmp(a, b)
+            s = ~r
+        if combine is not None:
             c = rc(m, idx)
-            p, q = combine(r, c), combine(~r, c)
-        write_p(m, idx, p)
+            r, s = combine(r, c), combine(s, c)
+        write_p(m, idx, r)
         if write_q is not None:
-            write_q(m, idx, q)
+            write_q(m, idx, s)
     return plain(run)
 
 
@@ -663,15 +792,126 @@ def _to_f64(t: PtxType, ftz: bool):
 _CANONICAL_NAN = {"f16": 0x7FFF, "bf16": 0x7FFF, "f32": 0x7FFFFFFF}
 
 
+# ------------------------------------------------------------------ 16-bit floats and their pairs
+
+HALF_ELEMENT = {"f16": "f16", "bf16": "bf16", "f16x2": "f16", "bf16x2": "bf16"}  # a type -> its element type
+
+# (float64 operand values) -> (float64 r, the sign of an error e or None): the exact result is r + e, r its
+# value rounded to float64 (exact for the products of two 16-bit values; TwoSum gives e of the sums)
+_EXACT = {
+    "add": nx.two_sum,
+    "sub": lambda a, b: nx.two_sum(a, -b),
+    "mul": lambda a, b: (a * b, None),
+    "fma": lambda a, b, c: nx.two_sum(a * b, c),
+}
+
+
+def half_operation(t: PtxType, op: str, ftz: bool = False, sat: bool = False, relu: bool = False):
+    """(operands in the storage of the 16-bit float type t) -> `op` (add, sub, mul, fma) of their values
+    rounded once to nearest even into t's format (every exact result is r + e, `_EXACT`), in t's storage:
+    a NaN the canonical 0x7FFF (PTX: f16 and bf16 NaN results are canonical), an overflow infinity.
+    `.ftz`: subnormal operands and results are zeros of their sign; `.relu`: negative results (-0.0 too,
+    as cvt's .relu does on an H100) are +0.0; `.sat`: the result clamped to [0, 1], NaN to +0.0."""
+    fmt = FORMATS[t.name]
+    to_f64, encode, exact = _to_f64(t, False), _encode(t, t), _EXACT[op]
+
+    def apply(*xs):
+        values = [to_f64(x) for x in xs]
+        if ftz:
+            values = [nx.flush_format(v, fmt) for v in values]
+        r, err = exact(*values)
+        x = nx.round_to_format(r, err, fmt, "rn")
+        if ftz:
+            x = nx.flush_format(x, fmt)
+        if relu:
+            x = np.where(np.signbit(x) & ~np.isnan(x), 0.0, x)
+        if sat:
+            x = nx.saturate(x)
+        return encode(x, x)
+    return apply
+
+
 def half_sum(t: PtxType):
-    """(a, b) -> a + b of two f16 or bf16 operands in t's storage, rounded once to nearest even (their
-    float64 sum is exact), NaN canonical: `add` of 16-bit floats and `atom.add.noftz` of them."""
+    """a + b of two f16 or bf16 operands in t's storage (`half_operation`): `add` of 16-bit floats and
+    `atom.add.noftz` of them."""
+    return half_operation(t, "add")
+
+
+def half_sign(t: PtxType, negate: bool, ftz: bool = False):
+    """neg or abs of 16-bit floats in t's storage: the sign changed, a NaN the canonical 0x7FFF (as
+    f32's FADD-made neg and abs give the canonical NaN; PTX leaves it unspecified)."""
+    fmt = FORMATS[t.name]
     to_f64, encode = _to_f64(t, False), _encode(t, t)
 
-    def add(a, b):
-        total = _round_exact(to_f64(a) + to_f64(b), t, "rn")
-        return encode(total, total)
-    return add
+    def apply(a):
+        x = to_f64(a)
+        if ftz:
+            x = nx.flush_format(x, fmt)
+        x = -x if negate else np.abs(x)
+        return encode(x, x)
+    return apply
+
+
+def half_extreme(t: PtxType, larger: bool, nan_wins: bool, xorsign_abs: bool, ftz: bool = False):
+    """max (larger) or min of 16-bit floats in t's storage, as for f32 (`numerics.extreme`; two NaNs, or
+    under .NaN any, give the canonical NaN 0x7FFF); `.xorsign.abs`: of the magnitudes, with the sign the
+    exclusive or of the operands' signs (a NaN result keeps none)."""
+    fmt = FORMATS[t.name]
+    to_f64, encode = _to_f64(t, False), _encode(t, t)
+    pick = nx.extreme(larger, nan_wins, xorsign_abs)
+
+    def apply(a, b):
+        x, y = to_f64(a), to_f64(b)
+        if ftz:
+            x, y = nx.flush_format(x, fmt), nx.flush_format(y, fmt)
+        out = np.asarray(pick(x.astype(np.float32), y.astype(np.float32)), np.float64)  # exact
+        return encode(out, out)
+    return apply
+
+
+def pairwise(fn, element: PtxType):
+    """`fn` of 16-bit operands (in `element`'s storage) applied to each half of packed .b32 pairs."""
+    def apply(*words):
+        out = np.uint32(0)
+        for shift in (np.uint32(0), np.uint32(16)):
+            halves = [np.asarray((np.asarray(w, np.uint32) >> shift) & np.uint32(0xFFFF), np.uint16).view(element.dtype)
+                      for w in words]
+            out = out | (np.asarray(fn(*halves)).view(np.uint16).astype(np.uint32) << shift)
+        return out
+    return apply
+
+
+def _half_flags(d, mods, t: PtxType, *names: str) -> dict:
+    """The modifiers `names` of a 16-bit float instruction, of which bf16 takes none but .relu, .NaN and
+    .xorsign.abs (PTX gives it no .ftz and no .sat)."""
+    element = HALF_ELEMENT[t.name]
+    return {name: mods.flag(name) for name in names
+            if element == "f16" or name in ("relu", "NaN", "xorsign")}
+
+
+def half_arithmetic(d, ins, mods, t: PtxType) -> Semantics:
+    """add, sub, mul, fma (and fma's alias mad), neg, abs, min and max of .f16, .bf16 and their packed
+    pairs .f16x2, .bf16x2 (PTX ISA, "Half Precision Floating-Point Instructions"): each element as
+    `half_operation`, `half_sign` or `half_extreme` compute it."""
+    element = TYPES[HALF_ELEMENT[t.name]]
+    op = mods.base
+    if op in ("add", "sub", "mul", "fma", "mad"):
+        mode = mods.take(*ROUNDING)
+        require(d, mode in ("rn", None), f"{op}.{mode} is not valid for .{t.name} (only .rn)")
+        if op in ("fma", "mad") and mode is None:
+            raise d.error(f"{op}.{t.name} needs .rn", PtxSyntaxError)
+        flags = _half_flags(d, mods, t, "ftz", "sat", *(["relu"] if op in ("fma", "mad") else []))
+        arity = 3 if op in ("fma", "mad") else 2
+        fn = half_operation(element, "fma" if arity == 3 else op, **flags)
+    elif op in ("neg", "abs"):
+        arity, fn = 1, half_sign(element, op == "neg", **_half_flags(d, mods, t, "ftz"))
+    else:
+        flags = _half_flags(d, mods, t, "ftz", "NaN", "xorsign")
+        xorsign = flags.pop("xorsign")
+        require(d, xorsign == mods.flag("abs"), ".xorsign is written .xorsign.abs")
+        arity = 2
+        fn = half_extreme(element, op == "max", flags["NaN"], xorsign, flags.get("ftz", False))
+    return elementwise(d, ins, t, [t] * arity, fn if element is t else pairwise(fn, element))
 
 
 def _encode(t: PtxType, src: PtxType):
@@ -817,7 +1057,7 @@ def _cvt_tf32(d, ins, mods) -> Semantics:
 F8_PAIRS = {"e4m3x2": DType.F8E4M3, "e5m2x2": DType.F8E5M2}
 
 
-def _half_bits(values):
+def half_bits(values):
     """f16 bit patterns of f32 values an f16 holds (NaN: the canonical 0x7FFF)."""
     out = np.asarray(values, np.float32).astype(np.float16).view(np.uint16)
     return np.where(np.isnan(values), np.uint16(0x7FFF), out)
@@ -859,7 +1099,7 @@ def _cvt_f8(d, ins, mods) -> Semantics:
             x = f8_values((v >> np.uint16(8 * h)) & np.uint16(0xFF), fmt)
             if relu:
                 x = np.where(x < 0, np.float32(0), x)
-            out |= _half_bits(x).astype(np.uint32) << np.uint32(16 * h)
+            out |= half_bits(x).astype(np.uint32) << np.uint32(16 * h)
         return out
     return elementwise(d, ins, dst, [src], decode)
 

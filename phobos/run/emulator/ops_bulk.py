@@ -1,8 +1,9 @@
 # mbarriers and bulk tensor copies (TMA): mbarrier.init / arrive /
 # arrive.expect_tx / expect_tx / try_wait / test_wait / inval,
 # cp.async.bulk.tensor (global -> shared with mbarrier completion, shared ->
-# global with bulk async-groups), cp.async.bulk.commit_group / wait_group and
-# prefetch.tensormap.
+# global with bulk async-groups), cp.async.bulk.commit_group / wait_group,
+# prefetch.tensormap, and tensormap.replace / tensormap.cp_fenceproxy, with
+# which a kernel builds a tensor map in memory.
 #
 # mbarrier objects live in async_state.Mbarriers, keyed by their flat shared
 # offset in the batch; the 8 bytes they occupy are bounds- and alignment-checked
@@ -35,15 +36,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tensor_map import EmulatedTensorMap
+from ..tensor_map import DTYPES, FIELD_OFFSETS, MAGIC, MAX_RANK, PTX_ELEMENT_TYPES, EmulatedTensorMap
 from . import fragments as fr
 from . import numerics as nx
 from . import syntax as syn
 from .decode import WAIT, Semantics, opcode, plain
 from .errors import Fault, MemoryFault, MisalignedAddress, PtxSyntaxError, UnsupportedPtx
 from .cluster import OFFSET_MASK, mapped_address
-from .memory import APERTURE_SIZE, LOAD, MBARRIER, PARAM_APERTURE, SHARED_APERTURE
+from .memory import APERTURE_SIZE, LOAD, MBARRIER, PARAM_APERTURE, SHARED_APERTURE, STORE
 from .ops_arith import require
+from .ops_memory import without_policy
 from .ptxtypes import TYPES
 
 U16, U32, S32, U64, PRED = TYPES["u16"], TYPES["u32"], TYPES["s32"], TYPES["u64"], TYPES["pred"]
@@ -283,9 +285,9 @@ def build_bulk_tensor(d, ins, mods):
         raise d.error("cp.async.bulk.tensor needs a dimension (.1d ... .5d)", PtxSyntaxError)
     rank = int(dims[0])
     mods.flag("tile")
-    with_policy = mods.flag("L2::cache_hint")
+    ops = without_policy(d, ins, mods)
+    mods.flag("L2::cache_hint")
     multicast = mods.flag("multicast::cluster")
-    ops = list(ins.operands)[:-1] if with_policy else list(ins.operands)
     first = next((w for w in mods.words if w in ("shared::cluster", "shared::cta", "global")), None)
     if first == "global":
         return _bulk_store(d, ins, mods, ops, rank)
@@ -432,3 +434,112 @@ def build_prefetch_tensormap(d, ins, mods):
     d.address(operand, "generic")
     return plain(lambda m, idx: None)
 
+
+
+# ------------------------------------------------------------------ tensor maps in memory
+
+_REPLACE_SPACES = {"shared::cta": "shared", "global": "global", None: "generic"}
+_ENUM_FIELDS = {  # the immediate new_val of each enumerated field -> the byte the encoding holds
+    "elemtype": {code: DTYPES[name][0] for code, name in PTX_ELEMENT_TYPES.items()},
+    "interleave_layout": {0: 0},  # interleaved layouts (1: 16B, 2: 32B) are not modelled
+    "swizzle_mode": {0: 0, 1: 1, 2: 2, 3: 3},  # 4, the 96-byte swizzle of sm_103a, is not modelled
+    "fill_mode": {0: 0, 1: 1},
+}
+_ORDINALS = {"box_dim": 5, "global_dim": 5, "global_stride": 4, "element_stride": 5}
+
+
+@opcode("tensormap.replace")
+def build_tensormap_replace(d, ins, mods):
+    """`tensormap.replace.tile.field{.space}.b1024.type [addr], {ord,} new_val`: one field of the tensor map
+    (128 bytes, 64-byte aligned) at addr, in shared or global memory, rewritten in the emulator's encoding
+    (tensor_map.FIELD_OFFSETS), and its magic stamped, so that a map a kernel builds from zeros (Triton's
+    on-device descriptors) is one the bulk tensor copies read.  .rank's new_val is the rank - 1, .elemtype's
+    a PTX code (tensor_map.PTX_ELEMENT_TYPES); interleaved layouts, the 96-byte swizzle and the sm_100 element
+    types are refused."""
+    require(d, mods.flag("tile"), "tensormap.replace supports the .tile mode")
+    field = mods.take(*FIELD_OFFSETS)
+    require(d, field is not None and field not in ("magic", "l2_promotion"),
+            f"tensormap.replace.{'.'.join(mods.words)} is not supported")
+    space = _REPLACE_SPACES[mods.take("shared::cta", "global")]
+    require(d, mods.flag("b1024"), "tensormap.replace works on .b1024 objects")
+    value_type = mods.type()
+    wide = field in ("global_address", "global_stride")
+    require(d, value_type.name == ("b64" if wide else "b32"), f"tensormap.replace.{field} takes "
+            f".{'b64' if wide else 'b32'}")
+    ops = d.operands(ins, 3 if field in _ORDINALS else 2)
+    ordinal = 0
+    if field in _ORDINALS:
+        if not isinstance(ops[1], syn.Imm) or ops[1].kind != "int" or not 0 <= ops[1].value < _ORDINALS[field]:
+            raise d.error(f"the ordinal of tensormap.replace.{field} is a constant 0..{_ORDINALS[field] - 1}",
+                          PtxSyntaxError)
+        ordinal = ops[1].value
+    offset, size = FIELD_OFFSETS[field]
+    offset += ordinal * size
+    entry = np.dtype(f"<u{size}")
+    if field in _ENUM_FIELDS:
+        if not isinstance(ops[-1], syn.Imm) or ops[-1].kind != "int":
+            raise d.error(f"tensormap.replace.{field} takes an immediate", PtxSyntaxError)
+        if ops[-1].value not in _ENUM_FIELDS[field]:
+            raise d.error(f"tensormap.replace.{field} {ops[-1].value} is not supported")
+        code = entry.type(_ENUM_FIELDS[field][ops[-1].value])
+        new_value = lambda m, idx: code  # noqa: E731
+    else:
+        new_value = d.reader(ops[-1], value_type)
+    address = d.address(ops[0], space)
+    magic = np.frombuffer(MAGIC, np.uint64)[0]
+    pc = d.index
+
+    def run(m, idx):
+        threads = _threads(m, idx)
+        at = address(m, idx)
+        misaligned = at % np.uint64(64) != 0
+        if misaligned.any():
+            lane = int(np.flatnonzero(misaligned)[0])
+            raise Fault(MisalignedAddress, f"tensor map at {int(at[lane]):#x}, which is not 64-byte aligned",
+                        thread=int(threads[lane]))
+        value = np.broadcast_to(np.asarray(new_value(m, idx)), (len(threads),)).astype(np.uint64)
+        if field == "rank":
+            if (value >= MAX_RANK).any():
+                lane = int(np.flatnonzero(value >= MAX_RANK)[0])
+                raise Fault(UnsupportedPtx, f"tensormap.replace.rank {int(value[lane])}: the rank - 1 is 0..4",
+                            thread=int(threads[lane]))
+            value = value + np.uint64(1)
+        if (value >> np.uint64(8 * size)).any():
+            lane = int(np.flatnonzero(value >> np.uint64(8 * size))[0])
+            raise Fault(UnsupportedPtx, f"tensormap.replace.{field} {int(value[lane])} does not fit the field",
+                        thread=int(threads[lane]))
+        space_of = m.spaces[space]
+        space_of.store(m, idx, at, np.dtype(np.uint64), [magic], pc)
+        space_of.store(m, idx, at + np.uint64(offset), entry, [value.astype(entry)], pc)
+    return plain(run)
+
+
+@opcode("tensormap.cp_fenceproxy")
+def build_tensormap_copy(d, ins, mods):
+    """`tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.scope.sync.aligned [dst], [src],
+    128`: each warp copies the 128-byte tensor map at src in its CTA's shared memory to dst in global memory
+    (a warp-wide instruction: each distinct pair of addresses once, by its lowest lane); the release fence
+    orders nothing more in the emulator, which runs one instruction at a time."""
+    for word in ("global", "shared::cta", "tensormap::generic", "release", "sync", "aligned"):
+        if not mods.flag(word):
+            raise d.error(f"expected tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release"
+                          f".scope.sync.aligned (missing .{word})", PtxSyntaxError)
+    if mods.take("cta", "cluster", "gpu", "sys") is None:
+        raise d.error("tensormap.cp_fenceproxy needs a scope (.cta, .cluster, .gpu or .sys)", PtxSyntaxError)
+    dst, src, size = d.operands(ins, 3)
+    if not isinstance(size, syn.Imm) or size.value != 128:
+        raise d.error("tensormap.cp_fenceproxy copies 128 bytes (size 128)", PtxSyntaxError)
+    dst_address, src_address = d.address(dst, "global"), d.address(src, "shared")
+    pc = d.index
+
+    def run(m, idx):
+        threads = _threads(m, idx)
+        to, frm = dst_address(m, idx), src_address(m, idx)
+        warp = m.cta_of[threads] * m.tpc + m.ltid[threads] // 32
+        _, once = np.unique(np.stack([warp.astype(np.uint64), to, frm]), axis=1, return_index=True)
+        lanes = threads[once]
+        source = m.shared.locate(m, lanes, frm[once], 128, LOAD, pc, align=64)
+        target = m.glob.locate(m, lanes, to[once], 128, STORE, pc, align=64)
+        span = np.arange(128)
+        m.glob.data[target[:, None] + span] = m.shared.data[source[:, None] + span]
+    return plain(run)

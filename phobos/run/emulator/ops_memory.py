@@ -1,4 +1,6 @@
-# Memory instructions: ld, st, atom, red, cp.async, cvta and prefetch.
+# Memory instructions: ld, st, atom, red, cp.async, cvta, prefetch and
+# createpolicy (an L2 cache policy, for the `.L2::cache_hint` operand of ld,
+# st, atom, red and the asynchronous copies, which changes no value).
 # (`cvta.param` gives generic addresses of kernel parameters, which tensor
 # maps are read through; see ops_bulk.)
 #
@@ -29,14 +31,14 @@ from . import syntax as syn
 from .decode import opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError
 from .memory import ASYNC, ASYNC_SOURCE, ATOMIC, LOAD, LOCAL_APERTURE, NC_LOAD, PARAM_APERTURE, SHARED_APERTURE
-from .ops_arith import elementwise, half_sum, require
+from .ops_arith import elementwise, half_sum, pairwise, require
 from .ptxtypes import TYPES
 
 _SPACES = {"global": "global", "const": "const", "shared": "shared", "shared::cta": "shared",
            "shared::cluster": "shared::cluster", "local": "local", "param": "param"}
 _HINTS = {"nc", "ca", "cg", "cs", "lu", "cv", "wb", "wt", "volatile", "weak", "relaxed", "acquire",
           "release", "acq_rel", "sc", "mmio", "cta", "gpu", "sys", "cluster", "unified"}
-U32 = TYPES["u32"]
+U32, U64 = TYPES["u32"], TYPES["u64"]
 
 
 def _is_hint(word: str) -> bool:
@@ -62,10 +64,23 @@ def _value_items(d, operand, count: int):
     return items
 
 
+def without_policy(d, ins, mods) -> list:
+    """The operands but the cache policy that `.L2::cache_hint` adds last (a 64-bit value, from createpolicy,
+    that changes no result: checked to be one, then dropped)."""
+    ops = list(ins.operands)
+    if "L2::cache_hint" in mods.words:
+        if not ops:
+            raise d.error(".L2::cache_hint needs a cache-policy operand", PtxSyntaxError)
+        d.reader(ops.pop(), U64)
+    return ops
+
+
 def _access_operands(d, ins, mods) -> list:
-    """The address and value operands (`.L2::cache_hint` adds a cache-policy operand)."""
-    count = 3 if "L2::cache_hint" in mods.words else 2
-    return d.operands(ins, count)[:2]
+    """The value and address operands of ld and st."""
+    ops = without_policy(d, ins, mods)
+    if len(ops) != 2:
+        raise d.error(f"expected 2 operands, found {len(ops)}", PtxSyntaxError)
+    return ops
 
 
 @opcode("ld", "ldu")
@@ -138,14 +153,8 @@ def build_st(d, ins, mods):
 
 def _float_add(t):
     if t.name in _HALF_PAIRS:  # two sums, one in each 16-bit half of the word
-        add = half_sum(TYPES[_HALF_PAIRS[t.name]])
-
-        def pair(old, b, c):
-            halves = [add((old >> np.uint32(s)) & np.uint32(0xFFFF), (b >> np.uint32(s)) & np.uint32(0xFFFF))
-                      for s in (0, 16)]
-            return (halves[0].view(np.uint16).astype(np.uint32) |
-                    (halves[1].view(np.uint16).astype(np.uint32) << np.uint32(16)))
-        return pair
+        add = pairwise(half_sum(TYPES[_HALF_PAIRS[t.name]]), TYPES[_HALF_PAIRS[t.name]])
+        return lambda old, b, c: add(old, b)
     if t.bits == 16:
         add = half_sum(t)
         return lambda old, b, c: add(old, b)
@@ -191,12 +200,15 @@ def build_atomic(d, ins, mods):
     require(d, returns or op not in ("exch", "cas"), f"red.{op} is not valid")
     sem = next((w for w in mods.words if w in ("acquire", "release", "acq_rel")), None)
     noftz = mods.take("noftz") is not None
+    ops = without_policy(d, ins, mods)
     mods.drop(_is_hint)
     t = mods.type()
     require(d, t.name in _ATOMIC_TYPES[op], f"{mods.base}.{op}.{t.name} is not supported")
     require(d, noftz == (t.name in _NOFTZ_ONLY and op == "add"),
             f"{mods.base}.{op}.{t.name}: .noftz is written with (and only with) add of f16, bf16 and their pairs")
-    ops = d.operands(ins, (4 if op == "cas" else 3) - (0 if returns else 1))
+    count = (4 if op == "cas" else 3) - (0 if returns else 1)
+    if len(ops) != count:
+        raise d.error(f"expected {count} operands, found {len(ops)}", PtxSyntaxError)
     if returns:
         write, ops = d.writer(ops[0], t), ops[1:]
     address = d.address(ops[0], space)
@@ -228,11 +240,8 @@ def build_cp_async(d, ins, mods):
     dst_space, src_space = mods.take("shared", "shared::cta"), mods.take("global")
     if level is None or dst_space is None or src_space is None:
         raise d.error("expected cp.async.ca/.cg.shared.global", PtxSyntaxError)
-    with_policy = "L2::cache_hint" in mods.words
+    ops = without_policy(d, ins, mods)
     mods.drop(lambda w: w.startswith("L2::"))
-    ops = list(ins.operands)
-    if with_policy:
-        ops = ops[:-1]
     if len(ops) not in (3, 4) or not isinstance(ops[2], syn.Imm) or ops[2].kind != "int":
         raise d.error("expected cp.async [dst], [src], cp-size{, src-size | ignore-src}", PtxSyntaxError)
     cp_size = ops[2].value
@@ -297,6 +306,48 @@ def build_cp_async_wait_all(d, ins, mods):
         m.async_copies.commit(threads)
         m.async_copies.complete(m, threads, 0)
     return plain(run)
+
+
+# ------------------------------------------------------------------ cache policies
+
+_PRIORITIES = {"L2::evict_normal": 0, "L2::evict_first": 1, "L2::evict_last": 2, "L2::evict_unchanged": 3}
+
+
+@opcode("createpolicy")
+def build_createpolicy(d, ins, mods):
+    """`createpolicy.fractional.L2::primary{.L2::secondary}.b64 d{, fraction}`, `createpolicy.range{.global}
+    .L2::primary{.L2::secondary}.b64 d, [a], primary-size, total-size` and `createpolicy.cvt.L2.b64 d, prop`:
+    an L2 cache policy for the `.L2::cache_hint` operand of ld, st, cp.async and the bulk copies, where it
+    changes no value.  The 64-bit policy is the emulator's own opaque encoding (the priorities in the low
+    byte, a fraction's f32 bits in the high word); .cvt passes the access property through."""
+    kind = mods.take("fractional", "range", "cvt")
+    if kind is None:
+        raise d.error("createpolicy needs .fractional, .range or .cvt", PtxSyntaxError)
+    require(d, mods.type().name == "b64", "createpolicy makes a .b64 policy")
+    if kind == "cvt":
+        require(d, mods.flag("L2"), "createpolicy.cvt is .cvt.L2")
+        return elementwise(d, ins, U64, [U64], lambda a: a)
+    mods.take("global")
+    primary = mods.take(*_PRIORITIES)
+    secondary = mods.take("L2::evict_first", "L2::evict_unchanged")
+    if primary is None:
+        raise d.error("createpolicy needs a primary priority (.L2::evict_last, ...)", PtxSyntaxError)
+    ops = d.operands(ins, *((1, 2) if kind == "fractional" else (4,)))
+    fraction = 1.0
+    if kind == "fractional" and len(ops) == 2:
+        if not isinstance(ops[1], syn.Imm) or ops[1].kind not in ("float", "f32bits", "int"):
+            raise d.error("the fraction of createpolicy.fractional is a constant", PtxSyntaxError)
+        fraction = float(d.constant(ops[1], TYPES["f32"]))
+        if not 0.0 < fraction <= 1.0:
+            raise d.error(f"the fraction {fraction} is not in (0, 1]", PtxSyntaxError)
+    if kind == "range":
+        d.address(ops[1], "global" if "global" in ins.opcode.split(".") else "generic")
+        d.reader(ops[2], U32)
+        d.reader(ops[3], U32)
+    low = _PRIORITIES[primary] | (_PRIORITIES.get(secondary, 3) << 2) | ((kind == "range") << 4)
+    policy = np.uint64(low | int(np.float32(fraction).view(np.uint32)) << 32)
+    write = d.writer(ops[0], U64)
+    return plain(lambda m, idx: write(m, idx, policy))
 
 
 # ------------------------------------------------------------------ addresses

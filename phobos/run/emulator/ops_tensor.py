@@ -1,15 +1,22 @@
 # Tensor-core instructions: mma.sync, ldmatrix, stmatrix, the wgmma family
 # and setmaxnreg.
 #
-# `mma.sync` (m16n8k16 .bf16/.f16, m16n8k8 .tf32, m16n8k32 .e4m3/.e5m2, f32
-# accumulators; m16n8k32 .s8 with s32 accumulators) works on whole warps: the
-# registers of the 32 lanes are gathered into matrices with the fragment
-# tables of `fragments`, multiplied with the tensor-core model of the launch
-# (numerics.tensor_core_dot) and scattered back.  `.tf32` operands are f32
-# bit patterns of which the tensor core ignores the 13 low bits; 8-bit floats
-# and s8 integers are four a register.  The s8 form is exact in every model:
-# the integer products and C summed exactly, wrapped to 32 bits (without
-# .satfinite the PTX ISA's s32 accumulation wraps; .satfinite is not modelled).
+# `mma.sync` (`_MMA_SHAPES`: m16n8k16 .bf16/.f16, m16n8k8 .tf32, m16n8k32
+# .e4m3/.e5m2 (A and B of either), .s8/.u8 in m8n8k16, m16n8k16 and m16n8k32
+# (either pairing), and .f64 in m8n8k4, m16n8k4, m16n8k8, m16n8k16) works on
+# whole warps: the registers of the 32 lanes are gathered into matrices with
+# the fragment tables of `fragments`, multiplied (`multiply`) and scattered
+# back.  Floating-point types other than f64 go through the tensor-core model
+# of the launch (numerics.tensor_core_dot) into f32 accumulators, or f16 ones
+# (.f16 and the 8-bit floats: two a register; the model's f32 result rounded
+# once to nearest even, an assumption: numerics.round_half_accumulator).
+# `.tf32` operands are f32 bit patterns of which the tensor core ignores the
+# 13 low bits; 8-bit floats and integers are four a register.  The integer
+# forms are exact in every model: the products and C summed exactly, wrapped
+# to 32 bits, or clamped to the s32 range with .satfinite (PTX ISA, mma).
+# .f64 is a chain of fma.f64, each rounded as the optional .rn/.rz/.rm/.rp
+# says (PTX: "identical to .f64 fused multiply-add"; k ascending, an
+# assumption: numerics.fma_dot).
 #
 # `ldmatrix`/`stmatrix` move 8x8 matrices of 16-bit elements between shared
 # memory and fragments: lanes 8i..8i+7 give the row addresses of matrix i,
@@ -19,10 +26,12 @@
 #
 # `wgmma.mma_async` (sm_90a) works on whole warpgroups (128 threads: warps
 # 4w..4w+3): m64nNk16 .bf16/.f16, m64nNk8 .tf32 and m64nNk32 .e4m3/.e5m2 with
-# f32 accumulators, A from registers or a shared-memory descriptor, B from a
-# descriptor (layouts and swizzles in `fragments`), scale-d (false: D = A B),
-# imm-scale-a/b (-1 negates), imm-trans-a/b (MN-major operands, 16-bit types
-# only: the others have no such operands and are K-major).  It is performed when issued;
+# f32 accumulators (f16 ones for .f16 and the 8-bit floats, as mma's), and
+# m64nNk32 .s8/.u8 with s32 ones (.satfinite as mma's), A from registers or a
+# shared-memory descriptor, B from a descriptor (layouts and swizzles in
+# `fragments`), scale-d (false: D = A B), imm-scale-a/b (-1 negates; not for
+# integers), imm-trans-a/b (MN-major operands, 16-bit types only: the others
+# have no such operands and are K-major).  It is performed when issued;
 # until the `wgmma.wait_group` that covers it, its registers and the shared
 # bytes it read are watched (async_state.AsyncMma) and every wgmma needs a
 # `wgmma.fence` after other instructions touched the registers wgmmas use.
@@ -40,15 +49,22 @@ from . import numerics as nx
 from . import syntax as syn
 from .decode import WAIT, Semantics, opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError, TrapError, UnsupportedPtx, WarpSyncError
-from .ops_arith import require
+from .ops_arith import half_bits, require
 from .ptxtypes import TYPES
 
-B32, F32, S32, U64, PRED = TYPES["b32"], TYPES["f32"], TYPES["s32"], TYPES["u64"], TYPES["pred"]
+B32, F32, S32, F64, U64, PRED = (TYPES[t] for t in ("b32", "f32", "s32", "f64", "u64", "pred"))
 WARP, WARPGROUP = 32, 128
-_ELEMENT_TYPES = ("bf16", "f16", "tf32", "e4m3", "e5m2")
-_ELEMENT_SIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
+_ELEMENT_SIZE = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1, "f64": 8}
 _F8 = {"e4m3": DType.F8E4M3, "e5m2": DType.F8E5M2}
-_WGMMA_K = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
+_INTEGERS = ("s8", "u8")
+_WGMMA_K = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32, "u8": 32}
+# the operand types a multiplicand of one type may meet (A and B of 8-bit types may differ) and the
+# accumulator types of each
+_PARTNERS = {"e4m3": _F8, "e5m2": _F8, "s8": _INTEGERS, "u8": _INTEGERS}
+_ACCUMULATES = {"f16": ("f32", "f16"), "bf16": ("f32",), "tf32": ("f32",), "e4m3": ("f32", "f16"),
+                "e5m2": ("f32", "f16"), "s8": ("s32",), "u8": ("s32",), "f64": ("f64",)}
+# accumulator type -> (register type, elements a register)
+_ACCUMULATOR_REGISTERS = {"f32": (F32, 1), "s32": (S32, 1), "f64": (F64, 1), "f16": (B32, 2)}
 
 
 def whole_units(m, idx, size: int, what: str) -> np.ndarray:
@@ -81,9 +97,12 @@ def _element_decoder(kind: str):
         return lambda v, h: np.asarray(v, np.float32).astype(np.float64)
     if kind == "s32":
         return lambda v, h: np.asarray(v, np.int32).astype(np.float64)
-    if kind == "s8":  # byte h of the register, signed
+    if kind == "f64":
+        return lambda v, h: np.asarray(v, np.float64)
+    if kind in _INTEGERS:  # byte h of the register
+        byte = np.dtype(np.int8 if kind == "s8" else np.uint8)
         return lambda v, h: ((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF)).astype(np.uint8) \
-            .view(np.int8).astype(np.float64)
+            .view(byte).astype(np.float64)
     if kind in _F8:  # byte h of the register
         return lambda v, h: f8_values(((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF))
                                       .astype(np.uint8), _F8[kind]).astype(np.float64)
@@ -105,6 +124,8 @@ def _memory_values(raw: np.ndarray, kind: str) -> np.ndarray:
         return nx.tf32_value(np.ascontiguousarray(raw).view(np.uint32)[..., 0])
     if kind in _F8:
         return f8_values(np.ascontiguousarray(raw)[..., 0], _F8[kind]).astype(np.float64)
+    if kind in _INTEGERS:
+        return np.ascontiguousarray(raw)[..., 0].view(np.int8 if kind == "s8" else np.uint8).astype(np.float64)
     bits = np.ascontiguousarray(raw).view(np.uint16)[..., 0]
     return _bf16_value(bits) if kind == "bf16" else _f16_value(bits)
 
@@ -118,12 +139,64 @@ def _registers(d, operand, count: int, what: str):
 
 def _type_words(d, mods, count: int) -> list[str]:
     """The `count` element-type modifiers, in order."""
-    found = [w for w in mods.words if w in ("f32", "s32", "s8", *_ELEMENT_TYPES)]
+    found = [w for w in mods.words if w in ("f32", "s32", *_ELEMENT_SIZE)]
     if len(found) != count:
+        mods.refuse_unmodelled_types()
         raise d.error(f"{mods.base} needs {count} type modifiers, found {len(found)}", PtxSyntaxError)
     for w in found:
         mods.words.remove(w)
     return found
+
+
+def _check_types(d, what: str, dtype: str, atype: str, btype: str) -> None:
+    """A and B of one type (8-bit ones: of one family) and an accumulator type that type allows."""
+    require(d, atype == btype or btype in _PARTNERS.get(atype, ()),
+            f"{what}: .{atype} with .{btype} is not a valid pair of multiplicands")
+    require(d, dtype in _ACCUMULATES[atype], f"{what}: .{atype} accumulates into "
+            f"{' or '.join('.' + t for t in _ACCUMULATES[atype])}, not .{dtype}")
+
+
+class Accumulator:
+    """C and D of one accumulator type: the registers of a fragment (two f16 elements a register) and the
+    conversions between them and element values."""
+
+    def __init__(self, kind: str, frag: fr.Fragment):
+        self.kind = kind
+        self.register_type, per_register = _ACCUMULATOR_REGISTERS[kind]
+        self.frag = fr.packed(frag) if per_register == 2 else frag
+        self.decode = _element_decoder(kind)
+
+    @property
+    def registers(self) -> int:
+        return self.frag.registers
+
+    def matrices(self, values: list) -> np.ndarray:
+        """(warps, R, C) float64 values from one (threads,) array per register."""
+        return fr.gather(self.frag, values, self.decode)
+
+    def registers_of(self, matrix: np.ndarray) -> list[np.ndarray]:
+        """One (threads,) array of register values per register from result matrices."""
+        out = []
+        for elements in fr.scatter(self.frag, matrix):
+            if self.kind != "f16":
+                out.append(elements[0])
+                continue
+            lo, hi = (half_bits(x).astype(np.uint32) for x in elements)
+            out.append(lo | (hi << np.uint32(16)))
+        return out
+
+
+def multiply(m, a: np.ndarray, b: np.ndarray, c: np.ndarray, atype: str, btype: str, accumulator: str,
+             satfinite: bool, mode: str, what: str) -> np.ndarray:
+    """D = C + A B of a batch of matrices (exact float64 values): integers exactly (`integer_dot`), f64 as a
+    chain of fmas (`numerics.fma_dot`), the rest by the launch's tensor-core model; an f16 accumulator
+    gets the model's f32 result rounded to nearest even (`numerics.round_half_accumulator`)."""
+    if accumulator == "s32":
+        return integer_dot(a, b, c, satfinite)
+    if accumulator == "f64":
+        return nx.fma_dot(a, b, c, mode)
+    result = nx.tensor_core_dot(a, b, c.astype(np.float32), atype, _model(m, atype, what), btype)
+    return nx.round_half_accumulator(result) if accumulator == "f16" else result
 
 
 def _sync_aligned(d, mods):
@@ -133,11 +206,20 @@ def _sync_aligned(d, mods):
 
 # ------------------------------------------------------------------ mma.sync
 
-_MMA_FRAGMENTS = {("m16n8k16", "bf16"): (fr.A16, fr.B16), ("m16n8k16", "f16"): (fr.A16, fr.B16),
-                  ("m16n8k8", "tf32"): (fr.A_TF32, fr.B_TF32),
-                  ("m16n8k32", "e4m3"): (fr.A8, fr.B8), ("m16n8k32", "e5m2"): (fr.A8, fr.B8),
-                  ("m16n8k32", "s8"): (fr.A8, fr.B8)}
-_MMA_ACCUMULATOR = {"s8": "s32"}  # the accumulator type of an operand type (f32 where not named)
+_C8X8 = fr.first(fr.C32, 2, (8, 8))
+# (shape, multiplicand type) -> the fragments of A, B and C/D
+_MMA_SHAPES = {
+    ("m16n8k16", "bf16"): (fr.A16, fr.B16, fr.C32), ("m16n8k16", "f16"): (fr.A16, fr.B16, fr.C32),
+    ("m16n8k8", "tf32"): (fr.A_TF32, fr.B_TF32, fr.C32),
+    **{("m16n8k32", t): (fr.A8, fr.B8, fr.C32) for t in ("e4m3", "e5m2", "s8", "u8")},
+    **{("m16n8k16", t): (fr.first(fr.A8, 2, (16, 16)), fr.first(fr.B8, 1, (16, 8)), fr.C32) for t in _INTEGERS},
+    **{("m8n8k16", t): (fr.first(fr.A8, 1, (8, 16)), fr.first(fr.B8, 1, (16, 8)), _C8X8) for t in _INTEGERS},
+    ("m8n8k4", "f64"): (fr.first(fr.A32, 1, (8, 4)), fr.first(fr.B32, 1, (4, 8)), _C8X8),
+    ("m16n8k4", "f64"): (fr.first(fr.A32, 2, (16, 4)), fr.first(fr.B32, 1, (4, 8)), fr.C32),
+    ("m16n8k8", "f64"): (fr.A_TF32, fr.B_TF32, fr.C32),
+    ("m16n8k16", "f64"): (fr.A32, fr.B32, fr.C32),
+}
+_MMA_SHAPE = re.compile(r"m\d+n\d+k\d+$")
 
 
 def _model(m, kind: str, what: str):
@@ -151,45 +233,52 @@ def _model(m, kind: str, what: str):
 
 @opcode("mma")
 def build_mma(d, ins, mods):
+    """`mma.sync.aligned.shape.row.col{.satfinite}{.rnd}.dtype.atype.btype.ctype d, a, b, c` of the shapes and
+    types of `_MMA_SHAPES` and `_ACCUMULATES` (.satfinite: s32 sums clamped; .rnd: f64 only)."""
     _sync_aligned(d, mods)
-    shape = mods.take("m16n8k16", "m16n8k8", "m16n8k32")
+    shape = next((w for w in mods.words if _MMA_SHAPE.match(w)), None)
     if shape is None or not (mods.flag("row") and mods.flag("col")):
-        raise d.error("supported: mma.sync.aligned.m16n8k16 / m16n8k8 / m16n8k32 .row.col", UnsupportedPtx)
-    require(d, not mods.flag("satfinite"), "mma.sync .satfinite is not supported (the s32 sums wrap without it)")
+        raise d.error("expected mma.sync.aligned.mMnNkK.row.col (other layouts are m8n8k4 f16's, not "
+                      "modelled)", UnsupportedPtx)
+    mods.words.remove(shape)
+    satfinite = mods.flag("satfinite")
+    mode = mods.take(*nx.MODES)
     dtype, atype, btype, ctype = _type_words(d, mods, 4)
-    accumulator = _MMA_ACCUMULATOR.get(atype, "f32")
-    require(d, dtype == ctype == accumulator and atype == btype and (shape, atype) in _MMA_FRAGMENTS,
-            f"mma.{shape}.{dtype}.{atype}.{btype}.{ctype} is not supported "
-            "(f32 accumulators with bf16/f16 m16n8k16, tf32 m16n8k8 or e4m3/e5m2 m16n8k32; s32 with s8 m16n8k32)")
-    frag_a, frag_b = _MMA_FRAGMENTS[shape, atype]
-    ctype_ptx = TYPES[accumulator]
+    what = f"mma.{shape}.{dtype}.{atype}.{btype}.{ctype}"
+    _check_types(d, what, dtype, atype, btype)
+    require(d, (shape, atype) in _MMA_SHAPES, f"{what} is not supported (shapes and types: docs/tensor_cores.md)")
+    require(d, dtype == ctype, f"{what}: C and D of different types are not supported")
+    require(d, not satfinite or dtype == "s32", ".satfinite applies to integer mma")
+    require(d, mode is None or dtype == "f64", "a rounding modifier applies to f64 mma")
+    frag_a, frag_b, frag_c = _MMA_SHAPES[shape, atype]
+    acc = Accumulator(dtype, frag_c)
     dst, a, b, c = d.operands(ins, 4)
-    writers = [d.writer(x, ctype_ptx) for x in _registers(d, dst, 4, "the destination")]
-    read_a = [d.reader(x, B32) for x in _registers(d, a, frag_a.registers, "A")]
-    read_b = [d.reader(x, B32) for x in _registers(d, b, frag_b.registers, "B")]
-    read_c = [d.reader(x, ctype_ptx) for x in _registers(d, c, 4, "C")]
-    decode, decode_c = _element_decoder(atype), _element_decoder(accumulator)
+    operand_type = F64 if atype == "f64" else B32
+    writers = [d.writer(x, acc.register_type) for x in _registers(d, dst, acc.registers, "the destination")]
+    read_a = [d.reader(x, operand_type) for x in _registers(d, a, frag_a.registers, "A")]
+    read_b = [d.reader(x, operand_type) for x in _registers(d, b, frag_b.registers, "B")]
+    read_c = [d.reader(x, acc.register_type) for x in _registers(d, c, acc.registers, "C")]
+    decode_a, decode_b = _element_decoder(atype), _element_decoder(btype)
 
     def run(m, idx):
         whole_units(m, idx, WARP, "mma.sync")
         n = m.n if idx is None else len(idx)
         values = lambda readers: [np.broadcast_to(r(m, idx), (n,)) for r in readers]  # noqa: E731
-        ma = fr.gather(frag_a, values(read_a), decode)
-        mb = fr.gather(frag_b, values(read_b), decode)
-        mc = fr.gather(fr.C32, values(read_c), decode_c)
-        if accumulator == "s32":
-            result = integer_dot(ma, mb, mc)
-        else:
-            result = nx.tensor_core_dot(ma, mb, mc.astype(np.float32), atype, _model(m, atype, "mma.sync"))
-        for write, value in zip(writers, fr.scatter(fr.C32, result)):
+        ma = fr.gather(frag_a, values(read_a), decode_a)
+        mb = fr.gather(frag_b, values(read_b), decode_b)
+        mc = acc.matrices(values(read_c))
+        result = multiply(m, ma, mb, mc, atype, btype, dtype, satfinite, mode or "rn", "mma.sync")
+        for write, value in zip(writers, acc.registers_of(result)):
             write(m, idx, value)
     return plain(run)
 
 
-def integer_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def integer_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, satfinite: bool = False) -> np.ndarray:
     """D = C + A B of integer matrices (exact values in float64) as an s32 accumulation gives it: the products
-    and C summed exactly (int64), wrapped to 32 bits."""
+    and C summed exactly (int64), wrapped to 32 bits, or with .satfinite clamped to the s32 range."""
     exact = np.matmul(a.astype(np.int64), b.astype(np.int64)) + c.astype(np.int64)
+    if satfinite:
+        exact = np.clip(exact, np.iinfo(np.int32).min, np.iinfo(np.int32).max)
     return exact.astype(np.int32)  # the low 32 bits, as two's complement
 
 
@@ -263,7 +352,7 @@ def build_stmatrix(d, ins, mods):
 
 # ------------------------------------------------------------------ wgmma
 
-_WGMMA_SHAPE = re.compile(r"m64n(\d+)k(8|16|32)$")
+_WGMMA_SHAPE = re.compile(r"m64n(\d+)k(\d+)$")
 
 
 @opcode("wgmma.fence", "wgmma.commit_group", "wgmma.wait_group")
@@ -290,27 +379,36 @@ def _immediate(d, operand, allowed, what: str) -> int:
 
 @opcode("wgmma.mma_async")
 def build_wgmma(d, ins, mods):
+    """`wgmma.mma_async.sync.aligned.m64nNkK{.satfinite}.dtype.atype.btype d, a, b-desc, scale-d{, imm-scale-a,
+    imm-scale-b{, imm-trans-a}, imm-trans-b}`: the integer forms (s32 accumulators) take no immediates, the
+    floating-point ones the scales, the 16-bit ones the transposes as well (imm-trans-a with A in shared
+    memory only)."""
     _sync_aligned(d, mods)
-    shape = next((w for w in mods.words if _WGMMA_SHAPE.match(w)), None)
+    shape = next((w for w in mods.words if _MMA_SHAPE.match(w)), None)
     if shape is None:
-        raise d.error("wgmma.mma_async needs a shape m64nNk16, m64nNk8 or m64nNk32", PtxSyntaxError)
+        raise d.error("wgmma.mma_async needs a shape m64nNkK", PtxSyntaxError)
     mods.words.remove(shape)
-    n, k = (int(x) for x in _WGMMA_SHAPE.match(shape).groups())
+    satfinite = mods.flag("satfinite")
     dtype, atype, btype = _type_words(d, mods, 3)
-    require(d, dtype == "f32" and atype == btype and atype in _ELEMENT_TYPES
-            and k == _WGMMA_K[atype] and n % 8 == 0 and 8 <= n <= 256,
-            f"wgmma.mma_async.{shape}.{dtype}.{atype}.{btype} is not supported "
-            "(f32 accumulators; bf16/f16 with k16, tf32 with k8 or e4m3/e5m2 with k32; N = 8..256 in steps of 8)")
-    transposable = atype in ("bf16", "f16")
+    what = f"wgmma.mma_async.{shape}.{dtype}.{atype}.{btype}"
+    _check_types(d, what, dtype, atype, btype)
+    found = _WGMMA_SHAPE.match(shape)
+    n, k = (int(x) for x in found.groups()) if found else (0, 0)
+    require(d, atype in _WGMMA_K and k == _WGMMA_K[atype] and n % 8 == 0 and 8 <= n <= 256,
+            f"{what} is not supported (m64nNk16 bf16/f16, m64nNk8 tf32, m64nNk32 e4m3/e5m2/s8/u8; N = 8..256 "
+            "in steps of 8)")
+    require(d, not satfinite or dtype == "s32", ".satfinite applies to integer wgmma")
+    integer, transposable = dtype == "s32", atype in ("bf16", "f16")
     ops = list(ins.operands)
     a_in_registers = isinstance(ops[1], syn.Vector) if len(ops) > 1 else False
-    extra = (3 + (1 if a_in_registers else 2)) if transposable else 3
-    if len(ops) != 3 + extra:
-        raise d.error(f"expected {3 + extra} operands, found {len(ops)}", PtxSyntaxError)
-    acc = _registers(d, ops[0], n // 2, "the accumulator")
-    read_d = [d.reader(x, F32) for x in acc]
-    writers = [d.writer(x, F32) for x in acc]
-    slots = {d.register(x)[0] for x in acc}
+    immediates = 0 if integer else 2 + (1 if transposable else 0) + (1 if transposable and not a_in_registers else 0)
+    if len(ops) != 4 + immediates:
+        raise d.error(f"expected {4 + immediates} operands, found {len(ops)}", PtxSyntaxError)
+    acc = Accumulator(dtype, fr.wgmma_accumulator(n))
+    acc_items = _registers(d, ops[0], acc.registers, "the accumulator")
+    read_d = [d.reader(x, acc.register_type) for x in acc_items]
+    writers = [d.writer(x, acc.register_type) for x in acc_items]
+    slots = {d.register(x)[0] for x in acc_items}
     if a_in_registers:
         a_items = _registers(d, ops[1], 4, "A")
         read_a = [d.reader(x, B32) for x in a_items]
@@ -321,16 +419,13 @@ def build_wgmma(d, ins, mods):
     scale_d = ops[3]
     read_scale = (lambda m, idx: bool(scale_d.value)) if isinstance(scale_d, syn.Imm) \
         else d.reader(scale_d, PRED)
-    scale_a = _immediate(d, ops[4], (1, -1), "imm-scale-a")
-    scale_b = _immediate(d, ops[5], (1, -1), "imm-scale-b")
+    scale_a, scale_b = (1, 1) if integer else (_immediate(d, x, (1, -1), "imm-scale") for x in ops[4:6])
     trans = [_immediate(d, x, (0, 1), "imm-trans") for x in ops[6:]]
     trans_a = bool(trans[0]) if transposable and not a_in_registers else False
     trans_b = bool(trans[-1]) if transposable else False
     d.claim_async_registers(slots)
-    frag_a = {"tf32": fr.A_TF32, "e4m3": fr.A8, "e5m2": fr.A8}.get(atype, fr.A16)
-    frag_d = fr.wgmma_accumulator(n)
-    decode, decode_d = _element_decoder(atype), _element_decoder("f32")
-    esize = _ELEMENT_SIZE[atype]
+    frag_a = {4: fr.A_TF32, 1: fr.A8}.get(_ELEMENT_SIZE[atype], fr.A16)
+    decode = _element_decoder(atype)
     pc = d.index
 
     def run(m, idx):
@@ -341,21 +436,20 @@ def build_wgmma(d, ins, mods):
         first = threads.reshape(groups, WARPGROUP)[:, 0]
         reads = []
         bdesc = _uniform(read_bdesc(m, idx), groups, "B descriptor")
-        mb = _shared_operand(m, first, bdesc, n, k, esize, atype, trans_b, reads).transpose(0, 2, 1)
+        mb = _shared_operand(m, first, bdesc, n, k, btype, trans_b, reads).transpose(0, 2, 1)
         if a_in_registers:
             ma = fr.gather(frag_a, [np.broadcast_to(r(m, idx), (count,)) for r in read_a], decode)
             ma = ma.reshape(groups, 64, k)
         else:
             adesc = _uniform(read_adesc(m, idx), groups, "A descriptor")
-            ma = _shared_operand(m, first, adesc, 64, k, esize, atype, trans_a, reads)
-        mc = fr.gather(frag_d, [np.broadcast_to(r(m, idx), (count,)) for r in read_d], decode_d)
-        mc = mc.reshape(groups, 64, n).astype(np.float32)
+            ma = _shared_operand(m, first, adesc, 64, k, atype, trans_a, reads)
+        mc = acc.matrices([np.broadcast_to(r(m, idx), (count,)) for r in read_d]).reshape(groups, 64, n)
         scale = np.broadcast_to(read_scale(m, idx), (count,)).reshape(groups, WARPGROUP)
         if not (scale.all(axis=1) | ~scale.any(axis=1)).all():
             raise Fault(WarpSyncError, "scale-d differs between the threads of a warpgroup", thread=int(first[0]))
         mc[~scale[:, 0]] = 0
-        result = nx.tensor_core_dot(ma * scale_a, mb * scale_b, mc, atype, _model(m, atype, "wgmma"))
-        for write, value in zip(writers, fr.scatter(frag_d, result.reshape(groups * 4, 16, n))):
+        result = multiply(m, ma * scale_a, mb * scale_b, mc, atype, btype, dtype, satfinite, "rn", "wgmma")
+        for write, value in zip(writers, acc.registers_of(result.reshape(groups * 4, 16, n))):
             write(m, idx, value)
         m.async_mma.issue(m, threads, slots, np.concatenate(reads), pc)
     return plain(run)
@@ -370,11 +464,11 @@ def _uniform(values, groups: int, what: str) -> np.ndarray:
     return per[:, 0]
 
 
-def _shared_operand(m, first, descs, rows: int, k: int, esize: int, kind: str, mn_major: bool,
-                    reads: list) -> np.ndarray:
+def _shared_operand(m, first, descs, rows: int, k: int, kind: str, mn_major: bool, reads: list) -> np.ndarray:
     """Operand matrices (groups, rows, k) read through matrix descriptors; the flat shared
     bytes read are appended to `reads`."""
     out = np.zeros((len(first), rows, k), np.float64)
+    esize = _ELEMENT_SIZE[kind]
     races = m.shared.races
     for g, (thread, value) in enumerate(zip(first, descs)):
         desc = fr.MatrixDescriptor.decode(int(value))

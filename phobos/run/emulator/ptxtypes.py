@@ -3,7 +3,10 @@
 # Registers and memory keep raw bits; an instruction reinterprets them as its
 # own type.  `.b` types are unsigned bit containers, `.f16` values are held as
 # numpy float16 and `.bf16` as their 16-bit pattern (NumPy has no bfloat16);
-# pairs of 8-bit floats (`.e4m3x2`, `.e5m2x2`) as their 16 bits.
+# pairs of 8-bit floats (`.e4m3x2`, `.e5m2x2`) as their 16 bits.  `UNMODELLED_TYPES`
+# names the other type words of the PTX ISA, which valid PTX may carry and the
+# emulator does not implement (so that they are reported as unsupported, not as
+# malformed).
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,3 +64,11 @@ def _table() -> dict[str, PtxType]:
 
 
 TYPES: dict[str, PtxType] = _table()
+
+
+# Type words of the PTX ISA (up to 9.x) that no instruction of the emulator takes.
+UNMODELLED_TYPES = frozenset({
+    "b1", "b128", "s4", "u4", "s16x2", "u16x2", "f32x2", "tf32", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1",
+    "ue8m0", "ue4m3", "e2m1x2", "e3m2x2", "e2m3x2", "ue8m0x2", "e2m1x4", "e4m3x4", "e5m2x4", "e3m2x4",
+    "e2m3x4", "b4x16", "b4x16_p64", "b6x16_p32", "b6p2x16", "s2f6x2",
+}) - set(TYPES)
