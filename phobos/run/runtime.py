@@ -670,7 +670,7 @@ STICKY_ERRORS = frozenset({"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_MISALIGNED_
 class Inline(NamedTuple):
     """What QueuedKernel.__call__ does, in pieces, for a caller that writes the launch into its own code
     (phobos.launch.fastpath.direct_call): in the thread `owner`, `pack_into(own.buffer, cuda.STREAM_OFFSET,
-    stream, *values)` and `own.launch(*own.arguments)` without a lock (no other thread packs into that
+    stream, *values)` and `own.start()` without a lock (no other thread packs into that
     buffer); in any other, the same with `shared`, under `shared.lock`; then, for a CUresult that is not 0,
     `fail(code, stream, launcher)`."""
 
@@ -715,7 +715,7 @@ class QueuedKernel:
         launcher = self._launcher
         with launcher.lock:
             self._pack_into(launcher.buffer, cuda.STREAM_OFFSET, stream, *values)
-            code = launcher.launch(*launcher.arguments) if not self.switch_context else \
+            code = launcher.start() if not self.switch_context else \
                 self._queue_in_context(stream)
         if code:
             self._retry_or_raise(code, stream, launcher)
