@@ -386,6 +386,16 @@ def test_time_launch_is_the_median_of_event_timings(driver, add_ptx):
     assert not c.any()  # timing does not copy back
 
 
+def test_a_call_of_a_millisecond_or_more_is_its_own_first_sample(driver, add_ptx, monkeypatch):
+    monkeypatch.setattr(runtime, "MIN_SAMPLE_MS", 0.5)  # the stand-in's launches take 0.5 ms
+    a, b = inputs(8)
+    c = np.zeros(8, np.float32)
+    assert runtime.time_launch(add_ptx, "add", 1, 8, [a, b, c, 8], warmup=1, repeat=1) == pytest.approx(0.5)
+    assert len(driver.launches) == 1 + 1  # warm-up, and the call that sized the samples, which is the sample
+    assert runtime.time_launch(add_ptx, "add", 1, 8, [a, b, c, 8], warmup=2, repeat=5) == pytest.approx(0.5)
+    assert len(driver.launches) == 2 + 2 + 5
+
+
 def test_time_launch_needs_at_least_one_timed_run(driver, add_ptx):
     with pytest.raises(LaunchError, match="need warmup >= 0 and repeat >= 1"):
         runtime.time_launch(add_ptx, "add", 1, 8, [], repeat=0)
