@@ -617,8 +617,8 @@ class _Kernel:
         root = str(cache.default_cache().root)
         return {tuple(config.items()): workers.submit(parallel.CompileJob(
             self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
-            options.keywords(), device.max_threads_per_block, device.max_shared_bytes_per_block, root,
-            self._compiled_keys(config, arch, options)[1]))
+            options.keywords(), device.max_threads_per_block, device.max_shared_bytes_per_block,
+            device.max_registers_per_block, root, self._compiled_keys(config, arch, options)[1]))
             for config in missing}
 
     def _collect(self, future: Future | None, config: Config, arch: str, options: CodeOptions) -> None:
