@@ -11,19 +11,26 @@ three rounds and the best kept: `add(a, b, c)` (examples/add.phobos) on torch
 tensors, `torch.add(a, b, out=c)`, a Triton add `add[grid](a, b, c, n,
 BLOCK=1024)` and, where CuPy is installed, `add` on CuPy arrays and
 `cupy.add`.  The target: Phobos at most torch.add's cost.  Then the parts of
-Phobos's call on the same tensors: the prepared launch alone (packing the
-stream and the parameters, cuLaunchKernelEx: QueuedKernel), and the checks of
-the arguments before it (the whole call less that).  Then CUDA graphs: 100
-calls captured by `torch.cuda.graph` and replayed, for Phobos and for
-torch.add (µs per kernel in the replay), checked against torch after the
-inputs change.
+Phobos's call on the same tensors: the launch alone (cuLaunchKernelEx through
+ctypes, as the call makes it, on parameters packed before), and the rest (the
+checks of the arguments, the stream, packing, the Python call: the whole
+call less that).  Then CUDA graphs: 100 calls captured by `torch.cuda.graph`
+and replayed, for Phobos and for torch.add (µs per kernel in the replay),
+checked against torch after the inputs change.  Last, the driver's launch
+entry points on the same kernel and parameters, each bare through ctypes:
+cuLaunchKernelEx with the parameter buffer (`extra`, Phobos's) or a
+`kernelParams` array, cuLaunchKernel with either, and Phobos's with the GIL
+held (PyDLL) - µs per launch, the same ctypes call of a C function that does
+nothing, and the difference, the driver's own time.
 
 With --stand-in (or without a GPU): the host cost of the call, piece by piece,
 with the driver replaced by a C function that does nothing (built here with
 the C compiler; a Python one where there is none) but takes
 cuLaunchKernelEx's four arguments through ctypes as libcuda's does; the
-tensors are stand-ins with torch's attribute names (`data_ptr`, `get_device`,
-`dtype`, `shape`, `is_contiguous`) and CuPy's `__cuda_array_interface__`.  The
+tensors are real torch tensors in CPU memory that answer `is_cuda` as CUDA
+ones do (where torch is installed: torch's own attribute and guard costs),
+stand-ins with torch's attribute names (`data_ptr`, `get_device`, `dtype`,
+`shape`, `is_contiguous`) and CuPy's `__cuda_array_interface__`.  The
 whole call (the direct call of the most recent signature), the probing path
 any other prepared signature takes (probe, key lookup, FastCall), the probe
 alone, and the full binding, which both skip.
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import subprocess
 import sys
 import tempfile
@@ -117,16 +125,60 @@ def call_rows(torch, add, calls: int) -> list[dict]:
     for _ in range(3):  # interleaved rounds: a machine that speeds up or slows down affects them all alike
         for name, (fn, synchronize) in cases.items():
             best[name] = min(best[name], per_call_us(fn, calls, synchronize))
-    rows = [{"call": name, "us": us} for name, us in best.items()]
-    # The parts of Phobos's call: the prepared launch alone (QueuedKernel: pack, cuLaunchKernelEx), the rest
+    return [{"call": name, "us": us} for name, us in best.items()]
+
+
+NOOP_ENTRY_POINTS = """
+int cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) { return 0; }
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *stream, void **params, void **extra) { return 0; }
+"""
+
+
+def entry_point_rows(torch, add, calls: int) -> list[dict]:
+    """The driver's launch entry points, each through ctypes as bare as it goes (its arguments made once and
+    bound in a functools.partial, as phobos.run.cuda.Launcher binds cuLaunchKernelEx's), on the kernel,
+    launch shape and parameters of the call above: µs per launch back to back, and the same ctypes call of a
+    C function that does nothing, so that what the driver itself takes shows (None where no C compiler)."""
     variant = next(iter(add._kernel._variants.values()))
     queued = next(iter(variant.fast.values())).calls[False].queue
-    stream = torch.cuda.current_stream().cuda_stream
-    values = [a.data_ptr(), b.data_ptr(), c.data_ptr(), N]
-    launch_us = min(per_call_us(lambda: queued(stream, values), calls, sync) for _ in range(3))
-    rows.append({"call": "  of which the prepared launch (pack, cuLaunchKernelEx)", "us": launch_us})
-    rows.append({"call": "  of which the argument checks (the rest)",
-                 "us": best["Phobos add(a, b, c), torch tensors"] - launch_us})
+    launcher = queued._own  # the call above packed its parameters there; the stream is torch's current one
+    launcher.queue(torch.cuda.current_stream().cuda_stream)
+    config, function = launcher.start.args[0], launcher.start.args[1]
+    grid_x, grid_y, grid_z, block_x, block_y, block_z, shared, stream = cuda.LAUNCH_CONFIG.unpack_from(
+        launcher.buffer, 0)[:8]
+    params = runtime.parse_entry_params(add.ptx)["add"]
+    base = ctypes.addressof(launcher.buffer) + cuda.PARAMS_OFFSET
+    kernel_params = (ctypes.c_void_p * len(params))(*(base + offset for offset in runtime.natural_offsets(params)))
+    shape = [ctypes.c_uint(value) for value in (grid_x, grid_y, grid_z, block_x, block_y, block_z, shared)]
+    stream_handle = ctypes.c_void_p(stream)
+    extra = ctypes.byref(launcher.extra)
+    cdll, pydll = ctypes.CDLL("libcuda.so.1"), ctypes.PyDLL("libcuda.so.1")
+    cases = [
+        ("cuLaunchKernelEx(config, f, NULL, extra): Phobos's", cdll, "cuLaunchKernelEx",
+         (config, function, None, extra)),
+        ("  the same with the GIL held (PyDLL)", pydll, "cuLaunchKernelEx", (config, function, None, extra)),
+        ("cuLaunchKernelEx(config, f, kernelParams, NULL)", cdll, "cuLaunchKernelEx",
+         (config, function, kernel_params, None)),
+        ("cuLaunchKernel(f, grid, block, shared, stream, NULL, extra)", cdll, "cuLaunchKernel",
+         (function, *shape, stream_handle, None, extra)),
+        ("cuLaunchKernel(f, grid, block, shared, stream, kernelParams, NULL)", cdll, "cuLaunchKernel",
+         (function, *shape, stream_handle, kernel_params, None)),
+    ]
+    noop = compile_noop(NOOP_ENTRY_POINTS)
+    rows = []
+    for label, library, name, arguments in cases:
+        entry = library[name]
+        entry.restype = ctypes.c_int
+        launch = functools.partial(entry, *arguments)
+        assert launch() == 0, f"{label}: the launch failed"
+        row = {"call": label, "us": min(per_call_us(launch, calls, torch.cuda.synchronize) for _ in range(3))}
+        if noop is not None:
+            stand_in = type(library)(noop)[name]
+            stand_in.restype = ctypes.c_int
+            row["ctypes_us"] = stand_in_us(functools.partial(stand_in, *arguments), calls)
+            row["driver_us"] = row["us"] - row["ctypes_us"]
+        rows.append(row)
     return rows
 
 
@@ -158,12 +210,21 @@ def graph_rows(torch, add) -> list[dict]:
 def on_gpu(args) -> None:
     import torch
     add = phobos.load(str(ROOT / "examples" / "add.phobos")).add
-    rows = call_rows(torch, add, args.calls) + graph_rows(torch, add)
+    calls = call_rows(torch, add, args.calls)
+    entries = entry_point_rows(torch, add, args.calls)
+    phobos_us = calls[0]["us"]
+    launch_us = entries[0]["us"]
+    rows = calls + [
+        {"call": "  of which the launch (cuLaunchKernelEx through ctypes, parameters packed)", "us": launch_us},
+        {"call": "  of which the rest (checks, stream, packing, the Python call)", "us": phobos_us - launch_us},
+    ] + graph_rows(torch, add)
     print(table(rows, [("call", f"call (c = a + b, {N} fp32, back to back)", ""), ("us", "µs per call", ".2f")]))
-    phobos_us = rows[0]["us"]
     torch_us = next(r["us"] for r in rows if r["call"] == "torch.add(a, b, out=c)")
-    print(f"\nPhobos / torch.add: {phobos_us / torch_us:.2f} (target: at most 1)")
-    meta = {"elements": N, "phobos_over_torch": phobos_us / torch_us, "graph_calls": GRAPH_CALLS}
+    print(f"\nPhobos / torch.add: {phobos_us / torch_us:.2f} (target: at most 1)\n")
+    print(table(entries, [("call", "launch entry point, bare, back to back", ""), ("us", "µs per launch", ".2f"),
+                          ("ctypes_us", "ctypes alone µs", ".2f"), ("driver_us", "driver µs", ".2f")]))
+    meta = {"elements": N, "phobos_over_torch": phobos_us / torch_us, "graph_calls": GRAPH_CALLS,
+            "entry_points": entries}
     print(f"wrote {save('call_overhead', rows, meta, args.out)}")
     plot("call_overhead", rows, "call", [("us", "µs per call")], "µs per call", args.out)
 
@@ -176,16 +237,24 @@ int cuLaunchKernelEx(const void *config, void *f, void **params, void **extra) {
 """
 
 
-def noop_launch_kernel():
-    """A C cuLaunchKernelEx that returns at once, through ctypes; a Python one where no C compiler works."""
+def compile_noop(source: str) -> str | None:
+    """The path of a shared library built from C `source` with the C compiler; None where none works."""
     build = Path(tempfile.mkdtemp(prefix="phobos-bench-"))
-    (build / "noop.c").write_text(NOOP_LAUNCH)
+    (build / "noop.c").write_text(source)
     try:
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(build / "noop.so"), str(build / "noop.c")],
                        check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError):
+        return None
+    return str(build / "noop.so")
+
+
+def noop_launch_kernel():
+    """A C cuLaunchKernelEx that returns at once, through ctypes; a Python one where no C compiler works."""
+    library = compile_noop(NOOP_LAUNCH)
+    if library is None:
         return (lambda *args: 0), "Python"
-    function = ctypes.CDLL(str(build / "noop.so"))["cuLaunchKernelEx"]  # as DriverApi binds libcuda's
+    function = ctypes.CDLL(library)["cuLaunchKernelEx"]  # as DriverApi binds libcuda's
     function.restype = ctypes.c_int
     return function, "C through ctypes"
 
@@ -259,6 +328,19 @@ class CupyLike:
                 "version": 3, "stream": 1}
 
 
+def torch_on_cpu():
+    """Real torch tensors in CPU memory that answer as CUDA ones (torch.Tensor.is_cuda is True and
+    get_device 0), so that the call reads torch's own attributes and runs torch's own guard at their
+    real cost; None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.Tensor.is_cuda = True  # a class attribute: cheaper to read than torch's, by some 30 ns
+    torch.Tensor.get_device = lambda self: 0  # read by the full path and probing only
+    return lambda pointer, n: torch.empty(n)
+
+
 def install_stand_ins(launch_kernel_ex) -> None:
     runtime._driver = lambda: None
     runtime.device_count = lambda: 1
@@ -276,11 +358,15 @@ def stand_in_us(statement, calls: int) -> float:
 
 def on_cpu(args) -> None:
     launch_kernel_ex, launch_kind = noop_launch_kernel()
+    real_torch = torch_on_cpu()
     install_stand_ins(launch_kernel_ex)
     add = phobos.load(str(ROOT / "examples" / "add.phobos"), mode=BenchGpu()).add
     n = 1 << 24
     rows = []
-    for label, make in (("torch-like tensors", TorchLike), ("CuPy-like arrays", CupyLike)):
+    kinds = [("torch-like tensors", TorchLike), ("CuPy-like arrays", CupyLike)]
+    if real_torch is not None:
+        kinds.insert(0, ("torch tensors (CPU memory)", real_torch))
+    for label, make in kinds:
         a, b, c = (make(0x7F00_0000_0000 + i * 4 * n, n) for i in range(3))
         add(a, b, c)  # the full path: binds, compiles, prepares
         values = (a, b, c)
@@ -297,14 +383,17 @@ def on_cpu(args) -> None:
     queued = next(iter(add._kernel._variants.values())).fast
     prepared = next(iter(queued.values())).calls[False]
     pack_us = stand_in_us(lambda: prepared.queue(0, [1, 2, 3, n]), args.calls)
+    launch_us = stand_in_us(prepared.queue.inline().own.start, args.calls)
     config, function, params, extra = ctypes.c_void_p(0x1000), ctypes.c_void_p(0x1234), None, None
-    launch_us = stand_in_us(lambda: launch_kernel_ex(config, function, params, extra), args.calls)
+    unbound_us = stand_in_us(lambda: launch_kernel_ex(config, function, params, extra), args.calls)
     print(f"examples/add.phobos, N = 2^24, launch replaced by a no-op {launch_kind} function\n")
     print(table(rows, [("arguments", "arguments", ""), ("call_us", "whole call µs", ".2f"),
                        ("probing_call_us", "probing path µs", ".2f"), ("probe_us", "probe µs", ".2f"),
                        ("full_binding_us", "full binding alone µs", ".2f")]))
-    print(f"\npack + queue (QueuedKernel): {pack_us:.2f} µs; the bare no-op ctypes launch: {launch_us:.2f} µs")
-    meta = {"launch": launch_kind, "pack_and_queue_us": pack_us, "bare_launch_us": launch_us, "stand_in": True}
+    print(f"\npack + queue (QueuedKernel): {pack_us:.2f} µs; the no-op launch as a Launcher binds it: "
+          f"{launch_us:.2f} µs (four c_void_p arguments passed at each call: {unbound_us:.2f} µs)")
+    meta = {"launch": launch_kind, "pack_and_queue_us": pack_us, "bare_launch_us": launch_us,
+            "unbound_launch_us": unbound_us, "stand_in": True}
     print(f"wrote {save('call_overhead_stand_in', rows, meta, args.out, cpu_name())}")
     plot("call_overhead_stand_in", rows, "arguments", [("probe_us", "probe"), ("call_us", "whole call")],
          "µs per call", args.out, cpu_name())

@@ -18,7 +18,12 @@ come before, and are reported apart):
   TRITON_CACHE_DIR.
 
 Every result is checked against torch.  Prints a table, writes
-<out>/cold_start.json and a plot.  With --trace the Phobos runs log at
+<out>/cold_start.json and a plot.  With --stand-in (on the CPU): the four
+Phobos runs with a stand-in GPU - the compiler, ptxas, the compile workers
+and the disk cache do what they do on the GPU, every configuration times at
+1 ms and nothing is launched - so the seconds are this machine's compiling
+(on its cores) and the Python of the warm second call; writes
+<out>/cold_start_stand_in.json.  With --trace the Phobos runs log at
 PHOBOS_LOG=debug, and each prints when every configuration was timed (or
 skipped), in ms from the call, and then the 15 functions the call's thread
 spent most time in (cProfile): where the first call's seconds go.
@@ -34,7 +39,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from common import plot, save, table
+from common import cpu_name, plot, save, table
 
 ROOT = Path(__file__).parent.parent
 
@@ -77,6 +82,70 @@ want = (a.float() @ b.float()).to(dtype)
 ok = bool(torch.allclose(c.float(), want.float(), rtol=1e-2, atol=1e-1))
 print(json.dumps({"first_call_s": first, "load_s": ready - imported, "setup_s": imported - start, "ok": ok,
                   "config": fn.config, "configurations": len(fn.timings) or 1, **({"trace": trace} if trace else {})}))
+"""
+
+STAND_IN_FIRST_CALL = """
+import json, os, sys, time
+start = time.perf_counter()
+import torch  # a caller's process has it: its import is not the call's
+import phobos
+from phobos.run.runtime import DeviceProperties
+
+
+class StandInGpu:
+    # The GPU backend's interface with no GPU behind it: the compiler, ptxas, the workers and the cache run as
+    # on the GPU; every configuration times at 1 ms and launches do nothing.
+    name, compiles, host_only, tunes, maps_host_arrays = "stand-in", True, False, True, False
+
+    def arch(self, index=0):
+        return "sm_90a"
+
+    def device(self, index=0):
+        return DeviceProperties("H100 (stand-in)", (9, 0), 227 * 1024, 65536, 1024, 132)
+
+    def locate(self, address):
+        return 0
+
+    def run(self, launch):
+        pass
+
+    def time(self, launch, warmup, repeat):
+        return 1.0
+
+    def device_copy(self, tensor):
+        return None
+
+    def free(self, copy):
+        pass
+
+
+class DeviceTensor:
+    # A 4096 x 4096 CUDA tensor as torch shows it (the attributes the binding reads).
+    is_cuda, device = True, "cuda:0"
+
+    def __init__(self, index, dtype):
+        self.pointer, self.dtype, self.shape = 0x7F00_0000_0000 + index * (1 << 27), f"torch.{dtype}", (4096, 4096)
+
+    def data_ptr(self):
+        return self.pointer
+
+    def get_device(self):
+        return 0
+
+    def is_contiguous(self):
+        return True
+
+
+DeviceTensor.__module__ = "torch"
+path, name, dtype = sys.argv[1], sys.argv[2], sys.argv[3]
+a, b, c = (DeviceTensor(index, dtype) for index in range(3))
+imported = time.perf_counter()
+fn = getattr(phobos.load(path, mode=StandInGpu()), name)
+ready = time.perf_counter()
+fn(a, b, c, alpha=1.0, beta=0.0) if name == "sgemm" else fn(a, b, c)
+first = time.perf_counter() - ready
+print(json.dumps({"first_call_s": first, "load_s": ready - imported, "setup_s": imported - start, "ok": True,
+                  "config": fn.config, "configurations": len(fn.timings) or 1}))
 """
 
 TRITON_FIRST_CALL = """
@@ -123,12 +192,18 @@ def fresh_process(script: str, args: list[str], env: dict[str, str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cases() -> list[tuple[str, str, list[str], dict, str | None]]:
+def cases(stand_in: bool = False) -> list[tuple[str, str, list[str], dict, str | None]]:
     """(label, script, arguments, environment, cache) per run, in order; runs that share a cache name share a
-    cache directory, the later ones finding what the earlier ones left."""
+    cache directory, the later ones finding what the earlier ones left.  `stand_in`: the Phobos runs on the CPU
+    with a stand-in GPU (STAND_IN_FIRST_CALL), and no Triton."""
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     sgemm = [str(ROOT / "examples" / "sgemm.phobos"), "sgemm", "float32"]
     gemm = [str(ROOT / "examples" / "gemm_bf16.phobos"), "gemm_bf16", "bfloat16"]
+    if stand_in:
+        return [(f"Phobos {label} (stand-in GPU), {state}", STAND_IN_FIRST_CALL, arguments, {"PYTHONPATH": path},
+                 cache) for label, arguments, cache in (("sgemm 4096^3", sgemm, "sgemm"),
+                                                         ("gemm_bf16 4096^3", gemm, "gemm"))
+                for state in ("empty cache", "second process")]
     return [("Phobos sgemm 4096^3, empty cache", PHOBOS_FIRST_CALL, sgemm, {"PYTHONPATH": path}, "sgemm"),
             ("Phobos sgemm 4096^3, second process", PHOBOS_FIRST_CALL, sgemm, {"PYTHONPATH": path}, "sgemm"),
             ("Phobos gemm_bf16 4096^3, empty cache", PHOBOS_FIRST_CALL, gemm, {"PYTHONPATH": path}, "gemm"),
@@ -149,10 +224,13 @@ def main() -> None:
     parser.add_argument("--trace", action="store_true",
                         help="PHOBOS_LOG=debug in the Phobos runs: print when each configuration was timed, in ms "
                              "from the call (also under 'trace' in the JSON); the tracing costs a little time")
+    parser.add_argument("--stand-in", action="store_true",
+                        help="on the CPU: the Phobos runs with a stand-in GPU (compiling, ptxas, the workers and the "
+                             "cache as on the GPU; nothing timed or launched), no Triton; writes cold_start_stand_in")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-cold-cache-") as caches:
-        for label, script, arguments, env, cache in cases():
+        for label, script, arguments, env, cache in cases(args.stand_in):
             place = Path(caches) / (cache or f"triton-{len(rows)}")
             variable = "PHOBOS_CACHE_DIR" if cache else "TRITON_CACHE_DIR"
             traced = {"PHOBOS_LOG": "debug"} if args.trace and cache else {}
@@ -170,9 +248,11 @@ def main() -> None:
     print(table(rows, [("first call", "first call (fresh process)", ""), ("seconds", "s", ".3f"),
                        ("target", "target", ""), ("meets", "met", ""),
                        ("configurations", "configurations", "")]))
-    print(f"wrote {save('cold_start', rows, {}, args.out)}")
-    plot("cold_start", [r for r in rows if "first_call_s" in r], "first call", [("seconds", "s")],
-         "seconds to the end of the first call", args.out)
+    name = "cold_start_stand_in" if args.stand_in else "cold_start"
+    device = cpu_name() if args.stand_in else None
+    print(f"wrote {save(name, rows, {'stand_in': args.stand_in}, args.out, device)}")
+    plot(name, [r for r in rows if "first_call_s" in r], "first call", [("seconds", "s")],
+         "seconds to the end of the first call", args.out, device)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@
 #      tuned softmax and layer norm replayed on new data): pass;
 #   2. bench_call_overhead.py: µs per call of Phobos add(a, b, c) beside
 #      torch.add, Triton and CuPy (target: Phobos / torch.add at most 1), its
-#      parts (the prepared launch, the argument checks), and 100 calls in a
-#      CUDA graph replayed;
+#      parts (the bare launch, the rest), 100 calls in a CUDA graph replayed,
+#      and the driver's launch entry points timed bare beside a no-op C
+#      function (the driver's own µs);
 #   3. bench_cold_start.py: the first call of sgemm and gemm_bf16 at 4096^3 in
 #      a fresh process with an empty cache (target 2 s) and in a second
 #      process on that cache (target 50 ms), beside Triton's first calls;

@@ -72,6 +72,29 @@ def test_the_build_digest_covers_every_stage_of_the_compiler(monkeypatch):
     assert {"compiler.py", "lower/memory.py", "ptx/emit.py", "frontend/sema.py", "launch/cache.py"} <= covered
 
 
+def test_the_build_digest_is_read_from_the_cache_while_no_source_changes_size_or_time(monkeypatch):
+    read = []
+    original = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda path: read.append(path) or original(path))
+    builds = []
+    for _ in range(2):
+        cache.phobos_build.cache_clear()
+        monkeypatch.setattr(cache, "_caches", {})  # a new process: only the disk remembers
+        builds.append(cache.phobos_build())
+    assert builds[0] == builds[1] and len(read) == len({*read}) > 50  # every source read once, by the first
+    sources = cache.package_sources(Path(phobos.__file__).resolve().parent)
+    name, size, mtime = sources[0]
+    monkeypatch.setattr(cache, "package_sources", lambda package: [(name, size, mtime + 1), *sources[1:]])
+    monkeypatch.setattr(Path, "read_bytes", lambda path: b"changed" if path.as_posix().endswith("/" + name)
+                        else original(path))
+    cache.phobos_build.cache_clear()
+    monkeypatch.setattr(cache, "_caches", {})
+    try:
+        assert cache.phobos_build() != builds[0]  # a source with another time is read again
+    finally:
+        cache.phobos_build.cache_clear()
+
+
 # --- storing and loading
 
 

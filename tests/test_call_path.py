@@ -8,6 +8,7 @@
 # tensors; CUDA graph capture; tensors on different devices.
 from __future__ import annotations
 
+import struct
 import sys
 import types
 
@@ -16,10 +17,11 @@ import pytest
 
 import phobos
 from phobos.errors import LaunchError
-from phobos.launch import binding, launcher
+from phobos.launch import binding, fastpath, launcher
 
 from .launcher_fakes import ADD4, AXPY, random_vectors
 from .test_launcher_stand_in_gpu import gpu  # noqa: F401 (a fixture)
+from .test_runtime_stand_in_driver import StandInRecorder
 from .test_runtime_stand_in_driver import driver as stand_in_driver  # noqa: F401 (a fixture)
 
 
@@ -481,6 +483,92 @@ def test_the_most_recent_signature_is_called_without_probing(gpu, fake_torch, mo
         with pytest.raises(LaunchError, match="bound"):  # not this signature: probed, then bound
             add(ta, tb, other)
     assert len(probed) == 5 and len(gpu.launches) == 2
+
+
+@pytest.fixture
+def cpu_torch_as_cuda(monkeypatch):
+    """Real torch, its CPU tensors answering as CUDA ones on device 0 (their attributes and torch's own
+    guard are torch's), on torch's current stream 0x70."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.Tensor, "is_cuda", True, raising=False)
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0x70, raising=False)
+    return torch
+
+
+def record_launches(driver, monkeypatch) -> None:
+    """Kernels that record their parameters instead of adding (torch's CPU memory is not the driver's)."""
+    recording = types.SimpleNamespace(get_function=lambda name: StandInRecorder(driver, name))
+    monkeypatch.setattr(driver, "module_from_buffer", lambda image: recording)
+
+
+def launched_pointers(driver) -> tuple[int, int, int]:
+    return struct.unpack_from("<QQQ", driver.launches[-1]["parameters"])
+
+
+def test_torch_tensors_are_checked_by_torchs_own_guard_and_each_attribute_where_it_refuses(
+        gpu, cpu_torch_as_cuda, monkeypatch):
+    torch = cpu_torch_as_cuda
+    if not hasattr(torch._C._dynamo.guards, "TensorGuards"):
+        pytest.skip("this torch has no TensorGuards")
+    record_launches(gpu, monkeypatch)
+    plus = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=256)
+    plus(torch.zeros(500), torch.zeros(500), torch.zeros(500))
+    direct = plus._variant.direct
+    assert "tensor_check" in direct.__globals__  # written out with torch's check
+    refuse_binding(monkeypatch)
+    monkeypatch.setattr(launcher.fastpath, "probe", lambda *args: pytest.fail("the direct call probed"))
+    a, b, c = torch.zeros(500), torch.zeros(500), torch.zeros(500)
+    plus(a, b, c)  # torch's check passes
+    assert launched_pointers(gpu) == (a.data_ptr(), b.data_ptr(), c.data_ptr())
+    # torch's check refuses these, each attribute's accepts them: still the direct call
+    inputs = (torch.zeros(500, requires_grad=True), b, c)
+    assert not direct.__globals__["tensor_check"](*inputs)
+    plus(*inputs)
+    assert launched_pointers(gpu) == tuple(tensor.data_ptr() for tensor in inputs)
+    with torch.inference_mode():
+        assert not direct.__globals__["tensor_check"](a, b, c)
+        plus(c, b, a)
+    assert launched_pointers(gpu) == (c.data_ptr(), b.data_ptr(), a.data_ptr())
+    launches = len(gpu.launches)
+    monkeypatch.setattr(launcher, "bind", lambda *args, **kwargs: (_ for _ in ()).throw(LaunchError("bound")))
+    monkeypatch.setattr(launcher.fastpath, "probe", lambda *args: (_ for _ in ()).throw(fastpath.Unprobed))
+    for other in (torch.zeros(500, dtype=torch.float64), torch.zeros(499), torch.zeros(1000)[::2],
+                  torch.zeros(501)[1:], "c"):  # another dtype, shape, a strided view, misaligned, not a tensor
+        with pytest.raises(LaunchError, match="bound"):  # not this signature: the full path
+            plus(a, b, other)
+    assert len(gpu.launches) == launches
+
+
+def test_torchs_check_compares_what_the_signature_holds(cpu_torch_as_cuda):
+    torch = cpu_torch_as_cuda
+    a, b = torch.zeros(4, 6), torch.zeros(6)
+    parts = fastpath.probe([a, 2.0, b], lambda address: None)[0]
+    check = fastpath.torch_tensor_check([a, 2.0, b], parts)
+    if check is None:
+        pytest.skip("this torch has no TensorGuards")
+    assert check.indices == (0, 2)  # the scalar is not torch's to check
+    assert check.check(torch.ones(4, 6), torch.ones(6))
+    for other in (torch.zeros(4, 6, dtype=torch.float16), torch.zeros(6, 4), torch.zeros(6, 4).t(),
+                  torch.zeros(4, 6, requires_grad=True), torch.zeros(4, 6, device="meta"), b):
+        assert not check.check(other, b)
+    assert fastpath.torch_tensor_check([2.0], fastpath.probe([2.0], lambda address: None)[0]) is None
+
+
+def test_without_torchs_guard_each_attribute_is_checked(gpu, fake_torch, monkeypatch):
+    """A torch without TensorGuards (the fake one has none): the direct call reads each attribute."""
+    add = phobos.kernel(ADD4, mode="gpu").configure(BLOCK=256)
+    ta, tb, tc = (torch_tensor(gpu, x) for x in (*random_vectors(500), np.zeros(500, np.float32)))
+    add(ta, tb, tc)
+    assert "tensor_check" not in add._variant.direct.__globals__
+
+
+def test_the_overlap_test_is_the_overlap_of_the_address_ranges():
+    for bytes_i, bytes_j in ((1, 1), (4, 8), (8, 4), (8, 8), (8, 12), (12, 8)):
+        overlaps = fastpath.alias_test([(0, 1, bytes_i, bytes_j)])
+        for p_i in range(0x7F00_0000_0000, 0x7F00_0000_0000 + 32):
+            for p_j in range(0x7F00_0000_0000, 0x7F00_0000_0000 + 32):
+                assert overlaps([p_i, p_j]) == bool(set(range(p_i, p_i + bytes_i)) & set(range(p_j, p_j + bytes_j)))
 
 
 # --- in-place calls: a tensor the kernel reads overlaps one it writes

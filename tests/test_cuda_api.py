@@ -85,12 +85,13 @@ def test_the_launcher_holds_the_launch_configuration_and_the_parameters_that_ext
     launcher = api.launcher(0xABC, (4, 2, 1), (128, 1, 1), 1024, 12)
     parameters = struct.Struct("<QI")
     cuda.launch_layout(parameters).pack_into(launcher.buffer, cuda.STREAM_OFFSET, 0x77, 0x1234, 5)
-    assert launcher.launch(*launcher.arguments) == 0
+    assert launcher.start() == 0
     (call,) = library["cuLaunchKernelEx"].calls
     config, function, params, extra = call
     assert function.value == 0xABC and params is None
     grid_block_shared = cuda.LAUNCH_CONFIG.unpack_from(launcher.buffer, 0)
-    assert config.value == ctypes.addressof(launcher.buffer)
+    assert config._obj is launcher.buffer and extra._obj is launcher.extra  # passed by reference
+    extra = launcher.extra
     assert grid_block_shared == (4, 2, 1, 128, 1, 1, 1024, 0x77, 0, 0)  # no launch attributes
     assert extra[0] == 1 and extra[1] == ctypes.addressof(launcher.buffer) + cuda.PARAMS_OFFSET
     assert extra[2] == 2 and extra[4] is None and ctypes.c_size_t.from_address(extra[3]).value == 12

@@ -5,6 +5,7 @@
 # one.  The GPU is the recording FakeGpu.
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 
@@ -120,6 +121,19 @@ def test_a_kernel_past_the_devices_limits_is_not_assembled(two_workers, monkeypa
     except ToolchainError:
         return
     assert len(list((isolated_cache / cache.PTXAS).iterdir())) == 2  # BLOCK 128 and 256 (64 threads)
+
+
+def test_a_kernel_whose_registers_the_compilers_estimate_rules_out_is_not_assembled():
+    try:
+        find_ptxas()
+    except ToolchainError:
+        pytest.skip("no ptxas: nothing is assembled anyway")
+    job = parallel.CompileJob(ADD4, "add.phobos", "add", {"BLOCK": 1024}, "sm_90", True, "add")
+    assert "report" in parallel.run_job(job)
+    compiled = cache.decode_compiled(parallel.run_job(job)["compiled"])
+    few = compiled.threads * compiled.registers_estimate // 4  # a quarter of what the estimate asks for
+    assert "report" not in parallel.run_job(dataclasses.replace(job, max_registers=few))  # ptxas never ran
+    assert "report" in parallel.run_job(dataclasses.replace(job, max_registers=few * 4))
 
 
 def test_configurations_are_timed_in_the_order_their_compiles_finish():

@@ -250,17 +250,15 @@ class StandInLauncher:
         self.buffer = ctypes.create_string_buffer(cuda.PARAMS_OFFSET + max(size, 1))
         self.size = size
         self.lock = threading.Lock()
-        self.arguments = ("config", "function", None, "extra")
 
-    def launch(self, config, function, params, extra) -> int:
-        assert (config, function, params, extra) == self.arguments
+    def start(self) -> int:
         stream = struct.unpack_from("<Q", self.buffer, cuda.STREAM_OFFSET)[0]
         parameters = self.buffer.raw[cuda.PARAMS_OFFSET:cuda.PARAMS_OFFSET + self.size]
         return self.kernel.launch(self.grid, self.block, parameters, self.shared_bytes, stream)
 
     def queue(self, stream: int) -> int:
         struct.pack_into("<Q", self.buffer, cuda.STREAM_OFFSET, stream)
-        return self.launch(*self.arguments)
+        return self.start()
 
 
 @pytest.fixture
@@ -386,6 +384,16 @@ def test_time_launch_is_the_median_of_event_timings(driver, add_ptx):
     assert runtime.time_launch(add_ptx, "add", 1, 8, [a, b, c, 8], warmup=2, repeat=5) == pytest.approx(0.5)
     assert len(driver.launches) == 2 + 1 + 5 * 2  # warm-up, the call that sizes the samples, 2 calls per sample
     assert not c.any()  # timing does not copy back
+
+
+def test_a_call_of_a_millisecond_or_more_is_its_own_first_sample(driver, add_ptx, monkeypatch):
+    monkeypatch.setattr(runtime, "MIN_SAMPLE_MS", 0.5)  # the stand-in's launches take 0.5 ms
+    a, b = inputs(8)
+    c = np.zeros(8, np.float32)
+    assert runtime.time_launch(add_ptx, "add", 1, 8, [a, b, c, 8], warmup=1, repeat=1) == pytest.approx(0.5)
+    assert len(driver.launches) == 1 + 1  # warm-up, and the call that sized the samples, which is the sample
+    assert runtime.time_launch(add_ptx, "add", 1, 8, [a, b, c, 8], warmup=2, repeat=5) == pytest.approx(0.5)
+    assert len(driver.launches) == 2 + 2 + 5
 
 
 def test_time_launch_needs_at_least_one_timed_run(driver, add_ptx):

@@ -19,7 +19,9 @@
 # never pickles: reading a cache file runs no code.
 #
 # Keys carry `phobos_build()`, the version plus a digest of Phobos's own
-# sources, so that a changed compiler never reuses what an older one produced.
+# sources, so that a changed compiler never reuses what an older one produced
+# (the digest itself is kept under the sources' sizes and times, namespace
+# `builds`, so a process reads them only when one changed).
 # The cubin ptxas made of a kernel's PTX is kept under the same key as its
 # report (namespace `cubins`, base64 in the JSON), so the driver loads it
 # instead of compiling the PTX a second time.
@@ -71,6 +73,7 @@ COMPILED = "kernels"
 PTXAS = "ptxas"
 CUBIN = "cubins"
 AUTOTUNE = "autotune"
+BUILDS = "builds"  # phobos_build's digests, by the sources' sizes and times
 NAMESPACES = (COMPILED, PTXAS, AUTOTUNE)
 
 #: How the files being written start (renamed into place when whole).
@@ -86,12 +89,44 @@ def cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def phobos_build() -> str:
-    """The version and a digest of the package's sources (all of phobos/, not only this folder)."""
+    """The version and a digest of the package's sources (all of phobos/, not only this folder).
+
+    Reading and hashing a hundred sources costs more than the rest of a warm
+    process's first call, so the digest is kept in the cache (namespace
+    BUILDS) under each source's name, size and modification time - what
+    Python itself trusts to reuse a compiled .pyc - and the sources are read
+    again only when one of those changes."""
     package = Path(__file__).resolve().parent.parent
+    sources = package_sources(package)
+    key = {"version": __version__, "package": str(package),
+           "sources": text_digest(canonical_json([[name, size, mtime] for name, size, mtime in sources]))}
+    store = default_cache()
+    build = store.load(BUILDS, key)
+    if not (isinstance(build, str) and build.startswith(f"{__version__}+")):
+        build = f"{__version__}+{source_digest(package, [name for name, _, _ in sources])}"
+        store.store(BUILDS, key, build)
+    return build
+
+
+def package_sources(package: Path) -> list[tuple[str, int, int]]:
+    """(path under `package`, size, modification time in ns) of each Python source in it, by path."""
+    found, prefix = [], len(str(package)) + 1
+    for directory, subdirectories, files in os.walk(package):
+        subdirectories[:] = [name for name in subdirectories if name != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                info = os.stat(path)
+                found.append((path[prefix:].replace(os.sep, "/"), info.st_size, info.st_mtime_ns))
+    return sorted(found)
+
+
+def source_digest(package: Path, names: list[str]) -> str:
+    """A digest of the sources `names` (paths under `package`): their paths and contents."""
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return f"{__version__}+{digest.hexdigest()[:16]}"
+    for name in names:
+        digest.update(name.encode() + b"\0" + (package / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def text_digest(text: str) -> str:
@@ -121,7 +156,7 @@ class DiskCache:
         once, and then the disk is left alone."""
         if self._distrust is None:
             reason = None
-            for directory in (self.root, *(self.root / n for n in (*NAMESPACES, CUBIN))):
+            for directory in (self.root, *(self.root / n for n in (*NAMESPACES, CUBIN, BUILDS))):
                 if directory in self._trusted:
                     continue
                 if not directory.exists():

@@ -42,11 +42,23 @@
 # The most recent signature of positional arguments also has its whole call
 # written out as one function (`direct_call`): the kernel callable tries it
 # first, and only a call it does not match pays for probing and the lookup.
+# Its torch tensors are checked by torch itself where torch offers it: one
+# call of the tensor guard Dynamo's compiled frames use
+# (torch._C._dynamo.guards.TensorGuards), made from the tensors of the
+# signature's first call, compares each tensor's type, dispatch keys (the
+# device type among them), dtype, device index, requires_grad, sizes and
+# strides in C++, where reading them one attribute at a time from Python cost
+# about as much as the launch.  Whatever it passes the per-attribute checks
+# pass too; what it refuses (a tensor that requires grad where the first did
+# not, a stride of a size-1 dimension, another inference mode; some torch
+# versions the same tensor twice) goes on to the per-attribute checks, so it
+# only ever makes a call faster.
 from __future__ import annotations
 
 import functools
 import struct
 import threading
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -281,11 +293,12 @@ def assembler(recipe: Sequence[tuple]) -> Callable[[Sequence[Any], list], tuple]
 
 def alias_expression(pairs: Sequence[tuple[int, int, int, int]], pointer: str) -> str:
     """Python for whether any pair (i, j, bytes of i, bytes of j) of device tensors overlaps, with `pointer`
-    formatted with an index naming an address: `p[0] < p[2] + 4096 and p[2] < p[0] + 4096 or ...` (a bool;
-    False for no pairs)."""
-    tests = [f"({pointer.format(i)} < {pointer.format(j)} + {size_j} and {pointer.format(j)} < "
-             f"{pointer.format(i)} + {size_i})" for i, j, size_i, size_j in pairs]
-    return " or ".join(tests) or "False"
+    formatted with an index naming an address: `-4096 < p[0] - p[2] < 4096 or ...` (a bool; False for no
+    pairs).  The ranges [p_i, p_i + bytes_i) and [p_j, p_j + bytes_j) overlap where -bytes_i < p_i - p_j <
+    bytes_j; one subtraction and a chained comparison cost less than two additions and two comparisons on
+    addresses, which are two-digit Python ints."""
+    tests = [f"{-size_i} < {pointer.format(i)} - {pointer.format(j)} < {size_j}" for i, j, size_i, size_j in pairs]
+    return " or ".join(f"({test})" for test in tests) or "False"
 
 
 def alias_test(pairs: Sequence[tuple[int, int, int, int]]) -> Callable[[list], bool]:
@@ -309,8 +322,10 @@ class FastCall:
     sizes in bytes, and `aliased` whether they overlapped when this launch was
     prepared: the launch serves only calls where they do the same.  `direct`,
     for a signature of positional arguments only, is the whole call written
-    out as one function (`direct_call`).  `grid_holds`, for a grid given as a
-    function, says whether the function still gives the prepared grid.
+    out as one function (`direct_call`), which checks its torch tensors with
+    `tensor_check` where there is one (`torch_tensor_check`).  `grid_holds`,
+    for a grid given as a function, says whether the function still gives the
+    prepared grid.
     """
 
     queue: Callable[[int, Sequence[Any]], None] | None
@@ -324,6 +339,7 @@ class FastCall:
     locate: Locate | None = None
     grid_holds: Callable[[], bool] | None = None
     owner: Any = None  # whose `last` a direct call sets (the kernel's)
+    tensor_check: TensorCheck | None = None  # torch's check of the torch tensors, for the direct call
     checked_streams: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -433,6 +449,47 @@ def _probed(probe_function: Callable, value: Any, locate: Locate) -> tuple | Non
 GUARDS = {_probe_scalar: _guard_scalar, _probe_torch: _guard_torch}
 
 
+@dataclass(frozen=True)
+class TensorCheck:
+    """torch's own check of the torch tensors among a call's values: `check(*(values[i] for i in indices))` is
+    True when each is of the type, dispatch keys, dtype, device, requires_grad, sizes and strides of the tensor
+    it was made from (some torch versions also ask that no two be the same object)."""
+
+    check: Callable[..., bool]
+    indices: tuple[int, ...]
+
+
+def torch_tensor_check(values: Sequence[Any], parts: Key) -> TensorCheck | None:
+    """The TensorCheck of the torch tensors among `values` (whose key parts are `parts`), made from them; None
+    where there are none, or torch has no TensorGuards (it is not public: the direct call then checks each
+    attribute).  It keeps no reference to the tensors."""
+    indices = tuple(index for index, part in enumerate(parts) if PROBES.get(part[0]) is _probe_torch)
+    torch_c = getattr(sys.modules.get("torch"), "_C", None)
+    make = getattr(getattr(getattr(torch_c, "_dynamo", None), "guards", None), "TensorGuards", None)
+    if not indices or make is None:
+        return None
+    try:
+        guards = make(*(values[index] for index in indices), dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        return TensorCheck(guards.check, indices) if guards.check(*(values[index] for index in indices)) else None
+    except Exception:  # another torch's TensorGuards: the per-attribute checks serve
+        return None
+
+
+def _guard_torch_tensors(tensor_check: TensorCheck, parts: Key, names: dict, one_device: bool) -> list[str]:
+    """torch's one check of all torch tensors and their addresses' alignment classes; where it refuses them,
+    each attribute on its own (`_guard_torch`), which accepts all it accepts."""
+    names["tensor_check"] = tensor_check.check
+    indices = tensor_check.indices
+    alignments = [f"p{i} & 15 != {parts[i][5]}" for i in indices]
+    if all(parts[i][5] == 0 for i in indices):
+        alignments = [f"({' | '.join(f'p{i}' for i in indices)}) & 15"]
+    return [f"if tensor_check({', '.join(f'v{i}' for i in indices)}):",
+            *(f"    p{i} = v{i}.data_ptr()" for i in indices),
+            f"    if {' or '.join(alignments)}: return None",
+            "else:",
+            *(f"    {line}" for i in indices for line in _guard_torch(i, parts[i], names, one_device))]
+
+
 def direct_call(fast: FastCall) -> Callable[[tuple], FastCall | None]:
     """The whole call of `fast`'s signature (positional arguments only) as one function: values -> `fast`
     when it launched (having set its owner's `last`), None when the values are not of this signature or a
@@ -446,14 +503,18 @@ def direct_call(fast: FastCall) -> Callable[[tuple], FastCall | None]:
     else:
         lines = ["if values: return None"]
     one_device = getattr(fast.queue, "only_device", False)
+    checked = fast.tensor_check.indices if fast.tensor_check is not None else ()
+    if checked:
+        lines += _guard_torch_tensors(fast.tensor_check, fast.parts, names, one_device)
     for i, part in enumerate(fast.parts):
-        lines += GUARDS.get(PROBES[part[0]], _guard_probed)(i, part, names, one_device)
+        if i not in checked:
+            lines += GUARDS.get(PROBES[part[0]], _guard_probed)(i, part, names, one_device)
     if fast.grid_holds is not None:
         names["grid_holds"] = fast.grid_holds
         lines.append("if not grid_holds(): return None")
     if fast.pairs:
         overlap = alias_expression(fast.pairs, "p{}")
-        lines.append(f"if ({overlap}) is not {fast.aliased}: return None")
+        lines.append(f"if {'not ' if fast.aliased else ''}({overlap}): return None")
     if fast.queue is not None:
         lines.append(f"stream = {_stream_code(fast.stream_of, names)}")
         items = []
@@ -494,12 +555,10 @@ def direct_call(fast: FastCall) -> Callable[[tuple], FastCall | None]:
 def _launch_code(launcher: Any, name: str, arguments: str, names: dict) -> list[str]:
     """Pack the stream and the parameters into `launcher`'s buffer and launch (cuda.Launcher); a number
     that does not pack returns None before anything is queued (the probing path reports it)."""
-    config, function, params, extra = launcher.arguments
-    names.update({name: launcher, f"{name}_buffer": launcher.buffer, f"{name}_launch": launcher.launch,
-                  f"{name}_config": config, f"{name}_function": function, f"{name}_extra": extra})
+    names.update({name: launcher, f"{name}_buffer": launcher.buffer, f"{name}_start": launcher.start})
     return ["try:", f"    pack_into({name}_buffer, {STREAM_OFFSET}, stream, {arguments})",
             "except (OverflowError, struct.error):", "    return None",
-            f"code = {name}_launch({name}_config, {name}_function, {params!r}, {name}_extra)"]
+            f"code = {name}_start()"]
 
 
 def _stream_code(source: StreamSource, names: dict) -> str:

@@ -617,8 +617,8 @@ class _Kernel:
         root = str(cache.default_cache().root)
         return {tuple(config.items()): workers.submit(parallel.CompileJob(
             self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
-            options.keywords(), device.max_threads_per_block, device.max_shared_bytes_per_block, root,
-            self._compiled_keys(config, arch, options)[1]))
+            options.keywords(), device.max_threads_per_block, device.max_shared_bytes_per_block,
+            device.max_registers_per_block, root, self._compiled_keys(config, arch, options)[1]))
             for config in missing}
 
     def _collect(self, future: Future | None, config: Config, arch: str, options: CodeOptions) -> None:
@@ -832,9 +832,12 @@ class _Kernel:
         if callable(variant.grid):
             grid_holds = fastpath.grid_check(variant.grid, self.last.config, call.sizes, self.last.grid,
                                              lambda result: normalize_grid(self.name, result, ""))
+        positional = not key[0]
+        tensor_check = fastpath.torch_tensor_check(list(call.given.values()), parts) if positional else None
         fast = fastpath.FastCall(queued, recipe, stream_of, self.last,
                                  lambda handle: check(handle, device, f"{self.name}: argument 'stream'"),
-                                 pairs, aliased, parts if not key[0] else None, self._locate, grid_holds, self)
+                                 pairs, aliased, parts if positional else None, self._locate, grid_holds, self,
+                                 tensor_check)
         if key in variant.fast:
             variant.fast[key].add(fast)
         else:

@@ -5,7 +5,9 @@
 # seconds each for large tiles.  `CompilePool.submit` hands one configuration
 # (the source text, kernel name, configuration and target) to one of a few
 # worker processes, which compiles it and runs ptxas on it, keeping the cubin
-# (unless the kernel needs more threads or shared memory than the device has),
+# (unless the kernel needs more threads or shared memory than the device has,
+# or more registers than the compiler's estimate allows: the autotuner skips
+# those without asking ptxas),
 # and writes what it made to the disk cache under the keys the job names
 # (the compiled kernel; ptxas's report and the cubin), so that the calling
 # process, which times each configuration as soon as its result is in while
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import ptxcheck, toolchain
-from ..compiler import compile_kernel, parse_source, pick_kernel
+from ..compiler import compile_kernel, parse_source, pick_kernel, register_excess
 from ..errors import PhobosError, PtxasTimeout
 from . import cache
 
@@ -63,8 +65,9 @@ class CompileJob:
     assemble: bool  # also run ptxas, keeping its report and the cubin
     label: str  # what ptxas's diagnostics are labelled with
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # CodeOptions.keywords()
-    max_threads: int | None = None  # the device's limits per CTA: a kernel past them is not assembled,
-    max_shared_bytes: int | None = None  # since it cannot run anyway
+    max_threads: int | None = None  # the device's limits per CTA: a kernel past them, or whose registers the
+    max_shared_bytes: int | None = None  # compiler's estimate rules out (autotune.screen's first test), is not
+    max_registers: int | None = None  # assembled, since it cannot run anyway
     cache_root: str | None = None  # the disk cache the worker writes its results to (None: the caller writes them)
     compiled_key: dict[str, Any] | None = None  # the key of the compiled kernel there
 
@@ -111,7 +114,9 @@ def _compiled_and_assembled(job: CompileJob) -> dict[str, Any] | None:
         seconds = {"compile": time.perf_counter() - start}  # what the worker spent, for the debug log
         result: dict[str, Any] = {"compiled": cache.encode_compiled(compiled), "seconds": seconds}
         too_big = (job.max_threads is not None and compiled.threads > job.max_threads) or \
-            (job.max_shared_bytes is not None and compiled.shared_bytes > job.max_shared_bytes)
+            (job.max_shared_bytes is not None and compiled.shared_bytes > job.max_shared_bytes) or \
+            (job.max_registers is not None and register_excess(compiled.registers_estimate, compiled.threads,
+                                                               job.max_registers) is not None)
         if job.assemble and not too_big:
             try:
                 report, cubin = ptxcheck.assemble(compiled.ptx, job.arch, name=job.label,

@@ -670,7 +670,7 @@ STICKY_ERRORS = frozenset({"CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_MISALIGNED_
 class Inline(NamedTuple):
     """What QueuedKernel.__call__ does, in pieces, for a caller that writes the launch into its own code
     (phobos.launch.fastpath.direct_call): in the thread `owner`, `pack_into(own.buffer, cuda.STREAM_OFFSET,
-    stream, *values)` and `own.launch(*own.arguments)` without a lock (no other thread packs into that
+    stream, *values)` and `own.start()` without a lock (no other thread packs into that
     buffer); in any other, the same with `shared`, under `shared.lock`; then, for a CUresult that is not 0,
     `fail(code, stream, launcher)`."""
 
@@ -715,7 +715,7 @@ class QueuedKernel:
         launcher = self._launcher
         with launcher.lock:
             self._pack_into(launcher.buffer, cuda.STREAM_OFFSET, stream, *values)
-            code = launcher.launch(*launcher.arguments) if not self.switch_context else \
+            code = launcher.start() if not self.switch_context else \
                 self._queue_in_context(stream)
         if code:
             self._retry_or_raise(code, stream, launcher)
@@ -982,6 +982,9 @@ def time_calls(
     many times is set by one first timed call), so that the host's time to
     queue a launch overlaps the GPU's work instead of adding to it and the
     events' resolution is not felt; a sample's time is divided by its calls.
+    A call of MIN_SAMPLE_MS or more makes samples of one call, as the first
+    timed call is: that call is then the first sample (an autotuner's first
+    look at a long GEMM configuration costs two launches instead of three).
     """
     _check_timing_counts("timing", warmup, repeat)
     driver = _driver()
@@ -1000,6 +1003,8 @@ def time_calls(
 
     first = sample(1)
     calls = MAX_CALLS_PER_SAMPLE if first <= 0 else max(1, min(MAX_CALLS_PER_SAMPLE, int(MIN_SAMPLE_MS / first)))
+    if calls == 1:
+        return statistics.median([first] + [sample(1) for _ in range(repeat - 1)])
     return statistics.median(sample(calls) for _ in range(repeat))
 
 

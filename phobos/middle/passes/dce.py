@@ -14,30 +14,36 @@ def dce(func: Function) -> None:
     with no results whose regions hold only their `yield` is gone.  Ops with
     effects (loads, stores, barriers) are kept.
     """
-    changed = True
-    while changed:
-        count = uses(func)
-        changed = _sweep(func.body, count)
+    rescan = True
+    while rescan:
+        rescan = _sweep(func.body, uses(func))
 
 
 def _sweep(block: Block, count: dict) -> bool:
-    changed = False
+    """Remove the dead ops of `block` and its regions, last first, keeping `count` up to date; whether another
+    sweep may find more.
+
+    An op is looked at after every op that could use its results - those after
+    it, and its own regions - so one sweep leaves none removable, except that
+    dropping a loop's carried value or a branch's result takes an operand from
+    a `yield` of a region swept already, which may leave an op there unused:
+    only then is another sweep needed."""
+    rescan = False
     kept = []
     for op in reversed(block.ops):
         for region in op.regions:
-            changed |= _sweep(region, count)
+            rescan |= _sweep(region, count)
         if op.opcode == "for":
-            changed |= _drop_dead_carried(op, count)
+            rescan |= _drop_dead_carried(op, count)
         elif op.opcode == "if":
-            changed |= _drop_dead_results(op, count)
+            rescan |= _drop_dead_results(op, count)
         if _removable(op, count):
             for v in op.operands:
                 count[v] -= 1
-            changed = True
             continue
         kept.append(op)
     block.ops = kept[::-1]
-    return changed
+    return rescan
 
 
 def _removable(op: Op, count: dict) -> bool:
