@@ -91,3 +91,26 @@ def test_interpreter_shares_the_units_model(function):
         rounded = {"exp2": np.exp2, "exp": np.exp, "rsqrt": lambda v: 1 / np.sqrt(v)}[function](
             x.astype(np.float64)).astype(np.float32).view(np.uint32)
     assert (rounded != results["emulate"]).sum() > 100
+
+
+@pytest.mark.parametrize("form", ["div.full.f32", "div.approx.f32", "div.full.ftz.f32", "div.approx.ftz.f32"])
+def test_approximate_division_is_the_units_reciprocal_times_the_dividend(form):
+    """ptxas writes div.approx / div.full for sm_90 as MUFU.RCP of the divisor and one FMUL (after scaling
+    both operands where the divisor is above 2^126 (.full) or, without .ftz, subnormal): one ulp from the
+    correctly rounded quotient for a sixth of these operands."""
+    from .emulator_support import run_elementwise
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-4, 4, 4096).astype(np.float32)
+    b = rng.uniform(0.5, 3, 4096).astype(np.float32)
+    b[:4] = [2.0 ** 127, -3.0 * 2.0 ** 126, 2.0 ** -130, 1e-40]
+    got = run_elementwise(f"{form} %d, %a0, %a1;", "f32", ("f32", a), ("f32", b))
+    scale = np.ones_like(b)
+    if form.startswith("div.full"):
+        scale = np.where(np.abs(b) > 2.0 ** 126, np.float32(0.25), scale)
+    if "ftz" not in form:
+        scale = np.where(np.abs(b) < 2.0 ** -126, np.float32(2.0 ** 24), scale)
+    want = mufu.mufu_rcp(b * scale) * (a * scale)
+    if "ftz" in form:
+        want = np.where(np.abs(want) < 2.0 ** -126, np.float32(0) * want, want)
+    np.testing.assert_array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    assert (got[4:] != a[4:] / b[4:]).mean() > 0.05

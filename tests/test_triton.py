@@ -170,7 +170,9 @@ def test_an_out_of_bounds_access_points_at_the_triton_line():
     with pytest.raises(MemoryFault) as caught:
         phobos.triton.emulate(unmasked_kernel)[(1,)](x, y, BLOCK=128)
     error = caught.value
-    assert error.loc.file == __file__ and error.loc.line == _line_of(unmasked_kernel, "tl.load(src_ptr")
+    # the file as Triton named it when it compiled the kernel first (its cache keeps the PTX across checkouts)
+    assert Path(error.loc.file).name == Path(__file__).name
+    assert error.loc.line == _line_of(unmasked_kernel, "tl.load(src_ptr")
     assert "out-of-bounds global load" in error.message and "src_ptr" in error.message
     assert "x = tl.load(src_ptr + offs)" in str(error)  # the source line, quoted with a caret
 

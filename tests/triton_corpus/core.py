@@ -13,7 +13,7 @@ import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
 from phobos.constants import bf16_bits
-from phobos.run.emulator import PtxSyntaxError, UnsupportedPtx
+from phobos.run.emulator import UnsupportedPtx
 
 from .cases import SAME_VALUE_STORES, Output, Run, case, chain, close, exact, fma_f32, ulps
 
@@ -97,7 +97,6 @@ APPROXIMATE = {
     "sin": (tl.sin, lambda rng: _floats(rng, 4), np.sin, 2),
     "cos": (tl.cos, lambda rng: _floats(rng, 4), np.cos, 2),
 }
-_CARRY_CHAINS = (UnsupportedPtx, "mad.lo.cc.u32 / madc.hi.u32 (carry chains), in libdevice's sinf/cosf")
 
 
 def _approximate_case(name: str, **known):
@@ -110,8 +109,7 @@ def _approximate_case(name: str, **known):
 
 
 for _name in APPROXIMATE:
-    _approximate_case(_name, **({"xfail": {"sm_80": _CARRY_CHAINS, "sm_90a": _CARRY_CHAINS}}
-                                if _name in ("sin", "cos") else {}))
+    _approximate_case(_name)
 
 
 @case()
@@ -613,8 +611,7 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.cons
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b))
 
 
-@case(xfail={"sm_80": (UnsupportedPtx, "mma.sync m16n8k32 with s8 operands"),
-             "sm_90a": (UnsupportedPtx, "wgmma k32 with s8 operands")})
+@case()
 def c_dot_int8(arch, rng):
     a = rng.integers(-128, 128, (64, 64)).astype(np.int8)
     b = rng.integers(-128, 128, (64, 64)).astype(np.int8)
@@ -623,10 +620,7 @@ def c_dot_int8(arch, rng):
                [Output("c", c, a.astype(np.int32) @ b.astype(np.int32))])
 
 
-_F64_MMA = "mma.sync with f64 operands (m8n8k4; m16n8k16 on sm_90a, today refused as a PtxSyntaxError)"
-
-
-@case(xfail={"sm_80": (UnsupportedPtx, _F64_MMA), "sm_90a": ((PtxSyntaxError, UnsupportedPtx), _F64_MMA)})
+@case()
 def c_dot_f64(arch, rng):
     a, b = rng.standard_normal((32, 32)), rng.standard_normal((32, 32))
     c = np.zeros((32, 32))
@@ -643,10 +637,7 @@ def half_kernel(x_ptr, y_ptr, z_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.abs(x * y - z))
 
 
-_F16_SCALAR = (UnsupportedPtx, "f16 scalar arithmetic (fma.rn.f16, mul.f16, sub.f16, abs.f16)")
-
-
-@case(xfail={"sm_80": _F16_SCALAR, "sm_90a": _F16_SCALAR})
+@case()
 def c_f16_arithmetic(arch, rng):
     x, y, z = (rng.standard_normal(N).astype(np.float16) for _ in range(3))
     out = np.zeros(N, np.float16)
@@ -662,10 +653,7 @@ def evict_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, x * 2, eviction_policy="evict_first")
 
 
-_CREATE_POLICY = (UnsupportedPtx, "createpolicy.fractional.L2::evict_*")
-
-
-@case(xfail={"sm_80": _CREATE_POLICY, "sm_90a": _CREATE_POLICY})
+@case()
 def c_eviction_policy(arch, rng):
     x = _floats(rng)
     y = np.zeros_like(x)
@@ -681,8 +669,7 @@ def device_descriptor_kernel(x_ptr, y_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N:
     out.store([pid_m * BLOCK_M, pid_n * BLOCK_N], tile + 1)
 
 
-@case(xfail={"sm_90a": (UnsupportedPtx, "tensormap.replace.tile / tensormap.cp_fenceproxy (device-side TMA "
-                                        "descriptors)")})
+@case()
 def c_device_tensor_descriptor(arch, rng):
     """tl.make_tensor_descriptor: a TMA descriptor written in the global scratch on sm_90a, plain loads on
     sm_80."""
@@ -699,7 +686,7 @@ def randn_kernel(out_ptr, seed, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.randn(seed, offs))
 
 
-@case(xfail={"sm_80": _CARRY_CHAINS, "sm_90a": _CARRY_CHAINS})
+@case()
 def c_randn(arch, rng):
     from .tutorials import philox, uniform
     out = np.zeros(N, np.float32)

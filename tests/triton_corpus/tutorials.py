@@ -780,8 +780,7 @@ def block_scaled_matmul_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, M,
     tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], acc)
 
 
-@case(heavy=True, skip={"sm_80": "Triton 3.6 has no float8e4nv below sm_89"},
-      xfail={"sm_90a": (UnsupportedPtx, "bf16 scalar arithmetic (mul.bf16) in the upcast of the scaled operands")})
+@case(heavy=True, skip={"sm_80": "Triton 3.6 has no float8e4nv below sm_89"})
 def t10_block_scaled_matmul(arch, rng):
     """tl.dot_scaled with e4m3 operands and e8m0 scales, one per 32 elements of K (Triton 3.6 decomposes it
     into an upcast to bf16 and a bf16 dot where the hardware has no scaled MMA)."""

@@ -10,7 +10,8 @@
 # sin, cos, tanh of f32, the f64 ones) computed in float64 and rounded to the
 # result type, a few ulp from the GPU's (docs/emulator.md; sin and cos of the
 # GPU's reduction of the argument: numerics.sin_approx); div.approx and
-# div.full are the correctly rounded quotient.  abs and neg
+# div.full are ptxas's SASS for them, MUFU.RCP (a constant divisor's reciprocal
+# folded, correctly rounded) and one FMUL (`_divide_by_unit`).  abs and neg
 # of f64 pass a NaN through unchanged (the CUDA programming guide); of f32 they
 # give the canonical NaN, like the FADD that ptxas makes of them (Phobos itself
 # changes signs with and/xor, which keep every bit).
@@ -281,6 +282,27 @@ def _integer_division(d, ins, t: PtxType, op) -> Semantics:
     return plain(run)
 
 
+def _divide_by_unit(full: bool, ftz: bool, constant: bool):
+    """div.approx / div.full of f32 as ptxas writes them for sm_90 (its SASS): the dividend times MUFU.RCP of
+    the divisor, both operands first scaled by 1/4 where the divisor is above 2^126 (.full) and, without
+    .ftz, by 2^24 where it is subnormal; the product is one rounded FMUL (a NaN the canonical one).  A
+    `constant` divisor's reciprocal ptxas computes itself, correctly rounded."""
+    reciprocal = (lambda b: np.float32(1) / b) if constant else mufu.mufu_rcp
+    def divide(a, b):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        with np.errstate(all="ignore"):
+            if full:
+                large = np.abs(b) > np.float32(2.0 ** 126)
+                a, b = np.where(large, a * np.float32(0.25), a), np.where(large, b * np.float32(0.25), b)
+            if not ftz:
+                small = np.abs(b) < np.float32(2.0 ** -126)
+                a, b = (np.where(small, a * np.float32(2.0 ** 24), a),
+                        np.where(small, b * np.float32(2.0 ** 24), b))
+            out = (reciprocal(b) * a).astype(np.float32)
+        return np.where(np.isnan(out), nx.canonical_nan(np.float32), out)
+    return divide
+
+
 @opcode("div")
 def build_div(d, ins, mods):
     t = mods.type()
@@ -290,8 +312,9 @@ def build_div(d, ins, mods):
     approx = mods.take("approx", "full")
     if approx:
         require(d, t.name == "f32", f"div.{approx} is for .f32")
-        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, lambda a, b: nx.div_f32(a, b, "rn"),
-                                                         sat_allowed=False))
+        constant = isinstance(d.operands(ins, 3)[2], syn.Imm)
+        unit = _divide_by_unit(approx == "full", "ftz" in mods.words, constant)
+        return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, unit, sat_allowed=False))
     mode = float_modifiers(d, mods, t, default=None)
     div = _DIV[t.bits]
     return elementwise(d, ins, t, [t, t], with_ftz_sat(mods, lambda a, b: div(a, b, mode),
