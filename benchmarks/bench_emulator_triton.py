@@ -166,8 +166,8 @@ MODES = {"races": None, "shared races": 0, "no races": None}
 
 
 def run_emulated(name: str, arch: str, mode: str):
-    """Seconds of one launch in the emulator (the module decoded before timing), its steps and the
-    result's largest error."""
+    """(wall, CPU) seconds of one launch in the emulator (the module decoded before timing), its
+    steps and the result's largest error."""
     from phobos.run.emulator import load_module, machine
     ptx, kname, shared, threads, grid, scalars = compile_kernel(name, arch)
     module = load_module(ptx, f"{name}_{arch}.ptx")
@@ -176,9 +176,9 @@ def run_emulated(name: str, arch: str, mode: str):
     limit = machine.GLOBAL_RACE_LIMIT
     machine.GLOBAL_RACE_LIMIT = limit if MODES[mode] is None else MODES[mode]
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         stats = module.launch(kname, grid, threads, args, shared, check_races=mode != "no races")
-        elapsed = time.perf_counter() - start
+        elapsed = (time.perf_counter() - start, time.process_time() - cpu)
     finally:
         machine.GLOBAL_RACE_LIMIT = limit
     return elapsed, stats.steps, float(np.abs(out.astype(np.float32) - reference).max())
@@ -197,15 +197,15 @@ def _interpreter_numpy2_index() -> None:
     interpreter._patch_lang_tensor = patched
 
 
-def run_interpreted(name: str) -> tuple[float, float]:
-    """Seconds of one run of the kernel under TRITON_INTERPRET=1 in this (child) process, and the
-    result's largest error."""
+def run_interpreted(name: str) -> tuple[tuple[float, float], float]:
+    """(wall, CPU) seconds of one run of the kernel under TRITON_INTERPRET=1 in this (child) process
+    (the CPU time of all its threads), and the result's largest error."""
     kernel, sig, consts, warps, _, grid, scalars = _launch_plan(name)
     arrays, out, reference = _inputs(name)
     tensors = [torch.from_numpy(a) for a in arrays]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     kernel[grid](*tensors, *scalars, **consts, num_warps=warps)
-    elapsed = time.perf_counter() - start
+    elapsed = (time.perf_counter() - start, time.process_time() - cpu)
     return elapsed, float(np.abs(tensors[-1].numpy().astype(np.float32) - reference).max())
 
 
@@ -218,13 +218,14 @@ class Interpreter:
         self.child = subprocess.Popen([sys.executable, __file__, "--interpreter-child"], env=env, text=True,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
-    def run(self, name: str) -> tuple[float, float]:
+    def run(self, name: str) -> tuple[tuple[float, float], float]:
         self.child.stdin.write(name + "\n")
         self.child.stdin.flush()
         line = self.child.stdout.readline()
         if not line:
             raise RuntimeError(f"the TRITON_INTERPRET process ended running {name}")
-        return tuple(json.loads(line))
+        (wall, cpu), error = json.loads(line)
+        return (wall, cpu), error
 
     def close(self) -> None:
         self.child.stdin.close()
@@ -232,10 +233,16 @@ class Interpreter:
 
 
 def interpreter_child() -> None:
-    """The child's loop: a kernel name per line in, (seconds, error) as a JSON line out."""
+    """The child's loop: a kernel name per line in, ((wall, CPU) seconds, error) as a JSON line out."""
     _interpreter_numpy2_index()
     for line in sys.stdin:
         print(json.dumps(run_interpreted(line.strip())), flush=True)
+
+
+def _best(so_far, seconds) -> tuple[float, float]:
+    """The lower of two (wall, CPU) timings, each part on its own, rounded to milliseconds."""
+    both = seconds if so_far is None else tuple(min(a, b) for a, b in zip(so_far, seconds))
+    return tuple(round(x, 3) for x in both)
 
 
 def main() -> None:
@@ -263,12 +270,12 @@ def main() -> None:
             for name in names:
                 if interpreter is not None:
                     seconds, error = interpreter.run(name)
-                    best[name, "interpret"] = min(best.get((name, "interpret"), seconds), seconds)
+                    best[name, "interpret"] = _best(best.get((name, "interpret")), seconds)
                     facts[name, "interpret"] = error
                 for arch in archs:
                     for mode in MODES:
                         seconds, steps, error = run_emulated(name, arch, mode)
-                        best[name, arch, mode] = min(best.get((name, arch, mode), seconds), seconds)
+                        best[name, arch, mode] = _best(best.get((name, arch, mode)), seconds)
                         facts[name, arch] = (steps, error)
     finally:
         if interpreter is not None:
@@ -277,22 +284,25 @@ def main() -> None:
     for name in names:
         for arch in archs:
             steps, error = facts[name, arch]
-            interp = best.get((name, "interpret"))
+            interp = best.get((name, "interpret"), (None, None))
             rows.append({"kernel": name, "arch": arch, "steps": steps,
-                         "emulator_s": round(best[name, arch, "races"], 3),
-                         "emulator_shared_races_only_s": round(best[name, arch, "shared races"], 3),
-                         "emulator_no_race_checks_s": round(best[name, arch, "no races"], 3),
-                         "triton_interpret_s": None if interp is None else round(interp, 3),
+                         "emulator_s": best[name, arch, "races"][0],
+                         "emulator_shared_races_only_s": best[name, arch, "shared races"][0],
+                         "emulator_no_race_checks_s": best[name, arch, "no races"][0],
+                         "triton_interpret_s": interp[0],
+                         "emulator_cpu_s": best[name, arch, "races"][1], "triton_interpret_cpu_s": interp[1],
                          "max_error": error, "interpret_max_error": facts.get((name, "interpret"))})
     header = (f"{'kernel':<10} {'arch':<7} {'steps':>6} {'emulator s':>11} {'shared only':>12} "
-              f"{'no races s':>11} {'INTERPRET s':>12} {'max error':>10}")
+              f"{'no races s':>11} {'INTERPRET s':>12} {'CPU s':>6} {'INTERPRET CPU s':>16} {'max error':>10}")
     print(header)
     print("-" * len(header))
     for r in rows:
         interp = "-" if r["triton_interpret_s"] is None else f"{r['triton_interpret_s']:.3f}"
+        interp_cpu = "-" if r["triton_interpret_cpu_s"] is None else f"{r['triton_interpret_cpu_s']:.3f}"
         print(f"{r['kernel']:<10} {r['arch']:<7} {r['steps']:>6} {r['emulator_s']:>11.3f} "
               f"{r['emulator_shared_races_only_s']:>12.3f} {r['emulator_no_race_checks_s']:>11.3f} "
-              f"{interp:>12} {r['max_error']:>10.2g}")
+              f"{interp:>12} {r['emulator_cpu_s']:>6.3f} {interp_cpu:>16} {r['max_error']:>10.2g}")
+    print("(seconds: wall clock, best of the rounds; CPU: the processes' CPU time with races checked, all threads)")
     options.json.parent.mkdir(parents=True, exist_ok=True)
     options.json.write_text(json.dumps({
         "machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),

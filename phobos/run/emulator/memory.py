@@ -104,6 +104,13 @@ def access_bytes(flat, nbytes: int) -> np.ndarray:
     return flat if nbytes == 1 else (np.asarray(flat)[:, None] + np.arange(nbytes)).reshape(-1)
 
 
+def in_thread_order(idx) -> bool:
+    """Whether the lanes `idx` (batch thread indices; None: all) come in ascending order, so that the
+    accesses of any byte do too (threads that share a byte of shared memory share their CTA, whose
+    linear ids then ascend as well)."""
+    return idx is None or len(idx) < 2 or bool((idx[1:] >= idx[:-1]).all())
+
+
 def lanes_apart(flat, nbytes, stamp=None) -> bool:
     """Whether accesses of `nbytes` (an int, or one per lane) at the offsets `flat` (one per lane)
     touch no byte twice.  `stamp`: a scratch array as long as the space, which makes the test of
@@ -479,15 +486,18 @@ class _Accesses:
             else:
                 arr[:-16].reshape(-1, stride)[rows] = empty
 
-    def record(self, b, lo, hi, pc: int, epoch, keep) -> None:
+    def record(self, b, lo, hi, pc: int, epoch, keep, in_order: bool = False) -> None:
         """Add accesses of the distinct bytes `b` by threads `lo` to `hi` (the lowest and highest
         at each byte); `keep` (a mask, or True or False for all) says at which bytes the accesses
-        recorded before stay (elsewhere the new ones replace them, as after a checked write)."""
+        recorded before stay (elsewhere the new ones replace them, as after a checked write).
+        in_order: b may name a byte several times, its entries in ascending order of threads (keep
+        True, no epochs) - indexing keeps the last value written to a repeated index, so the lowest
+        thread is written last in reverse."""
         if keep is True:
             lo, hi = np.minimum(self.lo[b], lo), np.maximum(self.hi[b], hi)
         elif keep is not False:
             lo, hi = np.where(keep, np.minimum(self.lo[b], lo), lo), np.where(keep, np.maximum(self.hi[b], hi), hi)
-        self.lo[b] = lo
+        self.lo[b[::-1] if in_order else b] = lo[::-1] if in_order else lo
         self.hi[b] = hi
         self.pc[b] = pc
         if epoch is not None:
@@ -574,6 +584,9 @@ class RaceDetector:
             if self.atomics is None:
                 self.atomics = _Accesses(len(self.pending), "atomic")
             accesses = self.atomics
+        if self.warp_epoch is None and in_thread_order(idx):
+            accesses.record(b, t, t, pc, None, True, in_order=True)
+            return
         self._record(accesses, flat, tid, nbytes, b, t, pc, self.lanes_apart(flat, nbytes), keep=True)
 
     def _record(self, accesses: _Accesses, flat, tid, nbytes: int, b, t, pc: int, apart: bool, keep) -> None:
@@ -802,6 +815,7 @@ class RaceDetector:
 
 _NONE = np.int32(-1)
 _HIGHEST = np.int32(np.iinfo(np.int32).max)
+IN_THREAD_ORDER = "in thread order"  # how GlobalRaceDetector._read may fold repeated bytes
 
 
 class GlobalRaceDetector:
@@ -839,6 +853,7 @@ class GlobalRaceDetector:
         self.read_epoch = np.zeros(heap_bytes, np.int32)
         self.read_pc = np.zeros(heap_bytes, np.int32)
         self.nc_pc: np.ndarray | None = None  # created by the first ld.global.nc
+        self._mark: np.ndarray | None = None  # scratch of _in_order
         self.write_clock = np.zeros(heap_bytes, np.int32)  # the writer CTA's releases before the write
         self.read_clock = np.zeros(heap_bytes, np.int32)  # the same, for the latest read
         self.clock: dict[int, int] = {}  # CTA (in the grid) -> releases it has made
@@ -906,6 +921,8 @@ class GlobalRaceDetector:
         offsets = np.asarray(offsets, np.int64)
         if lanes_apart(offsets, int(nbytes) if nbytes.ndim == 0 else nbytes):
             distinct = None
+        elif in_thread_order(idx):
+            distinct = IN_THREAD_ORDER
         elif nbytes.ndim == 0 and not (offsets % int(nbytes)).any():  # aligned: found from the lanes
             lanes = m.cta_first * self.tpc + threads
             distinct = lambda reset: distinct_lanes(offsets, lanes, int(nbytes), flag=reset)  # noqa: E731
@@ -913,10 +930,30 @@ class GlobalRaceDetector:
             distinct = lambda reset: distinct_bytes(b, g, flag=reset)  # noqa: E731
         self._read(m, b, t, g, epoch, pc, access == NC_LOAD, distinct)
 
+    def _in_order(self, b, g, reset):
+        """The readers' windows of bytes `b` read by threads `g` (in the grid), each byte's entries in
+        ascending order of threads, start anew where any entry of the byte has `reset`: per entry, the
+        lowest and highest reader (the repeated bytes written with the lowest last, as indexing keeps
+        the last value of a repeated index; see _Accesses.record)."""
+        if reset.all():  # (bytes read for the first time, say)
+            low, high = g, g
+        else:
+            if reset.any():  # a byte starts anew if any of its entries does
+                if self._mark is None:
+                    self._mark = np.zeros(len(self.writer), bool)
+                self._mark[b[reset]] = True
+                reset = self._mark[b]
+                self._mark[b] = False
+            low = np.minimum(np.where(reset, _HIGHEST, self.reader_lo[b]), g)
+            high = np.maximum(np.where(reset, _NONE, self.reader_hi[b]), g)
+        self.reader_lo[b[::-1]] = low[::-1]
+        self.reader_hi[b] = high
+
     def _read(self, m, b, t, g, epoch, pc, nc: bool, distinct) -> None:
         """Reads of bytes `b` by threads `t` (`g` in the grid); `distinct(reset)`: the distinct bytes with
         their lowest and highest reader and whether any of their entries has `reset` set, as
-        distinct_bytes gives them (None: b has no byte twice)."""
+        distinct_bytes gives them (None: b has no byte twice; IN_THREAD_ORDER: the entries of each
+        byte come in ascending order of threads, see _in_order)."""
         self._against_writes(m, b, t, g, epoch, "read")
         if nc:
             written = self.writer[b] != _NONE
@@ -936,13 +973,17 @@ class GlobalRaceDetector:
             for i in np.flatnonzero(single).tolist():
                 if self._ordered(int(g[i]), int(lo[i]), int(self.read_clock[b[i]])):
                     reset[i] = True
-        if distinct is None:  # each byte once: the window of each starts anew where `reset`
+        if distinct is IN_THREAD_ORDER:
+            self._in_order(b, g, reset)
+            once = None
+        elif distinct is None:  # each byte once: the window of each starts anew where `reset`
             once, low, high = b, g, g
         else:
             once, low, high, _, reset = distinct(reset)
             lo, hi = self.reader_lo[once], self.reader_hi[once]
-        self.reader_lo[once] = np.minimum(np.where(reset, _HIGHEST, lo), low)
-        self.reader_hi[once] = np.maximum(np.where(reset, _NONE, hi), high)
+        if once is not None:
+            self.reader_lo[once] = np.minimum(np.where(reset, _HIGHEST, lo), low)
+            self.reader_hi[once] = np.maximum(np.where(reset, _NONE, hi), high)
         self.read_epoch[b] = epoch
         self.read_pc[b] = pc
         self.read_clock[b] = self._clocks(g)
