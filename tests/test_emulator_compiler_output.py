@@ -20,7 +20,7 @@ rng = np.random.default_rng(7)
 def triton_module(name: str) -> tuple[Module, int]:
     """The module of a Triton-compiled PTX file and the dynamic shared memory its header names."""
     text = (TRITON / name).read_text()
-    shared = int(text.splitlines()[0].split(" bytes of dynamic shared memory")[0].rsplit(" ", 1)[1])
+    shared = int(text.splitlines()[1].split(" bytes of dynamic shared memory")[0].rsplit(" ", 1)[1])
     return Module(text, name), shared
 
 

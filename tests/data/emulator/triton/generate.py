@@ -6,21 +6,25 @@
 #
 #     python tests/data/emulator/triton/generate.py      (needs triton; no GPU)
 #
-# The kernels are specialised for their arguments as Triton's launcher does
-# (benchmarks/bench_emulator_triton.py: 16-byte aligned pointers, integers
-# divisible by 16, unit strides made constants), so that the PTX is what a
-# launch on a GPU compiles.
+# phobos.triton compiles them with Triton's own binder, specialised for the
+# arguments as Triton's launcher specialises them (16-byte aligned pointers,
+# integers divisible by 16, integers equal to 1 made constants), so that the
+# PTX is what a launch on a GPU compiles.
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import numpy as np
 import triton
 import triton.language as tl
 
+import phobos.triton
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[3] / "benchmarks"))
-from bench_emulator_triton import compile_ptx, matmul_kernel  # noqa: E402  (tutorial 03's matmul)
+ROOT = HERE.parents[3]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from triton_matmul import _matmul  # noqa: E402  (tutorial 03's matrix product)
 
 
 @triton.jit
@@ -40,28 +44,29 @@ def column_sums(x_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr):
 
 #: The matrix product's sizes (its PTX is specialised for them: multiples of 16, unit strides).
 M, N, K = 128, 64, 96
-MATMUL_SIGNATURE = {**{p: "*fp16" for p in ("a_ptr", "b_ptr", "c_ptr")},
-                    **{p: "i32" for p in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
-                                          "stride_cm", "stride_cn")}}
 
-#: (file, kernel, signature, constexprs, scalar arguments, arch, num_warps, num_stages)
+#: (file, kernel, arch, arguments, constexprs and options)
 CASES = [
-    ("histogram_sm80.ptx", histogram, {"x_ptr": "*i32", "out_ptr": "*i32", "N": "i32"},
-     {"BINS": 64, "BLOCK": 1024}, [1024], "sm_80", 4, 3),
-    ("column_sums_sm80.ptx", column_sums, {"x_ptr": "*fp32", "out_ptr": "*fp32"}, {"M": 64, "N": 16}, [],
-     "sm_80", 4, 3),
-    ("matmul_sm90a.ptx", matmul_kernel, MATMUL_SIGNATURE, {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8},
-     [M, N, K, K, 1, N, 1, N, 1], "sm_90a", 4, 3),
+    ("histogram_sm80.ptx", histogram, "sm_80", [np.zeros(1024, np.int32), np.zeros(64, np.int32), 1024],
+     {"BINS": 64, "BLOCK": 1024, "num_warps": 4}),
+    ("column_sums_sm80.ptx", column_sums, "sm_80", [np.zeros((64, 16), np.float32), np.zeros(80, np.float32)],
+     {"M": 64, "N": 16, "num_warps": 4}),
+    ("matmul_sm90a.ptx", _matmul.fn, "sm_90a",
+     [np.zeros((M, K), np.float16), np.zeros((K, N), np.float16), np.zeros((M, N), np.float16),
+      M, N, K, K, 1, N, 1, N, 1], {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
+                                  "num_stages": 3}),
 ]
 
 
 def main() -> None:
-    for name, fn, signature, constexprs, scalars, arch, warps, stages in CASES:
-        ptx, _, shared, kept = compile_ptx(fn, signature, constexprs, scalars, arch, warps, stages)
-        ptx = ptx.replace(str(HERE) + "/", "").replace(str(HERE.parents[3]) + "/", "")
-        header = (f"// {fn.__name__} compiled by Triton {triton.__version__} for {arch} ({warps} warps, {stages} "
-                  f"stages; {shared} bytes of dynamic shared memory; scalar arguments {kept}) by generate.py: "
-                  f"do not edit\n")
+    for name, fn, arch, args, keywords in CASES:
+        compiled = phobos.triton.emulate(fn, arch=arch).compile(*args, **keywords)
+        kept = [value for param, value in zip(fn.arg_names, args)
+                if not isinstance(value, np.ndarray) and compiled.signature[param] != "constexpr"]
+        ptx = compiled.ptx.replace(str(HERE) + "/", "").replace(str(ROOT) + "/", "")
+        header = (f"// {fn.__name__} compiled by Triton {triton.__version__} for {arch} by generate.py: do not edit\n"
+                  f"// {keywords['num_warps']} warps; {compiled.metadata.shared} bytes of dynamic shared memory; "
+                  f"scalar arguments {kept}\n")
         (HERE / name).write_text(header + ptx)
         print(f"wrote {name}")
 
