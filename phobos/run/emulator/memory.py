@@ -57,6 +57,11 @@ UNTRACKED = frozenset({ASYNC, ASYNC_PROXY, MBARRIER})
 GLOBAL_RACE_LIMIT = 8 << 20
 #: The global accesses it tracks: not atomics, nor bulk (TMA) copies, which the asynchronous proxy orders.
 GLOBAL_TRACKED = frozenset({LOAD, NC_LOAD, STORE, ASYNC_SOURCE})
+#: Shared bytes that asynchronous operations in flight read are counted per chunk of this many bytes:
+#: a wgmma operand and a bulk tensor store read whole chunks (descriptors address 16-byte units, core
+#: matrices are 16-byte rows; a tensor map's box rows are multiples of 16 bytes and the swizzles move
+#: whole chunks), so a byte is being read exactly when its chunk is.
+ASYNC_READ_CHUNK = 16
 
 
 def lane_threads(idx, n):
@@ -539,7 +544,7 @@ class RaceDetector:
         self.pending = np.zeros(n, np.int16)
         self.pending_total = 0
         self.rows = rows
-        self.async_reads: np.ndarray | None = None  # wgmma operands in flight, per byte
+        self.async_reads: np.ndarray | None = None  # reads in flight, per ASYNC_READ_CHUNK bytes
         self.tma_barrier: np.ndarray | None = None  # mbarrier whose phase a bulk copy wrote the byte in
         self.tma_phase: np.ndarray | None = None
         # per byte: 1 + the linear tid of a plain writer that has not executed fence.proxy.async since
@@ -728,10 +733,10 @@ class RaceDetector:
 
     # -- the asynchronous proxy
     def add_async_reads(self, b, delta: int) -> None:
-        """A wgmma or bulk copy starts (+1) or finishes (-1) reading bytes `b`."""
+        """A wgmma or bulk copy starts (+1) or finishes (-1) reading bytes `b` (whole chunks)."""
         if self.async_reads is None:
-            self.async_reads = np.zeros(len(self.pending), np.int16)
-        counts = np.bincount(b, minlength=len(self.async_reads)).astype(np.int16)
+            self.async_reads = np.zeros(-(-len(self.pending) // ASYNC_READ_CHUNK), np.int64)
+        counts = np.bincount(b // ASYNC_READ_CHUNK, minlength=len(self.async_reads))
         if delta > 0:
             self.async_reads += counts
         else:
@@ -742,7 +747,7 @@ class RaceDetector:
         threads' linear ids in their CTA, which is that of `rows` (default: the CTA owning each byte)."""
         if self.async_reads is None:
             return
-        busy = self.async_reads[b] > 0
+        busy = self.async_reads[b // ASYNC_READ_CHUNK] > 0
         if busy.any():
             i = int(np.flatnonzero(busy)[0])
             row = int(b[i]) // self.stride if rows is None else int(np.broadcast_to(rows, b.shape)[i])
