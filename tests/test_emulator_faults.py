@@ -91,7 +91,8 @@ def test_read_after_write_race_reports_both_accesses():
 
 
 def test_write_write_race_in_one_instruction():
-    with pytest.raises(SharedMemoryRace, match=r"threads \(0,0,0\) and \(1,0,0\) write it in the same instruction"):
+    with pytest.raises(SharedMemoryRace,
+                       match=r"threads \(0,0,0\) and \(1,0,0\) write different values to it in the same instruction"):
         data_module("shared.ptx").launch("same_word", 1, 64, [np.zeros(1, np.uint32)])
 
 

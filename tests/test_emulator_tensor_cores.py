@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phobos.errors import LaunchError
-from phobos.run.emulator import (AsyncCopyHazard, BarrierError, MemoryFault, MisalignedAddress, Module,
-                                 TrapError, UnsupportedPtx, WarpSyncError)
+from phobos.run.emulator import (AsyncCopyHazard, BarrierError, MemoryFault, MisalignedAddress, MissingProxyFence,
+                                 Module, TrapError, UnsupportedPtx, WarpSyncError)
 from phobos.run.emulator import numerics as nx
 from phobos.run.tensor_map import EmulatedTensorMap, TensorMap
 
@@ -667,9 +667,10 @@ def test_plain_stores_read_by_wgmma_need_a_proxy_fence():
                                       shared_bytes=cfg.shared_bytes)
 
     launch(text)
-    with pytest.raises(AsyncCopyHazard, match=r"A wgmma reads shared .* wrote with a plain store \(plain.ptx:\d+\) "
-                                              r"and no fence.proxy.async since"):
+    with pytest.raises(MissingProxyFence, match=r"A wgmma reads shared .* wrote with a plain store \(plain.ptx:\d+\) "
+                                                r"and no fence.proxy.async since") as info:
         launch(text.replace("fence.proxy.async.shared::cta;", ""))
+    assert isinstance(info.value, AsyncCopyHazard) and "st.shared" in info.value.notes[0].message
 
 
 def test_accumulators_read_before_the_wait_are_reported():

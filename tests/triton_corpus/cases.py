@@ -20,16 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from phobos.run.emulator import ArithmeticFault, AsyncCopyHazard, SharedMemoryRace
+from phobos.run.emulator import ArithmeticFault
 
 ARCHES = ("sm_80", "sm_90a")
 
-#: The false alarms that fail cases today (expected to flip once the detectors know better):
-#: (the error raised, why it is a false alarm).
-SAME_VALUE_STORES = (SharedMemoryRace, "several lanes of one instruction store the same value to one shared "
-                                       "address (replicated stores after a reduction, zero-initialisation)")
-CP_ASYNC_THEN_WGMMA = (AsyncCopyHazard, "wgmma reads shared memory filled by cp.async, with no fence.proxy.async "
-                                        "between")
+#: What fails cases today for a reason outside the corpus: (the error raised, why).
 SPECULATIVE_DIVISION = (ArithmeticFault, "integer division by zero in the next-tile index that a flattened "
                                          "persistent loop computes past its last tile (unused; the GPU goes on "
                                          "with an unspecified value)")

@@ -15,7 +15,7 @@ from triton.language.extra.cuda import libdevice
 from phobos.constants import bf16_bits
 from phobos.run.emulator import UnsupportedPtx
 
-from .cases import SAME_VALUE_STORES, Output, Run, case, chain, close, exact, fma_f32, ulps
+from .cases import Output, Run, case, chain, close, exact, fma_f32, ulps
 
 N = 256  # elements of the elementwise cases: two programs of BLOCK
 
@@ -383,7 +383,7 @@ def _reduce(op, x, axis, out_dtype, want, check=exact, want_index=None):
                dict(OP=op, AXIS=axis, BLOCK_M=M, BLOCK_N=Ncols, num_warps=4), outputs)
 
 
-@case(xfail={"sm_80": SAME_VALUE_STORES, "sm_90a": SAME_VALUE_STORES})
+@case()
 def c_reductions_f32(arch, rng):
     x = rng.standard_normal((16, 64)).astype(np.float32)
     runs = [_reduce("sum", x, 1, np.float32, x.astype(np.float64).sum(axis=1), close(1e-5, 1e-5)),
@@ -394,7 +394,7 @@ def c_reductions_f32(arch, rng):
     return chain(runs)
 
 
-@case(xfail={"sm_80": SAME_VALUE_STORES, "sm_90a": SAME_VALUE_STORES})
+@case()
 def c_reductions_i32(arch, rng):
     x = rng.integers(-2 ** 31, 2 ** 31, (8, 128), dtype=np.int64).astype(np.int32)
     small = rng.integers(-3, 4, (8, 128)).astype(np.int32)
@@ -593,7 +593,7 @@ def histogram_kernel(x_ptr, hist_ptr, n, BINS: tl.constexpr, BLOCK: tl.constexpr
     tl.atomic_add(hist_ptr + tl.arange(0, BINS), counts)
 
 
-@case(xfail={"sm_80": SAME_VALUE_STORES, "sm_90a": SAME_VALUE_STORES})
+@case()
 def c_histogram(arch, rng):
     n, bins = 1000, 32
     x = rng.integers(0, bins, n).astype(np.int32)

@@ -16,8 +16,7 @@ from triton.language.extra.cuda import libdevice
 
 from phobos.run.emulator import UnsupportedPtx
 
-from .cases import (CP_ASYNC_THEN_WGMMA, SAME_VALUE_STORES, SPECULATIVE_DIVISION, Output, Run, case, close, dot_bound,
-                    magnitude_bound, ulps)
+from .cases import SPECULATIVE_DIVISION, Output, Run, case, close, dot_bound, magnitude_bound, ulps
 
 LOG2E = 1.4426950408889634
 
@@ -187,7 +186,7 @@ def _matmul_run(rng, kind, M, N, K, activation="", **config):
                [Output("c", c, want, dot_bound(a, b, unit, out_unit))])
 
 
-@case(heavy=True, xfail={"sm_90a": CP_ASYNC_THEN_WGMMA})
+@case(heavy=True)
 def t03_matmul_fp16_leaky_relu(arch, rng):
     return _matmul_run(rng, "fp16", 128, 128, 96, activation="leaky_relu")
 
@@ -203,7 +202,7 @@ def t03_matmul_fp32_ieee(arch, rng):
     return _matmul_run(rng, "fp32", 64, 96, 48, BLOCK_SIZE_K=16)
 
 
-@case(heavy=True, xfail={"sm_90a": CP_ASYNC_THEN_WGMMA})
+@case(heavy=True)
 def t03_matmul_tf32(arch, rng):
     return _matmul_run(rng, "tf32", 64, 64, 64)
 
@@ -385,7 +384,7 @@ def t05_layer_norm_forward(arch, rng):
                 Output("y", y, want_y, close(1e-5, 1e-5))])
 
 
-@case(deterministic=False, xfail={"sm_80": SAME_VALUE_STORES, "sm_90a": SAME_VALUE_STORES})
+@case(deterministic=False)
 def t05_layer_norm_backward(arch, rng):
     """dx per row; dw and db summed through GROUP_SIZE_M buffers guarded by a spin lock (atomic_cas,
     atomic_xchg), then reduced by a second kernel.  The lock's order varies on a GPU, so the sums'
@@ -517,12 +516,12 @@ def _attention_run(rng, causal: bool):
                [Output("out", o, want_o, close(4e-3, 4e-3)), Output("M", m, want_m, close(1e-4, 1e-4))])
 
 
-@case(heavy=True, xfail={"sm_80": SAME_VALUE_STORES, "sm_90a": CP_ASYNC_THEN_WGMMA})
+@case(heavy=True)
 def t06_fused_attention(arch, rng):
     return _attention_run(rng, causal=False)
 
 
-@case(heavy=True, xfail={"sm_80": SAME_VALUE_STORES, "sm_90a": CP_ASYNC_THEN_WGMMA})
+@case(heavy=True)
 def t06_fused_attention_causal(arch, rng):
     return _attention_run(rng, causal=True)
 

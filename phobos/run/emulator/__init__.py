@@ -13,7 +13,8 @@
 # silently get wrong: out-of-bounds and misaligned accesses, shared-memory
 # data races between barriers, global-memory data races (within a CTA between
 # barriers, and between CTAs), `ld.global.nc` of data the kernel writes,
-# cp.async and bulk-copy data used before its wait, buffers reused while a
+# cp.async and bulk-copy data used before its wait, plain stores read by a
+# wgmma or bulk copy with no proxy fence, buffers reused while a
 # wgmma reads them, wgmma registers touched in flight, barriers in divergent
 # code, `bra.uni` that diverges, barrier thread counts that are not whole
 # warps, warp-synchronous instructions with absent lanes, races between the
@@ -32,13 +33,13 @@
 # their shape, distributed shared memory, barrier.cluster, races between
 # CTAs), machine (scheduler and launches).
 from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, DivergentBranch, EmulatorError,
-                     GlobalMemoryRace, MemoryFault, MisalignedAddress, NonCoherentRead, PtxSyntaxError,
-                     SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
+                     GlobalMemoryRace, MemoryFault, MisalignedAddress, MissingProxyFence, NonCoherentRead,
+                     PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
 from .machine import Kernel, LaunchStats, Module, Pointer, launch, load_module
 
 __all__ = [
     "launch", "load_module", "Module", "Kernel", "LaunchStats", "Pointer",
     "EmulatorError", "PtxSyntaxError", "UnsupportedPtx", "MemoryFault", "MisalignedAddress",
-    "SharedMemoryRace", "GlobalMemoryRace", "NonCoherentRead", "AsyncCopyHazard", "BarrierError",
+    "SharedMemoryRace", "GlobalMemoryRace", "NonCoherentRead", "AsyncCopyHazard", "MissingProxyFence", "BarrierError",
     "DivergentBranch", "WarpSyncError", "ArithmeticFault", "TrapError",
 ]

@@ -205,10 +205,10 @@ class ClusterSharedSpace(Space):
                         f"before it exits)", thread=int(threads[i]))
         return rows, (addr & np.uint64(OFFSET_MASK)).astype(np.int64)
 
-    def locate(self, m, idx, addr, nbytes, access, pc, align=None):
+    def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
         addr = np.asarray(addr, np.uint64)
         if not (addr >> np.uint64(RANK_SHIFT)).any():  # all in the executing CTA's own window
-            return self.shared.locate(m, idx, addr, nbytes, access, pc, align)
+            return self.shared.locate(m, idx, addr, nbytes, access, pc, align, stored)
         threads = lane_threads(idx, len(addr))
         rows, offsets = self.resolve(m, threads, addr, access)
         over = offsets + nbytes > self.shared.size
@@ -221,9 +221,11 @@ class ClusterSharedSpace(Space):
         check_alignment(self.name, addr, align or nbytes, idx, access)
         own = rows == m.cta_of[threads]
         if own.all():
-            return self.shared.locate(m, idx, offsets.astype(np.uint64), nbytes, access, pc, align)
+            return self.shared.locate(m, idx, offsets.astype(np.uint64), nbytes, access, pc, align, stored)
+        lanes = (lambda sel: lambda: stored().reshape(len(addr), -1)[sel].reshape(-1)) if stored else lambda sel: None
         if own.any():
-            self.shared.locate(m, threads[own], offsets[own].astype(np.uint64), nbytes, access, pc, align)
+            self.shared.locate(m, threads[own], offsets[own].astype(np.uint64), nbytes, access, pc, align,
+                               lanes(own))
         flat = rows * self.shared.stride + offsets
         if access not in UNTRACKED:
             remote = ~own
@@ -231,7 +233,7 @@ class ClusterSharedSpace(Space):
             if self.shared.races is not None:
                 self.shared.races.check_remote(m, threads[remote], flat[remote], nbytes, access)
             if self.races is not None:
-                self.races.check(m, threads[remote], flat[remote], nbytes, access, pc)
+                self.races.check(m, threads[remote], flat[remote], nbytes, access, pc, lanes(remote))
         return flat
 
 
@@ -466,32 +468,41 @@ class ClusterRaceDetector:
         self.reads = _Window(nbytes, "read")
         self.atomics: _Window | None = None  # created by the first atomic
 
-    def check(self, m, threads, flat, nbytes: int, access: str, pc: int) -> None:
-        """Accesses of `nbytes` at flat shared offsets `flat` by `threads` (batch indices)."""
+    def check(self, m, threads, flat, nbytes: int, access: str, pc: int, stored=None) -> None:
+        """Accesses of `nbytes` at flat shared offsets `flat` by `threads` (batch indices); `stored`:
+        for a store, a function giving the bytes written - as within a CTA (memory.RaceDetector), a
+        write of the value a byte holds does not conflict with earlier writes, nor do lanes of one
+        instruction writing one value."""
         threads = np.asarray(threads)
         b = (np.asarray(flat)[:, None] + np.arange(nbytes)).ravel()
         t = np.repeat(threads, nbytes).astype(np.int32)
         cta, owner = t // self.tpc, b // self.stride
         epoch, waited, tag = m.epoch[cta], self.barrier.waited[t], self.barrier.arrived[t].astype(np.int32)
+        values = stored() if stored is not None and access == STORE else None
         if access == STORE:
-            pair = same_byte_twice(b)
+            pair = same_byte_twice(b, values)
             if pair is not None:
                 i, j = pair
                 raise Fault(SharedMemoryRace, f"data race on shared memory at {m.describe_shared_at(int(b[i]))}: "
                                               f"{m.describe_thread(int(t[i]))} and {m.describe_thread(int(t[j]))} "
-                                              f"write it in the same instruction", thread=int(t[j]))
+                                              f"write different values to it in the same instruction",
+                            thread=int(t[j]))
         earlier = {LOAD: (self.writes, self.atomics), STORE: (self.writes, self.reads, self.atomics),
                    ATOMIC: (self.writes, self.reads)}[access]
+        rewritten = np.zeros(len(b), bool)  # earlier writes of the value written now
         for window in earlier:
             if window is not None:
                 clash = window.unordered(b, t, cta, owner, epoch, waited, self.tpc)
+                if window is self.writes and values is not None:
+                    rewritten = clash & (values == m.shared.data[b])
+                    clash &= ~rewritten
                 if clash.any():
                     raise self._race(m, window, b, t, int(np.flatnonzero(clash)[0]), access)
         if access == STORE:
             self.reads.clear(b)
             if self.atomics is not None:
                 self.atomics.clear(b)
-            self.writes.add(b, t, epoch, tag, pc, np.ones(len(b), bool))
+            self.writes.add(b, t, epoch, tag, pc, ~rewritten)
             return
         if access == ATOMIC and self.atomics is None:
             self.atomics = _Window(len(self.writes.lo), "atomic")

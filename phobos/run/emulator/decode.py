@@ -57,6 +57,31 @@ def plain(run: Callable) -> Semantics:
     return Semantics(PLAIN, run)
 
 
+@dataclass(frozen=True)
+class Fusable:
+    """How the scheduler may run consecutive instructions of one kind as one batch (see
+    machine.fusion_table): `inputs(m, idx)` reads an instruction's operands, `compute(m, inputs)`
+    works on the inputs of several instructions of the same `key` at once and returns their
+    results in order, `outputs(m, idx, result)` writes one instruction's result.  `reads` and
+    `writes`: the register slots the instruction reads and writes.  An instruction's handler
+    carries it as its `fusable` attribute; run alone, the handler does the three steps itself."""
+
+    key: tuple
+    reads: frozenset
+    writes: frozenset
+    inputs: Callable
+    compute: Callable
+    outputs: Callable
+
+
+def fusable(part: Fusable) -> Semantics:
+    """A plain instruction that the scheduler may run together with its neighbours of the same kind."""
+    def run(m, idx):
+        part.outputs(m, idx, part.compute(m, [part.inputs(m, idx)])[0])
+    run.fusable = part
+    return Semantics(PLAIN, run)
+
+
 OPCODES: dict[str, Callable[["Decoder", syn.Instruction, "Mods"], Semantics]] = {}
 
 

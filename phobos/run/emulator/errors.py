@@ -66,6 +66,12 @@ class AsyncCopyHazard(EmulatorError):
     touched before wgmma.wait_group, a wgmma without wgmma.fence."""
 
 
+class MissingProxyFence(AsyncCopyHazard):
+    """Shared memory written by plain stores of the generic proxy (st.shared, stmatrix) and read by
+    the asynchronous proxy (a wgmma operand, a bulk copy's source) with no fence.proxy.async by the
+    writing thread in between: the tensor cores or the copy engine may read stale data."""
+
+
 class BarrierError(EmulatorError):
     """A barrier that can never complete, or one reached by a CTA's threads at different places."""
 

@@ -55,6 +55,7 @@
 # offset is not 0 is refused: with 1024-byte aligned tiles it is always 0.
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +82,11 @@ class Fragment:
     @property
     def halves(self) -> int:
         return self.rows.shape[1]
+
+    @functools.cached_property
+    def flat(self) -> np.ndarray:
+        """Per half, the element (row * columns + column) of each (register, lane): (halves, registers * 32)."""
+        return (self.rows * self.shape[1] + self.cols).transpose(1, 0, 2).reshape(self.halves, -1)
 
 
 def _fragment(row, col, registers: int, halves: int, shape) -> Fragment:
@@ -124,20 +130,21 @@ def wgmma_accumulator(n: int) -> Fragment:
 
 def gather(frag: Fragment, regs: list[np.ndarray], decode) -> np.ndarray:
     """Matrices (warps, R, C) from one warp-ordered array (warps*32,) per register;
-    `decode(bits, half)` turns a register's raw values into element values."""
+    `decode(bits, half)` turns raw register values (of any shape) into element values."""
     warps = len(regs[0]) // 32
-    out = np.zeros((warps,) + frag.shape, np.float64)
-    for i, value in enumerate(regs):
-        lanes = value.reshape(warps, 32)
-        for h in range(frag.halves):
-            out[:, frag.rows[i, h], frag.cols[i, h]] = decode(lanes, h)
-    return out
+    lanes = np.stack(regs).reshape(frag.registers, warps, 32).swapaxes(0, 1)  # (warps, registers, 32)
+    out = np.zeros((warps, frag.shape[0] * frag.shape[1]), np.float64)
+    for h in range(frag.halves):
+        out[:, frag.flat[h]] = decode(lanes, h).reshape(warps, -1)
+    return out.reshape((warps,) + frag.shape)
 
 
 def scatter(frag: Fragment, matrix: np.ndarray) -> list[list[np.ndarray]]:
     """The inverse of gather: (warps, R, C) -> per register, per element of it, (warps*32,) values."""
-    return [[matrix[:, frag.rows[i, h], frag.cols[i, h]].reshape(-1) for h in range(frag.halves)]
-            for i in range(frag.registers)]
+    warps = len(matrix)
+    elements = matrix.reshape(warps, -1)
+    halves = [elements[:, frag.flat[h]].reshape(warps, frag.registers, 32) for h in range(frag.halves)]
+    return [[half[:, i].reshape(-1) for half in halves] for i in range(frag.registers)]
 
 
 # ------------------------------------------------------------------ ldmatrix / stmatrix

@@ -15,6 +15,11 @@
 # not touched at all: the loop only compares the group's PC with the lowest PC
 # of the threads left behind.
 #
+# Consecutive instructions whose handlers allow it (decode.Fusable: mma.sync)
+# run as one batch where none reads what an earlier one writes
+# (fusion_table): operands of all read first, one computation, results
+# written in order - what running them one after the other does.
+#
 # `bar.sync` parks the threads that reach it; once every live thread of the
 # CTA (or the barrier's thread count) has arrived they go on, the CTA's
 # shared-memory race records are cleared and its epoch (the barriers it has
@@ -80,6 +85,8 @@ RUN, PARKED, DONE, SLEEP, YIELD = 0, 1, 2, 3, 4
 FAR = np.iinfo(np.int64).max
 #: Instruction steps between two looks at the clock for progress lines.
 PROGRESS_STEPS = 256
+#: The most instructions run as one batch (fusion_table).
+MAX_FUSED = 64
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +135,30 @@ class LaunchConfig:
     progress: Callable[[int], None]  # called with the steps of the batch so far, every PROGRESS_STEPS
     cluster: ClusterShape
     output: Callable[[str], Any]  # where vprintf writes (standard output unless the launch names another)
+    fusion: list[int]  # per instruction, how many from it may run as one batch (fusion_table)
+
+
+def fusion_table(ops: list) -> list[int]:
+    """For each instruction, how many instructions from it on the scheduler may run as one batch
+    (1: alone): unguarded instructions whose handlers are fusable with one key, none of which reads
+    or writes a register that an earlier one of the batch writes (so that reading all operands
+    first and writing all results after is what running them one by one does).  A batch may start
+    anywhere in such a run, so a branch into the middle of one is no matter."""
+    table = [1] * len(ops)
+    for start in range(len(ops) - 1):
+        part = getattr(ops[start].run, "fusable", None)
+        if part is None or ops[start].guard is not None:
+            continue
+        end, written = start + 1, set(part.writes)
+        while end < len(ops) and end - start < MAX_FUSED:
+            nxt = getattr(ops[end].run, "fusable", None)
+            if (nxt is None or ops[end].guard is not None or nxt.key != part.key
+                    or not written.isdisjoint(nxt.reads | nxt.writes)):
+                break
+            written |= nxt.writes
+            end += 1
+        table[start] = end - start
+    return table
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -147,6 +178,8 @@ class Machine:
         self.cta_first = cta_first  # launch position of the batch's first CTA (cluster.ClusterShape)
         self.cluster = config.cluster
         self.n = n = cta_count * self.tpc
+        self.all_threads = np.arange(n)  # the batch index of every thread
+        self.all_threads.flags.writeable = False
         self.cta_of = np.repeat(np.arange(cta_count, dtype=np.int64), self.tpc)
         self.cta_xyz = self.cluster.coordinates(cta_first + np.arange(cta_count))  # grid coordinates per CTA
         ltid = np.tile(np.arange(self.tpc, dtype=np.int64), cta_count)
@@ -245,6 +278,7 @@ class Machine:
     def run(self) -> None:
         """Run every thread of the batch to its end."""
         ops = self.program.ops
+        fusion = self.config.fusion
         regs = self.regs
         self.pc = np.zeros(self.n, np.int64)
         self.status = np.zeros(self.n, np.int8)
@@ -268,6 +302,14 @@ class Machine:
                 if steps % PROGRESS_STEPS == 0:
                     self.config.progress(steps)
                 if op.kind == PLAIN:
+                    if fusion[gpc] > 1 and other - gpc > 1:  # a batch, up to the threads left behind
+                        count = min(fusion[gpc], other - gpc)
+                        self._run_fused(gpc, count, group)
+                        if (steps + count - 1) // PROGRESS_STEPS > steps // PROGRESS_STEPS:
+                            self.config.progress(steps + count - 1)
+                        steps += count - 1
+                        gpc += count
+                        continue
                     if op.guard is None:
                         op.run(self, group)
                     else:
@@ -324,6 +366,19 @@ class Machine:
 
     def _all(self, group):
         return np.arange(self.n) if group is None else group
+
+    def _run_fused(self, pc: int, count: int, group) -> None:
+        """Run the `count` instructions from `pc` (fusable, see fusion_table) as one batch."""
+        parts = [op.run.fusable for op in self.program.ops[pc: pc + count]]
+        operands = []
+        for at, part in enumerate(parts, pc):
+            try:
+                operands.append(part.inputs(self, group))
+            except Fault as fault:
+                fault.pc = at if fault.pc is None else fault.pc
+                raise
+        for part, result in zip(parts, parts[0].compute(self, operands)):
+            part.outputs(self, group, result)
 
     def _park(self, group, pc: int) -> None:
         """Record the PC of the active group's threads (None: all threads)."""
@@ -532,6 +587,7 @@ class Kernel:
         self.program = program
         self.module = module
         self.name = program.name
+        self.fusion = fusion_table(program.ops)
 
     @property
     def params(self) -> list[tuple[str, str]]:
@@ -574,7 +630,7 @@ class Kernel:
         config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
                               TENSOR_CORE_MODELS[tensor_cores],
                               lambda batch_steps: progress.update(first, f"{steps + batch_steps} instruction steps"),
-                              clusters, output or sys.stdout.write)
+                              clusters, output or sys.stdout.write, self.fusion)
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             for first in range(0, total, batch):

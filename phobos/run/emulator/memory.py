@@ -28,10 +28,12 @@
 # tells accesses apart.
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .errors import (AsyncCopyHazard, Fault, GlobalMemoryRace, MemoryFault, MisalignedAddress, NonCoherentRead,
-                     SharedMemoryRace)
+from .errors import (AsyncCopyHazard, Fault, GlobalMemoryRace, MemoryFault, MisalignedAddress, MissingProxyFence,
+                     NonCoherentRead, SharedMemoryRace)
 
 GLOBAL_BASE = 0x100_0000_0000
 NULL_REGION = 1 << 20  # addresses below this are reported as null pointers
@@ -55,19 +57,114 @@ UNTRACKED = frozenset({ASYNC, ASYNC_PROXY, MBARRIER})
 GLOBAL_RACE_LIMIT = 8 << 20
 #: The global accesses it tracks: not atomics, nor bulk (TMA) copies, which the asynchronous proxy orders.
 GLOBAL_TRACKED = frozenset({LOAD, NC_LOAD, STORE, ASYNC_SOURCE})
+#: Shared bytes that asynchronous operations in flight read are counted per chunk of this many bytes:
+#: a wgmma operand and a bulk tensor store read whole chunks (descriptors address 16-byte units, core
+#: matrices are 16-byte rows; a tensor map's box rows are multiples of 16 bytes and the swizzles move
+#: whole chunks), so a byte is being read exactly when its chunk is.
+ASYNC_READ_CHUNK = 16
 
 
 def lane_threads(idx, n):
     return np.arange(n) if idx is None else idx
 
 
-def same_byte_twice(b):
-    """Indices (i, j) of two accesses of one instruction to the same byte `b[i] == b[j]`, else None."""
+def same_byte_twice(b, values=None):
+    """Indices (i, j) of two writes of one instruction to the same byte `b[i] == b[j]` - of different
+    values `values[i] != values[j]` where the values are given - else None; i is the first entry
+    that writes the byte, j the first after it that clashes with it."""
     if len(b) < 2:
         return None
     order = np.argsort(b, kind="stable")
-    dup = np.flatnonzero(b[order][1:] == b[order][:-1])
-    return (order[dup[0]], order[dup[0] + 1]) if dup.size else None
+    ordered = b[order]
+    starts = np.empty(len(b), bool)
+    starts[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(b)), 0))
+    clash = ~starts if values is None else values[order] != values[order][first]
+    found = np.flatnonzero(clash)
+    return (order[first[found[0]]], order[found[0]]) if found.size else None
+
+
+class _Lazy:
+    """A value computed on first use (None stays None)."""
+
+    def __init__(self, make):
+        self.make, self.value, self.done = make, None, make is None
+
+    def get(self):
+        if not self.done:
+            self.value, self.done = self.make(), True
+        return self.value
+
+
+def stored_bytes(values: list, dtype: np.dtype, lanes: int) -> np.ndarray:
+    """The bytes a store of `values` (one array per vector element) writes, lane by lane (lane-major,
+    as the race detectors list the bytes of an access)."""
+    columns = [np.broadcast_to(np.asarray(v).astype(dtype, copy=False), (lanes,)) for v in values]
+    return np.stack(columns, axis=1).view(np.uint8).reshape(-1)
+
+
+def access_bytes(flat, nbytes: int) -> np.ndarray:
+    """The bytes of accesses of `nbytes` at `flat` (one per lane), lane by lane."""
+    return flat if nbytes == 1 else (np.asarray(flat)[:, None] + np.arange(nbytes)).reshape(-1)
+
+
+def in_thread_order(idx) -> bool:
+    """Whether the lanes `idx` (batch thread indices; None: all) come in ascending order, so that the
+    accesses of any byte do too (threads that share a byte of shared memory share their CTA, whose
+    linear ids then ascend as well)."""
+    return idx is None or len(idx) < 2 or bool((idx[1:] >= idx[:-1]).all())
+
+
+def lanes_apart(flat, nbytes, stamp=None) -> bool:
+    """Whether accesses of `nbytes` (an int, or one per lane) at the offsets `flat` (one per lane)
+    touch no byte twice.  `stamp`: a scratch array as long as the space, which makes the test of
+    aligned accesses linear."""
+    flat = np.asarray(flat)
+    if len(flat) < 2:
+        return True
+    if not isinstance(nbytes, (int, np.integer)):
+        nbytes = np.asarray(nbytes)
+        ordered = np.argsort(flat)
+        return bool((flat[ordered][1:] - flat[ordered][:-1] >= nbytes[ordered][:-1]).all())
+    if (flat[1:] - flat[:-1] >= nbytes).all():  # ascending, without overlaps: the common case
+        return True
+    if stamp is not None and (nbytes == 1 or not (flat % nbytes).any()):  # aligned: apart where starts differ
+        lanes = np.arange(len(flat), dtype=np.int32)
+        stamp[flat] = lanes
+        return bool((stamp[flat] == lanes).all())
+    ordered = np.sort(flat)
+    return bool((ordered[1:] - ordered[:-1] >= nbytes).all())
+
+
+def distinct_lanes(flat, tid, nbytes: int, epoch=None, flag=None):
+    """distinct_bytes for accesses of `nbytes` at offsets `flat` that are multiples of nbytes (so that
+    lanes with a byte in common have all in common), found from the lanes: sorting lanes, not bytes.
+    `epoch`: per lane; `flag`: per byte, lane by lane."""
+    flag = None if flag is None else flag.reshape(-1, nbytes)
+    once, lo, hi, epoch, flag = distinct_bytes(flat, tid, epoch, flag)
+    return (access_bytes(once, nbytes), np.repeat(lo, nbytes), np.repeat(hi, nbytes),
+            None if epoch is None else np.repeat(epoch, nbytes), None if flag is None else flag.reshape(-1))
+
+
+def distinct_bytes(b, t, epoch=None, flag=None):
+    """The distinct bytes of `b` (the bytes of an access, one entry per lane and byte), each with the
+    lowest and highest of the threads `t` that touch it, the highest of their `epoch`s and whether
+    any of their `flag`s is set (rows of flags: column by column; those two None where not given)."""
+    order = np.lexsort((t, b))
+    b, t = b[order], t[order]
+    first = np.empty(len(b), bool)
+    first[:1] = True
+    np.not_equal(b[1:], b[:-1], out=first[1:])
+    last = np.empty(len(b), bool)
+    last[-1:] = True
+    last[:-1] = first[1:]
+    starts = np.flatnonzero(first)
+    if epoch is not None:
+        epoch = np.maximum.reduceat(np.asarray(epoch)[order], starts)
+    if flag is not None:
+        flag = np.logical_or.reduceat(np.asarray(flag)[order], starts, axis=0)
+    return b[first], t[first], t[last], epoch, flag
 
 
 def check_alignment(space_name, addr, align, idx, access):
@@ -95,9 +192,11 @@ class Space:
             v = self._views[dtype] = self.data.view(dtype)
         return v
 
-    def locate(self, m, idx, addr, nbytes, access: str, pc: int, align: int | None = None) -> np.ndarray:
+    def locate(self, m, idx, addr, nbytes, access: str, pc: int, align: int | None = None,
+               stored=None) -> np.ndarray:
         """Offsets into `data` of an access of `nbytes` (an int, or one per lane) at `addr`
-        by the threads `idx`; checks bounds and alignment (to `align`, default nbytes)."""
+        by the threads `idx`; checks bounds and alignment (to `align`, default nbytes).  `stored`:
+        for a store, a function giving the bytes it writes (`stored_bytes`), for the race detectors."""
         raise NotImplementedError
 
     def load(self, m, idx, addr, dtype: np.dtype, count: int, pc: int, access: str = LOAD) -> list[np.ndarray]:
@@ -108,7 +207,9 @@ class Space:
 
     def store(self, m, idx, addr, dtype: np.dtype, values: list, pc: int) -> None:
         size = dtype.itemsize
-        pos = self.locate(m, idx, addr, size * len(values), STORE, pc) // size
+        lanes = m.n if idx is None else len(idx)
+        pos = self.locate(m, idx, addr, size * len(values), STORE, pc,
+                          stored=lambda: stored_bytes(values, dtype, lanes)) // size
         view = self.view(dtype)
         for k, v in enumerate(values):
             view[pos + k] = v
@@ -205,7 +306,7 @@ class GlobalSpace(Space):
                 return self.data[offset: offset + size]
         raise KeyError(hex(address))
 
-    def locate(self, m, idx, addr, nbytes, access, pc, align=None):
+    def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
         addr = np.asarray(addr, np.uint64)
         nbytes = np.asarray(nbytes, np.uint64) if not isinstance(nbytes, int) else np.uint64(nbytes)
         bases, sizes = (self._bases, self._sizes) if self.blocks else (np.zeros(1, np.uint64),) * 2
@@ -271,7 +372,7 @@ class WindowSpace(Space):
         # shared memory of clusters of several CTAs, races checked: accesses between CTAs (cluster.py)
         self.cluster_races = None
 
-    def locate(self, m, idx, addr, nbytes, access, pc, align=None):
+    def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
         off = np.asarray(addr, np.uint64)
         bad = (off >= np.uint64(self.size)) | (off + np.uint64(nbytes) > np.uint64(self.size))
         if bad.any():
@@ -286,7 +387,7 @@ class WindowSpace(Space):
         rows = self.row_of_thread if idx is None else self.row_of_thread[idx]
         flat = rows * self.stride + off.astype(np.int64)
         if self.races is not None and access not in UNTRACKED:
-            self.races.check(m, idx, flat, nbytes, access, pc)
+            self.races.check(m, idx, flat, nbytes, access, pc, stored)
             if self.cluster_races is not None:
                 self.cluster_races.check(m, lane_threads(idx, len(off)), flat, nbytes, access, pc)
         return flat
@@ -302,7 +403,7 @@ class ParamSpace(Space):
         self.data = params
         self.size = size
 
-    def locate(self, m, idx, addr, nbytes, access, pc, align=None):
+    def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
         off = np.asarray(addr, np.uint64)
         if access != LOAD:
             raise Fault(MemoryFault, f"{access} to the kernel parameter space, which is read-only",
@@ -390,18 +491,22 @@ class _Accesses:
             else:
                 arr[:-16].reshape(-1, stride)[rows] = empty
 
-    def record(self, b, t, pc: int, epoch, only_this_thread: bool) -> None:
-        """Add accesses of bytes b by threads t (`only_this_thread`: nobody else has
-        touched these bytes, as after a checked write)."""
-        if only_this_thread:
-            self.lo[b] = t
-            self.hi[b] = t
-        else:
-            np.minimum.at(self.lo, b, t)
-            np.maximum.at(self.hi, b, t)
+    def record(self, b, lo, hi, pc: int, epoch, keep, in_order: bool = False) -> None:
+        """Add accesses of the distinct bytes `b` by threads `lo` to `hi` (the lowest and highest
+        at each byte); `keep` (a mask, or True or False for all) says at which bytes the accesses
+        recorded before stay (elsewhere the new ones replace them, as after a checked write).
+        in_order: b may name a byte several times, its entries in ascending order of threads (keep
+        True, no epochs) - indexing keeps the last value written to a repeated index, so the lowest
+        thread is written last in reverse."""
+        if keep is True:
+            lo, hi = np.minimum(self.lo[b], lo), np.maximum(self.hi[b], hi)
+        elif keep is not False:
+            lo, hi = np.where(keep, np.minimum(self.lo[b], lo), lo), np.where(keep, np.maximum(self.hi[b], hi), hi)
+        self.lo[b[::-1] if in_order else b] = lo[::-1] if in_order else lo
+        self.hi[b] = hi
         self.pc[b] = pc
         if epoch is not None:
-            np.maximum.at(self.epoch, b, epoch)
+            self.epoch[b] = np.maximum(self.epoch[b], epoch)
 
     def other_thread(self, i, b, t) -> int:
         lo = int(self.lo[b[i]])
@@ -413,11 +518,19 @@ class RaceDetector:
 
     An access by thread t conflicts with an earlier one by another thread of
     the CTA since the last barrier if at least one of them is a plain write, or
-    one is atomic and the other plain.  Threads of one warp that both passed a
+    one is atomic and the other plain - except that a plain write of the value a
+    byte already holds does not conflict with another thread's earlier write,
+    nor do the lanes of one instruction that write the same value to a byte
+    (compute-sanitizer's racecheck ranks those hazards as harmless too; see
+    docs/emulator.md).  Threads of one warp that both passed a
     `bar.warp.sync` between their accesses are ordered too: each warp has an
     epoch that the warp barrier advances, and accesses remember the epoch they
     were made in.  Bytes with cp.async copies still pending into them count
     those copies, so that touching them is reported as a missing wait.
+
+    The bookkeeping is array-based: the bytes of an access are one array, and
+    where no byte is touched by two of its lanes (what `lanes_apart` finds from
+    the lanes' addresses alone) the shadow state is updated by plain indexing.
     """
 
     def __init__(self, rows: int, stride: int, threads_per_cta: int):
@@ -431,13 +544,14 @@ class RaceDetector:
         self.pending = np.zeros(n, np.int16)
         self.pending_total = 0
         self.rows = rows
-        self.async_reads: np.ndarray | None = None  # wgmma operands in flight, per byte
+        self.async_reads: np.ndarray | None = None  # reads in flight, per ASYNC_READ_CHUNK bytes
         self.tma_barrier: np.ndarray | None = None  # mbarrier whose phase a bulk copy wrote the byte in
         self.tma_phase: np.ndarray | None = None
         # per byte: 1 + the linear tid of a plain writer that has not executed fence.proxy.async since
         # (0: none), and the write's instruction; created by the first plain write
         self.unfenced: np.ndarray | None = None
         self.unfenced_pc: np.ndarray | None = None
+        self._stamp = np.zeros(n, np.int32)  # scratch for lanes_apart
 
     def reset(self, rows: np.ndarray | None) -> None:
         """Forget all accesses of the CTAs `rows` (None: all) - they passed a barrier."""
@@ -453,32 +567,53 @@ class RaceDetector:
         keys = np.unique(rows * self.warp_epoch.shape[1] + warps)
         self.warp_epoch.reshape(-1)[keys] += 1
 
-    def check(self, m, idx, flat, nbytes, access, pc):
+    def lanes_apart(self, flat, nbytes: int) -> bool:
+        """Whether accesses of `nbytes` at the flat offsets `flat` (one per lane) touch no byte twice."""
+        return lanes_apart(flat, nbytes, self._stamp)
+
+    def check(self, m, idx, flat, nbytes, access, pc, stored=None):
         tid = m.ltid if idx is None else m.ltid[idx]
-        if nbytes == 1:
-            b, t = flat, tid
-        else:
-            b = (flat[:, None] + np.arange(nbytes)).ravel()
-            t = np.repeat(tid, nbytes)
+        if access == STORE:
+            self.record_write(m, flat, tid, nbytes, pc, stored)
+            return
+        b = access_bytes(flat, nbytes)
+        t = tid if nbytes == 1 else np.repeat(tid, nbytes)
         self._check_pending(m, b, access, lambda i: self._thread(b[i], t[i]))
         if access == LOAD:
             if self.tma_barrier is not None:
                 self.check_observed(m, b, t)
             self._check(m, b, t, "read", [self.writes, self.atomics])
-            self.reads.record(b, t, pc, self._epoch(b, t), only_this_thread=False)
-        elif access == STORE:
-            self.record_write(m, b, t, pc)
+            accesses = self.reads
         else:
             self._check(m, b, t, "atomic", [self.writes, self.reads])
             if self.atomics is None:
                 self.atomics = _Accesses(len(self.pending), "atomic")
-            self.atomics.record(b, t, pc, self._epoch(b, t), only_this_thread=False)
+            accesses = self.atomics
+        if self.warp_epoch is None and in_thread_order(idx):
+            accesses.record(b, t, t, pc, None, True, in_order=True)
+            return
+        self._record(accesses, flat, tid, nbytes, b, t, pc, self.lanes_apart(flat, nbytes), keep=True)
+
+    def _record(self, accesses: _Accesses, flat, tid, nbytes: int, b, t, pc: int, apart: bool, keep) -> None:
+        """Record accesses of `nbytes` at `flat` by threads `tid` (one per lane; b and t: their bytes
+        and threads byte by byte; `apart`: no byte twice); `keep` as for _Accesses.record, per entry of
+        b (the earlier accesses of a byte stay where one entry keeps them)."""
+        if apart:
+            accesses.record(b, t, t, pc, self._epoch(b, t), keep)
+            return
+        mask = keep if keep is not True and keep is not False else None
+        if nbytes == 1 or not (np.asarray(flat) % nbytes).any():  # aligned: found from the lanes, fewer
+            epoch = None if self.warp_epoch is None else self.warp_epoch[flat // self.stride, tid // WARP]
+            b, lo, hi, epoch, mask = distinct_lanes(np.asarray(flat), tid, nbytes, epoch, mask)
+        else:
+            b, lo, hi, epoch, mask = distinct_bytes(b, t, self._epoch(b, t), mask)
+        accesses.record(b, lo, hi, pc, epoch, keep if mask is None else mask)
 
     def check_remote(self, m, threads, flat, nbytes: int, access: str) -> None:
         """Accesses by `threads` (batch indices) to the shared memory of another CTA of their cluster:
         the hazards of cp.async and of the asynchronous proxy, as for the CTA's own threads (conflicts
         between threads are cluster.ClusterRaceDetector's)."""
-        b = (np.asarray(flat)[:, None] + np.arange(nbytes)).ravel()
+        b = access_bytes(flat, nbytes)
         t = np.repeat(np.asarray(threads), nbytes)
         self._check_pending(m, b, access, lambda i: int(t[i]))
         rows, tid = t // self.threads_per_cta, t % self.threads_per_cta
@@ -497,24 +632,58 @@ class RaceDetector:
                         f"into it is still pending (missing cp.async.wait_group/wait_all?)",
                         thread=thread(i))
 
-    def record_write(self, m, b, t, pc):
-        """Check and record plain writes of bytes `b` by threads `t`."""
+    def add_pending(self, b, delta: int, apart: bool) -> None:
+        """cp.async copies into bytes `b` are issued (+1) or performed (-1); `apart`: no byte twice."""
+        if apart:
+            self.pending[b] += delta
+        else:
+            np.add.at(self.pending, b, delta)
+        self.pending_total += delta * len(b)
+
+    def record_write(self, m, flat, tid, nbytes: int, pc, stored=None, apart=None, copy=False):
+        """Check and record plain writes of `nbytes` at `flat` by threads `tid` (linear ids in the CTA,
+        one per lane).  stored: a function giving the bytes written (without it, writes of equal values
+        conflict too); apart: no byte twice (None: found here); copy: the writes of cp.async copies
+        being performed, which the asynchronous proxy may read without a fence.proxy.async (plain
+        stores need one; see docs/emulator.md)."""
+        b = access_bytes(flat, nbytes)
+        t = tid if nbytes == 1 else np.repeat(tid, nbytes)
+        if not copy:
+            self._check_pending(m, b, STORE, lambda i: self._thread(b[i], t[i]))
         self.check_not_read_async(m, b, t, "write")
         if self.unfenced is None:
             self.unfenced = np.zeros(len(self.pending), np.int32)
             self.unfenced_pc = np.zeros(len(self.pending), np.int32)
-        self.unfenced[b] = t + 1
+        self._check(m, b, t, "write", [self.reads, self.atomics])
+        values = _Lazy(stored)
+        shared = self._against_writes(m, b, t, values)
+        if apart is None:
+            apart = self.lanes_apart(flat, nbytes)
+        if not apart:
+            pair = same_byte_twice(b, values.get())
+            if pair is not None:
+                i, j = pair
+                raise Fault(SharedMemoryRace,
+                            f"data race on shared memory at {m.describe_shared_at(int(b[i]))}: "
+                            f"threads {m.describe_local(int(t[i]))} and {m.describe_local(int(t[j]))} "
+                            f"write different values to it in the same instruction",
+                            thread=self._thread(b[j], t[j]))
+        self.unfenced[b] = 0 if copy else t + 1
         self.unfenced_pc[b] = pc
-        self._check(m, b, t, "write", [self.writes, self.reads, self.atomics])
-        pair = same_byte_twice(b)
-        if pair is not None:
-            i, j = pair
-            raise Fault(SharedMemoryRace,
-                        f"data race on shared memory at {m.describe_shared_at(int(b[i]))}: "
-                        f"threads {m.describe_local(int(t[i]))} and {m.describe_local(int(t[j]))} "
-                        f"write it in the same instruction",
-                        thread=self._thread(b[j], t[j]))
-        self.writes.record(b, t, pc, self._epoch(b, t), only_this_thread=True)
+        self._record(self.writes, flat, tid, nbytes, b, t, pc, apart, keep=False if shared is None else shared)
+
+    def _against_writes(self, m, b, t, values):
+        """Check writes of bytes `b` by threads `t` against the earlier writes: where another thread
+        wrote, a write of the value the byte holds is no conflict (the bytes where that is so are
+        returned, None if none), any other is."""
+        clash = self._conflicts(b, t, self.writes)
+        if clash is None:
+            return None
+        written = values.get()
+        same = clash if written is None else clash & (written == m.shared.data[b])
+        if written is None or not (same == clash).all():
+            raise self._race(m, b, t, int(np.flatnonzero(clash & ~same)[0]), "write", self.writes)
+        return same
 
     def _epoch(self, b, t):
         """The warp-barrier epoch of each access (None while no warp barrier was used)."""
@@ -522,29 +691,41 @@ class RaceDetector:
             return None
         return self.warp_epoch[b // self.stride, t // WARP]
 
+    def _conflicts(self, b, t, accesses: _Accesses | None):
+        """Which accesses of bytes `b` by threads `t` follow an access in `accesses` by another thread
+        with no barrier between (None: none)."""
+        if accesses is None:
+            return None
+        lo, hi = accesses.lo[b], accesses.hi[b]
+        clash = (hi != _NOBODY) & ((lo != t) | (hi != t))
+        if not clash.any():
+            return None
+        if self.warp_epoch is not None:
+            warp = t // WARP
+            same_warp = (lo // WARP == warp) & (hi // WARP == warp)
+            clash &= ~(same_warp & (self._epoch(b, t) > accesses.epoch[b]))
+            if not clash.any():
+                return None
+        return clash
+
     def _check(self, m, b, t, what: str, earlier: list) -> None:
         """Raise if any access in `earlier` by another thread conflicts with this one."""
         for accesses in earlier:
-            if accesses is None:
-                continue
-            lo, hi = accesses.lo[b], accesses.hi[b]
-            clash = (hi != _NOBODY) & ((lo != t) | (hi != t))
-            if self.warp_epoch is not None and clash.any():
-                warp = t // WARP
-                same_warp = (lo // WARP == warp) & (hi // WARP == warp)
-                clash &= ~(same_warp & (self._epoch(b, t) > accesses.epoch[b]))
-            if clash.any():
-                i = int(np.flatnonzero(clash)[0])
-                other = accesses.other_thread(i, b, t)
-                other_pc = int(accesses.pc[b[i]])
-                raise Fault(SharedMemoryRace,
-                            f"data race on shared memory at {m.describe_shared_at(int(b[i]))}: "
-                            f"{what} by this thread conflicts with a{'n' if accesses.what[0] == 'a' else ''} "
-                            f"{accesses.what} by thread {m.describe_local(other)} at "
-                            f"{m.ptx_position(other_pc)} with no barrier in between",
-                            thread=self._thread(b[i], t[i]),
-                            related=[(other_pc, f"the conflicting {accesses.what} by thread "
-                                                f"{m.describe_local(other)}")])
+            clash = self._conflicts(b, t, accesses)
+            if clash is not None:
+                raise self._race(m, b, t, int(np.flatnonzero(clash)[0]), what, accesses)
+
+    def _race(self, m, b, t, i: int, what: str, accesses: _Accesses) -> Fault:
+        other = accesses.other_thread(i, b, t)
+        other_pc = int(accesses.pc[b[i]])
+        return Fault(SharedMemoryRace,
+                     f"data race on shared memory at {m.describe_shared_at(int(b[i]))}: "
+                     f"{what} by this thread conflicts with a{'n' if accesses.what[0] == 'a' else ''} "
+                     f"{accesses.what} by thread {m.describe_local(other)} at "
+                     f"{m.ptx_position(other_pc)} with no barrier in between",
+                     thread=self._thread(b[i], t[i]),
+                     related=[(other_pc, f"the conflicting {accesses.what} by thread "
+                                         f"{m.describe_local(other)}")])
 
     def _thread(self, byte, tid) -> int:
         """The batch index of thread `tid` of the CTA that owns shared byte `byte`."""
@@ -552,10 +733,10 @@ class RaceDetector:
 
     # -- the asynchronous proxy
     def add_async_reads(self, b, delta: int) -> None:
-        """A wgmma or bulk copy starts (+1) or finishes (-1) reading bytes `b`."""
+        """A wgmma or bulk copy starts (+1) or finishes (-1) reading bytes `b` (whole chunks)."""
         if self.async_reads is None:
-            self.async_reads = np.zeros(len(self.pending), np.int16)
-        counts = np.bincount(b, minlength=len(self.async_reads)).astype(np.int16)
+            self.async_reads = np.zeros(-(-len(self.pending) // ASYNC_READ_CHUNK), np.int64)
+        counts = np.bincount(b // ASYNC_READ_CHUNK, minlength=len(self.async_reads))
         if delta > 0:
             self.async_reads += counts
         else:
@@ -566,7 +747,7 @@ class RaceDetector:
         threads' linear ids in their CTA, which is that of `rows` (default: the CTA owning each byte)."""
         if self.async_reads is None:
             return
-        busy = self.async_reads[b] > 0
+        busy = self.async_reads[b // ASYNC_READ_CHUNK] > 0
         if busy.any():
             i = int(np.flatnonzero(busy)[0])
             row = int(b[i]) // self.stride if rows is None else int(np.broadcast_to(rows, b.shape)[i])
@@ -596,12 +777,13 @@ class RaceDetector:
         writers = self.unfenced[b]
         if writers.any():
             i = int(np.flatnonzero(writers)[0])
-            raise Fault(AsyncCopyHazard,
+            raise Fault(MissingProxyFence,
                         f"{what} reads shared {m.describe_shared_at(int(b[i]))}, which thread "
                         f"{m.describe_local(int(writers[i]) - 1)} wrote with a plain store "
                         f"({m.ptx_position(int(self.unfenced_pc[b[i]]))}) and no fence.proxy.async since: "
                         f"the asynchronous proxy may not see it (fence.proxy.async.shared::cta in each writing "
-                        f"thread, before the barrier)", thread=thread)
+                        f"thread, before the barrier)", thread=thread,
+                        related=[(int(self.unfenced_pc[b[i]]), "the plain store")])
 
     def record_bulk_write(self, b, barrier: int, phase: int) -> None:
         """Bytes `b` written by a bulk tensor copy that completes phase `phase` of `barrier`."""
@@ -638,6 +820,7 @@ class RaceDetector:
 
 _NONE = np.int32(-1)
 _HIGHEST = np.int32(np.iinfo(np.int32).max)
+IN_THREAD_ORDER = "in thread order"  # how GlobalRaceDetector._read may fold repeated bytes
 
 
 class GlobalRaceDetector:
@@ -675,6 +858,7 @@ class GlobalRaceDetector:
         self.read_epoch = np.zeros(heap_bytes, np.int32)
         self.read_pc = np.zeros(heap_bytes, np.int32)
         self.nc_pc: np.ndarray | None = None  # created by the first ld.global.nc
+        self._mark: np.ndarray | None = None  # scratch of _in_order
         self.write_clock = np.zeros(heap_bytes, np.int32)  # the writer CTA's releases before the write
         self.read_clock = np.zeros(heap_bytes, np.int32)  # the same, for the latest read
         self.clock: dict[int, int] = {}  # CTA (in the grid) -> releases it has made
@@ -712,10 +896,11 @@ class GlobalRaceDetector:
                 if other != c and clock > mine.get(other, -1):
                     mine[other] = clock
 
-    def _clocks(self, g) -> np.ndarray:
-        """The clock of the CTA of each thread (global thread indices `g`)."""
+    def _clocks(self, g):
+        """The clock of the CTA of each thread (global thread indices `g`; 0 for all while no CTA
+        has released anything)."""
         if not self.clock:
-            return np.zeros(len(g), np.int32)
+            return 0
         return np.array([self.clock.get(int(c), 0) for c in g // self.tpc], np.int32)
 
     def _ordered(self, g: int, other: int, clock: int) -> bool:
@@ -725,19 +910,55 @@ class GlobalRaceDetector:
 
     def check(self, m, idx, offsets, nbytes, access: str, pc: int) -> None:
         threads = np.arange(m.n) if idx is None else np.asarray(idx)
-        counts = np.broadcast_to(np.asarray(nbytes, np.int64), threads.shape)
-        lane = np.repeat(np.arange(len(threads)), counts)
-        first = np.repeat(np.cumsum(counts) - counts, counts)
-        b = np.asarray(offsets, np.int64)[lane] + (np.arange(len(lane)) - first)
-        t = threads[lane]
+        if nbytes.ndim == 0:
+            b, t = access_bytes(np.asarray(offsets, np.int64), int(nbytes)), np.repeat(threads, int(nbytes))
+        else:
+            counts = np.broadcast_to(np.asarray(nbytes, np.int64), threads.shape)
+            lane = np.repeat(np.arange(len(threads)), counts)
+            first = np.repeat(np.cumsum(counts) - counts, counts)
+            b = np.asarray(offsets, np.int64)[lane] + (np.arange(len(lane)) - first)
+            t = threads[lane]
         g = (m.cta_first * self.tpc + t).astype(np.int32)
         epoch = m.epoch[m.cta_of[t]]
         if access == STORE:
             self._write(m, b, t, g, epoch, pc)
+            return
+        offsets = np.asarray(offsets, np.int64)
+        if lanes_apart(offsets, int(nbytes) if nbytes.ndim == 0 else nbytes):
+            distinct = None
+        elif in_thread_order(idx):
+            distinct = IN_THREAD_ORDER
+        elif nbytes.ndim == 0 and not (offsets % int(nbytes)).any():  # aligned: found from the lanes
+            lanes = m.cta_first * self.tpc + threads
+            distinct = lambda reset: distinct_lanes(offsets, lanes, int(nbytes), flag=reset)  # noqa: E731
         else:
-            self._read(m, b, t, g, epoch, pc, nc=access == NC_LOAD)
+            distinct = lambda reset: distinct_bytes(b, g, flag=reset)  # noqa: E731
+        self._read(m, b, t, g, epoch, pc, access == NC_LOAD, distinct)
 
-    def _read(self, m, b, t, g, epoch, pc, nc: bool) -> None:
+    def _in_order(self, b, g, reset):
+        """The readers' windows of bytes `b` read by threads `g` (in the grid), each byte's entries in
+        ascending order of threads, start anew where any entry of the byte has `reset`: per entry, the
+        lowest and highest reader (the repeated bytes written with the lowest last, as indexing keeps
+        the last value of a repeated index; see _Accesses.record)."""
+        if reset.all():  # (bytes read for the first time, say)
+            low, high = g, g
+        else:
+            if reset.any():  # a byte starts anew if any of its entries does
+                if self._mark is None:
+                    self._mark = np.zeros(len(self.writer), bool)
+                self._mark[b[reset]] = True
+                reset = self._mark[b]
+                self._mark[b] = False
+            low = np.minimum(np.where(reset, _HIGHEST, self.reader_lo[b]), g)
+            high = np.maximum(np.where(reset, _NONE, self.reader_hi[b]), g)
+        self.reader_lo[b[::-1]] = low[::-1]
+        self.reader_hi[b] = high
+
+    def _read(self, m, b, t, g, epoch, pc, nc: bool, distinct) -> None:
+        """Reads of bytes `b` by threads `t` (`g` in the grid); `distinct(reset)`: the distinct bytes with
+        their lowest and highest reader and whether any of their entries has `reset` set, as
+        distinct_bytes gives them (None: b has no byte twice; IN_THREAD_ORDER: the entries of each
+        byte come in ascending order of threads, see _in_order)."""
         self._against_writes(m, b, t, g, epoch, "read")
         if nc:
             written = self.writer[b] != _NONE
@@ -757,11 +978,17 @@ class GlobalRaceDetector:
             for i in np.flatnonzero(single).tolist():
                 if self._ordered(int(g[i]), int(lo[i]), int(self.read_clock[b[i]])):
                     reset[i] = True
-        if reset.any():
-            self.reader_lo[b[reset]] = _HIGHEST
-            self.reader_hi[b[reset]] = _NONE
-        np.minimum.at(self.reader_lo, b, g)
-        np.maximum.at(self.reader_hi, b, g)
+        if distinct is IN_THREAD_ORDER:
+            self._in_order(b, g, reset)
+            once = None
+        elif distinct is None:  # each byte once: the window of each starts anew where `reset`
+            once, low, high = b, g, g
+        else:
+            once, low, high, _, reset = distinct(reset)
+            lo, hi = self.reader_lo[once], self.reader_hi[once]
+        if once is not None:
+            self.reader_lo[once] = np.minimum(np.where(reset, _HIGHEST, lo), low)
+            self.reader_hi[once] = np.maximum(np.where(reset, _NONE, hi), high)
         self.read_epoch[b] = epoch
         self.read_pc[b] = pc
         self.read_clock[b] = self._clocks(g)
@@ -824,25 +1051,45 @@ class GlobalRaceDetector:
 
 # ---------------------------------------------------------------- cp.async
 
+@dataclass
+class _Copy:
+    """The copies of one cp.async instruction not yet performed: per lane its thread, shared
+    destination, global source, bytes read (the rest are zeros) and group."""
+
+    threads: np.ndarray
+    dst: np.ndarray
+    src: np.ndarray
+    src_size: np.ndarray
+    group: np.ndarray
+    cp_size: int
+    pc: int
+    apart: bool  # no two lanes write one byte
+
+    def part(self, sel) -> "_Copy":
+        return _Copy(self.threads[sel], self.dst[sel], self.src[sel], self.src_size[sel], self.group[sel],
+                     self.cp_size, self.pc, self.apart)
+
+
 class AsyncCopies:
     """cp.async copies issued but not yet waited for, by thread and group.
 
     A copy is performed when a wait covers its group (or its thread exits);
     until then the destination bytes are marked pending, so that touching
-    them is reported as a missing wait.
+    them is reported as a missing wait.  cp.async writes are generic-proxy
+    writes, and they are checked as plain writes when performed; the
+    asynchronous proxy (wgmma, bulk copies) may read them without a
+    fence.proxy.async (docs/emulator.md says why).
     """
 
     def __init__(self, nthreads: int):
         self.committed = np.zeros(nthreads, np.int64)  # groups committed so far, per thread
-        self.records: list[dict] = []
+        self.records: list[_Copy] = []
 
     def issue(self, threads, dst, src, src_size, cp_size, pc, races):
-        self.records.append(dict(threads=threads, dst=dst, src=src, src_size=src_size,
-                                 cp_size=cp_size, pc=pc, group=self.committed[threads].copy()))
+        apart = races is None or races.lanes_apart(dst, cp_size)
+        self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads].copy(), cp_size, pc, apart))
         if races is not None:
-            b = (dst[:, None] + np.arange(cp_size)).ravel()
-            np.add.at(races.pending, b, 1)
-            races.pending_total += len(b)
+            races.add_pending(access_bytes(dst, cp_size), 1, apart)
 
     def commit(self, threads) -> None:
         self.committed[threads] += 1
@@ -856,26 +1103,25 @@ class AsyncCopies:
         limit[threads] = np.iinfo(np.int64).max if keep is None else self.committed[threads] - keep
         remaining = []
         for rec in self.records:
-            done = rec["group"] < limit[rec["threads"]]
-            if done.any():
-                self._perform(m, rec, done)
-            if not done.all():
-                keep_sel = ~done
-                remaining.append({k: (v[keep_sel] if isinstance(v, np.ndarray) else v)
-                                  for k, v in rec.items()})
+            done = rec.group < limit[rec.threads]
+            if done.all():
+                self._perform(m, rec)
+            elif done.any():
+                self._perform(m, rec.part(done))
+                remaining.append(rec.part(~done))
+            else:
+                remaining.append(rec)
         self.records = remaining
 
-    def _perform(self, m, rec, sel):
-        cp = rec["cp_size"]
+    def _perform(self, m, rec: _Copy) -> None:
+        cp = rec.cp_size
         heap = m.glob.data
-        src = rec["src"][sel]
         cols = np.arange(cp)
-        idx = np.minimum(src[:, None] + cols, len(heap) - 1)
-        data = np.where(cols < rec["src_size"][sel][:, None], heap[idx], 0).astype(np.uint8)
-        dst = (rec["dst"][sel][:, None] + cols).ravel()
+        idx = np.minimum(rec.src[:, None] + cols, len(heap) - 1)
+        data = np.where(cols < rec.src_size[:, None], heap[idx], 0).astype(np.uint8).reshape(-1)
+        dst = access_bytes(rec.dst, cp)
         races = m.shared.races
         if races is not None:
-            np.add.at(races.pending, dst, -1)
-            races.pending_total -= len(dst)
-            races.record_write(m, dst, np.repeat(m.ltid[rec["threads"][sel]], cp), rec["pc"])
-        m.shared.data[dst] = data.ravel()
+            races.add_pending(dst, -1, rec.apart)
+            races.record_write(m, rec.dst, m.ltid[rec.threads], cp, rec.pc, lambda: data, rec.apart, copy=True)
+        m.shared.data[dst] = data

@@ -42,10 +42,14 @@
 # f32.  `tensor_core_dot` follows the bit-accurate models that Khattak and
 # Mikaitis fitted to V100..B200 hardware ("Accurate Models of NVIDIA Tensor
 # Cores", arXiv:2512.07004, 2025; models in github.com/north-numerical-
-# computing/MATLAB-tensor-core): see `TensorCoreModel`.  Into f16
-# accumulators (`round_half_accumulator`) and for f64 (`fma_dot`) the emulator
-# makes an assumption each, which tests/test_emulator_ptx_forms_gpu.py checks
-# on a GPU.
+# computing/MATLAB-tensor-core): see `TensorCoreModel`.  It computes them
+# without a per-term loop: the largest exponent sum of every output element by
+# one matrix product of powers of two, the terms as one contiguous array (in
+# float32 where products are exact there), scaled, truncated and summed in
+# int32, a few hundred thousand terms at a time so that they stay in cache.
+# Into f16 accumulators (`round_half_accumulator`) and for f64 (`fma_dot`) the
+# emulator makes an assumption each, which tests/test_emulator_ptx_forms_gpu.py
+# checks on a GPU.
 from __future__ import annotations
 
 import math
@@ -108,6 +112,8 @@ def round_to_format(r: np.ndarray, err: np.ndarray | None, fmt: FloatFormat, mod
     subnormals and overflow of the narrow format.
     """
     r = np.asarray(r, np.float64)
+    if mode == "rz" and err is None:
+        return _toward_zero(r, fmt)
     out = r.copy()
     fin = np.isfinite(r) & (r != 0)
     if not fin.any():
@@ -145,6 +151,24 @@ def round_to_format(r: np.ndarray, err: np.ndarray | None, fmt: FloatFormat, mod
         mag = np.where(over, np.where(toward_zero, fmt.max_value, np.inf), mag)
     out[fin] = np.where(neg, -mag, mag)
     return out
+
+
+def _toward_zero(r: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """Exact float64 values `r` rounded toward zero to `fmt`: the float64 significand bits below the
+    format's cut off (below its smallest exponent, the multiple of its smallest quantum kept),
+    magnitudes beyond its largest finite value clamped to it; zeros, infinities and NaNs kept."""
+    flat = r.reshape(-1)
+    cut = np.uint64((1 << (F64.man - fmt.man)) - 1)
+    out = (flat.view(np.uint64) & ~cut).view(np.float64)
+    magnitude = np.abs(flat)
+    tiny = magnitude < 2.0 ** fmt.emin
+    if tiny.any():
+        small = flat[tiny]
+        out[tiny] = np.copysign(small - np.fmod(small, 2.0 ** (fmt.emin - fmt.man)), small)
+    over = magnitude > fmt.max_value
+    if over.any():
+        out = np.where(over & np.isfinite(flat), np.copysign(fmt.max_value, flat), out)
+    return np.where(np.isnan(flat), flat, out).reshape(r.shape)
 
 
 def round_fraction(x: Fraction, fmt: FloatFormat, mode: str) -> float:
@@ -574,9 +598,18 @@ _INPUT_FORMATS = {"f16": F16, "bf16": BF16, "tf32": TF32, "e4m3": E4M3, "e5m2": 
 
 
 def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
-    """floor(log2|x|) of float64 values, at least emin (for zeros: emin)."""
-    _, e = np.frexp(x)
-    return np.maximum(e.astype(np.int64) - 1, emin)  # frexp's exponents are int32 on some platforms
+    """floor(log2|x|) of float64 values that are normal numbers, at least emin (for zeros: emin)."""
+    return np.maximum(_biased_exponents(x) - 1023, emin)
+
+
+def _biased_exponents(x: np.ndarray) -> np.ndarray:
+    """The exponent fields of float64 values (0 for zeros, 0x7FF for infinities and NaNs)."""
+    return (x.view(np.uint64) >> np.uint64(F64.man)).astype(np.int32) & 0x7FF
+
+
+def _powers_of_two(e: np.ndarray) -> np.ndarray:
+    """2.0 ** e for integer exponents of normal float64 numbers."""
+    return ((np.asarray(e, np.int64) + 1023) << F64.man).view(np.float64)
 
 
 def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
@@ -597,12 +630,25 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     k = a.shape[-1]
     if k % size:
         raise ValueError(f"k = {k} is not a multiple of the {model.name} block of {size}")
-    acc = np.asarray(c, np.float32)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], np.shape(c)[:-2])
+    m, n = a.shape[-2], b.shape[-1]
+    a = np.broadcast_to(a, batch + a.shape[-2:]).reshape(-1, m, k)
+    b = np.broadcast_to(b, batch + b.shape[-2:]).reshape(-1, k, n)
+    acc = np.broadcast_to(np.asarray(c, np.float32), batch + (m, n)).reshape(-1, m, n)
+    # the products in float32 where they are exact there (significands of at most 12 bits, exponents
+    # far from float32's limits); terms scaled to below 2**(kept + 2) stay exact too
+    work = np.float32 if {informat, b_informat or informat} <= _EXACT_IN_F32 else np.float64
+    out = np.empty_like(acc)
+    step = max(1, TERMS_AT_ONCE // (m * size * n))
     with np.errstate(all="ignore"):
-        for start in range(0, k, size):
-            acc = _block_fma(a[..., start:start + size], b[..., start:start + size, :], acc,
-                             (fmt.emin, b_fmt.emin), model.kept[informat], out_format)
-    return acc
+        for first in range(0, len(acc), step):
+            part = acc[first:first + step]
+            for start in range(0, k, size):
+                part = _block_fma(a[first:first + step, :, start:start + size],
+                                  b[first:first + step, start:start + size, :], part,
+                                  (fmt.emin, b_fmt.emin), model.kept[informat], out_format, work)
+            out[first:first + step] = part
+    return out.reshape(batch + (m, n))
 
 
 def round_half_accumulator(d: np.ndarray) -> np.ndarray:
@@ -622,24 +668,107 @@ def fma_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarra
     return acc
 
 
-def _block_fma(a, b, c, emins: tuple[int, int], kept: int, out_format: FloatFormat) -> np.ndarray:
-    """One fused block: c (..., M, N) float32 + a (..., M, k) @ b (..., k, N), the terms kept to `kept`
-    fraction bits below the largest exponent, the sum rounded toward zero to `out_format`."""
-    terms = a[..., :, :, None] * b[..., None, :, :]          # (..., M, k, N), exact
-    expo = (_exponents(a, emins[0])[..., :, :, None] + _exponents(b, emins[1])[..., None, :, :])
+#: The most terms (products) of a block worked on at once: a batch of many matrices goes in parts,
+#: whose arrays stay in the processor's caches.
+TERMS_AT_ONCE = 1 << 17
+
+
+#: Input formats whose products are exact in float32.
+_EXACT_IN_F32 = frozenset({"f16", "e4m3", "e5m2"})
+_NONE = np.int16(-16000)  # the exponent of a zero or non-finite term: any sum with it is below _LIVE
+_LIVE = -10000  # exponent sums of live terms are above this; below it, none (zeros, non-finite values)
+
+
+def _block_fma(a, b, c, emins: tuple[int, int], kept: int, out_format: FloatFormat, work) -> np.ndarray:
+    """One fused block: c (B, M, N) float32 + a (B, M, k) @ b (B, k, N), the terms kept to `kept`
+    fraction bits below the largest exponent, the sum rounded toward zero to `out_format`.
+
+    The exponent of a term is that of a plus that of b (each at least its format's emin, `emins`);
+    zeros and non-finite terms do not count towards the largest (the latter's elements are then set
+    by _tensor_core_specials).  Each term is scaled by the power of two that puts the kept bits above
+    the point (in `work` precision, where that is exact) and truncated to an integer of at most
+    kept + 2 bits, which int32 sums exactly.  The terms are one array with k outermost (_outer), so
+    that their sum adds contiguous rows."""
+    k, m, n = a.shape[-1], a.shape[1], b.shape[-1]
+    assert k << (kept + 2) <= 1 << 31, "the kept terms of a block overflow int32"
+    a_k, b_k = np.moveaxis(a, -1, 0), np.moveaxis(b, -2, 0)   # (k, B, M), (k, B, N)
+    top = _largest_exponent_sums(_term_exponents(a, emins[0]), _term_exponents(b, emins[1]))  # (B, M, N)
     c64 = c.astype(np.float64)
-    live = (terms != 0) & np.isfinite(terms)
-    lowest = np.iinfo(np.int64).min // 4
-    top = np.max(np.where(live, expo, lowest), axis=-2)      # (..., M, N)
-    c_live = (c64 != 0) & np.isfinite(c64)
-    top = np.maximum(top, np.where(c_live, _exponents(c64, F32.emin), lowest))
-    unit = np.ldexp(1.0, np.maximum(top, -900) - kept)
-    kept_terms = np.trunc(np.where(live, terms, 0.0) / unit[..., None, :])
-    kept_c = np.trunc(np.where(c_live, c64, 0.0) / unit)
-    total = (kept_terms.sum(axis=-2) + kept_c) * unit          # exact: fewer than 2**53 units
+    c_field = _biased_exponents(c64)
+    c_finite = c_field != 0x7FF
+    c_live = (c_field != 0) & c_finite
+    top = np.maximum(top, np.where(c_live, np.maximum(c_field - 1023, F32.emin), _NONE))
+    scale = _powers_of_two(kept - np.where(top > _LIVE, top, 0))  # (where all terms are zero any will do)
+    terms, flipped = _outer(a_k.astype(work), b_k.astype(work), np.multiply)  # exact products
+    terms *= np.ascontiguousarray(scale.transpose(0, 2, 1) if flipped else scale, dtype=work)  # exact: a power of two
+    kept_terms = np.add.reduce(terms, axis=0, dtype=np.int32)  # each truncated toward zero, summed exactly
+    kept_terms = kept_terms.transpose(0, 2, 1) if flipped else kept_terms
+    kept_c = np.trunc(np.where(c_live, c64, 0.0) * scale)
+    total = (kept_terms + kept_c) / scale                      # exact: fewer than 2**53 units
     out = round_to_format(total, None, out_format, "rz")
     out = np.where(np.abs(total) >= 2.0 ** 128, np.copysign(np.inf, total), out).astype(np.float32)
-    return _tensor_core_specials(terms, c64, out)
+    if np.isfinite(a).all() and np.isfinite(b).all() and c_finite.all():
+        return out
+    return _tensor_core_specials(a[..., :, :, None] * b[..., None, :, :], c64, out)
+
+
+def _term_exponents(x: np.ndarray, emin: int) -> np.ndarray:
+    """The exponents (at least emin) of float64 values as int16, _NONE for zeros and non-finite ones."""
+    field = (x.view(np.uint64) >> np.uint64(F64.man)).astype(np.int16) & np.int16(0x7FF)
+    live = (field - np.int16(1)).view(np.uint16) < np.uint16(0x7FE)  # fields 1 to 0x7FE: finite, not zero
+    return np.where(live, np.maximum(field - np.int16(1023), np.int16(emin)), _NONE)
+
+
+def _largest_exponent_sums(ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
+    """max over k of ea[b, i, k] + eb[b, k, j], (B, M, N) (at most _LIVE where every sum holds a _NONE).
+
+    With powers 2**(p e) (2**p at least twice k) the largest term of sum_k 2**(p ea) 2**(p eb)
+    outweighs all the others together, so that this sum - a matrix product - has the largest exponent
+    sum times p, plus less than p, as its exponent: exact wherever those powers are normal float64
+    numbers; else the sums are formed one by one."""
+    power = (2 * ea.shape[-1] - 1).bit_length()
+    live_a, live_b = ea > _NONE, eb > _NONE
+    if not (live_a.any() and live_b.any()):
+        return np.full(ea.shape[:-1] + eb.shape[-1:], _NONE, np.int64)
+    high_a, high_b = int(ea.max()), int(eb.max())
+    if power * (high_a - int(ea[live_a].min()) + high_b - int(eb[live_b].min())) > len(_NEGATIVE_POWERS) - 2:
+        sums, flipped = _outer(np.moveaxis(ea, -1, 0), np.moveaxis(eb, -2, 0), np.add)
+        top = sums.max(axis=0).astype(np.int64)
+        return top.transpose(0, 2, 1) if flipped else top
+    last = len(_NEGATIVE_POWERS) - 1  # (where 0.0 is: zeros and non-finite values, whose sums are far below)
+    pa = _NEGATIVE_POWERS[np.minimum(power * (high_a - ea.astype(np.int32)), last)]  # (B, M, k)
+    pb = _NEGATIVE_POWERS[np.minimum(power * (high_b - eb.astype(np.int32)), last)]  # (B, k, N)
+    total = np.matmul(pa, pb)
+    return np.where(total > 0, _exponents(total, -1022) // power + (high_a + high_b), _NONE)
+
+
+def _outer(x: np.ndarray, y: np.ndarray, op) -> tuple[np.ndarray, bool]:
+    """op(x[k, b, i], y[k, b, j]) for all k, b, i, j, in a scratch array (valid until the next call):
+    (k, B, M, N), or (k, B, N, M) - `flipped` - where N is the shorter, so that the innermost loop of
+    the one broadcasting pass runs over the longer."""
+    k, batch, m, n = x.shape[0], x.shape[1], x.shape[2], y.shape[2]
+    flipped = n < m
+    out = _scratch(k * batch * m * n, np.result_type(x, y)).reshape((k, batch, n, m) if flipped else (k, batch, m, n))
+    if flipped:
+        op(x[..., None, :], y[..., :, None], out=out)
+    else:
+        op(x[..., :, None], y[..., None, :], out=out)
+    return out, flipped
+
+
+#: 2**-e for e = 0 .. 1000 (normal float64 numbers, products of two too), and 0.0 after them.
+_NEGATIVE_POWERS = np.append(np.ldexp(1.0, -np.arange(1001)), 0.0)
+_SCRATCH: dict[np.dtype, np.ndarray] = {}
+
+
+def _scratch(count: int, dtype) -> np.ndarray:
+    """`count` elements of a buffer kept from call to call (fresh arrays of a few hundred KiB cost
+    the C library's allocator new pages each time, more than the arithmetic done in them)."""
+    dtype = np.dtype(dtype)
+    buffer = _SCRATCH.get(dtype)
+    if buffer is None or len(buffer) < count:
+        buffer = _SCRATCH[dtype] = np.empty(count, dtype)
+    return buffer[:count]
 
 
 def _tensor_core_specials(terms, c64, out):

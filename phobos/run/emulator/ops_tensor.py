@@ -6,7 +6,10 @@
 # (either pairing), and .f64 in m8n8k4, m16n8k4, m16n8k8, m16n8k16) works on
 # whole warps: the registers of the 32 lanes are gathered into matrices with
 # the fragment tables of `fragments`, multiplied (`multiply`) and scattered
-# back.  Floating-point types other than f64 go through the tensor-core model
+# back.  Consecutive independent mma.sync of one form (a k step of a tiled
+# product: tens in a row) run as one batch (decode.Fusable,
+# machine.fusion_table): their warps are gathered side by side and multiplied
+# BATCH_WARPS at a time.  Floating-point types other than f64 go through the tensor-core model
 # of the launch (numerics.tensor_core_dot) into f32 accumulators, or f16 ones
 # (.f16 and the 8-bit floats: two a register; the model's f32 result rounded
 # once to nearest even, an assumption: numerics.round_half_accumulator).
@@ -38,6 +41,7 @@
 # Descriptors must be the same in every thread of the warpgroup.
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -47,7 +51,7 @@ from ...types import DType
 from . import fragments as fr
 from . import numerics as nx
 from . import syntax as syn
-from .decode import WAIT, Semantics, opcode, plain
+from .decode import WAIT, Fusable, Semantics, fusable, opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError, TrapError, UnsupportedPtx, WarpSyncError
 from .ops_arith import half_bits, require
 from .ptxtypes import TYPES
@@ -72,6 +76,8 @@ _ACCUMULATOR_REGISTERS = {"f32": (F32, 1), "s32": (S32, 1), "f64": (F64, 1), "f1
 
 def whole_units(m, idx, size: int, what: str) -> np.ndarray:
     """The executing threads, checked to be whole warps (size 32) or warpgroups (128)."""
+    if idx is None and m.tpc % size == 0:  # every thread of the batch, in whole units
+        return m.all_threads
     threads = np.arange(m.n) if idx is None else np.asarray(idx)
     ltid = m.ltid[threads]
     units = threads.reshape(-1, size) if len(threads) % size == 0 else None
@@ -90,6 +96,12 @@ def whole_units(m, idx, size: int, what: str) -> np.ndarray:
                                        f"; thread {lane} of the {'warp' if size == WARP else 'warpgroup'} {why}",
                         thread=int(start))
     return threads
+
+
+def lane_values(m, idx, readers) -> list[np.ndarray]:
+    """The values of the registers `readers` read, one per lane (a constant repeated for every lane)."""
+    n = m.n if idx is None else len(idx)
+    return [v if np.ndim(v) else np.full(n, v) for v in (r(m, idx) for r in readers)]
 
 
 def _element_decoder(kind: str):
@@ -223,6 +235,9 @@ _MMA_SHAPES = {
     ("m16n8k16", "f64"): (fr.A32, fr.B32, fr.C32),
 }
 _MMA_SHAPE = re.compile(r"m\d+n\d+k\d+$")
+#: Warps whose mma.sync operands are gathered and multiplied together where consecutive mma.sync run
+#: as one batch (numerics.tensor_core_dot then works through them in parts that fit the caches).
+BATCH_WARPS = 256
 
 
 def _model(m, kind: str, what: str):
@@ -262,18 +277,38 @@ def build_mma(d, ins, mods):
     read_b = [d.reader(x, operand_type) for x in _registers(d, b, frag_b.registers, "B")]
     read_c = [d.reader(x, acc.register_type) for x in _registers(d, c, acc.registers, "C")]
     decode_a, decode_b = _element_decoder(atype), _element_decoder(btype)
+    slots = lambda operand: frozenset(filter(None, (d.lookup(x.text) for x in operand.items)))  # noqa: E731
+    readers, na, nb = read_a + read_b + read_c, len(read_a), len(read_b)
 
-    def run(m, idx):
+    def inputs(m, idx):
         whole_units(m, idx, WARP, "mma.sync")
-        n = m.n if idx is None else len(idx)
-        values = lambda readers: [np.broadcast_to(r(m, idx), (n,)) for r in readers]  # noqa: E731
-        ma = fr.gather(frag_a, values(read_a), decode_a)
-        mb = fr.gather(frag_b, values(read_b), decode_b)
-        mc = acc.matrices(values(read_c))
+        return lane_values(m, idx, readers)
+
+    def compute(m, operands):
+        """D = C + A B of one or more mma.sync of this form, their warps side by side in batches of
+        about BATCH_WARPS warps (the operands of many more would no longer fit in the caches)."""
+        results, batch, lanes = [], [], 0
+        for k, regs in enumerate(operands):
+            batch.append(regs)
+            lanes += len(regs[0])
+            if lanes >= BATCH_WARPS * WARP or k == len(operands) - 1:
+                results += compute_batch(m, batch)
+                batch, lanes = [], 0
+        return results
+
+    def compute_batch(m, operands):
+        regs = [np.concatenate(column) if len(column) > 1 else column[0] for column in zip(*operands)]
+        ma = fr.gather(frag_a, regs[:na], decode_a)
+        mb = fr.gather(frag_b, regs[na:na + nb], decode_b)
+        mc = acc.matrices(regs[na + nb:])
         result = multiply(m, ma, mb, mc, atype, btype, dtype, satfinite, mode or "rn", "mma.sync")
+        return np.split(result, np.cumsum([len(regs[0]) // WARP for regs in operands[:-1]]))
+
+    def outputs(m, idx, result):
         for write, value in zip(writers, acc.registers_of(result)):
             write(m, idx, value)
-    return plain(run)
+    return fusable(Fusable(("mma.sync", what, satfinite, mode), slots(a) | slots(b) | slots(c), slots(dst),
+                           inputs, compute, outputs))
 
 
 def integer_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, satfinite: bool = False) -> np.ndarray:
@@ -443,12 +478,12 @@ def build_wgmma(d, ins, mods):
         bdesc = _uniform(read_bdesc(m, idx), groups, "B descriptor")
         mb = _shared_operand(m, first, bdesc, n, k, btype, trans_b, reads).transpose(0, 2, 1)
         if a_in_registers:
-            ma = fr.gather(frag_a, [np.broadcast_to(r(m, idx), (count,)) for r in read_a], decode)
+            ma = fr.gather(frag_a, lane_values(m, idx, read_a), decode)
             ma = ma.reshape(groups, 64, k)
         else:
             adesc = _uniform(read_adesc(m, idx), groups, "A descriptor")
             ma = _shared_operand(m, first, adesc, 64, k, atype, trans_a, reads)
-        mc = acc.matrices([np.broadcast_to(r(m, idx), (count,)) for r in read_d]).reshape(groups, 64, n)
+        mc = acc.matrices(lane_values(m, idx, read_d)).reshape(groups, 64, n)
         scale = np.broadcast_to(read_scale(m, idx), (count,)).reshape(groups, WARPGROUP)
         if not (scale.all(axis=1) | ~scale.any(axis=1)).all():
             raise Fault(WarpSyncError, "scale-d differs between the threads of a warpgroup", thread=int(first[0]))
@@ -472,27 +507,36 @@ def _uniform(values, groups: int, what: str) -> np.ndarray:
 def _shared_operand(m, first, descs, rows: int, k: int, kind: str, mn_major: bool, reads: list) -> np.ndarray:
     """Operand matrices (groups, rows, k) read through matrix descriptors; the flat shared
     bytes read are appended to `reads`."""
-    out = np.zeros((len(first), rows, k), np.float64)
-    esize = _ELEMENT_SIZE[kind]
+    offsets = []
+    for thread, value in zip(first, descs):
+        try:
+            offsets.append(_operand_bytes(int(value), rows, k, _ELEMENT_SIZE[kind], mn_major, m.shared.size))
+        except Fault as fault:
+            fault.thread = int(thread)
+            raise
+    flat = (m.cta_of[first] * m.shared.stride)[:, None, None, None] + np.stack(offsets)
     races = m.shared.races
-    for g, (thread, value) in enumerate(zip(first, descs)):
-        desc = fr.MatrixDescriptor.decode(int(value))
-        if desc.base_offset:
-            raise Fault(UnsupportedPtx, f"matrix descriptor {int(value):#x}: a non-zero base offset is not "
-                                        "modelled (tiles aligned to the swizzle pattern have base offset 0)",
-                        thread=int(thread))
-        addr = fr.operand_addresses(desc, rows, k, esize, mn_major)
-        if (addr + esize > m.shared.size).any():
-            bad = int(addr.max())
-            raise Fault(MemoryFault, f"a wgmma operand (descriptor {int(value):#x}) reaches shared offset "
-                                      f"{bad:#x}, beyond the {m.shared.size} bytes of shared memory",
-                        thread=int(thread))
-        flat = (int(m.cta_of[thread]) * m.shared.stride + addr)[..., None] + np.arange(esize)
-        if races is not None:
-            races.check_observed(m, flat.reshape(-1), np.full(flat.size, m.ltid[thread]))
-        out[g] = _memory_values(m.shared.data[flat], kind)
-        reads.append(flat.reshape(-1))
-    return out
+    if races is not None:
+        races.check_observed(m, flat.reshape(-1), np.repeat(m.ltid[first], flat[0].size))
+    reads.append(flat.reshape(-1))
+    return _memory_values(m.shared.data[flat], kind)
+
+
+@functools.lru_cache(maxsize=256)
+def _operand_bytes(value: int, rows: int, k: int, esize: int, mn_major: bool, size: int) -> np.ndarray:
+    """The shared offsets (rows, k, esize) of the bytes of an operand read through descriptor
+    `value` (in a shared memory of `size` bytes); the same for every wgmma of a loop's stage."""
+    desc = fr.MatrixDescriptor.decode(value)
+    if desc.base_offset:
+        raise Fault(UnsupportedPtx, f"matrix descriptor {value:#x}: a non-zero base offset is not "
+                                    "modelled (tiles aligned to the swizzle pattern have base offset 0)")
+    addr = fr.operand_addresses(desc, rows, k, esize, mn_major)
+    if (addr + esize > size).any():
+        raise Fault(MemoryFault, f"a wgmma operand (descriptor {value:#x}) reaches shared offset "
+                                 f"{int(addr.max()):#x}, beyond the {size} bytes of shared memory")
+    offsets = addr[..., None] + np.arange(esize)
+    offsets.flags.writeable = False
+    return offsets
 
 
 # ------------------------------------------------------------------ setmaxnreg
