@@ -568,6 +568,22 @@ def test_device_print_prints_the_same_lines_in_every_mode(mode, capfd):
     assert lines == sorted(want)
 
 
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_device_print_of_16_bit_floats_prints_their_values(mode, capfd):
+    """A bf16 or f16 value printed through join (an internal compiler error, found by the compile fuzz)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    src = """kernel k(b: tensor<bf16>[N], h: tensor<f16>[N]) {
+        device_print("{} {}", join(b[1], b[4 :+ 2]), join(h[0], h[2 :+ 2]))
+    }"""
+    b = np.array([0, 1.5, 0, 0, -2.25, 3.0], ml_dtypes.bfloat16)
+    h = np.array([0.5, 0, 7.0, -0.125, 0, 0], np.float16)
+    run(src, mode, b, h, grid=(1,))
+    lines = sorted(capfd.readouterr().out.splitlines())
+    # join(scalar, 2 values) is 2 x 2: column 0 the scalar, column 1 the values
+    want = {(0, 0): "1.5 0.5", (0, 1): "-2.25 7", (1, 0): "1.5 0.5", (1, 1): "3 -0.125"}
+    assert lines == sorted(f"[program (0, 0, 0) element ({i}, {j})] {text}" for (i, j), text in want.items())
+
+
 ASSERTS = """
 kernel k(x: tensor<f32>[N], y: tensor<f32>[N]) {
     let v = x[0 :+ 8]

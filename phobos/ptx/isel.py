@@ -626,9 +626,13 @@ def _printf(s: Selector, op: Op) -> None:
         size = 4 if v.dtype in (DType.I32, DType.U32) else 8
         offset = -(-offset // size) * size
         at = Addr(Sym(PRINT_ARGS), offset)
-        if v.dtype is DType.F32:
+        if v.dtype in (DType.F32, DType.F16, DType.BF16):   # printf's %f takes a double
+            value = s.reg(v)
+            if v.dtype is not DType.F32:
+                value = s.new(DType.F32)
+                convert(s, value, s.reg(v), v.dtype, DType.F32)
             wide = s.new(DType.F64)
-            s.emit("cvt.f64.f32", wide, s.reg(v))
+            s.emit("cvt.f64.f32", wide, value)
             s.emit("st.local.f64", at, wide, ndefs=0)
         elif v.dtype is DType.BOOL:
             text = s.new(DType.I64)
