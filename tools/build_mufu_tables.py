@@ -41,7 +41,7 @@ SUBSET = 512
 def measured_binade(directory: Path, op: str, sign: int, exponent: int) -> np.ndarray:
     """The GPU's result bits over one swept binade, rebuilt from the stored deltas and checked."""
     form = ma.F32_FORMS[op][0]
-    key = f"{form}_{'-' if sign < 0 else ''}2^{exponent}".replace(".", "_").replace("^", "").replace("-", "m")
+    key = ma.array_key(ma.binade_label(form, sign, exponent))
     with np.load(directory / f"{FILE_OF[op]}.npz") as stored:
         raw, sha = bz2.decompress(stored[f"delta_{key}"].tobytes()), stored[f"sha_{key}"].tobytes()
     delta = np.frombuffer(raw, {1: np.int8, 2: np.int16, 4: np.int32}[len(raw) >> 23]).astype(np.int64)

@@ -158,6 +158,16 @@ def distances(got: np.ndarray, want: np.ndarray) -> dict:
             "nan_disagree": int((np.isnan(got.view(np.float32)) != np.isnan(want.view(np.float32))).sum())}
 
 
+def binade_label(form: str, sign: int, exponent: int) -> str:
+    """The name of one swept binade of `form` in summary.json, e.g. `ex2.approx.ftz.f32_-2^0`."""
+    return f"{form}_{'-' if sign < 0 else ''}2^{exponent}"
+
+
+def array_key(label: str) -> str:
+    """`label` as a name NumPy's .npz files take."""
+    return label.replace(".", "_").replace("^", "").replace("-", "m")
+
+
 def packed(delta: np.ndarray) -> np.ndarray:
     """`delta` as the bytes of its bz2-compressed int8, int16 or int32 array (the narrowest that holds it)."""
     largest = np.abs(delta).max()
@@ -175,11 +185,11 @@ def measure_f32(gpu: Gpu, out: Path, summary: dict) -> None:
             for sign, exponent in binades:   # swept with the first form; the others compared with it
                 bits = binade(sign, exponent)
                 got, want = gpu.apply(ftz, bits), reference(fn, bits)
-                label = f"{ftz}_{'-' if sign < 0 else ''}2^{exponent}"
+                label = binade_label(ftz, sign, exponent)
                 summary[label] = distances(got, want)
                 summary[label]["same_in_other_forms"] = {f: bool(np.array_equal(gpu.apply(f, bits), got))
                                                          for f in F32_FORMS[op][1:]}
-                key = label.replace(".", "_").replace("^", "").replace("-", "m")
+                key = array_key(label)
                 arrays[f"delta_{key}"] = packed(ordered(got) - ordered(want))
                 arrays[f"sha_{key}"] = np.frombuffer(hashlib.sha256(got.tobytes()).digest(), np.uint8)
                 print(f"{label:<32} exact {summary[label]['exact']:.3f}  max {summary[label]['max_ulps']} ulps  "
