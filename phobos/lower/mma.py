@@ -261,12 +261,12 @@ def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: Ti
     """Store operand tile `t` of a product into shared memory at byte `start` of `base`, laid out as `space`
     says: as it is, or - tf32 kinds on wgmma - rounded to TF32 (tf32x3: the high parts, then the TF32
     roundings of the rests, a part further), in 16-byte vectors along the rows where the layout holds
-    them (`_swizzled_accesses`)."""
+    them (`swizzled_accesses`)."""
     if not plan.kind.tf32 or not space.swizzled:
         store_tile(low, t, base, start, space, plan.kind.operand)
         return
     owner = low.owner(t.layout)
-    for group, address, offset, pred in _swizzled_accesses(low, t.layout, base, start, space):
+    for group, address, offset, pred in swizzled_accesses(low, t.layout, base, start, space):
         _store_rounded(low, [t.regs[g] for g in group], address, offset, low.all_of([pred, owner]), space,
                        plan.kind)
 
@@ -277,7 +277,7 @@ def round_in_place(low: Lowering, layout: Layout, base: Value, start: int, space
     `start` of `base` as they are (tf32x3: the TF32 roundings of the rests a part further), chunk by
     chunk: read, rounded and written back, one replica of each element."""
     owner = low.owner(layout)
-    for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
+    for group, address, offset, pred in swizzled_accesses(low, layout, base, start, space):
         pred = low.all_of([pred, owner])
         _store_rounded(low, low.ld_shared_at(address, DType.F32, len(group), pred, offset), address, offset, pred,
                        space, kind)
@@ -315,14 +315,14 @@ def read_swizzled(low: Lowering, layout: Layout, base: Value, start: int, space:
     """The registers of a tile of 32-bit `dtype` in `layout` read from the swizzled `space` from byte
     `start` of `base` (every replica reads; only where `when` holds, zeros elsewhere)."""
     regs: list[Value | None] = [None] * layout.nregs
-    for group, address, offset, pred in _swizzled_accesses(low, layout, base, start, space):
+    for group, address, offset, pred in swizzled_accesses(low, layout, base, start, space):
         pred = low.all_of([pred, when])
         for r, value in zip(group, low.ld_shared_at(address, dtype, len(group), pred, offset)):
             regs[r] = value
     return regs
 
 
-def _swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace):
+def swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, space: TileSpace):
     """(register slots, shared address, byte offset from it, predicate) of each access to a tile in
     `layout` lying in the swizzled `space` from byte `start` of `base`: vectors along the rows, as wide as
     the aligned runs of columns the layout holds (16 bytes at most: a chunk).  Each distinct (row % 8,

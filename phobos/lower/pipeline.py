@@ -70,10 +70,10 @@ from ..types import DType, ScalarType, TileType
 from .core import (BOOL, I32, I64, SMEM_ALIGN, U32, Lowering, Programs, TileRegs, access_groups, align,
                    convert_register, read_tile)
 from .dot import DotPlan, dot_plan, finish_dot
-from .layout import copy_layout
+from .layout import Layout, copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
 from .mma import (SWIZZLE_ATOM, SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base,
-                  in_registers, operand_space, read_swizzled, round_in_place, store_tile)
+                  in_registers, operand_space, read_swizzled, round_in_place, swizzled_accesses)
 from .mma_plan import MmaPlan
 from .values import grid_position
 from .schedule import MAX_THREADS, REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
@@ -447,13 +447,34 @@ def persistent_loop(low: Lowering) -> tuple[Op, PipelinePlan] | None:
 
 @dataclass(frozen=True)
 class TmaStore:
-    """An epilogue's store of a tile to a slice of a rank-2 tensor, by TMA: the consumers write the tile into
-    a buffer above the ring, laid out as `space` (TMA's 128-byte-swizzled boxes), and one of them copies it
-    out with `box.count` bulk stores of `box`, which go on while the next tile's loop runs."""
+    """An epilogue's store of a tile to a slice of a rank-2 tensor, by TMA: the consumers write the tile's
+    `box.count` boxes into a buffer above the ring - `space`, TMA's 128-byte-swizzled boxes - and one of
+    them copies each box out with a bulk store, which goes on while the next tile's loop runs.  Where each
+    thread holds whole boxes' elements (`boxes_kept_by_threads`) the buffer has two boxes, written in turn
+    box by box while the store of the box before reads the other - room for more stages in the ring;
+    else it has the whole tile, written at once."""
 
     store: Op
     space: TileSpace
     box: TmaBox
+
+    @property
+    def buffers(self) -> int:
+        return self.space.cols // self.box.cols
+
+    @property
+    def rounds(self) -> list[list[int]]:
+        """The boxes written between two barriers, in order."""
+        if self.buffers == self.box.count:
+            return [list(range(self.box.count))]
+        return [[j] for j in range(self.box.count)]
+
+
+def boxes_kept_by_threads(layout: Layout, per_box: int) -> bool:
+    """Whether every element a register of `layout` holds lies in one box of `per_box` columns whichever
+    thread holds it: the box of its register's column offset."""
+    span = layout.thread_span(1)
+    return all(off[1] // per_box == (off[1] + span) // per_box for off in layout.offsets)
 
 
 def _tma_store(low: Lowering, after: list[Op]) -> TmaStore | None:
@@ -469,7 +490,10 @@ def _tma_store(low: Lowering, after: list[Op]) -> TmaStore | None:
     per_box = SWIZZLE_BYTES // eb
     if rows > 256 or cols % per_box or rows % 8:
         return None
-    return TmaStore(store, TileSpace(rows, cols, eb, 0), TmaBox(rows, per_box, cols // per_box))
+    boxes = cols // per_box
+    layout = low.layouts.get(store.operands[-1])
+    buffers = min(boxes, 2) if layout is not None and boxes_kept_by_threads(layout, per_box) else boxes
+    return TmaStore(store, TileSpace(rows, per_box * buffers, eb, 0), TmaBox(rows, per_box, boxes))
 
 
 def lower_persistent(low: Lowering, op: Op, plan: PipelinePlan) -> None:
@@ -912,24 +936,40 @@ def _issue_share(low: Lowering, st: Staged, box: TmaBox, tensor_map: Value, stag
 
 
 def _store_by_tma(low: Lowering, epilogue: TmaStore, buffer: Value, tensor_map: Value, issuer: Value) -> None:
-    """The epilogue's store by TMA (see TmaStore): once the last tile's bulk stores have read the buffer, the
-    consumers write the tile into it (converted to the tensor's dtype) and fence it for the async proxy;
-    then thread `issuer` copies each box out and commits them as a group."""
+    """The epilogue's store by TMA (see TmaStore), round by round, box j through buffer box j % buffers: the
+    consumers write the elements of the round's boxes (converted to the tensor's dtype) and fence them for
+    the async proxy; thread `issuer` waits until the bulk stores issued before have read their boxes; after
+    a barrier it copies the round's boxes out, a bulk-store group.  So while a round is written only the
+    round before's stores can still read the buffer, and they read other boxes - but for a tile's first
+    round, which finds the last round of the tile before in flight: where they share a box, the issuer
+    waits first."""
     store = epilogue.store
     tensor = low.vals[store.operands[0]]
     value = low.tile(store.operands[-1])
-    low.b.op("bulk_wait", [issuer], [], {"pending": 0, "read": True})
-    low.barrier()
+    box, buffers, rounds = epilogue.box, epilogue.buffers, epilogue.rounds
+    if {j % buffers for j in rounds[0]} & {j % buffers for j in rounds[-1]}:
+        low.b.op("bulk_wait", [issuer], [], {"pending": 0, "read": True})
+        low.barrier()
     regs = [convert_register(low, r, tensor.dtype) for r in value.regs]
-    store_tile(low, TileRegs(value.layout, regs), buffer, 0, epilogue.space, tensor.dtype)
-    low.b.op("fence_proxy_async", [], [])
-    low.barrier()
+    whole = TileSpace(box.rows, box.cols * box.count, epilogue.space.eb, 0)
+    accesses = swizzled_accesses(low, value.layout, buffer, 0, whole)
+    owner = low.owner(value.layout)
     starts, _, _ = slice_geometry(low, store, tensor)
-    box = epilogue.box
-    for j in range(box.count):
-        column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
-        low.b.op("tma_store", [buffer, tensor_map, column, starts[0], issuer], [], {"offset": j * box.bytes})
-    low.b.op("bulk_commit", [issuer], [])
+    for boxes in rounds:
+        for group, address, offset, pred in accesses:
+            j = value.layout.offsets[group[0]][1] // box.cols  # its box (with a buffer of two, for every thread)
+            if j in boxes:
+                low.st_shared(address, low.const(0), whole.eb, [regs[r] for r in group], tensor.dtype,
+                              low.all_of([pred, owner]), offset=offset - (j - j % buffers) * box.bytes)
+        low.b.op("fence_proxy_async", [], [])
+        if len(rounds) > 1:  # the round before's stores have read the boxes the next round writes
+            low.b.op("bulk_wait", [issuer], [], {"pending": 0, "read": True})
+        low.barrier()
+        for j in boxes:
+            column = starts[1] if j == 0 else low.op("add", [starts[1], low.const(j * box.cols)], I32)
+            low.b.op("tma_store", [buffer, tensor_map, column, starts[0], issuer], [],
+                     {"offset": j % buffers * box.bytes})
+        low.b.op("bulk_commit", [issuer], [])
 
 
 def _inside(low: Lowering) -> Value:
