@@ -73,7 +73,7 @@ def test_the_tma_gemm_is_planned_warp_specialized():
     compiled, text = _compiled("examples/gemm_bf16.phobos", "gemm_bf16", config, tma=True)
     assert compiled.threads == 384
     assert compiled.schedules == [text.removeprefix("// ")]
-    assert "copy      tma, 3 stages of 49152 bytes" in text  # the fourth gives way to the epilogue's buffer
+    assert "copy      tma, 4 stages of 49152 bytes" in text  # beside the epilogue's buffer of two 16 KB boxes
     assert "epilogue  the tile through shared memory, out by TMA bulk stores" in text and "persistent CTAs" in text
     assert "consumers: 256 threads, setmaxnreg 232" in text and "producer: 128 threads (1 of them copy), setmaxnreg 40" in text
     assert "full[stage]: 1 arrival(s) + 49152 bytes by the producer" in text

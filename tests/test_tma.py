@@ -82,6 +82,26 @@ def test_tma_gemm_computes_the_cp_async_kernels_bits_on_ragged_sizes(config, siz
     np.testing.assert_allclose(bf16_values(c), exact, rtol=2 ** -7, atol=1e-3)
 
 
+def test_the_epilogue_of_a_wide_tile_stores_box_by_box_through_two_buffer_boxes_and_keeps_four_stages():
+    """128 x 256 bf16: four boxes of 128 x 64 through a buffer of two (32 KB), each its own bulk-store group
+    after the issuer waited for the store before to read its box; the ring keeps STAGES=4 beside it.  The
+    tf32 product's accumulators spread a box over several threads: its buffer holds the whole tile."""
+    config = dict(CONFIGS[0][0], STAGES=4)
+    k = gemm(config, tma=True)
+    assert k.ptx.count("mbarrier.init") == 2 * 4
+    epilogue = k.ptx[k.ptx.rindex("wgmma.wait_group.sync.aligned 0;"):]
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.bulk_group \[[^]]*\], \[%r\d+(\+\d+)?\];",
+                        epilogue)
+    assert stores == ["", "+16384", "", "+16384"], stores  # boxes 0..3 through buffer boxes 0, 1, 0, 1
+    assert epilogue.count("cp.async.bulk.commit_group;") == 4
+    assert epilogue.count("cp.async.bulk.wait_group.read 0;") == 4  # the store before read its box
+    offsets = [int(x) for x in re.findall(r"st\.shared\S* \[%r\d+([+-]\d+)?\]", epilogue) if x]
+    assert max(offsets) < 2 * 16384 and min(offsets) >= 0  # every write inside the two boxes
+    tf32 = gemm(TF32_CONFIGS[2][0], True, SGEMM_TF32, "sgemm_tf32")
+    tail = tf32.ptx[tf32.ptx.rindex("wgmma.wait_group.sync.aligned 0;"):]
+    assert tail.count("cp.async.bulk.commit_group;") == 1 and tail.count("cp.async.bulk.wait_group.read 0;") == 1
+
+
 def test_golden_tma_gemm(golden):
     golden.check("gemm_bf16_tma.sm_90a.ptx", without_version(gemm(CONFIGS[2][0], tma=True).ptx))
 

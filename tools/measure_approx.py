@@ -36,12 +36,13 @@ import numpy as np
 # op -> (float64 reference, binades swept whole as (sign, exponent), random sample ranges)
 F32 = {
     "ex2": (np.exp2, [(1, -1), (1, 0), (-1, -1), (-1, 0), (1, -8), (1, 3)], [(-130.0, 130.0), (-1.0, 1.0)]),
-    "lg2": (np.log2, [(1, 0), (1, -1), (1, 1), (1, 20)], [(0.0, 0.0), (0.5, 2.0)]),
+    "lg2": (np.log2, [(1, 0), (1, -1), (1, 1), (1, 2), (1, -2), (1, 20), (1, -20), (1, -126)],
+            [(0.0, 0.0), (0.5, 2.0)]),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), [(1, 0), (1, 1)], [(0.0, 0.0)]),
     "rcp": (lambda x: 1.0 / x, [(1, 0)], [(0.0, 0.0)]),
     "sqrt": (np.sqrt, [(1, 0), (1, 1)], [(0.0, 0.0)]),
-    "sin": (np.sin, [(1, 0), (1, -2)], [(-100.0, 100.0), (-1e5, 1e5)]),
-    "cos": (np.cos, [(1, 0), (1, -2)], [(-100.0, 100.0), (-1e5, 1e5)]),
+    "sin": (np.sin, [(1, 0), (1, -2), (1, 1), (1, 2)], [(-100.0, 100.0), (-1e5, 1e5)]),
+    "cos": (np.cos, [(1, 0), (1, -2), (1, 1), (1, 2)], [(-100.0, 100.0), (-1e5, 1e5)]),
     "tanh": (np.tanh, [(1, -1), (1, 0), (1, -4), (1, 2)], [(-12.0, 12.0), (-1e-3, 1e-3)]),
 }
 # the f32 instructions measured: op -> PTX forms (tanh has no ftz form: it flushes anyway)
@@ -175,9 +176,12 @@ def packed(delta: np.ndarray) -> np.ndarray:
     return np.frombuffer(bz2.compress(delta.astype(small).tobytes(), 9), np.uint8)
 
 
-def measure_f32(gpu: Gpu, out: Path, summary: dict) -> None:
+def measure_f32(gpu: Gpu, out: Path, summary: dict, only: set[str] | None = None) -> None:
     rng = np.random.default_rng(2026)
     for name, ops in FILES.items():
+        ops = [op for op in ops if only is None or op in only]
+        if not ops:
+            continue
         arrays = {}
         for op in ops:
             fn, binades, samples = F32[op]
@@ -228,11 +232,15 @@ def measure_half(gpu: Gpu, out: Path, summary: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Measure the GPU's .approx instructions.")
     parser.add_argument("--out", type=Path, required=True, help="directory for the .npz files and summary.json")
+    parser.add_argument("--only", help="measure only these f32 instructions, comma-separated (e.g. lg2,sin); "
+                        "the 16-bit forms are then not measured")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     gpu, summary = Gpu(), {}
-    measure_half(gpu, args.out, summary)
-    measure_f32(gpu, args.out, summary)
+    only = set(args.only.split(",")) if args.only else None
+    if only is None:
+        measure_half(gpu, args.out, summary)
+    measure_f32(gpu, args.out, summary, only)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     for path in sorted(args.out.iterdir()):
         print(f"{path.name}: {path.stat().st_size / 2**20:.2f} MiB")
