@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -155,3 +157,64 @@ def test_ties_go_to_the_earlier_configuration_whatever_the_timing_order():
     times = {1: 2.0, 2: 1.0, 3: 1.0}
     result = autotune.tune("k", configs, lambda c: c, lambda c, timing: times[c["B"]], order=reversed(configs))
     assert result.config == {"B": 2} and set(result.timings) == {"B=1", "B=2", "B=3"}
+
+
+SMALL_GEMM = """\
+@autotune(TILE in [16, 32], TILE_K in [8, 32])
+kernel mm(A: tensor<f32>[M, K], B: tensor<f32>[K, N], C: tensor<f32>[M, N]) {
+    var acc: tile<f32>[TILE, TILE] = 0.0
+    for kt in range(0, K, TILE_K) {
+        acc += dot(A[program_id(0) * TILE :+ TILE, kt :+ TILE_K], B[kt :+ TILE_K, program_id(1) * TILE :+ TILE])
+    }
+    C[program_id(0) * TILE :+ TILE, program_id(1) * TILE :+ TILE] = acc
+}
+"""
+
+
+def test_the_costliest_configurations_are_submitted_first(two_workers, monkeypatch, isolated_cache):
+    class RecordingPool:  # hands every job back undone: the caller compiles it itself
+        started, submitted = 0, []
+
+        def start(self):
+            self.started += 1
+
+        def submit(self, job):
+            assert self.started, "jobs submitted before the workers were started"
+            self.submitted.append(job.config)
+            future = Future()
+            future.set_result(None)
+            return future
+
+    workers = RecordingPool()
+    monkeypatch.setattr(parallel, "pool", lambda: workers)
+    mm = phobos.kernel(SMALL_GEMM, mode=FakeGpu())
+    a = np.ones((64, 64), np.float32)
+    mm(a, a, np.empty_like(a))
+    info = mm._kernel.info
+    work = [info.unrolled_work(config) for config in workers.submitted]
+    assert len(work) == 4 and work == sorted(work, reverse=True)
+    # not the order of the values' product (16 x 32 has the larger one): 32 x 8's accumulator tile, 4 times
+    # the size, outweighs 16 x 32's larger operand tiles, for as many products per thread
+    assert workers.submitted == [{"TILE": 32, "TILE_K": 32}, {"TILE": 32, "TILE_K": 8}, {"TILE": 16, "TILE_K": 32},
+                                 {"TILE": 16, "TILE_K": 8}]
+    assert mm.config in workers.submitted and len(mm.timings) == 4
+
+
+def test_a_dots_products_count_in_the_unrolled_work(isolated_cache):
+    info = phobos.kernel(SMALL_GEMM, mode="interpret")._kernel.info
+    small, deep = info.unrolled_work({"TILE": 16, "TILE_K": 8}), info.unrolled_work({"TILE": 16, "TILE_K": 32})
+    assert deep > 3 * small  # four times the products per thread, the rest of the kernel alike
+
+
+def test_the_pool_starts_its_worker_processes_before_any_job(monkeypatch):
+    started = []
+    monkeypatch.setattr(parallel, "_start_worker", lambda: started.append(1) or None)
+    workers = parallel.CompilePool(3)
+    workers.start()
+    deadline = time.monotonic() + 10
+    while len(started) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(started) == 3
+    workers.start()  # once
+    time.sleep(0.05)
+    assert len(started) == 3

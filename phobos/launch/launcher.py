@@ -611,15 +611,25 @@ class _Kernel:
             assemble = True
         except ToolchainError:
             assemble = False
-        # Largest first (the product of the values stands in for the code's size): the long compiles start
-        # at once instead of trailing behind the short ones.
-        missing.sort(key=lambda config: -math.prod(config.values()))
+        workers.start()  # their interpreters start up while the order is worked out
+        # Costliest first (KernelInfo.unrolled_work estimates it from the tile IR), the configurations dealt to
+        # whichever worker is free first: the long compiles start at once instead of trailing behind the
+        # short ones.  Ties: the larger product of the values first.
+        missing.sort(key=lambda config: (-self._compile_cost(config), -math.prod(config.values())))
         root = str(cache.default_cache().root)
         return {tuple(config.items()): workers.submit(parallel.CompileJob(
             self.module.source, self.module.filename, self.name, config, arch, assemble, self._label(config),
             options.keywords(), device.max_threads_per_block, device.max_shared_bytes_per_block,
             device.max_registers_per_block, root, self._compiled_keys(config, arch, options)[1]))
             for config in missing}
+
+    def _compile_cost(self, config: Config) -> int:
+        """KernelInfo.unrolled_work, or 0 for a configuration the tile IR refuses (it fails fast in a worker,
+        and then in this process, with its error)."""
+        try:
+            return self.info.unrolled_work(config)
+        except PhobosError:
+            return 0
 
     def _collect(self, future: Future | None, config: Config, arch: str, options: CodeOptions) -> None:
         """Keep what a worker made of `config`; on any failure, nothing (the configuration compiles here)."""

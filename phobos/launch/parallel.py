@@ -15,13 +15,14 @@
 # JSON encoding, checksums and fsyncs run in the workers, side by side,
 # instead of one after another between the caller's timings.
 #
-# A worker is `python -m phobos.launch.parallel`, started on the first job and
-# kept for the process: it reads one job per line on stdin and writes one
-# result per line on stdout, both JSON (the cache's own payloads).  Being a
-# fresh interpreter, it never shares the caller's CUDA context or threads, and
-# never re-runs the caller's script the way multiprocessing's spawn does.  A
-# configuration that fails in a worker comes back as None: the launcher then
-# compiles it itself, to report the error as it would have.
+# A worker is `python -m phobos.launch.parallel`, started with the pool (on
+# the first job, or earlier by `CompilePool.start`) and kept for the process:
+# it reads one job per line on stdin and writes one result per line on
+# stdout, both JSON (the cache's own payloads).  Being a fresh interpreter,
+# it never shares the caller's CUDA context or threads, and never re-runs the
+# caller's script the way multiprocessing's spawn does.  A configuration
+# that fails in a worker comes back as None: the launcher then compiles it
+# itself, to report the error as it would have.
 #
 # PHOBOS_COMPILE_WORKERS sets the number of processes (default: the machine's
 # cores); 1 compiles in the calling process, one configuration after another.
@@ -141,18 +142,26 @@ class CompilePool:
         self._jobs: queue.Queue[tuple[CompileJob, Future]] = queue.Queue()
         self._threads: list[threading.Thread] = []
 
-    def submit(self, job: CompileJob) -> Future:
+    def start(self) -> None:
+        """Start the worker processes (once): their interpreters start up while the caller still works out
+        which jobs to submit, and in which order."""
         if not self._threads:
             for _ in range(self.workers):
                 thread = threading.Thread(target=self._serve, name="phobos-compile", daemon=True)
                 thread.start()
                 self._threads.append(thread)
+
+    def submit(self, job: CompileJob) -> Future:
+        self.start()
         future: Future = Future()
         self._jobs.put((job, future))
         return future
 
     def _serve(self) -> None:
-        worker: subprocess.Popen | None = None
+        try:
+            worker: subprocess.Popen | None = _start_worker()
+        except OSError:
+            worker = None  # started again at the first job, where the error reaches its future
         while True:
             job, future = self._jobs.get()
             if not future.set_running_or_notify_cancel():
