@@ -17,6 +17,12 @@ come before, and are reported apart):
   input_precision="ieee") and of a bf16 one, each with an empty
   TRITON_CACHE_DIR.
 
+Before the runs, Phobos's sources are compiled to bytecode (`python -m
+compileall`), as installing a package does: a fresh checkout would otherwise
+have every compile worker of the first run compile them to bytecode at once,
+a cost no installed copy has.  Each Phobos run records the tuner's timing of
+every configuration ("timings": milliseconds, or why it was skipped).
+
 Every result is checked against torch.  Prints a table, writes
 <out>/cold_start.json and a plot.  With --stand-in (on the CPU): the four
 Phobos runs with a stand-in GPU - the compiler, ptxas, the compile workers
@@ -81,7 +87,8 @@ if profile:
 want = (a.float() @ b.float()).to(dtype)
 ok = bool(torch.allclose(c.float(), want.float(), rtol=1e-2, atol=1e-1))
 print(json.dumps({"first_call_s": first, "load_s": ready - imported, "setup_s": imported - start, "ok": ok,
-                  "config": fn.config, "configurations": len(fn.timings) or 1, **({"trace": trace} if trace else {})}))
+                  "config": fn.config, "configurations": len(fn.timings) or 1, "timings": fn.timings,
+                  **({"trace": trace} if trace else {})}))
 """
 
 STAND_IN_FIRST_CALL = """
@@ -229,6 +236,7 @@ def main() -> None:
                              "cache as on the GPU; nothing timed or launched), no Triton; writes cold_start_stand_in")
     args = parser.parse_args()
     rows = []
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "phobos")], check=True)
     with tempfile.TemporaryDirectory(prefix="bench-cold-cache-") as caches:
         for label, script, arguments, env, cache in cases(args.stand_in):
             place = Path(caches) / (cache or f"triton-{len(rows)}")
@@ -238,7 +246,7 @@ def main() -> None:
             target = next((t for words, t in TARGETS.items() if label.startswith("Phobos") and label.endswith(words)
                            and "AUTOTUNE" not in label), None)
             rows.append({"first call": label, "target_s": target, **result})
-            print(f"{label}: {({k: v for k, v in result.items() if k != 'trace'})}", flush=True)
+            print(f"{label}: {({k: v for k, v in result.items() if k not in ('trace', 'timings')})}", flush=True)
             print("".join(f"    {line}\n" for line in result.get("trace", [])), end="", flush=True)
     for r in rows:
         r.setdefault("configurations", "")
