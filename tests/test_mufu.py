@@ -68,10 +68,10 @@ def test_pair_forms_apply_the_table_to_each_half(form):
     assert np.array_equal(got & 0xFFFF, want) and np.array_equal(got >> 16, want[::-1])
 
 
-@pytest.mark.parametrize("function", ["exp2", "exp", "rsqrt"])
+@pytest.mark.parametrize("function", ["exp2", "exp", "rsqrt", "log2", "log"])
 def test_interpreter_shares_the_units_model(function):
-    """exp2, exp and rsqrt of f32 give the GPU's bits in the interpreter as in the emulator (the
-    float64 values they used to round differ from them in a third of these inputs)."""
+    """exp2, exp, rsqrt, log2 and log of f32 give the GPU's bits in the interpreter as in the emulator (the
+    float64 values they used to round differ from them in many of these inputs)."""
     import phobos
     src = f"""kernel k(x: tensor<f32>[N], y: tensor<f32>[N]) {{
         y[0 :+ 1024] = {function}(x[0 :+ 1024])
@@ -79,7 +79,7 @@ def test_interpreter_shares_the_units_model(function):
     rng = np.random.default_rng(7)
     x = np.concatenate([rng.uniform(-20, 20, 1000), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 1e30,
                                                       -130.0, -126.5, 128.0, 3e-39] + [1.5] * 12]).astype(np.float32)
-    if function == "rsqrt":
+    if function in ("rsqrt", "log2", "log"):
         x = np.abs(x)
     results = {}
     for mode in ("interpret", "emulate"):
@@ -88,7 +88,8 @@ def test_interpreter_shares_the_units_model(function):
         results[mode] = y.view(np.uint32)
     assert np.array_equal(results["interpret"], results["emulate"])
     with np.errstate(all="ignore"):
-        rounded = {"exp2": np.exp2, "exp": np.exp, "rsqrt": lambda v: 1 / np.sqrt(v)}[function](
+        rounded = {"exp2": np.exp2, "exp": np.exp, "rsqrt": lambda v: 1 / np.sqrt(v), "log2": np.log2,
+                   "log": np.log}[function](
             x.astype(np.float64)).astype(np.float32).view(np.uint32)
     assert (rounded != results["emulate"]).sum() > 100
 

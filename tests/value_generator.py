@@ -89,13 +89,13 @@ APPROX = {
 
 
 # The functions two modes (in the order of `disagreements`'s `modes`) compute bit for bit alike:
-# the emulator gives the GPU's ex2 and rsqrt .approx.f32 bits (its model of the GPU's multifunction
-# unit, docs/emulator.md), and the interpreter shares that model for exp2, exp and rsqrt; in the
-# kernel, tanh, sigmoid, erf and gelu are ex2 and IEEE operations, which the emulator rounds as the
-# GPU does.  log2 and log (lg2.approx), sin and cos keep their bounds in every pair.
-BIT_EXACT = {("interpret", "emulate"): {"exp2", "exp", "rsqrt"},
-             ("interpret", "gpu"): {"exp2", "exp", "rsqrt"},
-             ("emulate", "gpu"): {"exp2", "exp", "rsqrt", "tanh", "sigmoid", "erf", "gelu"}}
+# the emulator gives the GPU's ex2, lg2 and rsqrt .approx.f32 bits (its model of the GPU's
+# multifunction unit, docs/emulator.md), and the interpreter shares that model for exp2, exp, log2,
+# log and rsqrt; in the kernel, tanh, sigmoid, erf and gelu are ex2 and IEEE operations, which the
+# emulator rounds as the GPU does.  sin and cos keep their bounds in every pair.
+BIT_EXACT = {("interpret", "emulate"): {"exp2", "exp", "log2", "log", "rsqrt"},
+             ("interpret", "gpu"): {"exp2", "exp", "log2", "log", "rsqrt"},
+             ("emulate", "gpu"): {"exp2", "exp", "log2", "log", "rsqrt", "tanh", "sigmoid", "erf", "gelu"}}
 
 
 @dataclass

@@ -8,6 +8,10 @@
 # the GPU's raw bits that the measurement stored), as int8 deltas in ulps from
 # mufu.reference_bits, lzma-compressed; each 16-bit table is every result of
 # the form, as int16 differences from the previous one, lzma-compressed.
+# lg2's table is F(m), the unit's fixed-point log2 of each significand (see
+# mufu.py), read off the binades [1, 2) and [0.5, 1), stored the same way,
+# with the inputs of any swept binade that the rule does not give as
+# exceptions.
 # It also writes tests/data/mufu_measured.npz, the tests' sample of the GPU's
 # results: for every form, `input_<form>` and `result_<form>` bits, SUBSET of
 # each swept binade and of each random sample.
@@ -62,6 +66,36 @@ def f32_table(directory: Path, name: str) -> np.ndarray:
     return np.frombuffer(lzma.compress(delta.astype(np.int8).tobytes(), preset=PRESET), np.uint8)
 
 
+def lg2_tables(directory: Path) -> tuple[np.ndarray, np.ndarray]:
+    """lg2's F(m), lzma-compressed int16 steps, and its exceptions: (input bits, result bits) of every swept
+    binade where the rule differs from the GPU.  [1, 2) gives F truncated toward zero to f32 and [0.5, 1)
+    gives -1 + F so: each bounds the integer 2^36 F(m); the smallest integer within both is kept (where the
+    bounds do not meet, [0.5, 1)'s lower one: the inputs of [1, 2) that it misses are exceptions)."""
+    scale = 2.0 ** mufu.LG2_BITS
+
+    def ulp(v):
+        return np.ldexp(1.0, np.frexp(np.where(v == 0, 1.0, v))[1] - 24)
+    one = measured_binade(directory, "lg2", 1, 0).view(np.float32).astype(np.float64)      # trunc(F)
+    half = -measured_binade(directory, "lg2", 1, -1).view(np.float32).astype(np.float64)   # trunc(1 - F)
+    low = np.maximum(np.ceil(one * scale), np.floor((1 - half - ulp(half)) * scale) + 1)
+    fixed = low.astype(np.int64)
+    steps = np.diff(fixed, prepend=0)
+    assert np.abs(steps).max() < 1 << 15
+    inputs, results = [], []
+    for sign, exponent in ma.F32["lg2"][1]:
+        bits = ma.binade(sign, exponent)
+        got = measured_binade(directory, "lg2", sign, exponent)
+        rule = mufu.toward_zero((exponent << mufu.LG2_BITS) + fixed, mufu.LG2_BITS).view(np.uint32)
+        wrong = np.flatnonzero(rule != got)
+        print(f"lg2 2^{exponent}: the rule gives {1 - wrong.size / bits.size:.7f} of the binade")
+        inputs.append(bits[wrong])
+        results.append(got[wrong])
+    inputs, results = np.concatenate(inputs), np.concatenate(results)
+    order = np.argsort(inputs)
+    return (np.frombuffer(lzma.compress(steps.astype(np.int16).tobytes(), preset=PRESET), np.uint8),
+            np.concatenate([inputs[order], results[order]]).astype(np.uint32))
+
+
 def half_table(directory: Path, name: str) -> np.ndarray:
     with np.load(directory / "half16.npz") as stored:
         results = stored[HALF_TABLES[name].replace(".", "_")]
@@ -73,7 +107,7 @@ def test_subset(directory: Path) -> dict[str, np.ndarray]:
     """SUBSET inputs and the GPU's results of every measured form the tables model, drawn at random
     from each swept binade and each random sample."""
     rng, subset = np.random.default_rng(42), {}
-    for name, (op, _) in F32_TABLES.items():
+    for op in [op for op, _ in F32_TABLES.values()] + ["lg2"]:
         inputs, results = [], []
         for sign, exponent in ma.F32[op][1]:
             pick = rng.choice(1 << 23, SUBSET, replace=False)
@@ -103,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", type=Path, default=TESTS, help="where the tests' sample goes")
     args = parser.parse_args(argv)
     tables = {name: f32_table(args.measured, name) for name in F32_TABLES}
+    tables["lg2"], tables["lg2_exceptions"] = lg2_tables(args.measured)
     tables.update({name: half_table(args.measured, name) for name in HALF_TABLES})
     np.savez(args.out, **tables)
     for name, packed in tables.items():

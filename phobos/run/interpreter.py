@@ -230,14 +230,17 @@ UNARY_FLOAT = {
     "atanh": np.arctanh,
 }
 BINARY_FLOAT = {"atan2": np.arctan2}
-# f32 functions whose GPU form gives what rounding the float64 value would not: exp2, exp and rsqrt
-# are the GPU's ex2.approx.f32 and rsqrt.approx.f32 bit for bit (the emulator's model of the unit,
-# emulator/mufu.py; exp is 2^(x * log2 e) as lower/libm.py writes it); sin.approx and cos.approx reduce
+# f32 functions whose GPU form gives what rounding the float64 value would not: exp2, exp, log2, log
+# and rsqrt are the GPU's ex2.approx.f32, lg2.approx.f32 and rsqrt.approx.f32 bit for bit (the
+# emulator's model of the unit, emulator/mufu.py; exp is 2^(x * log2 e) and log is log2(x) * ln 2 as
+# lower/mathlib.py writes them); sin.approx and cos.approx reduce
 # the argument in f32 turns; gelu is x / 2 * (1 + erf(x / sqrt 2)) (lower/mathlib.py), NaN at -inf
 # (-inf * 0), where f64's (lower/libm.py) gives the limit -0.0
 APPROXIMATE_F32 = {"sin": lambda x: _numerics().sin_approx(x), "cos": lambda x: _numerics().cos_approx(x),
                    "exp2": lambda x: _approx_f32("ex2")(x), "rsqrt": lambda x: _approx_f32("rsqrt")(x),
                    "exp": lambda x: _approx_f32("ex2")(np.asarray(x, np.float32) * _log2e()),
+                   "log2": lambda x: _approx_f32("lg2")(x),
+                   "log": lambda x: _approx_f32("lg2")(x) * _ln2(),
                    "gelu": lambda x: np.where(x == -np.inf, np.nan, _gelu(x))}
 BINARY_NUMERIC = {"maximum": "max", "minimum": "min"}  # the opcode of each
 
@@ -1175,6 +1178,12 @@ def _approx_f32(op: str):
     """The GPU's `op.approx.f32` (the emulator's model of the unit), imported where a kernel uses it."""
     from .emulator import mufu
     return mufu.approx_f32(op, ftz=False)
+
+
+def _ln2():
+    """ln 2 as the f32 constant the lowering of log multiplies by."""
+    from ..lower.mathlib import LN2
+    return np.float32(LN2)
 
 
 def _log2e():

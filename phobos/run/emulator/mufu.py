@@ -1,6 +1,6 @@
 # The GPU's multifunction unit (MUFU) as an H100 computes it, for the `.approx`
 # instructions: rcp, rsqrt, sqrt, ex2 (f32, and the 16-bit ex2 and tanh), bit
-# for bit; lg2, sin, cos and tanh of f32 as close as docs/emulator.md states.
+# for bit, lg2 too (f32); sin, cos and tanh of f32 as close as docs/emulator.md states.
 #
 # What the unit uses of its input, read off whole binades measured on the GPU
 # (tools/measure_approx.py) and the SASS ptxas makes of each instruction:
@@ -12,13 +12,20 @@
 #   negative x with a fraction takes its ones' complement (the fraction 1 - f
 #   less one unit), one that is a whole number its two's complement; the
 #   result is 2^integer part times the unit's 2^fraction.
+# * MUFU.LG2 adds the exponent to a fixed-point log2 of the significand with
+#   36 fraction bits and truncates the sum toward zero to f32: 2^-36 F(m),
+#   from the binades [1, 2) and [0.5, 1) measured (any value inside both
+#   binades' bounds, the smallest stored), gives every other binade measured
+#   bit for bit; the inputs where the measured binades disagree with that rule
+#   (1.0, whose log2 is 0 while 0.5's is not -1) are kept as exceptions.
 # * Every MUFU flushes subnormal inputs and results to zero.  The non-.ftz PTX
 #   forms are the unit inside a few scaling instructions (`ptx_f32`).
 #
 # The unit's values over one period of its input (one binade's significands,
 # 2^23 each; every input of the 16-bit forms) are kept as deltas in ulps from
 # a reference computed here with IEEE float64 operations only (so the same on
-# every platform), lzma-compressed in mufu_tables.npz (tools/build_mufu_tables.py
+# every platform) - lg2's F(m) and the 16-bit forms' results as differences
+# from the previous entry -, lzma-compressed in mufu_tables.npz (tools/build_mufu_tables.py
 # writes it from the measured data) and decompressed when first used (0.1 s);
 # the reference is computed for the lanes an instruction runs on.
 from __future__ import annotations
@@ -66,6 +73,7 @@ REFERENCES = {
     "ex2": lambda i: _ex2_fraction(i / 2.0 ** 23),                                 # 2^f, f in [0, 1)
 }
 HALF_FORMS = ("ex2.f16", "ex2.bf16", "tanh.f16", "tanh.bf16")
+LG2_BITS = 36  # the fraction bits of MUFU.LG2's fixed-point sum
 
 
 def reference_bits(name: str, index: np.ndarray | None = None) -> np.ndarray:
@@ -77,13 +85,21 @@ def reference_bits(name: str, index: np.ndarray | None = None) -> np.ndarray:
 
 @functools.cache
 def _stored(name: str) -> np.ndarray:
-    """Table `name` as stored, decompressed (once): int8 deltas, or the 16-bit forms' results."""
+    """Table `name` as stored, decompressed (once): int8 deltas; the 16-bit forms' results; lg2's F(m)."""
     with np.load(TABLES) as stored:
         packed = stored[name].tobytes()
-    if name in HALF_FORMS:  # every 16-bit result, as differences from the previous one
+    if name in HALF_FORMS or name == "lg2":  # every entry, as differences from the previous one
         steps = np.frombuffer(lzma.decompress(packed), np.int16)
-        return np.cumsum(steps, dtype=np.int64).astype(np.uint16)
+        return np.cumsum(steps, dtype=np.int64).astype(np.uint16 if name in HALF_FORMS else np.int64)
     return np.frombuffer(lzma.decompress(packed), np.int8)
+
+
+@functools.cache
+def _exceptions(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The (sorted input bits, result bits) where table `name`'s rule does not give the unit's result."""
+    with np.load(TABLES) as stored:
+        pairs = stored[f"{name}_exceptions"].reshape(2, -1)
+    return pairs[0], pairs[1]
 
 
 def table(name: str, index: np.ndarray) -> np.ndarray:
@@ -163,7 +179,7 @@ def _rcp(x):
 
 def _lifted(unit, undo):
     """The unit applied to a subnormal x times 2^24 and `undo` applied to its result (ptxas's
-    sequence for rsqrt, sqrt and lg2 without .ftz)."""
+    sequence for rsqrt, sqrt and lg2 without .ftz: lg2 subtracts 24, rounded to nearest)."""
     def apply(x):
         x = np.asarray(x, np.float32)
         small = np.abs(x) < _MIN_NORMAL
@@ -180,12 +196,40 @@ def _ex2(x):
     return np.where(low, out * out, out).astype(np.float32)
 
 
+def toward_zero(fixed: np.ndarray, fraction_bits: int) -> np.ndarray:
+    """f32 of the fixed-point `fixed` * 2^-fraction_bits (int64, under 2^53) truncated toward zero."""
+    exact = np.asarray(fixed, np.int64).astype(np.float64) * 2.0 ** -fraction_bits
+    nearest = exact.astype(np.float32)
+    return np.where(np.abs(nearest.astype(np.float64)) > np.abs(exact), np.nextafter(nearest, np.float32(0)),
+                    nearest).astype(np.float32)
+
+
+def lg2_rule(x: np.ndarray) -> np.ndarray:
+    """MUFU.LG2's rule for normal positive f32 `x`: exponent + 2^-36 F(significand), toward zero."""
+    _, e, man = _fields(x)
+    return toward_zero((e << LG2_BITS) + _stored("lg2")[man], LG2_BITS)
+
+
+def mufu_lg2(x):
+    """MUFU.LG2: log2 x by `lg2_rule`, but for the measured exceptions; -inf at 0, NaN below."""
+    x = _flush(x)
+    out = lg2_rule(np.where((x > 0) & np.isfinite(x), x, np.float32(1)))
+    inputs, results = _exceptions("lg2")
+    bits = x.view(np.uint32)
+    at = np.minimum(np.searchsorted(inputs, bits), inputs.size - 1)
+    out = np.where(inputs[at] == bits, results[at].view(np.float32), out)
+    out = np.where(x == 0, np.float32(-np.inf), out)
+    out = np.where(np.isposinf(x), np.float32(np.inf), out)
+    return np.where((x < 0) | np.isnan(x), canonical_nan(np.float32), out).astype(np.float32)
+
+
 # PTX form -> (the .ftz form, the form without .ftz): each a function of f32 arrays.
 F32_FORMS = {
     "rcp": (mufu_rcp, _rcp),
     "rsqrt": (mufu_rsq, _lifted(mufu_rsq, lambda r: r * np.float32(4096))),
     "sqrt": (mufu_sqrt, _lifted(mufu_sqrt, lambda r: r * np.float32(2.0 ** -12))),
     "ex2": (mufu_ex2, _ex2),
+    "lg2": (mufu_lg2, _lifted(mufu_lg2, lambda r: r - np.float32(24))),
 }
 
 
