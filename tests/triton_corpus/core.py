@@ -629,6 +629,29 @@ def c_dot_f64(arch, rng):
 
 
 @triton.jit
+def dot_f16_accumulator_kernel(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, BK)
+    acc = tl.zeros((M, N), dtype=tl.float16)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot(a, b, acc, out_dtype=tl.float16)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@case()
+def c_dot_f16_accumulator(arch, rng):
+    """An f16 accumulator carried through a K loop: on sm_90a Triton unpacks it from the wgmma's registers
+    before the wgmma.wait_group (ptxas waits for the wgmma there, C7517).  Small integers: every partial
+    sum is exact in f16."""
+    a = rng.integers(-4, 5, (64, 96)).astype(np.float16)
+    b = rng.integers(-4, 5, (96, 64)).astype(np.float16)
+    c = np.zeros((64, 64), np.float16)
+    return Run(dot_f16_accumulator_kernel, (1,), (a, b, c, 96), dict(M=64, N=64, BK=32, num_warps=4),
+               [Output("c", c, (a.astype(np.float64) @ b).astype(np.float16))])
+
+
+@triton.jit
 def half_kernel(x_ptr, y_ptr, z_ptr, out_ptr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs)

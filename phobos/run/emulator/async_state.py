@@ -8,11 +8,15 @@
 # instead of silently getting the right answer here:
 #
 # * `AsyncMma`: per thread, the committed wgmma groups; per wgmma in flight,
-#   its accumulator and A-fragment registers (any other instruction touching
-#   them before the `wgmma.wait_group` that covers the wgmma is an error) and
-#   the shared bytes it reads (writing them is an error, see
-#   memory.RaceDetector).  A wgmma also needs a `wgmma.fence` after any other
-#   instruction touched registers that wgmmas use.
+#   its accumulator and A-fragment registers and the shared bytes it reads
+#   (writing them is an error, see memory.RaceDetector).  Registers follow
+#   ptxas, which tracks them: an instruction that reads an accumulator of a
+#   wgmma in flight first waits for it (ptxas injects a `warpgroup.wait`,
+#   info C7517), committed or not, as if a `wgmma.wait_group` covering it came
+#   just before; one that writes a register of a wgmma in flight without
+#   reading it is an error (the PTX ISA leaves it undefined; ptxas serializes
+#   every wgmma of the kernel for it, C7515).  A wgmma also needs a
+#   `wgmma.fence` after any other instruction touched registers that wgmmas use.
 # * `Mbarriers`: the mbarrier objects of every CTA (expected arrivals, pending
 #   arrivals, transaction count, phase), and per thread the phases it has seen
 #   complete, which the race detector asks before a thread reads bytes that a
@@ -39,9 +43,10 @@ class _Pending:
 
     threads: np.ndarray
     group: np.ndarray
-    slots: frozenset
+    slots: frozenset  # the registers it uses
     shared: np.ndarray  # flat shared bytes it reads (a multiset: one entry per read)
     pc: int
+    results: frozenset = frozenset()  # the registers it defines (of `slots`)
 
 
 class _Groups:
@@ -53,10 +58,11 @@ class _Groups:
         self.committed = np.zeros(nthreads, np.int64)
         self.records: list[_Pending] = []
 
-    def issue(self, m, threads, slots, shared, pc) -> None:
+    def issue(self, m, threads, slots, shared, pc, results=frozenset()) -> None:
         if shared.size and m.shared.races is not None:
             m.shared.races.check_fenced(m, shared, int(threads[0]), self.what.capitalize())
-        self.records.append(_Pending(threads, self.committed[threads].copy(), frozenset(slots), shared, pc))
+        self.records.append(_Pending(threads, self.committed[threads].copy(), frozenset(slots), shared, pc,
+                                     frozenset(results)))
         if shared.size and m.shared.races is not None:
             m.shared.races.add_async_reads(shared, 1)
 
@@ -70,6 +76,12 @@ class _Groups:
             return
         limit = np.full(len(self.committed), -1, np.int64)
         limit[threads] = np.iinfo(np.int64).max if keep is None else self.committed[threads] - keep
+        self._finish(m, limit, partial=False)
+
+    def _finish(self, m, limit: np.ndarray, partial: bool) -> None:
+        """Finish, for each thread, its operations in groups below `limit[thread]`.  An operation
+        finished by only some of its threads is an error, or with `partial` stays in flight for
+        the others (its shared bytes stay read until the last of them)."""
         remaining = []
         races = m.shared.races
         for rec in self.records:
@@ -79,8 +91,11 @@ class _Groups:
                     races.add_async_reads(rec.shared, -1)
                 continue
             if done.any():
-                raise Fault(AsyncCopyHazard, f"{self.what} waited for by only some of the threads that issued it",
-                            thread=int(rec.threads[np.flatnonzero(done)[0]]), pc=rec.pc)
+                if not partial:
+                    raise Fault(AsyncCopyHazard, f"{self.what} waited for by only some of the threads that "
+                                                 "issued it", thread=int(rec.threads[np.flatnonzero(done)[0]]),
+                                pc=rec.pc)
+                rec.threads, rec.group = rec.threads[~done], rec.group[~done]
             remaining.append(rec)
         self.records = remaining
 
@@ -94,18 +109,31 @@ class AsyncMma(_Groups):
         super().__init__(nthreads)
         self.needs_fence = np.ones(nthreads, bool)
 
-    def touched(self, m, idx, slots: frozenset, pc: int) -> None:
-        """An instruction other than wgmma touches registers that wgmmas use."""
+    def touched(self, m, idx, reads: frozenset, writes: frozenset, pc: int) -> None:
+        """An instruction other than wgmma reads or writes registers that wgmmas use: the wgmmas in
+        flight that define a register it reads are waited for first, with the groups before theirs
+        (ptxas's injected warpgroup.wait); a write to a register of one still in flight is an error."""
         threads = np.arange(m.n) if idx is None else idx
+        if reads:
+            self._wait_for_results(m, threads, reads)
         for rec in self.records:
-            if rec.slots & slots:
+            if rec.slots & writes:
                 inside = np.isin(threads, rec.threads)
                 if inside.any():
                     raise Fault(AsyncCopyHazard,
-                                "a register of a wgmma in flight (its accumulator or A fragment) is accessed "
+                                "a register of a wgmma in flight (its accumulator or A fragment) is written "
                                 "before the wgmma.wait_group that covers it",
                                 thread=int(threads[np.flatnonzero(inside)[0]]), related=[(rec.pc, "the wgmma")])
         self.needs_fence[threads] = True
+
+    def _wait_for_results(self, m, threads: np.ndarray, reads: frozenset) -> None:
+        limit = np.full(len(self.committed), -1, np.int64)
+        for rec in self.records:
+            if rec.results & reads:
+                inside = np.isin(rec.threads, threads)
+                limit[rec.threads[inside]] = np.maximum(limit[rec.threads[inside]], rec.group[inside] + 1)
+        if (limit >= 0).any():
+            self._finish(m, limit, partial=True)
 
     def fence(self, threads) -> None:
         self.needs_fence[threads] = False

@@ -15,10 +15,12 @@
 # `idx`, the thread indices of the active lanes, or None when every thread of
 # the batch is active (the common converged case, which avoids gathers).
 #
-# The decoder also notes the registers each instruction touches.  Builders of
-# asynchronous instructions (wgmma) claim the registers they use; every other
-# instruction touching one of those registers is wrapped so that the machine
-# can check it is not in flight (see async_state.AsyncMma).
+# The decoder also notes the registers each instruction reads and writes.
+# Builders of asynchronous instructions (wgmma) claim the registers they use
+# and say which they define; every other instruction touching one of those
+# registers is wrapped so that the machine can wait for the one in flight
+# that defines a register it reads, as ptxas does, or report a write to one
+# in flight (see async_state.AsyncMma).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -102,9 +104,10 @@ def lanes(m, idx) -> int:
 class Op:
     """One decoded instruction."""
 
-    __slots__ = ("index", "line", "text", "loc", "kind", "run", "guard", "negated", "target", "regs")
+    __slots__ = ("index", "line", "text", "loc", "kind", "run", "guard", "negated", "target", "reads", "writes")
 
-    def __init__(self, index, line, text, loc, kind, run, guard=None, negated=False, regs=frozenset()):
+    def __init__(self, index, line, text, loc, kind, run, guard=None, negated=False, reads=frozenset(),
+                 writes=frozenset()):
         self.index = index
         self.line = line
         self.text = text
@@ -114,7 +117,8 @@ class Op:
         self.guard = guard
         self.negated = negated
         self.target = -1
-        self.regs = regs  # register slots it reads or writes
+        self.reads = reads  # register slots it reads
+        self.writes = writes  # register slots it writes
 
 
 SPECIAL_REGISTERS = frozenset(
@@ -229,7 +233,8 @@ class Decoder:
         self.labels: dict[str, int] = {}
         self.current: syn.Instruction | None = None
         self.index = -1  # the instruction being decoded (its pc)
-        self.touched: set[int] = set()  # register slots of the instruction being decoded
+        self.reads: set[int] = set()  # register slots the instruction being decoded reads
+        self.writes: set[int] = set()  # ... and writes
         self.async_registers: set[int] = set()  # registers that asynchronous instructions use
         self.async_users: set[int] = set()  # the pcs of those instructions
         self._layout_variables()
@@ -331,7 +336,8 @@ class Decoder:
             self.reg_slots[key] = len(self.reg_types)
             self.reg_types.append(TYPES["pred"])
         slot = self.reg_slots[key]
-        self.touched.add(slot)
+        self.reads.add(slot)
+        self.writes.add(slot)
         return slot
 
     def lookup(self, name: str) -> int | None:
@@ -361,7 +367,8 @@ class Decoder:
         return self.module_data.get(name)
 
     def claim_async_registers(self, slots) -> None:
-        """The instruction being decoded is asynchronous and uses these registers."""
+        """The instruction being decoded is asynchronous and uses these registers (`async_mma.issue`
+        says which of them it defines)."""
         self.async_registers.update(slots)
         self.async_users.add(self.index)
 
@@ -394,13 +401,13 @@ class Decoder:
         labels = []
         for index, ins in enumerate(instructions):
             self.current, self.index = ins, index
-            self.touched = set()
+            self.reads, self.writes = set(), set()
             base, words = self._split_opcode(ins.opcode)
             mods = Mods(base, words, self)
             sem = OPCODES[base](self, ins, mods)
             mods.finish()
             op = Op(index, ins.line, self.text_of(ins.line), self.source_loc(ins.loc), sem.kind, sem.run,
-                    regs=frozenset(self.touched))
+                    reads=frozenset(self.reads), writes=frozenset(self.writes))
             if ins.guard is not None:
                 slot, ptype = self.register(ins.guard)
                 if ptype.kind != "pred":
@@ -428,10 +435,10 @@ class Decoder:
     def _watch_async_registers(self, ops: list[Op]) -> None:
         """Wrap every instruction that touches a register of an asynchronous instruction."""
         for op in ops:
-            shared = op.regs & self.async_registers
-            if op.index in self.async_users or not shared or op.run is None:
+            reads, writes = op.reads & self.async_registers, op.writes & self.async_registers
+            if op.index in self.async_users or not (reads or writes) or op.run is None:
                 continue
-            op.run = _watched(op.run, frozenset(shared), op.index)
+            op.run = _watched(op.run, frozenset(reads), frozenset(writes), op.index)
 
     def _split_opcode(self, text: str) -> tuple[str, list[str]]:
         parts = text.split(".")
@@ -494,7 +501,7 @@ class Decoder:
 
     def _register_reader(self, slot: int, rt: PtxType, t: PtxType) -> Callable:
         self._check_register_type(rt, t)
-        self.touched.add(slot)
+        self.reads.add(slot)
         conv = _narrowing(rt, t)
         if conv is None:
             return lambda m, idx: m.regs[slot] if idx is None else m.regs[slot][idx]
@@ -514,7 +521,7 @@ class Decoder:
             raise self.error("a destination must be a register", PtxSyntaxError)
         slot, rt = self.register(operand)
         self._check_register_type(rt, t)
-        self.touched.add(slot)
+        self.writes.add(slot)
         conv = _widening(t, rt)
         want = t.dtype
 
@@ -575,10 +582,11 @@ class Decoder:
         return lambda m, idx: np.full(lanes(m, idx), const, np.uint64)
 
 
-def _watched(run: Callable, slots: frozenset, pc: int) -> Callable:
-    """`run`, after checking that no asynchronous instruction in flight uses `slots`."""
+def _watched(run: Callable, reads: frozenset, writes: frozenset, pc: int) -> Callable:
+    """`run`, after the asynchronous instructions in flight that use the registers it `reads` or
+    `writes` are waited for or reported (async_state.AsyncMma.touched)."""
     def checked(m, idx):
-        m.async_mma.touched(m, idx, slots, pc)
+        m.async_mma.touched(m, idx, reads, writes, pc)
         return run(m, idx)
     return checked
 

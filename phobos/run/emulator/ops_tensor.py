@@ -36,8 +36,10 @@
 # integers), imm-trans-a/b (MN-major operands, 16-bit types only: the others
 # have no such operands and are K-major).  It is performed when issued;
 # until the `wgmma.wait_group` that covers it, its registers and the shared
-# bytes it read are watched (async_state.AsyncMma) and every wgmma needs a
-# `wgmma.fence` after other instructions touched the registers wgmmas use.
+# bytes it read are watched (async_state.AsyncMma: a read of its accumulators
+# waits for it, as ptxas makes it; a write of its registers is an error) and
+# every wgmma needs a `wgmma.fence` after other instructions touched the
+# registers wgmmas use.
 # Descriptors must be the same in every thread of the warpgroup.
 from __future__ import annotations
 
@@ -448,7 +450,8 @@ def build_wgmma(d, ins, mods):
     acc_items = _registers(d, ops[0], acc.registers, "the accumulator")
     read_d = [d.reader(x, acc.register_type) for x in acc_items]
     writers = [d.writer(x, acc.register_type) for x in acc_items]
-    slots = {d.register(x)[0] for x in acc_items}
+    results = {d.register(x)[0] for x in acc_items}
+    slots = set(results)
     if a_in_registers:
         a_items = _registers(d, ops[1], 4, "A")
         read_a = [d.reader(x, B32) for x in a_items]
@@ -491,7 +494,7 @@ def build_wgmma(d, ins, mods):
         result = multiply(m, ma * scale_a, mb * scale_b, mc, atype, btype, dtype, satfinite, "rn", "wgmma")
         for write, value in zip(writers, acc.registers_of(result.reshape(groups * 4, 16, n))):
             write(m, idx, value)
-        m.async_mma.issue(m, threads, slots, np.concatenate(reads), pc)
+        m.async_mma.issue(m, threads, slots, np.concatenate(reads), pc, results)
     return plain(run)
 
 
