@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from phobos.errors import ExecutionError, Loc, PhobosError
-from phobos.run.emulator import (ArithmeticFault, AsyncCopyHazard, BarrierError, DivergentBranch, EmulatorError,
-                                 GlobalMemoryRace, MemoryFault, MisalignedAddress, Module, NonCoherentRead,
+from phobos.run.emulator import (ArithmeticFault, AsyncCopyHazard, BarrierError, DeviceAssertTrap, DivergentBranch,
+                                 EmulatorError, GlobalMemoryRace, MemoryFault, MisalignedAddress, Module, NonCoherentRead,
                                  PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
 
 from .emulator_support import PTXAS, assert_valid_ptx, data_module, ptxas_errors, source_text
@@ -216,6 +216,56 @@ def test_trap():
     assert_valid_ptx(text)
     with pytest.raises(TrapError, match="trap executed"):
         Module(text).launch("k", 1, 1, [0])
+
+
+def _c_string(name: str, text: str) -> str:
+    codes = ", ".join(str(b) for b in text.encode() + b"\0")
+    return f".global .align 1 .b8 {name}[{len(text) + 1}] = {{{codes}}};"
+
+
+ASSERTFAIL = "\n".join([
+    HEADER, ".extern .func __assertfail (.param .b64 m, .param .b64 f, .param .b32 l, .param .b64 fn, .param .b64 c)"
+    " .noreturn;", _c_string("message", "i < 5"), _c_string("file", "check.cu"), _c_string("function", "void k()"),
+    """.visible .entry k(.param .u32 limit)
+{
+    .reg .pred %p;
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<4>;
+    mov.u32 %r1, %tid.x;
+    ld.param.u32 %r2, [limit];
+    setp.lt.u32 %p, %r1, %r2;
+    @%p bra DONE;
+    {
+    .param .b64 param0;
+    .param .b64 param1;
+    .param .b32 param2;
+    .param .b64 param3;
+    .param .b64 param4;
+    cvta.global.u64 %rd1, message;
+    st.param.b64 [param0], %rd1;
+    cvta.global.u64 %rd2, file;
+    st.param.b64 [param1], %rd2;
+    st.param.b32 [param2], 41;
+    cvta.global.u64 %rd3, function;
+    st.param.b64 [param3], %rd3;
+    st.param.b64 [param4], 1;
+    call.uni __assertfail, (param0, param1, param2, param3, param4);
+    }
+    trap;
+DONE:
+    ret;
+}
+"""])
+
+
+def test_assertfail_stops_the_launch_with_the_assertions_text():
+    """__assertfail (CUDA's assert) where it is called: a DeviceAssertTrap with what the GPU prints; a launch
+    that never calls it runs."""
+    assert_valid_ptx(ASSERTFAIL)
+    Module(ASSERTFAIL).launch("k", 1, 8, [8])
+    with pytest.raises(DeviceAssertTrap, match=r"check.cu:41: void k\(\): Assertion `i < 5` failed \(and 2 more "
+                                               r"threads\) \[thread \(5,0,0\)"):
+        Module(ASSERTFAIL).launch("k", 1, 8, [5])
 
 
 @pytest.mark.parametrize("body, error, message", [

@@ -18,8 +18,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import phobos.triton  # noqa: E402
-from phobos.errors import LaunchError, PhobosError  # noqa: E402
-from phobos.run.emulator import GlobalMemoryRace, MemoryFault, UnsupportedPtx  # noqa: E402
+from phobos.errors import DeviceAssertError, LaunchError, PhobosError  # noqa: E402
+from phobos.run.emulator import DeviceAssertTrap, GlobalMemoryRace, MemoryFault, UnsupportedPtx  # noqa: E402
 
 
 @triton.jit
@@ -207,18 +207,21 @@ def assert_kernel(x_ptr, BLOCK: tl.constexpr):
     tl.device_assert(x < 100, "x is too large")
 
 
-@pytest.mark.xfail(raises=UnsupportedPtx, strict=True, reason="calls of __assertfail (tl.device_assert)")
-def test_a_failing_device_assert_names_its_message():
-    x = np.array([1, 2, 300, 4], np.int32)
-    try:
-        phobos.triton.emulate(assert_kernel)[(1,)](x, BLOCK=4, num_warps=1, debug=True)
-    except UnsupportedPtx:
-        raise
-    except PhobosError as error:
-        assert "x is too large" in error.message  # the message the kernel gives, not the line quoted
-        assert error.loc.line == _line_of(assert_kernel, "tl.device_assert")
-    else:
-        pytest.fail("the failing device_assert went unnoticed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_failing_device_assert_names_its_message(arch):
+    """tl.device_assert (debug=True) calls __assertfail where the condition is false: the error gives the
+    message, file, line and function as the GPU prints them, at the line of the assert; it is a
+    DeviceAssertError, as a Phobos kernel's failing device_assert is.  Where the condition holds, nothing."""
+    kernel = phobos.triton.emulate(assert_kernel, arch=arch)
+    kernel[(1,)](np.array([1, 2, 3, 4], np.int32), BLOCK=4, num_warps=1, debug=True)
+    with pytest.raises(DeviceAssertError) as info:
+        kernel[(1,)](np.array([1, 2, 300, 4], np.int32), BLOCK=4, num_warps=1, debug=True)
+    line = _line_of(assert_kernel, "tl.device_assert")
+    assert isinstance(info.value, DeviceAssertTrap)
+    # the file as Triton compiled it (its cache may hold the kernel compiled from a copy of this file)
+    assert f"/{Path(__file__).name}:{line}: unknown: Assertion `x is too large` failed" in info.value.message
+    assert "[thread (2,0,0) of CTA (0,0,0)]" in info.value.message  # the first thread holding element 2
+    assert info.value.loc.line == line
 
 
 def test_host_tensor_descriptors_are_tma_maps_on_sm_90a():

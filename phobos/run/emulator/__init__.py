@@ -32,7 +32,7 @@
 # (wgmma groups, mbarriers, bulk groups), cluster (thread-block clusters:
 # their shape, distributed shared memory, barrier.cluster, races between
 # CTAs), machine (scheduler and launches).
-from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, DivergentBranch, EmulatorError,
+from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, DeviceAssertTrap, DivergentBranch, EmulatorError,
                      GlobalMemoryRace, MemoryFault, MisalignedAddress, MissingProxyFence, NonCoherentRead,
                      PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
 from .machine import Kernel, LaunchStats, Module, Pointer, launch, load_module
@@ -42,4 +42,5 @@ __all__ = [
     "EmulatorError", "PtxSyntaxError", "UnsupportedPtx", "MemoryFault", "MisalignedAddress",
     "SharedMemoryRace", "GlobalMemoryRace", "NonCoherentRead", "AsyncCopyHazard", "MissingProxyFence", "BarrierError",
     "DivergentBranch", "WarpSyncError", "ArithmeticFault", "TrapError",
+    "DeviceAssertTrap",
 ]

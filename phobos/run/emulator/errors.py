@@ -13,7 +13,7 @@
 # the PTX line, the source location and the thread that faulted.
 from __future__ import annotations
 
-from ...errors import ExecutionError, Loc, Note, RaceError
+from ...errors import DeviceAssertError, ExecutionError, Loc, Note, RaceError
 
 
 class EmulatorError(ExecutionError):
@@ -86,6 +86,11 @@ class ArithmeticFault(EmulatorError):
 
 class TrapError(EmulatorError):
     """The kernel executed `trap`, or ran past the emulator's step limit."""
+
+
+class DeviceAssertTrap(TrapError, DeviceAssertError):
+    """A call of `__assertfail` (CUDA's `assert`, Triton's `tl.device_assert`): the assertion's message,
+    file, line and function, as the GPU prints them before it traps."""
 
 
 class Fault(Exception):

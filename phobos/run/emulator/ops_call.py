@@ -1,4 +1,5 @@
-# Calls of external functions: `vprintf`, the GPU's printf.
+# Calls of external functions: `vprintf`, the GPU's printf, and `__assertfail`,
+# the GPU's failed `assert`.
 #
 # A call names its return and argument parameters, `.param` variables of the
 # kernel's body that earlier `st.param`s filled (decode.py keeps them in local
@@ -7,7 +8,11 @@
 # arguments (each aligned to its size: int 4 bytes; long long, double and
 # pointers 8; a float is passed as a double), and writes the line to standard
 # output (or the launch's `output`), thread by thread in thread order; its result is the number of
-# characters written.  Any other external function is refused when decoded.
+# characters written.  __assertfail(message, file, line, function, char size) -
+# what CUDA's `assert` and Triton's `tl.device_assert` call where the condition
+# is false - stops the launch with a DeviceAssertTrap giving what the GPU
+# prints before it traps: `file:line: function: Assertion `message` failed`.
+# Any other external function is refused when decoded.
 from __future__ import annotations
 
 import re
@@ -16,7 +21,7 @@ import numpy as np
 
 from . import syntax as syn
 from .decode import opcode, plain
-from .errors import Fault, MemoryFault, PtxSyntaxError, UnsupportedPtx
+from .errors import DeviceAssertTrap, Fault, MemoryFault, PtxSyntaxError, UnsupportedPtx
 from .ptxtypes import TYPES
 
 # one conversion of a C format: flags, width, precision, length, conversion
@@ -32,19 +37,26 @@ def build_call(d, ins, mods):
     callee, args = ops[-2], ops[-1]
     if not isinstance(callee, syn.Name) or not isinstance(args, syn.ParenList):
         raise d.error("expected call [(result),] function, (arguments)", PtxSyntaxError)
-    if callee.text != "vprintf":
-        raise d.error(f"calls of {callee.text} are not supported (only vprintf)", UnsupportedPtx)
-    if len(args.items) != 2 or (returns is not None and len(returns.items) != 1):
-        raise d.error("vprintf takes (format, arguments) and returns one value", PtxSyntaxError)
+    external = EXTERNAL.get(callee.text)
+    if external is None:
+        raise d.error(f"calls of {callee.text} are not supported (only {', '.join(EXTERNAL)})", UnsupportedPtx)
+    signature, build = external
+    arguments, results = signature
+    if len(args.items) != arguments or len(returns.items if returns is not None else ()) not in results:
+        raise d.error(f"{callee.text} takes {arguments} arguments and returns {' or '.join(map(str, results))} "
+                      "values", PtxSyntaxError)
     where = [_local_parameter(d, name) for name in args.items]
     result = _local_parameter(d, returns.items[0]) if returns is not None else None
-    pc = d.index
+    return plain(build(where, result, d.index))
+
+
+def _vprintf(where: list[int], result: int | None, pc: int):
     u64, strings = np.dtype(np.uint64), {}
 
     def run(m, idx):
         threads = np.arange(m.n) if idx is None else np.asarray(idx)
         local = m.spaces["local"]
-        fmt, buf = (local.load(m, threads, np.full(len(threads), at, np.uint64), u64, 1, pc)[0] for at in where)
+        fmt, buf = (_parameter(m, threads, at, u64, pc) for at in where)
         written = []
         for k, t in enumerate(threads):
             line = _format(m, int(t), int(fmt[k]), int(buf[k]), pc, strings)
@@ -53,7 +65,32 @@ def build_call(d, ins, mods):
         if result is not None:
             local.store(m, threads, np.full(len(threads), result, np.uint64), np.dtype(np.int32),
                         [np.array(written, np.int32)], pc)
-    return plain(run)
+    return run
+
+
+def _assertfail(where: list[int], result: int | None, pc: int):
+    message_at, file_at, line_at, function_at, _char_size = where
+
+    def run(m, idx):
+        threads = np.arange(m.n) if idx is None else np.asarray(idx)
+        first = threads[:1]
+        message, file, function = (
+            _string(m, int(first[0]), int(_parameter(m, first, at, np.dtype(np.uint64), pc)[0]), pc, {})
+            for at in (message_at, file_at, function_at))
+        line = int(_parameter(m, first, line_at, np.dtype(np.uint32), pc)[0])
+        others = f" (and {len(threads) - 1} more threads)" if len(threads) > 1 else ""
+        raise Fault(DeviceAssertTrap, f"{file}:{line}: {function}: Assertion `{message}` failed{others}",
+                    thread=int(first[0]))
+    return run
+
+
+#: The external functions a kernel may call: name -> ((arguments, the numbers of results allowed), builder).
+EXTERNAL = {"vprintf": ((2, (0, 1)), _vprintf), "__assertfail": ((5, (0,)), _assertfail)}
+
+
+def _parameter(m, threads: np.ndarray, at: int, dtype: np.dtype, pc: int) -> np.ndarray:
+    """A `.param` argument of a call, per thread."""
+    return m.spaces["local"].load(m, threads, np.full(len(threads), at, np.uint64), dtype, 1, pc)[0]
 
 
 def _local_parameter(d, name: syn.Name) -> int:
