@@ -64,13 +64,10 @@ class Fusable:
     """How the scheduler may run consecutive instructions of one kind as one batch (see
     machine.fusion_table): `inputs(m, idx)` reads an instruction's operands, `compute(m, inputs)`
     works on the inputs of several instructions of the same `key` at once and returns their
-    results in order, `outputs(m, idx, result)` writes one instruction's result.  `reads` and
-    `writes`: the register slots the instruction reads and writes.  An instruction's handler
-    carries it as its `fusable` attribute; run alone, the handler does the three steps itself."""
+    results in order, `outputs(m, idx, result)` writes one instruction's result.  An instruction's
+    handler carries it as its `fusable` attribute; run alone, the handler does the three steps itself."""
 
     key: tuple
-    reads: frozenset
-    writes: frozenset
     inputs: Callable
     compute: Callable
     outputs: Callable

@@ -149,13 +149,13 @@ def fusion_table(ops: list) -> list[int]:
         part = getattr(ops[start].run, "fusable", None)
         if part is None or ops[start].guard is not None:
             continue
-        end, written = start + 1, set(part.writes)
+        end, written = start + 1, set(ops[start].writes)
         while end < len(ops) and end - start < MAX_FUSED:
             nxt = getattr(ops[end].run, "fusable", None)
             if (nxt is None or ops[end].guard is not None or nxt.key != part.key
-                    or not written.isdisjoint(nxt.reads | nxt.writes)):
+                    or not written.isdisjoint(ops[end].reads | ops[end].writes)):
                 break
-            written |= nxt.writes
+            written |= ops[end].writes
             end += 1
         table[start] = end - start
     return table

@@ -279,7 +279,6 @@ def build_mma(d, ins, mods):
     read_b = [d.reader(x, operand_type) for x in _registers(d, b, frag_b.registers, "B")]
     read_c = [d.reader(x, acc.register_type) for x in _registers(d, c, acc.registers, "C")]
     decode_a, decode_b = _element_decoder(atype), _element_decoder(btype)
-    slots = lambda operand: frozenset(filter(None, (d.lookup(x.text) for x in operand.items)))  # noqa: E731
     readers, na, nb = read_a + read_b + read_c, len(read_a), len(read_b)
 
     def inputs(m, idx):
@@ -309,8 +308,7 @@ def build_mma(d, ins, mods):
     def outputs(m, idx, result):
         for write, value in zip(writers, acc.registers_of(result)):
             write(m, idx, value)
-    return fusable(Fusable(("mma.sync", what, satfinite, mode), slots(a) | slots(b) | slots(c), slots(dst),
-                           inputs, compute, outputs))
+    return fusable(Fusable(("mma.sync", what, satfinite, mode), inputs, compute, outputs))
 
 
 def integer_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, satfinite: bool = False) -> np.ndarray:
