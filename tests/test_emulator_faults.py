@@ -269,7 +269,7 @@ def test_assertfail_stops_the_launch_with_the_assertions_text():
 
 
 @pytest.mark.parametrize("body, error, message", [
-    ("mul24.lo.u32 %r1, %r2, %r3;", UnsupportedPtx, "unknown instruction mul24.lo.u32"),
+    ("dp4a.u32.u32 %r1, %r2, %r3, %r1;", UnsupportedPtx, "unknown instruction dp4a.u32.u32"),
     ("min.relu.s32 %r1, %r2, %r3;", UnsupportedPtx, "unsupported modifier .relu on min"),
     ("ld.global.L1::no_allocate.lu.f32 %f1, [%rd1];", None, None),
     ("add.u32 %r1, %r2, %r9;", PtxSyntaxError, "%r9 is not a declared register"),

@@ -6,6 +6,7 @@ reference computed here, independently of the emulator's numerics, on kernels pt
 * 16-bit float arithmetic (add, sub, mul, fma, neg, abs, min, max of f16, bf16 and their pairs, with .ftz,
   .sat, .relu, .NaN, .xorsign.abs), each result rounded once from the exact value (Fractions);
 * lop3, createpolicy with the .L2::cache_hint operand of ld and st;
+* 24-bit multiplies (mul24, mad24) and sums of absolute differences (sad), against Python integers;
 * mma.sync of every f64 shape, of s8/u8 (mixed, .satfinite) in m8n8k16, m16n8k16 and m16n8k32, of e4m3
   with e5m2, and with f16 accumulators, the fragments laid out from the PTX ISA's formulas written out here;
 * and valid PTX the emulator does not model, which is UnsupportedPtx naming the instruction, never a
@@ -22,7 +23,7 @@ from phobos.run.emulator import Module
 from phobos.run.emulator.errors import PtxSyntaxError, UnsupportedPtx
 
 from . import tensor_core_support as tc
-from .emulator_support import PTXAS, assert_valid_ptx, ptxas_errors, run_elementwise
+from .emulator_support import PTXAS, assert_valid_ptx, numpy_dtype, ptxas_errors, run_elementwise
 from .half_support import FORMAT, ml_dtypes, round_code
 rng = np.random.default_rng(42)
 MASK64 = (1 << 64) - 1
@@ -591,6 +592,56 @@ def test_wgmma_with_f16_and_s32_accumulators(kind, acc):
     np.testing.assert_array_equal(out, wgmma_registers(want, acc == "f16"))
     if acc == "s32":
         assert (want.view(np.int32) != c + a @ b).any()  # some sums wrapped
+
+
+# ------------------------------------------------------------------ mul24, mad24, sad
+
+def _low24(v: int, signed: bool) -> int:
+    v &= 0xFFFFFF
+    return v - (1 << 24) if signed and v & 0x800000 else v
+
+
+def _mul24(half: str, signed: bool):
+    return lambda a, b: (_low24(a, signed) * _low24(b, signed)) >> (16 if half == "hi" else 0)
+
+
+def _clamp_s32(v: int) -> int:
+    return max(-(1 << 31), min((1 << 31) - 1, v))
+
+
+#: (instruction, type, reference on Python integers - the operands' values - before wrapping to the type)
+INTEGER_FORMS = [
+    ("mul24.lo.s32", "s32", _mul24("lo", True)), ("mul24.hi.s32", "s32", _mul24("hi", True)),
+    ("mul24.lo.u32", "u32", _mul24("lo", False)), ("mul24.hi.u32", "u32", _mul24("hi", False)),
+    ("mad24.lo.s32", "s32", lambda a, b, c: _mul24("lo", True)(a, b) + c),
+    ("mad24.hi.u32", "u32", lambda a, b, c: _mul24("hi", False)(a, b) + c),
+    ("mad24.hi.sat.s32", "s32", lambda a, b, c: _clamp_s32(_s32_of(_mul24("hi", True)(a, b)) + c)),
+] + [(f"sad.{t}", t, lambda a, b, c: c + abs(a - b)) for t in ("s16", "u16", "s32", "u32", "s64", "u64")]
+
+
+def _s32_of(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def integer_operands(t: str, n: int) -> np.ndarray:
+    """n random values of integer type t, its extremes and small values among them."""
+    info = np.iinfo(numpy_dtype(t))
+    edges = np.array([info.min, info.max, 0, 1, info.max // 2 + 1, 0xFFFFFF & info.max, 0x800000 & info.max], object)
+    values = rng.integers(info.min, info.max, n, dtype=numpy_dtype(t), endpoint=True)
+    values[: len(edges)] = edges.astype(numpy_dtype(t))
+    return rng.permutation(values)
+
+
+@pytest.mark.parametrize("instruction, t, reference", INTEGER_FORMS, ids=[f[0] for f in INTEGER_FORMS])
+def test_24_bit_multiplies_and_sums_of_absolute_differences(instruction, t, reference):
+    count = reference.__code__.co_argcount
+    operands = [integer_operands(t, 2048) for _ in range(count)]
+    args = ", ".join(f"%a{i}" for i in range(count))
+    got = run_elementwise(f"{instruction} %d, {args};", t, *((t, x) for x in operands))
+    bits = np.dtype(numpy_dtype(t)).itemsize * 8
+    want = [reference(*(int(x[k]) for x in operands)) & ((1 << bits) - 1) for k in range(len(got))]
+    np.testing.assert_array_equal(got.view(f"u{bits // 8}"), np.array(want, f"u{bits // 8}"))
 
 
 # ------------------------------------------------------------------ valid PTX the emulator does not model

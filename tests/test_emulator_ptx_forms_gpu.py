@@ -1,8 +1,9 @@
 """The PTX forms of tests/test_emulator_ptx_forms.py on a real GPU (skipped with the reason where there is
 none), against the emulator bit for bit, on random operands - where the emulator follows the PTX ISA exactly
-(carry chains, 16-bit rounding, lop3, f64 mma, integer mma) and where it makes an assumption the ISA leaves
-open: neg and abs of a 16-bit NaN give the canonical NaN (as f32's do), f64 mma chains its fmas in k order,
-and f16 accumulators of mma / wgmma get the f32 model's result rounded once to nearest even.  A mismatch
+(carry chains, 16-bit rounding, lop3, mul24, mad24, sad, f64 mma, integer mma) and where it makes an
+assumption the ISA leaves open: neg and abs of a 16-bit NaN give the canonical NaN (as f32's do), f64 mma
+chains its fmas in k order, and f16 accumulators of mma / wgmma get the f32 model's result rounded once to
+nearest even.  A mismatch
 names the form, how many results differ and the first.
 
     pytest -m gpu tests/test_emulator_ptx_forms_gpu.py -q
@@ -112,6 +113,13 @@ def test_lop3_and_xorsign():
            for _ in range(2)]
     for instruction in ("min.xorsign.abs.f32", "max.NaN.xorsign.abs.f32"):
         elementwise_on_both(f"{instruction} %d, %a0, %a1;", "f32", *(("f32", x) for x in f32))
+
+
+@pytest.mark.parametrize("instruction, t, reference", forms.INTEGER_FORMS, ids=[f[0] for f in forms.INTEGER_FORMS])
+def test_24_bit_multiplies_and_sums_of_absolute_differences(instruction, t, reference):
+    count = reference.__code__.co_argcount
+    args = ", ".join(f"%a{i}" for i in range(count))
+    elementwise_on_both(f"{instruction} %d, {args};", t, *((t, forms.integer_operands(t, 4096)) for _ in range(count)))
 
 
 def mma_on_both(instruction, shape, kind, a, b, c_regs, acc, bits):

@@ -168,6 +168,59 @@ def build_mul(d, ins, mods):
     return elementwise(d, ins, wide_type(t), [t, t], lambda a, b: widen(a, t) * widen(b, t))
 
 
+def _product24(t: PtxType):
+    """The 48-bit product of the low 24 bits of two .s32/.u32 operands (sign- or zero-extended), in int64."""
+    def low24(v):
+        low = np.asarray(v).view(np.uint32).astype(np.int64) & 0xFFFFFF
+        return np.where(low & 0x800000, low - (1 << 24), low) if t.is_signed else low
+    return lambda a, b: low24(a) * low24(b)
+
+
+def _half_of_48(part: str, t: PtxType):
+    """mul24's result: the low 32 bits of the 48-bit product (.lo) or bits 47..16 (.hi), as `t`."""
+    shift = 0 if part == "lo" else 16
+    product = _product24(t)
+    return lambda a, b: ((product(a, b) >> shift) & 0xFFFFFFFF).astype(np.uint32).view(t.dtype)
+
+
+@opcode("mul24", "mad24")
+def build_mul24(d, ins, mods):
+    """`mul24.{lo,hi}.{s32,u32} d, a, b` and `mad24.{lo,hi}{.sat}.{s32,u32} d, a, b, c`: the product of the
+    low 24 bits of a and b (48 bits), its low 32 bits or bits 47..16, plus c for mad24 (.sat: .hi.s32 only,
+    the sum clamped to the s32 range)."""
+    part = mods.take("lo", "hi")
+    if part is None:
+        raise d.error(f"{mods.base} needs .lo or .hi", PtxSyntaxError)
+    sat = mods.flag("sat")
+    t = mods.type()
+    require(d, t.name in ("s32", "u32"), f"{mods.base}.{t.name} is not an instruction (.s32 or .u32)")
+    half = _half_of_48(part, t)
+    if mods.base == "mul24":
+        require(d, not sat, "mul24 takes no .sat")
+        return elementwise(d, ins, t, [t, t], half)
+    if not sat:
+        return elementwise(d, ins, t, [t, t, t], lambda a, b, c: half(a, b) + c)
+    require(d, part == "hi" and t.name == "s32", ".sat applies to mad24.hi.s32 only")
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    return elementwise(d, ins, t, [t, t, t], lambda a, b, c: np.clip(
+        half(a, b).astype(np.int64) + np.asarray(c, np.int64), lo, hi).astype(np.int32))
+
+
+@opcode("sad")
+def build_sad(d, ins, mods):
+    """`sad.type d, a, b, c`: c + |a - b| (wrapping), for 16-, 32- and 64-bit integers; |a - b| is below 2^bits,
+    so it is computed in the unsigned type."""
+    t = mods.type()
+    int_type(d, t, "sad")
+    unsigned = t.unsigned
+
+    def sad(a, b, c):
+        ua, ub = np.asarray(a).view(unsigned), np.asarray(b).view(unsigned)
+        difference = np.where(np.asarray(a) >= np.asarray(b), ua - ub, ub - ua)
+        return (np.asarray(c).view(unsigned) + difference).view(t.dtype)
+    return elementwise(d, ins, t, [t, t, t], sad)
+
+
 @opcode("mad")
 def build_mad(d, ins, mods):
     if mods.flag("cc"):
