@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from phobos.errors import ExecutionError, Loc, PhobosError
-from phobos.run.emulator import (ArithmeticFault, AsyncCopyHazard, BarrierError, DeviceAssertTrap, DivergentBranch,
+from phobos.run.emulator import (AsyncCopyHazard, BarrierError, DeviceAssertTrap, DivergentBranch,
                                  EmulatorError, GlobalMemoryRace, MemoryFault, MisalignedAddress, Module, NonCoherentRead,
                                  PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
 
@@ -191,17 +191,35 @@ def test_shuffle_in_divergent_code():
         data_module("warp.ptx").launch("shfl_divergent", 1, 32, [np.zeros(32, np.uint32)])
 
 
-def test_integer_division_by_zero():
-    body = """
-    .reg .b32 %r<4>;
+@pytest.mark.parametrize("t", ["s16", "u16", "s32", "u32", "s64", "u64"])
+def test_integer_division_by_zero_gives_all_ones(t):
+    """div and rem by a zero divisor give all ones (-1, or the largest unsigned value) - what ptxas's code for
+    every width gives - and no fault, as on the GPU; the other threads' quotients are C's."""
+    size = int(t[1:]) // 8
+    body = f"""
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<4>;
+    .reg .{t} %x<5>;
     mov.u32 %r1, %tid.x;
-    sub.s32 %r2, %r1, 3;
-    div.s32 %r3, 100, %r2;
+    cvt.{t}.u32 %x1, %r1;
+    sub.{t} %x2, %x1, 3;
+    div.{t} %x3, 100, %x2;
+    rem.{t} %x4, 100, %x2;
+    ld.param.u64 %rd1, [k_p];
+    mul.wide.u32 %rd2, %r1, {2 * size};
+    add.s64 %rd1, %rd1, %rd2;
+    st.global.v2.{t} [%rd1], {{%x3, %x4}};
     ret;"""
     text = kernel_text(body)
     assert_valid_ptx(text)
-    with pytest.raises(ArithmeticFault, match=r"division by zero \[thread \(3,0,0\)"):
-        Module(text).launch("k", 1, 8, [0])
+    out = np.zeros((8, 2), f"{'i' if t[0] == 's' else 'u'}{size}")
+    Module(text).launch("k", 1, 8, [out])
+    divisors = np.arange(8).astype(out.dtype) - out.dtype.type(3)
+    assert (out[3] == np.array(-1).astype(out.dtype)).all()
+    others = divisors != 0
+    quotients = np.array([int(100 / int(d)) for d in divisors[others]])  # toward zero
+    np.testing.assert_array_equal(out[others, 0], quotients.astype(out.dtype))
+    np.testing.assert_array_equal(out[others, 1], (100 - quotients * divisors[others].astype(np.float64)).astype(out.dtype))
 
 
 def test_endless_loop_hits_the_step_limit():

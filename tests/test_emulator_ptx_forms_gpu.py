@@ -1,9 +1,9 @@
 """The PTX forms of tests/test_emulator_ptx_forms.py on a real GPU (skipped with the reason where there is
 none), against the emulator bit for bit, on random operands - where the emulator follows the PTX ISA exactly
 (carry chains, 16-bit rounding, lop3, mul24, mad24, sad, f64 mma, integer mma) and where it makes an
-assumption the ISA leaves open: neg and abs of a 16-bit NaN give the canonical NaN (as f32's do), f64 mma
-chains its fmas in k order, and f16 accumulators of mma / wgmma get the f32 model's result rounded once to
-nearest even.  A mismatch
+assumption the ISA leaves open: div and rem by zero give all ones (what ptxas's code gives), neg and abs of
+a 16-bit NaN give the canonical NaN (as f32's do), f64 mma chains its fmas in k order, and f16 accumulators
+of mma / wgmma get the f32 model's result rounded once to nearest even.  A mismatch
 names the form, how many results differ and the first.
 
     pytest -m gpu tests/test_emulator_ptx_forms_gpu.py -q
@@ -120,6 +120,17 @@ def test_24_bit_multiplies_and_sums_of_absolute_differences(instruction, t, refe
     count = reference.__code__.co_argcount
     args = ", ".join(f"%a{i}" for i in range(count))
     elementwise_on_both(f"{instruction} %d, {args};", t, *((t, forms.integer_operands(t, 4096)) for _ in range(count)))
+
+
+@pytest.mark.parametrize("t", ["s16", "u16", "s32", "u32", "s64", "u64"])
+@pytest.mark.parametrize("op", ["div", "rem"])
+def test_integer_division_by_zero(op, t):
+    """div and rem by a zero divisor (a register: ptxas cannot fold it) among others: the emulator gives all
+    ones, as the emulator's docs say ptxas's code does."""
+    dividends = forms.integer_operands(t, 4096)
+    divisors = forms.integer_operands(t, 4096)
+    divisors[::3] = 0
+    elementwise_on_both(f"{op}.{t} %d, %a0, %a1;", t, (t, dividends), (t, divisors))
 
 
 def mma_on_both(instruction, shape, kind, a, b, c_regs, acc, bits):

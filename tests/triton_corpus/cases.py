@@ -20,14 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from phobos.run.emulator import ArithmeticFault
-
 ARCHES = ("sm_80", "sm_90a")
 
-#: What fails cases today for a reason outside the corpus: (the error raised, why).
-SPECULATIVE_DIVISION = (ArithmeticFault, "integer division by zero in the next-tile index that a flattened "
-                                         "persistent loop computes past its last tile (unused; the GPU goes on "
-                                         "with an unspecified value)")
 
 
 # -------------------- checks

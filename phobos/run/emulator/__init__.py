@@ -15,7 +15,7 @@
 # barriers, and between CTAs), `ld.global.nc` of data the kernel writes,
 # cp.async and bulk-copy data used before its wait, plain stores read by a
 # wgmma or bulk copy with no proxy fence, buffers reused while a
-# wgmma reads them, wgmma registers touched in flight, barriers in divergent
+# wgmma reads them, wgmma registers written in flight, barriers in divergent
 # code, `bra.uni` that diverges, barrier thread counts that are not whole
 # warps, warp-synchronous instructions with absent lanes, races between the
 # CTAs of a cluster and CTAs that exit while their peers use their shared
@@ -32,7 +32,7 @@
 # (wgmma groups, mbarriers, bulk groups), cluster (thread-block clusters:
 # their shape, distributed shared memory, barrier.cluster, races between
 # CTAs), machine (scheduler and launches).
-from .errors import (ArithmeticFault, AsyncCopyHazard, BarrierError, DeviceAssertTrap, DivergentBranch, EmulatorError,
+from .errors import (AsyncCopyHazard, BarrierError, DeviceAssertTrap, DivergentBranch, EmulatorError,
                      GlobalMemoryRace, MemoryFault, MisalignedAddress, MissingProxyFence, NonCoherentRead,
                      PtxSyntaxError, SharedMemoryRace, TrapError, UnsupportedPtx, WarpSyncError)
 from .machine import Kernel, LaunchStats, Module, Pointer, launch, load_module
@@ -41,6 +41,6 @@ __all__ = [
     "launch", "load_module", "Module", "Kernel", "LaunchStats", "Pointer",
     "EmulatorError", "PtxSyntaxError", "UnsupportedPtx", "MemoryFault", "MisalignedAddress",
     "SharedMemoryRace", "GlobalMemoryRace", "NonCoherentRead", "AsyncCopyHazard", "MissingProxyFence", "BarrierError",
-    "DivergentBranch", "WarpSyncError", "ArithmeticFault", "TrapError",
+    "DivergentBranch", "WarpSyncError", "TrapError",
     "DeviceAssertTrap",
 ]

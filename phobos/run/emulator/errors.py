@@ -80,10 +80,6 @@ class WarpSyncError(EmulatorError):
     """A warp-synchronous instruction (shfl.sync, vote.sync) whose member mask names lanes that are not there."""
 
 
-class ArithmeticFault(EmulatorError):
-    """Integer division or remainder by zero (undefined in PTX)."""
-
-
 class TrapError(EmulatorError):
     """The kernel executed `trap`, or ran past the emulator's step limit."""
 

@@ -1,8 +1,8 @@
 # Arithmetic, logic, comparison, selection, move and conversion instructions.
 #
 # Integers wrap like the hardware (NumPy fixed-width arithmetic); division and
-# remainder truncate toward zero as in C, and a zero divisor is reported
-# (PTX leaves the result undefined).  Floating-point operations round exactly
+# remainder truncate toward zero as in C, and a zero divisor gives all ones, as
+# ptxas's code does (PTX leaves the value unspecified; `_integer_division`).  Floating-point operations round exactly
 # as PTX specifies through `numerics`, with the GPU's NaN bits, and min/max
 # order -0.0 below +0.0 as the PTX ISA says; the `.approx` functions are the
 # GPU's bits where mufu.py models its multifunction unit (rcp, rsqrt, sqrt and
@@ -35,7 +35,7 @@ from . import mufu
 from . import numerics as nx
 from . import syntax as syn
 from .decode import Semantics, lanes, opcode, plain
-from .errors import ArithmeticFault, Fault, PtxSyntaxError
+from .errors import PtxSyntaxError
 from .ptxtypes import TYPES, PtxType
 
 ROUNDING = ("rn", "rz", "rm", "rp")
@@ -319,18 +319,22 @@ def carry_chain(d, ins, mods):
 # ------------------------------------------------------------------ div rem
 
 def _integer_division(d, ins, t: PtxType, op) -> Semantics:
+    """div or rem of integers; a zero divisor gives all ones (-1, or the largest unsigned value), as the
+    code ptxas makes of every width does (its last step selects ~0 where the divisor is 0; a constant
+    zero divisor it folds to the same), where PTX leaves the value unspecified.  No fault: the GPU has
+    none, and compilers divide speculatively (Triton's persistent loops compute the next tile's index
+    past the last one, dividing by a zero group size, and never use it)."""
     ops = d.operands(ins, 3)
     write = d.writer(ops[0], t)
     ra, rb = d.reader(ops[1], t), d.reader(ops[2], t)
-    name = ins.opcode
+    all_ones = np.array(-1).astype(t.unsigned).view(t.dtype)
 
     def run(m, idx):
         a, b = ra(m, idx), rb(m, idx)
         zero = np.asarray(b) == 0
         if zero.any():
-            lane = int(np.flatnonzero(np.broadcast_to(zero, (lanes(m, idx),)))[0])
-            raise Fault(ArithmeticFault, f"{name}: division by zero",
-                        thread=lane if idx is None else int(idx[lane]))
+            write(m, idx, np.where(zero, all_ones, op(a, np.where(zero, np.ones_like(b), b))))
+            return
         write(m, idx, op(a, b))
     return plain(run)
 
