@@ -25,8 +25,9 @@
 #     from phobos.run.emulator import launch
 #     launch(ptx_text, "add", grid=(n // 256,), block=(256,), args=[x, y, out, n])
 #
-# Modules: syntax (parsing), decode (instructions -> handlers), ops_* (the
-# instruction handlers), numerics (exact rounding, the tensor-core model),
+# Modules: syntax (parsing), inline (calls of .func inlined before parsing),
+# decode (instructions -> handlers), ops_* (the instruction handlers),
+# numerics (exact rounding, the tensor-core model),
 # fragments (register fragments and shared-memory layouts of tensor-core
 # operands), memory (state spaces, race detection, cp.async), async_state
 # (wgmma groups, mbarriers, bulk groups), cluster (thread-block clusters:

@@ -97,7 +97,9 @@ def build_ld(d, ins, mods):
     writers = [d.writer(x, t) for x in _value_items(d, ops[0], count)]
     dtype = t.dtype
     if space == "param":
-        return _ld_param(d, ops[1], t, writers)
+        if not _call_parameter(d, ops[1]):
+            return _ld_param(d, ops[1], t, writers)
+        space = "local"  # a .param variable of the body: a call's result, or an argument of an inlined .func
     address = d.address(ops[1], space)
     pc = d.index
 
@@ -106,6 +108,12 @@ def build_ld(d, ins, mods):
         for write, value in zip(writers, values):
             write(m, idx, value)
     return plain(run)
+
+
+def _call_parameter(d, operand) -> bool:
+    """Whether a [name+offset] operand names a .param variable of the body (decode keeps them in local memory)."""
+    return (isinstance(operand, syn.Address) and operand.base is not None
+            and (d.variable(operand.base.text) or ("",))[0] == "local")
 
 
 def _ld_param(d, operand, t, writers):

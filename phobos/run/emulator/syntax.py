@@ -6,7 +6,8 @@
 # labels, `.loc` line information and instructions with guards and operands.
 # Of function calls it reads what calling an external function takes: the
 # `.extern .func` declaration, `.param` variables declared in a kernel's body
-# and the parenthesised operand lists of `call` (ops_call.py runs the calls).
+# and the parenthesised operand lists of `call` (ops_call.py runs the calls);
+# calls of the module's own `.func`s are inlined before parsing (inline.py).
 # This module only reads the text; `decode` gives instructions their meaning.
 #
 # The tokenizer keeps newlines because `.loc` and `.file` end at the end of
@@ -231,8 +232,9 @@ class Parser:
     """Recursive descent over the token list."""
 
     def __init__(self, text: str, ptx_name: str):
+        from .inline import inline_functions  # (it builds Tokens of this module)
         self.ptx_name = ptx_name
-        self.tokens = tokenize(text, ptx_name)
+        self.tokens = inline_functions(tokenize(text, ptx_name), ptx_name)
         self.pos = 0
         self.loc: SourceLoc | None = None
         self.scope_counter = 0
@@ -317,9 +319,6 @@ class Parser:
                 # otherwise the linkage qualifier applies to the .entry/.func that follows
             elif word == ".entry":
                 module.entries.append(self.parse_entry(tok.line))
-            elif word == ".func":
-                raise self.error("device functions (.func) and calls are not supported", tok.line,
-                                 UnsupportedPtx)
             elif word in (".shared", ".global", ".const"):
                 self.pos -= 1
                 self.parse_module_variable(module, extern=False)
