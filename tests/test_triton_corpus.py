@@ -9,50 +9,21 @@ import pytest
 
 pytest.importorskip("triton", reason="the Triton corpus needs Triton (pip install 'phobos-tile[triton]')")
 
-import phobos.triton  # noqa: E402
 from phobos.run.emulator import AsyncCopyHazard, SharedMemoryRace  # noqa: E402
 
-from .triton_corpus import ARCHES, CASES  # noqa: E402
+from .triton_corpus import CASES  # noqa: E402
+from .triton_corpus.cases import false_alarm_params, params, run_and_check  # noqa: E402
 
 
-def _params():
-    for name, case in CASES.items():
-        for arch in ARCHES:
-            marks = [pytest.mark.slow] if case.heavy else []
-            if case.missing():
-                marks.append(pytest.mark.skip(reason=f"needs {', '.join(case.missing())}"))
-            elif arch in case.skip:
-                marks.append(pytest.mark.skip(reason=case.skip[arch]))
-            elif arch in case.xfail:
-                raises, reason = case.xfail[arch]
-                marks.append(pytest.mark.xfail(raises=raises, strict=True, reason=reason))
-            yield pytest.param(name, arch, marks=marks, id=f"{name}-{arch}")
-
-
-def _run_and_check(name: str, arch: str, check_races: bool) -> None:
-    run = CASES[name].make(arch)
-    for launch in run.launches():
-        kernel = phobos.triton.emulate(launch.kernel, arch=arch, check_races=check_races)
-        kernel[launch.grid](*launch.args, **launch.kwargs)
-    assert run.check() == []
-
-
-@pytest.mark.parametrize("name, arch", list(_params()))
+@pytest.mark.parametrize("name, arch", list(params(CASES)))
 def test_corpus_case(name, arch):
-    _run_and_check(name, arch, check_races=True)
+    run_and_check(CASES[name], arch, check_races=True)
 
 
 #: The errors of the race detectors, which check_races=False turns off.
 DETECTORS = (SharedMemoryRace, AsyncCopyHazard)
 
 
-def _false_alarms():
-    for name, case in CASES.items():
-        for arch, (raises, reason) in case.xfail.items():
-            if raises in DETECTORS and not case.missing():
-                yield pytest.param(name, arch, marks=[pytest.mark.slow] if case.heavy else [], id=f"{name}-{arch}")
-
-
-@pytest.mark.parametrize("name, arch", list(_false_alarms()))
+@pytest.mark.parametrize("name, arch", list(false_alarm_params(CASES, DETECTORS)))
 def test_cases_failing_for_a_false_alarm_are_right_without_the_detectors(name, arch):
-    _run_and_check(name, arch, check_races=False)
+    run_and_check(CASES[name], arch, check_races=False)

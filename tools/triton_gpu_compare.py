@@ -2,6 +2,7 @@
 #
 #     python tools/triton_gpu_compare.py --json triton_gpu_compare.json     # the GPU machine
 #     python tools/triton_gpu_compare.py --dry-run                          # anywhere: compile and emulate
+#     python tools/triton_gpu_compare.py --corpus heldout                   # the held-out kernels
 #
 # Each deterministic case of tests/triton_corpus (no float atomics, no lock order in its sums) is built
 # twice from its seed - the same inputs twice - and compiled ONCE by the local Triton for the local GPU
@@ -36,6 +37,7 @@ import triton  # noqa: E402
 import phobos.triton  # noqa: E402
 from phobos.errors import PhobosError  # noqa: E402
 from tests.triton_corpus import CASES  # noqa: E402
+from tests.triton_heldout import HELDOUT  # noqa: E402
 from tests.triton_corpus.cases import as_numpy, ulp_distance  # noqa: E402
 
 #: The instructions whose GPU results the emulator does not model bit for bit (yet).
@@ -155,8 +157,12 @@ def compare_outputs(gpu_run, emulated_run) -> dict:
     return {"elements": total, "differing": differing, "max_ulps": largest}
 
 
-def compare_case(name: str, arch: str, dry_run: bool) -> dict:
-    case = CASES[name]
+#: The corpora --corpus chooses from: tests/triton_corpus and the held-out kernels of tests/triton_heldout.
+CORPORA = {"corpus": CASES, "heldout": HELDOUT}
+
+
+def compare_case(name: str, arch: str, dry_run: bool, cases: dict = CASES) -> dict:
+    case = cases[name]
     row = {"case": name, "arch": arch}
     started = time.perf_counter()
     emulated = case.make(arch)
@@ -196,19 +202,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="no GPU: compile and emulate only")
     parser.add_argument("--arch", help="the target (default: the local GPU's; sm_90a with --dry-run)")
     parser.add_argument("--json", metavar="PATH", help="write every row here")
+    parser.add_argument("--corpus", choices=CORPORA, default="corpus",
+                        help="tests/triton_corpus (default) or the held-out kernels of tests/triton_heldout")
     parser.add_argument("cases", nargs="*", help="the cases to run (default: every deterministic one)")
     args = parser.parse_args(argv)
+    cases = CORPORA[args.corpus]
     arch = args.arch or ("sm_90a" if args.dry_run else local_arch())
-    names = args.cases or [name for name, case in CASES.items() if case.deterministic]
-    unknown = [name for name in names if name not in CASES]
+    names = args.cases or [name for name, case in cases.items() if case.deterministic]
+    unknown = [name for name in names if name not in cases]
     if unknown:
         parser.error(f"unknown cases: {', '.join(unknown)}")
-    runnable = [name for name in names if arch not in CASES[name].skip and not CASES[name].missing()]
+    runnable = [name for name in names if arch not in cases[name].skip and not cases[name].missing()]
     rows = []
     print(f"{'case':42s} {'arch':7s} {'identical':14s} {'differ':>7s} {'max ulp':>8s}  {'GPU ref':8s} "
           f"{'emu ref':8s} approximate instructions")
     for name in runnable:
-        row = compare_case(name, arch, args.dry_run)
+        row = compare_case(name, arch, args.dry_run, cases)
         rows.append(row)
         identical, differing, ulps = _cell(row, args.dry_run)
         gpu_ref = "-" if args.dry_run or "gpu_error" in row else ("ok" if row["gpu_vs_reference"] == "ok" else "FAIL")

@@ -212,15 +212,57 @@ class Case:
         return self.build(arch, np.random.default_rng(self.seed))
 
 
+def registry(cases: dict[str, Case]) -> Callable:
+    """The decorator `case(name=None, **known)` registering a builder as a case of `cases` (`known`:
+    Case's fields)."""
+    def case(name: str | None = None, **known) -> Callable:
+        def register(build):
+            key = name or build.__name__
+            if key in cases:
+                raise ValueError(f"two cases named {key}")
+            cases[key] = Case(key, build, **known)
+            return build
+        return register
+    return case
+
+
 CASES: dict[str, Case] = {}
+case = registry(CASES)
 
 
-def case(name: str | None = None, **known) -> Callable:
-    """Register a builder as a corpus case (`known`: Case's fields)."""
-    def register(build):
-        key = name or build.__name__
-        if key in CASES:
-            raise ValueError(f"two corpus cases named {key}")
-        CASES[key] = Case(key, build, **known)
-        return build
-    return register
+# -------------------- running a corpus under pytest
+def params(cases: dict[str, Case]):
+    """(name, arch) of every case on every arch, marked: slow where heavy, skipped where a module it
+    requires is missing or Triton cannot compile it, a strict xfail pinned to its error where it fails
+    today for a reason outside the corpus."""
+    import pytest
+    for name, known in cases.items():
+        for arch in ARCHES:
+            marks = [pytest.mark.slow] if known.heavy else []
+            if known.missing():
+                marks.append(pytest.mark.skip(reason=f"needs {', '.join(known.missing())}"))
+            elif arch in known.skip:
+                marks.append(pytest.mark.skip(reason=known.skip[arch]))
+            elif arch in known.xfail:
+                raises, reason = known.xfail[arch]
+                marks.append(pytest.mark.xfail(raises=raises, strict=True, reason=reason))
+            yield pytest.param(name, arch, marks=marks, id=f"{name}-{arch}")
+
+
+def false_alarm_params(cases: dict[str, Case], detectors: tuple[type, ...]):
+    """(name, arch) of the cases xfailed for an error of one of `detectors`."""
+    import pytest
+    for name, known in cases.items():
+        for arch, (raises, reason) in known.xfail.items():
+            if raises in detectors and not known.missing():
+                yield pytest.param(name, arch, marks=[pytest.mark.slow] if known.heavy else [], id=f"{name}-{arch}")
+
+
+def run_and_check(known: Case, arch: str, check_races: bool) -> None:
+    """Run a case in the emulator for `arch` and assert its outputs match their references."""
+    import phobos.triton
+    run = known.make(arch)
+    for launch in run.launches():
+        kernel = phobos.triton.emulate(launch.kernel, arch=arch, check_races=check_races)
+        kernel[launch.grid](*launch.args, **launch.kwargs)
+    assert run.check() == []
