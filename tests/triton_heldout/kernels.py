@@ -1,7 +1,7 @@
 # The held-out Triton kernels: written apart from tests/triton_corpus, in the style of Triton's unit tests
 # (python/test/unit/language/test_core.py) and tutorials, to find what the emulator gets wrong on kernels it
 # was not fixed against: where with broadcasting, scans along axis 0 and with a tuple combine, sorting 2-D
-# tiles, 3-D loads, int8 dots through a K loop, 3-D permutes and 16-bit transposes, unsigned and 64-bit
+# tiles, 3-D loads, int8 dots through a ragged K loop, 3-D permutes and 16-bit transposes, unsigned and 64-bit
 # atomics with memory orders and scopes, bitcasts and integer casts, umulhi, the rounding modes of casts,
 # reductions along axis 0, join/split/interleave, gather, libdevice's exact functions and hypot, 32- and
 # 64-bit integer division, clamp and NaN-propagating min/max, f64 arithmetic, cache modifiers, libdevice's
@@ -145,23 +145,25 @@ def h_permute_3d_and_16_bit_transpose(arch, rng):
 
 # -------------------- int8 dot through a K loop
 @triton.jit
-def dot_k_loop_kernel(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.constexpr):
-    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, BK)
+def ragged_dot_kernel(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.constexpr):
+    """C = A B of int8 through a K loop whose last step is masked (K not a multiple of BK)."""
+    rm, rn = tl.arange(0, M), tl.arange(0, N)
     acc = tl.zeros((M, N), dtype=tl.int32)
-    for k in range(0, K, BK):
-        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
-        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+    for k in range(0, tl.cdiv(K, BK)):
+        rk = k * BK + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=rk[None, :] < K, other=0)
+        b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=rk[:, None] < K, other=0)
         acc = tl.dot(a, b, acc, out_dtype=tl.int32)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
 
 @case()
-def h_dot_int8_k_loop(arch, rng):
-    M, N, K = 64, 32, 128
+def h_dot_int8_ragged_k_loop(arch, rng):
+    M, N, K = 64, 32, 112
     a = rng.integers(-128, 128, (M, K)).astype(np.int8)
     b = rng.integers(-128, 128, (K, N)).astype(np.int8)
     c = np.zeros((M, N), np.int32)
-    return Run(dot_k_loop_kernel, (1,), (a, b, c, K), dict(M=M, N=N, BK=32, num_warps=4),
+    return Run(ragged_dot_kernel, (1,), (a, b, c, K), dict(M=M, N=N, BK=32, num_warps=4),
                [Output("c", c, a.astype(np.int32) @ b.astype(np.int32))])
 
 
