@@ -127,6 +127,8 @@ class AsyncMma(_Groups):
         self.needs_fence[threads] = True
 
     def _wait_for_results(self, m, threads: np.ndarray, reads: frozenset) -> None:
+        """Each of `threads` waits for the wgmmas in flight that define a register of `reads`, and for the
+        groups before theirs; the others of a wgmma's warpgroup wait at their own read or wait_group."""
         limit = np.full(len(self.committed), -1, np.int64)
         for rec in self.records:
             if rec.results & reads:
