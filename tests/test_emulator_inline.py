@@ -1,7 +1,10 @@
 # Device functions (.func) of a module, inlined at their calls (phobos/run/emulator/inline.py): arguments
 # and results through the calling sequence's .param variables, early returns, guarded calls, functions
-# calling functions, two calls of one function (its labels renamed apart), and recursion refused.
+# calling functions, several calls of one function (its labels renamed apart), and recursion and calls
+# that do not match the function refused.
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -137,7 +140,12 @@ def test_recursion_is_unsupported():
         Module(text, "recursive.ptx")
 
 
-def test_a_call_with_the_wrong_arguments_is_reported():
-    text = HEADER + FUNCTIONS + KERNEL.replace("call.uni (result), clamp, (x, limit);", "call.uni (result), clamp, (x);")
-    with pytest.raises(PtxSyntaxError, match=r"calls.ptx:\d+: call of clamp with 1 arguments; it takes 2"):
+@pytest.mark.parametrize("call, message", [
+    ("call.uni (result), clamp, (x);", "call of clamp with 1 arguments; it takes 2"),
+    ("call.uni clamp, (x, limit);", "call of clamp without its result; it returns one"),
+])
+def test_a_call_that_does_not_match_the_function_is_reported(call, message):
+    """(ptxas refuses both: "Call has wrong number of parameters".)"""
+    text = HEADER + FUNCTIONS + KERNEL.replace("call.uni (result), clamp, (x, limit);", call)
+    with pytest.raises(PtxSyntaxError, match=rf"calls.ptx:\d+: {re.escape(message)}"):
         Module(text, "calls.ptx")

@@ -60,18 +60,18 @@ def inline_functions(tokens: list, ptx_name: str) -> list:
             if depth >= MAX_DEPTH:
                 raise error(f"calls of {callee} nest more than {MAX_DEPTH} deep (recursion is not supported)",
                             stream[start].line, UnsupportedPtx)
-            del out[len(out) - (pos - start):]  # the guard tokens already copied
             function = functions[callee]
-            line = stream[pos].line
+            line = stream[start].line
             if len(args) != len(function.params):
                 raise error(f"call of {callee} with {len(args)} arguments; it takes {len(function.params)}", line)
-            if result is not None and function.result is None:
-                raise error(f"call of {callee} for a result; it returns none", line)
+            if (result is None) != (function.result is None):
+                raise error(f"call of {callee} {'without its' if result is None else 'for a'} result; it returns "
+                            f"{'one' if result is None else 'none'}", line)
             counter[0] += 1
             suffix = f"$inl{counter[0]}"
             done = f"$__{callee}_return{suffix}"
             names = dict(zip(function.params, args))
-            if function.result is not None and result is not None:
+            if function.result is not None:
                 names[function.result] = result
             names.update({label: label + suffix for label in _defined_names(function.body)})
             tok = lambda kind, text: Token(kind, text, line)  # noqa: E731
