@@ -694,14 +694,16 @@ WAIT, COMMIT = "wgmma.wait_group.sync.aligned 0;", "wgmma.commit_group.sync.alig
                  id="read-after-commit"),
     pytest.param(lambda t: t.replace(COMMIT, "add.f32 %acc3, %acc3, 0f3F800000;\n    " + COMMIT), True,
                  id="read-before-commit"),
+    pytest.param(lambda t: t.replace(COMMIT, COMMIT + "\n    setp.lt.u32 %q, %t, 32;\n"
+                                     "    @%q add.f32 %acc3, %acc3, 0f3F800000;"), 32, id="read-by-one-warp"),
 ])
 def test_accumulators_read_before_the_wait_wait_for_the_wgmma(edit, bump):
     """ptxas tracks wgmma's registers: a read of an accumulator before the wgmma.wait_group that covers it
     gets a warpgroup.wait injected before it (C7517; and a warpgroup.arrive before a commit, C7519), so the
-    read sees the product, as the emulator gives it."""
+    read sees the product, as the emulator gives it.  Where one warp reads, the others wait at the wait_group."""
     want = _wgmma_of(lambda t: t)
     if bump:
-        want.reshape(128, 32)[:, 3] += np.float32(1)
+        want.reshape(128, 32)[: 128 if bump is True else bump, 3] += np.float32(1)
     np.testing.assert_array_equal(_wgmma_of(edit), want)
 
 
