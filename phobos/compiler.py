@@ -193,13 +193,14 @@ class CompiledKernel:
         return any(p.kind == "programs" for p in self.params)
 
     def launch_grid(self, grid: tuple[int, int, int], multiprocessors: int) -> tuple[int, int, int]:
-        """The CTAs to start for the program instances of `grid`: those of `grid`, or for a persistent
+        """The CTAs to start for the program instances of `grid`: those of `grid` (along x, a cluster of
+        `cluster` CTAs for each, as the CLUSTER knob asks), or for a persistent
         kernel as many as surely fit on `multiprocessors` SMs at once, each of which runs the programs
         that count apart, in the grid's linear order.  How many fit on an SM is counted by shared memory,
         threads and registers, taken at the cap ptxas allocates under (`entry_registers`), which it never
         exceeds: more CTAs would wait for the first to end.  Correctness never depends on the count."""
         if not self.persistent:
-            return grid
+            return (grid[0] * self.cluster, *grid[1:])  # CLUSTER: a cluster of CTAs per program instance
         from .lower.pipeline import entry_registers  # the back end, imported where used (see _pipeline)
         target = TARGETS[self.arch]
         per_sm = min(target.shared_per_multiprocessor // (self.shared_bytes + target.reserved_per_cta),

@@ -1,7 +1,7 @@
 # Configurations: the values a kernel's autotune parameters take in one
 # compilation, the typed knobs among them, and how a configuration is written.
 #
-# Seven autotune parameter names are knobs: besides being i32 constants in the
+# Eight autotune parameter names are knobs: besides being i32 constants in the
 # kernel, they set how the compiler lays the kernel out.  The checker
 # validates their values (a located error at the value in the decorator) and
 # hands lowering a `Knobs` value, where None means "the compiler chooses":
@@ -25,6 +25,10 @@
 #            of two along M (they share B's tiles, which TMA multicasts to
 #            both: each copies half) or along N (sharing A's); 1 where the
 #            kernel has no such loop
+#   CLUSTER  1, 2, 4 or 8 (sm_90 and newer): each program instance is run by
+#            a cluster of that many CTAs (`.reqnctapercluster`), each with its
+#            own cluster_rank(), which combine scalars through distributed
+#            shared memory (cluster_sum, cluster_max, cluster_min)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -49,6 +53,7 @@ KNOBS: dict[str, Knob] = {
     "PERSISTENT": Knob("persistent", "0 or 1", lambda v: v in (0, 1)),
     "CLUSTER_M": Knob("cluster_m", "1 or 2", lambda v: v in (1, 2)),
     "CLUSTER_N": Knob("cluster_n", "1 or 2", lambda v: v in (1, 2)),
+    "CLUSTER": Knob("cluster", "1, 2, 4 or 8", lambda v: v in (1, 2, 4, 8)),
 }
 
 
@@ -63,6 +68,7 @@ class Knobs:
     persistent: int | None = None
     cluster_m: int | None = None
     cluster_n: int | None = None
+    cluster: int | None = None
 
     @staticmethod
     def of(config: Mapping[str, int]) -> Knobs:

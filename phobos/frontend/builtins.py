@@ -25,6 +25,7 @@ class Builtin:
 
 F32_F64 = (DType.F32, DType.F64)
 ATOMIC_INTEGERS = (DType.I32, DType.U32, DType.I64, DType.U64)
+CLUSTER_DTYPES = (DType.F32, DType.F64) + ATOMIC_INTEGERS  # what a cluster reduction exchanges
 
 
 def _unary_float(name: str, doc: str, dtypes: tuple[DType, ...] = (DType.F32, DType.F64)) -> Builtin:
@@ -48,6 +49,19 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "Index of this program instance along grid axis 0, 1 or 2 (i32).", "grid_index"),
     Builtin("num_programs", "num_programs(axis)",
             "Number of program instances along grid axis 0, 1 or 2 (i32).", "grid_index"),
+    Builtin("cluster_rank", "cluster_rank()",
+            "The rank (i32, 0 to CLUSTER - 1) of this CTA among the CLUSTER CTAs that run the program "
+            "instance (0 without the CLUSTER knob).", "cluster_rank"),
+    Builtin("cluster_sum", "cluster_sum(x)",
+            "The sum of the scalar x over the CTAs of the program instance's cluster, added in rank order "
+            "(the same value in each; x itself without the CLUSTER knob).", "cluster_reduce",
+            dtypes=CLUSTER_DTYPES),
+    Builtin("cluster_max", "cluster_max(x)",
+            "The largest of the scalar x over the CTAs of the cluster (NaN ignored, +0.0 above -0.0), "
+            "like cluster_sum.", "cluster_reduce", dtypes=CLUSTER_DTYPES),
+    Builtin("cluster_min", "cluster_min(x)",
+            "The smallest of the scalar x over the CTAs of the cluster (NaN ignored, -0.0 below +0.0), "
+            "like cluster_sum.", "cluster_reduce", dtypes=CLUSTER_DTYPES),
     Builtin("dot", "dot(a, b, precision=\"ieee\")",
             "Matrix product of tiles [M, K] and [K, N]: a [M, N] tile.  f32 (or f64) tiles: exact "
             "arithmetic, one fused multiply-add per term; for f32, precision=\"tf32\" or \"tf32x3\" runs "

@@ -166,6 +166,7 @@ class Lowering:
         self.const_values: dict[tuple, Value] = {}  # (dtype, value) -> the const op's value, at entry
         self.constants: dict[int, object] = {}  # value id -> constant, for folding as ops are built
         self.group_m = program_grouping(func)
+        self.cluster = func.attrs.get("knobs", Knobs()).cluster or 1  # CTAs per program instance (CLUSTER)
         self.programs: Programs | None = None  # persistent CTAs: the virtual programs (pipeline.py)
         self.fused_stores: dict[Op, FusedStore] = {}  # filled by lower_ops from fusion.fusion_plan
         self.global_barriers = global_barriers(func, self.layouts, self.use_count)  # accesses after a barrier

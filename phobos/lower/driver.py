@@ -7,7 +7,8 @@
 # when imported.
 from __future__ import annotations
 
-from ..middle.ir import Function
+from ..errors import ResourceError
+from ..middle.ir import Function, walk
 from . import control, debug, dot, indexed, memory, mma, pipeline, rearrange, reduce, scan, values  # noqa: F401
 from .core import Lowering
 
@@ -23,7 +24,8 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     kernel's report says about the code chosen) and `schedules` (the text
     of each pipelined loop's schedule.Schedule) - and, where the CTAs loop
     over the output tiles (pipeline.persistent_loop), `programs` parameters
-    and possibly `cluster` - ready for math expansion and
+    and possibly `cluster` (also set by the CLUSTER knob: CTAs per program
+    instance, sm_90 and newer) - ready for math expansion and
     instruction selection.  `smem_limit` is the target's shared memory per
     CTA (a ResourceError beyond it); `cp_async` allows pipelined K loops;
     `index_bits` 64 makes tensor dims (and the size parameters) and element
@@ -43,6 +45,9 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     """
     low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma, fp8, strided)
     persistent = pipeline.persistent_loop(low)
+    if low.cluster > 1:
+        _check_cluster(func, low.cluster, capability, persistent is not None)
+        low.out.attrs["cluster"] = low.cluster
     if persistent is not None:
         pipeline.lower_persistent(low, *persistent)
     else:
@@ -53,3 +58,15 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     low.out.attrs["native_fp8"] = fp8
     low.out.attrs["capability"] = capability
     return low.out
+
+
+def _check_cluster(func: Function, cluster: int, capability: int, persistent: bool) -> None:
+    """A ResourceError where the CLUSTER knob cannot be honoured: clusters need sm_90, and persistent CTAs
+    take their clusters from CLUSTER_M and CLUSTER_N.  It points at the kernel's first cluster builtin."""
+    loc = next((op.loc for op in walk(func.body) if op.opcode in ("cluster_index", "cluster_reduce")), None)
+    if capability < 90:
+        raise ResourceError(f"CLUSTER={cluster} runs a program instance on a cluster of CTAs, which sm_90 and "
+                            f"newer have; this target is sm_{capability}", loc)
+    if persistent:
+        raise ResourceError(f"CLUSTER={cluster} with persistent CTAs: their clusters are CLUSTER_M and "
+                            f"CLUSTER_N's (or PERSISTENT=0)", loc)

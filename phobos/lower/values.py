@@ -13,7 +13,9 @@
 #
 # program_id(0) and program_id(1) of a kernel with a dot are renumbered in
 # grouped order (GROUP_M) so that the CTAs running at one time share operand
-# blocks in L2; see grouped_program_ids.
+# blocks in L2; see grouped_program_ids.  With CLUSTER > 1 a program instance
+# is a cluster of CTAs along x (per_cluster), which combine scalars through
+# distributed shared memory (cluster_reduce).
 from __future__ import annotations
 
 from ..middle.ir import Builder, KernelParam, Op, Value
@@ -81,19 +83,63 @@ def program_id(low: Lowering, op: Op) -> None:
 
 def program_index(low: Lowering, axis: int) -> Value:
     """What program_id(axis) gives the kernel (in grouped order for axes 0 and 1 when GROUP_M > 1; with
-    persistent CTAs, of the virtual program the CTA runs now)."""
+    persistent CTAs, of the virtual program the CTA runs now; with CLUSTER > 1, of the cluster)."""
     if low.programs is not None:
         return low.programs.ids[axis]
     if low.group_m > 1 and axis in (0, 1):
         return grouped_program_ids(low)[axis]
-    return low.op("program_id", [], I32, axis=axis)
+    return per_cluster(low, low.op("program_id", [], I32, axis=axis), axis)
 
 
 @HANDLERS.on("num_programs")
 def num_programs(low: Lowering, op: Op) -> None:
     axis = op.attrs["axis"]
     low.vals[op.result] = low.programs.counts[axis] if low.programs is not None else \
-        low.op("num_programs", [], I32, **op.attrs)
+        per_cluster(low, low.op("num_programs", [], I32, **op.attrs), axis)
+
+
+def per_cluster(low: Lowering, ctas: Value, axis: int) -> Value:
+    """A CTA index or count along `axis` as one of program instances: with CLUSTER > 1 the launcher starts
+    CLUSTER CTAs, a cluster, per program instance along x (CompiledKernel.launch_grid)."""
+    if axis != 0 or low.cluster == 1:
+        return ctas
+    return low.op("div", [ctas, low.const(low.cluster, DType.I32)], I32)
+
+
+@HANDLERS.on("cluster_index")
+def cluster_index(low: Lowering, op: Op) -> None:
+    low.vals[op.result] = low.const(0, DType.I32) if low.cluster == 1 else \
+        low.op("cast", [low.op("cluster_rank", [], ScalarType(DType.U32))], I32)
+
+
+#: How cluster_reduce combines two values, by its attrs kind.
+CLUSTER_COMBINE = {"sum": "add", "max": "max", "min": "min"}
+
+
+@HANDLERS.on("cluster_reduce")
+def cluster_reduce(low: Lowering, op: Op) -> None:
+    """The scalar combined over the CTAs of the cluster: the first thread of each puts its value in its
+    shared memory, and after a barrier.cluster every thread reads the CTAs' values through distributed
+    shared memory (mapa) and combines them in rank order, so each CTA gets the same bits; a second
+    barrier.cluster keeps each CTA's value (and the CTA) there until its peers have read it."""
+    x = low.vals[op.operands[0]]
+    if low.cluster == 1:
+        low.vals[op.result] = x
+        return
+    dtype = x.dtype
+    slot = low.smem(dtype.nbytes)
+    low.barrier()  # the scratch buffer's earlier readers are done with it
+    first = low.op("cmp", [low.tid(), low.const(0, DType.I32)], BOOL, pred="eq")
+    low.st_shared(slot, low.const(0, DType.I32), dtype.nbytes, [x], dtype, first)
+    low.b.op("cluster_barrier", [], [], {})
+    total = None
+    for rank in range(low.cluster):
+        remote = low.op("mapa", [slot, low.const(rank, DType.U32)], ScalarType(DType.U32))
+        (value,) = low.b.op("ld_shared", [remote], [ScalarType(dtype)],
+                            {"dtype": dtype, "vec": 1, "offset": 0, "masked": False, "cluster": True}).results
+        total = value if total is None else low.op(CLUSTER_COMBINE[op.attrs["kind"]], [total, value], x.type)
+    low.b.op("cluster_barrier", [], [], {})
+    low.vals[op.result] = total
 
 
 def grouped_program_ids(low: Lowering) -> tuple[Value, Value]:

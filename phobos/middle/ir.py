@@ -49,6 +49,10 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "const", "a constant (a tile: every element equal); attrs value"),
     **_ops(True, "param", "kernel parameter; attrs index, name (tensors: the base pointer at thread level)"),
     **_ops(True, "program_id num_programs", "grid index / grid size; attrs axis"),
+    **_ops(True, "cluster_index", "the rank of the CTA among those of its cluster that run the program instance "
+                                  "(i32; 0 without the CLUSTER knob)"),
+    **_ops(False, "cluster_reduce", "cluster_reduce(x) -> the scalar x combined over the CTAs of the cluster in rank "
+                                    "order; attrs kind (sum max min)"),
     **_ops(True, "add sub mul div rem min max and or xor shl shr neg not abs",
            "element-wise arithmetic and logic (integer div/rem truncate; their divisor is never 0 at run "
            "time: irgen selects 1 for a divisor that may be 0, since PTX's div by 0 has no defined value)"),
@@ -99,7 +103,7 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(True, "shfl_up", "shfl_up(x, delta): x of lane (laneid - delta), this lane's own below 0"),
     **_ops(False, "printf", "printf(values...[, pred]): vprintf of attrs format"),
     **_ops(False, "trap", "trap(pred): stops the kernel with an error where pred is true"),
-    **_ops(False, "ld_shared", "ld_shared(addr) -> vec values; attrs dtype, vec"),
+    **_ops(False, "ld_shared", "ld_shared(addr) -> vec values; attrs dtype, vec, cluster (addr is a shared::cluster address, from mapa)"),
     **_ops(False, "st_shared", "st_shared(addr, values...[, pred]); attrs dtype, vec"),
     **_ops(False, "cp_async", "cp_async(smem_addr, gaddr[, src_bytes]) copies attrs bytes global->shared"),
     **_ops(False, "cp_async_commit", "closes a group of cp.async copies"),

@@ -576,6 +576,18 @@ class IRGen:
         self.at(e)
         return self.b.value(e.func, [], ScalarType(DType.I32), axis=self.ck.consts[e.args[0]])
 
+    @BUILTIN_RULES.on("cluster_rank")
+    def call_cluster_rank(self, e: ast.Call) -> Value:
+        self.at(e)
+        return self.b.value("cluster_index", [], ScalarType(DType.I32))
+
+    @BUILTIN_RULES.on("cluster_reduce")
+    def call_cluster_reduce(self, e: ast.Call) -> Value:
+        t = self.ck.types[e]
+        x = self.expr(e.args[0], t.dtype)
+        self.at(e)
+        return self.b.value("cluster_reduce", [x], t, kind=e.func.removeprefix("cluster_"))
+
     @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call) -> Value:
         a, b = self.expr(e.args[0]), self.expr(e.args[1])

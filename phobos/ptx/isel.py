@@ -690,8 +690,9 @@ def _load(space: str):
                 s.mov(t, Imm(ZERO.get(zero, 0), zero), zero)
         nc = ".nc" if op.attrs.get("read_only") and space == "global" else ""
         v = f".v{vec}" if vec > 1 else ""
+        where = "shared::cluster" if op.attrs.get("cluster") else space  # another CTA's, by a mapa address
         operand = Vec(tuple(targets)) if vec > 1 else targets[0]
-        s.emit(f"ld.{space}{nc}{v}.{MEMORY_TYPE[mem]}", operand, Addr(s.reg(addr), op.attrs.get("offset", 0)),
+        s.emit(f"ld.{where}{nc}{v}.{MEMORY_TYPE[mem]}", operand, Addr(s.reg(addr), op.attrs.get("offset", 0)),
                guard=s.reg(pred) if pred is not None else None)
         if not natural:
             for t, d, r in zip(targets, dsts, op.results):

@@ -895,6 +895,14 @@ class _Compiler:
         first = 0 if e.func == "program_id" else 3
         return operator.itemgetter(first + self.ck.consts[e.args[0]])
 
+    @BUILTIN_RULES.on("cluster_rank")
+    def call_cluster_rank(self, e: ast.Call) -> Fn:
+        return lambda f: np.int32(0)  # a cluster of one CTA (InterpretedKernel.run refuses larger ones)
+
+    @BUILTIN_RULES.on("cluster_reduce")
+    def call_cluster_reduce(self, e: ast.Call) -> Fn:
+        return self.expr(e.args[0], self.ck.types[e].dtype)  # combined over one CTA: itself
+
     @BUILTIN_RULES.on("dot")
     def call_dot(self, e: ast.Call) -> Fn:
         a, b = self.expr(e.args[0]), self.expr(e.args[1])
@@ -1376,9 +1384,14 @@ class InterpretedKernel:
         self.params = [(sym, compiler.slot(sym), sym.name in ck.written) for sym in ck.params]
         self.sizes = [(name, compiler.slot(b.symbol), b.uses) for name, b in ck.sizes.items()]
         self.nslots = GRID_SLOTS + len(compiler.slots)
+        self.cluster = ck.knobs.cluster or 1
 
     def run(self, grid: int | Sequence[int], args: Sequence) -> None:
         """Run every program instance of `grid` in order (axis 0 fastest); stores modify `args` in place."""
+        if self.cluster > 1:
+            raise LaunchError(f"kernel '{self.name}': the interpreter runs each program instance as one CTA, "
+                              f"not a cluster of CLUSTER={self.cluster}; the emulator (mode=\"emulate\") and "
+                              f"the GPU run clusters")
         grid = _grid(grid)
         frame: list = [None] * self.nslots
         frame[3:6] = [np.int32(n) for n in grid]

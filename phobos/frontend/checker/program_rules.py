@@ -1,5 +1,5 @@
 # The typing rules of builtins about the program instance and its effects:
-# program_id and num_programs, the atomics (on a tensor slice, typed like a
+# program_id and num_programs, cluster_rank and the cluster reductions, the atomics (on a tensor slice, typed like a
 # store into it: the tensor counts as written), device_print and
 # device_assert (statements with no value).
 from __future__ import annotations
@@ -21,6 +21,27 @@ def call_grid_index(ck: Checker, e: ast.Call):
     if axis not in (0, 1, 2):
         raise SemanticError(f"the axis of {e.func}() must be 0, 1 or 2, got {axis}", start_loc(e.args[0]))
     return ScalarType(DType.I32)
+
+
+@BUILTIN_RULES.on("cluster_rank")
+def call_cluster_rank(ck: Checker, e: ast.Call):
+    arity(e, 0)
+    return ScalarType(DType.I32)
+
+
+@BUILTIN_RULES.on("cluster_reduce")
+def call_cluster_reduce(ck: Checker, e: ast.Call):
+    arity(e, 1)
+    t = ck.value(e.args[0])
+    if not isinstance(t, ScalarType):
+        raise SemanticError(f"{e.func}() combines a scalar over the cluster, not a tile {t} (reduce the tile "
+                            f"first: {e.func}(sum(x)))", start_loc(e.args[0]))
+    t = ck.concrete(e.args[0], t)
+    allowed = BUILTINS[e.func].dtypes
+    if t.dtype not in allowed:
+        raise SemanticError(f"{e.func}() works on {', '.join(map(str, allowed))}, not {t.dtype}",
+                            start_loc(e.args[0]))
+    return t
 
 
 @BUILTIN_RULES.on("atomic")
