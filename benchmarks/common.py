@@ -108,7 +108,9 @@ def ptx_arguments(compiled, values: dict) -> list:
 def time_phobos(fn, values: dict, grid: tuple, repeat: int = 20) -> float:
     """GPU milliseconds of the configuration the kernel callable `fn` last ran, launched directly."""
     compiled = fn.compiled
-    with runtime.prepared_launch(runtime.load_module(compiled.ptx), compiled.kernel_name, grid,
+    ctas = compiled.launch_grid(tuple(grid) + (1,) * (3 - len(grid)),  # a cluster per program (CLUSTER)
+                                torch.cuda.get_device_properties(0).multi_processor_count)
+    with runtime.prepared_launch(runtime.load_module(compiled.ptx), compiled.kernel_name, ctas,
                                  (compiled.threads,), ptx_arguments(compiled, values),
                                  compiled.shared_bytes) as launch:
         return gpu_ms(launch, repeat=repeat)
