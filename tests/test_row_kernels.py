@@ -78,6 +78,16 @@ def test_the_variants_follow_the_sizes(name):
         [(8, 1, 8192, 1), (16, 1, 8192, 1), (32, 1, 16384, 1)]
 
 
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_a_program_takes_no_more_rows_than_there_are(name):
+    """A program of 64 rows for one row computed 63 rows of nothing (softmax 1 x 64 ran so, below torch):
+    ROWS is at most M rounded up to a power of two."""
+    fn = getattr(phobos.load(ROOT / "examples" / f"{name}.phobos", mode="interpret"), name)
+    assert {(c["ROWS"], c["WARPS"]) for c in configurations(fn, 1, 64)} == {(1, 1)}
+    assert {c["ROWS"] for c in configurations(fn, 16, 64)} == {1, 4, 16}
+    assert {c["ROWS"] for c in configurations(fn, 5, 256)} == {1, 4}
+
+
 @pytest.mark.parametrize("name, m, n, clusters", [
     ("row_sum", 16, 262144, {1, 2, 4, 8}), ("row_sum", 1, 4096, {1}), ("row_sum", 4096, 262144, {1}),
     ("softmax", 256, 16384, {1, 2, 4}), ("softmax", 4096, 16384, {1}), ("softmax", 16, 262144, {1}),
