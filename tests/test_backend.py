@@ -5,6 +5,7 @@
 # located errors for what cannot be lowered.
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from phobos import compiler
 from phobos.compiler import compile, compile_kernel, parse_source, pick_kernel
 from phobos.errors import PhobosError, ResourceError, SemanticError, UnsupportedError
 from phobos.ptxcheck import check
+from phobos.frontend.checker.config import launch_rules
 from phobos.frontend.sema import autotune_space, configurations
 
 ROOT = Path(__file__).parent.parent
@@ -143,19 +145,28 @@ def test_register_allocation_does_not_change_ptxas_result(name, config):
     assert declared < declared_plain
 
 
-def covering_sample(space: dict[str, list[int]]) -> list[dict[str, int]]:
+def covering_sample(space: dict[str, list[int]], served=lambda config: True) -> list[dict[str, int]]:
     """A few configurations in which every value of every autotune parameter appears: the j-th
-    takes each parameter's j-th value (its values in turn when it has fewer); the first is the default."""
+    takes each parameter's j-th value (its values in turn when it has fewer); the first is the default.
+    Those that `served` rejects (no sizes serve them: CLUSTER=2 with ROWS=64, say) are left out, and a
+    value they alone had comes in the first served configuration of the space that has it."""
     n = max((len(values) for values in space.values()), default=1)
     sample = [{name: values[j % len(values)] for name, values in space.items()} for j in range(n)]
-    return [c for i, c in enumerate(sample) if c not in sample[:i]]
+    sample = [c for i, c in enumerate(sample) if c not in sample[:i] and served(c)]
+    for name, values in space.items():
+        for value in values:
+            if all(c[name] != value for c in sample):
+                sample += [c for c in (dict(zip(space, combo)) for combo in itertools.product(*space.values()))
+                           if c[name] == value and served(c)][:1]
+    return sample
 
 
 def configurations_of(path: Path, sampled: bool) -> list[tuple[object, dict[str, int]]]:
     """(kernel, configuration) of every kernel of a file: the covering sample, or every other one."""
     out = []
     for k in parse_source(source(path), str(path)).kernels:
-        sample = covering_sample(autotune_space(k))
+        rules = launch_rules(k)
+        sample = covering_sample(autotune_space(k), lambda c: bool(rules.representative(c)))
         out += [(k, c) for c in (sample if sampled else [c for c in configurations(k) if c not in sample])]
     return out
 
@@ -180,6 +191,10 @@ def test_the_covering_sample_covers_every_value():
     for name, values in space.items():
         assert {c[name] for c in sample} == set(values)
     assert covering_sample({}) == [{}]
+    # a combination no sizes serve is left out; a value only it had comes in a served one
+    space = {"CLUSTER": [1, 2], "ROWS": [1, 64]}
+    sample = covering_sample(space, lambda c: c["CLUSTER"] == 1 or c["ROWS"] == 1)
+    assert sample == [{"CLUSTER": 1, "ROWS": 1}, {"CLUSTER": 2, "ROWS": 1}, {"CLUSTER": 1, "ROWS": 64}]
 
 
 @pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: p.name)
