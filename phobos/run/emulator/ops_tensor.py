@@ -107,24 +107,21 @@ def lane_values(m, idx, readers) -> list[np.ndarray]:
 
 
 def _element_decoder(kind: str):
-    """(lanes of raw register values, half) -> float64 element values."""
+    """Raw elements -> float64 element values: the register's value (32- and 64-bit kinds), or one of
+    the 16- or 8-bit parts of a register (unsigned, see fragments.gather)."""
     if kind == "tf32":
-        return lambda v, h: nx.tf32_value(v)
+        return nx.tf32_value
     if kind == "f32":
-        return lambda v, h: np.asarray(v, np.float32).astype(np.float64)
+        return lambda v: np.asarray(v, np.float32).astype(np.float64)
     if kind == "s32":
-        return lambda v, h: np.asarray(v, np.int32).astype(np.float64)
+        return lambda v: np.asarray(v, np.int32).astype(np.float64)
     if kind == "f64":
-        return lambda v, h: np.asarray(v, np.float64)
-    if kind in _INTEGERS:  # byte h of the register
-        byte = np.dtype(np.int8 if kind == "s8" else np.uint8)
-        return lambda v, h: ((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF)).astype(np.uint8) \
-            .view(byte).astype(np.float64)
-    if kind in _F8:  # byte h of the register
-        return lambda v, h: f8_values(((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF))
-                                      .astype(np.uint8), _F8[kind]).astype(np.float64)
-    half = _bf16_value if kind == "bf16" else _f16_value
-    return lambda v, h: half((np.asarray(v, np.uint32) >> np.uint32(16 * h)) & np.uint32(0xFFFF))
+        return lambda v: np.asarray(v, np.float64)
+    if kind in _INTEGERS:
+        return lambda v: v.view(np.int8 if kind == "s8" else np.uint8).astype(np.float64)
+    if kind in _F8:
+        return lambda v: f8_values(v, _F8[kind]).astype(np.float64)
+    return _bf16_value if kind == "bf16" else _f16_value
 
 
 def _bf16_value(bits):
@@ -132,7 +129,7 @@ def _bf16_value(bits):
 
 
 def _f16_value(bits):
-    return np.asarray(bits).astype(np.uint16).view(np.float16).astype(np.float64)
+    return np.asarray(bits, np.uint16).view(np.float16).astype(np.float64)
 
 
 def _memory_values(raw: np.ndarray, kind: str) -> np.ndarray:
