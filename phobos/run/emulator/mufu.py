@@ -59,8 +59,10 @@ def _ex2_fraction(f: np.ndarray) -> np.ndarray:
     """2^f in float64 for f in [0, 1), by Horner's rule on exp's series (error under 1e-15)."""
     t = np.asarray(f, np.float64) * 0.6931471805599453
     out = np.ones_like(t)
-    for k in range(17, 0, -1):
-        out = 1.0 + out * t / k
+    for k in range(17, 0, -1):  # out = 1 + out * t / k, in place
+        out *= t
+        out /= k
+        out += 1.0
     return out
 
 
