@@ -499,14 +499,14 @@ class _Accesses:
         True, no epochs) - indexing keeps the last value written to a repeated index, so the lowest
         thread is written last in reverse."""
         if keep is True:
-            lo, hi = np.minimum(self.lo[b], lo), np.maximum(self.hi[b], hi)
+            lo, hi = np.minimum(self.lo.take(b), lo), np.maximum(self.hi.take(b), hi)
         elif keep is not False:
-            lo, hi = np.where(keep, np.minimum(self.lo[b], lo), lo), np.where(keep, np.maximum(self.hi[b], hi), hi)
+            lo, hi = np.where(keep, np.minimum(self.lo.take(b), lo), lo), np.where(keep, np.maximum(self.hi.take(b), hi), hi)
         self.lo[b[::-1] if in_order else b] = lo[::-1] if in_order else lo
         self.hi[b] = hi
         self.pc[b] = pc
         if epoch is not None:
-            self.epoch[b] = np.maximum(self.epoch[b], epoch)
+            self.epoch[b] = np.maximum(self.epoch.take(b), epoch)
 
     def other_thread(self, i, b, t) -> int:
         lo = int(self.lo[b[i]])
@@ -625,8 +625,8 @@ class RaceDetector:
     def _check_pending(self, m, b, access: str, thread) -> None:
         """No access to bytes `b` while a cp.async into them is pending; `thread(i)`: the batch index of
         the thread of access i."""
-        if self.pending_total and self.pending[b].any():
-            i = int(np.flatnonzero(self.pending[b])[0])
+        if self.pending_total and self.pending.take(b).any():
+            i = int(np.flatnonzero(self.pending.take(b))[0])
             raise Fault(AsyncCopyHazard,
                         f"shared {access} at {m.describe_shared_at(int(b[i]))} while a cp.async "
                         f"into it is still pending (missing cp.async.wait_group/wait_all?)",
@@ -696,14 +696,14 @@ class RaceDetector:
         with no barrier between (None: none)."""
         if accesses is None:
             return None
-        lo, hi = accesses.lo[b], accesses.hi[b]
+        lo, hi = accesses.lo.take(b), accesses.hi.take(b)
         clash = (hi != _NOBODY) & ((lo != t) | (hi != t))
         if not clash.any():
             return None
         if self.warp_epoch is not None:
             warp = t // WARP
             same_warp = (lo // WARP == warp) & (hi // WARP == warp)
-            clash &= ~(same_warp & (self._epoch(b, t) > accesses.epoch[b]))
+            clash &= ~(same_warp & (self._epoch(b, t) > accesses.epoch.take(b)))
             if not clash.any():
                 return None
         return clash
@@ -949,8 +949,8 @@ class GlobalRaceDetector:
                 self._mark[b[reset]] = True
                 reset = self._mark[b]
                 self._mark[b] = False
-            low = np.minimum(np.where(reset, _HIGHEST, self.reader_lo[b]), g)
-            high = np.maximum(np.where(reset, _NONE, self.reader_hi[b]), g)
+            low = np.minimum(np.where(reset, _HIGHEST, self.reader_lo.take(b)), g)
+            high = np.maximum(np.where(reset, _NONE, self.reader_hi.take(b)), g)
         self.reader_lo[b[::-1]] = low[::-1]
         self.reader_hi[b] = high
 
@@ -961,18 +961,18 @@ class GlobalRaceDetector:
         byte come in ascending order of threads, see _in_order)."""
         self._against_writes(m, b, t, g, epoch, "read")
         if nc:
-            written = self.writer[b] != _NONE
+            written = self.writer.take(b) != _NONE
             if written.any():
                 i = int(np.flatnonzero(written)[0])
                 raise self._nc_fault(m, b, t, i, int(self.write_pc[b[i]]), "read here after a write")
             if self.nc_pc is None:
                 self.nc_pc = np.full(len(self.writer), _NONE, np.int32)
             self.nc_pc[b] = pc
-        lo, hi = self.reader_lo[b], self.reader_hi[b]
+        lo, hi = self.reader_lo.take(b), self.reader_hi.take(b)
         cta = g // self.tpc
         window_cta = lo // self.tpc
         reset = (hi == _NONE) | ((window_cta == hi // self.tpc) & (window_cta == cta)
-                                 & (self.read_epoch[b] < epoch))
+                                 & (self.read_epoch.take(b) < epoch))
         if self.known:  # a window of another CTA's reads that this CTA acquired after starts anew too
             single = (hi != _NONE) & (window_cta == hi // self.tpc) & (window_cta != cta)
             for i in np.flatnonzero(single).tolist():
@@ -1002,10 +1002,10 @@ class GlobalRaceDetector:
                         f"{m.describe_thread(int(t[i]))} and {m.describe_thread(int(t[j]))} "
                         f"write it in the same instruction", thread=int(t[j]))
         self._against_writes(m, b, t, g, epoch, "write")
-        lo, hi = self.reader_lo[b], self.reader_hi[b]
+        lo, hi = self.reader_lo.take(b), self.reader_hi.take(b)
         cta = g // self.tpc
         clash = (hi != _NONE) & ((lo // self.tpc != cta) | (hi // self.tpc != cta)
-                                 | ((self.read_epoch[b] == epoch) & ((lo != g) | (hi != g))))
+                                 | ((self.read_epoch.take(b) == epoch) & ((lo != g) | (hi != g))))
         for i in np.flatnonzero(clash).tolist():
             other = int(lo[i]) if int(lo[i]) != int(g[i]) else int(hi[i])
             one_cta = int(lo[i]) // self.tpc == int(hi[i]) // self.tpc != int(cta[i])
@@ -1022,8 +1022,8 @@ class GlobalRaceDetector:
         self.write_clock[b] = self._clocks(g)
 
     def _against_writes(self, m, b, t, g, epoch, what: str) -> None:
-        w = self.writer[b]
-        clash = (w != _NONE) & (w != g) & ((w // self.tpc != g // self.tpc) | (self.write_epoch[b] == epoch))
+        w = self.writer.take(b)
+        clash = (w != _NONE) & (w != g) & ((w // self.tpc != g // self.tpc) | (self.write_epoch.take(b) == epoch))
         for i in np.flatnonzero(clash).tolist():
             other_cta = int(w[i]) // self.tpc != int(g[i]) // self.tpc
             if not (other_cta and self._ordered(int(g[i]), int(w[i]), int(self.write_clock[b[i]]))):
