@@ -471,6 +471,19 @@ _NOBODY_LOW = np.int32(np.iinfo(np.int32).max)
 WARP = 32
 
 
+def _units(shadow: np.ndarray, size: int) -> np.ndarray:
+    """A per-byte shadow array viewed as rows of `size` bytes (row r: bytes r*size to r*size + size - 1)."""
+    return shadow[: len(shadow) // size * size].reshape(-1, size)
+
+
+def _put_units(shadow: np.ndarray, rows, values: np.ndarray) -> None:
+    """shadow's rows of `values.shape[1]` bytes at `rows` set to `values` (a repeated row keeps the
+    last), each row moved as one element (NumPy indexes those far faster than rows of a 2-d array)."""
+    unit = np.dtype((np.void, values.shape[1] * shadow.itemsize))
+    target = _units(shadow, values.shape[1]).reshape(-1).view(unit)
+    target[rows] = np.ascontiguousarray(values, shadow.dtype).view(unit).reshape(-1)
+
+
 class _Accesses:
     """One kind of access (plain writes, plain reads or atomics) to every shared byte
     since the CTA's last barrier: the lowest and highest thread ids (linear within
@@ -483,8 +496,10 @@ class _Accesses:
         self.hi = np.full(n, _NOBODY, np.int32)
         self.pc = np.zeros(n, np.int32)
         self.epoch = np.zeros(n, np.int32)
+        self.live = False  # whether any access was recorded since every CTA's records were last cleared
 
     def reset(self, rows, stride: int) -> None:
+        self.live = self.live and rows is not None
         for arr, empty in ((self.lo, _NOBODY_LOW), (self.hi, _NOBODY)):
             if rows is None:
                 arr.fill(empty)
@@ -498,6 +513,7 @@ class _Accesses:
         in_order: b may name a byte several times, its entries in ascending order of threads (keep
         True, no epochs) - indexing keeps the last value written to a repeated index, so the lowest
         thread is written last in reverse."""
+        self.live = True
         if keep is True:
             lo, hi = np.minimum(self.lo.take(b), lo), np.maximum(self.hi.take(b), hi)
         elif keep is not False:
@@ -576,6 +592,8 @@ class RaceDetector:
         if access == STORE:
             self.record_write(m, flat, tid, nbytes, pc, stored)
             return
+        if access == LOAD and self._load_by_lanes(idx, flat, tid, nbytes, pc):
+            return
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
         self._check_pending(m, b, access, lambda i: self._thread(b[i], t[i]))
@@ -593,6 +611,36 @@ class RaceDetector:
             accesses.record(b, t, t, pc, None, True, in_order=True)
             return
         self._record(accesses, flat, tid, nbytes, b, t, pc, self.lanes_apart(flat, nbytes), keep=True)
+
+    def _load_by_lanes(self, idx, flat, tid, nbytes, pc: int) -> bool:
+        """Check and record the common load lane by lane rather than byte by byte: accesses of 2 to 16
+        bytes each aligned to its size, while no bulk copy or warp barrier was seen, no byte read twice
+        or the lanes in thread order - the shadow state is then viewed as rows of `nbytes` bytes, one
+        row a lane, and updated as the byte-wise path updates it (_Accesses.record).  False, with
+        nothing done, where the load is not such a one or a byte of it is pending or conflicts (the
+        byte-wise path then reports that)."""
+        if (nbytes not in (2, 4, 8, 16) or self.tma_barrier is not None or self.warp_epoch is not None
+                or (flat % nbytes).any()):
+            return False
+        apart = self.lanes_apart(flat, nbytes)
+        if not (apart or in_thread_order(idx)):
+            return False
+        rows, lanes = flat // nbytes, tid[:, None]
+        if self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
+            return False
+        for earlier in (self.writes, self.atomics):
+            if earlier is not None and earlier.live:
+                lo, hi = _units(earlier.lo, nbytes).take(rows, axis=0), _units(earlier.hi, nbytes).take(rows, axis=0)
+                if ((hi != _NOBODY) & ((lo != lanes) | (hi != lanes))).any():
+                    return False
+        low = np.minimum(_units(self.reads.lo, nbytes).take(rows, axis=0), lanes)
+        high = np.maximum(_units(self.reads.hi, nbytes).take(rows, axis=0), lanes)
+        lowest_last = slice(None) if apart else slice(None, None, -1)  # (a repeated row keeps its last value)
+        _put_units(self.reads.lo, rows[lowest_last], low[lowest_last])
+        _put_units(self.reads.hi, rows, high)
+        _put_units(self.reads.pc, rows, np.full(low.shape, pc, np.int32))
+        self.reads.live = True
+        return True
 
     def _record(self, accesses: _Accesses, flat, tid, nbytes: int, b, t, pc: int, apart: bool, keep) -> None:
         """Record accesses of `nbytes` at `flat` by threads `tid` (one per lane; b and t: their bytes
@@ -694,7 +742,7 @@ class RaceDetector:
     def _conflicts(self, b, t, accesses: _Accesses | None):
         """Which accesses of bytes `b` by threads `t` follow an access in `accesses` by another thread
         with no barrier between (None: none)."""
-        if accesses is None:
+        if accesses is None or not accesses.live:
             return None
         lo, hi = accesses.lo.take(b), accesses.hi.take(b)
         clash = (hi != _NOBODY) & ((lo != t) | (hi != t))
