@@ -907,6 +907,7 @@ class GlobalRaceDetector:
         self.read_pc = np.zeros(heap_bytes, np.int32)
         self.nc_pc: np.ndarray | None = None  # created by the first ld.global.nc
         self._mark: np.ndarray | None = None  # scratch of _in_order
+        self._stamp: np.ndarray | None = None  # scratch of lanes_apart
         self.write_clock = np.zeros(heap_bytes, np.int32)  # the writer CTA's releases before the write
         self.read_clock = np.zeros(heap_bytes, np.int32)  # the same, for the latest read
         self.clock: dict[int, int] = {}  # CTA (in the grid) -> releases it has made
@@ -958,6 +959,8 @@ class GlobalRaceDetector:
 
     def check(self, m, idx, offsets, nbytes, access: str, pc: int) -> None:
         threads = np.arange(m.n) if idx is None else np.asarray(idx)
+        if access in (LOAD, ASYNC_SOURCE) and self._read_by_lanes(m, threads, offsets, nbytes, pc):
+            return
         if nbytes.ndim == 0:
             b, t = access_bytes(np.asarray(offsets, np.int64), int(nbytes)), np.repeat(threads, int(nbytes))
         else:
@@ -982,6 +985,45 @@ class GlobalRaceDetector:
         else:
             distinct = lambda reset: distinct_bytes(b, g, flag=reset)  # noqa: E731
         self._read(m, b, t, g, epoch, pc, access == NC_LOAD, distinct)
+
+    def _read_by_lanes(self, m, threads, offsets, nbytes, pc: int) -> bool:
+        """Check and record the common read lane by lane rather than byte by byte (as
+        RaceDetector._load_by_lanes does): every lane 2 to 16 bytes, aligned to their size, while no
+        atomic has released or acquired anything, and no byte read twice - or the lanes in thread
+        order, each byte read for the first time since its readers' window closed (as _in_order
+        records those).  False, with nothing done, where the read is not such a one or conflicts
+        with a write (the byte-wise path then reports it)."""
+        sizes = np.asarray(nbytes)
+        size = int(sizes) if sizes.ndim == 0 else int(sizes[0]) if len(sizes) and (sizes == sizes[0]).all() else 0
+        offsets = np.asarray(offsets, np.int64)
+        if size not in (2, 4, 8, 16) or self.known or self.clock or (offsets % size).any():
+            return False
+        if self._stamp is None:
+            self._stamp = np.zeros(len(self.writer), np.int32)
+        apart = lanes_apart(offsets, size, self._stamp)
+        if not (apart or in_thread_order(threads)):
+            return False
+        rows = offsets // size
+        g = (m.cta_first * self.tpc + threads).astype(np.int32)[:, None]
+        epoch = m.epoch[m.cta_of[threads]][:, None]
+        unit = lambda shadow: _units(shadow, size).take(rows, axis=0)  # noqa: E731
+        w = unit(self.writer)
+        if ((w != _NONE) & (w != g) & ((w // self.tpc != g // self.tpc) | (unit(self.write_epoch) == epoch))).any():
+            return False
+        lo, hi = unit(self.reader_lo), unit(self.reader_hi)
+        window_cta = lo // self.tpc
+        reset = (hi == _NONE) | ((window_cta == hi // self.tpc) & (window_cta == g // self.tpc)
+                                 & (unit(self.read_epoch) < epoch))
+        if not (apart or reset.all()):
+            return False
+        lowest_last = slice(None) if apart else slice(None, None, -1)  # (a repeated row keeps its last value)
+        low = np.minimum(np.where(reset, _HIGHEST, lo), g)
+        _put_units(self.reader_lo, rows[lowest_last], low[lowest_last])
+        _put_units(self.reader_hi, rows, np.maximum(np.where(reset, _NONE, hi), g))
+        _put_units(self.read_epoch, rows, np.broadcast_to(epoch, lo.shape))
+        _put_units(self.read_pc, rows, np.full(lo.shape, pc, np.int32))
+        _put_units(self.read_clock, rows, np.zeros(lo.shape, np.int32))  # (no CTA has released anything)
+        return True
 
     def _in_order(self, b, g, reset):
         """The readers' windows of bytes `b` read by threads `g` (in the grid), each byte's entries in
