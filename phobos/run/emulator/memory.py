@@ -517,7 +517,8 @@ class _Accesses:
         if keep is True:
             lo, hi = np.minimum(self.lo.take(b), lo), np.maximum(self.hi.take(b), hi)
         elif keep is not False:
-            lo, hi = np.where(keep, np.minimum(self.lo.take(b), lo), lo), np.where(keep, np.maximum(self.hi.take(b), hi), hi)
+            lo = np.where(keep, np.minimum(self.lo.take(b), lo), lo)
+            hi = np.where(keep, np.maximum(self.hi.take(b), hi), hi)
         self.lo[b[::-1] if in_order else b] = lo[::-1] if in_order else lo
         self.hi[b] = hi
         self.pc[b] = pc

@@ -621,8 +621,8 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
                     model: TensorCoreModel, b_informat: str | None = None) -> np.ndarray:
     """D = C + A B as the tensor cores compute it, for a batch of matrices.
 
-    a: (..., M, K) and b: (..., K, N) hold the exact float64 values of the
-    f16/bf16/tf32/e4m3/e5m2 inputs (b's format `b_informat`, by default a's:
+    a: (..., M, K) and b: (..., K, N) hold the exact values (float64, or float32
+    where that holds them) of the f16/bf16/tf32/e4m3/e5m2 inputs (b's format `b_informat`, by default a's:
     e4m3 may meet e5m2, whose blocks and kept bits are the same); c: (..., M, N)
     float32.  Returns float32 (..., M, N).
     """
@@ -690,12 +690,14 @@ def _dot_part(a, b, c, size: int, emins: tuple[int, int], kept: int, out_format:
     (_arrange: the longest of B, M and N innermost, so that NumPy's inner loops are long); the
     blocks then go one after the other (_block_sum)."""
     order = _layout(*c.shape)
-    a_k, b_k = _arrange(a.astype(work), "bik", order), _arrange(b.astype(work), "bkj", order)  # (K, ...), unit axes
+    a_k = _arrange(a.astype(work, copy=False), "bik", order)  # (K, ...), with unit axes to broadcast
+    b_k = _arrange(b.astype(work, copy=False), "bkj", order)
     shape = tuple(max(x, y) for x, y in zip(a_k.shape[1:], b_k.shape[1:]))
     k = a_k.shape[0]
     exponent_sums = np.add(_term_exponents(a_k, emins[0]), _term_exponents(b_k, emins[1]),
                            out=_scratch(k * int(np.prod(shape)), np.int16).reshape((k,) + shape))
-    tops = exponent_sums.reshape((k // size, size) + shape).max(axis=1)  # (blocks, ...) at most _LIVE where no live term
+    # the largest of each block: (blocks, ...), at most _LIVE where no term is live
+    tops = exponent_sums.reshape((k // size, size) + shape).max(axis=1)
     products = np.multiply(a_k, b_k, out=_scratch(k * int(np.prod(shape)), work).reshape((k,) + shape))
     finite = bool(np.isfinite(a_k).all() and np.isfinite(b_k).all())
     acc = np.ascontiguousarray(np.transpose(c, ["bij".index(x) for x in order]))

@@ -107,8 +107,9 @@ def lane_values(m, idx, readers) -> list[np.ndarray]:
 
 
 def _element_decoder(kind: str):
-    """Raw elements -> float64 element values: the register's value (32- and 64-bit kinds), or one of
-    the 16- or 8-bit parts of a register (unsigned, see fragments.gather)."""
+    """Raw elements -> element values (float64; f16 ones float32, which holds them exactly): the
+    register's value (32- and 64-bit kinds), or one of the 16- or 8-bit parts of a register
+    (unsigned, see fragments.gather)."""
     if kind == "tf32":
         return nx.tf32_value
     if kind == "f32":
@@ -129,7 +130,11 @@ def _bf16_value(bits):
 
 
 def _f16_value(bits):
-    return np.asarray(bits, np.uint16).view(np.float16).astype(np.float64)
+    """The values of f16 bits, as float32 (exact; looked up: NumPy's own cast is slow on subnormals)."""
+    return _F16_VALUES.take(np.asarray(bits, np.uint16))
+
+
+_F16_VALUES = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
 def _memory_values(raw: np.ndarray, kind: str) -> np.ndarray:
@@ -202,7 +207,7 @@ class Accumulator:
 
 def multiply(m, a: np.ndarray, b: np.ndarray, c: np.ndarray, atype: str, btype: str, accumulator: str,
              satfinite: bool, mode: str, what: str) -> np.ndarray:
-    """D = C + A B of a batch of matrices (exact float64 values): integers exactly (`integer_dot`), f64 as a
+    """D = C + A B of a batch of matrices (exact values): integers exactly (`integer_dot`), f64 as a
     chain of fmas (`numerics.fma_dot`), the rest by the launch's tensor-core model; an f16 accumulator
     gets the model's f32 result rounded to nearest even (`numerics.round_half_accumulator`)."""
     if accumulator == "s32":
