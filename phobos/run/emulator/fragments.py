@@ -172,13 +172,18 @@ def ldmatrix_lanes(count: int) -> np.ndarray:
     return np.arange(8 * count).reshape(count, 8)
 
 
-def ldmatrix_element(trans: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(row, column) within an 8x8 matrix of the two halves each lane holds: (2, 32) each.
-    Lane l holds row l/4, columns 2(l%4), 2(l%4)+1; transposed, the same positions of
-    the transposed matrix."""
-    rows = np.stack([GROUP, GROUP])
-    cols = np.stack([2 * THREAD, 2 * THREAD + 1])
-    return (cols, rows) if trans else (rows, cols)
+def ldmatrix_words(mats: np.ndarray, trans: bool) -> np.ndarray:
+    """The registers of ldmatrix/stmatrix from 8x8 matrices of 16-bit elements (..., 8, 8): lane l
+    holds row l/4, columns 2(l%4) and 2(l%4)+1 (low half first) - of the transposed matrix with
+    .trans -, i.e. the matrix's 32-bit words row by row: (..., 32) uint32."""
+    mats = mats.swapaxes(-1, -2) if trans else mats
+    return np.ascontiguousarray(mats, np.uint16).view(np.uint32).reshape(mats.shape[:-2] + (32,))
+
+
+def ldmatrix_matrices(words: np.ndarray, trans: bool) -> np.ndarray:
+    """ldmatrix_words' inverse: (..., 32) register values -> (..., 8, 8) 16-bit matrices."""
+    mats = np.ascontiguousarray(words, np.uint32).view(np.uint16).reshape(words.shape[:-1] + (8, 8))
+    return mats.swapaxes(-1, -2) if trans else mats
 
 
 # ------------------------------------------------------------------ descriptors

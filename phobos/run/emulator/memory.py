@@ -200,10 +200,17 @@ class Space:
         raise NotImplementedError
 
     def load(self, m, idx, addr, dtype: np.dtype, count: int, pc: int, access: str = LOAD) -> list[np.ndarray]:
+        block = self.load_rows(m, idx, addr, dtype, count, pc, access)
+        return [block[:, k] for k in range(count)]
+
+    def load_rows(self, m, idx, addr, dtype: np.dtype, count: int, pc: int, access: str = LOAD) -> np.ndarray:
+        """The `count` consecutive values of `dtype` at each lane's address: (lanes, count)."""
         size = dtype.itemsize
         pos = self.locate(m, idx, addr, size * count, access, pc) // size
         view = self.view(dtype)
-        return [view[pos + k] for k in range(count)] if count > 1 else [view[pos]]
+        if not (pos % count).any():  # (aligned to the whole access, as they are) rows of `count` values
+            return view[: len(view) // count * count].reshape(-1, count).take(pos // count, axis=0)
+        return view[pos[:, None] + np.arange(count)]
 
     def store(self, m, idx, addr, dtype: np.dtype, values: list, pc: int) -> None:
         size = dtype.itemsize

@@ -350,19 +350,16 @@ def build_ldmatrix(d, ins, mods):
     dst, src = d.operands(ins, 2)
     writers = [d.writer(x, B32) for x in _registers(d, dst, count, "the destination")]
     address = d.address(src, "shared")
-    rows, cols = fr.ldmatrix_element(trans)
     pc = d.index
 
     def run(m, idx):
         threads = whole_units(m, idx, WARP, "ldmatrix")
         pick = _row_lanes(threads, count)
         addr = address(m, idx)[pick]
-        data = np.stack(m.shared.load(m, threads[pick], addr, np.dtype(np.uint16), 8, pc), axis=-1)
-        mats = data.reshape(-1, count, 8, 8)  # (warp, matrix, row, column)
+        data = m.shared.load_rows(m, threads[pick], addr, np.dtype(np.uint16), 8, pc)
+        words = fr.ldmatrix_words(data.reshape(-1, count, 8, 8), trans)  # (warp, matrix, lane)
         for i, write in enumerate(writers):
-            lo = mats[:, i, rows[0], cols[0]].astype(np.uint32)
-            hi = mats[:, i, rows[1], cols[1]].astype(np.uint32)
-            write(m, idx, (lo | (hi << np.uint32(16))).reshape(-1))
+            write(m, idx, words[:, i].reshape(-1))
     return plain(run)
 
 
@@ -372,19 +369,15 @@ def build_stmatrix(d, ins, mods):
     dst, src = d.operands(ins, 2)
     readers = [d.reader(x, B32) for x in _registers(d, src, count, "the source")]
     address = d.address(dst, "shared")
-    rows, cols = fr.ldmatrix_element(trans)
     pc = d.index
 
     def run(m, idx):
         threads = whole_units(m, idx, WARP, "stmatrix")
         warps = len(threads) // WARP
-        mats = np.zeros((warps, count, 8, 8), np.uint16)
-        for i, read in enumerate(readers):
-            value = np.broadcast_to(read(m, idx), (len(threads),)).reshape(warps, WARP)
-            mats[:, i, rows[0], cols[0]] = value & np.uint32(0xFFFF)
-            mats[:, i, rows[1], cols[1]] = value >> np.uint32(16)
+        words = np.stack([np.broadcast_to(read(m, idx), (len(threads),)).reshape(warps, WARP) for read in readers],
+                         axis=1)  # (warp, matrix, lane)
         pick = _row_lanes(threads, count)
-        flat = mats.reshape(-1, 8)
+        flat = np.ascontiguousarray(fr.ldmatrix_matrices(words, trans)).reshape(-1, 8)
         m.shared.store(m, threads[pick], address(m, idx)[pick], np.dtype(np.uint16),
                        [flat[:, c] for c in range(8)], pc)
     return plain(run)
