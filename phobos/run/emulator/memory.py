@@ -688,13 +688,17 @@ class RaceDetector:
                         f"into it is still pending (missing cp.async.wait_group/wait_all?)",
                         thread=thread(i))
 
-    def add_pending(self, b, delta: int, apart: bool) -> None:
-        """cp.async copies into bytes `b` are issued (+1) or performed (-1); `apart`: no byte twice."""
-        if apart:
-            self.pending[b] += delta
+    def add_pending(self, flat, nbytes: int, delta: int, apart: bool) -> None:
+        """cp.async copies of `nbytes` into `flat` (one per lane) are issued (+1) or performed (-1);
+        `apart`: no byte twice (then, aligned, a lane at a time: see _load_by_lanes)."""
+        if apart and nbytes in (2, 4, 8, 16) and not (flat % nbytes).any():
+            rows = flat // nbytes
+            _put_units(self.pending, rows, _units(self.pending, nbytes).take(rows, axis=0) + np.int16(delta))
+        elif apart:
+            self.pending[access_bytes(flat, nbytes)] += delta
         else:
-            np.add.at(self.pending, b, delta)
-        self.pending_total += delta * len(b)
+            np.add.at(self.pending, access_bytes(flat, nbytes), delta)
+        self.pending_total += delta * len(flat) * nbytes
 
     def record_write(self, m, flat, tid, nbytes: int, pc, stored=None, apart=None, copy=False):
         """Check and record plain writes of `nbytes` at `flat` by threads `tid` (linear ids in the CTA,
@@ -702,6 +706,8 @@ class RaceDetector:
         conflict too); apart: no byte twice (None: found here); copy: the writes of cp.async copies
         being performed, which the asynchronous proxy may read without a fence.proxy.async (plain
         stores need one; see docs/emulator.md)."""
+        if copy and apart and self._copy_by_lanes(flat, tid, nbytes, pc):
+            return
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
         if not copy:
@@ -727,6 +733,29 @@ class RaceDetector:
         self.unfenced[b] = 0 if copy else t + 1
         self.unfenced_pc[b] = pc
         self._record(self.writes, flat, tid, nbytes, b, t, pc, apart, keep=False if shared is None else shared)
+
+    def _copy_by_lanes(self, flat, tid, nbytes: int, pc: int) -> bool:
+        """record_write of the performed copies of cp.async lane by lane (as _load_by_lanes does):
+        copies of 2 to 16 bytes aligned to their size, no byte twice, while no warp barrier, bulk copy
+        or wgmma was seen and nothing else wrote or read the bytes since the last barrier.  False,
+        with nothing done, otherwise (the byte-wise path then checks it)."""
+        if (nbytes not in (2, 4, 8, 16) or self.warp_epoch is not None or self.async_reads is not None
+                or self.unfenced is None or (flat % nbytes).any()):
+            return False
+        rows, lanes = flat // nbytes, tid[:, None]
+        for earlier in (self.reads, self.atomics, self.writes):
+            if earlier is not None and earlier.live:
+                lo, hi = _units(earlier.lo, nbytes).take(rows, axis=0), _units(earlier.hi, nbytes).take(rows, axis=0)
+                if ((hi != _NOBODY) & ((lo != lanes) | (hi != lanes))).any():
+                    return False
+        threads = np.broadcast_to(lanes, (len(rows), nbytes))
+        _put_units(self.unfenced, rows, np.zeros(threads.shape, np.int32))
+        _put_units(self.unfenced_pc, rows, np.full(threads.shape, pc, np.int32))
+        _put_units(self.writes.lo, rows, threads)
+        _put_units(self.writes.hi, rows, threads)
+        _put_units(self.writes.pc, rows, np.full(threads.shape, pc, np.int32))
+        self.writes.live = True
+        return True
 
     def _against_writes(self, m, b, t, values):
         """Check writes of bytes `b` by threads `t` against the earlier writes: where another thread
@@ -1187,7 +1216,7 @@ class AsyncCopies:
         apart = races is None or races.lanes_apart(dst, cp_size)
         self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads].copy(), cp_size, pc, apart))
         if races is not None:
-            races.add_pending(access_bytes(dst, cp_size), 1, apart)
+            races.add_pending(dst, cp_size, 1, apart)
 
     def commit(self, threads) -> None:
         self.committed[threads] += 1
@@ -1214,12 +1243,19 @@ class AsyncCopies:
     def _perform(self, m, rec: _Copy) -> None:
         cp = rec.cp_size
         heap = m.glob.data
-        cols = np.arange(cp)
-        idx = np.minimum(rec.src[:, None] + cols, len(heap) - 1)
-        data = np.where(cols < rec.src_size[:, None], heap[idx], 0).astype(np.uint8).reshape(-1)
-        dst = access_bytes(rec.dst, cp)
+        whole = rec.apart and (rec.src_size == cp).all() and not ((rec.src | rec.dst) % cp).any()
+        if whole:  # a lane's bytes as one row
+            data = _units(heap, cp).take(rec.src // cp, axis=0)
+        else:
+            cols = np.arange(cp)
+            idx = np.minimum(rec.src[:, None] + cols, len(heap) - 1)
+            data = np.where(cols < rec.src_size[:, None], heap[idx], 0).astype(np.uint8)
         races = m.shared.races
         if races is not None:
-            races.add_pending(dst, -1, rec.apart)
-            races.record_write(m, rec.dst, m.ltid[rec.threads], cp, rec.pc, lambda: data, rec.apart, copy=True)
-        m.shared.data[dst] = data
+            races.add_pending(rec.dst, cp, -1, rec.apart)
+            races.record_write(m, rec.dst, m.ltid[rec.threads], cp, rec.pc, lambda: data.reshape(-1), rec.apart,
+                               copy=True)
+        if whole:
+            _put_units(m.shared.data, rec.dst // cp, data)
+        else:
+            m.shared.data[access_bytes(rec.dst, cp)] = data.reshape(-1)
