@@ -506,7 +506,9 @@ class _Accesses:
         self.live = False  # whether any access was recorded since every CTA's records were last cleared
 
     def reset(self, rows, stride: int) -> None:
-        self.live = self.live and rows is not None
+        if not self.live:  # (nothing to forget)
+            return
+        self.live = rows is not None
         for arr, empty in ((self.lo, _NOBODY_LOW), (self.hi, _NOBODY)):
             if rows is None:
                 arr.fill(empty)
@@ -1041,16 +1043,17 @@ class GlobalRaceDetector:
         if not (apart or in_thread_order(threads)):
             return False
         rows = offsets // size
-        g = (m.cta_first * self.tpc + threads).astype(np.int32)[:, None]
-        epoch = m.epoch[m.cta_of[threads]][:, None]
+        g = (m.cta_first * self.tpc + threads).astype(np.int32)
+        first = (g // self.tpc * self.tpc)[:, None]  # the first and last thread of each lane's CTA
+        last = first + (self.tpc - 1)
+        g, epoch = g[:, None], m.epoch[m.cta_of[threads]][:, None]
         unit = lambda shadow: _units(shadow, size).take(rows, axis=0)  # noqa: E731
         w = unit(self.writer)
-        if ((w != _NONE) & (w != g) & ((w // self.tpc != g // self.tpc) | (unit(self.write_epoch) == epoch))).any():
+        if ((w != _NONE) & (w != g) & ((w < first) | (w > last) | (unit(self.write_epoch) == epoch))).any():
             return False
         lo, hi = unit(self.reader_lo), unit(self.reader_hi)
-        window_cta = lo // self.tpc
-        reset = (hi == _NONE) | ((window_cta == hi // self.tpc) & (window_cta == g // self.tpc)
-                                 & (unit(self.read_epoch) < epoch))
+        # (where there are readers, lo <= hi: all of them in the lane's CTA where both are)
+        reset = (hi == _NONE) | ((lo >= first) & (hi <= last) & (unit(self.read_epoch) < epoch))
         if not (apart or reset.all()):
             return False
         lowest_last = slice(None) if apart else slice(None, None, -1)  # (a repeated row keeps its last value)
@@ -1059,7 +1062,7 @@ class GlobalRaceDetector:
         _put_units(self.reader_hi, rows, np.maximum(np.where(reset, _NONE, hi), g))
         _put_units(self.read_epoch, rows, np.broadcast_to(epoch, lo.shape))
         _put_units(self.read_pc, rows, np.full(lo.shape, pc, np.int32))
-        _put_units(self.read_clock, rows, np.zeros(lo.shape, np.int32))  # (no CTA has released anything)
+        # read_clock stays 0 throughout while no CTA has released anything
         return True
 
     def _in_order(self, b, g, reset):
