@@ -491,6 +491,18 @@ def _put_units(shadow: np.ndarray, rows, values: np.ndarray) -> None:
     target[rows] = np.ascontiguousarray(values, shadow.dtype).view(unit).reshape(-1)
 
 
+def _conflict_by_lanes(kinds, rows, lanes, nbytes: int) -> bool:
+    """Whether an access recorded in one of `kinds` (_Accesses or None) at the rows of `nbytes` bytes
+    `rows` was made by another thread than the lane's (`lanes`, a column): RaceDetector._conflicts a
+    lane at a time, without warp epochs."""
+    for earlier in kinds:
+        if earlier is not None and earlier.live:
+            lo, hi = _units(earlier.lo, nbytes).take(rows, axis=0), _units(earlier.hi, nbytes).take(rows, axis=0)
+            if ((hi != _NOBODY) & ((lo != lanes) | (hi != lanes))).any():
+                return True
+    return False
+
+
 class _Accesses:
     """One kind of access (plain writes, plain reads or atomics) to every shared byte
     since the CTA's last barrier: the lowest and highest thread ids (linear within
@@ -638,11 +650,8 @@ class RaceDetector:
         rows, lanes = flat // nbytes, tid[:, None]
         if self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
             return False
-        for earlier in (self.writes, self.atomics):
-            if earlier is not None and earlier.live:
-                lo, hi = _units(earlier.lo, nbytes).take(rows, axis=0), _units(earlier.hi, nbytes).take(rows, axis=0)
-                if ((hi != _NOBODY) & ((lo != lanes) | (hi != lanes))).any():
-                    return False
+        if _conflict_by_lanes((self.writes, self.atomics), rows, lanes, nbytes):
+            return False
         low = np.minimum(_units(self.reads.lo, nbytes).take(rows, axis=0), lanes)
         high = np.maximum(_units(self.reads.hi, nbytes).take(rows, axis=0), lanes)
         lowest_last = slice(None) if apart else slice(None, None, -1)  # (a repeated row keeps its last value)
@@ -745,11 +754,8 @@ class RaceDetector:
                 or self.unfenced is None or (flat % nbytes).any()):
             return False
         rows, lanes = flat // nbytes, tid[:, None]
-        for earlier in (self.reads, self.atomics, self.writes):
-            if earlier is not None and earlier.live:
-                lo, hi = _units(earlier.lo, nbytes).take(rows, axis=0), _units(earlier.hi, nbytes).take(rows, axis=0)
-                if ((hi != _NOBODY) & ((lo != lanes) | (hi != lanes))).any():
-                    return False
+        if _conflict_by_lanes((self.reads, self.atomics, self.writes), rows, lanes, nbytes):
+            return False
         threads = np.broadcast_to(lanes, (len(rows), nbytes))
         _put_units(self.unfenced, rows, np.zeros(threads.shape, np.int32))
         _put_units(self.unfenced_pc, rows, np.full(threads.shape, pc, np.int32))
