@@ -49,6 +49,27 @@ def test_round_to_format_matches_rational_rounding(x, mode, fmt):
     assert got == want
 
 
+def test_f32_to_f16_rounds_to_nearest_even_as_rational_rounding_does():
+    """The bit-level f32 -> f16 conversion (cvt.rn.f16.f32) against exact rounding: the subnormal range,
+    values half way between two f16 numbers, the overflow threshold, zeros, infinities and NaN."""
+    halfway = (rng.integers(100, 145, 4000).astype(np.uint32) << 23) | np.uint32(0x1000) \
+        | (rng.integers(0, 1 << 10, 4000).astype(np.uint32) << 13)
+    edges = np.array([0, 0x33000000, 0x33000001, 0x387FE000, 0x387FF000, 0x38800000, 0x477FEFFF, 0x477FF000,
+                      0x477FFFFF, 0x47800000, 0x7F7FFFFF, 0x7F800000, 0x7FC00000, 0x00000001], np.uint32)
+    bits = np.concatenate([halfway, halfway - 1, halfway + 1, edges, random_f32(20000).view(np.uint32)])
+    x = np.concatenate([bits, bits | np.uint32(0x80000000)]).view(np.float32)
+    got = nx.f32_to_f16(x)
+    assert got.dtype == np.float16
+    for value, half in zip(x.tolist(), got.tolist()):
+        if math.isnan(value):
+            assert math.isnan(half)
+        elif math.isinf(value):
+            assert half == value
+        else:
+            want = nx.round_fraction(Fraction(value), nx.F16, "rn") if value else 0.0
+            assert half == want and math.copysign(1.0, half) == math.copysign(1.0, value), value
+
+
 @settings(max_examples=300, deadline=None)
 @given(floats64, floats64, floats64)
 def test_f64_fma_is_correctly_rounded(a, b, c):

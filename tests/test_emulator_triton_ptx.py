@@ -11,10 +11,11 @@ their bounds, said where):
 * on-device tensor descriptors (tl.make_tensor_descriptor: tensormap.replace, tensormap.cp_fenceproxy,
   fence.proxy.tensormap);
 * tl.dot of int8 (mma m16n8k32 .satfinite, wgmma k32 .s8), fp8 (wgmma k32 e4m3/e5m2, f32 and f16
-  accumulators), f16 with f16 accumulators and f64 (mma m8n8k4, m16n8k16) against exact products.
+  accumulators), f16 with f16 accumulators and f64 (mma m8n8k4, m16n8k16) against exact products;
+* the race detectors' lane-at-a-time bookkeeping against their byte-by-byte one (a pipelined matrix product).
 
 Every kernel here was refused by the emulator before these forms were added, except the fp8 conversions
-(kept as a check against Triton's PTX).  The kernel takes Triton's two trailing scratch pointers (global
+(kept as a check against Triton's PTX) and the matrix product.  The kernel takes Triton's two trailing scratch pointers (global
 and profile scratch: a 0-size array or a sized one where the kernel uses it) and metadata.shared bytes of
 dynamic shared memory."""
 from __future__ import annotations
@@ -461,3 +462,58 @@ def test_f64_dot_is_a_chain_of_fmas(arch, form):
                 acc = float(Fraction(a[i, kk]) * Fraction(b[kk, j]) + Fraction(acc))
             want[i, j] = acc
     np.testing.assert_array_equal(c, want)
+
+
+# ------------------------------------------------------------------ race detectors: lanes and bytes
+
+@triton.jit
+def _tiled_matmul(a_ptr, b_ptr, c_ptr, K, N: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    cols = tl.arange(0, N)
+    acc = tl.zeros((BLOCK, N), tl.float32)
+    for k in range(0, K, 32):  # (a loop Triton pipelines with cp.async)
+        ks = k + tl.arange(0, 32)
+        a = tl.load(a_ptr + rows[:, None] * N + ks[None, :])
+        b = tl.load(b_ptr + ks[:, None] * N + cols[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(tl.float16))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_race_detectors_record_by_lanes_what_they_record_byte_by_byte(arch, monkeypatch):
+    """The detectors' lane-at-a-time paths (aligned loads, cp.async sources and copies) leave the shadow
+    state, the memory and the verdict just as the byte-by-byte paths do: a pipelined matrix product whose
+    CTAs all read one B (bytes read by several lanes in thread order), run both ways."""
+    import phobos.triton
+    from phobos.run.emulator import machine, memory
+    states = []
+    run_batch = machine.Machine.run
+
+    def recorded(m):
+        try:
+            run_batch(m)
+        finally:
+            shared, glob = m.shared.races, m.glob.races
+            states.append([m.shared.data.copy(), m.glob.data.copy(), shared.pending.copy(), shared.unfenced,
+                           *(getattr(x, f).copy() for x in (shared.reads, shared.writes) for f in ("lo", "hi", "pc")),
+                           *(getattr(glob, f).copy() for f in ("writer", "write_pc", "reader_lo", "reader_hi",
+                                                                "read_epoch", "read_pc"))])
+    monkeypatch.setattr(machine.Machine, "run", recorded)
+    n, block = 128, 32
+    a = rng.standard_normal((n, n)).astype(np.float16)
+    b = rng.standard_normal((n, n)).astype(np.float16)
+    outputs = []
+    for lanes in (True, False):
+        if not lanes:
+            for cls, name in ((memory.RaceDetector, "_load_by_lanes"), (memory.RaceDetector, "_copy_by_lanes"),
+                              (memory.GlobalRaceDetector, "_read_by_lanes")):
+                monkeypatch.setattr(cls, name, lambda *args: False)
+        c = np.zeros((n, n), np.float16)
+        phobos.triton.emulate(_tiled_matmul, arch=f"sm_{arch}" if arch == 80 else "sm_90a")[(n // block,)](
+            a, b, c, n, N=n, BLOCK=block)
+        outputs.append(c)
+    assert np.array_equal(outputs[0], outputs[1])
+    assert np.abs(outputs[0].astype(np.float32) - a.astype(np.float32) @ b.astype(np.float32)).max() < 0.1
+    by_lanes, by_bytes = states
+    for x, y in zip(by_lanes, by_bytes):
+        assert (x is None and y is None) or np.array_equal(x, y)

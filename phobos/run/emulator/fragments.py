@@ -88,6 +88,24 @@ class Fragment:
         """Per half, the element (row * columns + column) of each (register, lane): (halves, registers * 32)."""
         return (self.rows * self.shape[1] + self.cols).transpose(1, 0, 2).reshape(self.halves, -1)
 
+    def sources(self, warps: int) -> np.ndarray:
+        """For `warps` warps, where each element (warps, R, C) lies among the registers' elements, as
+        gather lays them out: (register, warp, lane, half) flattened."""
+        found = self._sources.get(warps)
+        if found is None:
+            position = self.rows * self.shape[1] + self.cols  # (registers, halves, 32)
+            register, half, lane = np.indices(position.shape)
+            where = np.full(self.shape[0] * self.shape[1], -1, np.int64)
+            where[position.reshape(-1)] = ((register * warps * 32 + lane) * self.halves + half).reshape(-1)
+            assert (where >= 0).all(), "a fragment covers every element of its matrices"
+            found = self._sources[warps] = (where[None, :] + np.arange(warps)[:, None] * 32 * self.halves) \
+                .reshape((warps,) + self.shape)
+        return found
+
+    @functools.cached_property
+    def _sources(self) -> dict:
+        return {}
+
 
 def _fragment(row, col, registers: int, halves: int, shape) -> Fragment:
     i = np.arange(registers)[:, None, None]
@@ -130,13 +148,13 @@ def wgmma_accumulator(n: int) -> Fragment:
 
 def gather(frag: Fragment, regs: list[np.ndarray], decode) -> np.ndarray:
     """Matrices (warps, R, C) from one warp-ordered array (warps*32,) per register;
-    `decode(bits, half)` turns raw register values (of any shape) into element values."""
+    `decode(elements)` turns raw elements (the registers' values, or with several elements a
+    register their unsigned parts, 8 or 16 bits, the lowest first) into element values."""
     warps = len(regs[0]) // 32
-    lanes = np.stack(regs).reshape(frag.registers, warps, 32).swapaxes(0, 1)  # (warps, registers, 32)
-    out = np.zeros((warps, frag.shape[0] * frag.shape[1]), np.float64)
-    for h in range(frag.halves):
-        out[:, frag.flat[h]] = decode(lanes, h).reshape(warps, -1)
-    return out.reshape((warps,) + frag.shape)
+    raw = np.stack(regs)  # (registers, warps*32)
+    if frag.halves > 1:
+        raw = raw.astype(np.uint32, copy=False).view(f"u{4 // frag.halves}")  # (registers, warps*32*halves)
+    return decode(raw.reshape(-1).take(frag.sources(warps)))
 
 
 def scatter(frag: Fragment, matrix: np.ndarray) -> list[list[np.ndarray]]:
@@ -154,13 +172,18 @@ def ldmatrix_lanes(count: int) -> np.ndarray:
     return np.arange(8 * count).reshape(count, 8)
 
 
-def ldmatrix_element(trans: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(row, column) within an 8x8 matrix of the two halves each lane holds: (2, 32) each.
-    Lane l holds row l/4, columns 2(l%4), 2(l%4)+1; transposed, the same positions of
-    the transposed matrix."""
-    rows = np.stack([GROUP, GROUP])
-    cols = np.stack([2 * THREAD, 2 * THREAD + 1])
-    return (cols, rows) if trans else (rows, cols)
+def ldmatrix_words(mats: np.ndarray, trans: bool) -> np.ndarray:
+    """The registers of ldmatrix/stmatrix from 8x8 matrices of 16-bit elements (..., 8, 8): lane l
+    holds row l/4, columns 2(l%4) and 2(l%4)+1 (low half first) - of the transposed matrix with
+    .trans -, i.e. the matrix's 32-bit words row by row: (..., 32) uint32."""
+    mats = mats.swapaxes(-1, -2) if trans else mats
+    return np.ascontiguousarray(mats, np.uint16).view(np.uint32).reshape(mats.shape[:-2] + (32,))
+
+
+def ldmatrix_matrices(words: np.ndarray, trans: bool) -> np.ndarray:
+    """ldmatrix_words' inverse: (..., 32) register values -> (..., 8, 8) 16-bit matrices."""
+    mats = np.ascontiguousarray(words, np.uint32).view(np.uint16).reshape(words.shape[:-1] + (8, 8))
+    return mats.swapaxes(-1, -2) if trans else mats
 
 
 # ------------------------------------------------------------------ descriptors

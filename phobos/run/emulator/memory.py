@@ -200,10 +200,17 @@ class Space:
         raise NotImplementedError
 
     def load(self, m, idx, addr, dtype: np.dtype, count: int, pc: int, access: str = LOAD) -> list[np.ndarray]:
+        block = self.load_rows(m, idx, addr, dtype, count, pc, access)
+        return [block[:, k] for k in range(count)]
+
+    def load_rows(self, m, idx, addr, dtype: np.dtype, count: int, pc: int, access: str = LOAD) -> np.ndarray:
+        """The `count` consecutive values of `dtype` at each lane's address: (lanes, count)."""
         size = dtype.itemsize
         pos = self.locate(m, idx, addr, size * count, access, pc) // size
         view = self.view(dtype)
-        return [view[pos + k] for k in range(count)] if count > 1 else [view[pos]]
+        if not (pos % count).any():  # (aligned to the whole access, as they are) rows of `count` values
+            return view[: len(view) // count * count].reshape(-1, count).take(pos // count, axis=0)
+        return view[pos[:, None] + np.arange(count)]
 
     def store(self, m, idx, addr, dtype: np.dtype, values: list, pc: int) -> None:
         size = dtype.itemsize
@@ -471,6 +478,31 @@ _NOBODY_LOW = np.int32(np.iinfo(np.int32).max)
 WARP = 32
 
 
+def _units(shadow: np.ndarray, size: int) -> np.ndarray:
+    """A per-byte shadow array viewed as rows of `size` bytes (row r: bytes r*size to r*size + size - 1)."""
+    return shadow[: len(shadow) // size * size].reshape(-1, size)
+
+
+def _put_units(shadow: np.ndarray, rows, values: np.ndarray) -> None:
+    """shadow's rows of `values.shape[1]` bytes at `rows` set to `values` (a repeated row keeps the
+    last), each row moved as one element (NumPy indexes those far faster than rows of a 2-d array)."""
+    unit = np.dtype((np.void, values.shape[1] * shadow.itemsize))
+    target = _units(shadow, values.shape[1]).reshape(-1).view(unit)
+    target[rows] = np.ascontiguousarray(values, shadow.dtype).view(unit).reshape(-1)
+
+
+def _conflict_by_lanes(kinds, rows, lanes, nbytes: int) -> bool:
+    """Whether an access recorded in one of `kinds` (_Accesses or None) at the rows of `nbytes` bytes
+    `rows` was made by another thread than the lane's (`lanes`, a column): RaceDetector._conflicts a
+    lane at a time, without warp epochs."""
+    for earlier in kinds:
+        if earlier is not None and earlier.live:
+            lo, hi = _units(earlier.lo, nbytes).take(rows, axis=0), _units(earlier.hi, nbytes).take(rows, axis=0)
+            if ((hi != _NOBODY) & ((lo != lanes) | (hi != lanes))).any():
+                return True
+    return False
+
+
 class _Accesses:
     """One kind of access (plain writes, plain reads or atomics) to every shared byte
     since the CTA's last barrier: the lowest and highest thread ids (linear within
@@ -483,8 +515,12 @@ class _Accesses:
         self.hi = np.full(n, _NOBODY, np.int32)
         self.pc = np.zeros(n, np.int32)
         self.epoch = np.zeros(n, np.int32)
+        self.live = False  # whether any access was recorded since every CTA's records were last cleared
 
     def reset(self, rows, stride: int) -> None:
+        if not self.live:  # (nothing to forget)
+            return
+        self.live = rows is not None
         for arr, empty in ((self.lo, _NOBODY_LOW), (self.hi, _NOBODY)):
             if rows is None:
                 arr.fill(empty)
@@ -498,15 +534,17 @@ class _Accesses:
         in_order: b may name a byte several times, its entries in ascending order of threads (keep
         True, no epochs) - indexing keeps the last value written to a repeated index, so the lowest
         thread is written last in reverse."""
+        self.live = True
         if keep is True:
-            lo, hi = np.minimum(self.lo[b], lo), np.maximum(self.hi[b], hi)
+            lo, hi = np.minimum(self.lo.take(b), lo), np.maximum(self.hi.take(b), hi)
         elif keep is not False:
-            lo, hi = np.where(keep, np.minimum(self.lo[b], lo), lo), np.where(keep, np.maximum(self.hi[b], hi), hi)
+            lo = np.where(keep, np.minimum(self.lo.take(b), lo), lo)
+            hi = np.where(keep, np.maximum(self.hi.take(b), hi), hi)
         self.lo[b[::-1] if in_order else b] = lo[::-1] if in_order else lo
         self.hi[b] = hi
         self.pc[b] = pc
         if epoch is not None:
-            self.epoch[b] = np.maximum(self.epoch[b], epoch)
+            self.epoch[b] = np.maximum(self.epoch.take(b), epoch)
 
     def other_thread(self, i, b, t) -> int:
         lo = int(self.lo[b[i]])
@@ -576,6 +614,8 @@ class RaceDetector:
         if access == STORE:
             self.record_write(m, flat, tid, nbytes, pc, stored)
             return
+        if access == LOAD and self._load_by_lanes(idx, flat, tid, nbytes, pc):
+            return
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
         self._check_pending(m, b, access, lambda i: self._thread(b[i], t[i]))
@@ -593,6 +633,33 @@ class RaceDetector:
             accesses.record(b, t, t, pc, None, True, in_order=True)
             return
         self._record(accesses, flat, tid, nbytes, b, t, pc, self.lanes_apart(flat, nbytes), keep=True)
+
+    def _load_by_lanes(self, idx, flat, tid, nbytes, pc: int) -> bool:
+        """Check and record the common load lane by lane rather than byte by byte: accesses of 2 to 16
+        bytes each aligned to its size, while no bulk copy or warp barrier was seen, no byte read twice
+        or the lanes in thread order - the shadow state is then viewed as rows of `nbytes` bytes, one
+        row a lane, and updated as the byte-wise path updates it (_Accesses.record).  False, with
+        nothing done, where the load is not such a one or a byte of it is pending or conflicts (the
+        byte-wise path then reports that)."""
+        if (nbytes not in (2, 4, 8, 16) or self.tma_barrier is not None or self.warp_epoch is not None
+                or (flat % nbytes).any()):
+            return False
+        apart = self.lanes_apart(flat, nbytes)
+        if not (apart or in_thread_order(idx)):
+            return False
+        rows, lanes = flat // nbytes, tid[:, None]
+        if self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
+            return False
+        if _conflict_by_lanes((self.writes, self.atomics), rows, lanes, nbytes):
+            return False
+        low = np.minimum(_units(self.reads.lo, nbytes).take(rows, axis=0), lanes)
+        high = np.maximum(_units(self.reads.hi, nbytes).take(rows, axis=0), lanes)
+        lowest_last = slice(None) if apart else slice(None, None, -1)  # (a repeated row keeps its last value)
+        _put_units(self.reads.lo, rows[lowest_last], low[lowest_last])
+        _put_units(self.reads.hi, rows, high)
+        _put_units(self.reads.pc, rows, np.full(low.shape, pc, np.int32))
+        self.reads.live = True
+        return True
 
     def _record(self, accesses: _Accesses, flat, tid, nbytes: int, b, t, pc: int, apart: bool, keep) -> None:
         """Record accesses of `nbytes` at `flat` by threads `tid` (one per lane; b and t: their bytes
@@ -625,20 +692,24 @@ class RaceDetector:
     def _check_pending(self, m, b, access: str, thread) -> None:
         """No access to bytes `b` while a cp.async into them is pending; `thread(i)`: the batch index of
         the thread of access i."""
-        if self.pending_total and self.pending[b].any():
-            i = int(np.flatnonzero(self.pending[b])[0])
+        if self.pending_total and self.pending.take(b).any():
+            i = int(np.flatnonzero(self.pending.take(b))[0])
             raise Fault(AsyncCopyHazard,
                         f"shared {access} at {m.describe_shared_at(int(b[i]))} while a cp.async "
                         f"into it is still pending (missing cp.async.wait_group/wait_all?)",
                         thread=thread(i))
 
-    def add_pending(self, b, delta: int, apart: bool) -> None:
-        """cp.async copies into bytes `b` are issued (+1) or performed (-1); `apart`: no byte twice."""
-        if apart:
-            self.pending[b] += delta
+    def add_pending(self, flat, nbytes: int, delta: int, apart: bool) -> None:
+        """cp.async copies of `nbytes` into `flat` (one per lane) are issued (+1) or performed (-1);
+        `apart`: no byte twice (then, aligned, a lane at a time: see _load_by_lanes)."""
+        if apart and nbytes in (2, 4, 8, 16) and not (flat % nbytes).any():
+            rows = flat // nbytes
+            _put_units(self.pending, rows, _units(self.pending, nbytes).take(rows, axis=0) + np.int16(delta))
+        elif apart:
+            self.pending[access_bytes(flat, nbytes)] += delta
         else:
-            np.add.at(self.pending, b, delta)
-        self.pending_total += delta * len(b)
+            np.add.at(self.pending, access_bytes(flat, nbytes), delta)
+        self.pending_total += delta * len(flat) * nbytes
 
     def record_write(self, m, flat, tid, nbytes: int, pc, stored=None, apart=None, copy=False):
         """Check and record plain writes of `nbytes` at `flat` by threads `tid` (linear ids in the CTA,
@@ -646,6 +717,8 @@ class RaceDetector:
         conflict too); apart: no byte twice (None: found here); copy: the writes of cp.async copies
         being performed, which the asynchronous proxy may read without a fence.proxy.async (plain
         stores need one; see docs/emulator.md)."""
+        if copy and apart and self._copy_by_lanes(flat, tid, nbytes, pc):
+            return
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
         if not copy:
@@ -672,6 +745,26 @@ class RaceDetector:
         self.unfenced_pc[b] = pc
         self._record(self.writes, flat, tid, nbytes, b, t, pc, apart, keep=False if shared is None else shared)
 
+    def _copy_by_lanes(self, flat, tid, nbytes: int, pc: int) -> bool:
+        """record_write of the performed copies of cp.async lane by lane (as _load_by_lanes does):
+        copies of 2 to 16 bytes aligned to their size, no byte twice, while no warp barrier, bulk copy
+        or wgmma was seen and nothing else wrote or read the bytes since the last barrier.  False,
+        with nothing done, otherwise (the byte-wise path then checks it)."""
+        if (nbytes not in (2, 4, 8, 16) or self.warp_epoch is not None or self.async_reads is not None
+                or self.unfenced is None or (flat % nbytes).any()):
+            return False
+        rows, lanes = flat // nbytes, tid[:, None]
+        if _conflict_by_lanes((self.reads, self.atomics, self.writes), rows, lanes, nbytes):
+            return False
+        threads = np.broadcast_to(lanes, (len(rows), nbytes))
+        _put_units(self.unfenced, rows, np.zeros(threads.shape, np.int32))
+        _put_units(self.unfenced_pc, rows, np.full(threads.shape, pc, np.int32))
+        _put_units(self.writes.lo, rows, threads)
+        _put_units(self.writes.hi, rows, threads)
+        _put_units(self.writes.pc, rows, np.full(threads.shape, pc, np.int32))
+        self.writes.live = True
+        return True
+
     def _against_writes(self, m, b, t, values):
         """Check writes of bytes `b` by threads `t` against the earlier writes: where another thread
         wrote, a write of the value the byte holds is no conflict (the bytes where that is so are
@@ -694,16 +787,16 @@ class RaceDetector:
     def _conflicts(self, b, t, accesses: _Accesses | None):
         """Which accesses of bytes `b` by threads `t` follow an access in `accesses` by another thread
         with no barrier between (None: none)."""
-        if accesses is None:
+        if accesses is None or not accesses.live:
             return None
-        lo, hi = accesses.lo[b], accesses.hi[b]
+        lo, hi = accesses.lo.take(b), accesses.hi.take(b)
         clash = (hi != _NOBODY) & ((lo != t) | (hi != t))
         if not clash.any():
             return None
         if self.warp_epoch is not None:
             warp = t // WARP
             same_warp = (lo // WARP == warp) & (hi // WARP == warp)
-            clash &= ~(same_warp & (self._epoch(b, t) > accesses.epoch[b]))
+            clash &= ~(same_warp & (self._epoch(b, t) > accesses.epoch.take(b)))
             if not clash.any():
                 return None
         return clash
@@ -859,6 +952,7 @@ class GlobalRaceDetector:
         self.read_pc = np.zeros(heap_bytes, np.int32)
         self.nc_pc: np.ndarray | None = None  # created by the first ld.global.nc
         self._mark: np.ndarray | None = None  # scratch of _in_order
+        self._stamp: np.ndarray | None = None  # scratch of lanes_apart
         self.write_clock = np.zeros(heap_bytes, np.int32)  # the writer CTA's releases before the write
         self.read_clock = np.zeros(heap_bytes, np.int32)  # the same, for the latest read
         self.clock: dict[int, int] = {}  # CTA (in the grid) -> releases it has made
@@ -910,6 +1004,8 @@ class GlobalRaceDetector:
 
     def check(self, m, idx, offsets, nbytes, access: str, pc: int) -> None:
         threads = np.arange(m.n) if idx is None else np.asarray(idx)
+        if access in (LOAD, ASYNC_SOURCE) and self._read_by_lanes(m, threads, offsets, nbytes, pc):
+            return
         if nbytes.ndim == 0:
             b, t = access_bytes(np.asarray(offsets, np.int64), int(nbytes)), np.repeat(threads, int(nbytes))
         else:
@@ -935,6 +1031,46 @@ class GlobalRaceDetector:
             distinct = lambda reset: distinct_bytes(b, g, flag=reset)  # noqa: E731
         self._read(m, b, t, g, epoch, pc, access == NC_LOAD, distinct)
 
+    def _read_by_lanes(self, m, threads, offsets, nbytes, pc: int) -> bool:
+        """Check and record the common read lane by lane rather than byte by byte (as
+        RaceDetector._load_by_lanes does): every lane 2 to 16 bytes, aligned to their size, while no
+        atomic has released or acquired anything, and no byte read twice - or the lanes in thread
+        order, each byte read for the first time since its readers' window closed (as _in_order
+        records those).  False, with nothing done, where the read is not such a one or conflicts
+        with a write (the byte-wise path then reports it)."""
+        sizes = np.asarray(nbytes)
+        size = int(sizes) if sizes.ndim == 0 else int(sizes[0]) if len(sizes) and (sizes == sizes[0]).all() else 0
+        offsets = np.asarray(offsets, np.int64)
+        if size not in (2, 4, 8, 16) or self.known or self.clock or (offsets % size).any():
+            return False
+        if self._stamp is None:
+            self._stamp = np.zeros(len(self.writer), np.int32)
+        apart = lanes_apart(offsets, size, self._stamp)
+        if not (apart or in_thread_order(threads)):
+            return False
+        rows = offsets // size
+        g = (m.cta_first * self.tpc + threads).astype(np.int32)
+        first = (g // self.tpc * self.tpc)[:, None]  # the first and last thread of each lane's CTA
+        last = first + (self.tpc - 1)
+        g, epoch = g[:, None], m.epoch[m.cta_of[threads]][:, None]
+        unit = lambda shadow: _units(shadow, size).take(rows, axis=0)  # noqa: E731
+        w = unit(self.writer)
+        if ((w != _NONE) & (w != g) & ((w < first) | (w > last) | (unit(self.write_epoch) == epoch))).any():
+            return False
+        lo, hi = unit(self.reader_lo), unit(self.reader_hi)
+        # (where there are readers, lo <= hi: all of them in the lane's CTA where both are)
+        reset = (hi == _NONE) | ((lo >= first) & (hi <= last) & (unit(self.read_epoch) < epoch))
+        if not (apart or reset.all()):
+            return False
+        lowest_last = slice(None) if apart else slice(None, None, -1)  # (a repeated row keeps its last value)
+        low = np.minimum(np.where(reset, _HIGHEST, lo), g)
+        _put_units(self.reader_lo, rows[lowest_last], low[lowest_last])
+        _put_units(self.reader_hi, rows, np.maximum(np.where(reset, _NONE, hi), g))
+        _put_units(self.read_epoch, rows, np.broadcast_to(epoch, lo.shape))
+        _put_units(self.read_pc, rows, np.full(lo.shape, pc, np.int32))
+        # read_clock stays 0 throughout while no CTA has released anything
+        return True
+
     def _in_order(self, b, g, reset):
         """The readers' windows of bytes `b` read by threads `g` (in the grid), each byte's entries in
         ascending order of threads, start anew where any entry of the byte has `reset`: per entry, the
@@ -949,8 +1085,8 @@ class GlobalRaceDetector:
                 self._mark[b[reset]] = True
                 reset = self._mark[b]
                 self._mark[b] = False
-            low = np.minimum(np.where(reset, _HIGHEST, self.reader_lo[b]), g)
-            high = np.maximum(np.where(reset, _NONE, self.reader_hi[b]), g)
+            low = np.minimum(np.where(reset, _HIGHEST, self.reader_lo.take(b)), g)
+            high = np.maximum(np.where(reset, _NONE, self.reader_hi.take(b)), g)
         self.reader_lo[b[::-1]] = low[::-1]
         self.reader_hi[b] = high
 
@@ -961,18 +1097,18 @@ class GlobalRaceDetector:
         byte come in ascending order of threads, see _in_order)."""
         self._against_writes(m, b, t, g, epoch, "read")
         if nc:
-            written = self.writer[b] != _NONE
+            written = self.writer.take(b) != _NONE
             if written.any():
                 i = int(np.flatnonzero(written)[0])
                 raise self._nc_fault(m, b, t, i, int(self.write_pc[b[i]]), "read here after a write")
             if self.nc_pc is None:
                 self.nc_pc = np.full(len(self.writer), _NONE, np.int32)
             self.nc_pc[b] = pc
-        lo, hi = self.reader_lo[b], self.reader_hi[b]
+        lo, hi = self.reader_lo.take(b), self.reader_hi.take(b)
         cta = g // self.tpc
         window_cta = lo // self.tpc
         reset = (hi == _NONE) | ((window_cta == hi // self.tpc) & (window_cta == cta)
-                                 & (self.read_epoch[b] < epoch))
+                                 & (self.read_epoch.take(b) < epoch))
         if self.known:  # a window of another CTA's reads that this CTA acquired after starts anew too
             single = (hi != _NONE) & (window_cta == hi // self.tpc) & (window_cta != cta)
             for i in np.flatnonzero(single).tolist():
@@ -1002,10 +1138,10 @@ class GlobalRaceDetector:
                         f"{m.describe_thread(int(t[i]))} and {m.describe_thread(int(t[j]))} "
                         f"write it in the same instruction", thread=int(t[j]))
         self._against_writes(m, b, t, g, epoch, "write")
-        lo, hi = self.reader_lo[b], self.reader_hi[b]
+        lo, hi = self.reader_lo.take(b), self.reader_hi.take(b)
         cta = g // self.tpc
         clash = (hi != _NONE) & ((lo // self.tpc != cta) | (hi // self.tpc != cta)
-                                 | ((self.read_epoch[b] == epoch) & ((lo != g) | (hi != g))))
+                                 | ((self.read_epoch.take(b) == epoch) & ((lo != g) | (hi != g))))
         for i in np.flatnonzero(clash).tolist():
             other = int(lo[i]) if int(lo[i]) != int(g[i]) else int(hi[i])
             one_cta = int(lo[i]) // self.tpc == int(hi[i]) // self.tpc != int(cta[i])
@@ -1022,8 +1158,8 @@ class GlobalRaceDetector:
         self.write_clock[b] = self._clocks(g)
 
     def _against_writes(self, m, b, t, g, epoch, what: str) -> None:
-        w = self.writer[b]
-        clash = (w != _NONE) & (w != g) & ((w // self.tpc != g // self.tpc) | (self.write_epoch[b] == epoch))
+        w = self.writer.take(b)
+        clash = (w != _NONE) & (w != g) & ((w // self.tpc != g // self.tpc) | (self.write_epoch.take(b) == epoch))
         for i in np.flatnonzero(clash).tolist():
             other_cta = int(w[i]) // self.tpc != int(g[i]) // self.tpc
             if not (other_cta and self._ordered(int(g[i]), int(w[i]), int(self.write_clock[b[i]]))):
@@ -1089,7 +1225,7 @@ class AsyncCopies:
         apart = races is None or races.lanes_apart(dst, cp_size)
         self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads].copy(), cp_size, pc, apart))
         if races is not None:
-            races.add_pending(access_bytes(dst, cp_size), 1, apart)
+            races.add_pending(dst, cp_size, 1, apart)
 
     def commit(self, threads) -> None:
         self.committed[threads] += 1
@@ -1116,12 +1252,19 @@ class AsyncCopies:
     def _perform(self, m, rec: _Copy) -> None:
         cp = rec.cp_size
         heap = m.glob.data
-        cols = np.arange(cp)
-        idx = np.minimum(rec.src[:, None] + cols, len(heap) - 1)
-        data = np.where(cols < rec.src_size[:, None], heap[idx], 0).astype(np.uint8).reshape(-1)
-        dst = access_bytes(rec.dst, cp)
+        whole = rec.apart and (rec.src_size == cp).all() and not ((rec.src | rec.dst) % cp).any()
+        if whole:  # a lane's bytes as one row
+            data = _units(heap, cp).take(rec.src // cp, axis=0)
+        else:
+            cols = np.arange(cp)
+            idx = np.minimum(rec.src[:, None] + cols, len(heap) - 1)
+            data = np.where(cols < rec.src_size[:, None], heap[idx], 0).astype(np.uint8)
         races = m.shared.races
         if races is not None:
-            races.add_pending(dst, -1, rec.apart)
-            races.record_write(m, rec.dst, m.ltid[rec.threads], cp, rec.pc, lambda: data, rec.apart, copy=True)
-        m.shared.data[dst] = data
+            races.add_pending(rec.dst, cp, -1, rec.apart)
+            races.record_write(m, rec.dst, m.ltid[rec.threads], cp, rec.pc, lambda: data.reshape(-1), rec.apart,
+                               copy=True)
+        if whole:
+            _put_units(m.shared.data, rec.dst // cp, data)
+        else:
+            m.shared.data[access_bytes(rec.dst, cp)] = data.reshape(-1)

@@ -59,8 +59,10 @@ def _ex2_fraction(f: np.ndarray) -> np.ndarray:
     """2^f in float64 for f in [0, 1), by Horner's rule on exp's series (error under 1e-15)."""
     t = np.asarray(f, np.float64) * 0.6931471805599453
     out = np.ones_like(t)
-    for k in range(17, 0, -1):
-        out = 1.0 + out * t / k
+    for k in range(17, 0, -1):  # out = 1 + out * t / k, in place
+        out *= t
+        out /= k
+        out += 1.0
     return out
 
 
@@ -106,7 +108,9 @@ def table(name: str, index: np.ndarray) -> np.ndarray:
     """The unit's result bits at `index` of table `name` (the reference computed for those indices only)."""
     if name in HALF_FORMS:
         return _stored(name)[index]
-    return from_ordered(ordered(reference_bits(name, index)) + _stored(name)[index])
+    # (every reference is a positive number, as are the unit's values near it: their ordered integers
+    # are their bits)
+    return (reference_bits(name, index).astype(np.int64) + _stored(name)[index]).astype(np.uint32)
 
 
 def _fields(x: np.ndarray):
@@ -115,13 +119,14 @@ def _fields(x: np.ndarray):
     return bits >> 31, ((bits >> 23) & 0xFF) - 127, bits & SIGNIFICAND
 
 
-def _scaled(value_bits: np.ndarray, exponent: np.ndarray, sign: np.ndarray) -> np.ndarray:
-    """f32 of value * 2^exponent with `sign`, flushed to zero below 2^-126 and infinite above."""
+def _scaled(value_bits: np.ndarray, exponent: np.ndarray, sign: np.ndarray | None = None) -> np.ndarray:
+    """f32 of value * 2^exponent with `sign` (None: positive), flushed to zero below 2^-126 and
+    infinite above."""
     with np.errstate(over="ignore"):
         v = np.ldexp(value_bits.view(np.float32).astype(np.float64), np.clip(exponent, -300, 300))
         out = v.astype(np.float32)
     out = np.where(np.abs(out) < _MIN_NORMAL, np.float32(0), out)
-    return np.where(sign == 1, -out, out).astype(np.float32)
+    return out if sign is None else np.where(sign == 1, -out, out).astype(np.float32)
 
 
 def _flush(x):
@@ -145,7 +150,7 @@ def _root(name: str, power: int):
         x = _flush(x)
         sign, e, man = _fields(x)
         value = table(name, ((e & 1) << 23) | man)
-        out = _scaled(value, power * (e >> 1), np.zeros_like(sign))
+        out = _scaled(value, power * (e >> 1))
         with np.errstate(invalid="ignore"):
             zero = np.float32(np.inf if power < 0 else 0.0)
             out = np.where(x == 0, np.copysign(zero, x), out)
@@ -164,7 +169,7 @@ def mufu_ex2(x):
     magnitude = np.minimum(np.abs(np.nan_to_num(x.astype(np.float64))), 1024.0)
     q = np.trunc(magnitude * 2.0 ** 23).astype(np.int64)
     fixed = np.where(x < 0, np.where((q & SIGNIFICAND) == 0, -q, ~q), q)
-    out = _scaled(table("ex2", fixed & SIGNIFICAND), fixed >> 23, np.zeros_like(q))
+    out = _scaled(table("ex2", fixed & SIGNIFICAND), fixed >> 23)
     return np.where(np.isnan(x), canonical_nan(np.float32), out).astype(np.float32)
 
 

@@ -43,15 +43,19 @@
 # Mikaitis fitted to V100..B200 hardware ("Accurate Models of NVIDIA Tensor
 # Cores", arXiv:2512.07004, 2025; models in github.com/north-numerical-
 # computing/MATLAB-tensor-core): see `TensorCoreModel`.  It computes them
-# without a per-term loop: the largest exponent sum of every output element by
-# one matrix product of powers of two, the terms as one contiguous array (in
-# float32 where products are exact there), scaled, truncated and summed in
-# int32, a few hundred thousand terms at a time so that they stay in cache.
+# without a per-term loop: every product of a part of the batch in one
+# broadcasting pass (in float32 where products are exact there), with the
+# longest of batch, rows and columns innermost so that NumPy's inner loops are
+# long, the largest exponent sums of all blocks likewise (exponents looked up
+# in tables by the bits above the fraction), then block by block the terms
+# scaled, truncated and summed in int32, a few hundred thousand terms at a
+# time so that they stay in cache.
 # Into f16 accumulators (`round_half_accumulator`) and for f64 (`fma_dot`) the
 # emulator makes an assumption each, which tests/test_emulator_ptx_forms_gpu.py
 # checks on a GPU.
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -151,6 +155,22 @@ def round_to_format(r: np.ndarray, err: np.ndarray | None, fmt: FloatFormat, mod
         mag = np.where(over, np.where(toward_zero, fmt.max_value, np.inf), mag)
     out[fin] = np.where(neg, -mag, mag)
     return out
+
+
+def f32_to_f16(x: np.ndarray) -> np.ndarray:
+    """f32 values rounded to nearest even into f16 (overflow: infinity; a NaN stays NaN), by integer
+    operations on the bits (NumPy's own cast takes microseconds a value where results are subnormal)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    magnitude = bits & np.uint32(0x7FFFFFFF)
+    # normal results: the exponent rebiased (127 -> 15), 13 bits dropped with a carry where they are
+    # above half, or half with the kept part odd; beyond the largest the carry reaches infinity's bits
+    normal = np.minimum((magnitude - np.uint32(0x38000000) + np.uint32(0xFFF) + ((magnitude >> 13) & np.uint32(1)))
+                        >> 13, np.uint32(0x7C00))
+    small = np.minimum(magnitude, np.uint32(0x38800000)).view(np.float32)
+    subnormal = np.rint(small * np.float32(2.0 ** 24)).astype(np.uint32)  # an exact product
+    half = np.where(magnitude < np.uint32(0x38800000), subnormal, normal)  # below 2**-14: subnormal or zero
+    half = np.where(magnitude > np.uint32(0x7F800000), np.uint32(0x7E00), half)
+    return (half | ((bits >> 16) & np.uint32(0x8000))).astype(np.uint16).view(np.float16)
 
 
 def _toward_zero(r: np.ndarray, fmt: FloatFormat) -> np.ndarray:
@@ -597,27 +617,12 @@ E5M2 = FloatFormat("e5m2", 2, -14, 15)
 _INPUT_FORMATS = {"f16": F16, "bf16": BF16, "tf32": TF32, "e4m3": E4M3, "e5m2": E5M2}
 
 
-def _exponents(x: np.ndarray, emin: int) -> np.ndarray:
-    """floor(log2|x|) of float64 values that are normal numbers, at least emin (for zeros: emin)."""
-    return np.maximum(_biased_exponents(x) - 1023, emin)
-
-
-def _biased_exponents(x: np.ndarray) -> np.ndarray:
-    """The exponent fields of float64 values (0 for zeros, 0x7FF for infinities and NaNs)."""
-    return (x.view(np.uint64) >> np.uint64(F64.man)).astype(np.int32) & 0x7FF
-
-
-def _powers_of_two(e: np.ndarray) -> np.ndarray:
-    """2.0 ** e for integer exponents of normal float64 numbers."""
-    return ((np.asarray(e, np.int64) + 1023) << F64.man).view(np.float64)
-
-
 def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
                     model: TensorCoreModel, b_informat: str | None = None) -> np.ndarray:
     """D = C + A B as the tensor cores compute it, for a batch of matrices.
 
-    a: (..., M, K) and b: (..., K, N) hold the exact float64 values of the
-    f16/bf16/tf32/e4m3/e5m2 inputs (b's format `b_informat`, by default a's:
+    a: (..., M, K) and b: (..., K, N) hold the exact values (float64, or float32
+    where that holds them) of the f16/bf16/tf32/e4m3/e5m2 inputs (b's format `b_informat`, by default a's:
     e4m3 may meet e5m2, whose blocks and kept bits are the same); c: (..., M, N)
     float32.  Returns float32 (..., M, N).
     """
@@ -639,15 +644,12 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     # far from float32's limits); terms scaled to below 2**(kept + 2) stay exact too
     work = np.float32 if {informat, b_informat or informat} <= _EXACT_IN_F32 else np.float64
     out = np.empty_like(acc)
-    step = max(1, TERMS_AT_ONCE // (m * size * n))
+    step = max(1, TERMS_AT_ONCE // (m * k * n))
     with np.errstate(all="ignore"):
         for first in range(0, len(acc), step):
-            part = acc[first:first + step]
-            for start in range(0, k, size):
-                part = _block_fma(a[first:first + step, :, start:start + size],
-                                  b[first:first + step, start:start + size, :], part,
-                                  (fmt.emin, b_fmt.emin), model.kept[informat], out_format, work)
-            out[first:first + step] = part
+            part = slice(first, first + step)
+            out[part] = _dot_part(a[part], b[part], acc[part], size, (fmt.emin, b_fmt.emin),
+                                  model.kept[informat], out_format, work)
     return out.reshape(batch + (m, n))
 
 
@@ -670,7 +672,7 @@ def fma_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarra
 
 #: The most terms (products) of a block worked on at once: a batch of many matrices goes in parts,
 #: whose arrays stay in the processor's caches.
-TERMS_AT_ONCE = 1 << 17
+TERMS_AT_ONCE = 1 << 18
 
 
 #: Input formats whose products are exact in float32.
@@ -679,85 +681,120 @@ _NONE = np.int16(-16000)  # the exponent of a zero or non-finite term: any sum w
 _LIVE = -10000  # exponent sums of live terms are above this; below it, none (zeros, non-finite values)
 
 
-def _block_fma(a, b, c, emins: tuple[int, int], kept: int, out_format: FloatFormat, work) -> np.ndarray:
-    """One fused block: c (B, M, N) float32 + a (B, M, k) @ b (B, k, N), the terms kept to `kept`
-    fraction bits below the largest exponent, the sum rounded toward zero to `out_format`.
+def _dot_part(a, b, c, size: int, emins: tuple[int, int], kept: int, out_format: FloatFormat, work) -> np.ndarray:
+    """c (B, M, N) float32 + a (B, M, K) @ b (B, K, N) in fused blocks of `size` products (see
+    TensorCoreModel), each block's sum the c of the next.
 
-    The exponent of a term is that of a plus that of b (each at least its format's emin, `emins`);
-    zeros and non-finite terms do not count towards the largest (the latter's elements are then set
-    by _tensor_core_specials).  Each term is scaled by the power of two that puts the kept bits above
-    the point (in `work` precision, where that is exact) and truncated to an integer of at most
-    kept + 2 bits, which int32 sums exactly.  The terms are one array with k outermost (_outer), so
-    that their sum adds contiguous rows."""
-    k, m, n = a.shape[-1], a.shape[1], b.shape[-1]
-    assert k << (kept + 2) <= 1 << 31, "the kept terms of a block overflow int32"
-    a_k, b_k = np.moveaxis(a, -1, 0), np.moveaxis(b, -2, 0)   # (k, B, M), (k, B, N)
-    top = _largest_exponent_sums(_term_exponents(a, emins[0]), _term_exponents(b, emins[1]))  # (B, M, N)
-    c64 = c.astype(np.float64)
-    c_field = _biased_exponents(c64)
-    c_finite = c_field != 0x7FF
-    c_live = (c_field != 0) & c_finite
-    top = np.maximum(top, np.where(c_live, np.maximum(c_field - 1023, F32.emin), _NONE))
-    scale = _powers_of_two(kept - np.where(top > _LIVE, top, 0))  # (where all terms are zero any will do)
-    terms, flipped = _outer(a_k.astype(work), b_k.astype(work), np.multiply)  # exact products
-    terms *= np.ascontiguousarray(scale.transpose(0, 2, 1) if flipped else scale, dtype=work)  # exact: a power of two
-    kept_terms = np.add.reduce(terms, axis=0, dtype=np.int32)  # each truncated toward zero, summed exactly
-    kept_terms = kept_terms.transpose(0, 2, 1) if flipped else kept_terms
-    kept_c = np.trunc(np.where(c_live, c64, 0.0) * scale)
-    total = (kept_terms + kept_c) / scale                      # exact: fewer than 2**53 units
-    out = round_to_format(total, None, out_format, "rz")
-    out = np.where(np.abs(total) >= 2.0 ** 128, np.copysign(np.inf, total), out).astype(np.float32)
-    if np.isfinite(a).all() and np.isfinite(b).all() and c_finite.all():
+    All K products of every element are formed at once, in one broadcasting pass (in `work`
+    precision, where they are exact), and so are the largest exponent sums of every block
+    (_arrange: the longest of B, M and N innermost, so that NumPy's inner loops are long); the
+    blocks then go one after the other (_block_sum)."""
+    order = _layout(*c.shape)
+    a_k = _arrange(a.astype(work, copy=False), "bik", order)  # (K, ...), with unit axes to broadcast
+    b_k = _arrange(b.astype(work, copy=False), "bkj", order)
+    shape = tuple(max(x, y) for x, y in zip(a_k.shape[1:], b_k.shape[1:]))
+    k = a_k.shape[0]
+    exponent_sums = np.add(_term_exponents(a_k, emins[0]), _term_exponents(b_k, emins[1]),
+                           out=_scratch(k * int(np.prod(shape)), np.int16).reshape((k,) + shape))
+    # the largest of each block: (blocks, ...), at most _LIVE where no term is live
+    tops = exponent_sums.reshape((k // size, size) + shape).max(axis=1)
+    products = np.multiply(a_k, b_k, out=_scratch(k * int(np.prod(shape)), work).reshape((k,) + shape))
+    finite = bool(np.isfinite(a_k).all() and np.isfinite(b_k).all())
+    acc = np.ascontiguousarray(np.transpose(c, ["bij".index(x) for x in order]))
+    for block, start in enumerate(range(0, k, size)):
+        part = slice(start, start + size)
+        acc = _block_sum(products[part], tops[block], acc, kept, out_format,
+                         None if finite else (a_k[part], b_k[part]))
+    return np.transpose(acc, [order.index(x) for x in "bij"])
+
+
+def _layout(batch: int, m: int, n: int) -> str:
+    """The order of the axes (b: batch, i: row, j: column) of a part's elements: the longest last."""
+    sizes = {"b": batch, "i": m, "j": n}
+    last = max("bij", key=lambda x: sizes[x])
+    return "".join(x for x in "bij" if x != last) + last
+
+
+def _arrange(x: np.ndarray, axes: str, order: str) -> np.ndarray:
+    """x, whose axes are named by `axes` (k among them), as a contiguous array (k, *order) with a unit
+    axis where x has none of `order`'s."""
+    present = "k" + "".join(name for name in order if name in axes)
+    arranged = np.ascontiguousarray(np.transpose(x, [axes.index(name) for name in present]))
+    return arranged.reshape(arranged.shape[:1] + tuple(x.shape[axes.index(name)] if name in axes else 1
+                                                        for name in order))
+
+
+def _block_sum(products, top, c, kept: int, out_format: FloatFormat, factors) -> np.ndarray:
+    """One fused block: c float32 + the sum over its first axis of `products` (the exact products
+    a b in `work` precision; scaled here in place), the terms kept to `kept` fraction bits below the
+    largest exponent, the sum rounded toward zero to `out_format`.
+
+    `top`: the largest exponent sum of a term (that of a plus that of b, each at least its
+    format's emin; at most _LIVE where every term is zero or not finite: those do not count).  c
+    counts too, with its exponent (at least f32's emin).  Each term is scaled by the power of two
+    that puts the kept bits above the point (in `work` precision, where that is exact) and
+    truncated to an integer of at most kept + 2 bits, which int32 sums exactly.  `factors`: None
+    where every a and b is finite, else (a, b) of the block, whose non-finite products set their
+    elements (_tensor_core_specials)."""
+    assert len(products) << (kept + 2) <= 1 << 31, "the kept terms of a block overflow int32"
+    c_top = _C_EXPONENTS.take(c.view(np.uint32) >> 23)
+    np.putmask(c_top, c == 0, _NONE)
+    scale = _scales(kept).take(np.maximum(top, c_top).view(np.uint16))
+    products *= scale.astype(products.dtype)  # exact: a power of two
+    total = c.astype(np.float64)
+    total *= scale
+    np.trunc(total, out=total)
+    total += np.add.reduce(products, axis=0, dtype=np.int32)  # each term truncated toward zero, summed exactly
+    total /= scale                                             # exact: fewer than 2**53 units
+    if scale.max() >= 2.0 ** 127:  # a live top below kept - 126: the sum may be tiny
+        out = round_to_format(total, None, out_format, "rz")
+        out = np.where(np.abs(total) >= 2.0 ** 128, np.copysign(np.inf, total), out).astype(np.float32)
+    else:  # normal or beyond: dropping the bits below the format's is rounding toward zero; f32 holds the
+        # largest value of the format below 2**128 exactly and makes 2**128 and above infinite
+        cut = np.uint64((1 << (F64.man - out_format.man)) - 1)
+        out = (total.view(np.uint64) & ~cut).view(np.float64).astype(np.float32)
+    if factors is None and c_top.min() != _NOT_FINITE:
         return out
-    return _tensor_core_specials(a[..., :, :, None] * b[..., None, :, :], c64, out)
+    terms = products[:0] if factors is None else factors[0] * factors[1]  # finite products: none special
+    return _tensor_core_specials(terms, c, out)
+
+
+_NOT_FINITE = np.int16(_NONE - 1)  # the exponent of an infinite or NaN accumulator
+
+
+@functools.cache
+def _exponent_table(bits: int, man: int, emin: int) -> np.ndarray:
+    """The exponents (at least emin) of a float format of `bits` bits, `man` of them fraction, by the
+    bits above the fraction (sign and exponent field) as int16: _NONE for a zero field (zeros:
+    inputs are never subnormal in the work precision) and for infinities and NaNs."""
+    width = bits - 1 - man
+    field = np.arange(2 << width) & ((1 << width) - 1)
+    bias = (1 << (width - 1)) - 1
+    live = (field != 0) & (field != (1 << width) - 1)
+    return np.where(live, np.maximum(field - bias, emin), _NONE).astype(np.int16)
+
+
+#: The exponent of an f32 accumulator (at least f32's emin; subnormals are f32's emin) by its bits
+#: above the fraction; the infinities and NaNs _NOT_FINITE (zeros are set apart by value).
+_C_EXPONENTS = np.where(np.arange(512) & 0xFF == 0xFF, _NOT_FINITE,
+                        np.maximum((np.arange(512) & 0xFF) - 127, F32.emin)).astype(np.int16)
+
+
+@functools.cache
+def _scales(kept: int) -> np.ndarray:
+    """2**(kept - top) for the largest exponent `top` of a block (int16, by its bits as uint16), float64;
+    2**kept where nothing is live (top at most _LIVE)."""
+    tops = np.arange(1 << 16).astype(np.uint16).view(np.int16).astype(np.int64)
+    return np.ldexp(1.0, kept - np.where((tops > _LIVE) & (tops < 1024), tops, 0))
 
 
 def _term_exponents(x: np.ndarray, emin: int) -> np.ndarray:
-    """The exponents (at least emin) of float64 values as int16, _NONE for zeros and non-finite ones."""
-    field = (x.view(np.uint64) >> np.uint64(F64.man)).astype(np.int16) & np.int16(0x7FF)
-    live = (field - np.int16(1)).view(np.uint16) < np.uint16(0x7FE)  # fields 1 to 0x7FE: finite, not zero
-    return np.where(live, np.maximum(field - np.int16(1023), np.int16(emin)), _NONE)
+    """The exponents (at least emin) of float32 or float64 values as int16, _NONE for zeros and
+    non-finite ones."""
+    info = np.finfo(x.dtype)
+    table = _exponent_table(info.bits, info.nmant, emin)
+    return table[x.view(np.uint64 if info.bits == 64 else np.uint32) >> info.nmant]
 
-
-def _largest_exponent_sums(ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
-    """max over k of ea[b, i, k] + eb[b, k, j], (B, M, N) (at most _LIVE where every sum holds a _NONE).
-
-    With powers 2**(p e) (2**p at least twice k) the largest term of sum_k 2**(p ea) 2**(p eb)
-    outweighs all the others together, so that this sum - a matrix product - has the largest exponent
-    sum times p, plus less than p, as its exponent: exact wherever those powers are normal float64
-    numbers; else the sums are formed one by one."""
-    power = (2 * ea.shape[-1] - 1).bit_length()
-    live_a, live_b = ea > _NONE, eb > _NONE
-    if not (live_a.any() and live_b.any()):
-        return np.full(ea.shape[:-1] + eb.shape[-1:], _NONE, np.int64)
-    high_a, high_b = int(ea.max()), int(eb.max())
-    if power * (high_a - int(ea[live_a].min()) + high_b - int(eb[live_b].min())) > len(_NEGATIVE_POWERS) - 2:
-        sums, flipped = _outer(np.moveaxis(ea, -1, 0), np.moveaxis(eb, -2, 0), np.add)
-        top = sums.max(axis=0).astype(np.int64)
-        return top.transpose(0, 2, 1) if flipped else top
-    last = len(_NEGATIVE_POWERS) - 1  # (where 0.0 is: zeros and non-finite values, whose sums are far below)
-    pa = _NEGATIVE_POWERS[np.minimum(power * (high_a - ea.astype(np.int32)), last)]  # (B, M, k)
-    pb = _NEGATIVE_POWERS[np.minimum(power * (high_b - eb.astype(np.int32)), last)]  # (B, k, N)
-    total = np.matmul(pa, pb)
-    return np.where(total > 0, _exponents(total, -1022) // power + (high_a + high_b), _NONE)
-
-
-def _outer(x: np.ndarray, y: np.ndarray, op) -> tuple[np.ndarray, bool]:
-    """op(x[k, b, i], y[k, b, j]) for all k, b, i, j, in a scratch array (valid until the next call):
-    (k, B, M, N), or (k, B, N, M) - `flipped` - where N is the shorter, so that the innermost loop of
-    the one broadcasting pass runs over the longer."""
-    k, batch, m, n = x.shape[0], x.shape[1], x.shape[2], y.shape[2]
-    flipped = n < m
-    out = _scratch(k * batch * m * n, np.result_type(x, y)).reshape((k, batch, n, m) if flipped else (k, batch, m, n))
-    if flipped:
-        op(x[..., None, :], y[..., :, None], out=out)
-    else:
-        op(x[..., :, None], y[..., None, :], out=out)
-    return out, flipped
-
-
-#: 2**-e for e = 0 .. 1000 (normal float64 numbers, products of two too), and 0.0 after them.
-_NEGATIVE_POWERS = np.append(np.ldexp(1.0, -np.arange(1001)), 0.0)
 _SCRATCH: dict[np.dtype, np.ndarray] = {}
 
 
@@ -772,14 +809,15 @@ def _scratch(count: int, dtype) -> np.ndarray:
 
 
 def _tensor_core_specials(terms, c64, out):
-    """Infinities and NaNs of one block (NaN is the canonical 0x7FFFFFFF)."""
+    """Infinities and NaNs of one block, whose products are `terms` (k first; NaN is the canonical
+    0x7FFFFFFF)."""
     bad = ~np.isfinite(terms)
     c_bad = ~np.isfinite(c64)
     if not (bad.any() or c_bad.any()):
         return out
-    pos = (terms == np.inf).any(axis=-2) | (c64 == np.inf)
-    neg = (terms == -np.inf).any(axis=-2) | (c64 == -np.inf)
-    nan = np.isnan(terms).any(axis=-2) | np.isnan(c64) | (pos & neg)
+    pos = (terms == np.inf).any(axis=0) | (c64 == np.inf)
+    neg = (terms == -np.inf).any(axis=0) | (c64 == -np.inf)
+    nan = np.isnan(terms).any(axis=0) | np.isnan(c64) | (pos & neg)
     out = np.where(pos, np.float32(np.inf), np.where(neg, np.float32(-np.inf), out))
     return np.where(nan, np.array(0x7FFFFFFF, np.uint32).view(np.float32), out).astype(np.float32)
 

@@ -1082,6 +1082,8 @@ def _float_value(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool):
         require(d, frnd is None, "a widening conversion is exact and takes no rounding modifier")
         return to_f64
     mode = frnd or "rn"
+    if (src.name, dst.name, mode) == ("f32", "f16", "rn"):  # (as float16 values, which encode keeps)
+        return lambda v: nx.f32_to_f16(to_f64(v))
     return lambda v: _round_exact(to_f64(v), dst, mode)
 
 

@@ -107,24 +107,22 @@ def lane_values(m, idx, readers) -> list[np.ndarray]:
 
 
 def _element_decoder(kind: str):
-    """(lanes of raw register values, half) -> float64 element values."""
+    """Raw elements -> element values (float64; f16 ones float32, which holds them exactly): the
+    register's value (32- and 64-bit kinds), or one of the 16- or 8-bit parts of a register
+    (unsigned, see fragments.gather)."""
     if kind == "tf32":
-        return lambda v, h: nx.tf32_value(v)
+        return nx.tf32_value
     if kind == "f32":
-        return lambda v, h: np.asarray(v, np.float32).astype(np.float64)
+        return lambda v: np.asarray(v, np.float32).astype(np.float64)
     if kind == "s32":
-        return lambda v, h: np.asarray(v, np.int32).astype(np.float64)
+        return lambda v: np.asarray(v, np.int32).astype(np.float64)
     if kind == "f64":
-        return lambda v, h: np.asarray(v, np.float64)
-    if kind in _INTEGERS:  # byte h of the register
-        byte = np.dtype(np.int8 if kind == "s8" else np.uint8)
-        return lambda v, h: ((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF)).astype(np.uint8) \
-            .view(byte).astype(np.float64)
-    if kind in _F8:  # byte h of the register
-        return lambda v, h: f8_values(((np.asarray(v, np.uint32) >> np.uint32(8 * h)) & np.uint32(0xFF))
-                                      .astype(np.uint8), _F8[kind]).astype(np.float64)
-    half = _bf16_value if kind == "bf16" else _f16_value
-    return lambda v, h: half((np.asarray(v, np.uint32) >> np.uint32(16 * h)) & np.uint32(0xFFFF))
+        return lambda v: np.asarray(v, np.float64)
+    if kind in _INTEGERS:
+        return lambda v: v.view(np.int8 if kind == "s8" else np.uint8).astype(np.float64)
+    if kind in _F8:
+        return lambda v: f8_values(v, _F8[kind]).astype(np.float64)
+    return _bf16_value if kind == "bf16" else _f16_value
 
 
 def _bf16_value(bits):
@@ -132,7 +130,11 @@ def _bf16_value(bits):
 
 
 def _f16_value(bits):
-    return np.asarray(bits).astype(np.uint16).view(np.float16).astype(np.float64)
+    """The values of f16 bits, as float32 (exact; looked up: NumPy's own cast is slow on subnormals)."""
+    return _F16_VALUES.take(np.asarray(bits, np.uint16))
+
+
+_F16_VALUES = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
 def _memory_values(raw: np.ndarray, kind: str) -> np.ndarray:
@@ -205,7 +207,7 @@ class Accumulator:
 
 def multiply(m, a: np.ndarray, b: np.ndarray, c: np.ndarray, atype: str, btype: str, accumulator: str,
              satfinite: bool, mode: str, what: str) -> np.ndarray:
-    """D = C + A B of a batch of matrices (exact float64 values): integers exactly (`integer_dot`), f64 as a
+    """D = C + A B of a batch of matrices (exact values): integers exactly (`integer_dot`), f64 as a
     chain of fmas (`numerics.fma_dot`), the rest by the launch's tensor-core model; an f16 accumulator
     gets the model's f32 result rounded to nearest even (`numerics.round_half_accumulator`)."""
     if accumulator == "s32":
@@ -348,19 +350,16 @@ def build_ldmatrix(d, ins, mods):
     dst, src = d.operands(ins, 2)
     writers = [d.writer(x, B32) for x in _registers(d, dst, count, "the destination")]
     address = d.address(src, "shared")
-    rows, cols = fr.ldmatrix_element(trans)
     pc = d.index
 
     def run(m, idx):
         threads = whole_units(m, idx, WARP, "ldmatrix")
         pick = _row_lanes(threads, count)
         addr = address(m, idx)[pick]
-        data = np.stack(m.shared.load(m, threads[pick], addr, np.dtype(np.uint16), 8, pc), axis=-1)
-        mats = data.reshape(-1, count, 8, 8)  # (warp, matrix, row, column)
+        data = m.shared.load_rows(m, threads[pick], addr, np.dtype(np.uint16), 8, pc)
+        words = fr.ldmatrix_words(data.reshape(-1, count, 8, 8), trans)  # (warp, matrix, lane)
         for i, write in enumerate(writers):
-            lo = mats[:, i, rows[0], cols[0]].astype(np.uint32)
-            hi = mats[:, i, rows[1], cols[1]].astype(np.uint32)
-            write(m, idx, (lo | (hi << np.uint32(16))).reshape(-1))
+            write(m, idx, words[:, i].reshape(-1))
     return plain(run)
 
 
@@ -370,19 +369,15 @@ def build_stmatrix(d, ins, mods):
     dst, src = d.operands(ins, 2)
     readers = [d.reader(x, B32) for x in _registers(d, src, count, "the source")]
     address = d.address(dst, "shared")
-    rows, cols = fr.ldmatrix_element(trans)
     pc = d.index
 
     def run(m, idx):
         threads = whole_units(m, idx, WARP, "stmatrix")
         warps = len(threads) // WARP
-        mats = np.zeros((warps, count, 8, 8), np.uint16)
-        for i, read in enumerate(readers):
-            value = np.broadcast_to(read(m, idx), (len(threads),)).reshape(warps, WARP)
-            mats[:, i, rows[0], cols[0]] = value & np.uint32(0xFFFF)
-            mats[:, i, rows[1], cols[1]] = value >> np.uint32(16)
+        words = np.stack([np.broadcast_to(read(m, idx), (len(threads),)).reshape(warps, WARP) for read in readers],
+                         axis=1)  # (warp, matrix, lane)
         pick = _row_lanes(threads, count)
-        flat = mats.reshape(-1, 8)
+        flat = np.ascontiguousarray(fr.ldmatrix_matrices(words, trans)).reshape(-1, 8)
         m.shared.store(m, threads[pick], address(m, idx)[pick], np.dtype(np.uint16),
                        [flat[:, c] for c in range(8)], pc)
     return plain(run)
