@@ -947,6 +947,7 @@ def _store_by_tma(low: Lowering, epilogue: TmaStore, buffer: Value, tensor_map: 
     tensor = low.vals[store.operands[0]]
     value = low.tile(store.operands[-1])
     box, buffers, rounds = epilogue.box, epilogue.buffers, epilogue.rounds
+    assert buffers == box.count or boxes_kept_by_threads(value.layout, box.cols), "planned in another layout"
     if {j % buffers for j in rounds[0]} & {j % buffers for j in rounds[-1]}:
         low.b.op("bulk_wait", [issuer], [], {"pending": 0, "read": True})
         low.barrier()
