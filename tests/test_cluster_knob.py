@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import phobos
-from phobos.errors import LaunchError, PhobosError, ResourceError
+from phobos.errors import LaunchError, PhobosError, ResourceError, SemanticError
 from phobos.ptxcheck import check
 
 from .emulator_support import PTXAS
@@ -94,6 +94,31 @@ def test_misuse_is_located(body, message):
     with pytest.raises(PhobosError, match=message) as info:
         phobos.jit(src)
     assert info.value.loc.line == 2
+
+
+REACHED_BY_SOME = {
+    "if": "    if cluster_rank() == 0 {\n        y[0 :+ 1] = full([1], cluster_sum(x[0, 0]))\n    }",
+    "for": "    var a = 0.0\n    for c in range(cluster_rank(), N, 2) {\n        a = a + cluster_max(x[0, c])\n    }\n"
+           "    y[0 :+ 1] = full([1], a)",
+    "while": "    var r = cluster_rank() * 2\n    while r < N {\n        y[0 :+ 1] = full([1], cluster_min(x[0, r]))\n"
+             "        r = r + 4\n    }",
+}
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+@pytest.mark.parametrize("construct", sorted(REACHED_BY_SOME))
+def test_a_cluster_reduction_some_ctas_may_not_reach_is_refused_in_every_mode(construct, mode):
+    """Inside an if, a for or a while that depends on cluster_rank(), a cluster reduction would leave the
+    other CTAs of the cluster waiting at its barrier (a hang on the GPU): every mode refuses it, located."""
+    src = f"kernel k(x: tensor<f32>[M, N], y: tensor<f32>[M]) {{\n{REACHED_BY_SOME[construct]}\n}}\n"
+    x, y = np.ones((2, 8), np.float32), np.zeros(2, np.float32)
+    with pytest.raises(SemanticError, match="every CTA of the cluster must reach it") as info:
+        phobos.kernel(src, mode=mode)[(1,)](x, y)
+    lines = src.splitlines()
+    at = next(i for i, line in enumerate(lines, 1) if any(f"cluster_{k}(" in line for k in ("sum", "max", "min")))
+    assert info.value.loc.line == at
+    uniform = src.replace("cluster_rank()", "program_id(0)")  # the same loops over program ids: fine
+    phobos.kernel(uniform, mode=mode)[(1,)](x, y)
 
 
 def test_cluster_knob_values():

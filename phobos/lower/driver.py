@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from ..errors import ResourceError
+from ..middle.cluster_sync import check_cluster_reductions
 from ..middle.ir import Function, walk
 from . import control, debug, dot, indexed, memory, mma, pipeline, rearrange, reduce, scan, values  # noqa: F401
 from .core import Lowering
@@ -43,6 +44,7 @@ def lower(func: Function, smem_limit: int, cp_async: bool = False, index_bits: i
     `stride` in attrs `params`, one per dim but such a last one, which the
     launcher fills).
     """
+    check_cluster_reductions(func)
     low = Lowering(func, smem_limit, cp_async, index_bits, read_only_cache, tensor_cores, wgmma, tma, fp8, strided)
     persistent = pipeline.persistent_loop(low)
     if low.cluster > 1:
@@ -70,3 +72,4 @@ def _check_cluster(func: Function, cluster: int, capability: int, persistent: bo
     if persistent:
         raise ResourceError(f"CLUSTER={cluster} with persistent CTAs: their clusters are CLUSTER_M and "
                             f"CLUSTER_N's (or PERSISTENT=0)", loc)
+

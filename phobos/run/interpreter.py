@@ -113,6 +113,8 @@ from ..frontend.builtins import BUILTINS, CAST_DTYPES, ORDERED_ATOMICS, argument
 from ..frontend.parser import parse_source, pick_kernel
 from ..errors import DeviceAssertError, ExecutionError, LaunchError, Loc, Note, PhobosError, RaceError, SourceFile
 from ..frontend.sema import CheckedKernel, Inlined, Symbol, check_kernel
+from ..middle.cluster_sync import check_cluster_reductions
+from ..middle.irgen import generate
 from ..types import VALUE_DTYPES, DType, ScalarType, TensorType, TileType, TupleType, shape_of
 
 
@@ -1378,6 +1380,9 @@ class InterpretedKernel:
     """One checked kernel configuration compiled to closures; `run` launches it on the CPU."""
 
     def __init__(self, ck: CheckedKernel):
+        if any(BUILTINS[call.func].rule == "cluster_reduce" for call in ast.calls(ck.kernel.body)
+               if call.func in BUILTINS):
+            check_cluster_reductions(generate(ck))  # as the compiler refuses them (middle/cluster_sync.py)
         compiler = _Compiler(ck)
         self.name = ck.name
         self.body = compiler.block(ck.kernel.body)
