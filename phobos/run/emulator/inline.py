@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import PtxSyntaxError, UnsupportedPtx
-from .syntax import Token
+from .tokens import Token
 
 #: How deep calls inside inlined functions may nest before the module is taken to recurse.
 MAX_DEPTH = 16

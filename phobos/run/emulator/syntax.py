@@ -10,57 +10,17 @@
 # calls of the module's own `.func`s are inlined before parsing (inline.py).
 # This module only reads the text; `decode` gives instructions their meaning.
 #
-# The tokenizer keeps newlines because `.loc` and `.file` end at the end of
-# their line; everywhere else newlines are white space.  Every statement keeps
-# its PTX line number so that errors can name it.
+# The tokens (tokens.py) keep newlines because `.loc` and `.file` end at the
+# end of their line; everywhere else newlines are white space.  Every
+# statement keeps its PTX line number so that errors can name it.
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from .errors import PtxSyntaxError, UnsupportedPtx
+from .inline import inline_functions
+from .tokens import Token, tokenize
 
-_TOKEN = re.compile(r"""
-    (?P<nl>\n)
-  | (?P<ws>[ \t\r\f]+)
-  | (?P<comment>//[^\n]*|/\*.*?\*/)
-  | (?P<string>"[^"\n]*")
-  | (?P<hexfloat>0[fF][0-9a-fA-F]{8}(?![\w.])|0[dD][0-9a-fA-F]{16}(?![\w.]))
-  | (?P<float>\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
-  | (?P<int>0[xX][0-9a-fA-F]+U?|0[bB][01]+U?|\d+U?)
-  | (?P<name>[A-Za-z_$%.](?:[A-Za-z0-9_$.%]|::)*)
-  | (?P<punct>[;,{}\[\]()<>+\-@!|:=])
-""", re.VERBOSE | re.DOTALL)
-
-
-@dataclass(frozen=True)
-class Token:
-    kind: str
-    text: str
-    line: int
-
-
-def tokenize(text: str, ptx_name: str) -> list[Token]:
-    """Split PTX text into tokens; comments and blanks are dropped, newlines kept."""
-    tokens: list[Token] = []
-    line = 1
-    pos = 0
-    end = len(text)
-    while pos < end:
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise PtxSyntaxError(f"{ptx_name}:{line}: unexpected character {text[pos]!r}",
-                                 ptx_file=ptx_name, ptx_line=line)
-        kind = m.lastgroup
-        chunk = m.group()
-        if kind == "nl":
-            tokens.append(Token("nl", "\n", line))
-        elif kind not in ("ws", "comment"):
-            tokens.append(Token(kind, chunk, line))
-        line += chunk.count("\n")
-        pos = m.end()
-    tokens.append(Token("eof", "", line))
-    return tokens
 
 
 # ----------------------------------------------------------------------------- tree
@@ -232,7 +192,6 @@ class Parser:
     """Recursive descent over the token list."""
 
     def __init__(self, text: str, ptx_name: str):
-        from .inline import inline_functions  # (it builds Tokens of this module)
         self.ptx_name = ptx_name
         self.tokens = inline_functions(tokenize(text, ptx_name), ptx_name)
         self.pos = 0
