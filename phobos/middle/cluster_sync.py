@@ -31,6 +31,8 @@ def check_cluster_reductions(func: Function) -> None:
     """A SemanticError at a cluster reduction that some CTAs of a cluster may not reach: one inside an `if`
     whose condition, a `for` whose bounds or a `while` whose test depends on cluster_rank().  Each CTA waits
     at the reduction's cluster barriers for all the others, so on the GPU the cluster would hang."""
+    if not any(op.opcode == "cluster_reduce" for op in walk(func.body)):
+        return  # the common case: one walk, no fixed point
     ranked = _ranked(func)
 
     def divergent(op) -> bool:
