@@ -24,7 +24,8 @@
 #              pack_fp16/pack_bf16 do), then the global and profile scratch pointers
 #   launch     phobos.run.emulator: grid x num_ctas CTAs of 32 x num_warps threads, `metadata.shared`
 #              bytes of dynamic shared memory, clusters of num_ctas CTAs, the tensor-core model of the
-#              arch; every `.file` of the PTX registered so that errors quote the Triton source line.
+#              arch; every `.file` of the PTX registered so that errors quote the Triton source line
+#              (the kernel's own file standing in for one that Triton's cache names but that is gone).
 #
 # Triton is an optional extra (`pip install 'phobos-tile[triton]'`); this module needs it, Phobos does
 # not.  What it relies on of Triton's internals (the binder, the launcher's packing rules) is that of
@@ -34,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import inspect
 import itertools
 import sys
 from collections.abc import Callable
@@ -464,7 +466,7 @@ class EmulatedKernel:
             raise LaunchError(f"{name}: its PTX takes {len(params)} parameters, Triton {triton.__version__}'s "
                               f"signature gives {len(arguments)} (phobos.triton follows Triton 3.6's launcher)")
         values = [_ptx_value(arg, ptx_type, name) for arg, (_, ptx_type) in zip(arguments, params)]
-        module.register_sources()
+        module.register_sources(stand_ins=(inspect.getsourcefile(self.fn.fn) or "",))
         cluster = (meta.num_ctas, 1, 1) if meta.num_ctas > 1 else None
         return kernel.launch((grid[0] * meta.num_ctas, grid[1], grid[2]), compiled.block, values, meta.shared,
                              tensor_cores=TENSOR_CORES[self.target.arch], cluster=cluster, **self.options)

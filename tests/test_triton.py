@@ -7,6 +7,8 @@ from __future__ import annotations
 import inspect
 import re
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +177,39 @@ def test_an_out_of_bounds_access_points_at_the_triton_line():
     assert error.loc.line == _line_of(unmasked_kernel, "tl.load(src_ptr")
     assert "out-of-bounds global load" in error.message and "src_ptr" in error.message
     assert "x = tl.load(src_ptr + offs)" in str(error)  # the source line, quoted with a caret
+
+
+MOVED_KERNEL = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def moved_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs))
+"""
+
+
+def test_a_fault_quotes_the_line_when_triton_s_cache_names_a_checkout_that_is_gone(tmp_path, monkeypatch):
+    # Triton's cache key is the kernel's text, not its path: a second checkout gets the PTX that another
+    # process compiled from the first, whose `.file` names the first checkout's file
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    for checkout in (first, second):
+        checkout.mkdir()
+        (checkout / "moved.py").write_text(MOVED_KERNEL)
+    fill_the_cache = ("import runpy, sys, numpy as np, phobos.triton\n"
+                      "kernel = runpy.run_path(sys.argv[1])['moved_kernel']\n"
+                      "phobos.triton.emulate(kernel, check_races=False)[(1,)](np.ones(128, np.float32), "
+                      "np.zeros(128, np.float32), BLOCK=128)\n")
+    subprocess.run([sys.executable, "-c", fill_the_cache, str(first / "moved.py")], check=True)
+    (first / "moved.py").unlink()
+    kernel = runpy.run_path(str(second / "moved.py"))["moved_kernel"]
+    x, y = np.ones(100, np.float32), np.zeros(100, np.float32)
+    with pytest.raises(MemoryFault) as caught:
+        phobos.triton.emulate(kernel)[(1,)](x, y, BLOCK=128)
+    assert Path(caught.value.loc.file) == first / "moved.py"  # the PTX came from the cache
+    assert caught.value.loc.line == 8 and "tl.store(dst_ptr + offs, tl.load(src_ptr + offs))" in str(caught.value)
 
 
 @triton.jit

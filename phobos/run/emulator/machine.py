@@ -790,12 +790,16 @@ class Module:
             placed.append(ModuleVariable(var.name, var.space, layout.allocate(data, var.name), data))
         return placed
 
-    def register_sources(self, *folders: str) -> list[str]:
+    def register_sources(self, *folders: str, stand_ins: tuple[str, ...] = ()) -> list[str]:
         """Give errors the text of the source files the `.file` directives name (as named, else relative
-        to one of `folders`), so that they quote the source line at fault; the names of those found."""
+        to one of `folders`, else one of `stand_ins` with the same base name: the file a cached PTX
+        compiled elsewhere came from), so that they quote the source line at fault; the names of those
+        found."""
         found = []
         for name in self.files:
-            for path in [name] + [os.path.join(folder, name) for folder in folders if not os.path.isabs(name)]:
+            candidates = [name] + [os.path.join(folder, name) for folder in folders if not os.path.isabs(name)]
+            candidates += [path for path in stand_ins if os.path.basename(path) == os.path.basename(name)]
+            for path in candidates:
                 lines = linecache.getlines(path)
                 if lines:
                     SourceFile.register(name, "".join(lines))
