@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -940,3 +941,33 @@ def test_device_assert_of_a_16_bit_comparison_reports_the_values():
     }"""
     with pytest.raises(phobos.DeviceAssertError, match="ieee"):
         phobos.kernel(src, mode="emulate")[(1,)](np.zeros(2, np.uint16))
+
+
+@pytest.mark.parametrize("mode", ["interpret", "emulate"])
+def test_an_index_value_of_a_staged_slice_that_the_loop_body_also_uses(mode):
+    # r0 is both the start of the slice the K loop stages through shared memory and a term of the mask
+    src = """
+kernel k(Q: tensor<bf16>[B, H, L, D], K: tensor<bf16>[B, H, S, D], O: tensor<f32>[B, H, 64, 64], blocks: i32) {
+    var acc: tile<f32>[64, 64] = 0.0
+    for i in range(0, blocks * 2) {
+        let r0 = i % blocks * 64
+        let s = dot(Q[program_id(2), program_id(1), r0 :+ 64, 0 :+ 64],
+                    trans(K[program_id(2), program_id(1), 0 :+ 64, 0 :+ 64]))
+        acc += where(reshape(arange(64), [64, 1]) + r0 < L, s, 0.0)
+    }
+    O[program_id(2), program_id(1), 0 :+ 64, 0 :+ 64] = acc
+}
+"""
+    assert_ptxas_accepts(src)
+    q = RNG.standard_normal((1, 2, 150, 64)).astype(ml_dtypes.bfloat16)
+    k = RNG.standard_normal((1, 2, 64, 64)).astype(ml_dtypes.bfloat16)
+    padded = np.zeros((1, 2, 192, 64))
+    padded[:, :, :150] = q.astype(np.float64)
+    want = np.zeros((1, 2, 64, 64))
+    for i in range(6):
+        r0 = i % 3 * 64
+        scores = padded[:, :, r0:r0 + 64] @ np.swapaxes(k.astype(np.float64), -1, -2)
+        want += np.where(np.arange(64)[:, None] + r0 < 150, scores, 0.0)
+    out = run(src, mode, q, k, np.zeros((1, 2, 64, 64), np.float32), 3, grid=(1, 2, 1))[2]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+

@@ -57,6 +57,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -644,13 +647,34 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     # far from float32's limits); terms scaled to below 2**(kept + 2) stay exact too
     work = np.float32 if {informat, b_informat or informat} <= _EXACT_IN_F32 else np.float64
     out = np.empty_like(acc)
-    step = max(1, TERMS_AT_ONCE // (m * k * n))
-    with np.errstate(all="ignore"):
-        for first in range(0, len(acc), step):
-            part = slice(first, first + step)
-            out[part] = _dot_part(a[part], b[part], acc[part], size, (fmt.emin, b_fmt.emin),
-                                  model.kept[informat], out_format, work)
+    parts = min(len(acc), -(-len(acc) * m * k * n // TERMS_AT_ONCE))
+    bounds = np.linspace(0, len(acc), parts + 1).round().astype(int)
+
+    def work_through(first: int, last: int) -> None:
+        with np.errstate(all="ignore"):
+            out[first:last] = _dot_part(a[first:last], b[first:last], acc[first:last], size, (fmt.emin, b_fmt.emin),
+                                        model.kept[informat], out_format, work)
+    if parts == 1 or WORKERS == 1:
+        for first, last in zip(bounds[:-1], bounds[1:]):
+            work_through(first, last)
+    else:
+        for done in _pool().map(work_through, bounds[:-1], bounds[1:]):
+            pass
     return out.reshape(batch + (m, n))
+
+
+#: Threads that work through the parts of a product side by side (NumPy lets go of the interpreter's
+#: lock in its loops over the parts' arrays, so that they run on as many cores).
+WORKERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(WORKERS, thread_name_prefix="tensor-cores")
+
+
+if hasattr(os, "register_at_fork"):  # a forked child has none of its parent's threads: it starts its own pool
+    os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
 def round_half_accumulator(d: np.ndarray) -> np.ndarray:
@@ -671,7 +695,7 @@ def fma_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarra
 
 
 #: The most terms (products) of a block worked on at once: a batch of many matrices goes in parts,
-#: whose arrays stay in the processor's caches.
+#: whose arrays stay in the processor's caches, and which WORKERS threads work through side by side.
 TERMS_AT_ONCE = 1 << 18
 
 
@@ -694,10 +718,15 @@ def _dot_part(a, b, c, size: int, emins: tuple[int, int], kept: int, out_format:
     b_k = _arrange(b.astype(work, copy=False), "bkj", order)
     shape = tuple(max(x, y) for x, y in zip(a_k.shape[1:], b_k.shape[1:]))
     k = a_k.shape[0]
-    exponent_sums = np.add(_term_exponents(a_k, emins[0]), _term_exponents(b_k, emins[1]),
-                           out=_scratch(k * int(np.prod(shape)), np.int16).reshape((k,) + shape))
+    narrow = work == np.float32  # exponent sums of f16 and 8-bit floats fit int8 (_NARROW_NONE)
+    exponent_sums = np.add(_term_exponents(a_k, emins[0], narrow), _term_exponents(b_k, emins[1], narrow),
+                           out=_scratch(k * int(np.prod(shape)), np.int8 if narrow else np.int16)
+                           .reshape((k,) + shape))
     # the largest of each block: (blocks, ...), at most _LIVE where no term is live
     tops = exponent_sums.reshape((k // size, size) + shape).max(axis=1)
+    if narrow:
+        tops = tops.astype(np.int16)
+        np.putmask(tops, tops < _NARROW_LIVE, _NONE)
     products = np.multiply(a_k, b_k, out=_scratch(k * int(np.prod(shape)), work).reshape((k,) + shape))
     finite = bool(np.isfinite(a_k).all() and np.isfinite(b_k).all())
     acc = np.ascontiguousarray(np.transpose(c, ["bij".index(x) for x in order]))
@@ -737,16 +766,21 @@ def _block_sum(products, top, c, kept: int, out_format: FloatFormat, factors) ->
     where every a and b is finite, else (a, b) of the block, whose non-finite products set their
     elements (_tensor_core_specials)."""
     assert len(products) << (kept + 2) <= 1 << 31, "the kept terms of a block overflow int32"
-    c_top = _C_EXPONENTS.take(c.view(np.uint32) >> 23)
+    c_top = _F32_EXPONENTS.take(_high_halves(c))
     np.putmask(c_top, c == 0, _NONE)
     scale = _scales(kept).take(np.maximum(top, c_top).view(np.uint16))
-    products *= scale.astype(products.dtype)  # exact: a power of two
+    tiny = scale.max() >= 2.0 ** 127  # a live top below kept - 126: the sum may be tiny
+    # (scales beyond float32's range, where a product is float32, are those of blocks of zero products:
+    # a live product's exponent is at least twice its format's emin, and f32 work holds f16 and 8-bit
+    # floats only; they are cut to its range, so that the zeros stay zeros)
+    narrow = tiny and products.dtype == np.float32
+    products *= (np.minimum(scale, 2.0 ** 127) if narrow else scale).astype(products.dtype)  # exact: powers of 2
     total = c.astype(np.float64)
     total *= scale
     np.trunc(total, out=total)
     total += np.add.reduce(products, axis=0, dtype=np.int32)  # each term truncated toward zero, summed exactly
     total /= scale                                             # exact: fewer than 2**53 units
-    if scale.max() >= 2.0 ** 127:  # a live top below kept - 126: the sum may be tiny
+    if tiny:
         out = round_to_format(total, None, out_format, "rz")
         out = np.where(np.abs(total) >= 2.0 ** 128, np.copysign(np.inf, total), out).astype(np.float32)
     else:  # normal or beyond: dropping the bits below the format's is rounding toward zero; f32 holds the
@@ -762,22 +796,11 @@ def _block_sum(products, top, c, kept: int, out_format: FloatFormat, factors) ->
 _NOT_FINITE = np.int16(_NONE - 1)  # the exponent of an infinite or NaN accumulator
 
 
-@functools.cache
-def _exponent_table(bits: int, man: int, emin: int) -> np.ndarray:
-    """The exponents (at least emin) of a float format of `bits` bits, `man` of them fraction, by the
-    bits above the fraction (sign and exponent field) as int16: _NONE for a zero field (zeros:
-    inputs are never subnormal in the work precision) and for infinities and NaNs."""
-    width = bits - 1 - man
-    field = np.arange(2 << width) & ((1 << width) - 1)
-    bias = (1 << (width - 1)) - 1
-    live = (field != 0) & (field != (1 << width) - 1)
-    return np.where(live, np.maximum(field - bias, emin), _NONE).astype(np.int16)
-
-
-#: The exponent of an f32 accumulator (at least f32's emin; subnormals are f32's emin) by its bits
-#: above the fraction; the infinities and NaNs _NOT_FINITE (zeros are set apart by value).
-_C_EXPONENTS = np.where(np.arange(512) & 0xFF == 0xFF, _NOT_FINITE,
-                        np.maximum((np.arange(512) & 0xFF) - 127, F32.emin)).astype(np.int16)
+def _high_halves(x: np.ndarray) -> np.ndarray:
+    """The high 16 bits of every float32 or float64 element (sign, exponent and the fraction's first bits),
+    as uint16."""
+    halves = x.view(np.uint16)
+    return halves[..., x.itemsize // 2 - 1::x.itemsize // 2]  # little-endian: the last half of each
 
 
 @functools.cache
@@ -788,23 +811,49 @@ def _scales(kept: int) -> np.ndarray:
     return np.ldexp(1.0, kept - np.where((tops > _LIVE) & (tops < 1024), tops, 0))
 
 
-def _term_exponents(x: np.ndarray, emin: int) -> np.ndarray:
-    """The exponents (at least emin) of float32 or float64 values as int16, _NONE for zeros and
-    non-finite ones."""
-    info = np.finfo(x.dtype)
-    table = _exponent_table(info.bits, info.nmant, emin)
-    return table[x.view(np.uint64 if info.bits == 64 else np.uint32) >> info.nmant]
+#: Exponents as int8 (`narrow`: those of f16 and the 8-bit floats, from -24 to 15): a zero or non-finite
+#: term's, and any sum with one, is below _NARROW_LIVE, and two of them sum to -128 exactly.
+_NARROW_NONE = np.int8(-64)
+_NARROW_LIVE = -48
 
-_SCRATCH: dict[np.dtype, np.ndarray] = {}
+
+@functools.cache
+def _exponent_table(dtype: str, emin: int, narrow: bool) -> np.ndarray:
+    """The exponents (at least emin) of float32 or float64 values by their high 16 bits (_high_halves)
+    as int16, or int8 where `narrow`: _NONE (_NARROW_NONE) for a zero exponent field (zeros: inputs are
+    never subnormal in the work precision) and for infinities and NaNs."""
+    info = np.finfo(dtype)
+    width = info.bits - 1 - info.nmant
+    field = (np.arange(1 << 16) >> (15 - width)) & ((1 << width) - 1)
+    bias = info.maxexp - 1
+    live = (field != 0) & (field != (1 << width) - 1)
+    if narrow:  # (exponents beyond f16's range are never looked up: they are clipped to int8's)
+        return np.where(live, np.clip(field - bias, emin, 16), _NARROW_NONE).astype(np.int8)
+    return np.where(live, np.maximum(field - bias, emin), _NONE).astype(np.int16)
+
+
+#: The exponent of an f32 accumulator (at least f32's emin; subnormals are f32's emin) by its high 16
+#: bits; the infinities and NaNs _NOT_FINITE (zeros are set apart by value).
+_F32_EXPONENTS = np.where((np.arange(1 << 16) >> 7) & 0xFF == 0xFF, _NOT_FINITE,
+                          np.maximum(((np.arange(1 << 16) >> 7) & 0xFF) - 127, F32.emin)).astype(np.int16)
+
+
+def _term_exponents(x: np.ndarray, emin: int, narrow: bool) -> np.ndarray:
+    """The exponents (at least emin) of float32 or float64 values as int16 (int8 where `narrow`), _NONE
+    (_NARROW_NONE) for zeros and non-finite ones."""
+    return _exponent_table(x.dtype.str, emin, narrow).take(_high_halves(x))
+
+_SCRATCH = threading.local()
 
 
 def _scratch(count: int, dtype) -> np.ndarray:
-    """`count` elements of a buffer kept from call to call (fresh arrays of a few hundred KiB cost
-    the C library's allocator new pages each time, more than the arithmetic done in them)."""
+    """`count` elements of a buffer of this thread kept from call to call (fresh arrays of a few hundred
+    KiB cost the C library's allocator new pages each time, more than the arithmetic done in them)."""
     dtype = np.dtype(dtype)
-    buffer = _SCRATCH.get(dtype)
+    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
+    buffer = buffers.get(dtype)
     if buffer is None or len(buffer) < count:
-        buffer = _SCRATCH[dtype] = np.empty(count, dtype)
+        buffer = buffers[dtype] = np.empty(count, dtype)
     return buffer[:count]
 
 
