@@ -61,22 +61,28 @@ def plain(run: Callable) -> Semantics:
 
 @dataclass(frozen=True)
 class Fusable:
-    """How the scheduler may run consecutive instructions of one kind as one batch (see
-    machine.fusion_table): `inputs(m, idx)` reads an instruction's operands, `compute(m, inputs)`
-    works on the inputs of several instructions of the same `key` at once and returns their
-    results in order, `outputs(m, idx, result)` writes one instruction's result.  An instruction's
-    handler carries it as its `fusable` attribute; run alone, the handler does the three steps itself."""
+    """How the scheduler may run nearby instructions of one kind as one batch (see
+    machine.fusion_table): `inputs(m, idx)` reads an instruction's operands, `compute(m, inputs,
+    links)` works on the inputs of several instructions of the same `key` at once and returns their
+    results in order, `outputs(m, idx, result)` writes one instruction's result (None: nothing, a
+    later one of the batch writes its registers).  `chain`: the register slots an instruction reads
+    as an accumulator and writes back (empty where it has none, or where its result must be rounded
+    between steps): an instruction whose accumulator is the result of an earlier one of the batch
+    may join that one's chain, `links[i]` being the index of that earlier one (None: the start of a
+    chain, whose accumulator `inputs` read).  An instruction's handler carries it as its `fusable`
+    attribute; run alone, the handler does the three steps itself."""
 
     key: tuple
     inputs: Callable
     compute: Callable
     outputs: Callable
+    chain: frozenset = frozenset()
 
 
 def fusable(part: Fusable) -> Semantics:
     """A plain instruction that the scheduler may run together with its neighbours of the same kind."""
     def run(m, idx):
-        part.outputs(m, idx, part.compute(m, [part.inputs(m, idx)])[0])
+        part.outputs(m, idx, part.compute(m, [part.inputs(m, idx)], [None])[0])
     run.fusable = part
     return Semantics(PLAIN, run)
 

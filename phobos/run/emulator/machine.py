@@ -86,7 +86,7 @@ FAR = np.iinfo(np.int64).max
 #: Instruction steps between two looks at the clock for progress lines.
 PROGRESS_STEPS = 256
 #: The most instructions run as one batch (fusion_table).
-MAX_FUSED = 64
+MAX_FUSED = 256
 
 logger = logging.getLogger(__name__)
 
@@ -140,25 +140,64 @@ class LaunchConfig:
 
 def fusion_table(ops: list) -> list[int]:
     """For each instruction, how many instructions from it on the scheduler may run as one batch
-    (1: alone): unguarded instructions whose handlers are fusable with one key, none of which reads
-    or writes a register that an earlier one of the batch writes (so that reading all operands
-    first and writing all results after is what running them one by one does).  A batch may start
-    anywhere in such a run, so a branch into the middle of one is no matter."""
+    (1: alone), and so run as _run_fused runs them: first the batch's register instructions
+    (HOISTABLE), in order, then its fusable ones together - reading all their operands, computing,
+    writing all their results.  A batch starts with a fusable instruction and ends with one; all are
+    unguarded; its fusable ones have one key, and none reads or writes a register that an earlier
+    one writes, but for an accumulator chain (Fusable.chain: its accumulator is exactly an earlier
+    one's result, `chain_links`); a register instruction reads no register that an earlier fusable
+    one writes and writes none that it reads or writes.  So the batch does what running its
+    instructions one by one does.  A batch may start anywhere in such a run, so a branch into the
+    middle of one is no matter."""
     table = [1] * len(ops)
     for start in range(len(ops) - 1):
-        part = getattr(ops[start].run, "fusable", None)
-        if part is None or ops[start].guard is not None:
+        part = _fusable_part(ops[start])
+        if part is None:
             continue
-        end, written = start + 1, set(ops[start].writes)
+        written, touched = set(ops[start].writes), set(ops[start].reads | ops[start].writes)
+        results = {ops[start].writes}  # the registers of each fusable one's result
+        end = last = start + 1
         while end < len(ops) and end - start < MAX_FUSED:
-            nxt = getattr(ops[end].run, "fusable", None)
-            if (nxt is None or ops[end].guard is not None or nxt.key != part.key
-                    or not written.isdisjoint(ops[end].reads | ops[end].writes)):
+            op, nxt = ops[end], _fusable_part(ops[end])
+            if nxt is not None and nxt.key == part.key:
+                shared = written & (op.reads | op.writes)
+                if shared and not (shared == nxt.chain and nxt.chain in results):
+                    break
+                written |= op.writes
+                touched |= op.reads | op.writes
+                results.add(op.writes)
+                last = end + 1
+            elif not (_hoistable(op) and written.isdisjoint(op.reads) and touched.isdisjoint(op.writes)):
                 break
-            written |= ops[end].writes
             end += 1
-        table[start] = end - start
+        table[start] = last - start
     return table
+
+
+#: Instructions that only read and write registers (and ldmatrix, which reads shared memory, which
+#: the fusable instructions do not touch): a batch may run them before the fusable ones around them.
+HOISTABLE = frozenset({"mov", "add", "sub", "mul", "mad", "fma", "neg", "abs", "min", "max", "and", "or", "xor",
+                       "not", "shl", "shr", "selp", "setp", "cvt", "ldmatrix"})
+
+
+def _fusable_part(op):
+    return getattr(op.run, "fusable", None) if op.guard is None else None
+
+
+def _hoistable(op) -> bool:
+    return op.kind == PLAIN and op.guard is None and op.text.split(".", 1)[0].split()[0] in HOISTABLE
+
+
+def chain_links(ops: list) -> list[int | None]:
+    """For the fusable instructions of a batch (fusion_table), in order: the index among them of the
+    one whose result is its accumulator (the last earlier one writing its Fusable.chain registers, if
+    it reads them as such), else None."""
+    links, last_writer = [], {}
+    for i, op in enumerate(ops):
+        chain = op.run.fusable.chain
+        links.append(last_writer.get(chain) if chain else None)
+        last_writer[op.writes] = i
+    return links
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -368,17 +407,24 @@ class Machine:
         return np.arange(self.n) if group is None else group
 
     def _run_fused(self, pc: int, count: int, group) -> None:
-        """Run the `count` instructions from `pc` (fusable, see fusion_table) as one batch."""
-        parts = [op.run.fusable for op in self.program.ops[pc: pc + count]]
+        """Run the `count` instructions from `pc` as one batch (see fusion_table): the register
+        instructions first, then the fusable ones together."""
+        batch = self.program.ops[pc: pc + count]
+        fused = [op for op in batch if getattr(op.run, "fusable", None) is not None]
         operands = []
-        for at, part in enumerate(parts, pc):
+        for op in [op for op in batch if getattr(op.run, "fusable", None) is None] + fused:
             try:
-                operands.append(part.inputs(self, group))
+                if getattr(op.run, "fusable", None) is not None:
+                    operands.append(op.run.fusable.inputs(self, group))
+                else:
+                    op.run(self, group)
             except Fault as fault:
-                fault.pc = at if fault.pc is None else fault.pc
+                fault.pc = op.index if fault.pc is None else fault.pc
                 raise
-        for part, result in zip(parts, parts[0].compute(self, operands)):
-            part.outputs(self, group, result)
+        parts = [op.run.fusable for op in fused]
+        for part, result in zip(parts, parts[0].compute(self, operands, chain_links(fused))):
+            if result is not None:
+                part.outputs(self, group, result)
 
     def _park(self, group, pc: int) -> None:
         """Record the PC of the active group's threads (None: all threads)."""

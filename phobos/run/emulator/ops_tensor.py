@@ -287,30 +287,55 @@ def build_mma(d, ins, mods):
         whole_units(m, idx, WARP, "mma.sync")
         return lane_values(m, idx, readers)
 
-    def compute(m, operands):
-        """D = C + A B of one or more mma.sync of this form, their warps side by side in batches of
-        about BATCH_WARPS warps (the operands of many more would no longer fit in the caches)."""
-        results, batch, lanes = [], [], 0
-        for k, regs in enumerate(operands):
-            batch.append(regs)
-            lanes += len(regs[0])
-            if lanes >= BATCH_WARPS * WARP or k == len(operands) - 1:
-                results += compute_batch(m, batch)
-                batch, lanes = [], 0
+    def compute(m, operands, links):
+        """D = C + A B of one or more mma.sync of this form.  A chain of them, each accumulating into
+        the one before's result (`links`, see Fusable), is one product along the K of them all, C
+        the first one's; chains of one length go together, their warps side by side in batches of
+        about BATCH_WARPS warps (the operands of many more would no longer fit in the caches).  The
+        result of a chain is the last one's; the others' are None."""
+        chains, chain_of = [], {}
+        for k, link in enumerate(links):
+            chain_of[k] = len(chains) if link is None else chain_of[link]
+            if link is None:
+                chains.append([k])
+            else:
+                chains[chain_of[k]].append(k)
+        results = [None] * len(operands)
+        for length in sorted({len(chain) for chain in chains}):
+            batch, lanes = [], 0
+            same = [chain for chain in chains if len(chain) == length]
+            for n, chain in enumerate(same):
+                batch.append(chain)
+                lanes += len(operands[chain[0]][0])
+                if lanes >= BATCH_WARPS * WARP or n == len(same) - 1:
+                    for chain_done, result in zip(batch, compute_batch(m, [[operands[k] for k in chain]
+                                                                             for chain in batch])):
+                        results[chain_done[-1]] = result
+                    batch, lanes = [], 0
         return results
 
-    def compute_batch(m, operands):
-        regs = [np.concatenate(column) if len(column) > 1 else column[0] for column in zip(*operands)]
-        ma = fr.gather(frag_a, regs[:na], decode_a)
-        mb = fr.gather(frag_b, regs[na:na + nb], decode_b)
-        mc = acc.matrices(regs[na + nb:])
+    def compute_batch(m, chains):
+        """The results of chains of one length, each a list of its instructions' operands."""
+        def gathered(step: int, frag, first: int, count: int, decode) -> np.ndarray:
+            columns = zip(*[chain[step][first:first + count] for chain in chains])
+            return fr.gather(frag, [np.concatenate(column) if len(column) > 1 else column[0]
+                                    for column in columns], decode)
+        steps = range(len(chains[0]))
+        ma = np.concatenate([gathered(step, frag_a, 0, na, decode_a) for step in steps], axis=-1)
+        mb = np.concatenate([gathered(step, frag_b, na, nb, decode_b) for step in steps], axis=-2)
+        mc = gathered(0, acc.frag, na + nb, len(read_c), acc.decode)
         result = multiply(m, ma, mb, mc, atype, btype, dtype, satfinite, mode or "rn", "mma.sync")
-        return np.split(result, np.cumsum([len(regs[0]) // WARP for regs in operands[:-1]]))
+        return np.split(result, np.cumsum([len(chain[0][0]) // WARP for chain in chains[:-1]]))
 
     def outputs(m, idx, result):
         for write, value in zip(writers, acc.registers_of(result)):
             write(m, idx, value)
-    return fusable(Fusable(("mma.sync", what, satfinite, mode), inputs, compute, outputs))
+    # an f32 accumulator that is also the destination chains: the model sums block after block, so a
+    # chain's blocks one after the other are its instructions one after the other (an f16 one is
+    # rounded between them, integer and f64 ones are not the model's)
+    d_slots, c_slots = ({d.register(x)[0] for x in _registers(d, regs, acc.registers, "")} for regs in (dst, c))
+    chain = frozenset(d_slots) if d_slots == c_slots and dtype == "f32" else frozenset()
+    return fusable(Fusable(("mma.sync", what, satfinite, mode), inputs, compute, outputs, chain))
 
 
 def integer_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, satfinite: bool = False) -> np.ndarray:

@@ -1,0 +1,94 @@
+# The emulator's batches (machine.fusion_table): mma.sync run together - those side by side, accumulator
+# chains as one product along their K, the register instructions between them first - give what running
+# every instruction alone gives, bit for bit; and a batch stops where running it so would differ.
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from phobos.run.emulator import machine
+
+HEAD = """.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 out) {
+    .reg .b32 %r<200>;
+    .reg .b64 %rd<8>;
+    mov.u32 %r1, %tid.x;
+"""
+
+
+def _operand(register: int, salt: int) -> str:
+    """A register of two f16 values below 4 made of the lane's index (`salt` varies them)."""
+    return (f"    mad.lo.u32 %r{register}, %r1, {0x00010003 * (2 * salt + 1)}, {salt * 0x01230457};\n"
+            f"    and.b32 %r{register}, %r{register}, 0x43FF43FF;\n")
+
+
+def _store(registers: list[int]) -> str:
+    lines = ["    ld.param.u64 %rd1, [out];", "    mul.wide.u32 %rd2, %r1, 4;", "    add.u64 %rd1, %rd1, %rd2;"]
+    for i, r in enumerate(registers):
+        lines.append(f"    st.global.b32 [%rd1+{128 * i}], %r{r};")
+    return "\n".join(lines) + "\n    ret;\n}\n"
+
+
+def _mma(d: int, a: int, b: int, c: int, accumulator: str = "f32") -> str:
+    if accumulator == "f16":
+        return (f"    mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {{%r{d}, %r{d + 1}}}, "
+                f"{{%r{a}, %r{a + 1}, %r{a + 2}, %r{a + 3}}}, {{%r{b}, %r{b + 1}}}, {{%r{c}, %r{c + 1}}};\n")
+    return (f"    mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{%r{d}, %r{d + 1}, %r{d + 2}, %r{d + 3}}}, "
+            f"{{%r{a}, %r{a + 1}, %r{a + 2}, %r{a + 3}}}, {{%r{b}, %r{b + 1}}}, "
+            f"{{%r{c}, %r{c + 1}, %r{c + 2}, %r{c + 3}}};\n")
+
+
+def _kernel(accumulator: str = "f32", reader: str = "") -> tuple[str, list[int]]:
+    """Two accumulators (at %r100 and %r120), each zeroed by movs between the products, then three
+    steps of K each: a chain of four products an accumulator; `reader` goes after the second step."""
+    text = HEAD + "".join(_operand(r, r) for r in range(10, 90))
+    width = 2 if accumulator == "f16" else 4
+    for acc in (100, 120):
+        text += "".join(f"    mov.b32 %r{acc + i}, 0;\n" for i in range(width))
+        text += _mma(acc, 10, 14, acc, accumulator)
+    for step in range(1, 4):
+        for n, acc in enumerate((100, 120)):
+            text += _mma(acc, 10 + 16 * step, 14 + 16 * step + 2 * n, acc, accumulator)
+        if step == 2:
+            text += reader
+    outputs = [acc + i for acc in (100, 120) for i in range(width)] + ([190] if reader else [])
+    return text + _store(outputs), outputs
+
+
+def _run(text: str, outputs: list[int], fused: bool) -> np.ndarray:
+    module = machine.Module(text, "fusion.ptx")
+    kernel = module.kernel("k")
+    if not fused:
+        kernel.fusion = [1] * len(kernel.fusion)
+    out = np.zeros(32 * len(outputs), np.uint32)
+    kernel.launch(1, 32, [out])
+    return out
+
+
+def _batches(text: str) -> list[int]:
+    return [n for n in machine.Module(text, "fusion.ptx").kernel("k").fusion if n > 1]
+
+
+def test_chains_and_the_register_instructions_between_them_run_as_one_batch():
+    text, outputs = _kernel()
+    assert max(_batches(text)) == 8 + 4  # the eight products and the movs that zero the second accumulator
+    np.testing.assert_array_equal(_run(text, outputs, True), _run(text, outputs, False))
+
+
+@pytest.mark.parametrize("reader", ["    mov.b32 %r190, %r100;\n", "    add.f32 %r100, %r100, %r100;\n"])
+def test_a_register_instruction_that_reads_or_writes_a_product_s_result_ends_the_batch(reader):
+    text, outputs = _kernel(reader=reader)
+    np.testing.assert_array_equal(_run(text, outputs, True), _run(text, outputs, False))
+    assert max(_batches(text)) == 2 + 4 + 2 + 2  # up to the second step: the reader comes after it
+
+
+def test_f16_accumulators_are_not_chained_as_they_are_rounded_between_products():
+    text, outputs = _kernel("f16")
+    np.testing.assert_array_equal(_run(text, outputs, True), _run(text, outputs, False))
+    module = machine.Module(text, "fusion.ptx")
+    mmas = [op for op in module.kernel("k").program.ops if op.text.startswith("mma")]
+    assert all(not op.run.fusable.chain for op in mmas)
+    assert all(op.run.fusable.chain for op in machine.Module(_kernel()[0], "f.ptx").kernel("k").program.ops
+               if op.text.startswith("mma"))
