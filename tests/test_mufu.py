@@ -115,3 +115,12 @@ def test_approximate_division_is_the_units_reciprocal_times_the_dividend(form):
         want = np.where(np.abs(want) < 2.0 ** -126, np.float32(0) * want, want)
     np.testing.assert_array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32))
     assert (got[4:] != a[4:] / b[4:]).mean() > 0.05
+
+
+def test_ex2_reference_product_rounds_as_the_series():
+    """The ex2 table's reference, a product of two small tables of the series 2^f (mufu._ex2_product),
+    rounds to f32 as the series itself does at every one of the 2^23 fractions, so that the stored deltas
+    (written against the series) still give the GPU's bits."""
+    fractions = np.arange(1 << 23, dtype=np.int64)
+    series = mufu._ex2_fraction(fractions / 2.0 ** 23).astype(np.float32).view(np.uint32)
+    assert np.array_equal(mufu.reference_bits("ex2"), series)
