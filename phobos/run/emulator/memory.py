@@ -491,14 +491,28 @@ def _put_units(shadow: np.ndarray, rows, values: np.ndarray) -> None:
     target[rows] = np.ascontiguousarray(values, shadow.dtype).view(unit).reshape(-1)
 
 
+def _fill_units(shadow: np.ndarray, rows, size: int, value) -> None:
+    """shadow's rows of `size` bytes at `rows` set to `value` (as _put_units does, one element a row)."""
+    unit = np.dtype((np.void, size * shadow.itemsize))
+    _units(shadow, size).reshape(-1).view(unit)[rows] = np.full(size, value, shadow.dtype).view(unit)[0]
+
+
+def lane_rows(tid: np.ndarray, nbytes: int) -> np.ndarray:
+    """Each lane's thread `tid` repeated for its `nbytes` bytes: (lanes, nbytes), laid out as the rows
+    that _units takes (NumPy compares those far faster than against a broadcast column)."""
+    return np.repeat(tid, nbytes).reshape(-1, nbytes)
+
+
 def _conflict_by_lanes(kinds, rows, lanes, nbytes: int) -> bool:
     """Whether an access recorded in one of `kinds` (_Accesses or None) at the rows of `nbytes` bytes
-    `rows` was made by another thread than the lane's (`lanes`, a column): RaceDetector._conflicts a
-    lane at a time, without warp epochs."""
+    `rows` was made by another thread than the lane's (`lanes`, `lane_rows`): RaceDetector._conflicts
+    a lane at a time, without warp epochs."""
     for earlier in kinds:
         if earlier is not None and earlier.live:
-            lo, hi = _units(earlier.lo, nbytes).take(rows, axis=0), _units(earlier.hi, nbytes).take(rows, axis=0)
-            if ((hi != _NOBODY) & ((lo != lanes) | (hi != lanes))).any():
+            hi = _units(earlier.hi, nbytes).take(rows, axis=0)
+            made = hi != _NOBODY
+            if made.any() and (made & ((_units(earlier.lo, nbytes).take(rows, axis=0) != lanes)
+                                       | (hi != lanes))).any():
                 return True
     return False
 
@@ -636,28 +650,29 @@ class RaceDetector:
 
     def _load_by_lanes(self, idx, flat, tid, nbytes, pc: int) -> bool:
         """Check and record the common load lane by lane rather than byte by byte: accesses of 2 to 16
-        bytes each aligned to its size, while no bulk copy or warp barrier was seen, no byte read twice
-        or the lanes in thread order - the shadow state is then viewed as rows of `nbytes` bytes, one
+        bytes each aligned to its size, while no bulk copy or warp barrier was seen, the lanes in thread
+        order or no byte read twice - the shadow state is then viewed as rows of `nbytes` bytes, one
         row a lane, and updated as the byte-wise path updates it (_Accesses.record).  False, with
         nothing done, where the load is not such a one or a byte of it is pending or conflicts (the
         byte-wise path then reports that)."""
         if (nbytes not in (2, 4, 8, 16) or self.tma_barrier is not None or self.warp_epoch is not None
-                or (flat % nbytes).any()):
+                or (flat & (nbytes - 1)).any()):
             return False
-        apart = self.lanes_apart(flat, nbytes)
-        if not (apart or in_thread_order(idx)):
+        in_order = in_thread_order(idx)
+        if not (in_order or self.lanes_apart(flat, nbytes)):
             return False
-        rows, lanes = flat // nbytes, tid[:, None]
+        rows, lanes = flat // nbytes, lane_rows(tid, nbytes)
         if self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
             return False
         if _conflict_by_lanes((self.writes, self.atomics), rows, lanes, nbytes):
             return False
         low = np.minimum(_units(self.reads.lo, nbytes).take(rows, axis=0), lanes)
         high = np.maximum(_units(self.reads.hi, nbytes).take(rows, axis=0), lanes)
-        lowest_last = slice(None) if apart else slice(None, None, -1)  # (a repeated row keeps its last value)
+        # (a repeated row keeps its last value: in thread order, the lowest thread's written last)
+        lowest_last = slice(None, None, -1) if in_order else slice(None)
         _put_units(self.reads.lo, rows[lowest_last], low[lowest_last])
         _put_units(self.reads.hi, rows, high)
-        _put_units(self.reads.pc, rows, np.full(low.shape, pc, np.int32))
+        _fill_units(self.reads.pc, rows, nbytes, pc)
         self.reads.live = True
         return True
 
@@ -747,21 +762,23 @@ class RaceDetector:
 
     def _copy_by_lanes(self, flat, tid, nbytes: int, pc: int) -> bool:
         """record_write of the performed copies of cp.async lane by lane (as _load_by_lanes does):
-        copies of 2 to 16 bytes aligned to their size, no byte twice, while no warp barrier, bulk copy
-        or wgmma was seen and nothing else wrote or read the bytes since the last barrier.  False,
-        with nothing done, otherwise (the byte-wise path then checks it)."""
-        if (nbytes not in (2, 4, 8, 16) or self.warp_epoch is not None or self.async_reads is not None
-                or self.unfenced is None or (flat % nbytes).any()):
+        copies of 2 to 16 bytes aligned to their size, no byte twice, while no warp barrier was seen, no
+        wgmma or bulk copy in flight reads the bytes and nothing else wrote or read them since the last
+        barrier.  False, with nothing done, otherwise (the byte-wise path then checks it)."""
+        if (nbytes not in (2, 4, 8, 16) or self.warp_epoch is not None or self.unfenced is None
+                or (flat & (nbytes - 1)).any()):
             return False
-        rows, lanes = flat // nbytes, tid[:, None]
+        # (aligned and at most ASYNC_READ_CHUNK bytes, a lane's copy lies in one chunk)
+        if self.async_reads is not None and (self.async_reads[flat // ASYNC_READ_CHUNK] > 0).any():
+            return False
+        rows, lanes = flat // nbytes, lane_rows(tid, nbytes)
         if _conflict_by_lanes((self.reads, self.atomics, self.writes), rows, lanes, nbytes):
             return False
-        threads = np.broadcast_to(lanes, (len(rows), nbytes))
-        _put_units(self.unfenced, rows, np.zeros(threads.shape, np.int32))
-        _put_units(self.unfenced_pc, rows, np.full(threads.shape, pc, np.int32))
-        _put_units(self.writes.lo, rows, threads)
-        _put_units(self.writes.hi, rows, threads)
-        _put_units(self.writes.pc, rows, np.full(threads.shape, pc, np.int32))
+        if _units(self.unfenced, nbytes).take(rows, axis=0).any():  # (unfenced_pc counts only where it is not 0)
+            _fill_units(self.unfenced, rows, nbytes, 0)
+        _put_units(self.writes.lo, rows, lanes)
+        _put_units(self.writes.hi, rows, lanes)
+        _fill_units(self.writes.pc, rows, nbytes, pc)
         self.writes.live = True
         return True
 
