@@ -161,8 +161,9 @@ def round_to_format(r: np.ndarray, err: np.ndarray | None, fmt: FloatFormat, mod
 
 
 def f32_to_f16(x: np.ndarray) -> np.ndarray:
-    """f32 values rounded to nearest even into f16 (overflow: infinity; a NaN stays NaN), by integer
-    operations on the bits (NumPy's own cast takes microseconds a value where results are subnormal)."""
+    """f32 values rounded to nearest even into f16 (overflow: infinity; a NaN the canonical 0x7FFF, as
+    cvt gives it), by integer operations on the bits (NumPy's own cast takes microseconds a value where
+    results are subnormal)."""
     bits = np.asarray(x, np.float32).view(np.uint32)
     magnitude = bits & np.uint32(0x7FFFFFFF)
     # normal results: the exponent rebiased (127 -> 15), 13 bits dropped with a carry where they are
@@ -172,8 +173,8 @@ def f32_to_f16(x: np.ndarray) -> np.ndarray:
     small = np.minimum(magnitude, np.uint32(0x38800000)).view(np.float32)
     subnormal = np.rint(small * np.float32(2.0 ** 24)).astype(np.uint32)  # an exact product
     half = np.where(magnitude < np.uint32(0x38800000), subnormal, normal)  # below 2**-14: subnormal or zero
-    half = np.where(magnitude > np.uint32(0x7F800000), np.uint32(0x7E00), half)
-    return (half | ((bits >> 16) & np.uint32(0x8000))).astype(np.uint16).view(np.float16)
+    half = np.where(magnitude > np.uint32(0x7F800000), np.uint32(0x7FFF), half | ((bits >> 16) & np.uint32(0x8000)))
+    return half.astype(np.uint16).view(np.float16)
 
 
 def _toward_zero(r: np.ndarray, fmt: FloatFormat) -> np.ndarray:

@@ -1082,8 +1082,8 @@ def _float_value(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool):
         require(d, frnd is None, "a widening conversion is exact and takes no rounding modifier")
         return to_f64
     mode = frnd or "rn"
-    if (src.name, dst.name, mode) == ("f32", "f16", "rn"):  # (as float16 values, which encode keeps)
-        return lambda v: nx.f32_to_f16(to_f64(v))
+    if (src.name, dst.name, mode) == ("f32", "f16", "rn"):  # (f16's storage, which encode keeps)
+        return (lambda v: nx.f32_to_f16(nx.flush(v))) if ftz else nx.f32_to_f16
     return lambda v: _round_exact(to_f64(v), dst, mode)
 
 
@@ -1099,6 +1099,8 @@ def _to_float(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool, sat: bool, r
     encode = _encode(dst, src)
     flush = ftz and dst.name == "f32"
     largest = FORMATS[dst.name].max_value
+    if (src.name, dst.name, frnd or "rn") == ("f32", "f16", "rn") and not (relu or satfinite or sat):
+        return value  # (f32_to_f16 gives the storage, its NaN canonical)
 
     def convert(v):
         x = value(v)
@@ -1111,6 +1113,14 @@ def _to_float(d, src: PtxType, dst: PtxType, frnd, irnd, ftz: bool, sat: bool, r
         out = encode(x, v)
         return nx.flush(out) if flush else out
     return convert
+
+
+def _pair_words(convert, high, low) -> np.ndarray:
+    """32-bit words of convert(high) in the upper half and convert(low) in the lower, converted together
+    (convert: f32 values -> 16-bit storage, elementwise)."""
+    pairs = np.empty(np.broadcast_shapes(np.shape(high), np.shape(low)) + (2,), np.float32)
+    pairs[..., 0], pairs[..., 1] = low, high  # (little-endian: the low half first)
+    return np.ascontiguousarray(convert(pairs)).view(np.uint32)[..., 0]
 
 
 def _cvt_tf32(d, ins, mods) -> Semantics:
@@ -1203,9 +1213,7 @@ def build_cvt(d, ins, mods):
         half = TYPES[dst.name[:-2]]
         convert = _to_float(d, src, half, frnd, irnd, ftz, sat, relu, satfinite)
         # d = {cvt(a) in the upper half, cvt(b) in the lower half}
-        return elementwise(d, ins, dst, [src, src], lambda a, b: (
-            (np.asarray(convert(a)).view(np.uint16).astype(np.uint32) << np.uint8(16))
-            | np.asarray(convert(b)).view(np.uint16).astype(np.uint32)))
+        return elementwise(d, ins, dst, [src, src], lambda a, b: _pair_words(convert, a, b))
     require(d, all(x.name in FORMATS for x in (src, dst) if x.is_float),
             "cvt between packed float types is not supported")
     if dst.is_float:
