@@ -355,12 +355,14 @@ def _extreme(larger: bool):
         if a.dtype.kind != "f":
             return (np.maximum if larger else np.minimum)(a, b)
         with np.errstate(invalid="ignore"):
-            beyond = (b > a) if larger else (b < a)
-            sign_a, sign_b = np.signbit(a), np.signbit(b)
-            zero_tie = (a == b) & ((sign_a & ~sign_b) if larger else (sign_b & ~sign_a))
-            a_nan = np.isnan(a)
-            out = np.where(beyond | zero_tie | a_nan, b, a)
-            return np.where(a_nan & np.isnan(b), arithmetic_nan(b, *nan_precedence("max", a, b)), out)[()]
+            out = np.where(((b > a) if larger else (b < a)) | np.isnan(a), b, a)
+            if (out == 0).any():  # (-0.0 and +0.0 compare equal: b where it is the one beyond a)
+                sign_a, sign_b = np.signbit(a), np.signbit(b)
+                out = np.where((a == b) & ((sign_a & ~sign_b) if larger else (sign_b & ~sign_a)), b, out)
+            both_nan = np.isnan(out)  # (a NaN gave b, a NaN b gave a)
+            if both_nan.any():
+                out = np.where(both_nan, arithmetic_nan(b, *nan_precedence("max", a, b)), out)
+            return out[()]
     return extreme
 
 
