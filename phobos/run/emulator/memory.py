@@ -1058,33 +1058,44 @@ class GlobalRaceDetector:
         sizes = np.asarray(nbytes)
         size = int(sizes) if sizes.ndim == 0 else int(sizes[0]) if len(sizes) and (sizes == sizes[0]).all() else 0
         offsets = np.asarray(offsets, np.int64)
-        if size not in (2, 4, 8, 16) or self.known or self.clock or (offsets % size).any():
+        if size not in (2, 4, 8, 16) or self.known or self.clock or (offsets & (size - 1)).any():
             return False
         if self._stamp is None:
             self._stamp = np.zeros(len(self.writer), np.int32)
-        apart = lanes_apart(offsets, size, self._stamp)
-        if not (apart or in_thread_order(threads)):
+        in_order = in_thread_order(threads)
+        apart = lambda: lanes_apart(offsets, size, self._stamp)  # noqa: E731  (no byte read twice)
+        if not (in_order or apart()):
             return False
         rows = offsets // size
         g = (m.cta_first * self.tpc + threads).astype(np.int32)
         first = (g // self.tpc * self.tpc)[:, None]  # the first and last thread of each lane's CTA
         last = first + (self.tpc - 1)
-        g, epoch = g[:, None], m.epoch[m.cta_of[threads]][:, None]
+        epoch = m.epoch[m.cta_of[threads]][:, None]
+        readers = lane_rows(g, size)
         unit = lambda shadow: _units(shadow, size).take(rows, axis=0)  # noqa: E731
         w = unit(self.writer)
-        if ((w != _NONE) & (w != g) & ((w < first) | (w > last) | (unit(self.write_epoch) == epoch))).any():
+        written = w != _NONE
+        if written.any() and (written & (w != readers) & ((w < first) | (w > last)
+                                                          | (unit(self.write_epoch) == epoch))).any():
             return False
-        lo, hi = unit(self.reader_lo), unit(self.reader_hi)
-        # (where there are readers, lo <= hi: all of them in the lane's CTA where both are)
-        reset = (hi == _NONE) | ((lo >= first) & (hi <= last) & (unit(self.read_epoch) < epoch))
-        if not (apart or reset.all()):
-            return False
-        lowest_last = slice(None) if apart else slice(None, None, -1)  # (a repeated row keeps its last value)
-        low = np.minimum(np.where(reset, _HIGHEST, lo), g)
+        hi = unit(self.reader_hi)
+        reset = hi == _NONE
+        if reset.all():  # (bytes read for the first time, say)
+            low = high = readers
+        else:
+            lo = unit(self.reader_lo)
+            # (where there are readers, lo <= hi: all of them in the lane's CTA where both are)
+            reset |= (lo >= first) & (hi <= last) & (unit(self.read_epoch) < epoch)
+            if not (reset.all() or not in_order or apart()):  # (lanes out of order are apart)
+                return False
+            low = np.minimum(np.where(reset, _HIGHEST, lo), readers)
+            high = np.maximum(np.where(reset, _NONE, hi), readers)
+        # (a repeated row keeps its last value: in thread order, the lowest thread's written last)
+        lowest_last = slice(None, None, -1) if in_order else slice(None)
         _put_units(self.reader_lo, rows[lowest_last], low[lowest_last])
-        _put_units(self.reader_hi, rows, np.maximum(np.where(reset, _NONE, hi), g))
-        _put_units(self.read_epoch, rows, np.broadcast_to(epoch, lo.shape))
-        _put_units(self.read_pc, rows, np.full(lo.shape, pc, np.int32))
+        _put_units(self.reader_hi, rows, high)
+        _put_units(self.read_epoch, rows, np.broadcast_to(epoch, hi.shape))
+        _fill_units(self.read_pc, rows, size, pc)
         # read_clock stays 0 throughout while no CTA has released anything
         return True
 
