@@ -732,7 +732,9 @@ class RaceDetector:
         conflict too); apart: no byte twice (None: found here); copy: the writes of cp.async copies
         being performed, which the asynchronous proxy may read without a fence.proxy.async (plain
         stores need one; see docs/emulator.md)."""
-        if copy and apart and self._copy_by_lanes(flat, tid, nbytes, pc):
+        if apart is None:
+            apart = self.lanes_apart(flat, nbytes)
+        if apart and self._write_by_lanes(flat, tid, nbytes, pc, copy):
             return
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
@@ -745,8 +747,6 @@ class RaceDetector:
         self._check(m, b, t, "write", [self.reads, self.atomics])
         values = _Lazy(stored)
         shared = self._against_writes(m, b, t, values)
-        if apart is None:
-            apart = self.lanes_apart(flat, nbytes)
         if not apart:
             pair = same_byte_twice(b, values.get())
             if pair is not None:
@@ -760,21 +760,29 @@ class RaceDetector:
         self.unfenced_pc[b] = pc
         self._record(self.writes, flat, tid, nbytes, b, t, pc, apart, keep=False if shared is None else shared)
 
-    def _copy_by_lanes(self, flat, tid, nbytes: int, pc: int) -> bool:
-        """record_write of the performed copies of cp.async lane by lane (as _load_by_lanes does):
-        copies of 2 to 16 bytes aligned to their size, no byte twice, while no warp barrier was seen, no
-        wgmma or bulk copy in flight reads the bytes and nothing else wrote or read them since the last
-        barrier.  False, with nothing done, otherwise (the byte-wise path then checks it)."""
-        if (nbytes not in (2, 4, 8, 16) or self.warp_epoch is not None or self.unfenced is None
-                or (flat & (nbytes - 1)).any()):
+    def _write_by_lanes(self, flat, tid, nbytes: int, pc: int, copy: bool) -> bool:
+        """record_write lane by lane (as _load_by_lanes does) of writes that touch no byte twice: 2 to
+        16 bytes each aligned to its size, while no warp barrier was seen, no cp.async is pending into
+        the bytes (but the copies being performed), no wgmma or bulk copy in flight reads them and no
+        other thread wrote or read them since the last barrier.  False, with nothing done, otherwise
+        (the byte-wise path then checks it)."""
+        if nbytes not in (2, 4, 8, 16) or self.warp_epoch is not None or (flat & (nbytes - 1)).any():
             return False
-        # (aligned and at most ASYNC_READ_CHUNK bytes, a lane's copy lies in one chunk)
+        # (aligned and at most ASYNC_READ_CHUNK bytes, a lane's write lies in one chunk)
         if self.async_reads is not None and (self.async_reads[flat // ASYNC_READ_CHUNK] > 0).any():
             return False
         rows, lanes = flat // nbytes, lane_rows(tid, nbytes)
+        if not copy and self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
+            return False
         if _conflict_by_lanes((self.reads, self.atomics, self.writes), rows, lanes, nbytes):
             return False
-        if _units(self.unfenced, nbytes).take(rows, axis=0).any():  # (unfenced_pc counts only where it is not 0)
+        if self.unfenced is None:
+            self.unfenced = np.zeros(len(self.pending), np.int32)
+            self.unfenced_pc = np.zeros(len(self.pending), np.int32)
+        if not copy:
+            _put_units(self.unfenced, rows, lanes + 1)
+            _fill_units(self.unfenced_pc, rows, nbytes, pc)
+        elif _units(self.unfenced, nbytes).take(rows, axis=0).any():  # (unfenced_pc counts only where it is not 0)
             _fill_units(self.unfenced, rows, nbytes, 0)
         _put_units(self.writes.lo, rows, lanes)
         _put_units(self.writes.hi, rows, lanes)
