@@ -137,8 +137,7 @@ def warp_lanes(m, idx):
     lane = m.lane[threads]
     first = threads - lane
     bit = np.left_shift(np.uint32(1), lane.astype(np.uint32))
-    active = np.zeros(m.n, np.uint32)
-    np.bitwise_or.at(active, first, bit)
+    active = np.bincount(first, weights=bit, minlength=m.n).astype(np.uint32)  # (a sum of distinct bits, exact)
     return threads, lane, first, bit, active[first]
 
 
