@@ -440,7 +440,7 @@ def _tiled_matmul(a_ptr, b_ptr, c_ptr, K, N: tl.constexpr, BLOCK: tl.constexpr):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_race_detectors_record_by_lanes_what_they_record_byte_by_byte(arch, monkeypatch):
-    """The detectors' lane-at-a-time paths (aligned loads, cp.async sources and copies) leave the shadow
+    """The detectors' lane-at-a-time paths (aligned loads and stores, cp.async sources and copies) leave the shadow
     state, the memory and the verdict just as the byte-by-byte paths do: a pipelined matrix product whose
     CTAs all read one B (bytes read by several lanes in thread order), run both ways."""
     import phobos.triton
@@ -464,7 +464,7 @@ def test_race_detectors_record_by_lanes_what_they_record_byte_by_byte(arch, monk
     outputs = []
     for lanes in (True, False):
         if not lanes:
-            for cls, name in ((memory.RaceDetector, "_load_by_lanes"), (memory.RaceDetector, "_copy_by_lanes"),
+            for cls, name in ((memory.RaceDetector, "_load_by_lanes"), (memory.RaceDetector, "_write_by_lanes"),
                               (memory.GlobalRaceDetector, "_read_by_lanes")):
                 monkeypatch.setattr(cls, name, lambda *args: False)
         c = np.zeros((n, n), np.float16)
