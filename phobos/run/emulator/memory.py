@@ -660,8 +660,8 @@ class RaceDetector:
     def _load_by_lanes(self, idx, flat, tid, nbytes, pc: int) -> bool:
         """Check and record the common load lane by lane rather than byte by byte: accesses of 2 to 16
         bytes each aligned to its size, while no bulk copy or warp barrier was seen, the lanes in thread
-        order or no byte read twice - the shadow state is then viewed as rows of `nbytes` bytes, one
-        row a lane, and updated as the byte-wise path updates it (_Accesses.record).  False, with
+        order or no byte read twice - the shadow state is then viewed as rows of `nbytes` bytes, a lane's
+        row, and each row read updated once as the byte-wise path updates it (_Accesses.record).  False, with
         nothing done, where the load is not such a one or a byte of it is pending or conflicts (the
         byte-wise path then reports that)."""
         if (nbytes not in (2, 4, 8, 16) or self.tma_barrier is not None or self.warp_epoch is not None
@@ -670,20 +670,33 @@ class RaceDetector:
         in_order = in_thread_order(idx)
         if not (in_order or self.lanes_apart(flat, nbytes)):
             return False
-        rows, lanes = flat // nbytes, lane_rows(tid, nbytes)
+        rows = flat // nbytes
+        if _conflict_by_lanes((self.writes, self.atomics), rows, lane_rows(tid, nbytes), nbytes):
+            return False
+        # each row once, with the lowest and highest thread reading it
+        once, lowest, highest = self._each_offset_once(flat, tid) if in_order else (slice(None), tid, tid)
+        rows = rows[once]
         if self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
             return False
-        if _conflict_by_lanes((self.writes, self.atomics), rows, lanes, nbytes):
-            return False
-        low = np.minimum(_units(self.reads.lo, nbytes).take(rows, axis=0), lanes)
-        high = np.maximum(_units(self.reads.hi, nbytes).take(rows, axis=0), lanes)
-        # (a repeated row keeps its last value: in thread order, the lowest thread's written last)
-        lowest_last = slice(None, None, -1) if in_order else slice(None)
-        _put_units(self.reads.lo, rows[lowest_last], low[lowest_last])
+        low = np.minimum(_units(self.reads.lo, nbytes).take(rows, axis=0), lane_rows(lowest, nbytes))
+        high = np.maximum(_units(self.reads.hi, nbytes).take(rows, axis=0), lane_rows(highest, nbytes))
+        _put_units(self.reads.lo, rows, low)
         _put_units(self.reads.hi, rows, high)
         _fill_units(self.reads.pc, rows, nbytes, pc)
         self.reads.live = True
         return True
+
+    def _each_offset_once(self, flat, tid):
+        """For lanes in thread order (warps reading one tile): the positions of the last lane at each
+        distinct offset of `flat`, and the lowest and the highest thread `tid` there (its first lane's
+        and its last's), found with the scratch array in two passes (indexing keeps the last value
+        written to a repeated index)."""
+        stamp, order = self._stamp, np.arange(len(flat), dtype=np.int32)
+        stamp[flat[::-1]] = order[::-1]
+        first = stamp[flat]
+        stamp[flat] = order
+        last = np.flatnonzero(stamp[flat] == order)
+        return last, tid[first[last]], tid[last]
 
     def _record(self, accesses: _Accesses, flat, tid, nbytes: int, b, t, pc: int, apart: bool, keep) -> None:
         """Record accesses of `nbytes` at `flat` by threads `tid` (one per lane; b and t: their bytes
