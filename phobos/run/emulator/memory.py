@@ -515,6 +515,19 @@ def lane_rows(tid: np.ndarray, nbytes: int) -> np.ndarray:
     return np.repeat(tid, nbytes).reshape(-1, nbytes)
 
 
+def each_offset_once(stamp: np.ndarray, flat) -> tuple[np.ndarray, np.ndarray]:
+    """For lanes in thread order reading offsets `flat` (warps or CTAs reading one tile): the positions of
+    the last lane at each distinct offset and of the first lane there - the highest and the lowest thread
+    reading it -, found with `stamp`, a scratch array as long as the space, in two passes (indexing keeps
+    the last value written to a repeated index)."""
+    order = np.arange(len(flat), dtype=np.int32)
+    stamp[flat[::-1]] = order[::-1]
+    first = stamp[flat]
+    stamp[flat] = order
+    last = np.flatnonzero(stamp[flat] == order)
+    return last, first[last]
+
+
 def _conflict_by_lanes(kinds, rows, lanes, nbytes: int) -> bool:
     """Whether an access recorded in one of `kinds` (_Accesses or None) at the rows of `nbytes` bytes
     `rows` was made by another thread than the lane's (`lanes`, `lane_rows`): RaceDetector._conflicts
@@ -674,8 +687,8 @@ class RaceDetector:
         if _conflict_by_lanes((self.writes, self.atomics), rows, lane_rows(tid, nbytes), nbytes):
             return False
         # each row once, with the lowest and highest thread reading it
-        once, lowest, highest = self._each_offset_once(flat, tid) if in_order else (slice(None), tid, tid)
-        rows = rows[once]
+        last, first = each_offset_once(self._stamp, flat) if in_order else (slice(None), slice(None))
+        rows, lowest, highest = rows[last], tid[first], tid[last]
         if self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
             return False
         low = np.minimum(_units(self.reads.lo, nbytes).take(rows, axis=0), lane_rows(lowest, nbytes))
@@ -685,18 +698,6 @@ class RaceDetector:
         _fill_units(self.reads.pc, rows, nbytes, pc)
         self.reads.live = True
         return True
-
-    def _each_offset_once(self, flat, tid):
-        """For lanes in thread order (warps reading one tile): the positions of the last lane at each
-        distinct offset of `flat`, and the lowest and the highest thread `tid` there (its first lane's
-        and its last's), found with the scratch array in two passes (indexing keeps the last value
-        written to a repeated index)."""
-        stamp, order = self._stamp, np.arange(len(flat), dtype=np.int32)
-        stamp[flat[::-1]] = order[::-1]
-        first = stamp[flat]
-        stamp[flat] = order
-        last = np.flatnonzero(stamp[flat] == order)
-        return last, tid[first[last]], tid[last]
 
     def _record(self, accesses: _Accesses, flat, tid, nbytes: int, b, t, pc: int, apart: bool, keep) -> None:
         """Record accesses of `nbytes` at `flat` by threads `tid` (one per lane; b and t: their bytes
@@ -1116,12 +1117,12 @@ class GlobalRaceDetector:
                 return False
             low = np.minimum(np.where(reset, _HIGHEST, lo), readers)
             high = np.maximum(np.where(reset, _NONE, hi), readers)
-        # (a repeated row keeps its last value: in thread order, the lowest thread's written last)
-        lowest_last = slice(None, None, -1) if in_order else slice(None)
-        _put_units(self.reader_lo, rows[lowest_last], low[lowest_last])
-        _put_units(self.reader_hi, rows, high)
-        _put_units(self.read_epoch, rows, np.broadcast_to(epoch, hi.shape))
-        _fill_units(self.read_pc, rows, size, pc)
+        # each row once: in thread order, a repeated row's readers all start anew, its lowest the first
+        last, first = each_offset_once(self._stamp, offsets) if in_order else (slice(None), slice(None))
+        _put_units(self.reader_lo, rows[last], low[first])
+        _put_units(self.reader_hi, rows[last], high[last])
+        _put_units(self.read_epoch, rows[last], np.broadcast_to(epoch, hi.shape)[last])
+        _fill_units(self.read_pc, rows[last], size, pc)
         # read_clock stays 0 throughout while no CTA has released anything
         return True
 
