@@ -57,9 +57,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -648,34 +645,14 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     # far from float32's limits); terms scaled to below 2**(kept + 2) stay exact too
     work = np.float32 if {informat, b_informat or informat} <= _EXACT_IN_F32 else np.float64
     out = np.empty_like(acc)
-    parts = min(len(acc), -(-len(acc) * m * k * n // TERMS_AT_ONCE))
-    bounds = np.linspace(0, len(acc), parts + 1).round().astype(int)
-
-    def work_through(first: int, last: int) -> None:
-        with np.errstate(all="ignore"):
-            out[first:last] = _dot_part(a[first:last], b[first:last], acc[first:last], size, (fmt.emin, b_fmt.emin),
-                                        model.kept[informat], out_format, work)
-    if parts == 1 or WORKERS == 1:
-        for first, last in zip(bounds[:-1], bounds[1:]):
-            work_through(first, last)
-    else:
-        for done in _pool().map(work_through, bounds[:-1], bounds[1:]):
-            pass
+    step = max(1, TERMS_AT_ONCE // (m * k * n))
+    with np.errstate(all="ignore"):
+        for first in range(0, len(acc), step):
+            part = slice(first, first + step)
+            out[part] = _dot_part(a[part], b[part], acc[part], size, (fmt.emin, b_fmt.emin),
+                                  model.kept[informat], out_format, work)
     return out.reshape(batch + (m, n))
 
-
-#: Threads that work through the parts of a product side by side (NumPy lets go of the interpreter's
-#: lock in its loops over the parts' arrays, so that they run on as many cores).
-WORKERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-@functools.cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(WORKERS, thread_name_prefix="tensor-cores")
-
-
-if hasattr(os, "register_at_fork"):  # a forked child has none of its parent's threads: it starts its own pool
-    os.register_at_fork(after_in_child=_pool.cache_clear)
 
 
 def round_half_accumulator(d: np.ndarray) -> np.ndarray:
@@ -696,7 +673,7 @@ def fma_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarra
 
 
 #: The most terms (products) of a block worked on at once: a batch of many matrices goes in parts,
-#: whose arrays stay in the processor's caches, and which WORKERS threads work through side by side.
+#: whose arrays stay in the processor's caches.
 TERMS_AT_ONCE = 1 << 18
 
 
@@ -774,8 +751,8 @@ def _block_sum(products, top, c, kept: int, out_format: FloatFormat, factors) ->
     # (scales beyond float32's range, where a product is float32, are those of blocks of zero products:
     # a live product's exponent is at least twice its format's emin, and f32 work holds f16 and 8-bit
     # floats only; they are cut to its range, so that the zeros stay zeros)
-    narrow = tiny and products.dtype == np.float32
-    products *= (np.minimum(scale, 2.0 ** 127) if narrow else scale).astype(products.dtype)  # exact: powers of 2
+    clip = tiny and products.dtype == np.float32
+    products *= (np.minimum(scale, 2.0 ** 127) if clip else scale).astype(products.dtype)  # exact: powers of 2
     total = c.astype(np.float64)
     total *= scale
     np.trunc(total, out=total)
@@ -844,17 +821,16 @@ def _term_exponents(x: np.ndarray, emin: int, narrow: bool) -> np.ndarray:
     (_NARROW_NONE) for zeros and non-finite ones."""
     return _exponent_table(x.dtype.str, emin, narrow).take(_high_halves(x))
 
-_SCRATCH = threading.local()
+_SCRATCH: dict[np.dtype, np.ndarray] = {}
 
 
 def _scratch(count: int, dtype) -> np.ndarray:
-    """`count` elements of a buffer of this thread kept from call to call (fresh arrays of a few hundred
-    KiB cost the C library's allocator new pages each time, more than the arithmetic done in them)."""
+    """`count` elements of a buffer kept from call to call (fresh arrays of a few hundred KiB cost
+    the C library's allocator new pages each time, more than the arithmetic done in them)."""
     dtype = np.dtype(dtype)
-    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
-    buffer = buffers.get(dtype)
+    buffer = _SCRATCH.get(dtype)
     if buffer is None or len(buffer) < count:
-        buffer = buffers[dtype] = np.empty(count, dtype)
+        buffer = _SCRATCH[dtype] = np.empty(count, dtype)
     return buffer[:count]
 
 
