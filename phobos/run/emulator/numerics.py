@@ -645,12 +645,16 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     # far from float32's limits); terms scaled to below 2**(kept + 2) stay exact too
     work = np.float32 if {informat, b_informat or informat} <= _EXACT_IN_F32 else np.float64
     out = np.empty_like(acc)
-    step = max(1, TERMS_AT_ONCE // (m * k * n))
+    chunk = max(size, min(k, K_AT_ONCE) // size * size)
+    step = max(1, TERMS_AT_ONCE // (m * chunk * n))
     with np.errstate(all="ignore"):
         for first in range(0, len(acc), step):
             part = slice(first, first + step)
-            out[part] = _dot_part(a[part], b[part], acc[part], size, (fmt.emin, b_fmt.emin),
-                                  model.kept[informat], out_format, work)
+            result = acc[part]
+            for start in range(0, k, chunk):
+                result = _dot_part(a[part, :, start:start + chunk], b[part, start:start + chunk], result, size,
+                                   (fmt.emin, b_fmt.emin), model.kept[informat], out_format, work)
+            out[part] = result
     return out.reshape(batch + (m, n))
 
 
@@ -672,9 +676,11 @@ def fma_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarra
     return acc
 
 
-#: The most terms (products) of a block worked on at once: a batch of many matrices goes in parts,
-#: whose arrays stay in the processor's caches.
-TERMS_AT_ONCE = 1 << 18
+#: The most terms (products) worked on at once: a batch of many matrices goes in parts, whose arrays stay
+#: in the processor's caches, and a long K (a chain of mma.sync, machine.fusion_table) K_AT_ONCE at a time,
+#: so that the parts keep many matrices (the longest axis of a part is innermost in NumPy's loops).
+TERMS_AT_ONCE = 1 << 19
+K_AT_ONCE = 16
 
 
 #: Input formats whose products are exact in float32.
