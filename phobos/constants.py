@@ -461,6 +461,17 @@ def bf16_bits(x):
     return np.where(np.isnan(x), np.uint32(CANONICAL_NAN_BITS[DType.BF16]), rounded).astype(np.uint16)[()]
 
 
+def f16_bits(x):
+    """The f16 bit patterns (uint16) of f32 values, rounded to nearest even, as cvt.rn.f16.f32 rounds
+    them: a NaN becomes the canonical 0x7FFF."""
+    x = np.asarray(x, np.float32)
+    rounded = x.astype(np.float16).view(np.uint16)
+    return np.where(np.isnan(x), np.uint16(CANONICAL_NAN_BITS[DType.F16]), rounded).astype(np.uint16)[()]
+
+
+HALF_BITS = {DType.F16: f16_bits, DType.BF16: bf16_bits}  # a 16-bit float's bits from its f32 value
+
+
 def bf16_values(bits):
     """The f32 values of bf16 bit patterns."""
     return (np.asarray(bits, np.uint32) << 16).view(np.float32)[()]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from ..constants import HALF_BITS
 from ..errors import Loc, SourceFile
 from ..types import DType
 
@@ -56,6 +57,8 @@ class Imm:
             return "0d%016X" % struct.unpack("<Q", struct.pack("<d", self.value))[0]
         if self.dtype is DType.BOOL:
             return "1" if self.value else "0"
+        if self.dtype in HALF_BITS:  # a 16-bit float constant: its bits (mov.b16, a red/atom operand)
+            return "0x%04X" % int(HALF_BITS[self.dtype](self.value))
         return str(int(self.value))
 
 
