@@ -24,3 +24,31 @@ def test_atomic_add_of_a_constant_into_a_16_bit_tensor(dtype, addend, mode):
     (got,) = run(src, mode, h)
     want = (h.astype(np.float32) + np.float32(npdt(float(addend)))).astype(npdt)
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+# ------------------------------------------------------------ reduce of every element
+WELFORD = """
+fn welford(m1, s1, n1, m2, s2, n2) {
+    let n = n1 + n2
+    let d = m2 - m1
+    let w = where(n > 0.0, n2 / n, 0.0)
+    return (m1 + d * w, s1 + s2 + d * d * n1 * w, n)
+}
+kernel k(X: tensor<f32>[M, N], mean: tensor<f32>[M], var_: tensor<f32>[M]) {
+    let r = program_id(0)
+    let x = X[r, 0 :+ 64]
+    let ones = where(arange(64) < N, 1.0, 0.0)
+    let (mu, m2, n) = reduce((x, 0.0 * x, ones), combine=welford)
+    mean[r] = mu
+    var_[r] = m2 / n
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reduce_without_an_axis_reduces_every_element_to_a_scalar(mode):
+    assert_ptxas_accepts(WELFORD)
+    x = np.random.default_rng(0).standard_normal((3, 50)).astype(np.float32)
+    _, mean, var = run(WELFORD, mode, x, np.zeros(3, np.float32), np.zeros(3, np.float32), grid=(3,))
+    np.testing.assert_allclose(mean, x.mean(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(var, x.var(1), rtol=1e-5)

@@ -144,7 +144,8 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
             "tuple of tiles of one shape, combine then takes and returns as many values.", "scan"),
     Builtin("reduce", "reduce(x, axis, combine)",
             "Reduction along `axis` (kept with extent 1) with a device function `combine(a, b)` "
-            "(associative and commutative); x may be a tuple of tiles, like scan.", "reduce_with"),
+            "(associative and commutative); reduce(x, combine=f), without an axis, reduces all the "
+            "elements to a scalar; x may be a tuple of tiles, like scan.", "reduce_with"),
     Builtin("trans", "trans(x)", "The transpose of a 2-D tile.", "permute"),
     Builtin("permute", "permute(x, [D0, D1, ...])",
             "The tile with its dimensions reordered: dimension i of the result is dimension Di of x.",

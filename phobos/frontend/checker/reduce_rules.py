@@ -97,7 +97,9 @@ def call_scan(ck: Checker, e: ast.Call):
 
 @BUILTIN_RULES.on("reduce_with")
 def call_reduce_with(ck: Checker, e: ast.Call):
-    x_e, axis_e, f_e = arguments(ck, e, ["x", "axis", "combine"], 3)
+    x_e, axis_e, f_e = arguments(ck, e, ["x", "axis", "combine"], 1)  # reduce(x, combine=f): all elements
+    if f_e is None:
+        arity(e, 3)
     types = combined(ck, e, x_e)
     axis = axis_of(ck, e, axis_e, len(types[0].shape))
     ck.out.calls[e] = combine_function(ck, e, f_e, [t.dtype for t in types])
