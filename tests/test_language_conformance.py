@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import phobos
+from phobos.errors import PhobosError
 from tests.language_support import MODES, assert_ptxas_accepts, run
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -52,3 +54,30 @@ def test_reduce_without_an_axis_reduces_every_element_to_a_scalar(mode):
     _, mean, var = run(WELFORD, mode, x, np.zeros(3, np.float32), np.zeros(3, np.float32), grid=(3,))
     np.testing.assert_allclose(mean, x.mean(1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(var, x.var(1), rtol=1e-5)
+
+
+# ------------------------------------------------------------ knobs forced where @autotune does not list them
+ROWS = """
+@autotune(BN in [16])
+kernel rows(x: tensor<f32>[M, N], y: tensor<f32>[M, N]) {
+    let r = program_id(0)
+    y[r, 0 :+ BN] = x[r, 0 :+ BN] * 2.0
+}
+"""
+
+
+def test_a_knob_forced_by_configure_where_autotune_does_not_list_it_is_used():
+    kernel = phobos.jit(ROWS, mode="emulate").kernels["rows"].configure(WARPS=8)
+    x = np.ones((2, 10), np.float32)
+    y = np.zeros_like(x)
+    kernel[(2,)](x, y)
+    np.testing.assert_array_equal(y, 2 * x)
+    assert kernel.config == {"BN": 16, "WARPS": 8}
+    assert "// 256 threads per CTA" in kernel.ptx
+
+
+@pytest.mark.parametrize("knob,value,rule", [("WARPS", 0, "a power of two from 1 to 32"), ("STAGES", 9, "from 2 to 8")])
+def test_a_knob_forced_by_configure_outside_its_range_is_refused(knob, value, rule):
+    kernel = phobos.jit(ROWS, mode="interpret").kernels["rows"]
+    with pytest.raises(PhobosError, match=f"rows: configure\\({knob}={value}\\): {knob} must be {rule}, got {value}"):
+        kernel.configure(**{knob: value})

@@ -296,11 +296,13 @@ class LaunchRules:
         return [d.name for d in self.derived]
 
     def autotune_configurations(self, forced: Mapping[str, int] | None = None) -> Iterator[Config]:
-        """The autotune space's cartesian product, with the `forced` values fixed, one at a time."""
+        """The autotune space's cartesian product, with the `forced` values fixed, one at a time; a forced
+        knob that the space does not list (configuration.KNOBS: `configure(WARPS=8)`) is in each."""
         forced = forced or {}
         names = list(self.space)
         choices = [[forced[n]] if n in forced else self.space[n] for n in names]
-        return (dict(zip(names, combo)) for combo in itertools.product(*choices))
+        unlisted = {n: v for n, v in forced.items() if n not in self.space}
+        return ({**dict(zip(names, combo)), **unlisted} for combo in itertools.product(*choices))
 
     def space_size(self, forced: Mapping[str, int] | None = None) -> int:
         """How many configurations `autotune_configurations` makes, counted without making them."""

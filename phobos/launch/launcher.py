@@ -67,7 +67,7 @@ from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_bac
 from .binding import BoundCall, bind, call_device, overlapping_tensors
 from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, check_resources,
                         compile_kernel, kernel_infos, sizes_text, target, term_text)
-from ..configuration import config_text, KNOBS
+from ..configuration import config_text, knob_problem, KNOBS
 from ..errors import (LaunchError, Note, PhobosError, PtxasTimeout, ResourceError, SourceFile, ToolchainError,
                       at_call_site, raised_at_call_site)
 from ..ptxcheck import Report
@@ -235,6 +235,9 @@ class KernelFunction:
                                   f"(it has: {', '.join(space) or 'none'})")
             if not isinstance(value, int) or isinstance(value, bool):
                 raise PhobosError(f"{self.name}: autotune parameter '{name}' must be an integer, got {value!r}")
+            problem = knob_problem(name, value)
+            if problem is not None:
+                raise PhobosError(f"{self.name}: configure({name}={value}): {problem}")
         forced = {**self._forced, **values}
         self._kernel.refuse_impossible(forced)
         for config in self._kernel.candidates(forced):
