@@ -81,3 +81,34 @@ def test_a_knob_forced_by_configure_outside_its_range_is_refused(knob, value, ru
     kernel = phobos.jit(ROWS, mode="interpret").kernels["rows"]
     with pytest.raises(PhobosError, match=f"rows: configure\\({knob}={value}\\): {knob} must be {rule}, got {value}"):
         kernel.configure(**{knob: value})
+
+
+# ------------------------------------------------------------ scan and reduce of 16-bit floats
+COMBINE_16 = """
+fn add(a, b) { return a + b }
+fn larger(a, b) { return maximum(a, b) }
+kernel k(h: tensor<DT>[N], s: tensor<DT>[N], m: tensor<DT>[N], r: tensor<DT>[4]) {
+    let x = h[0 :+ 48]
+    s[0 :+ 48] = scan(x, 0, add)
+    m[0 :+ 48] = scan(x, 0, larger)
+    r[0] = reduce(x, combine=add)
+    r[1 :+ 1] = reduce(x, 0, larger)
+    r[2] = reduce(reshape(x, [6, 8]), combine=larger)
+}
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_scan_and_reduce_with_a_combine_function_of_16_bit_floats(dtype, mode):
+    """The combine function runs on the f32 registers that hold 16-bit floats (the PTX shuffled and selected
+    them as 16-bit registers, which ptxas refuses); integers keep the sums exact in any order."""
+    src = COMBINE_16.replace("DT", dtype)
+    assert_ptxas_accepts(src)
+    npdt = np.float16 if dtype == "f16" else ml_dtypes.bfloat16
+    h = np.round(np.random.default_rng(3).standard_normal(48) * 4).astype(npdt)
+    _, s, m, r = run(src, mode, h, np.zeros(48, npdt), np.zeros(48, npdt), np.zeros(4, npdt))
+    x = h.astype(np.float32)
+    np.testing.assert_array_equal(s.astype(np.float32), np.cumsum(x))
+    np.testing.assert_array_equal(m.astype(np.float32), np.maximum.accumulate(x))
+    np.testing.assert_array_equal(r.astype(np.float32), [x.sum(), x.max(), x.max(), 0])

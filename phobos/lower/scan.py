@@ -32,7 +32,7 @@ from typing import Callable
 from ..errors import UnsupportedError
 from ..middle.ir import Op, Value
 from ..types import DType, ScalarType, TileType
-from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, row_major_strides, smem_bytes
+from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, row_major_strides, scalar_op, smem_bytes
 from .layout import Layout, blocked
 from .placement import ELEMENTWISE
 
@@ -56,7 +56,7 @@ def reduce_with(low: Lowering, op: Op) -> None:
     values = [low.in_layout(v, layout).regs for v in op.operands]
     if axis is None:  # flatten: a 1-D tile in the blocked layout
         flat = blocked((math.prod(layout.shape),), low.threads)
-        values = [low.relayout(TileRegs(layout, regs), flat, v.dtype, lambda coords: coords[0])
+        values = [low.relayout(TileRegs(layout, regs), flat, v.dtype.compute, lambda coords: coords[0])
                   for regs, v in zip(values, op.operands)]
         layout, axis = flat, 0
     scanned = scan_registers(low, layout, axis, values, combiner(low, op))
@@ -73,10 +73,10 @@ def reduce_with(low: Lowering, op: Op) -> None:
     for v, regs in zip(op.results, scanned):
         if isinstance(v.type, TileType):
             target = low.layouts[v]
-            low.vals[v] = TileRegs(target, low.relayout(TileRegs(layout, regs), target, v.dtype, source_index))
+            low.vals[v] = TileRegs(target, low.relayout(TileRegs(layout, regs), target, v.dtype.compute, source_index))
         else:
             one = Layout((), low.threads, (), ((),), ((1, low.threads),))
-            low.vals[v] = low.relayout(TileRegs(layout, regs), one, v.dtype, source_index)[0]
+            low.vals[v] = low.relayout(TileRegs(layout, regs), one, v.dtype.compute, source_index)[0]
 
 
 def combiner(low: Lowering, op: Op) -> Combine:
@@ -95,10 +95,10 @@ def combiner(low: Lowering, op: Op) -> Combine:
         values = dict(zip(region.args, a + b))
         for o in region.ops[:-1]:
             if o.opcode == "const":
-                values[o.result] = low.const(o.attrs["value"], o.result.dtype)
+                values[o.result] = low.const(o.attrs["value"], o.result.dtype.compute)
                 continue
             operands = [values[x] if x in values else low.vals[x] for x in o.operands]
-            values[o.result] = low.op(o.opcode, operands, o.result.type, **o.attrs)
+            values[o.result] = scalar_op(low, o, operands)  # a 16-bit float in its f32 register
         return tuple(values[x] if x in values else low.vals[x] for x in region.ops[-1].operands)
     return combine
 
