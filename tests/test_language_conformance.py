@@ -112,3 +112,13 @@ def test_scan_and_reduce_with_a_combine_function_of_16_bit_floats(dtype, mode):
     np.testing.assert_array_equal(s.astype(np.float32), np.cumsum(x))
     np.testing.assert_array_equal(m.astype(np.float32), np.maximum.accumulate(x))
     np.testing.assert_array_equal(r.astype(np.float32), [x.sum(), x.max(), x.max(), 0])
+
+
+# ------------------------------------------------------------ located errors
+@pytest.mark.parametrize("dtype,conversion", [("f16", "f16"), ("bf16", "bf16"), ("f8e4m3", "f8e4m3"), ("i8", "i32")])
+def test_storing_an_f64_into_a_narrow_tensor_suggests_the_conversion_that_rounds_once(dtype, conversion):
+    """f16(x) of an f64 rounds once; the f32(x) suggested before rounded twice."""
+    src = f"kernel k(a: tensor<f64>[N], h: tensor<{dtype}>[N]) {{ h[0 :+ 4] = a[0 :+ 4] }}"
+    with pytest.raises(PhobosError, match=rf"test.phobos:1:\d+: cannot store an f64 value into a tensor of {dtype}; "
+                                          rf"convert it with {conversion}\(\.\.\.\)"):
+        phobos.jit(src, filename="test.phobos", mode="interpret")

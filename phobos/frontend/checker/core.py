@@ -365,8 +365,9 @@ class Checker:
         self.single(e, vt)
         compute = dtype.compute
         if not widens(vt.dtype, compute) and not self.adapts(e, vt.dtype, compute):
+            # the conversion to the tensor's own format: f16(x) of an f64 rounds once, f32(x) would round twice
             raise SemanticError(f"cannot store {article(vt.dtype)} value into a tensor of {dtype}; "
-                                f"convert it with {compute}(...)", loc)
+                                f"convert it with {dtype.loaded}(...)", loc)
         self.settle(e, dtype)
         self.fits_shape(shape_of(slice_t), shape_of(vt), loc, "slice")
 
