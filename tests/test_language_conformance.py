@@ -122,3 +122,12 @@ def test_storing_an_f64_into_a_narrow_tensor_suggests_the_conversion_that_rounds
     with pytest.raises(PhobosError, match=rf"test.phobos:1:\d+: cannot store an f64 value into a tensor of {dtype}; "
                                           rf"convert it with {conversion}\(\.\.\.\)"):
         phobos.jit(src, filename="test.phobos", mode="interpret")
+
+
+# ------------------------------------------------------------ the call
+@pytest.mark.parametrize("dtype,numpy_name", [("f8e4m3", "float8_e4m3fn"), ("f8e5m2", "float8_e5m2"), ("bf16", "bfloat16")])
+def test_a_numpy_array_of_the_wrong_type_for_an_ml_dtypes_format_is_told_to_convert_with_ml_dtypes(dtype, numpy_name):
+    """numpy has no 8-bit floats: the advice names ml_dtypes' type, not np.float8_e4m3fn."""
+    kernel = phobos.jit(f"kernel k(f: tensor<{dtype}>[N]) {{ }}", mode="interpret").kernels["k"]
+    with pytest.raises(PhobosError, match=rf"argument 'f': .*; convert it: f = f\.astype\(ml_dtypes\.{numpy_name}\)"):
+        kernel(np.zeros(8, np.float32))

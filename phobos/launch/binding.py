@@ -255,9 +255,11 @@ def _apart(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 
 
 #: How each library converts an array to another element type, by the module its arrays come from: the
-#: name it gives the library, and the method.  numpy has no bfloat16: ml_dtypes brings it.
+#: name it gives the library, and the method.  numpy has no bfloat16 and no 8-bit floats: ml_dtypes
+#: brings them.
 CONVERSIONS = {"torch": ("torch", "to"), "cupy": ("cupy", "astype"), "jax": ("jnp", "astype"),
                "numpy": ("np", "astype")}
+ML_DTYPES = (DType.BF16, DType.F8E4M3, DType.F8E5M2)
 
 
 def conversion_advice(value: Any, param: KernelParam) -> str:
@@ -268,7 +270,7 @@ def conversion_advice(value: Any, param: KernelParam) -> str:
     if library not in CONVERSIONS:
         return ""
     module, method = CONVERSIONS[library]
-    if param.dtype is DType.BF16 and library == "numpy":
+    if param.dtype in ML_DTYPES and library == "numpy":
         module = "ml_dtypes"
     dtype = "bool_" if param.dtype is DType.BOOL and module == "np" else param.dtype.numpy_name
     then = f", and read the result from the new '{param.name}'" if param.written else ""
