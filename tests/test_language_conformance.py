@@ -131,3 +131,46 @@ def test_a_numpy_array_of_the_wrong_type_for_an_ml_dtypes_format_is_told_to_conv
     kernel = phobos.jit(f"kernel k(f: tensor<{dtype}>[N]) {{ }}", mode="interpret").kernels["k"]
     with pytest.raises(PhobosError, match=rf"argument 'f': .*; convert it: f = f\.astype\(ml_dtypes\.{numpy_name}\)"):
         kernel(np.zeros(8, np.float32))
+
+
+# ------------------------------------------------------------ NaN bits of the math library
+LIBM_FUNCTIONS = ["exp10", "expm1", "log10", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                  "acosh", "atanh", "erfc"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_f32_math_functions_of_the_f64_library_give_the_canonical_nan(mode):
+    """docs/language.md: a math function whose f32 result is NaN gives 0x7FFFFFFF (the compiled code narrowed
+    the f64 library's NaN with its sign and payload: 0x7FC00000, 0xFFC00000, an argument's 0x7FE00001)."""
+    outs = "".join(f", o_{f}: tensor<f32>[N]" for f in LIBM_FUNCTIONS)
+    body = "".join(f"    o_{f}[0 :+ 8] = {f}(x)\n" for f in LIBM_FUNCTIONS)
+    src = f"kernel k(a: tensor<f32>[N]{outs}) {{\n    let x = a[0 :+ 8]\n{body}}}"
+    assert_ptxas_accepts(src)
+    x = np.array([-1.0, -2.0, np.inf, -np.inf, 0.0, -5.0, 0.5, 2.0], np.float32)
+    x.view(np.uint32)[4] = 0x7FA00001  # a signaling NaN with a payload
+    results = run(src, mode, x, *[np.zeros(8, np.float32) for _ in LIBM_FUNCTIONS])[1:]
+    for name, got in zip(LIBM_FUNCTIONS, results):
+        nan = np.isnan(got)
+        assert nan[4], name
+        assert (got.view(np.uint32)[nan] == 0x7FFFFFFF).all(), (name, [hex(b) for b in got.view(np.uint32)[nan]])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("function,x", [("log", -1.0), ("log2", -2.0), ("log10", -np.inf), ("log1p", -2.0),
+                                        ("acosh", 0.5), ("atanh", 2.0)])
+def test_an_f64_math_function_out_of_its_domain_gives_the_nan_made_of_numbers(function, x, mode):
+    """docs/language.md: a NaN made of numbers is 0xFFF8000000000000 in f64 (the library's was 0x7FF8...)."""
+    src = f"kernel k(a: tensor<f64>[N], o: tensor<f64>[N]) {{ o[0 :+ 2] = {function}(a[0 :+ 2]) }}"
+    assert_ptxas_accepts(src)
+    _, got = run(src, mode, np.array([x, x]), np.zeros(2))
+    assert [hex(b) for b in got.view(np.uint64)] == ["0xfff8000000000000"] * 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_f64_sigmoid_passes_on_the_nan_of_minus_x(mode):
+    """sigmoid is 1 / (1 + exp(-x)): an f64 NaN argument comes back quieted with its sign flipped, as the
+    compiled code gives it (the interpreter kept the sign)."""
+    src = "kernel k(a: tensor<f64>[N], o: tensor<f64>[N]) { o[0 :+ 2] = sigmoid(a[0 :+ 2]) }"
+    x = np.array([0x7FF4000000000001, 0xFFF0000000000002], np.uint64).view(np.float64)
+    _, got = run(src, mode, x, np.zeros(2))
+    assert [hex(b) for b in got.view(np.uint64)] == ["0xfffc000000000001", "0x7ff8000000000002"]

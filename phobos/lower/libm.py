@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from ..constants import made_nan
 from ..middle.ir import Block, Builder, Value
 from ..types import DType, ScalarType
 from . import mathlib_tables as tables
@@ -73,6 +74,10 @@ class MathBuilder:
 
     def c(self, x: float) -> Value:
         return self.b.const(float(x), self.t)
+
+    def made_nan(self) -> Value:
+        """The NaN an operation on numbers gives (0 / 0, inf - inf: constants.MADE_NAN_BITS), for a domain error."""
+        return self.b.const(float(made_nan(self.t.dtype.numpy_name)), self.t)
 
     def int(self, x: int, t: ScalarType = I64) -> Value:
         return self.b.const(int(x), t)
@@ -365,7 +370,7 @@ def _log_parts(m: MathBuilder, x: Value) -> tuple[Value, Value, Value]:
 def _log_special(m: MathBuilder, x: Value, result: Value) -> Value:
     """log-like functions at 0 (-inf), below it (NaN), inf and NaN (themselves)."""
     result = m.select(m.cmp("eq", x, m.c(0.0)), m.c(-math.inf), result)
-    result = m.select(m.cmp("lt", x, m.c(0.0)), m.c(math.nan), result)
+    result = m.select(m.cmp("lt", x, m.c(0.0)), m.made_nan(), result)
     return m.select(m.cmp("eq", x, m.c(math.inf)), x, _nan_through(m, x, result))
 
 
@@ -407,7 +412,7 @@ def log1p(m: MathBuilder, x: Value) -> Value:
     result = m.add(log(m, u), correction)
     result = m.select(tiny, x, result)
     result = m.select(m.cmp("eq", x, m.c(-1.0)), m.c(-math.inf), result)
-    return m.select(m.cmp("lt", x, m.c(-1.0)), m.c(math.nan), m.select(m.cmp("eq", x, m.c(math.inf)), x, result))
+    return m.select(m.cmp("lt", x, m.c(-1.0)), m.made_nan(), m.select(m.cmp("eq", x, m.c(math.inf)), x, result))
 
 
 # ------------------------------------------------------------------ sin, cos, tan
@@ -648,7 +653,7 @@ def acosh(m: MathBuilder, x: Value) -> Value:
     far = m.add(log(m, x), m.c(LN2_PAIR[0]))
     value = m.select(m.cmp("lt", x, m.c(2.0)), near, m.select(m.cmp("lt", x, m.c(2.0 ** 28)), middle, far))
     value = m.select(m.cmp("eq", x, m.c(math.inf)), x, value)
-    return _nan_through(m, x, m.select(m.cmp("lt", x, m.c(1.0)), m.c(math.nan), value))
+    return _nan_through(m, x, m.select(m.cmp("lt", x, m.c(1.0)), m.made_nan(), value))
 
 
 def atanh(m: MathBuilder, x: Value) -> Value:
@@ -658,10 +663,10 @@ def atanh(m: MathBuilder, x: Value) -> Value:
     twice = m.add(ax, ax)
     near = m.mul(m.c(0.5), log1p(m, m.add(twice, m.div(m.mul(twice, ax), m.sub(m.c(1.0), ax)))))
     far = m.mul(m.c(0.5), log1p(m, m.div(twice, m.sub(m.c(1.0), ax))))
-    value = m.select(m.cmp("lt", ax, m.c(0.5)), near, far)
-    value = m.select(m.cmp("gt", ax, m.c(1.0)), m.c(math.nan), value)
+    value = m.copysign(m.select(m.cmp("lt", ax, m.c(0.5)), near, far), x)
+    value = m.select(m.cmp("gt", ax, m.c(1.0)), m.made_nan(), value)  # after copysign, which would sign it
     tiny = m.cmp("lt", ax, m.c(2.0 ** -28))
-    return _nan_through(m, x, m.select(tiny, x, m.copysign(value, x)))
+    return _nan_through(m, x, m.select(tiny, x, value))
 
 
 # ------------------------------------------------------------------ the error function and relatives

@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ..constants import canonical_nan
 from ..middle.ir import Block, Builder, Function, Op, Value, replace_uses
 from ..types import DType, ScalarType
 from .libm import F64_FUNCTIONS, FMOD_STEPS, MathBuilder, fmod
@@ -110,4 +113,8 @@ def expansion(m: MathBuilder, opcode: str, operands: list[Value]) -> Value:
         compute = F64_FUNCTIONS[opcode]
     if m.t == F64:
         return compute(wide, *operands)
-    return m.typed("cast", m.t, compute(wide, *(wide.typed("cast", F64, v) for v in operands)))
+    narrowed = m.typed("cast", m.t, compute(wide, *(wide.typed("cast", F64, v) for v in operands)))
+    if opcode == "rem":  # fmod keeps the f64 NaN narrowed, its sign and top payload bits (docs/language.md)
+        return narrowed
+    # cvt.rn.f32.f64 keeps a NaN's sign and payload; an f32 math function gives the canonical NaN
+    return m.select(m.is_nan(narrowed), m.c(canonical_nan(np.float32)), narrowed)

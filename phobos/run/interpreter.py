@@ -231,6 +231,9 @@ UNARY_FLOAT = {
     "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh,
 }
+#: The operand whose NaN a function passes on (f64 keeps its payload), where it is not the argument: sigmoid is
+#: 1 / (1 + exp(-x)), and -x flips the NaN's sign
+NAN_OPERAND = {"sigmoid": np.negative}
 BINARY_FLOAT = {"atan2": np.arctan2}
 # f32 functions whose GPU form gives what rounding the float64 value would not: exp2, exp, log2, log
 # and rsqrt are the GPU's ex2.approx.f32, lg2.approx.f32 and rsqrt.approx.f32 bit for bit (the
@@ -934,9 +937,10 @@ class _Compiler:
         x, fn = self.expr(e.args[0], dtype), UNARY_FLOAT[e.func]
         if dtype.compute is DType.F32:
             fn = _via_f64(APPROXIMATE_F32.get(e.func, fn))
+        operand = NAN_OPERAND.get(e.func, lambda v: v)
         if dtype.is_half:  # computed in f32, rounded to the 16-bit format
-            return lambda f: (lambda v: constants.round_half(constants.arithmetic_nan(fn(v), v), dtype))(x(f))
-        return lambda f: (lambda v: constants.arithmetic_nan(fn(v), v))(x(f))
+            return lambda f: (lambda v: constants.round_half(constants.arithmetic_nan(fn(v), operand(v)), dtype))(x(f))
+        return lambda f: (lambda v: constants.arithmetic_nan(fn(v), operand(v)))(x(f))
 
     @BUILTIN_RULES.on("binary_float")
     def call_binary_float(self, e: ast.Call) -> Fn:  # atan2, as unary_float: in f64, rounded once
