@@ -174,3 +174,14 @@ def test_f64_sigmoid_passes_on_the_nan_of_minus_x(mode):
     x = np.array([0x7FF4000000000001, 0xFFF0000000000002], np.uint64).view(np.float64)
     _, got = run(src, mode, x, np.zeros(2))
     assert [hex(b) for b in got.view(np.uint64)] == ["0xfffc000000000001", "0x7ff8000000000002"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_erf_of_a_signed_zero_keeps_its_sign(dtype, mode):
+    """erf(-0.0) is -0.0, as C's (the compiled Abramowitz & Stegun formula gave +0.0)."""
+    src = f"kernel k(a: tensor<{dtype}>[N], o: tensor<{dtype}>[N]) {{ o[0 :+ 2] = erf(a[0 :+ 2]) }}"
+    assert_ptxas_accepts(src)
+    npdt = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
+    _, got = run(src, mode, np.array([-0.0, 0.0], npdt), np.ones(2, npdt))
+    assert list(np.signbit(got.astype(np.float32))) == [True, False] and not got.astype(np.float32).any()

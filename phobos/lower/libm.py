@@ -129,7 +129,7 @@ class MathBuilder:
         e = self.exp(self.neg(self.mul(ax, ax)))
         y = self.sub(self.c(1.0), self.mul(p, e))
         neg = self.cmp("lt", x, self.c(0.0))
-        return self.select(neg, self.neg(y), y)
+        return self.select(self.cmp("eq", x, self.c(0.0)), x, self.select(neg, self.neg(y), y))  # erf(-0) is -0
 
     # -- f64 bits (the methods below build f64 arithmetic: self.t is f64)
     def bits(self, x: Value) -> Value:
