@@ -185,3 +185,15 @@ def test_erf_of_a_signed_zero_keeps_its_sign(dtype, mode):
     npdt = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
     _, got = run(src, mode, np.array([-0.0, 0.0], npdt), np.ones(2, npdt))
     assert list(np.signbit(got.astype(np.float32))) == [True, False] and not got.astype(np.float32).any()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype,made", [("f32", 0xFFC00000), ("f64", 0xFFF8000000000000)])
+def test_remainder_of_zero_by_zero_and_inf_by_inf_is_the_nan_made_of_numbers(dtype, made, mode):
+    """As inf % 2 and 5 % 0 are (tests/test_nan_bits.py): the compiled fmod negated the quotient 0 / 0 (or
+    inf / inf), a NaN, and so flipped its sign (0x7FC00000)."""
+    src = f"kernel k(a: tensor<{dtype}>[N], o: tensor<{dtype}>[N]) {{ o[0 :+ 4] = a[0 :+ 4] % a[0 :+ 4] }}"
+    assert_ptxas_accepts(src)
+    npdt, uint = (np.float32, np.uint32) if dtype == "f32" else (np.float64, np.uint64)
+    _, got = run(src, mode, np.array([0.0, -0.0, np.inf, -np.inf], npdt), np.zeros(4, npdt))
+    assert [hex(b) for b in got.view(uint)] == [hex(made)] * 4

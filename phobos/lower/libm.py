@@ -255,7 +255,7 @@ def fmod(m: MathBuilder, x: Value, y: Value, steps: int) -> Value:
         half = m.i64("shr", k, m.int(1))
         t = m.mul(m.mul(b, m.power_of_two(half)), m.power_of_two(m.i64("sub", k, half)))
         q = m.op("trunc", m.div(r, t))
-        left = m.fma(m.neg(q), t, r)
+        left = m.fma(q, m.neg(t), r)  # not -q: a q of 0 / 0 or inf / inf is the made NaN, which - would sign
         left = m.select(m.cmp("lt", left, m.c(0.0)), m.add(left, t), left)
         return [m.select(m.cmp("ge", r, b), left, r)]
 
