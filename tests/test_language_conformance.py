@@ -197,3 +197,26 @@ def test_remainder_of_zero_by_zero_and_inf_by_inf_is_the_nan_made_of_numbers(dty
     npdt, uint = (np.float32, np.uint32) if dtype == "f32" else (np.float64, np.uint64)
     _, got = run(src, mode, np.array([0.0, -0.0, np.inf, -np.inf], npdt), np.zeros(4, npdt))
     assert [hex(b) for b in got.view(uint)] == [hex(made)] * 4
+
+
+# ------------------------------------------------------------ 8-bit floats
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ["f8e4m3", "f8e5m2"])
+def test_a_math_function_of_an_8_bit_float_gives_f32(dtype, mode):
+    """docs/language.md: any operation on 8-bit floats computes in f32 and gives f32 (the compiled code rounded
+    exp(x) back to the 8-bit format, and saturated floor(inf) of e5m2 to 57344)."""
+    src = f"""kernel k(a: tensor<{dtype}>[N], e: tensor<f32>[N], s: tensor<f32>[N], f: tensor<f32>[N]) {{
+        let x = a[0 :+ 4]
+        e[0 :+ 4] = exp(x)
+        s[0 :+ 4] = sqrt(x)
+        var y: tile<f32>[4] = floor(x)
+        f[0 :+ 4] = y
+    }}"""
+    assert_ptxas_accepts(src)
+    npdt = ml_dtypes.float8_e4m3fn if dtype == "f8e4m3" else ml_dtypes.float8_e5m2
+    x = np.array([1.5, 2.5, 5.0, np.inf if dtype == "f8e5m2" else 448.0], npdt)
+    _, e, s, f = run(src, mode, x, *[np.zeros(4, np.float32) for _ in range(3)])
+    wide = x.astype(np.float32)
+    np.testing.assert_allclose(e[:3], np.exp(wide[:3]), rtol=1e-6)
+    np.testing.assert_array_equal(s, np.sqrt(wide))
+    np.testing.assert_array_equal(f, np.floor(wide))

@@ -44,6 +44,8 @@ def call_unary_float(ck: Checker, e: ast.Call):
         names = " and ".join(str(d) for d in allowed)
         raise SemanticError(f"{e.func}() is implemented for {names} only, not {t.dtype}; convert the "
                             f"argument with {allowed[0]}(...)", start_loc(e.args[0]))
+    if t.dtype.is_f8:  # of an 8-bit float: computed in f32, an f32 (docs/language.md, section 3)
+        return with_dtype(t, t.dtype.compute)
     return t  # of a 16-bit float: computed in f32, rounded to it
 
 
