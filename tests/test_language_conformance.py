@@ -220,3 +220,15 @@ def test_a_math_function_of_an_8_bit_float_gives_f32(dtype, mode):
     np.testing.assert_allclose(e[:3], np.exp(wide[:3]), rtol=1e-6)
     np.testing.assert_array_equal(s, np.sqrt(wide))
     np.testing.assert_array_equal(f, np.floor(wide))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_f32_atan2_of_a_nan_gives_the_canonical_nan(mode):
+    """atan2 is one of the f64 library's functions: in f32 its NaN is the canonical one in every mode (the
+    interpreter passed on a NaN argument's payload)."""
+    src = "kernel k(a: tensor<f32>[N], b: tensor<f32>[N], o: tensor<f32>[N]) { o[0 :+ 3] = atan2(a[0 :+ 3], b[0 :+ 3]) }"
+    assert_ptxas_accepts(src)
+    y = np.array([0x7FA00001, 0x3F800000, 0xFFA00005], np.uint32).view(np.float32)
+    x = np.array([0xFFA00002, 0x7FA00003, 0x3F800000], np.uint32).view(np.float32)
+    *_, got = run(src, mode, y, x, np.zeros(3, np.float32))
+    assert [hex(b) for b in got.view(np.uint32)] == ["0x7fffffff"] * 3

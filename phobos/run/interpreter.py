@@ -946,10 +946,11 @@ class _Compiler:
     def call_binary_float(self, e: ast.Call) -> Fn:  # atan2, as unary_float: in f64, rounded once
         dtype = self.ck.types[e].dtype
         a, b = (self.expr(x, dtype) for x in e.args)
-        fn = BINARY_FLOAT[e.func]
-        if dtype.compute is DType.F32:
-            exact = fn
-            fn = lambda p, q: exact(p.astype(np.float64), q.astype(np.float64)).astype(np.float32)  # noqa: E731
+        exact, out = BINARY_FLOAT[e.func], dtype.compute
+
+        def fn(p, q):  # a NaN as the compiled atan2(y, x) gives it: f32's canonical, f64's x's before y's
+            value = exact(p.astype(np.float64), q.astype(np.float64)).astype(out.numpy_name)
+            return constants.arithmetic_nan(value, q, p)
         if dtype.is_half:
             return lambda f: constants.round_half(fn(np.asarray(a(f)), np.asarray(b(f))), dtype)
         return lambda f: fn(np.asarray(a(f)), np.asarray(b(f)))[()]
