@@ -232,3 +232,11 @@ def test_f32_atan2_of_a_nan_gives_the_canonical_nan(mode):
     x = np.array([0xFFA00002, 0x7FA00003, 0x3F800000], np.uint32).view(np.float32)
     *_, got = run(src, mode, y, x, np.zeros(3, np.float32))
     assert [hex(b) for b in got.view(np.uint32)] == ["0x7fffffff"] * 3
+
+
+@pytest.mark.parametrize("expr", ["(1.0, 2.0)[0]", "split(join(a[0 :+ 4], a[0 :+ 4]))[0]", "pair(a[0])[1]"])
+def test_indexing_a_tuple_is_a_located_error(expr):
+    """A tuple is taken apart with let (a, b) = ..., not indexed (an internal AttributeError before)."""
+    src = f"fn pair(x) {{ return (x, x) }}\nkernel k(a: tensor<f32>[N]) {{ let t = {expr} }}"
+    with pytest.raises(PhobosError, match=r"test.phobos:2:\d+: this gives 2 values, not one; take them apart"):
+        phobos.jit(src, filename="test.phobos", mode="interpret")

@@ -175,7 +175,7 @@ def fold(ck: Checker, e: ast.Binary, result: ValueType, operand_dtype: DType) ->
 
 @EXPRESSIONS.on(ast.Index)
 def expr_index(ck: Checker, e: ast.Index):
-    bt = ck.expr(e.base)
+    bt = ck.single(e.base, ck.expr(e.base))  # a tuple is taken apart, not indexed
     if isinstance(bt, TensorType):
         return index(ck, e, bt)
     if isinstance(bt, ScalarType):
