@@ -84,6 +84,15 @@ def knob_problem(name: str, value: int) -> str | None:
     return f"{name} must be {knob.rule}, got {value}"
 
 
+def configuration_problem(config: Mapping[str, int]) -> tuple[str, str] | None:
+    """What is wrong with the knobs of a configuration together (each alone passes `knob_problem`), and the
+    knob to blame; None when nothing is."""
+    if config.get("CLUSTER_M") == 2 and config.get("CLUSTER_N") == 2:
+        return ("CLUSTER_M and CLUSTER_N cannot both be 2 (the two CTAs of a cluster share the tiles of A or "
+                "of B, not both); leave the pair out with @require(CLUSTER_M * CLUSTER_N < 4)", "CLUSTER_N")
+    return None
+
+
 def config_text(config: Mapping[str, int]) -> str:
     """`TILE_M=64, TILE_N=128`: how a configuration is named in messages, timings and dumps."""
     return ", ".join(f"{name}={value}" for name, value in config.items()) or "no autotune parameters"

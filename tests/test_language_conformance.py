@@ -240,3 +240,24 @@ def test_indexing_a_tuple_is_a_located_error(expr):
     src = f"fn pair(x) {{ return (x, x) }}\nkernel k(a: tensor<f32>[N]) {{ let t = {expr} }}"
     with pytest.raises(PhobosError, match=r"test.phobos:2:\d+: this gives 2 values, not one; take them apart"):
         phobos.jit(src, filename="test.phobos", mode="interpret")
+
+
+# ------------------------------------------------------------ knobs
+KNOBBED = "kernel k(x: tensor<f32>[M, N]) { x[0, 0 :+ 4] = x[0, 0 :+ 4] * 2.0 }"
+
+
+def test_cluster_m_and_cluster_n_both_2_is_refused_at_the_decorator():
+    """docs/language.md: CLUSTER_M and CLUSTER_N take 1 or 2, not both 2 (a configuration with both was taken
+    and its clusters silently dropped)."""
+    src = "@autotune(CLUSTER_M in [1, 2], CLUSTER_N in [1, 2])\n" + KNOBBED
+    with pytest.raises(PhobosError, match=r"test.phobos:1:\d+: CLUSTER_M and CLUSTER_N cannot both be 2"):
+        phobos.jit(src, filename="test.phobos", mode="interpret")
+    with pytest.raises(PhobosError, match="CLUSTER_M and CLUSTER_N cannot both be 2"):
+        phobos.jit(KNOBBED, mode="interpret").kernels["k"].configure(CLUSTER_M=2, CLUSTER_N=2)
+
+
+def test_a_require_leaves_the_pair_of_clusters_out():
+    src = "@autotune(CLUSTER_M in [1, 2], CLUSTER_N in [1, 2])\n@require(CLUSTER_M * CLUSTER_N < 4)\n" + KNOBBED
+    x = np.ones((2, 4), np.float32)
+    phobos.jit(src, mode="interpret").kernels["k"](x)
+    np.testing.assert_array_equal(x[0], 2.0)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import difflib
 import math
 
-from ...configuration import Knobs, knob_problem
+from ...configuration import Knobs, configuration_problem, knob_problem
 from ...constants import fits, int_range, range_text
 from ...dispatch import Dispatch
 from ...errors import ErrorList, Loc, Note, PhobosError, SemanticError
@@ -124,6 +124,9 @@ class Checker:
             if problem is not None:
                 self.errors.append(SemanticError(problem, loc))
             self.define(Symbol(name, "const", ScalarType(DType.I32), loc, value))
+        joint = configuration_problem(self.out.config)
+        if joint is not None:
+            self.errors.append(SemanticError(joint[0], declaration(k, joint[1])))
         for index, param in enumerate(k.params):
             try:
                 self.check_param(index, param)
