@@ -261,3 +261,20 @@ def test_a_require_leaves_the_pair_of_clusters_out():
     x = np.ones((2, 4), np.float32)
     phobos.jit(src, mode="interpret").kernels["k"](x)
     np.testing.assert_array_equal(x[0], 2.0)
+
+
+# ------------------------------------------------------------ literals
+@pytest.mark.parametrize("mode", MODES)
+def test_hexadecimal_64_bit_patterns_in_a_literal_expression_taken_as_u64(mode):
+    """docs/language.md: a hexadecimal literal past the largest i64 is the i64 with those bits, or where a u64
+    is asked for, the u64; an expression of literals alone is computed exactly, then takes its context's
+    dtype. Stored into a u64 tensor the patterns were i64s (0xFFFFFFFFFFFFFFFF / 2 gave 0; 0x8000000000000000
+    >> 63 and 0xFFFFFFFF00000000 | 0xFF were refused as negative)."""
+    exprs = ["0xFFFFFFFFFFFFFFFF / 2", "0x8000000000000000 >> 63", "0xFFFFFFFF00000000 | 0xFF",
+             "0xFFFFFFFFFFFFFFFF % 10", "0xFFFFFFFFFFFFFFFF - 1"]
+    body = "\n".join(f"    u[{i}] = {e}\n    s[{i}] = {e}" for i, e in enumerate(exprs))
+    src = f"kernel k(u: tensor<u64>[N], s: tensor<i64>[N]) {{\n{body}\n}}"
+    assert_ptxas_accepts(src)
+    u, s = run(src, mode, np.zeros(5, np.uint64), np.zeros(5, np.int64))
+    assert [int(v) for v in u] == [2**63 - 1, 1, 0xFFFFFFFF000000FF, 5, 2**64 - 2]
+    assert [int(v) for v in s] == [0, -1, -4294967041, -1, -2]  # the i64s with those bits, C's division

@@ -39,7 +39,7 @@ import difflib
 import math
 
 from ...configuration import Knobs, configuration_problem, knob_problem
-from ...constants import fits, int_range, range_text
+from ...constants import OPERATORS, exact, fits, int_range, range_text
 from ...dispatch import Dispatch
 from ...errors import ErrorList, Loc, Note, PhobosError, SemanticError
 from ...types import DType, ScalarType, TensorType, TileType, TupleType, ValueType, broadcast_shapes, shape_of
@@ -434,11 +434,29 @@ class Checker:
     def settle(self, e: ast.Expr, dtype: DType) -> None:
         """A literal-only expression takes `dtype`: its value must fit in it."""
         if e is not None and e in self.weak:
+            if dtype is DType.U64:
+                self.unsigned_patterns(e)
             value = self.out.consts.get(e)
-            if dtype is DType.U64 and isinstance(e, ast.IntLit) and e.pattern:
-                return  # a 64-bit pattern in hexadecimal: its bits, as a u64
             if value is not None:
                 self.check_fits(value, dtype, start_loc(e))
+
+    def unsigned_patterns(self, e: ast.Expr) -> None:
+        """The values of literal-only `e` and its parts again, with each 64-bit pattern in hexadecimal as
+        the u64 with those bits (the lexer gave the i64), as a u64 context asks: 0xFFFFFFFFFFFFFFFF / 2 is
+        0x7FFFFFFFFFFFFFFF there."""
+        if isinstance(e, ast.IntLit):
+            if e.pattern:
+                self.out.consts[e] = e.value + (1 << 64)
+        elif isinstance(e, ast.Unary) and e.op in ("-", "~") and isinstance(self.out.consts.get(e), int):
+            self.unsigned_patterns(e.operand)
+            value = self.out.consts[e.operand]
+            self.out.consts[e] = -value if e.op == "-" else ~value
+        elif isinstance(e, ast.Binary) and isinstance(self.out.consts.get(e), int) and \
+                e.lhs in self.weak and e.rhs in self.weak:
+            self.unsigned_patterns(e.lhs)
+            self.unsigned_patterns(e.rhs)
+            opcode, attrs = OPERATORS[e.op]
+            self.out.consts[e] = exact(opcode, attrs, self.out.consts[e.lhs], self.out.consts[e.rhs])
 
     def settle_all(self, args, dtype: DType) -> None:
         """The literal-only arguments of a builtin take the dtype it computes in."""
