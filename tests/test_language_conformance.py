@@ -278,3 +278,17 @@ def test_hexadecimal_64_bit_patterns_in_a_literal_expression_taken_as_u64(mode):
     u, s = run(src, mode, np.zeros(5, np.uint64), np.zeros(5, np.int64))
     assert [int(v) for v in u] == [2**63 - 1, 1, 0xFFFFFFFF000000FF, 5, 2**64 - 2]
     assert [int(v) for v in s] == [0, -1, -4294967041, -1, -2]  # the i64s with those bits, C's division
+
+
+@pytest.mark.parametrize("text", [r"a\\ b", r"\"q\" \\ x", r"\\\\n"])
+def test_an_escaped_backslash_before_any_character_is_one_escape(text):
+    """docs/language.md: the escapes are \\n \\t \\" \\\\; the lexer read the second backslash of \\\\ as the
+    start of an unknown escape when a space or letter followed ("a\\\\ b")."""
+    src = f'kernel k(a: tensor<f32>[N]) {{ device_print("{text}") }}'
+    phobos.jit(src, filename="test.phobos", mode="interpret")
+
+
+def test_an_unknown_escape_is_still_a_located_error():
+    src = 'kernel k(a: tensor<f32>[N]) { device_print("\\\\ \\q") }'
+    with pytest.raises(PhobosError, match=r"test.phobos:1:\d+: unknown escape '\\q' in a string"):
+        phobos.jit(src, filename="test.phobos", mode="interpret")

@@ -35,7 +35,6 @@ _HEX_TEXT = re.compile(r"0[xX][0-9a-fA-F]+")
 _STRING = re.compile(r'"([^"\\\n]|\\.)*"')
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
 _ESCAPE = re.compile(r"\\.")
-_BAD_ESCAPE = re.compile(r'\\[^nt"\\]')
 _FLOAT_TEXT = re.compile(r"(\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+")
 
 # Tokens after which a newline does not end the statement.
@@ -178,7 +177,7 @@ class Lexer:
         if not _STRING.fullmatch(t.value):
             raise LexError("unterminated string: a string ends with '\"' on the same line", self._loc(t.lexpos))
         body = t.value[1:-1]
-        bad = _BAD_ESCAPE.search(body)
+        bad = next((m for m in _ESCAPE.finditer(body) if m.group()[1] not in _ESCAPES), None)  # in order: \\ is one
         if bad:
             raise LexError(f"unknown escape '{bad.group()}' in a string; the escapes are \\n \\t \\\" \\\\",
                            self._loc(t.lexpos + 1 + bad.start()))
