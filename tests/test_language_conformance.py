@@ -292,3 +292,17 @@ def test_an_unknown_escape_is_still_a_located_error():
     src = 'kernel k(a: tensor<f32>[N]) { device_print("\\\\ \\q") }'
     with pytest.raises(PhobosError, match=r"test.phobos:1:\d+: unknown escape '\\q' in a string"):
         phobos.jit(src, filename="test.phobos", mode="interpret")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hexadecimal_64_bit_patterns_passed_to_a_function_where_a_u64_is_asked_for(mode):
+    """A declared u64 parameter, and an untyped one used with a u64, take the literal expression unsigned."""
+    src = """fn typed(x: u64) -> u64 { return x }
+fn masked(v, m) { return v & m }
+kernel k(o: tensor<u64>[N], x: tensor<u64>[N]) {
+    o[0] = typed(0xFFFFFFFFFFFFFFFF >> 60)
+    o[1] = masked(x[0], 0xFFFFFFFF00000000 | 0xFF)
+}"""
+    assert_ptxas_accepts(src)
+    o, _ = run(src, mode, np.zeros(2, np.uint64), np.array([0xFFFFFFFFFFFFFFF5, 0], np.uint64))
+    assert [hex(int(v)) for v in o] == ["0xf", "0xffffffff000000f5"]

@@ -34,6 +34,7 @@ class Symbol:
     type: ValueType | TensorType | None  # None: its declaration failed to check
     loc: Loc
     value: int | float | bool | None = None  # compile-time value, when known
+    unsigned: int | None = None  # a literal's value where a u64 is asked for, when it holds a hexadecimal pattern
 
     @property
     def mutable(self) -> bool:

@@ -434,29 +434,30 @@ class Checker:
     def settle(self, e: ast.Expr, dtype: DType) -> None:
         """A literal-only expression takes `dtype`: its value must fit in it."""
         if e is not None and e in self.weak:
-            if dtype is DType.U64:
-                self.unsigned_patterns(e)
+            if dtype is DType.U64 and self.unsigned_value(e) is not None:
+                self.out.consts[e] = self.unsigned_value(e)
             value = self.out.consts.get(e)
             if value is not None:
                 self.check_fits(value, dtype, start_loc(e))
 
-    def unsigned_patterns(self, e: ast.Expr) -> None:
-        """The values of literal-only `e` and its parts again, with each 64-bit pattern in hexadecimal as
-        the u64 with those bits (the lexer gave the i64), as a u64 context asks: 0xFFFFFFFFFFFFFFFF / 2 is
-        0x7FFFFFFFFFFFFFFF there."""
+    def unsigned_value(self, e: ast.Expr) -> int | None:
+        """The value of literal-only integer `e` with each 64-bit pattern in hexadecimal in it as the u64 with
+        those bits (the lexer gives the i64), as a u64 context asks: 0xFFFFFFFFFFFFFFFF / 2 is
+        0x7FFFFFFFFFFFFFFF there; None where `e` is not such an expression."""
+        if not isinstance(self.out.consts.get(e), int):
+            return None
         if isinstance(e, ast.IntLit):
-            if e.pattern:
-                self.out.consts[e] = e.value + (1 << 64)
-        elif isinstance(e, ast.Unary) and e.op in ("-", "~") and isinstance(self.out.consts.get(e), int):
-            self.unsigned_patterns(e.operand)
-            value = self.out.consts[e.operand]
-            self.out.consts[e] = -value if e.op == "-" else ~value
-        elif isinstance(e, ast.Binary) and isinstance(self.out.consts.get(e), int) and \
-                e.lhs in self.weak and e.rhs in self.weak:
-            self.unsigned_patterns(e.lhs)
-            self.unsigned_patterns(e.rhs)
-            opcode, attrs = OPERATORS[e.op]
-            self.out.consts[e] = exact(opcode, attrs, self.out.consts[e.lhs], self.out.consts[e.rhs])
+            return e.value + (1 << 64) if e.pattern else e.value
+        if isinstance(e, ast.Name):
+            sym = self.out.symbols.get(e)
+            return sym.unsigned if sym is not None and sym.unsigned is not None else self.out.consts[e]
+        if isinstance(e, ast.Unary) and e.op in ("-", "~"):
+            value = self.unsigned_value(e.operand)
+            return None if value is None else -value if e.op == "-" else ~value
+        if isinstance(e, ast.Binary) and e.lhs in self.weak and e.rhs in self.weak:
+            a, b = self.unsigned_value(e.lhs), self.unsigned_value(e.rhs)
+            return None if a is None or b is None else exact(*OPERATORS[e.op], a, b)
+        return None
 
     def settle_all(self, args, dtype: DType) -> None:
         """The literal-only arguments of a builtin take the dtype it computes in."""

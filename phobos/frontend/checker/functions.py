@@ -110,16 +110,17 @@ def bind_parameter(ck: Checker, inlined: Inlined, param: ast.FnParam, arg: ast.E
         if param.type is not None and param.type.kind == "tensor":
             raise SemanticError(f"parameter '{param.name}' is a tensor but the argument is {t}", start_loc(arg),
                                 [Note("declared here", param.loc)])
-        value = ck.out.consts.get(arg)
         if param.type is not None:
             ptype = ck.assignable(ck.value_type(param.type), arg, t, start_loc(arg))
             sym = Symbol(param.name, "param", ptype, param.loc)
-        elif arg in ck.weak and value is not None:
+        elif arg in ck.weak and ck.out.consts.get(arg) is not None:
             sym = Symbol(param.name, "literal", t, param.loc)  # takes the dtype its uses ask for
         else:
             sym = Symbol(param.name, "param", ck.concrete(arg, t), param.loc)
+        value = ck.out.consts.get(arg)  # as settled (a u64 takes a hexadecimal 64-bit pattern unsigned)
         if value is not None and isinstance(sym.type, ScalarType):
             sym.value = value if sym.kind == "literal" else convert(value, sym.type.dtype)
+            sym.unsigned = ck.unsigned_value(arg) if sym.kind == "literal" else None
         ck.define(sym)
     inlined.params.append(sym)
 
