@@ -430,6 +430,16 @@ def test_global_races_between_ctas_are_found_whatever_the_barriers(max_threads, 
         run_global(read_after, grid=2, max_threads=max_threads)
 
 
+@pytest.mark.parametrize("order", ["relaxed.gpu", "volatile", "release.gpu"])
+def test_strong_global_stores_to_one_word_are_no_race(order):
+    # the PTX memory model: conflicting strong operations are no data race; one of the values is written
+    out = run_global(global_kernel(f"st.{order}.global.u32 [%rd1], %r1;", "bar.sync 0;",
+                                   f"st.{order}.global.u32 [%rd1], %r2;"), grid=3)
+    assert out[0] in (0, 1, 2)
+    with pytest.raises(GlobalMemoryRace):  # plain stores to it still race
+        run_global(global_kernel(f"st.{order}.global.u32 [%rd1], %r1;", "st.global.u32 [%rd1], %r2;"))
+
+
 def test_ctas_may_share_what_they_only_read_and_add_atomically():
     text = global_kernel("ld.global.u32 %r3, [%rd1+4];", "red.global.add.u32 [%rd1], 1;",
                          "mul.wide.u32 %rd2, %r2, 4;", "add.s64 %rd2, %rd1, %rd2;", *ALL_READ,

@@ -306,3 +306,20 @@ kernel k(o: tensor<u64>[N], x: tensor<u64>[N]) {
     assert_ptxas_accepts(src)
     o, _ = run(src, mode, np.zeros(2, np.uint64), np.array([0xFFFFFFFFFFFFFFF5, 0], np.uint64))
     assert [hex(int(v)) for v in o] == ["0xf", "0xffffffff000000f5"]
+
+
+# ------------------------------------------------------------ scatters onto one element
+@pytest.mark.parametrize("mode", MODES)
+def test_a_scatter_that_writes_one_element_from_several_places_of_the_tile_writes_one_of_the_values(mode):
+    """Duplicate indices among the threads of a program instance and among the stores of each thread: no
+    race in any mode (the stores are relaxed, strong ones), and each element holds one of the values sent
+    to it."""
+    src = "kernel k(idx: tensor<i32>[N], x: tensor<f32>[N], y: tensor<f32>[M]) { y[idx[0 :+ 1024]] = x[0 :+ 1024] }"
+    assert_ptxas_accepts(src)
+    assert "st.relaxed.gpu.global" in phobos.compile_to_ptx(src)
+    idx = (np.arange(1024) * 7 % 13).astype(np.int32)  # 13 targets, each from about 79 places
+    x = np.arange(1024, dtype=np.float32)
+    _, _, y = run(src, mode, idx, x, np.full(16, -1, np.float32))
+    for target in range(16):
+        sent = x[idx == target]
+        assert (y[target] in sent) if len(sent) else y[target] == -1

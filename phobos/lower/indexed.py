@@ -100,7 +100,7 @@ def scatter(low: Lowering, op: Op) -> None:
         addr, inside = element_address(low, tensor, indices, layout, r)
         pred = low.all_of([inside, low.slot_valid(layout, r), owner])
         low.b.op("st_global", [addr, low.in_layout(value, layout).regs[r]] + ([pred] if pred is not None else []),
-                 [], {"dtype": tensor.dtype, "vec": 1, "offset": 0, "masked": pred is not None})
+                 [], {"dtype": tensor.dtype, "vec": 1, "offset": 0, "masked": pred is not None, "relaxed": True})
 
 
 @HANDLERS.on("atomic")

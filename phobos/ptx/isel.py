@@ -728,8 +728,11 @@ def _store(space: str):
                 sources.append(t)
         v_ = f".v{vec}" if vec > 1 else ""
         operand = Vec(tuple(sources)) if vec > 1 else sources[0]
-        s.emit(f"st.{space}{v_}.{MEMORY_TYPE[mem]}", Addr(s.reg(addr), op.attrs.get("offset", 0)), operand, ndefs=0,
-               guard=s.reg(pred) if pred is not None else None)
+        # (a scatter's stores are relaxed, strong stores: where several of its elements land on one, one of
+        # their values is written, as the PTX memory model makes a conflict of strong stores no data race)
+        order = ".relaxed.gpu" if op.attrs.get("relaxed") else ""
+        s.emit(f"st{order}.{space}{v_}.{MEMORY_TYPE[mem]}", Addr(s.reg(addr), op.attrs.get("offset", 0)), operand,
+               ndefs=0, guard=s.reg(pred) if pred is not None else None)
     return select
 
 

@@ -49,13 +49,15 @@ ASYNC = "cp.async write"
 NC_LOAD = "load through the non-coherent cache"  # ld.global.nc
 ASYNC_SOURCE = "cp.async source read"
 ASYNC_PROXY = "asynchronous-proxy access"  # bulk copies and wgmma operands: checked by the caller
+STRONG_STORE = "strong store"  # st.relaxed / .volatile / .release of global memory: no race with another
 MBARRIER = "mbarrier access"
 UNTRACKED = frozenset({ASYNC, ASYNC_PROXY, MBARRIER})
 
 #: Global race detection keeps 32 bytes of shadow state per byte of global memory; launches whose
 #: allocations are larger than this are not checked for global races.
 GLOBAL_RACE_LIMIT = 8 << 20
-#: The global accesses it tracks: not atomics, nor bulk (TMA) copies, which the asynchronous proxy orders.
+#: The global accesses it tracks: not atomics, nor strong stores (strong operations do not race with each
+#: other; one of the values stored is written), nor bulk (TMA) copies, which the asynchronous proxy orders.
 GLOBAL_TRACKED = frozenset({LOAD, NC_LOAD, STORE, ASYNC_SOURCE})
 #: Shared bytes that asynchronous operations in flight read are counted per chunk of this many bytes:
 #: a wgmma operand and a bulk tensor store read whole chunks (descriptors address 16-byte units, core
@@ -212,10 +214,10 @@ class Space:
             return view[: len(view) // count * count].reshape(-1, count).take(pos // count, axis=0)
         return view[pos[:, None] + np.arange(count)]
 
-    def store(self, m, idx, addr, dtype: np.dtype, values: list, pc: int) -> None:
+    def store(self, m, idx, addr, dtype: np.dtype, values: list, pc: int, access: str = STORE) -> None:
         size = dtype.itemsize
         lanes = m.n if idx is None else len(idx)
-        pos = self.locate(m, idx, addr, size * len(values), STORE, pc,
+        pos = self.locate(m, idx, addr, size * len(values), access, pc,
                           stored=lambda: stored_bytes(values, dtype, lanes)) // size
         view = self.view(dtype)
         for k, v in enumerate(values):
@@ -457,10 +459,10 @@ class GenericSpace(Space):
                 out[k][sel] = v
         return out
 
-    def store(self, m, idx, addr, dtype, values, pc):
+    def store(self, m, idx, addr, dtype, values, pc, access=STORE):
         n = len(addr)
         for space, sel, sub, a in self._split(idx, addr):
-            space.store(m, sub, a, dtype, [np.broadcast_to(v, (n,))[sel] for v in values], pc)
+            space.store(m, sub, a, dtype, [np.broadcast_to(v, (n,))[sel] for v in values], pc, access)
 
     def atomic(self, m, idx, addr, dtype, update, b, c, pc):
         n = len(addr)

@@ -30,7 +30,8 @@ from . import numerics as nx
 from . import syntax as syn
 from .decode import opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError
-from .memory import ASYNC, ASYNC_SOURCE, ATOMIC, LOAD, LOCAL_APERTURE, NC_LOAD, PARAM_APERTURE, SHARED_APERTURE
+from .memory import (ASYNC, ASYNC_SOURCE, ATOMIC, LOAD, LOCAL_APERTURE, NC_LOAD, PARAM_APERTURE, SHARED_APERTURE,
+                     STORE, STRONG_STORE)
 from .ops_arith import elementwise, half_sum, pairwise, require
 from .ptxtypes import TYPES
 
@@ -143,6 +144,9 @@ def build_st(d, ins, mods):
         space = "local"
     count = _vector_count(mods)
     ops = _access_operands(d, ins, mods)
+    # a strong store of global memory races with no other strong access (the global race detector
+    # does not track it, as it does not track atomics)
+    access = STRONG_STORE if space == "global" and {"relaxed", "volatile", "release"} & set(mods.words) else STORE
     mods.drop(_is_hint)
     t = mods.type()
     require(d, t.kind != "pred", "st.pred is not valid")
@@ -153,7 +157,7 @@ def build_st(d, ins, mods):
 
     def run(m, idx):
         values = [r(m, idx) for r in readers]
-        m.spaces[space].store(m, idx, address(m, idx), dtype, values, pc)
+        m.spaces[space].store(m, idx, address(m, idx), dtype, values, pc, access)
     return plain(run)
 
 
