@@ -148,6 +148,15 @@ def test_a_derived_constant_beyond_i32_for_every_size_is_an_error_at_load_saying
     rules("@derive(B = N * 1000)\nkernel k(x: tensor<f32>[N]) {\n}\n")  # fits for some sizes: fine
 
 
+def test_a_derived_constant_beyond_i32_at_every_sample_size_says_so_when_compiled():
+    src = "@derive(B = 4294967296 * N)\nkernel k(x: tensor<f32>[N]) {\n    x[0 :+ 16] = x[0 :+ 16] * f32(B)\n}\n"
+    with pytest.raises(PhobosError) as error:
+        phobos.compile_to_ptx(src)
+    text = str(error.value)
+    assert ":1:9: kernel 'k' derives B from its sizes, but no sample sizes give it a value" in text
+    assert "which does not fit the i32 constant B" in text and "config={'B': ...}" in text
+
+
 @pytest.mark.parametrize("params, size, ok", [(10, 1024, True), (11, 2048, False), (30, 2**30, False)])
 def test_an_autotune_space_past_the_limit_is_refused_at_the_decorator_with_its_size(params, size, ok):
     """26 two-valued parameters used to exhaust 3 GB before anything was said: the size is counted

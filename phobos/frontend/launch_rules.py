@@ -417,7 +417,7 @@ class LaunchRules:
                 out.append(config)
                 continue
             for sample in SAMPLE_SIZES:
-                sizes = {n: int(min(max(sample, ranges[n][0]), ranges[n][1])) for n in self.sizes}
+                sizes = self._sample(ranges, sample)
                 try:
                     full = self.complete(config, sizes)
                     served = self.failing(full, sizes) is None
@@ -426,6 +426,23 @@ class LaunchRules:
                 if served and full not in out:
                     out.append(full)
         return out
+
+    def sample_problem(self, forced: Mapping[str, int] | None = None) -> str | None:
+        """Why `representative(forced)` has no configuration where the conditions let sizes serve one: what
+        `complete` says of its derived constants at the first sample sizes (beyond i32, a division by zero);
+        None where the conditions alone leave no sample."""
+        for config in self.autotune_configurations(forced):
+            ranges, never = self.ranges(config)
+            if never is None:
+                try:
+                    self.complete(config, self._sample(ranges, SAMPLE_SIZES[0]))
+                except LaunchError as error:
+                    return str(error)
+        return None
+
+    def _sample(self, ranges, sample: int) -> dict[str, int]:
+        """Every size equal to `sample`, moved into the range the conditions allow it."""
+        return {n: int(min(max(sample, ranges[n][0]), ranges[n][1])) for n in self.sizes}
 
 
 def _bounds_or_everything(t: Term, ranges) -> tuple:

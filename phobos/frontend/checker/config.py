@@ -105,9 +105,11 @@ def resolve_config(kernel: ast.Kernel, config: dict[str, int] | None) -> dict[st
         fixed = {name: resolved[name] for name in space}
         sample = next(iter(rules.representative(fixed)), None)
         if sample is None:
-            raise SemanticError(f"kernel '{kernel.name}' derives {missing[0].name} from its sizes, and no sample "
-                                f"sizes meet its conditions: give its value (config={{'{missing[0].name}': ...}})",
-                                missing[0].loc)
+            problem = rules.sample_problem(fixed)
+            why = f"but no sample sizes give it a value ({problem})" if problem else \
+                "and no sample sizes meet its conditions"
+            raise SemanticError(f"kernel '{kernel.name}' derives {missing[0].name} from its sizes, {why}: "
+                                f"give its value (config={{'{missing[0].name}': ...}})", missing[0].loc)
         config = {**sample, **config}
     return {**resolved, **{name: config[name] for name in rules.derived_names}}
 
