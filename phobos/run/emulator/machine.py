@@ -49,6 +49,7 @@
 # and, once a batch of CTAs is done, the time left at that pace.
 from __future__ import annotations
 
+import contextlib
 import functools
 import linecache
 import logging
@@ -190,14 +191,24 @@ def _hoistable(op) -> bool:
 
 def chain_links(ops: list) -> list[int | None]:
     """For the fusable instructions of a batch (fusion_table), in order: the index among them of the
-    one whose result is its accumulator (the last earlier one writing its Fusable.chain registers, if
-    it reads them as such), else None."""
+    one whose result is its accumulator (the last earlier one whose result is its Fusable.chain
+    registers), else None."""
     links, last_writer = [], {}
     for i, op in enumerate(ops):
         chain = op.run.fusable.chain
         links.append(last_writer.get(chain) if chain else None)
         last_writer[op.writes] = i
     return links
+
+
+@contextlib.contextmanager
+def _faulting_at(op):
+    """A fault raised inside names `op`'s PC unless it names one already."""
+    try:
+        yield
+    except Fault as fault:
+        fault.pc = op.index if fault.pc is None else fault.pc
+        raise
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
@@ -409,18 +420,16 @@ class Machine:
     def _run_fused(self, pc: int, count: int, group) -> None:
         """Run the `count` instructions from `pc` as one batch (see fusion_table): the register
         instructions first, then the fusable ones together."""
-        batch = self.program.ops[pc: pc + count]
-        fused = [op for op in batch if getattr(op.run, "fusable", None) is not None]
+        fused, hoisted = [], []
+        for op in self.program.ops[pc: pc + count]:
+            (fused if getattr(op.run, "fusable", None) is not None else hoisted).append(op)
+        for op in hoisted:
+            with _faulting_at(op):
+                op.run(self, group)
         operands = []
-        for op in [op for op in batch if getattr(op.run, "fusable", None) is None] + fused:
-            try:
-                if getattr(op.run, "fusable", None) is not None:
-                    operands.append(op.run.fusable.inputs(self, group))
-                else:
-                    op.run(self, group)
-            except Fault as fault:
-                fault.pc = op.index if fault.pc is None else fault.pc
-                raise
+        for op in fused:
+            with _faulting_at(op):
+                operands.append(op.run.fusable.inputs(self, group))
         parts = [op.run.fusable for op in fused]
         for part, result in zip(parts, parts[0].compute(self, operands, chain_links(fused))):
             if result is not None:

@@ -658,7 +658,6 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     return out.reshape(batch + (m, n))
 
 
-
 def round_half_accumulator(d: np.ndarray) -> np.ndarray:
     """An f16 accumulator's D (float32 values): the model's f32 result of the instruction rounded once to
     nearest even into f16 (overflow: infinity).  How the tensor cores round into f16 accumulators is not
@@ -826,6 +825,7 @@ def _term_exponents(x: np.ndarray, emin: int, narrow: bool) -> np.ndarray:
     """The exponents (at least emin) of float32 or float64 values as int16 (int8 where `narrow`), _NONE
     (_NARROW_NONE) for zeros and non-finite ones."""
     return _exponent_table(x.dtype.str, emin, narrow).take(_high_halves(x))
+
 
 _SCRATCH: dict[np.dtype, np.ndarray] = {}
 

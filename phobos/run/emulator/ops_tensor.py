@@ -276,10 +276,12 @@ def build_mma(d, ins, mods):
     acc = Accumulator(dtype, frag_c)
     dst, a, b, c = d.operands(ins, 4)
     operand_type = F64 if atype == "f64" else B32
-    writers = [d.writer(x, acc.register_type) for x in _registers(d, dst, acc.registers, "the destination")]
+    d_items = _registers(d, dst, acc.registers, "the destination")
+    writers = [d.writer(x, acc.register_type) for x in d_items]
     read_a = [d.reader(x, operand_type) for x in _registers(d, a, frag_a.registers, "A")]
     read_b = [d.reader(x, operand_type) for x in _registers(d, b, frag_b.registers, "B")]
-    read_c = [d.reader(x, acc.register_type) for x in _registers(d, c, acc.registers, "C")]
+    c_items = _registers(d, c, acc.registers, "C")
+    read_c = [d.reader(x, acc.register_type) for x in c_items]
     decode_a, decode_b = _element_decoder(atype), _element_decoder(btype)
     readers, na, nb = read_a + read_b + read_c, len(read_a), len(read_b)
 
@@ -333,7 +335,7 @@ def build_mma(d, ins, mods):
     # an f32 accumulator that is also the destination chains: the model sums block after block, so a
     # chain's blocks one after the other are its instructions one after the other (an f16 one is
     # rounded between them, integer and f64 ones are not the model's)
-    d_slots, c_slots = ({d.register(x)[0] for x in _registers(d, regs, acc.registers, "")} for regs in (dst, c))
+    d_slots, c_slots = ({d.register(x)[0] for x in items} for items in (d_items, c_items))
     chain = frozenset(d_slots) if d_slots == c_slots and dtype == "f32" else frozenset()
     return fusable(Fusable(("mma.sync", what, satfinite, mode), inputs, compute, outputs, chain))
 
