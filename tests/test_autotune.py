@@ -13,7 +13,7 @@ import pytest
 import phobos
 from phobos.launch import cache, launcher
 from phobos.configuration import config_text
-from phobos.launch.autotune import CAREFUL, FINALISTS, QUICK, Skipped, screen, tune
+from phobos.launch.autotune import CAREFUL, FINALISTS, QUICK, Skipped, Timing, careful_sample, screen, tune
 from phobos.compiler import compile
 from phobos.errors import LaunchError, PtxasTimeout, ResourceError
 from phobos.ptxcheck import KernelReport, PtxasDiagnostic, Report
@@ -103,9 +103,31 @@ def test_every_configuration_is_timed_quickly_and_the_quickest_few_again_careful
 
     result = tune("add", CONFIGS, lambda c: c, measure)
     assert result.config == {"BLOCK": 256}
-    assert seen == [(128, QUICK), (256, QUICK), (512, QUICK), (1024, QUICK),
-                    (128, CAREFUL), (256, CAREFUL), (512, CAREFUL)]
+    finalists = [(128, careful_sample(0)), (256, careful_sample(0)), (512, careful_sample(0))] + \
+        [(block, careful_sample(1)) for _ in range(CAREFUL.repeat - 1) for block in (128, 256, 512)]
+    assert seen == [(128, QUICK), (256, QUICK), (512, QUICK), (1024, QUICK)] + finalists
+    assert careful_sample(0) == Timing(warmup=CAREFUL.warmup, repeat=1)
+    assert careful_sample(1) == Timing(warmup=0, repeat=1)
     assert result.timings == {"BLOCK=128": 1.15, "BLOCK=256": 1.05, "BLOCK=512": 1.1, "BLOCK=1024": 3.0}
+
+
+def test_the_finalists_samples_are_taken_in_turn_so_that_falling_clocks_weigh_on_each_alike():
+    # A GPU under load slows down as it heats: every careful sample takes a little longer than the one
+    # before.  Timed one finalist after another, the first timed (the quickest at first look, 128) would
+    # win; sample by sample in turn, the fastest (256) does.
+    quick = {128: 1.0, 256: 1.05, 512: 1.1, 1024: 3.0}
+    base = {128: 1.0, 256: 0.97, 512: 1.2}
+    careful = []
+
+    def measure(config, timing):
+        if timing is QUICK:
+            return quick[config["BLOCK"]]
+        careful.append(config["BLOCK"])
+        return base[config["BLOCK"]] * (1 + 0.01 * len(careful))
+
+    result = tune("add", CONFIGS, lambda c: c, measure)
+    assert result.config == {"BLOCK": 256}
+    assert careful == [128, 256, 512] * CAREFUL.repeat
 
 
 def test_at_most_a_few_finalists_are_timed_carefully():
@@ -113,7 +135,7 @@ def test_at_most_a_few_finalists_are_timed_carefully():
     careful = []
 
     def measure(config, timing):
-        if timing is CAREFUL:
+        if timing is not QUICK and config["BLOCK"] not in careful:
             careful.append(config["BLOCK"])
         return 1.0 if timing is QUICK else 2.0 - config["BLOCK"] / 1024
 
@@ -124,7 +146,7 @@ def test_at_most_a_few_finalists_are_timed_carefully():
 
 def test_a_finalist_that_fails_when_timed_carefully_is_not_chosen():
     def measure(config, timing):
-        if timing is CAREFUL and config["BLOCK"] == 128:
+        if timing is not QUICK and config["BLOCK"] == 128:
             raise LaunchError("kernel 'add' failed: an illegal memory access")
         return 1.0
 

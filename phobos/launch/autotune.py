@@ -30,7 +30,10 @@
 # one sample), as soon as it is compiled; then the few that came out fastest
 # (FINALISTS, within FINALIST_SLACK of the quickest) are timed again CAREFULly
 # and the fastest of those is kept: a first call of a GEMM of seconds' worth of
-# configurations spends a sample or two on the slow ones, not fourteen.  Every
+# configurations spends a sample or two on the slow ones, not fourteen.  The
+# finalists' careful samples are taken in turn (one of each, then the next
+# round), so that the GPU's clocks, which fall as a sustained load heats it,
+# weigh on every finalist alike rather than on the last ones timed.  Every
 # configuration ends up in the timings, as milliseconds (the careful figure
 # where there is one) or as the reason it was skipped.  Tuning more than a few configurations logs progress lines
 # (phobos.log.Progress); each configuration's outcome is logged at DEBUG, the
@@ -40,6 +43,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -188,9 +192,16 @@ class Timing:
     repeat: int
 
 
-#: The first look at every configuration, and the second at the finalists.
+#: The first look at every configuration, and the second at the finalists: CAREFUL's warm-up launches of
+#: each, then its samples taken round by round, one of each finalist a round (`careful_sample`: the timing of
+#: one sample, with the warm-up in the first round).
 QUICK = Timing(warmup=1, repeat=1)
 CAREFUL = Timing(warmup=3, repeat=10)
+
+
+def careful_sample(round_: int) -> Timing:
+    """The timing of a finalist's sample in round `round_` of CAREFUL (counted from 0)."""
+    return Timing(warmup=CAREFUL.warmup if round_ == 0 else 0, repeat=1)
 
 #: The configurations timed carefully after the quick round: at most FINALISTS, those within FINALIST_SLACK
 #: of the quickest (a quick sample can be off by some percent: the clocks ramp, another process runs).
@@ -236,6 +247,21 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
         outcome = f"{timings[text]:.4g} ms" if isinstance(timings[text], float) else f"skipped: {timings[text]}"
         logger.debug("tuning %s: %s: %s", kernel_name, text, outcome)
 
+    def time_carefully(finalists: list[str]) -> None:
+        """The finalists' CAREFUL medians into `timings`, their samples taken in turn; one that fails a
+        sample keeps the reason and is not timed again."""
+        samples: dict[str, list[float]] = {text: [] for text in finalists}
+        for round_ in range(CAREFUL.repeat):
+            for text in [text for text in finalists if isinstance(timings[text], float)]:
+                attempt(by_text[text], lambda: measure(prepared[text], careful_sample(round_)))
+                if isinstance(timings[text], float):
+                    samples[text].append(timings[text])
+        for text in finalists:
+            if isinstance(timings[text], float):
+                timings[text] = statistics.median(samples[text])
+                logger.debug("tuning %s: %s: %.4g ms (median of %d samples)", kernel_name, text, timings[text],
+                             len(samples[text]))
+
     def first_look(config: dict[str, int], ready: Callable[[], Any]) -> float:
         prepared[config_text(config)] = ready()
         return measure(prepared[config_text(config)], QUICK)
@@ -247,11 +273,10 @@ def tune(kernel_name: str, configs: Sequence[dict[str, int]], evaluate: Callable
         for config, fallback in fallbacks:
             attempt(config, lambda: first_look(config, lambda: fallback))
     rank = {config_text(config): index for index, config in enumerate(configs)}
+    by_text = {config_text(config): config for config in configs}
     finalists = _finalists(_timed(timings), rank)
     if len(finalists) > 1:
-        by_text = {config_text(config): config for config in configs}
-        for text in finalists:
-            attempt(by_text[text], lambda: measure(prepared[text], CAREFUL))
+        time_carefully(finalists)
     timed = {text: value for text, value in _timed(timings).items() if len(finalists) < 2 or text in finalists}
     if not timed:
         progress.finish("no configuration can run")
