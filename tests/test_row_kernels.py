@@ -73,10 +73,17 @@ def test_the_variants_follow_the_sizes(name):
     # a vector a thread at least, but for one warp (a row of fewer than 128 columns alone)
     assert all(c["ROWS"] * 64 >= 4 * 32 * c["WARPS"] or c["WARPS"] == 1 for c in short)
     whole = configurations(fn, 64, 16384)  # a cluster's CTAs hold the row together
-    assert {(c["LOOP"], c["BN"] * c.get("CLUSTER", 1), c["ROWS"]) for c in whole} == {(0, 16384, 1)}
+    held = {(0, 16384, 1)}
+    walked = {(1, 512 * warps, 1) for warps in (8, 16, 32)} if name == "softmax" else set()  # its LOOP is tuned
+    assert {(c["LOOP"], c["BN"] * (c.get("CLUSTER", 1) if c["LOOP"] == 0 else 1), c["ROWS"]) for c in whole} == \
+        held | walked
     long = [c for c in configurations(fn, 64, 100000) if c.get("CLUSTER", 1) == 1]
+    blocks = {8: 4096, 16: 8192, 32: 16384} if name == "softmax" else {8: 8192, 16: 8192, 32: 16384}
     assert sorted((c["WARPS"], c["LOOP"], c["BN"], c["ROWS"]) for c in long) == \
-        [(8, 1, 8192, 1), (16, 1, 8192, 1), (32, 1, 16384, 1)]
+        [(warps, 1, bn, 1) for warps, bn in blocks.items()]
+    if name == "softmax":  # a cluster of eight holds up to 8 x 16384 columns in registers
+        assert {(c["CLUSTER"], c["LOOP"]) for c in configurations(fn, 1, 100000)} == {(1, 1), (8, 0)}
+        assert {c["LOOP"] for c in configurations(fn, 64, 4096)} == {0}  # rows this short are read once
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
@@ -89,7 +96,8 @@ def test_no_condition_names_the_row_count_so_the_tile_dag_cuts_calls_along_rows(
 
 @pytest.mark.parametrize("name, m, n, clusters", [
     ("row_sum", 16, 262144, {1, 2, 4, 8}), ("row_sum", 1, 4096, {1}), ("row_sum", 4096, 262144, {1, 2, 4, 8}),
-    ("softmax", 256, 16384, {1, 2, 4}), ("softmax", 4096, 16384, {1, 2, 4}), ("softmax", 16, 262144, {1}),
+    ("softmax", 256, 16384, {1, 2, 4, 8}), ("softmax", 4096, 16384, {1, 2, 4, 8}), ("softmax", 16, 262144, {1}),
+    ("softmax", 16, 100000, {1, 8}),
     ("layernorm", 16, 262144, {1})])
 def test_long_rows_may_split_over_a_cluster(name, m, n, clusters):
     """Clusters are offered to rows long enough that each CTA keeps thousands of columns (softmax: rows
