@@ -347,7 +347,8 @@ class EmulatedKernel:
     `run(*args, grid=..., **kwargs)`, and `compile(*args, **kwargs)` (the PTX only, nothing run)."""
 
     def __init__(self, fn: JITFunction, arch: str = "sm_90a", *, check_races: bool = True,
-                 max_steps: int | None = None, output: Callable[[str], Any] | None = None):
+                 max_steps: int | None = None, output: Callable[[str], Any] | None = None,
+                 workers: int | None = None):
         if not isinstance(fn, JITFunction):
             inner = getattr(fn, "fn", None)
             hint = (f" ({type(fn).__name__} wraps one: emulate its .fn with the meta-parameters of one "
@@ -358,7 +359,7 @@ class EmulatedKernel:
         self.fn = fn
         self.arch = arch
         self.target = _target(arch)
-        self.options = {"check_races": check_races, "output": output,
+        self.options = {"check_races": check_races, "output": output, "workers": workers,
                         **({} if max_steps is None else {"max_steps": max_steps})}
 
     def __getitem__(self, grid) -> Callable[..., TritonLaunch]:
@@ -495,7 +496,7 @@ def _scratch(label: str, size: int, ctas: int) -> PtxArgument:
 
 @raised_at_call_site
 def emulate(fn: JITFunction, *, arch: str = "sm_90a", check_races: bool = True, max_steps: int | None = None,
-            output: Callable[[str], Any] | None = None) -> EmulatedKernel:
+            output: Callable[[str], Any] | None = None, workers: int | None = None) -> EmulatedKernel:
     """`fn`, a `@triton.jit` function, to be run in the PTX emulator as Triton runs it on a GPU of `arch`
     ("sm_80", "sm_86", "sm_89", "sm_90a"):
 
@@ -505,6 +506,7 @@ def emulate(fn: JITFunction, *, arch: str = "sm_90a", check_races: bool = True, 
     land in them), ints, floats and bools, None, TensorDescriptors over torch tensors, tuples of these;
     constexprs and Triton's options (num_warps, num_stages, num_ctas, enable_fp_fusion...) by keyword.
     check_races: the emulator's race detectors (docs/emulator.md); max_steps: its step limit; output: what
-    device_print's lines are written with (default: standard output).  A fault raises the emulator's
-    error (an EmulatorError: MemoryFault, SharedMemoryRace...) at the line of the Triton source."""
-    return EmulatedKernel(fn, arch, check_races=check_races, max_steps=max_steps, output=output)
+    device_print's lines are written with (default: standard output); workers: how many processes may run
+    the grid's CTAs (1: one; default: the emulator's choice, docs/emulator.md).  A fault raises the
+    emulator's error (an EmulatorError: MemoryFault, SharedMemoryRace...) at the line of the Triton source."""
+    return EmulatedKernel(fn, arch, check_races=check_races, max_steps=max_steps, output=output, workers=workers)

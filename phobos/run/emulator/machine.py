@@ -77,6 +77,7 @@ from .memory import (GLOBAL_RACE_LIMIT, AsyncCopies, GenericSpace, GlobalRaceDet
 from .numerics import TENSOR_CORE_MODELS, TensorCoreModel
 from .ops_control import NUM_BARRIERS
 from .ptxtypes import TYPES
+from .workers import communicating_op, run_shares, shares, worker_count
 
 DEFAULT_MAX_STEPS = 10_000_000
 DEFAULT_MAX_THREADS = 1 << 16
@@ -118,6 +119,8 @@ class LaunchStats:
     batches: int
     steps: int
     seconds: float
+    workers: int = 1  # processes that ran the CTAs (workers.py; 1 also where a run in shares was repeated)
+    worker_cpu_seconds: float = 0.0  # the CPU time of the processes forked to run shares of the grid
 
 
 @dataclass
@@ -643,6 +646,7 @@ class Kernel:
         self.module = module
         self.name = program.name
         self.fusion = fusion_table(program.ops)
+        self.communicates = communicating_op(program.ops)  # (an instruction that keeps it to one process)
 
     @property
     def params(self) -> list[tuple[str, str]]:
@@ -652,7 +656,7 @@ class Kernel:
     def launch(self, grid, block, args, shared_bytes: int = 0, source_text: str | None = None, *,
                check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                max_threads: int = DEFAULT_MAX_THREADS, tensor_cores: str = "hopper",
-               cluster=None, output: Callable[[str], Any] | None = None) -> LaunchStats:
+               cluster=None, output: Callable[[str], Any] | None = None, workers: int | None = None) -> LaunchStats:
         """Run the kernel on `grid` x `block` threads; see `launch` for the arguments."""
         if tensor_cores not in TENSOR_CORE_MODELS:
             raise LaunchError(f"tensor_cores must be one of {', '.join(TENSOR_CORE_MODELS)}, got {tensor_cores!r}")
@@ -670,36 +674,57 @@ class Kernel:
         params, arrays = self._pack_arguments(list(args), glob)
         glob.seal()
         total = grid[0] * grid[1] * grid[2]
-        if check_races and len(glob.data) <= GLOBAL_RACE_LIMIT and total * tpc < 1 << 31:
-            glob.races = GlobalRaceDetector(len(glob.data), tpc)
+        tracked = check_races and len(glob.data) <= GLOBAL_RACE_LIMIT and total * tpc < 1 << 31
+        processes = worker_count(workers, prog.ops, self.communicates, total // clusters.size, total * tpc, tracked)
         shared_size = prog.shared_size(shared_bytes)
         races = (24 + (40 if clusters.size > 1 else 0)) if check_races else 0
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (1 + races)
-        batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // max(per_cta, 1)))
+        batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // processes // max(per_cta, 1)))
         batch = max(clusters.size, batch // clusters.size * clusters.size)  # the CTAs of a cluster run together
         at_once = "" if total == 1 else ", all at once" if batch >= total else f", {batch} at a time"
-        progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads{at_once})", total,
-                            "CTAs done")
-        steps = first = 0
+        spread = f" in {processes} processes" if processes > 1 else ""
+        progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads{at_once}{spread})",
+                            total, "CTAs done")
+        done = {"first": 0, "steps": 0}  # the batch running and the steps of those before it
+        launcher = os.getpid()  # (the processes running other shares keep quiet)
         config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
                               TENSOR_CORE_MODELS[tensor_cores],
-                              lambda batch_steps: progress.update(first, f"{steps + batch_steps} instruction steps"),
+                              lambda batch_steps: os.getpid() == launcher and progress.update(
+                                  done["first"], f"{done['steps'] + batch_steps} instruction steps"),
                               clusters, output or sys.stdout.write, self.fusion)
-        start = time.perf_counter()
-        with np.errstate(all="ignore"):
-            for first in range(0, total, batch):
-                machine = Machine(prog, config, first, min(batch, total - first))
+
+        def run(first: int, count: int) -> tuple[int, int]:
+            """Run CTAs first.. first + count - 1 batch by batch, global races tracked from here (by each
+            process of its own: workers.py): (instruction steps, batches)."""
+            if tracked:
+                glob.races = GlobalRaceDetector(len(glob.data), tpc)
+            if processes > 1:
+                glob.untracked = np.zeros(len(glob.data), np.uint8)
+            done["steps"] = 0
+            for done["first"] in range(first, first + count, batch):
+                machine = Machine(prog, config, done["first"], min(batch, first + count - done["first"]))
                 try:
                     machine.run()
                 finally:
-                    steps += machine.steps
+                    done["steps"] += machine.steps
+            return done["steps"], -(-count // batch)
+
+        start = time.perf_counter()
+        with np.errstate(all="ignore"):
+            in_shares = run_shares(shares(total, clusters.size, processes), run, glob, glob.footprint) \
+                if processes > 1 else None
+            if in_shares is None:  # (where it faulted, or shares raced, the one-process run reports it)
+                processes, glob.untracked, worker_cpu = 1, None, 0.0
+                steps, batches = run(0, total)
+            else:
+                steps, batches, worker_cpu = in_shares
         progress.finish(f"{steps} instruction steps")
         self._copy_back(arrays, glob)
         for var in self.module.variables:
             var.data[:] = glob.contents(var.address)
-        return LaunchStats(self.name, grid, block, total * tpc, -(-total // batch), steps,
-                           time.perf_counter() - start)
+        return LaunchStats(self.name, grid, block, total * tpc, batches, steps, time.perf_counter() - start,
+                           processes, worker_cpu)
 
     def _check_config(self, grid, block, tpc: int, shared_bytes: int) -> None:
         prog = self.program
@@ -894,7 +919,10 @@ def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
     numerics.TensorCoreModel), cluster (1 to 3 sizes: the thread-block
     cluster shape, as the launch attribute gives it; by default the kernel's
     .reqnctapercluster, else clusters of one CTA), output (what printf's lines
-    are written with; default sys.stdout.write).  A `.b8 [128]` parameter
+    are written with; default sys.stdout.write), workers (how many processes
+    may run the CTAs, in shares of the grid - 1: one process; by default
+    PHOBOS_EMULATOR_WORKERS, else one per core for launches large enough; see
+    workers.py: the results and verdicts are those of one process).  A `.b8 [128]` parameter
     takes a phobos.run.tensor_map.TensorMap over a NumPy array (or a Pointer).
     """
     return load_module(ptx_text, name).launch(kernel, grid, block, args, shared_bytes, source_text, **options)

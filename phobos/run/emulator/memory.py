@@ -51,6 +51,7 @@ ASYNC_SOURCE = "cp.async source read"
 ASYNC_PROXY = "asynchronous-proxy access"  # bulk copies and wgmma operands: checked by the caller
 STRONG_STORE = "strong store"  # st.relaxed / .volatile / .release of global memory: no race with another
 MBARRIER = "mbarrier access"
+BULK_READ, BULK_WRITE = "bulk tensor copy read", "bulk tensor store"  # of global memory (TMA)
 UNTRACKED = frozenset({ASYNC, ASYNC_PROXY, MBARRIER})
 
 #: Global race detection keeps 32 bytes of shadow state per byte of global memory; launches whose
@@ -59,6 +60,10 @@ GLOBAL_RACE_LIMIT = 8 << 20
 #: The global accesses it tracks: not atomics, nor strong stores (strong operations do not race with each
 #: other; one of the values stored is written), nor bulk (TMA) copies, which the asynchronous proxy orders.
 GLOBAL_TRACKED = frozenset({LOAD, NC_LOAD, STORE, ASYNC_SOURCE})
+#: The bits of a footprint of global memory (what a share of a launch's CTAs accessed, per heap byte:
+#: workers.py), and the global accesses that only read.
+READ, WRITE = 1, 2
+GLOBAL_READS = frozenset({LOAD, NC_LOAD, ASYNC_SOURCE, BULK_READ})
 #: Shared bytes that asynchronous operations in flight read are counted per chunk of this many bytes:
 #: a wgmma operand and a bulk tensor store read whole chunks (descriptors address 16-byte units, core
 #: matrices are 16-byte rows; a tensor map's box rows are multiples of 16 bytes and the swizzles move
@@ -109,6 +114,16 @@ def stored_bytes(values: list, dtype: np.dtype, lanes: int) -> np.ndarray:
 def access_bytes(flat, nbytes: int) -> np.ndarray:
     """The bytes of accesses of `nbytes` at `flat` (one per lane), lane by lane."""
     return flat if nbytes == 1 else (np.asarray(flat)[:, None] + np.arange(nbytes)).reshape(-1)
+
+
+def lane_bytes(offsets, nbytes) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes accessed by lanes at `offsets` of `nbytes` bytes each (one size per lane), with the
+    lane of each."""
+    offsets = np.asarray(offsets, np.int64)
+    counts = np.broadcast_to(np.asarray(nbytes, np.int64), offsets.shape)
+    lane = np.repeat(np.arange(len(offsets)), counts)
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    return offsets[lane] + (np.arange(len(lane)) - first), lane
 
 
 def in_thread_order(idx) -> bool:
@@ -274,6 +289,9 @@ class GlobalSpace(Space):
         self._heap_size = 0
         self._pending: list[tuple[int, bytes | np.ndarray]] = []
         self.races: GlobalRaceDetector | None = None  # set by the launch when races are checked
+        # READ/WRITE bits per heap byte of the accesses `races` does not track, where the launch runs in
+        # shares (workers.py)
+        self.untracked: np.ndarray | None = None
 
     def allocate(self, data, name: str, address: int | None = None) -> int:
         """Add an allocation holding a copy of `data` (bytes-like); return its address.
@@ -336,7 +354,17 @@ class GlobalSpace(Space):
         offsets = rel.astype(np.int64) + self._offsets[kc]
         if self.races is not None and access in GLOBAL_TRACKED:
             self.races.check(m, idx, offsets, nbytes, access, pc)
+        elif self.untracked is not None:
+            b = access_bytes(offsets, int(nbytes)) if nbytes.ndim == 0 else lane_bytes(offsets, nbytes)[0]
+            self.untracked[b] |= READ if access in GLOBAL_READS else WRITE
         return offsets
+
+    def footprint(self, pristine: np.ndarray) -> np.ndarray:
+        """READ/WRITE bits per heap byte of every access so far (the race detector's records, the
+        untracked accesses, and the bytes that differ from `pristine`, the heap before them)."""
+        bits = self.races.footprint() | self.untracked
+        bits[self.data != pristine] |= WRITE
+        return bits
 
     def describe_offset(self, offset: int) -> str:
         """A heap offset as `name+k (address)`."""
@@ -1005,6 +1033,12 @@ class GlobalRaceDetector:
         self.known: dict[int, dict[int, int]] = {}  # CTA -> {other CTA: releases of it that it acquired}
         self.released: dict[int, tuple[int, int, dict[int, int]]] = {}  # byte -> (CTA, clock, what it knew)
 
+    def footprint(self) -> np.ndarray:
+        """READ/WRITE bits per heap byte: the bytes read (plainly or with ld.global.nc, which also
+        opens a readers' window) and written so far."""
+        return np.where(self.reader_hi != _NONE, READ, 0).astype(np.uint8) | \
+            np.where(self.writer != _NONE, WRITE, 0).astype(np.uint8)
+
     def synchronize(self, m, threads, offsets, acquire: bool, release: bool) -> None:
         """An atomic with acquire and/or release semantics by `threads` at heap `offsets`, in thread order."""
         for t, b in zip(np.asarray(threads).tolist(), np.asarray(offsets).tolist()):
@@ -1055,10 +1089,7 @@ class GlobalRaceDetector:
         if nbytes.ndim == 0:
             b, t = access_bytes(np.asarray(offsets, np.int64), int(nbytes)), np.repeat(threads, int(nbytes))
         else:
-            counts = np.broadcast_to(np.asarray(nbytes, np.int64), threads.shape)
-            lane = np.repeat(np.arange(len(threads)), counts)
-            first = np.repeat(np.cumsum(counts) - counts, counts)
-            b = np.asarray(offsets, np.int64)[lane] + (np.arange(len(lane)) - first)
+            b, lane = lane_bytes(offsets, nbytes)
             t = threads[lane]
         g = (m.cta_first * self.tpc + t).astype(np.int32)
         epoch = m.epoch[m.cta_of[t]]

@@ -43,7 +43,7 @@ from . import syntax as syn
 from .decode import WAIT, Semantics, opcode, plain
 from .errors import Fault, MemoryFault, MisalignedAddress, PtxSyntaxError, UnsupportedPtx
 from .cluster import OFFSET_MASK, mapped_address
-from .memory import APERTURE_SIZE, LOAD, MBARRIER, PARAM_APERTURE, SHARED_APERTURE, STORE
+from .memory import APERTURE_SIZE, BULK_READ, BULK_WRITE, LOAD, MBARRIER, PARAM_APERTURE, SHARED_APERTURE, STORE
 from .ops_arith import require
 from .ops_memory import without_policy
 from .ptxtypes import TYPES
@@ -340,8 +340,7 @@ def _box_data(m, thread: int, tm: EmulatedTensorMap, coords, pc: int) -> np.ndar
     source, inside, count = _box(tm, coords, thread)
     data = np.zeros((count, esize), np.uint8)
     if len(source):
-        at = m.glob.locate(m, np.full(len(source), thread), source.astype(np.uint64), esize,
-                           "bulk tensor copy read", pc)
+        at = m.glob.locate(m, np.full(len(source), thread), source.astype(np.uint64), esize, BULK_READ, pc)
         data[inside] = m.glob.data[at[:, None] + np.arange(esize)]
         if tm.dtype == "tf32":
             data = nx.round_to_tf32(data.view(np.float32).reshape(-1), "rn").view(np.uint8).reshape(count, esize)
@@ -405,8 +404,7 @@ def _bulk_store(d, ins, mods, ops, rank: int):
                 start + np.arange(count * esize, dtype=np.int64), tm.swizzle)
             data = m.shared.data[flat].reshape(count, esize)[inside]
             if len(target):
-                at = m.glob.locate(m, np.full(len(target), thread), target.astype(np.uint64), esize,
-                                   "bulk tensor store", pc)
+                at = m.glob.locate(m, np.full(len(target), thread), target.astype(np.uint64), esize, BULK_WRITE, pc)
                 m.glob.data[at[:, None] + np.arange(esize)] = data
             m.bulk_groups.issue(m, np.array([thread]), (), flat, pc)
     return plain(run)
