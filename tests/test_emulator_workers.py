@@ -96,6 +96,9 @@ CTA_3 = (f"setp.eq.u32 %p2, %r3, {3 * BLOCK};",)
     # both store the value x[128] holds: nothing changes, and still they race
     (CTA_0 + CTA_3 + ("mov.u32 %r6, 897;", "@%p1 st.global.u32 [%rd1+512], %r6;",
                       "@%p2 st.global.u32 [%rd1+512], %r6;"), GlobalMemoryRace),
+    # thread 0 of every CTA writes x[130] in one instruction (the one-process run says so, with all CTAs in
+    # one batch: run again, it has one process's batches)
+    (("setp.eq.u32 %p1, %r1, 0;", "@%p1 st.global.u32 [%rd1+520], %r2;"), GlobalMemoryRace),
     # a read through the non-coherent cache and a write (the read's window of another CTA comes first)
     (CTA_0 + CTA_3 + ("@%p1 ld.global.nc.u32 %r6, [%rd1+520];", "@%p2 st.global.u32 [%rd1+520], %r1;"),
      GlobalMemoryRace),
@@ -106,6 +109,8 @@ def test_a_race_between_ctas_of_different_shares_is_the_one_process_verdict(line
     assert one[0] is error
     assert verdict(text, 2) == one
     assert shares_run == [None]  # (the shares ran, found the race and ran the launch again in one process)
+    if "@%p1 st.global.u32 [%rd1+520], %r2;" in text:
+        assert "write it in the same instruction" in one[1]
 
 
 @pytest.mark.parametrize("lines, error", [
@@ -131,12 +136,14 @@ def test_kernels_whose_ctas_may_communicate_run_in_one_process():
     _, x, stats = launch(text, 2)
     assert stats.workers == 1 and x[128] == 897 + GRID * BLOCK
     op = lambda text: SimpleNamespace(text=text)  # noqa: E731
-    for text in ["atom.global.add.u32 %r1, [%rd1], 1;", "@%p1 red.add.u32 [%rd1], 1;", "st.relaxed.gpu.global.u32 [%rd1], 1;",
-                 "ld.acquire.gpu.u32 %r1, [%rd1];", "fence.acq_rel.gpu;", "membar.gl;", "call.uni vprintf, (%rd1, %rd2);",
+    for text in ["atom.global.add.u32 %r1, [%rd1], 1;", "@%p1 red.add.u32 [%rd1], 1;",
+                 "st.relaxed.gpu.global.u32 [%rd1], 1;", "ld.acquire.gpu.u32 %r1, [%rd1];", "fence.acq_rel.gpu;",
+                 "membar.gl;", "call.uni vprintf, (%rd1, %rd2);",
                  "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%rd1], [%r1], 16;"]:
         assert workers.communicating_op([op("mov.u32 %r1, 0;"), op(text)]) == text
-    for text in ["atom.shared.add.u32 %r1, [%r2], 1;", "ld.volatile.shared.u32 %r1, [%r2];", "fence.proxy.async.shared::cta;",
-                 "membar.cta;", "fence.acq_rel.cta;", "ld.global.nc.u32 %r1, [%rd1];", "st.global.v4.b32 [%rd1], {%r1, %r2, %r3, %r4};"]:
+    for text in ["atom.shared.add.u32 %r1, [%r2], 1;", "ld.volatile.shared.u32 %r1, [%r2];",
+                 "fence.proxy.async.shared::cta;", "membar.cta;", "fence.acq_rel.cta;", "ld.global.nc.u32 %r1, [%rd1];",
+                 "st.global.v4.b32 [%rd1], {%r1, %r2, %r3, %r4};"]:
         assert workers.communicating_op([op(text)]) is None
 
 
@@ -172,8 +179,8 @@ def test_accesses_the_race_detector_does_not_track_are_in_the_footprint():
     glob.seal()
     glob.untracked = np.zeros(len(glob.data), np.uint8)
     glob.locate(None, None, np.array([address + 8], np.uint64), 4, BULK_WRITE, 0)
-    glob.locate(None, None, np.array([address + 16, address + 32], np.uint64), np.array([2, 4], np.uint64), BULK_READ, 0,
-                align=2)
+    glob.locate(None, None, np.array([address + 16, address + 32], np.uint64), np.array([2, 4], np.uint64),
+                BULK_READ, 0, align=2)
     expected = np.zeros(len(glob.data), np.uint8)
     expected[8:12] = WRITE
     expected[16:18] = expected[32:36] = READ
@@ -196,3 +203,19 @@ def test_triton_matmul_in_shares_is_bit_identical():
             results.append(out.copy())
         np.testing.assert_array_equal(results[0].view(np.uint16), results[1].view(np.uint16))
         assert np.abs(results[1].astype(np.float32) - reference).max() < 0.1
+
+
+def test_a_launch_run_again_has_the_batches_of_one_process(monkeypatch, shares_run):
+    def batches(budget: int, processes: int) -> int:
+        monkeypatch.setattr("phobos.run.emulator.machine.MEMORY_BUDGET", budget)
+        return launch(kernel(), processes)[2].batches
+
+    low, high = 1, 1 << 24  # the least memory budget that fits all four CTAs in one process's batch
+    while high - low > 1:
+        low, high = (low, (low + high) // 2) if batches((low + high) // 2, 1) == 1 else ((low + high) // 2, high)
+    assert batches(high, 1) == 1 and batches(high, 2) == 2  # (two processes have half of it each: 2 CTAs)
+    # thread 0 of CTAs 0 and 3 write x[130] in one instruction: one process, all CTAs in one batch, says so
+    racy = kernel(*CTA_0, *CTA_3, "or.pred %p3, %p1, %p2;", "@%p3 st.global.u32 [%rd1+520], %r2;")
+    one = verdict(racy, 1)
+    assert "write it in the same instruction" in one[1]
+    assert verdict(racy, 2) == one and shares_run[-1] is None  # (run again with one process's batches)

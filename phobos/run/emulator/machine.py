@@ -680,8 +680,13 @@ class Kernel:
         races = (24 + (40 if clusters.size > 1 else 0)) if check_races else 0
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (1 + races)
-        batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // processes // max(per_cta, 1)))
-        batch = max(clusters.size, batch // clusters.size * clusters.size)  # the CTAs of a cluster run together
+
+        def batch_of(processes: int) -> int:
+            """CTAs per batch where `processes` processes run batches side by side, within the budget."""
+            batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // processes // max(per_cta, 1)))
+            return max(clusters.size, batch // clusters.size * clusters.size)  # the CTAs of a cluster run together
+
+        batch = batch_of(processes)
         at_once = "" if total == 1 else ", all at once" if batch >= total else f", {batch} at a time"
         spread = f" in {processes} processes" if processes > 1 else ""
         progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads{at_once}{spread})",
@@ -694,13 +699,13 @@ class Kernel:
                                   done["first"], f"{done['steps'] + batch_steps} instruction steps"),
                               clusters, output or sys.stdout.write, self.fusion)
 
-        def run(first: int, count: int) -> tuple[int, int]:
+        def run(first: int, count: int, processes: int = 1) -> tuple[int, int]:
             """Run CTAs first.. first + count - 1 batch by batch, global races tracked from here (by each
-            process of its own: workers.py): (instruction steps, batches)."""
+            process of its own, one of `processes`: workers.py): (instruction steps, batches)."""
+            batch = batch_of(processes)
             if tracked:
                 glob.races = GlobalRaceDetector(len(glob.data), tpc)
-            if processes > 1:
-                glob.untracked = np.zeros(len(glob.data), np.uint8)
+            glob.untracked = np.zeros(len(glob.data), np.uint8) if processes > 1 else None
             done["steps"] = 0
             for done["first"] in range(first, first + count, batch):
                 machine = Machine(prog, config, done["first"], min(batch, first + count - done["first"]))
@@ -712,10 +717,10 @@ class Kernel:
 
         start = time.perf_counter()
         with np.errstate(all="ignore"):
-            in_shares = run_shares(shares(total, clusters.size, processes), run, glob, glob.footprint) \
-                if processes > 1 else None
+            in_shares = run_shares(shares(total, clusters.size, processes), functools.partial(run, processes=processes),
+                                   glob, glob.footprint) if processes > 1 else None
             if in_shares is None:  # (where it faulted, or shares raced, the one-process run reports it)
-                processes, glob.untracked, worker_cpu = 1, None, 0.0
+                processes, worker_cpu = 1, 0.0
                 steps, batches = run(0, total)
             else:
                 steps, batches, worker_cpu = in_shares

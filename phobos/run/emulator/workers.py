@@ -34,6 +34,7 @@
 # is not worth the fork and runs in one process.
 from __future__ import annotations
 
+import contextlib
 import gc
 import mmap
 import os
@@ -118,11 +119,12 @@ def run_shares(parts: list[tuple[int, int]], run: Callable[[int, int], tuple[int
     """Run `run(first, count)` (-> steps, batches) for each share, the first here and the others in
     forked children, over global memory `glob`; `footprint(pristine)` gives a process's READ/WRITE
     bits per heap byte after its share.  The summed (steps, batches) and the children's CPU seconds,
-    with every share's writes in glob.data, or None with glob.data as it was before (a share faulted, or two shares touched a
-    byte one of them wrote): the caller then runs the launch in one process."""
+    with every share's writes in glob.data; or None, with glob.data as it was before, where a share
+    faulted or two shares touched a byte one of them wrote: the caller then runs the launch in one
+    process."""
     pristine = glob.data.copy()
     size = len(pristine)
-    children = []
+    children, results = [], []
     try:
         gc.freeze()  # (the children's collections then leave the launching process's pages alone)
         for first, count in parts[1:]:
@@ -133,20 +135,23 @@ def run_shares(parts: list[tuple[int, int]], run: Callable[[int, int], tuple[int
             own = footprint(pristine)
         except Exception:  # the one-process run reports it (or what comes before it)
             pass
-        results = [_result(child, size) for child in children]
-        children = []
+        results = []
+        for child in children:
+            results.append(_result(child, size))
     finally:
         gc.unfreeze()
-        for pid, region, pipe in children:  # (interrupted: stop them)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        for pid, region, pipe in children[len(results):]:  # (interrupted: stop those still running)
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        for _, region, pipe in children:
             os.close(pipe)
             region.close()
     if outcome is None or any(r is None for r in results):
         glob.data[:] = pristine
         return None
     flags = [own] + [f for _, f, _ in results]
-    touched = np.zeros(size, np.uint8)
+    touched = np.zeros(size, np.int32)
     written = np.zeros(size, bool)
     for f in flags:
         touched += f != 0
@@ -196,14 +201,10 @@ def _result(child, size: int):
     """A child's (memory, footprint, (steps, batches, CPU microseconds)) once it is done, or None where
     it faulted."""
     pid, region, pipe = child
-    try:
-        os.read(pipe, 1)
-        threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()  # (its exit takes a while)
-        done, *counts = np.frombuffer(region, np.int64, 4).tolist()
-        if done != _DONE:
-            return None
-        data, flags = (np.frombuffer(region, np.uint8, size, _HEADER + k * size).copy() for k in (0, 1))
-        return data, flags, tuple(counts)
-    finally:
-        os.close(pipe)
-        region.close()
+    os.read(pipe, 1)
+    threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()  # (its exit takes a while)
+    done, *counts = np.frombuffer(region, np.int64, 4).tolist()
+    if done != _DONE:
+        return None
+    data, flags = (np.frombuffer(region, np.uint8, size, _HEADER + k * size).copy() for k in (0, 1))
+    return data, flags, tuple(counts)
