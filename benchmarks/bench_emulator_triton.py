@@ -78,28 +78,33 @@ def _case(name: str):
     return attention_kernel, grid, arguments, {**keywords, "STAGE": 1}, out, reference  # STAGE 1: not causal
 
 
-#: The emulator's modes: race detectors on (all of them), only the shared-memory ones (the global
-#: detector is off for launches above memory.GLOBAL_RACE_LIMIT: the limit is set to 0), none.
-MODES = {"races": None, "shared races": 0, "no races": None}
+#: The emulator's modes: (the global race limit, the worker processes): race detectors on (all of them),
+#: in worker processes as the emulator chooses and in one process, only the shared-memory ones (the
+#: global detector is off for launches above memory.GLOBAL_RACE_LIMIT: the limit is set to 0), none.
+#: (Only launches with the global detector on run in worker processes: docs/emulator.md.)
+MODES = {"races": (None, None), "races, one process": (None, 1), "shared races": (0, None),
+         "no races": (None, None)}
 
 
 def run_emulated(name: str, arch: str, mode: str):
     """(wall, CPU) seconds of one launch in the emulator through phobos.triton (compiled before, as
-    Triton's cache would have it), its steps and the result's largest error."""
+    Triton's cache would have it; the CPU time of its worker processes too), its steps, the result's
+    largest error and the processes that ran it."""
     import phobos.triton
     from phobos.run.emulator import machine
     kernel, grid, arguments, keywords, out, reference = _case(name)
-    emulated = phobos.triton.emulate(kernel, arch=arch, check_races=mode != "no races")
+    global_limit, workers = MODES[mode]
+    emulated = phobos.triton.emulate(kernel, arch=arch, check_races=mode != "no races", workers=workers)
     emulated.compile(*arguments, **keywords)
     limit = machine.GLOBAL_RACE_LIMIT
-    machine.GLOBAL_RACE_LIMIT = limit if MODES[mode] is None else MODES[mode]
+    machine.GLOBAL_RACE_LIMIT = limit if global_limit is None else global_limit
     try:
         start, cpu = time.perf_counter(), time.process_time()
         launch = emulated[grid](*arguments, **keywords)
         elapsed = (time.perf_counter() - start, time.process_time() - cpu + launch.stats.worker_cpu_seconds)
     finally:
         machine.GLOBAL_RACE_LIMIT = limit
-    return elapsed, launch.stats.steps, float(np.abs(out.astype(np.float32) - reference).max())
+    return elapsed, launch.stats.steps, float(np.abs(out.astype(np.float32) - reference).max()), launch.stats.workers
 
 
 def _interpreter_numpy2_index() -> None:
@@ -181,6 +186,7 @@ def main() -> None:
     archs = [options.arch] if options.arch else list(ARCHS)
     interpreter = None if options.no_interpret else Interpreter()
     best: dict[tuple, float] = {}
+    workers_used: dict[tuple, int] = {}
     facts: dict[tuple, tuple] = {}
     try:
         for _ in range(options.repeat):  # rounds: every case once, so that all see the same load
@@ -191,8 +197,10 @@ def main() -> None:
                     facts[name, "interpret"] = error
                 for arch in archs:
                     for mode in MODES:
-                        seconds, steps, error = run_emulated(name, arch, mode)
+                        seconds, steps, error, workers = run_emulated(name, arch, mode)
                         best[name, arch, mode] = _best(best.get((name, arch, mode)), seconds)
+                        if mode == "races":
+                            workers_used[name, arch] = workers
                         facts[name, arch] = (steps, error)
     finally:
         if interpreter is not None:
@@ -204,22 +212,29 @@ def main() -> None:
             interp = best.get((name, "interpret"), (None, None))
             rows.append({"kernel": name, "arch": arch, "steps": steps,
                          "emulator_s": best[name, arch, "races"][0],
+                         "emulator_one_process_s": best[name, arch, "races, one process"][0],
+                         "emulator_workers": workers_used[name, arch],
                          "emulator_shared_races_only_s": best[name, arch, "shared races"][0],
                          "emulator_no_race_checks_s": best[name, arch, "no races"][0],
                          "triton_interpret_s": interp[0],
-                         "emulator_cpu_s": best[name, arch, "races"][1], "triton_interpret_cpu_s": interp[1],
+                         "emulator_cpu_s": best[name, arch, "races"][1],
+                         "emulator_one_process_cpu_s": best[name, arch, "races, one process"][1],
+                         "triton_interpret_cpu_s": interp[1],
                          "max_error": error, "interpret_max_error": facts.get((name, "interpret"))})
-    header = (f"{'kernel':<10} {'arch':<7} {'steps':>6} {'emulator s':>11} {'shared only':>12} "
-              f"{'no races s':>11} {'INTERPRET s':>12} {'CPU s':>6} {'INTERPRET CPU s':>16} {'max error':>10}")
+    header = (f"{'kernel':<10} {'arch':<7} {'steps':>6} {'emulator s':>11} {'(CPU s)':>8} {'workers':>7} "
+              f"{'one process':>12} {'shared only':>12} {'no races s':>11} {'INTERPRET s':>12} "
+              f"{'(CPU s)':>8} {'max error':>10}")
     print(header)
     print("-" * len(header))
     for r in rows:
         interp = "-" if r["triton_interpret_s"] is None else f"{r['triton_interpret_s']:.3f}"
         interp_cpu = "-" if r["triton_interpret_cpu_s"] is None else f"{r['triton_interpret_cpu_s']:.3f}"
-        print(f"{r['kernel']:<10} {r['arch']:<7} {r['steps']:>6} {r['emulator_s']:>11.3f} "
+        print(f"{r['kernel']:<10} {r['arch']:<7} {r['steps']:>6} {r['emulator_s']:>11.3f} {r['emulator_cpu_s']:>8.3f} "
+              f"{r['emulator_workers']:>7} {r['emulator_one_process_s']:>12.3f} "
               f"{r['emulator_shared_races_only_s']:>12.3f} {r['emulator_no_race_checks_s']:>11.3f} "
-              f"{interp:>12} {r['emulator_cpu_s']:>6.3f} {interp_cpu:>16} {r['max_error']:>10.2g}")
-    print("(seconds: wall clock, best of the rounds; CPU: the processes' CPU time with races checked, all threads)")
+              f"{interp:>12} {interp_cpu:>8} {r['max_error']:>10.2g}")
+    print("(seconds: wall clock, best of the rounds; CPU: the CPU time of all processes and threads; emulator: all "
+          "race detectors, in the worker processes the emulator chose, and in one process)")
     options.json.parent.mkdir(parents=True, exist_ok=True)
     options.json.write_text(json.dumps({
         "machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),

@@ -5,7 +5,9 @@
 # run together) as one array of threads: thread index = cta * threads_per_cta
 # + linear tid, CTAs in launch order, cluster by cluster (cluster.ClusterShape).
 # Registers are NumPy arrays over those threads; shared memory is one row per
-# CTA.
+# CTA.  Where the CTAs cannot communicate, shares of the grid run side by side
+# in forked worker processes, each in batches of its own (workers.py), with
+# the results and verdicts of one process.
 #
 # Scheduling is the classic minimum-PC scheme.  The threads at the lowest
 # program counter among the runnable ones form the active group and execute

@@ -35,6 +35,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import gc
 import mmap
 import os
@@ -127,6 +129,7 @@ def run_shares(parts: list[tuple[int, int]], run: Callable[[int, int], tuple[int
     children, results = [], []
     try:
         gc.freeze()  # (the children's collections then leave the launching process's pages alone)
+        _release_free_memory()
         for first, count in parts[1:]:
             children.append(_fork(first, count, run, glob, pristine, footprint, size))
         outcome = None
@@ -167,6 +170,23 @@ def run_shares(parts: list[tuple[int, int]], run: Callable[[int, int], tuple[int
         batches += more_batches
         cpu += microseconds / 1e6
     return steps, batches, cpu
+
+
+@functools.cache
+def _malloc_trim():
+    """C's malloc_trim where the C library has one (glibc), else None."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def _release_free_memory() -> None:
+    """Hand the C heap's free pages back to the system before a fork: the processes' new arrays then
+    get fresh pages instead of copying the shared ones they reuse (about 5% of a share's time here)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _fork(first: int, count: int, run, glob, pristine, footprint, size: int):
