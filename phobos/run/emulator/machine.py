@@ -677,7 +677,8 @@ class Kernel:
         glob.seal()
         total = grid[0] * grid[1] * grid[2]
         tracked = check_races and len(glob.data) <= GLOBAL_RACE_LIMIT and total * tpc < 1 << 31
-        processes = worker_count(workers, prog.ops, self.communicates, total // clusters.size, total * tpc, tracked)
+        processes = worker_count(workers, prog.ops, self.communicates, total // clusters.size, total * tpc,
+                                 len(glob.data))
         shared_size = prog.shared_size(shared_bytes)
         races = (24 + (40 if clusters.size > 1 else 0)) if check_races else 0
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \

@@ -289,8 +289,8 @@ class GlobalSpace(Space):
         self._heap_size = 0
         self._pending: list[tuple[int, bytes | np.ndarray]] = []
         self.races: GlobalRaceDetector | None = None  # set by the launch when races are checked
-        # READ/WRITE bits per heap byte of the accesses `races` does not track, where the launch runs in
-        # shares (workers.py)
+        # READ/WRITE bits per heap byte of the accesses `races` does not track (all of them where it is
+        # None), where the launch runs in shares (workers.py)
         self.untracked: np.ndarray | None = None
 
     def allocate(self, data, name: str, address: int | None = None) -> int:
@@ -362,7 +362,7 @@ class GlobalSpace(Space):
     def footprint(self, pristine: np.ndarray) -> np.ndarray:
         """READ/WRITE bits per heap byte of every access so far (the race detector's records, the
         untracked accesses, and the bytes that differ from `pristine`, the heap before them)."""
-        bits = self.races.footprint() | self.untracked
+        bits = self.untracked.copy() if self.races is None else self.races.footprint() | self.untracked
         bits[self.data != pristine] |= WRITE
         return bits
 

@@ -58,6 +58,9 @@ MAX_WORKERS = 8
 #: The least work (threads of the grid times instructions of the kernel) that runs in shares: a fork
 #: and its merge cost about 20 ms, the work of a 512-thread, 1000-instruction launch about 0.1 s.
 MIN_PARALLEL_WORK = 1 << 18
+#: The most global memory (bytes of allocations) of a launch run in shares: each process keeps a copy
+#: of it, a footprint and a copy for the merge.
+PARALLEL_HEAP_LIMIT = 64 << 20
 
 _SCOPE_WORDS = frozenset({"gpu", "sys", "gl"})
 _STRONG_WORDS = frozenset({"relaxed", "acquire", "release", "volatile", "mmio"})
@@ -83,12 +86,12 @@ def communicating_op(ops) -> str | None:
 
 
 def worker_count(requested: int | None, ops, communicates: str | None, clusters: int, threads: int,
-                 tracked: bool) -> int:
+                 heap_bytes: int) -> int:
     """How many processes run a launch of `clusters` thread-block clusters, `threads` threads in all,
-    of a kernel of instructions `ops`: `requested` (the launch's `workers`, else the environment's
-    PHOBOS_EMULATOR_WORKERS, else one per core up to MAX_WORKERS for launches of at least
-    MIN_PARALLEL_WORK), at most one per cluster, and 1 where the global race detector is off
-    (`tracked` False) or the kernel's CTAs may communicate (`communicates`: communicating_op's)."""
+    over `heap_bytes` of global memory, of a kernel of instructions `ops`: `requested` (the launch's
+    `workers`, else the environment's PHOBOS_EMULATOR_WORKERS, else one per core up to MAX_WORKERS for
+    launches of at least MIN_PARALLEL_WORK), at most one per cluster, and 1 where the global memory is
+    above PARALLEL_HEAP_LIMIT or the kernel's CTAs may communicate (`communicates`: communicating_op's)."""
     if requested is not None and (not isinstance(requested, (int, np.integer)) or isinstance(requested, bool)
                                   or requested < 1):
         raise LaunchError(f"workers must be a positive whole number of processes, got {requested!r}")
@@ -104,9 +107,10 @@ def worker_count(requested: int | None, ops, communicates: str | None, clusters:
         else:
             requested = min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                             else os.cpu_count() or 1)
-    if requested <= 1 or clusters <= 1 or not tracked or not hasattr(os, "fork") or communicates:
+    if (requested <= 1 or clusters <= 1 or heap_bytes > PARALLEL_HEAP_LIMIT or not hasattr(os, "fork")
+            or communicates):
         return 1
-    return min(requested, clusters)
+    return min(int(requested), clusters)
 
 
 def shares(ctas: int, cluster_size: int, workers: int) -> list[tuple[int, int]]:
