@@ -8,8 +8,9 @@
 # at the fork, run their share through the same code, and hand back, through
 # a shared anonymous mapping, their copy of global memory and a footprint of
 # it - per byte, whether the share read it and whether it wrote it (from the
-# global race detector's shadow state, the accesses that detector does not
-# track, and the bytes whose contents changed).  The launch then merges them:
+# global race detector's shadow state where it is on, the accesses that
+# detector does not track - all of them where it is off - and the bytes whose
+# contents changed).  The launch then merges them:
 #
 # - where no byte written by one share was touched by another, the shares did
 #   not see each other, so the result is what one process gives, bit for bit:
@@ -17,21 +18,21 @@
 # - where any share faulted (whatever the error, a race, a trap, an assertion)
 #   or two shares touched a byte that one of them wrote (a race between CTAs
 #   of different shares: the one-process run reports it as a GlobalMemoryRace
-#   or NonCoherentRead), global memory is put back as it was before the launch
-#   and the whole launch runs again in one process, which reports what it
-#   reports without workers.  So every verdict, and the first fault where
-#   there are several, is the one-process run's; a faulting launch pays for
-#   the shares' run before it.
+#   where races are checked), global memory is put back as it was before the
+#   launch and the whole launch runs again in one process (in one process's
+#   batches), which reports what it reports without workers, or leaves what
+#   it leaves.  So every verdict, and the first fault where there are
+#   several, is the one-process run's; a faulting launch pays for the shares'
+#   run before it.
 #
-# Only launches that keep the global race detector on run in shares (without
-# it, a write of one byte by two shares could not be seen), and only kernels
-# in which no instruction lets CTAs communicate (a global or generic atomic or
-# reduction, a strong load or store outside shared memory, a fence or membar
-# at gpu or system scope, a bulk reduction into global memory - such kernels
-# may spin on another CTA's write, which a share without that CTA would never
-# see - or a call, whose printf lines must come in the one-process order).
-# A launch with less work than MIN_PARALLEL_WORK (threads times instructions)
-# is not worth the fork and runs in one process.
+# Only kernels in which no instruction lets CTAs communicate run in shares (a
+# global or generic atomic or reduction, a strong load or store outside shared
+# memory, a fence or membar at gpu or system scope, a bulk reduction into
+# global memory - such kernels may spin on another CTA's write, which a share
+# without that CTA would never see - or a call, whose printf lines must come
+# in the one-process order), over at most PARALLEL_HEAP_LIMIT of global
+# memory.  A launch with less work than MIN_PARALLEL_WORK (threads times
+# instructions) is not worth the fork and runs in one process.
 from __future__ import annotations
 
 import contextlib
