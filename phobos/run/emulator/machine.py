@@ -126,6 +126,15 @@ class LaunchStats:
 
 
 @dataclass
+class _Done:
+    """How far a launch's process has come, for its progress lines: the first CTA of the batch
+    running, and the instruction steps of those before it."""
+
+    first: int = 0
+    steps: int = 0
+
+
+@dataclass
 class LaunchConfig:
     """Everything a batch needs that is fixed for the whole launch."""
 
@@ -658,7 +667,8 @@ class Kernel:
     def launch(self, grid, block, args, shared_bytes: int = 0, source_text: str | None = None, *,
                check_races: bool = True, max_steps: int = DEFAULT_MAX_STEPS,
                max_threads: int = DEFAULT_MAX_THREADS, tensor_cores: str = "hopper",
-               cluster=None, output: Callable[[str], Any] | None = None, workers: int | None = None) -> LaunchStats:
+               cluster=None, output: Callable[[str], Any] | None = None,
+               workers: int | None = None) -> LaunchStats:
         """Run the kernel on `grid` x `block` threads; see `launch` for the arguments."""
         if tensor_cores not in TENSOR_CORE_MODELS:
             raise LaunchError(f"tensor_cores must be one of {', '.join(TENSOR_CORE_MODELS)}, got {tensor_cores!r}")
@@ -684,9 +694,9 @@ class Kernel:
         per_cta = tpc * (sum(dt.itemsize for dt in prog.reg_dtypes) + prog.local_size + 64) \
             + shared_size * (1 + races)
 
-        def batch_of(processes: int) -> int:
-            """CTAs per batch where `processes` processes run batches side by side, within the budget."""
-            batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // processes // max(per_cta, 1)))
+        def batch_of(side_by_side: int) -> int:
+            """CTAs per batch where `side_by_side` processes run batches, each within its part of the budget."""
+            batch = max(1, min(total, max_threads // tpc, MEMORY_BUDGET // side_by_side // max(per_cta, 1)))
             return max(clusters.size, batch // clusters.size * clusters.size)  # the CTAs of a cluster run together
 
         batch = batch_of(processes)
@@ -694,34 +704,36 @@ class Kernel:
         spread = f" in {processes} processes" if processes > 1 else ""
         progress = Progress(logger, f"emulating {self.name} ({total} CTAs of {tpc} threads{at_once}{spread})",
                             total, "CTAs done")
-        done = {"first": 0, "steps": 0}  # the batch running and the steps of those before it
+        done = _Done()
         launcher = os.getpid()  # (the processes running other shares keep quiet)
         config = LaunchConfig(grid, block, params, glob, shared_size, shared_bytes, check_races, max_steps,
                               TENSOR_CORE_MODELS[tensor_cores],
                               lambda batch_steps: os.getpid() == launcher and progress.update(
-                                  done["first"], f"{done['steps'] + batch_steps} instruction steps"),
+                                  done.first, f"{done.steps + batch_steps} instruction steps"),
                               clusters, output or sys.stdout.write, self.fusion)
 
-        def run(first: int, count: int, processes: int = 1) -> tuple[int, int]:
+        def run(first: int, count: int, side_by_side: int = 1) -> tuple[int, int]:
             """Run CTAs first.. first + count - 1 batch by batch, global races tracked from here (by each
-            process of its own, one of `processes`: workers.py): (instruction steps, batches)."""
-            batch = batch_of(processes)
+            process of its own, one of `side_by_side`: workers.py): (instruction steps, batches)."""
+            batch = batch_of(side_by_side)
             if tracked:
                 glob.races = GlobalRaceDetector(len(glob.data), tpc)
-            glob.untracked = np.zeros(len(glob.data), np.uint8) if processes > 1 else None
-            done["steps"] = 0
-            for done["first"] in range(first, first + count, batch):
-                machine = Machine(prog, config, done["first"], min(batch, first + count - done["first"]))
+            glob.untracked = np.zeros(len(glob.data), np.uint8) if side_by_side > 1 else None
+            done.steps = 0
+            for at in range(first, first + count, batch):
+                done.first = at
+                machine = Machine(prog, config, at, min(batch, first + count - at))
                 try:
                     machine.run()
                 finally:
-                    done["steps"] += machine.steps
-            return done["steps"], -(-count // batch)
+                    done.steps += machine.steps
+            return done.steps, -(-count // batch)
 
         start = time.perf_counter()
         with np.errstate(all="ignore"):
-            in_shares = run_shares(shares(total, clusters.size, processes), functools.partial(run, processes=processes),
-                                   glob, glob.footprint) if processes > 1 else None
+            in_shares = run_shares(shares(total, clusters.size, processes),
+                                   functools.partial(run, side_by_side=processes), glob, glob.footprint) \
+                if processes > 1 else None
             if in_shares is None:  # (where it faulted, or shares raced, the one-process run reports it)
                 processes, worker_cpu = 1, 0.0
                 steps, batches = run(0, total)
@@ -930,7 +942,8 @@ def launch(ptx_text: str, kernel: str, grid, block, args, shared_bytes: int = 0,
     are written with; default sys.stdout.write), workers (how many processes
     may run the CTAs, in shares of the grid - 1: one process; by default
     PHOBOS_EMULATOR_WORKERS, else one per core for launches large enough; see
-    workers.py: the results and verdicts are those of one process).  A `.b8 [128]` parameter
-    takes a phobos.run.tensor_map.TensorMap over a NumPy array (or a Pointer).
+    workers.py: the results and verdicts are those of one process).  A
+    `.b8 [128]` parameter takes a phobos.run.tensor_map.TensorMap over a
+    NumPy array (or a Pointer).
     """
     return load_module(ptx_text, name).launch(kernel, grid, block, args, shared_bytes, source_text, **options)
