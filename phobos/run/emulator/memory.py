@@ -1036,8 +1036,9 @@ class GlobalRaceDetector:
     def footprint(self) -> np.ndarray:
         """READ/WRITE bits per heap byte: the bytes read (plainly or with ld.global.nc, which also
         opens a readers' window) and written so far."""
-        return np.where(self.reader_hi != _NONE, READ, 0).astype(np.uint8) | \
-            np.where(self.writer != _NONE, WRITE, 0).astype(np.uint8)
+        bits = (self.reader_hi != _NONE).view(np.uint8) * np.uint8(READ)
+        bits |= (self.writer != _NONE).view(np.uint8) * np.uint8(WRITE)
+        return bits
 
     def synchronize(self, m, threads, offsets, acquire: bool, release: bool) -> None:
         """An atomic with acquire and/or release semantics by `threads` at heap `offsets`, in thread order."""
