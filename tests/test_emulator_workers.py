@@ -197,9 +197,12 @@ def test_accesses_the_race_detector_does_not_track_are_in_the_footprint():
     glob.locate(None, None, np.array([address + 8], np.uint64), 4, BULK_WRITE, 0)
     glob.locate(None, None, np.array([address + 16, address + 32], np.uint64), np.array([2, 4], np.uint64),
                 BULK_READ, 0, align=2)
+    glob.locate(None, None, np.array([address + 42], np.uint64), 4, BULK_READ, 0, align=2)
+    glob.locate(None, None, np.array([address + 8], np.uint64), 8, BULK_READ, 0)
     expected = np.zeros(len(glob.data), np.uint8)
-    expected[8:12] = WRITE
-    expected[16:18] = expected[32:36] = READ
+    expected[8:16] = READ
+    expected[8:12] |= WRITE
+    expected[16:18] = expected[32:36] = expected[42:46] = READ
     np.testing.assert_array_equal(glob.untracked, expected)
 
 

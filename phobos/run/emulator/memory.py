@@ -355,9 +355,17 @@ class GlobalSpace(Space):
         if self.races is not None and access in GLOBAL_TRACKED:
             self.races.check(m, idx, offsets, nbytes, access, pc)
         elif self.untracked is not None:
-            b = access_bytes(offsets, int(nbytes)) if nbytes.ndim == 0 else lane_bytes(offsets, nbytes)[0]
-            self.untracked[b] |= READ if access in GLOBAL_READS else WRITE
+            self._mark(offsets, nbytes, READ if access in GLOBAL_READS else WRITE)
         return offsets
+
+    def _mark(self, offsets, nbytes, bit: int) -> None:
+        """Set `bit` in `untracked` for the bytes accessed at heap `offsets`, `nbytes` each (by rows of
+        that many bytes where the accesses are aligned to their size)."""
+        size = int(nbytes) if nbytes.ndim == 0 else 0
+        if size and not (offsets % size).any():
+            _units(self.untracked, size)[offsets // size] |= np.uint8(bit)
+        else:
+            self.untracked[access_bytes(offsets, size) if size else lane_bytes(offsets, nbytes)[0]] |= np.uint8(bit)
 
     def footprint(self, pristine: np.ndarray) -> np.ndarray:
         """READ/WRITE bits per heap byte of every access so far (the race detector's records, the
