@@ -43,6 +43,7 @@ import mmap
 import os
 import resource
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -92,7 +93,9 @@ def worker_count(requested: int | None, ops, communicates: str | None, clusters:
     over `heap_bytes` of global memory, of a kernel of instructions `ops`: `requested` (the launch's
     `workers`, else the environment's PHOBOS_EMULATOR_WORKERS, else one per core up to MAX_WORKERS for
     launches of at least MIN_PARALLEL_WORK), at most one per cluster, and 1 where the global memory is
-    above PARALLEL_HEAP_LIMIT or the kernel's CTAs may communicate (`communicates`: communicating_op's)."""
+    above PARALLEL_HEAP_LIMIT, the kernel's CTAs may communicate (`communicates`: communicating_op's) or
+    the system is not Linux (macOS's system libraries are not safe to use in a forked child; Windows
+    does not fork)."""
     if requested is not None and (not isinstance(requested, (int, np.integer)) or isinstance(requested, bool)
                                   or requested < 1):
         raise LaunchError(f"workers must be a positive whole number of processes, got {requested!r}")
@@ -108,7 +111,7 @@ def worker_count(requested: int | None, ops, communicates: str | None, clusters:
         else:
             requested = min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                             else os.cpu_count() or 1)
-    if (requested <= 1 or clusters <= 1 or heap_bytes > PARALLEL_HEAP_LIMIT or not hasattr(os, "fork")
+    if (requested <= 1 or clusters <= 1 or heap_bytes > PARALLEL_HEAP_LIMIT or not sys.platform.startswith("linux")
             or communicates):
         return 1
     return min(int(requested), clusters)
