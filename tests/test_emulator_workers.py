@@ -238,3 +238,13 @@ def test_a_launch_run_again_has_the_batches_of_one_process(monkeypatch, shares_r
     one = verdict(racy, 1)
     assert "write it in the same instruction" in one[1]
     assert verdict(racy, 2) == one and shares_run[-1] is None  # (run again with one process's batches)
+
+
+def test_where_no_process_can_be_forked_one_does_it_all(monkeypatch, shares_run):
+    def refused():
+        raise OSError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(os, "fork", refused)
+    one, _, _ = launch(kernel(), 1)
+    two, _, stats = launch(kernel(), 2)
+    np.testing.assert_array_equal(one, two)
+    assert stats.workers == 1 and shares_run == [None]

@@ -111,8 +111,8 @@ def worker_count(requested: int | None, ops, communicates: str | None, clusters:
         else:
             requested = min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                             else os.cpu_count() or 1)
-    if (requested <= 1 or clusters <= 1 or heap_bytes > PARALLEL_HEAP_LIMIT or not sys.platform.startswith("linux")
-            or communicates):
+    if (requested <= 1 or clusters <= 1 or heap_bytes > PARALLEL_HEAP_LIMIT or communicates
+            or not sys.platform.startswith("linux")):
         return 1
     return min(int(requested), clusters)
 
@@ -134,24 +134,25 @@ def run_shares(parts: list[tuple[int, int]], run: Callable[[int, int], tuple[int
     process."""
     pristine = glob.data.copy()
     size = len(pristine)
-    children, results = [], []
+    children, results, outcome = [], [], None
     try:
         gc.freeze()  # (the children's collections then leave the launching process's pages alone)
         _release_free_memory()
         for first, count in parts[1:]:
             children.append(_fork(first, count, run, glob, pristine, footprint, size))
-        outcome = None
         try:
             outcome = run(*parts[0])
             own = footprint(pristine)
-        except Exception:  # the one-process run reports it (or what comes before it)
-            pass
-        results = []
-        for child in children:
-            results.append(_result(child, size))
+        except Exception:  # the one-process run reports it (or what comes before it), without the children
+            outcome = None
+        if outcome is not None:
+            for child in children:
+                results.append(_result(child, size))
+    except OSError:  # no more processes: one does it all
+        outcome = None
     finally:
         gc.unfreeze()
-        for pid, region, pipe in children[len(results):]:  # (interrupted: stop those still running)
+        for pid, _, _ in children[len(results):]:  # (not needed, or interrupted: stop them)
             with contextlib.suppress(ProcessLookupError, ChildProcessError):
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
@@ -202,9 +203,15 @@ def _fork(first: int, count: int, run, glob, pristine, footprint, size: int):
     writes one byte to when its results are in the mapping)."""
     region = mmap.mmap(-1, _HEADER + 2 * size)
     done_r, done_w = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # (Python 3.12 on forking a threaded process)
-        pid = os.fork()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # (Python 3.12 on forking a threaded process)
+            pid = os.fork()
+    except OSError:
+        os.close(done_r)
+        os.close(done_w)
+        region.close()
+        raise
     if pid == 0:  # the child: NumPy only, then out without running the launching process's exit handlers
         try:
             os.close(done_r)
