@@ -186,6 +186,7 @@ def main() -> None:
         return
     names = [options.only] if options.only else ["matmul", "attention"]
     archs = [options.arch] if options.arch else list(ARCHS)
+    load_before = os.getloadavg()  # (what else the machine ran: the figures are comparable on an idle one)
     interpreter = None if options.no_interpret else Interpreter()
     best: dict[tuple, float] = {}
     workers_used: dict[tuple, int] = {}
@@ -238,10 +239,13 @@ def main() -> None:
               f"{interp:>12} {interp_cpu:>8} {r['max_error']:>10.2g}")
     print("(seconds: wall clock, best of the rounds; CPU: the CPU time of all processes and threads; emulator: all "
           "race detectors, in the worker processes the emulator chose, and in one process)")
+    print(f"(load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after)")
     options.json.parent.mkdir(parents=True, exist_ok=True)
     options.json.write_text(json.dumps({
         "machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-        "numpy": np.__version__, "triton": triton.__version__, "matmul": MATMUL, "attention": ATTENTION,
+        "numpy": np.__version__, "triton": triton.__version__,
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "matmul": MATMUL, "attention": ATTENTION,
         "results": rows}, indent=2) + "\n")
     print(f"\nwrote {options.json}")
 
