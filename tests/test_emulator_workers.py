@@ -248,3 +248,21 @@ def test_where_no_process_can_be_forked_one_does_it_all(monkeypatch, shares_run)
     two, _, stats = launch(kernel(), 2)
     np.testing.assert_array_equal(one, two)
     assert stats.workers == 1 and shares_run == [None]
+
+
+def test_a_program_that_ignores_its_children_still_gets_its_results(monkeypatch, shares_run):
+    import signal
+    import threading
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)  # (what the threads reaping children raise)
+    before = set(threading.enumerate())
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # (children are then reaped by the system)
+    try:
+        one, _, _ = launch(kernel(), 1)
+        two, _, stats = launch(kernel(), 2)
+        for thread in set(threading.enumerate()) - before:
+            thread.join(10)
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    np.testing.assert_array_equal(one, two)
+    assert stats.workers == 2 and shares_run[-1] is not None and failures == []

@@ -153,9 +153,9 @@ def run_shares(parts: list[tuple[int, int]], run: Callable[[int, int], tuple[int
     finally:
         gc.unfreeze()
         for pid, _, _ in children[len(results):]:  # (not needed, or interrupted: stop them)
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+            _reap(pid)
         for _, region, pipe in children:
             os.close(pipe)
             region.close()
@@ -237,9 +237,15 @@ def _result(child, size: int):
     it faulted."""
     pid, region, pipe = child
     os.read(pipe, 1)
-    threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()  # (its exit takes a while)
+    threading.Thread(target=_reap, args=(pid,), daemon=True).start()  # (its exit takes a while)
     done, *counts = np.frombuffer(region, np.int64, 4).tolist()
     if done != _DONE:
         return None
     data, flags = (np.frombuffer(region, np.uint8, size, _HEADER + k * size).copy() for k in (0, 1))
     return data, flags, tuple(counts)
+
+
+def _reap(pid: int) -> None:
+    """Wait for a child to end (none to wait for where the program ignores SIGCHLD)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
