@@ -206,22 +206,22 @@ def test_accesses_the_race_detector_does_not_track_are_in_the_footprint():
     np.testing.assert_array_equal(glob.untracked, expected)
 
 
-def test_triton_matmul_in_shares_is_bit_identical():
+@pytest.mark.parametrize("name, arch", [("matmul", "sm_80"), ("matmul", "sm_90a"), ("attention", "sm_90a")])
+def test_tritons_kernels_in_shares_are_bit_identical(name, arch):
     pytest.importorskip("triton", reason="needs Triton")
     pytest.importorskip("torch", reason="needs torch")
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     import bench_emulator_triton as bench
     import phobos.triton
-    kernel_fn, grid, arguments, keywords, out, reference = bench._case("matmul")
-    for arch in ("sm_80", "sm_90a"):
-        results = []
-        for processes in (1, 2):
-            out[...] = 0
-            launched = phobos.triton.emulate(kernel_fn, arch=arch, workers=processes)[grid](*arguments, **keywords)
-            assert launched.stats.workers == processes
-            results.append(out.copy())
-        np.testing.assert_array_equal(results[0].view(np.uint16), results[1].view(np.uint16))
-        assert np.abs(results[1].astype(np.float32) - reference).max() < 0.1
+    kernel_fn, grid, arguments, keywords, out, reference = bench._case(name)
+    results = []
+    for processes in (1, 2):
+        out[...] = 0
+        launched = phobos.triton.emulate(kernel_fn, arch=arch, workers=processes)[grid](*arguments, **keywords)
+        assert launched.stats.workers == processes
+        results.append(out.copy())
+    np.testing.assert_array_equal(results[0].view(np.uint16), results[1].view(np.uint16))
+    assert np.abs(results[1].astype(np.float32) - reference).max() < 0.1
 
 
 def test_a_launch_run_again_has_the_batches_of_one_process(monkeypatch, shares_run):
