@@ -28,6 +28,7 @@
 # tells accesses apart.
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -533,18 +534,29 @@ def shadow_arrays(n: int, *fills: int) -> list[np.ndarray]:
     return list(block)
 
 
+@functools.cache
+def _unit(nbytes: int) -> np.dtype:
+    """The dtype of one opaque element of `nbytes` bytes (a row of a shadow array moved as one)."""
+    return np.dtype((np.void, nbytes))
+
+
+def _unit_rows(shadow: np.ndarray, size: int) -> np.ndarray:
+    """_units(shadow, size) with each row one element of _unit (NumPy indexes those far faster than
+    rows of a 2-d array)."""
+    return shadow[: len(shadow) // size * size].view(_unit(size * shadow.itemsize))
+
+
 def _put_units(shadow: np.ndarray, rows, values: np.ndarray) -> None:
     """shadow's rows of `values.shape[1]` bytes at `rows` set to `values` (a repeated row keeps the
-    last), each row moved as one element (NumPy indexes those far faster than rows of a 2-d array)."""
-    unit = np.dtype((np.void, values.shape[1] * shadow.itemsize))
-    target = _units(shadow, values.shape[1]).reshape(-1).view(unit)
-    target[rows] = np.ascontiguousarray(values, shadow.dtype).view(unit).reshape(-1)
+    last), each row moved as one element."""
+    size = values.shape[1]
+    _unit_rows(shadow, size)[rows] = np.ascontiguousarray(values, shadow.dtype).view(_unit(size * shadow.itemsize)) \
+        .reshape(-1)
 
 
 def _fill_units(shadow: np.ndarray, rows, size: int, value) -> None:
     """shadow's rows of `size` bytes at `rows` set to `value` (as _put_units does, one element a row)."""
-    unit = np.dtype((np.void, size * shadow.itemsize))
-    _units(shadow, size).reshape(-1).view(unit)[rows] = np.full(size, value, shadow.dtype).view(unit)[0]
+    _unit_rows(shadow, size)[rows] = np.full(size, value, shadow.dtype).view(_unit(size * shadow.itemsize))[0]
 
 
 def lane_rows(tid: np.ndarray, nbytes: int) -> np.ndarray:
