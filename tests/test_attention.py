@@ -132,6 +132,17 @@ def test_the_options_cost_nothing_when_off():
     assert "shr.s32" in loops["attention_alibi"] and "shr.s32" not in loops["attention"]
 
 
+@pytest.mark.parametrize("kernel", ["attention", "attention_bias", "attention_alibi", "attention_window"])
+def test_the_softmax_of_every_option_stays_within_warps_on_mma_sync(kernel):
+    """The scores of each kernel (an option's fma included) reach the row reductions and P V's A operand
+    through element-wise ops, so the first product's warps each take whole rows (4 x 1): the row maxima and
+    sums are shuffles within a warp, never a trip through shared memory in the loop."""
+    config = {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 2, "HEAD": 64}
+    compiled = phobos.compile(FORWARD.read_text(), arch="sm_90", kernel=kernel, config=config)
+    assert all("mma.sync m16n8k16 bf16, 4 x 1 warps" in note for note in compiled.notes), compiled.notes
+    assert "st.shared" not in main_loop(compiled.ptx).split("cp.async.commit_group;")[-1]
+
+
 @pytest.mark.parametrize("config", [{"BM": 128, "BN": 32, "WARPS": 8}, {"BM": 64, "BN": 32, "WARPS": 4}])
 def test_head_size_256_fits_the_registers(config):
     """d = 256 takes blocks of 32 keys: a warp's 16 x 256 accumulators and Q's fragments leave room for

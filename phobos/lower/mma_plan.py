@@ -59,7 +59,7 @@ from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, co
 WGMMA_ROW_BYTES = 128  # a wgmma product's K, in bytes of an operand: one row of the 128-byte swizzle
 WGMMA_MAX_N = 256
 
-ELEMENTWISE_LIKE = {"add", "sub", "mul", "div", "min", "max", "neg", "abs", "select", "cast", "exp", "exp2",
+ELEMENTWISE_LIKE = {"add", "sub", "mul", "div", "min", "max", "neg", "abs", "select", "cast", "exp", "exp2", "fma",
                     "broadcast"}
 
 
