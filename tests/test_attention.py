@@ -90,6 +90,56 @@ def test_the_differentiable_function_matches_sdpa_autograd_on_the_gpu(torch, hea
     assert max(errors.values()) <= 2 ** -7, errors
 
 
+FORWARD_KERNELS = ["attention", "attention_lse", "attention_bias", "attention_alibi", "attention_window"]
+# ragged lengths (query and key blocks past both ends), grouped queries
+RAGGED = {"B": 1, "H": 2, "HKV": 1, "L": 200, "S": 237, "BB": 1, "HB": 2}
+ON_WGMMA = {64: {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 2},  # two warpgroups
+            128: {"BM": 64, "BN": 128, "WARPS": 4, "STAGES": 3}}  # K of two 128-byte rows; 3 stages
+
+
+def emulated(monkeypatch, arch: str, path: Path, kernel: str, sizes: dict, causal: bool, config: dict):
+    """The kernel run in the emulator compiled for `arch` (detectors on): its notes, arguments and the
+    references of its outputs."""
+    from phobos.run import backends
+    monkeypatch.setattr(backends.EmulateBackend, "arch", lambda self, index=0: arch)
+    args, expected = case_attention_bf16(kernel, sizes, causal)(np.random.default_rng(len(kernel)))
+    fn = getattr(phobos.load(path, mode="emulate"), kernel).configure(**config)
+    fn(*args)
+    return fn.compiled.notes, args, expected
+
+
+def wgmma_against_mma_sync(monkeypatch, path: Path, kernel: str, sizes: dict, causal: bool, config: dict,
+                           rtol: float, atol: float):
+    """On sm_90a every product of the kernel runs wgmma, on sm_90 mma.sync: the outputs are the same bits
+    (both chain k16 blocks the same way, the rest of the kernel is the same code on the same layouts), and
+    within (rtol, atol) of float64."""
+    from .test_kernels import check_outputs
+    notes, args, expected = emulated(monkeypatch, "sm_90a", path, kernel, sizes, causal, config)
+    assert notes and all("wgmma" in note for note in notes), notes
+    mma_notes, mma_args, _ = emulated(monkeypatch, "sm_90", path, kernel, sizes, causal, config)
+    assert all("mma.sync" in note for note in mma_notes), mma_notes
+    for index in expected:
+        assert np.array_equal(args[index], mma_args[index], equal_nan=True), \
+            f"{kernel}: {np.count_nonzero(args[index] != mma_args[index])} elements of argument {index} differ"
+    check_outputs(kernel, args, expected, rtol, atol)
+
+
+@pytest.mark.parametrize("head", [64, 128])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("kernel", FORWARD_KERNELS)
+def test_the_forward_on_wgmma_gives_the_bits_of_mma_sync_in_the_emulator(monkeypatch, kernel, causal, head):
+    wgmma_against_mma_sync(monkeypatch, FORWARD, kernel, dict(RAGGED, D=head), causal, ON_WGMMA[head], 2 ** -6,
+                           2 ** -8)
+
+
+@pytest.mark.parametrize("head", [64, 128])
+@pytest.mark.parametrize("kernel,config", [
+    ("attention_backward_dkdv", {"BN": 64, "BM": 32, "WARPS": 4, "STAGES": 2}),
+    ("attention_backward_dq", {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 3})], ids=["dkdv", "dq"])
+def test_the_backward_on_wgmma_gives_the_bits_of_mma_sync_in_the_emulator(monkeypatch, kernel, config, head):
+    wgmma_against_mma_sync(monkeypatch, BACKWARD, kernel, dict(RAGGED, D=head), True, config, 2 ** -5, 2 ** -5)
+
+
 def refusal(path: Path, kernel: str, sizes: dict) -> str:
     """The LaunchError a call with these sizes gets."""
     args, _ = case_attention_bf16(kernel, sizes)(np.random.default_rng(0))

@@ -91,10 +91,10 @@ def test_gemm_k_loop_streams_16_byte_copies_and_reads_fragments_with_ldmatrix():
 
 
 def test_attention_keeps_q_and_p_in_registers():
-    """Q's fragments are packed once, before the loop; P feeds the second product from its
-    accumulators (no trip through shared memory); only K (read as K^T where it lies) and V go through
-    the stages."""
-    k = compiled(ATTENTION, "attention", {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 2, "HEAD": 64}, "sm_90a")
+    """With mma.sync (sm_90: no wgmma) Q's fragments are packed once, before the loop; P feeds the second
+    product from its accumulators (no trip through shared memory); only K (read as K^T where it lies) and V
+    go through the stages."""
+    k = compiled(ATTENTION, "attention", {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 2, "HEAD": 64}, "sm_90")
     assert all("4 x 1 warps" in note for note in k.notes) and len(k.notes) == 2
     label = re.findall(r"^(\$L_loop_\d+):", k.ptx, re.M)[-1]  # the main loop: the last one
     loop = k.ptx[k.ptx.index(f"{label}:"):k.ptx.index(f"bra.uni {label};")]
@@ -105,6 +105,37 @@ def test_attention_keeps_q_and_p_in_registers():
     assert instructions(body, "ldmatrix.sync.aligned.m8n8.x4.trans") == 64 // 16 * 64 // 16
     assert instructions(body, "cvt.rn.bf16x2.f32") == 64 * 64 // 128 // 2  # P packed in pairs
     assert "st.shared" not in body and "bar.sync" not in body
+
+
+@pytest.mark.parametrize("head", [64, 128])
+def test_attention_on_wgmma_reads_q_stored_once_and_p_from_registers(head):
+    """On sm_90a both products run wgmma: S = Q K^T with Q stored into shared memory once, before the loop,
+    and K's block read K-major where it lies (one wgmma per k16 step over HEAD / 64 boxes); O += P V with
+    P's fragments packed from the scores' registers (wgmma's A from registers) and V's block N-major.  Each
+    group is waited for before its result is read: the softmax reads S, the next iteration rewrites P."""
+    k = compiled(ATTENTION, "attention", {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 2, "HEAD": head}, "sm_90a")
+    assert [note.split(": ", 1)[1] for note in k.notes] == [
+        f"dot runs on the tensor cores: wgmma m64n64k16 bf16, A stored into shared memory once, 2 x 1 warpgroups "
+        f"of 64 x 64",
+        f"dot runs on the tensor cores: wgmma m64n{head}k16 bf16, A from registers, 2 x 1 warpgroups of 64 x {head}"]
+    label = re.findall(r"^(\$L_loop_\d+):", k.ptx, re.M)[-1]
+    before, loop = k.ptx[:k.ptx.index(f"{label}:")], k.ptx[k.ptx.index(f"{label}:"):k.ptx.index(f"bra.uni {label};")]
+    products = re.findall(r"wgmma\.mma_async\S* \{[^}]*\}, (\{%r\d+, %r\d+, %r\d+, %r\d+\}|%rd\d+), %rd\d+, "
+                          r"([01]), 1, 1((?:, [01])+);", loop)
+    q_k = [p for p in products if p[0].startswith("%rd")]
+    p_v = [p for p in products if p[0].startswith("{")]
+    assert len(q_k) == head // 16 and all(t == ", 0, 0" for _, _, t in q_k)  # A and B K-major
+    assert len(p_v) == 64 // 16 and all(t == ", 1" for _, _, t in p_v)  # imm-trans-b alone: V N-major
+    assert [scale for _, scale, _ in q_k] == ["0"] + ["1"] * (head // 16 - 1)  # S from zero
+    assert instructions(loop, "wgmma.commit_group.sync.aligned") == 2
+    assert re.findall(r"wgmma\.(fence|commit_group|wait_group)\S*(?: (\d))?;", loop) == [
+        ("fence", ""), ("commit_group", ""), ("wait_group", "0")] * 2
+    assert "ldmatrix" not in loop and "st.shared" not in loop.split("cp.async.commit_group;")[-1]
+    assert instructions(before, "st.shared.v4.b16") == 128 * head // 256 // 4  # Q, 8 bytes a store
+    assert f"resident  {128 * head * 2} bytes past the stages" in k.schedules[0]
+    report = check(k.ptx, arch="sm_90a", name="attention")
+    report.raise_for_errors()
+    assert report.kernel("attention").spill_stores == 0 and not report.warnings, report
 
 
 def test_golden_bf16_gemm(golden):
@@ -254,9 +285,10 @@ def test_wgmma_is_for_sm_90a_and_for_operands_streamed_beside_it():
     config = WGMMA_CONFIGS[0][0]
     assert "mma.sync m16n8k16" in compiled(GEMM_BF16, "gemm_bf16", config, "sm_90").notes[0]
     assert "wgmma" not in compiled(GEMM_BF16, "gemm_bf16", dict(config, TILE_K=32), "sm_90a").ptx
-    attention = compiled(ATTENTION, "attention", {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 2, "HEAD": 64},
+    # a head size not a multiple of 64: K^T's K is no whole number of 128-byte rows, V's N no whole boxes
+    attention = compiled(ATTENTION, "attention", {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 2, "HEAD": 96},
                          "sm_90a")
-    assert "wgmma" not in attention.ptx  # Q and P come from registers: mma.sync
+    assert "wgmma" not in attention.ptx and all("mma.sync" in note for note in attention.notes)
 
 
 def test_ptxas_accepts_the_wgmma_gemm_without_spills():

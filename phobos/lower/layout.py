@@ -322,7 +322,8 @@ WARPGROUP = 128  # four warps: what one wgmma runs on
 WGMMA_ROWS = 64
 
 
-def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int) -> Layout:
+def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: int,
+                 share_columns: bool = False) -> Layout:
     """The layout of the accumulators of `wgmma.mma_async` m64nN (sm_90a).
 
     The warpgroups (four warps each) form a groups_m x groups_n grid, group g
@@ -332,14 +333,31 @@ def wgmma_layout(shape: tuple[int, int], threads: int, groups_m: int, groups_n: 
     accumulators do (lane l: rows l/4 and l/4 + 8, columns 2(l%4) and
     2(l%4) + 1 of each 8 columns, registers c0 c1 c2 c3), column tile after
     column tile: the registers of one 64-row tile are one wgmma's, in order.
+
+    With `share_columns` every warpgroup holds all the columns of its rows (the
+    groups along N are replicas): the layout of an [M, K] tile whose registers,
+    packed in pairs, are wgmma's 16-bit A fragments read from registers (per
+    warp those of mma.sync m16n8k16: c0..c3 of column tiles 2s and 2s + 1 are
+    a0..a7 of k step s, tile after tile) - also the result layout of a product
+    whose groups are groups_m x 1, so that attention's P feeds P V from the
+    registers the scores were computed in.  With one 64-row tile a warpgroup
+    the warp digit and the group digit of the rows are one digit: the layout is
+    then mma_layout's of 4 groups_m x 1 warps, the same object, so that a
+    product on either instruction feeds the other without moving data.
     """
     m, n = shape
-    block_m, block_n = m // groups_m, n // groups_n
+    col_groups = 1 if share_columns else groups_n
+    block_m, block_n = m // groups_m, n // col_groups
     assert block_m % WGMMA_ROWS == 0 and block_n % MMA_COLS == 0, (shape, groups_m, groups_n)
-    rows = [Term(4, 8, 1), Term(WARP, 4, MMA_ROWS)] + ([Term(WARPGROUP, groups_m, block_m)] if groups_m > 1 else [])
-    cols = [Term(1, 4, 2)] + ([Term(WARPGROUP * groups_m, groups_n, block_n)] if groups_n > 1 else [])
+    if block_m == WGMMA_ROWS:
+        rows = [Term(4, 8, 1), Term(WARP, 4 * groups_m, MMA_ROWS)]
+    else:
+        rows = [Term(4, 8, 1), Term(WARP, 4, MMA_ROWS)] + ([Term(WARPGROUP, groups_m, block_m)] if groups_m > 1 else [])
+    cols = [Term(1, 4, 2)] + ([Term(WARPGROUP * groups_m, groups_n, block_n)] if col_groups > 1 else [])
     used = WARPGROUP * groups_m * groups_n
-    replicas = [(used, threads // used)] if used < threads else []
+    replicas = [(WARPGROUP * groups_m, groups_n)] if share_columns and groups_n > 1 else []
+    if used < threads:
+        replicas.append((used, threads // used))
     offsets = [(WGMMA_ROWS * i + 8 * half, MMA_COLS * j + c)
                for i in range(block_m // WGMMA_ROWS) for j in range(block_n // MMA_COLS)
                for half in (0, 1) for c in (0, 1)]

@@ -36,6 +36,14 @@
 # thread fences its shared-memory writes for the asynchronous proxy
 # (fence.proxy.async) before the barrier that precedes the wgmmas.
 #
+# A 16-bit A read from registers (`MmaPlan.registers_a`: attention's P) is
+# packed into wgmma's A fragments - per warp mma.sync's, `_a_fragments` -
+# all of a group's before its wgmma.fence, and the wait that covers the
+# group holds them (`Instr.holds`): no instruction rewrites them while the
+# group reads them.  A K-major operand of several 128-byte rows (attention's
+# Q stored once and K^T at HEAD = 128) is read a box per row
+# (`k_major_step`).
+#
 # `lower_dot` stages operands held in registers in the scratch buffer;
 # pipeline.py copies loaded operands into its stages with cp.async and calls
 # `finish` on them.  Either way, every k step of the product is unrolled.
@@ -185,7 +193,9 @@ def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpac
 
 
 def a_in_registers(low: Lowering, plan: MmaPlan, a: Value) -> bool:
-    return plan.a_layout is not None and low.tile(a).layout == plan.a_layout
+    """Whether the product reads A from registers: always on wgmma with `registers_a` (moved into the A
+    layout where it is not there), on mma.sync where A already is in the A layout."""
+    return plan.registers_a or plan.a_layout is not None and low.tile(a).layout == plan.a_layout
 
 
 def aligned_base(low: Lowering, nbytes: int, alignment: int) -> Value:
@@ -209,7 +219,7 @@ def lower_dot(low: Lowering, op: Op, plan: MmaPlan) -> None:
         if staged is None and isinstance(low.vals[v], Transposed) and not (v is b_v and k_major_b):
             low.vals[v] = low.vals[v].moved(low, low.layouts[v], v.dtype.compute)  # a transpose in registers
     if a is None and a_in_registers(low, plan, a_v):
-        a = RegisterOperand(_unrounded(low, a_v))
+        a = RegisterOperand(_unrounded(low, plan, a_v))
     if b is None and in_registers(plan, "b"):
         b = RegisterOperand(low.in_layout(b_v, plan.staging_layouts[1]).regs)
     if a is None or b is None:
@@ -247,14 +257,14 @@ def _b_transposed(low: Lowering, b: Value) -> TileRegs:
     return TileRegs(t.layout.transposed(), t.regs)
 
 
-def _unrounded(low: Lowering, a: Value) -> list[Value]:
-    """The registers of A operand `a`; for a conversion of an f32 tile to the operand's 16-bit dtype
-    (attention's bf16(P); f8e4m3(P)), those of the f32 tile: packing rounds them alike, and the conversion's
-    own rounding is then left unused (and removed)."""
+def _unrounded(low: Lowering, plan: MmaPlan, a: Value) -> list[Value]:
+    """The registers of A operand `a` in the plan's A layout; for a conversion of an f32 tile to the operand's
+    16-bit dtype (attention's bf16(P); f8e4m3(P)) held there, those of the f32 tile: packing rounds them
+    alike, and the conversion's own rounding is then left unused (and removed)."""
     source = a.owner.operands[0] if isinstance(a.owner, Op) and a.owner.opcode == "cast" else None
-    if source is not None and source.dtype is DType.F32 and low.tile(source).layout == low.tile(a).layout:
+    if source is not None and source.dtype is DType.F32 and low.tile(source).layout == plan.a_layout:
         return low.tile(source).regs
-    return low.tile(a).regs
+    return low.in_layout(a, plan.a_layout).regs
 
 
 def store_operand(low: Lowering, t: TileRegs, base: Value, start: int, space: TileSpace, plan: MmaPlan) -> None:
@@ -489,10 +499,15 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None, t
                              leading=16)
         fragments = [b.regs] if b.rounded else _tf32_fragments(low, plan, b.regs)  # [high] or [high, low]
     else:  # B N-major: its first box of columns; A K-major, the warpgroup's first row (transposed slices:
-        # B K-major, its first row; A M-major, its first box of columns)
+        # B K-major, its first row; A M-major, its first box of columns), or A's fragments from registers
         shared = b
         desc_b = _major_descriptor(low, b, group_n, plan.wgmma_n, not b.transposed)
-        desc_a = _major_descriptor(low, a, group_m, plan.m // plan.warps_m, a.transposed)
+        if not plan.registers_a:
+            desc_a = _major_descriptor(low, a, group_m, plan.m // plan.warps_m, a.transposed)
+    tiles = range(plan.wgmma_m_tiles) if tiles is None else tiles
+    # A's fragments from registers, packed before the group's wgmma.fence (they are registers it reads)
+    packed = {(s, i): _a_fragments(low, plan, a, s, i)[0] for s in range(plan.k // kind.k) for i in tiles} \
+        if plan.registers_a else {}
     pairs = [(1, 0), (0, 1), (0, 0)] if kind.products == 3 else [(0, 0)]  # (A part, B part): 1 the low parts
     acc = list(acc) if acc is not None else [None] * plan.layout.nregs
     accumulators = [plan.wgmma_accumulators(i) for i in range(plan.wgmma_m_tiles)]
@@ -502,17 +517,20 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None, t
         first, n = columns
         desc_b = _plus(low, desc_b, first * SWIZZLE_BYTES >> 4)
         accumulators = [registers[first // 2:(first + n) // 2] for registers in accumulators]
-    tiles = range(plan.wgmma_m_tiles) if tiles is None else tiles
     for s in range(plan.k // kind.k):
-        db = _plus(low, desc_b, (step_bytes * s if plan.swapped or b.transposed else kind.k * s * SWIZZLE_BYTES) >> 4)
+        k_major = k_major_step(shared.space, step_bytes, s)
+        db = _plus(low, desc_b, (k_major if plan.swapped or b.transposed else kind.k * s * SWIZZLE_BYTES) >> 4)
         for i in tiles:
             for pa, pb in pairs:
                 if plan.swapped:  # wgmma's A: part pb of B^T's fragments; its B: part pa of A
                     operands = [*(fragments[pb][r] for r in plan.wgmma_fragments(s, i)),
                                 _plus(low, db, pa * shared.space.part_bytes >> 4)]
+                elif plan.registers_a:  # A's fragments of tile i and k step s
+                    operands = [*packed[s, i], db]
                 else:  # A K-major: tile i's rows, k step s's bytes; M-major: tile i's box, k step s's rows
                     at = i * WGMMA_ROWS * kind.operand.nbytes // SWIZZLE_BYTES * a.space.box_bytes \
-                        + kind.k * s * SWIZZLE_BYTES if a.transposed else i * WGMMA_ROWS * SWIZZLE_BYTES + step_bytes * s
+                        + kind.k * s * SWIZZLE_BYTES if a.transposed else \
+                        i * WGMMA_ROWS * SWIZZLE_BYTES + k_major_step(a.space, step_bytes, s)
                     da = _plus(low, desc_a, at >> 4)
                     operands = [_plus(low, da, pa * a.space.part_bytes >> 4),
                                 _plus(low, db, pb * shared.space.part_bytes >> 4)]
@@ -520,14 +538,22 @@ def wgmma_compute(low: Lowering, plan: MmaPlan, a, b, acc: list[Value] | None, t
                 zero = acc[registers[0]] is None
                 results = low.b.op(
                     "wgmma", [*operands, *([] if zero else (acc[r] for r in registers))], [F32] * len(registers),
-                    {"n": n, "k": kind.k, "type": kind.ptx, "registers_a": plan.swapped,
+                    {"n": n, "k": kind.k, "type": kind.ptx, "registers_a": plan.swapped or plan.registers_a,
                      "zero": zero, "fence": s == 0 and i == tiles[0] and (pa, pb) == pairs[0],
-                     "trans": (int(not plan.swapped and a.transposed), int(not plan.swapped and not b.transposed))
+                     "trans": (int(not plan.swapped and not plan.registers_a and a.transposed),
+                               int(not plan.swapped and not b.transposed))
                      }).results
                 for r, result in zip(registers, results):
                     acc[r] = result
     low.b.op("wgmma_commit", [], [])
-    return acc, [r for part in fragments for r in part] if plan.swapped else []
+    return acc, [r for part in fragments for r in part] if plan.swapped else [r for f in packed.values() for r in f]
+
+
+def k_major_step(space: TileSpace, step_bytes: int, s: int) -> int:
+    """The byte offset of k step `s` (of `step_bytes`) in a K-major swizzled tile: past the 128-byte boxes of
+    the steps before, then into the box's rows (K beyond one row: a box a 64-element chunk of 16-bit K)."""
+    at = step_bytes * s
+    return at // SWIZZLE_BYTES * space.box_bytes + at % SWIZZLE_BYTES
 
 
 def _major_descriptor(low: Lowering, operand: SharedOperand, group: Value, extent: int, mn_major: bool) -> Value:

@@ -37,7 +37,22 @@
 # shared memory (in place, in a K loop's stage, or by its TMA copy), where it
 # lies K-major as it is in memory.  The warpgroups then tile C^T (64-row
 # tiles along N, wgmma's N along M: multiples of 8), and the plan names the
-# layouts the operands are loaded in (`staging_layouts`).  Otherwise the warps
+# layouts the operands are loaded in (`staging_layouts`).  A 16-bit product
+# whose B alone is a slice loaded beside it runs wgmma too, its A either a
+# tile computed in registers, read as wgmma's register fragments in the A
+# layout (`registers_a`: the accumulators of wgmma and of mma.sync are per
+# warp the same, so the scores' registers are P's fragments, as attention's P
+# V reads them), or a slice loaded just before the loop the product is in
+# (`once_a`: attention's Q), which the pipeline stores into shared memory
+# once, K-major, before the loop (pipeline.py's `Resident`; a slice loaded
+# further out stays in registers, read as fragments).  Its K is then any
+# number of 128-byte rows of a K-major operand in shared memory (a wgmma per
+# k16 step of each row's box: attention's K^T at HEAD = 128, 256), or of k16
+# steps (A from registers, B N-major).  A head size not a multiple of 64 (no
+# whole rows, no whole boxes of N), warps not whole warpgroups and the other
+# targets keep mma.sync; with one 64-row tile a warpgroup the two
+# instructions' accumulator layouts are the same (layout.wgmma_layout), so a
+# product on one feeds a product on the other in place.  Otherwise the warps
 # of the CTA form a warps_m x warps_n grid over the product (`MmaPlan`); each
 # warp computes its block as 16 x 8 tiles with mma.sync.  The grid is
 # chosen to load the fewest fragments per k step (balanced warp blocks), or
@@ -142,6 +157,11 @@ class MmaPlan:
     # the slice lies - A M-major, B K-major - and read so (ldmatrix of the other orientation, wgmma's
     # transpose bits)
     transposed: tuple[bool, bool] = (False, False)
+    # wgmma (16-bit, not swapped) whose B alone is a slice loaded beside it: A is a tile computed in registers,
+    # read from them in the plan's A layout (`a_layout`: attention's P, the scores' registers) - or (`once_a`)
+    # a slice loaded once before, stored once into shared memory K-major (attention's Q: pipeline.py)
+    registers_a: bool = False
+    once_a: bool = False
 
     @property
     def m_tiles(self) -> int:
@@ -195,8 +215,10 @@ class MmaPlan:
 
     @cached_property
     def a_layout(self) -> Layout | None:
-        """Of an A operand whose registers are its fragments (16-bit and 8-bit float kinds with mma.sync only;
-        an s8 A, loaded, goes through shared memory)."""
+        """Of an A operand whose registers are its fragments (16-bit and 8-bit float kinds with mma.sync, and
+        16-bit ones on wgmma with `registers_a`; an s8 A, loaded, goes through shared memory)."""
+        if self.registers_a:
+            return wgmma_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n, share_columns=True)
         if self.kind.tf32 or self.kind.integer or self.instruction == "wgmma":
             return None
         if self.kind.operand.is_f8:
@@ -251,6 +273,7 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         for v in op.operands:
             users.setdefault(v, []).append(op)
     block_of = {o: block for block in _blocks(func.body) for o in block.ops}
+    region_of = {id(region): o for o in ops for region in o.regions}  # the op whose region a block is
     out: dict[Op, MmaPlan | str] = {}
     for op in ops:
         if op.opcode != "dot" or (kind := kind_of(op)) is None:
@@ -273,14 +296,24 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         if kind.eight_bit and (why := _not_k_major(op, kind, sources)) is not None:
             out[op] = why
             continue
-        loaded = all(src is not None and block_of.get(v.owner) is block_of.get(src[0]) is block_of[op]
-                     for v, src in zip(op.operands, sources))
+        here = [src is not None and block_of.get(v.owner) is block_of.get(src[0]) is block_of[op]
+                for v, src in zip(op.operands, sources)]
         transposed = tuple(src is not None and src[1] for src in sources)
         swapped = kind.tf32
-        groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), k, threads) \
-            if wgmma and loaded and not kind.integer else None
+        b_only = kind.sixteen_bit and here[1] and not here[0]  # A from registers, or loaded once
+        # A loaded just before the loop the product is in (its registers then live no further than the loop's
+        # start, where they are stored: a tile loaded further out stays in registers, read as fragments)
+        loop = region_of.get(id(block_of[op]))
+        once_a = b_only and sources[0] is not None and not transposed[0] and loop is not None \
+            and loop.opcode == "for" and block_of.get(loop) is block_of.get(sources[0][0])
+        if b_only:
+            transposed = (False, transposed[1])
+        groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), threads, _wgmma_k_fits(kind, k, here, once_a,
+                                                                                               transposed[1])) \
+            if wgmma and (all(here) or b_only) and not kind.integer else None
         if groups is not None:
-            out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma", swapped, transposed)
+            out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma", swapped, transposed, b_only and not once_a,
+                              once_a)
             continue
         rows_only = sources[0] is None or _feeds_rows(op.result, users)
         warps_m, warps_n = choose_warps(m, n, threads // WARP, rows_only)
@@ -308,10 +341,20 @@ def _not_k_major(op: Op, kind: MmaKind, sources) -> str | None:
     raise UnsupportedError(f"dot of {name} tiles on the tensor cores reads {why.format(this='this', at='')}", loc)
 
 
-def wgmma_groups(kind: MmaKind, m: int, n: int, k: int, threads: int) -> tuple[int, int] | None:
-    """The warpgroup grid of an [m, n] product wgmma can run (see the header), the most rows of groups
-    first."""
-    if k != kind.wgmma_k or threads % WARPGROUP:
+def _wgmma_k_fits(kind: MmaKind, k: int, here: list[bool], once_a: bool, k_major_b: bool) -> bool:
+    """Whether wgmma serves a product's K: one 128-byte row where both operands stream through a K loop's
+    stages; where B alone does, any number of 128-byte rows of a K-major operand in shared memory (A loaded
+    once, or B as trans(slice): a wgmma per k16 step of each row's box), else of k16 steps (B N-major, A
+    from registers)."""
+    if all(here):
+        return k == kind.wgmma_k
+    return k % (kind.wgmma_k if once_a or k_major_b else kind.k) == 0
+
+
+def wgmma_groups(kind: MmaKind, m: int, n: int, threads: int, k_fits: bool = True) -> tuple[int, int] | None:
+    """The warpgroup grid of an [m, n] product wgmma can run (see the header; `k_fits`: whether it serves the
+    product's K), the most rows of groups first."""
+    if not k_fits or threads % WARPGROUP:
         return None
     groups = threads // WARPGROUP
     for gm in reversed(_powers_upto(groups)):
@@ -333,7 +376,8 @@ def describe(op: Op, plan: MmaPlan | str) -> str:
         return f"{where}: dot runs on the CUDA cores: {plan}"
     if plan.instruction == "wgmma":
         rows, _ = plan.wgmma_shape
-        swapped = ", computing C^T = B^T A^T" if plan.swapped else ""
+        swapped = ", computing C^T = B^T A^T" if plan.swapped else ", A from registers" if plan.registers_a else \
+            ", A stored into shared memory once" if plan.once_a else ""
         return (f"{where}: dot runs on the tensor cores: wgmma m64n{plan.wgmma_n}k{plan.kind.k} {plan.kind.name}{swapped}, "
                 f"{plan.warps_m} x {plan.warps_n} warpgroups of {rows // plan.warps_m} x {plan.wgmma_n}")
     return (f"{where}: dot runs on the tensor cores: mma.sync {plan.kind.shape} {plan.kind.name}, "

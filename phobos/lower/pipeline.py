@@ -52,6 +52,13 @@
 # lies); the consumers read B's fragments from the stage into registers one
 # iteration ahead while the group runs on the ones they read before.
 #
+# A wgmma product's A operand loaded just before the loop (`MmaPlan.once_a`:
+# attention's Q) is *resident*: the ring has room for it past its stages, and
+# before the first request each thread stores its registers of it there once,
+# in the swizzled K-major layout (`Resident`); the fence and barrier of the
+# first iteration make the stores visible to the tensor cores, and every
+# iteration's product reads it there.
+#
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
 # that zero-fills the elements outside (16- and 8-bit elements, too small for
@@ -62,7 +69,7 @@
 # loop is pipelined.
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..configuration import Knobs
 from ..middle.ir import Block, KernelParam, Op, Value, walk
@@ -73,7 +80,7 @@ from .dot import DotPlan, dot_plan, finish_dot
 from .layout import Layout, copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
 from .mma import (SWIZZLE_ATOM, SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base,
-                  in_registers, operand_space, read_swizzled, round_in_place, swizzled_accesses)
+                  in_registers, operand_space, read_swizzled, round_in_place, store_tile, swizzled_accesses)
 from .mma_plan import MmaPlan
 from .values import grid_position
 from .schedule import MAX_THREADS, REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
@@ -98,6 +105,17 @@ class Staged:
         return self.transpose.result if self.transpose is not None else self.load.result
 
 
+@dataclass(frozen=True)
+class Resident:
+    """A wgmma product's A operand loaded once before the loop (attention's Q: `MmaPlan.once_a`), stored into
+    shared memory once, before the loop's first request, past the ring's stages: from byte `start` past them,
+    laid out as `space` says (K-major, 128-byte swizzled)."""
+
+    value: Value
+    start: int
+    space: TileSpace
+
+
 @dataclass
 class PipelinePlan:
     staged: list[Staged]
@@ -108,10 +126,16 @@ class PipelinePlan:
     tma_boxes: list | None = None  # a producer warpgroup copies the stages by TMA, each staged slice so
     # (TmaBox, in the order of `staged`; see the header)
     product: Op | None = None  # the loop's one tensor-core product, when it has one
+    resident: list[Resident] = field(default_factory=list)  # A operands stored once, past the stages
+
+    @property
+    def resident_bytes(self) -> int:
+        last = self.resident[-1] if self.resident else None
+        return align(last.start + last.space.nbytes, SWIZZLE_ATOM) if last else 0
 
     @property
     def alignment(self) -> int:
-        return max(st.space.alignment for st in self.staged)
+        return max(st.space.alignment for st in [*self.staged, *self.resident])
 
     @property
     def specialized(self) -> bool:
@@ -175,7 +199,8 @@ def pipeline_plan(low: Lowering, op: Op) -> PipelinePlan | None:
     else:
         stage_bytes = 0
     plan = PipelinePlan(staged, index_ops, stage_bytes, cuda_dot, _accumulating_wgmma(low, op, tensor_core),
-                        product=tensor_core[0] if len(tensor_core) == 1 else None)
+                        product=tensor_core[0] if len(tensor_core) == 1 else None,
+                        resident=_resident_operands(low, body, tensor_core) if tensor_core else [])
     if not cuda_dot:
         plan.stage_bytes = _stage_bytes(plan)
     plan.tma_boxes = _tma_boxes(low, op, plan)
@@ -218,7 +243,7 @@ def _tma_boxes(low: Lowering, op: Op, plan: PipelinePlan) -> list | None:
     for the producer's threads (not with WARPS=32, which copies by cp.async)."""
     body = low.src.body.ops
     product = low.plans.get(plan.product)
-    if product is None or product.instruction != "wgmma" or plan.through_registers \
+    if product is None or product.instruction != "wgmma" or plan.through_registers or plan.resident \
             or low.barrier_threads is not None or op not in body or low.threads + PRODUCER_THREADS > MAX_THREADS:
         return None
     boxes = [tma_box(low, st.load, st.space) for st in plan.staged]
@@ -280,6 +305,19 @@ def _staged_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Stag
     return staged
 
 
+def _resident_operands(low: Lowering, body: list[Op], dots: list[Op]) -> list[Resident]:
+    """The A operands of the loop's wgmma products that are loaded once before it (`MmaPlan.once_a`), one
+    after another."""
+    out, start = [], 0
+    for dot in dots:
+        plan, a = low.plans[dot], dot.operands[0]
+        if plan.once_a and a.owner not in body:
+            space = operand_space(plan, "a", plan.m, plan.k)
+            out.append(Resident(a, start, space))
+            start = align(start + space.nbytes, space.alignment)
+    return out
+
+
 @dataclass
 class Ring:
     """The stages of a pipelined loop in shared memory."""
@@ -312,7 +350,7 @@ def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = 
         in_flight = 1 if plan.in_flight is not None and stages >= 3 else 0
         return Schedule("cp.async", stages, plan.stage_bytes, (Warps("all", low.threads, copiers=low.threads),),
                         ahead=stages - 1 - in_flight, in_flight=in_flight, fragments_ahead=plan.through_registers,
-                        order=order)
+                        order=order, resident_bytes=plan.resident_bytes)
     consumers = low.threads
     entry = entry_registers(consumers + PRODUCER_THREADS)
     given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // consumers // 8 * 8
@@ -336,7 +374,7 @@ def _fits(low: Lowering, plan: PipelinePlan, stages: int | Schedule, epilogue_by
     mbarriers, fit the target's shared memory, with room to align the ring at run time."""
     stages = stages if isinstance(stages, int) else stages.stages
     extra = epilogue_bytes + SWIZZLE_ATOM + 16 * stages if epilogue_bytes else 0
-    return stages * plan.stage_bytes + plan.alignment - SMEM_ALIGN + extra <= low.smem_limit
+    return stages * plan.stage_bytes + plan.resident_bytes + plan.alignment - SMEM_ALIGN + extra <= low.smem_limit
 
 
 def _multicast(low: Lowering, plan: PipelinePlan) -> str:
@@ -363,7 +401,7 @@ def _ring(low: Lowering, plan: PipelinePlan, schedule: Schedule) -> Ring:
         low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
         # and no thread may still read shared memory the ring overwrites
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
-    nbytes = schedule.stages * plan.stage_bytes
+    nbytes = schedule.stages * plan.stage_bytes + plan.resident_bytes
     end = low.scratch_start + nbytes + pad
     return Ring(schedule.stages, aligned_base(low, nbytes, plan.alignment), end, plan.stage_bytes)
 
@@ -400,6 +438,8 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
     for st in plan.staged:
         low.staged[st.operand] = RegisterOperand(next(registers), rounded=plan.specialized) if st.kept \
             else SharedOperand(stage, st.start, st.space, st.transpose is not None)  # TMA's tf32 maps round
+    for r in plan.resident:
+        low.staged[r.value] = SharedOperand(ring.base, ring.stages * ring.stage_bytes + r.start, r.space)
     dot = plan.cuda_dot[0] if plan.cuda_dot else None
     staging = {st.load for st in plan.staged} | {st.transpose for st in plan.staged} | {dot}
     skipped = staging | _unread(ops, staging, plan.index_ops)
@@ -410,6 +450,8 @@ def _lower_body(low: Lowering, ops: list[Op], plan: PipelinePlan, ring: Ring, st
         finish_dot(low, dot, plan.cuda_dot[1], stage)
     for st in plan.staged:
         del low.staged[st.operand]
+    for r in plan.resident:
+        del low.staged[r.value]
 
 
 def _unread(ops: list[Op], staging: set, index_ops: list[Op]) -> set:
@@ -534,6 +576,9 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op] 
     ring = _ring(low, plan, schedule)
     if schedule.specialized:
         return lower_specialized(low, op, plan, ring, schedule, before or [], after, epilogue)
+    for r in plan.resident:  # fenced for the tensor cores, as the copies are, before each iteration's barrier
+        store_tile(low, low.tile(r.value), ring.base, ring.stages * ring.stage_bytes + r.start, r.space,
+                   r.value.dtype)
     stages, in_flight, ahead_by = ring.stages, schedule.in_flight, schedule.ahead
     # register staging reads the next iteration's stage while this one's group runs: it must have arrived
     early = 1 if schedule.fragments_ahead else 0

@@ -11,10 +11,11 @@
 # * a dot's result anchors its group to the register-blocked dot layout, or,
 #   for a product on the tensor cores, to the accumulator layout of its plan
 #   (mma_plan.py); once everything anchored has propagated, the A operand of
-#   a 16-bit tensor-core product anchors a group still undecided to the
-#   layout whose registers are its fragments (a tile loaded once and used by
-#   every trip of a loop, like attention's Q, is then loaded straight into
-#   them), and the operands of a tf32 product on wgmma to the layouts they
+#   a 16-bit tensor-core product (mma.sync's, or wgmma's read from
+#   registers) anchors a group still undecided to the layout whose registers
+#   are its fragments (a tile loaded once and used by every trip of a loop,
+#   like attention's Q on mma.sync, is then loaded straight into them), and
+#   the operands of a tf32 product on wgmma to the layouts they
 #   are loaded in (`MmaPlan.operand_layouts`: A's to be stored to shared
 #   memory, B's the registers wgmma reads);
 # * a reduction's result takes the collapsed layout of its operand, and a

@@ -832,8 +832,10 @@ def _wgmma(s: Selector, op: Op) -> None:
         s.emit("wgmma.fence.sync.aligned", ndefs=0)
     kind = op.attrs["type"]
     one, zero = Imm(1, DType.I32), Imm(0, DType.I32)
-    # 16-bit: A K-major (0) or M-major (1), B K-major (0) or N-major (1); tf32, e4m3, e5m2: both K-major, no operand
-    trans = [] if kind == "tf32" or kind in F8_TYPES else [Imm(bit, DType.I32) for bit in op.attrs.get("trans", (0, 1))]
+    # 16-bit: A K-major (0) or M-major (1) - no operand for A from registers -, B K-major (0) or N-major (1);
+    # tf32, e4m3, e5m2: both K-major, no operand
+    bits = op.attrs.get("trans", (0, 1))[1 if op.attrs["registers_a"] else 0:]
+    trans = [] if kind == "tf32" or kind in F8_TYPES else [Imm(bit, DType.I32) for bit in bits]
     s.emit(f"wgmma.mma_async.sync.aligned.m64n{op.attrs['n']}k{op.attrs['k']}.f32.{kind}.{kind}", Vec(tuple(regs)),
            a, desc_b, zero if from_zero else one, one, one, *trans, tied=not from_zero)  # scale-d, -a, -b
 
