@@ -115,8 +115,8 @@ def test_attention_on_wgmma_reads_q_stored_once_and_p_from_registers(head):
     group is waited for before its result is read: the softmax reads S, the next iteration rewrites P."""
     k = compiled(ATTENTION, "attention", {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 2, "HEAD": head}, "sm_90a")
     assert [note.split(": ", 1)[1] for note in k.notes] == [
-        f"dot runs on the tensor cores: wgmma m64n64k16 bf16, A stored into shared memory once, 2 x 1 warpgroups "
-        f"of 64 x 64",
+        "dot runs on the tensor cores: wgmma m64n64k16 bf16, A loaded before the loop, from shared memory, "
+        "2 x 1 warpgroups of 64 x 64",
         f"dot runs on the tensor cores: wgmma m64n{head}k16 bf16, A from registers, 2 x 1 warpgroups of 64 x {head}"]
     label = re.findall(r"^(\$L_loop_\d+):", k.ptx, re.M)[-1]
     before, loop = k.ptx[:k.ptx.index(f"{label}:")], k.ptx[k.ptx.index(f"{label}:"):k.ptx.index(f"bra.uni {label};")]
@@ -136,6 +136,47 @@ def test_attention_on_wgmma_reads_q_stored_once_and_p_from_registers(head):
     report = check(k.ptx, arch="sm_90a", name="attention")
     report.raise_for_errors()
     assert report.kernel("attention").spill_stores == 0 and not report.warnings, report
+
+
+B_ALONE = """
+@autotune(WARPS in [4])
+kernel scores(q: tensor<bf16>[M, K], k: tensor<bf16>[N, K], o: tensor<f32>[M, N]) {
+    let qb = q[0 :+ 64, 0 :+ 128]
+    for c in range(0, N, 64) {  // not pipelined (it stores): Q stored from its registers each trip
+        o[0 :+ 64, c :+ 64] = dot(qb, trans(k[c :+ 64, 0 :+ 128]))
+    }
+}
+
+@autotune(WARPS in [8])
+kernel products(x: tensor<f32>[M, K], v: tensor<bf16>[K, N], o: tensor<f32>[M, N]) {
+    let p = exp2(x[0 :+ 128, 0 :+ 64] * 0.5)  // no loop: V stored into the scratch buffer
+    o[0 :+ 128, 0 :+ 128] = dot(bf16(p), v[0 :+ 64, 0 :+ 128])
+}
+"""
+
+
+def test_wgmma_with_b_alone_loaded_beside_it_runs_outside_a_pipelined_loop(tmp_path, monkeypatch):
+    """The wgmma forms attention's loop takes, where no pipeline stages their operands: A loaded before a
+    loop that is not pipelined (stored to the scratch buffer each trip, K of two 128-byte rows), and A
+    computed in registers beside a B loaded with it (B through the scratch buffer); the bits of mma.sync's."""
+    from phobos.run import backends
+    path = tmp_path / "b_alone.phobos"
+    path.write_text(B_ALONE)
+    rng = np.random.default_rng(4)
+    q, k = (bf16_bits(rng.standard_normal(shape).astype(np.float32)) for shape in ((64, 128), (150, 128)))
+    x, v = rng.standard_normal((128, 64)).astype(np.float32), bf16_bits(rng.standard_normal((64, 128)).astype(np.float32))
+    results = {}
+    for arch, instruction in (("sm_90a", "wgmma"), ("sm_90", "mma.sync")):
+        monkeypatch.setattr(backends.EmulateBackend, "arch", lambda self, index=0, arch=arch: arch)
+        module = phobos.load(path, mode="emulate")
+        out = [np.zeros((64, 150), np.float32), np.zeros((128, 128), np.float32)]
+        module.scores(q, k, out[0])
+        module.products(x, v, out[1])
+        assert all(instruction in note for fn in (module.scores, module.products) for note in fn.compiled.notes)
+        results[arch] = out
+    assert all(np.array_equal(a, b) for a, b in zip(results["sm_90a"], results["sm_90"]))
+    exact = bf16_values(q).astype(np.float64) @ bf16_values(k).astype(np.float64).T
+    np.testing.assert_allclose(results["sm_90a"][0], exact, rtol=1e-5, atol=1e-4)
 
 
 def test_golden_bf16_gemm(golden):

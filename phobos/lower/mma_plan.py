@@ -377,7 +377,7 @@ def describe(op: Op, plan: MmaPlan | str) -> str:
     if plan.instruction == "wgmma":
         rows, _ = plan.wgmma_shape
         swapped = ", computing C^T = B^T A^T" if plan.swapped else ", A from registers" if plan.registers_a else \
-            ", A stored into shared memory once" if plan.once_a else ""
+            ", A loaded before the loop, from shared memory" if plan.once_a else ""
         return (f"{where}: dot runs on the tensor cores: wgmma m64n{plan.wgmma_n}k{plan.kind.k} {plan.kind.name}{swapped}, "
                 f"{plan.warps_m} x {plan.warps_n} warpgroups of {rows // plan.warps_m} x {plan.wgmma_n}")
     return (f"{where}: dot runs on the tensor cores: mma.sync {plan.kind.shape} {plan.kind.name}, "
