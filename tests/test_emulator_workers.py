@@ -152,7 +152,10 @@ def test_small_launches_and_launches_over_much_memory_run_in_one_process(monkeyp
     text = kernel()
     assert launch(text, None)[2].workers == 1  # 128 threads of 30 instructions: below MIN_PARALLEL_WORK
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert workers.worker_count(None, [None] * 1000, None, 16, 2048, 1 << 20) == min(workers.MAX_WORKERS, cores)
+    assert workers.worker_count(None, [None] * 1000, None, 16, 2048, 1 << 20) == min(workers.MAX_WORKERS, cores, 2)
+    assert workers.worker_count(None, [None] * 1000, None, 16, 16384, 1 << 20) == min(workers.MAX_WORKERS, cores)
+    # four CTAs of 128 threads: enough work, but shares of 256 threads cost more than they save
+    assert workers.worker_count(None, [None] * 2000, None, 4, 512, 1 << 20) == 1
     assert workers.worker_count(8, [None] * 10, None, 3, 96, 1 << 20) == 3  # (at most one per cluster)
     assert workers.worker_count(8, [None] * 10, "membar.gl;", 3, 96, 1 << 20) == 1
     assert workers.worker_count(8, [None] * 10, None, 3, 96, workers.PARALLEL_HEAP_LIMIT + 1) == 1

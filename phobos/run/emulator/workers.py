@@ -32,7 +32,8 @@
 # without that CTA would never see - or a call, whose printf lines must come
 # in the one-process order), over at most PARALLEL_HEAP_LIMIT of global
 # memory.  A launch with less work than MIN_PARALLEL_WORK (threads times
-# instructions) is not worth the fork and runs in one process.
+# instructions) is not worth the fork and runs in one process, and by default
+# a share has MIN_SHARE_THREADS threads at least.
 from __future__ import annotations
 
 import contextlib
@@ -60,6 +61,11 @@ MAX_WORKERS = 8
 #: The least work (threads of the grid times instructions of the kernel) that runs in shares: a fork
 #: and its merge cost about 20 ms, the work of a 512-thread, 1000-instruction launch about 0.1 s.
 MIN_PARALLEL_WORK = 1 << 18
+#: The fewest threads a share of a launch gets by default: every share runs each instruction step at a
+#: cost mostly fixed per step, so shares of fewer threads add more than they save (Triton's 256^3 matrix
+#: product, 4 CTAs of 128 threads: 0.185 s in two shares against 0.174 s in one; its attention, 16 CTAs
+#: of 128: 0.67 s in two against 0.89 s, on the 2-core machine of docs/emulator.md).
+MIN_SHARE_THREADS = 1024
 #: The most global memory (bytes of allocations) of a launch run in shares: each process keeps a copy
 #: of it, a footprint and a copy for the merge.
 PARALLEL_HEAP_LIMIT = 64 << 20
@@ -92,7 +98,8 @@ def worker_count(requested: int | None, ops, communicates: str | None, clusters:
     """How many processes run a launch of `clusters` thread-block clusters, `threads` threads in all,
     over `heap_bytes` of global memory, of a kernel of instructions `ops`: `requested` (the launch's
     `workers`, else the environment's PHOBOS_EMULATOR_WORKERS, else one per core up to MAX_WORKERS for
-    launches of at least MIN_PARALLEL_WORK), at most one per cluster, and 1 where the global memory is
+    launches of at least MIN_PARALLEL_WORK, with MIN_SHARE_THREADS threads a share at least), at most one
+    per cluster, and 1 where the global memory is
     above PARALLEL_HEAP_LIMIT, the kernel's CTAs may communicate (`communicates`: communicating_op's) or
     the system is not Linux (macOS's system libraries are not safe to use in a forked child; Windows
     does not fork)."""
@@ -109,8 +116,8 @@ def worker_count(requested: int | None, ops, communicates: str | None, clusters:
         elif threads * len(ops) < MIN_PARALLEL_WORK:
             return 1
         else:
-            requested = min(MAX_WORKERS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                            else os.cpu_count() or 1)
+            requested = min(MAX_WORKERS, threads // MIN_SHARE_THREADS,
+                            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     if (requested <= 1 or clusters <= 1 or heap_bytes > PARALLEL_HEAP_LIMIT or communicates
             or not sys.platform.startswith("linux")):
         return 1
