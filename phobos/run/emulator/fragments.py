@@ -106,6 +106,29 @@ class Fragment:
     def _sources(self) -> dict:
         return {}
 
+    def chain_sources(self, warps: int, steps: int, axes: str, layout: str) -> np.ndarray:
+        """For the `steps` instructions of a chain (their registers stacked step by step, as gather_chain
+        lays them out), where each element of the matrices (warps, R, C) side by side along k lies, in
+        `layout`: a string of axis names, b (warps) and those of `axes` (b and R's and C's names: "bik"
+        for A, "bkj" for B), with a unit axis for every other name."""
+        key = (warps, steps, axes, layout)
+        found = self._chains.get(key)
+        if found is None:
+            per_step = self.registers * warps * 32 * self.halves
+            where = self.sources(warps)[None] + (np.arange(steps) * per_step)[:, None, None, None]
+            named = "s" + axes  # the steps go just above k
+            present = "".join(x for x in layout if x in axes)
+            placed = present.replace("k", "sk")
+            where = np.transpose(where, [named.index(x) for x in placed])
+            sizes = dict(zip(axes, (warps,) + self.shape))
+            sizes["k"] *= steps
+            found = self._chains[key] = where.reshape(tuple(sizes.get(x, 1) for x in layout))
+        return found
+
+    @functools.cached_property
+    def _chains(self) -> dict:
+        return {}
+
 
 def _fragment(row, col, registers: int, halves: int, shape) -> Fragment:
     i = np.arange(registers)[:, None, None]
@@ -150,11 +173,17 @@ def gather(frag: Fragment, regs: list[np.ndarray], decode) -> np.ndarray:
     """Matrices (warps, R, C) from one warp-ordered array (warps*32,) per register;
     `decode(elements)` turns raw elements (the registers' values, or with several elements a
     register their unsigned parts, 8 or 16 bits, the lowest first) into element values."""
-    warps = len(regs[0]) // 32
-    raw = np.stack(regs)  # (registers, warps*32)
+    return gather_chain(frag, regs, 1, decode, "bik", "bik")
+
+
+def gather_chain(frag: Fragment, regs: list[np.ndarray], steps: int, decode, axes: str, layout: str) -> np.ndarray:
+    """The matrices of `steps` chained instructions side by side along k, in `layout` (see
+    Fragment.chain_sources): one gather from their registers, `regs` step by step (steps * registers
+    warp-ordered arrays)."""
+    raw = np.stack(regs)
     if frag.halves > 1:
-        raw = raw.astype(np.uint32, copy=False).view(f"u{4 // frag.halves}")  # (registers, warps*32*halves)
-    return decode(raw.reshape(-1).take(frag.sources(warps)))
+        raw = raw.astype(np.uint32, copy=False).view(f"u{4 // frag.halves}")
+    return decode(raw.reshape(-1).take(frag.chain_sources(len(regs[0]) // 32, steps, axes, layout)))
 
 
 def scatter(frag: Fragment, matrix: np.ndarray) -> list[list[np.ndarray]]:

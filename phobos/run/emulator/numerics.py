@@ -627,35 +627,50 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     e4m3 may meet e5m2, whose blocks and kept bits are the same); c: (..., M, N)
     float32.  Returns float32 (..., M, N).
     """
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], np.shape(c)[:-2])
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    a = np.broadcast_to(a, batch + a.shape[-2:]).reshape(-1, m, k)
+    b = np.broadcast_to(b, batch + b.shape[-2:]).reshape(-1, k, n)
+    acc = np.broadcast_to(np.asarray(c, np.float32), batch + (m, n)).reshape(-1, m, n)
+    order = dot_layout(len(acc), m, n)
+    return arranged_dot(arrange(a, "bik", order), arrange(b, "bkj", order), acc, informat, model,
+                        b_informat).reshape(batch + (m, n))
+
+
+def arranged_dot(a_k: np.ndarray, b_k: np.ndarray, c: np.ndarray, informat: str, model: TensorCoreModel,
+                 b_informat: str | None = None) -> np.ndarray:
+    """tensor_core_dot of operands laid out as `arrange` lays them out for c's (B, M, N) (what a caller
+    that gathers them from registers produces in one step): c (B, M, N) float32, returns float32
+    (B, M, N)."""
     if informat not in model.block:
         raise ValueError(f"the {model.name} tensor cores do not multiply {informat}")
     fmt, b_fmt = _INPUT_FORMATS[informat], _INPUT_FORMATS[b_informat or informat]
     size = model.block[informat]
     out_format = F32 if model.fraction[informat] == F32.man else \
         FloatFormat(f"f32 to {model.fraction[informat]} bits", model.fraction[informat], F32.emin, F32.emax)
-    k = a.shape[-1]
+    k = len(a_k)
     if k % size:
         raise ValueError(f"k = {k} is not a multiple of the {model.name} block of {size}")
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2], np.shape(c)[:-2])
-    m, n = a.shape[-2], b.shape[-1]
-    a = np.broadcast_to(a, batch + a.shape[-2:]).reshape(-1, m, k)
-    b = np.broadcast_to(b, batch + b.shape[-2:]).reshape(-1, k, n)
-    acc = np.broadcast_to(np.asarray(c, np.float32), batch + (m, n)).reshape(-1, m, n)
+    count, m, n = c.shape
+    order = dot_layout(count, m, n)
     # the products in float32 where they are exact there (significands of at most 12 bits, exponents
     # far from float32's limits); terms scaled to below 2**(kept + 2) stay exact too
     work = np.float32 if {informat, b_informat or informat} <= _EXACT_IN_F32 else np.float64
-    out = np.empty_like(acc)
+    a_k, b_k = a_k.astype(work, copy=False), b_k.astype(work, copy=False)
+    into, back = ["bij".index(x) for x in order], [order.index(x) for x in "bij"]
+    out = np.empty_like(c)
     chunk = max(size, min(k, K_AT_ONCE) // size * size)
     step = max(1, TERMS_AT_ONCE // (m * chunk * n))
     with np.errstate(all="ignore"):
-        for first in range(0, len(acc), step):
+        for first in range(0, count, step):
             part = slice(first, first + step)
-            result = acc[part]
+            batch = (slice(None),) * (1 + order.index("b")) + (part,)  # the part's matrices in a_k, b_k
+            result = np.ascontiguousarray(np.transpose(c[part], into))
             for start in range(0, k, chunk):
-                result = _dot_part(a[part, :, start:start + chunk], b[part, start:start + chunk], result, size,
-                                   (fmt.emin, b_fmt.emin), model.kept[informat], out_format, work)
-            out[part] = result
-    return out.reshape(batch + (m, n))
+                result = _dot_part(a_k[start:start + chunk][batch], b_k[start:start + chunk][batch], result, size,
+                                   (fmt.emin, b_fmt.emin), model.kept[informat], out_format)
+            out[part] = np.transpose(result, back)
+    return out
 
 
 def round_half_accumulator(d: np.ndarray) -> np.ndarray:
@@ -688,48 +703,44 @@ _NONE = np.int16(-16000)  # the exponent of a zero or non-finite term: any sum w
 _LIVE = -10000  # exponent sums of live terms are above this; below it, none (zeros, non-finite values)
 
 
-def _dot_part(a, b, c, size: int, emins: tuple[int, int], kept: int, out_format: FloatFormat, work) -> np.ndarray:
-    """c (B, M, N) float32 + a (B, M, K) @ b (B, K, N) in fused blocks of `size` products (see
-    TensorCoreModel), each block's sum the c of the next.
+def _dot_part(a_k, b_k, c, size: int, emins: tuple[int, int], kept: int, out_format: FloatFormat) -> np.ndarray:
+    """c + a @ b in fused blocks of `size` products (see TensorCoreModel), each block's sum the c of
+    the next: a_k, b_k and c laid out as `arrange` lays them out (c without the k axis).
 
-    All K products of every element are formed at once, in one broadcasting pass (in `work`
-    precision, where they are exact), and so are the largest exponent sums of every block
-    (_arrange: the longest of B, M and N innermost, so that NumPy's inner loops are long); the
-    blocks then go one after the other (_block_sum)."""
-    order = _layout(*c.shape)
-    a_k = _arrange(a.astype(work, copy=False), "bik", order)  # (K, ...), with unit axes to broadcast
-    b_k = _arrange(b.astype(work, copy=False), "bkj", order)
-    shape = tuple(max(x, y) for x, y in zip(a_k.shape[1:], b_k.shape[1:]))
-    k = a_k.shape[0]
-    narrow = work == np.float32  # exponent sums of f16 and 8-bit floats fit int8 (_NARROW_NONE)
+    All K products of every element are formed at once, in one broadcasting pass (in the
+    operands' precision, where they are exact), and so are the largest exponent sums of every
+    block; the blocks then go one after the other (_block_sum)."""
+    shape = c.shape
+    k = len(a_k)
+    narrow = a_k.dtype == np.float32  # exponent sums of f16 and 8-bit floats fit int8 (_NARROW_NONE)
     exponent_sums = np.add(_term_exponents(a_k, emins[0], narrow), _term_exponents(b_k, emins[1], narrow),
-                           out=_scratch(k * int(np.prod(shape)), np.int8 if narrow else np.int16)
-                           .reshape((k,) + shape))
+                           out=_scratch(k * c.size, np.int8 if narrow else np.int16).reshape((k,) + shape))
     # the largest of each block: (blocks, ...), at most _LIVE where no term is live
     tops = exponent_sums.reshape((k // size, size) + shape).max(axis=1)
     if narrow:
         tops = tops.astype(np.int16)
         np.putmask(tops, tops < _NARROW_LIVE, _NONE)
-    products = np.multiply(a_k, b_k, out=_scratch(k * int(np.prod(shape)), work).reshape((k,) + shape))
+    products = np.multiply(a_k, b_k, out=_scratch(k * c.size, a_k.dtype).reshape((k,) + shape))
     finite = bool(np.isfinite(a_k).all() and np.isfinite(b_k).all())
-    acc = np.ascontiguousarray(np.transpose(c, ["bij".index(x) for x in order]))
+    acc = c
     for block, start in enumerate(range(0, k, size)):
         part = slice(start, start + size)
         acc = _block_sum(products[part], tops[block], acc, kept, out_format,
                          None if finite else (a_k[part], b_k[part]))
-    return np.transpose(acc, [order.index(x) for x in "bij"])
+    return acc
 
 
-def _layout(batch: int, m: int, n: int) -> str:
-    """The order of the axes (b: batch, i: row, j: column) of a part's elements: the longest last."""
+def dot_layout(batch: int, m: int, n: int) -> str:
+    """The order of the axes (b: batch, i: row, j: column) of a batch of products' elements as
+    arranged_dot works on them: the longest last, so that NumPy's inner loops are long."""
     sizes = {"b": batch, "i": m, "j": n}
     last = max("bij", key=lambda x: sizes[x])
     return "".join(x for x in "bij" if x != last) + last
 
 
-def _arrange(x: np.ndarray, axes: str, order: str) -> np.ndarray:
+def arrange(x: np.ndarray, axes: str, order: str) -> np.ndarray:
     """x, whose axes are named by `axes` (k among them), as a contiguous array (k, *order) with a unit
-    axis where x has none of `order`'s."""
+    axis where x has none of `order`'s: an operand of arranged_dot."""
     present = "k" + "".join(name for name in order if name in axes)
     arranged = np.ascontiguousarray(np.transpose(x, [axes.index(name) for name in present]))
     return arranged.reshape(arranged.shape[:1] + tuple(x.shape[axes.index(name)] if name in axes else 1

@@ -206,16 +206,28 @@ class Accumulator:
 
 
 def multiply(m, a: np.ndarray, b: np.ndarray, c: np.ndarray, atype: str, btype: str, accumulator: str,
-             satfinite: bool, mode: str, what: str) -> np.ndarray:
-    """D = C + A B of a batch of matrices (exact values): integers exactly (`integer_dot`), f64 as a
-    chain of fmas (`numerics.fma_dot`), the rest by the launch's tensor-core model; an f16 accumulator
+             satfinite: bool, mode: str, what: str, arranged: bool = False) -> np.ndarray:
+    """D = C + A B of a batch of matrices (exact values; A (B, M, K) and B (B, K, N), or where `arranged`
+    as numerics.arranged_dot takes them, see _operand_layouts): integers exactly (`integer_dot`), f64 as
+    a chain of fmas (`numerics.fma_dot`), the rest by the launch's tensor-core model; an f16 accumulator
     gets the model's f32 result rounded to nearest even (`numerics.round_half_accumulator`)."""
     if accumulator == "s32":
         return integer_dot(a, b, c, satfinite)
     if accumulator == "f64":
         return nx.fma_dot(a, b, c, mode)
-    result = nx.tensor_core_dot(a, b, c.astype(np.float32), atype, _model(m, atype, what), btype)
+    product = nx.arranged_dot if arranged else nx.tensor_core_dot
+    result = product(a, b, c.astype(np.float32), atype, _model(m, atype, what), btype)
     return nx.round_half_accumulator(result) if accumulator == "f16" else result
+
+
+def _operand_layouts(accumulator: str, warps: int, m: int, n: int) -> tuple[str, str, bool]:
+    """How mma.sync gathers A and B of `warps` products of M x N (fragments.gather_chain's layouts), and
+    whether that is numerics.arranged_dot's: the exact products (s32, f64) take them as NumPy's matmul
+    does, the tensor-core model as it works on them."""
+    if accumulator in ("s32", "f64"):
+        return "bik", "bkj", False
+    order = "k" + nx.dot_layout(warps, m, n)
+    return order, order, True
 
 
 def _sync_aligned(d, mods):
@@ -317,16 +329,20 @@ def build_mma(d, ins, mods):
         return results
 
     def compute_batch(m, chains):
-        """The results of chains of one length, each a list of its instructions' operands."""
-        def gathered(step: int, frag, first: int, count: int, decode) -> np.ndarray:
-            columns = zip(*[chain[step][first:first + count] for chain in chains])
-            return fr.gather(frag, [np.concatenate(column) if len(column) > 1 else column[0]
-                                    for column in columns], decode)
+        """The results of chains of one length, each a list of its instructions' operands: A and B of
+        all steps gathered at once, side by side along k, laid out as the product works on them."""
+        def registers(steps, first: int, count: int) -> list[np.ndarray]:
+            """Registers first.. first + count - 1 of each step, step by step, the chains' side by side."""
+            columns = [[chain[step][register] for chain in chains]
+                       for step in steps for register in range(first, first + count)]
+            return [np.concatenate(column) if len(column) > 1 else column[0] for column in columns]
         steps = range(len(chains[0]))
-        ma = np.concatenate([gathered(step, frag_a, 0, na, decode_a) for step in steps], axis=-1)
-        mb = np.concatenate([gathered(step, frag_b, na, nb, decode_b) for step in steps], axis=-2)
-        mc = gathered(0, acc.frag, na + nb, len(read_c), acc.decode)
-        result = multiply(m, ma, mb, mc, atype, btype, dtype, satfinite, mode or "rn", "mma.sync")
+        warps = sum(len(chain[0][0]) for chain in chains) // WARP
+        a_layout, b_layout, arranged = _operand_layouts(dtype, warps, frag_a.shape[0], frag_b.shape[1])
+        ma = fr.gather_chain(frag_a, registers(steps, 0, na), len(steps), decode_a, "bik", a_layout)
+        mb = fr.gather_chain(frag_b, registers(steps, na, nb), len(steps), decode_b, "bkj", b_layout)
+        mc = fr.gather(acc.frag, registers([0], na + nb, len(read_c)), acc.decode)
+        result = multiply(m, ma, mb, mc, atype, btype, dtype, satfinite, mode or "rn", "mma.sync", arranged)
         return np.split(result, np.cumsum([len(chain[0][0]) // WARP for chain in chains[:-1]]))
 
     def outputs(m, idx, result):
