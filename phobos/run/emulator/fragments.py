@@ -83,11 +83,6 @@ class Fragment:
     def halves(self) -> int:
         return self.rows.shape[1]
 
-    @functools.cached_property
-    def flat(self) -> np.ndarray:
-        """Per half, the element (row * columns + column) of each (register, lane): (halves, registers * 32)."""
-        return (self.rows * self.shape[1] + self.cols).transpose(1, 0, 2).reshape(self.halves, -1)
-
     def sources(self, warps: int) -> np.ndarray:
         """For `warps` warps, where each element (warps, R, C) lies among the registers' elements, as
         gather lays them out: (register, warp, lane, half) flattened."""
@@ -104,6 +99,20 @@ class Fragment:
 
     @functools.cached_property
     def _sources(self) -> dict:
+        return {}
+
+    def destinations(self, warps: int) -> np.ndarray:
+        """For `warps` warps, which element of the matrices (warps, R, C) (flattened) each (register,
+        half, warp, lane) holds: (registers, halves, warps * 32)."""
+        found = self._destinations.get(warps)
+        if found is None:
+            position = (self.rows * self.shape[1] + self.cols)[:, :, None, :]  # (registers, halves, 1, 32)
+            found = self._destinations[warps] = (position + (np.arange(warps) * self.shape[0] * self.shape[1])
+                                                 [None, None, :, None]).reshape(self.registers, self.halves, -1)
+        return found
+
+    @functools.cached_property
+    def _destinations(self) -> dict:
         return {}
 
     def chain_sources(self, warps: int, steps: int, axes: str, layout: str) -> np.ndarray:
@@ -188,10 +197,8 @@ def gather_chain(frag: Fragment, regs: list[np.ndarray], steps: int, decode, axe
 
 def scatter(frag: Fragment, matrix: np.ndarray) -> list[list[np.ndarray]]:
     """The inverse of gather: (warps, R, C) -> per register, per element of it, (warps*32,) values."""
-    warps = len(matrix)
-    elements = matrix.reshape(warps, -1)
-    halves = [elements[:, frag.flat[h]].reshape(warps, frag.registers, 32) for h in range(frag.halves)]
-    return [[half[:, i].reshape(-1) for half in halves] for i in range(frag.registers)]
+    placed = matrix.reshape(-1).take(frag.destinations(len(matrix)))  # (registers, halves, warps*32)
+    return [list(register) for register in placed]
 
 
 # ------------------------------------------------------------------ ldmatrix / stmatrix
