@@ -303,11 +303,13 @@ class Operand:
 
 
 def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, scale_d: int = 1,
-              scale_a: int = 1, acc_type: str = "f32") -> str:
+              scale_a: int = 1, acc_type: str = "f32", stepped: bool = False) -> str:
     """One warpgroup: TMA loads of A (unless `a` is None: A from registers, one k step) and B,
     then `ksteps` wgmma with C loaded from pc (per thread), D stored to pd (per thread).  16-bit kinds
     name each operand's major-ness (imm-trans-a/b); the others are K-major and have no such operands.
-    `acc_type`: f32, f16 (two a .b32 register) or s32 (integer kinds, which take no scale immediates)."""
+    `acc_type`: f32, f16 (two a .b32 register) or s32 (integer kinds, which take no scale immediates).
+    The descriptors step from wgmma to wgmma in place, or where `stepped` each step's in registers of its
+    own (%da<s>, %db<s>), as compilers write them."""
     k = STEP[kind]
     transposable = kind in ("bf16", "f16")
     nreg = n // 4 if acc_type == "f16" else n // 2
@@ -335,10 +337,12 @@ def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, sca
         a_desc, a_step = a.descriptor()
         trans_a = 1 if a.major == "MN" else 0
         for s in range(ksteps):
+            da, db = (f"%da{s}", f"%db{s}") if stepped and s else ("%da", "%db")
             if s:
-                lines += [f"add.s64 %da, %da, {a_step};", f"add.s64 %db, %db, {b_step};"]
+                lines += ([f"add.s64 {da}, %da, {a_step * s};", f"add.s64 {db}, %db, {b_step * s};"] if stepped
+                          else [f"add.s64 %da, %da, {a_step};", f"add.s64 %db, %db, {b_step};"])
             tail = f", {trans_a}, {trans_b}" if transposable else ""
-            lines.append(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{acc_type}.{kind}.{kind} {{{acc}}}, %da, %db, "
+            lines.append(f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{acc_type}.{kind}.{kind} {{{acc}}}, {da}, {db}, "
                          f"{scale_d if s == 0 else 1}{scales}{tail};")
     lines += ["wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;"]
     a_setup = (f"add.s64 %da, %off, {a.descriptor()[0]:#x};" if a else
@@ -358,7 +362,7 @@ def wgmma_ptx(kind: str, n: int, a: Operand | None, b: Operand, ksteps: int, sca
 {{
     .reg .pred %p, %q;
     .reg .b32 %t, %s, %bar, %a<4>;
-    .reg .b64 %am, %bm, %ptr, %off, %x64, %da, %db, %tok;
+    .reg .b64 %am, %bm, %ptr, %off, %x64, %da, %db, %tok, %da<{max(ksteps, 1)}>, %db<{max(ksteps, 1)}>;
     .reg .{reg_type} %acc<{nreg}>;
     mov.u32 %t, %tid.x;
     mov.u32 %s, smem;
@@ -464,14 +468,14 @@ class WgmmaCase:
         return np.zeros(128 * self.n // 2, np.float32)
 
 
-def wgmma_case(rng, kind, a_spec, b_spec, ktot, n, scale_d=1, scale_a=1, spread=8) -> WgmmaCase:
+def wgmma_case(rng, kind, a_spec, b_spec, ktot, n, scale_d=1, scale_a=1, spread=8, stepped=False) -> WgmmaCase:
     step = STEP[kind]
     a = random_elements(rng, (64, ktot), kind, spread)
     b = random_elements(rng, (ktot, n), kind, spread)
     c = rng.standard_normal((64, n)).astype(np.float32)
     a_op = Operand(64, ktot, kind, *a_spec) if a_spec else None
     b_op = Operand(n, ktot, kind, *b_spec)
-    text = wgmma_ptx(kind, n, a_op, b_op, ktot // step, scale_d, scale_a)
+    text = wgmma_ptx(kind, n, a_op, b_op, ktot // step, scale_d, scale_a, stepped=stepped)
     maps = [a_op.tensor_map(a_op.global_array(a)) if a_op else bytes(128), b_op.tensor_map(b_op.global_array(b.T))]
     a_regs = wgmma_a_registers(a, kind) if a_op is None else np.zeros(1, np.uint32)
     want = reference(scale_a * value(a, kind), value(b, kind), c if scale_d else np.zeros_like(c), kind, step=step)

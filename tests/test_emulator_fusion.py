@@ -1,12 +1,17 @@
-# The emulator's batches (machine.fusion_table): mma.sync run together - those side by side, accumulator
+# The emulator's batches (machine.fusion_table): mma.sync (and wgmma) run together - those side by side, accumulator
 # chains as one product along their K, the register instructions between them first - give what running
 # every instruction alone gives, bit for bit; and a batch stops where running it so would differ.
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
 
 from phobos.run.emulator import machine
+from phobos.run.emulator.errors import AsyncCopyHazard
+
+from . import tensor_core_support as tc
 
 HEAD = """.version 8.0
 .target sm_80
@@ -92,3 +97,54 @@ def test_f16_accumulators_are_not_chained_as_they_are_rounded_between_products()
     assert all(not op.run.fusable.chain for op in mmas)
     assert all(op.run.fusable.chain for op in machine.Module(_kernel()[0], "f.ptx").kernel("k").program.ops
                if op.text.startswith("mma"))
+
+
+# ------------------------------------------------------------------ wgmma chains
+
+def _wgmma_run(case, fused: bool) -> np.ndarray:
+    kernel = machine.Module(case.text, "wgmma.ptx").kernel("wgmma_test")
+    if not fused:
+        kernel.fusion = [1] * len(kernel.fusion)
+    out = case.output()
+    kernel.launch(1, 128, case.arguments(out), shared_bytes=case.shared_bytes)
+    return out
+
+
+def _wgmma_case() -> tc.WgmmaCase:
+    """One warpgroup: a chain of four bf16 wgmma m64n64k16 (K 64), the descriptors stepped between them."""
+    return tc.wgmma_case(np.random.default_rng(5), "bf16", ("K", 128), ("MN", 128), 64, 64, stepped=True)
+
+
+def test_a_wgmma_chain_and_its_descriptor_steps_run_as_one_batch():
+    case = _wgmma_case()
+    assert max(machine.Module(case.text, "w.ptx").kernel("wgmma_test").fusion) == 4 + 6  # four wgmma, six adds
+    fused = _wgmma_run(case, True)
+    np.testing.assert_array_equal(fused.view(np.uint32), _wgmma_run(case, False).view(np.uint32))
+    np.testing.assert_array_equal(tc.unpack_wgmma(fused, case.n).view(np.uint32), case.expected.view(np.uint32))
+
+
+def test_a_wgmma_chain_restarted_by_a_false_scale_d_goes_step_by_step():
+    """The third product's scale-d is a predicate, false at run time: D = A B from there on."""
+    case = _wgmma_case()
+    third = [found.start() for found in re.finditer(r"wgmma\.mma_async", case.text)][2]
+    case.text = case.text[:third] + case.text[third:].replace("%da2, %db2, 1,", "%da2, %db2, %p,", 1)
+    case.text = case.text.replace("    cvt.u64.u32 %off, %s;", "    setp.ne.u32 %p, %t, %t;\n    cvt.u64.u32 %off, %s;")
+    assert max(machine.Module(case.text, "w.ptx").kernel("wgmma_test").fusion) == 4 + 6
+    restarted = _wgmma_run(case, True)
+    np.testing.assert_array_equal(restarted.view(np.uint32), _wgmma_run(case, False).view(np.uint32))
+    assert not np.array_equal(restarted, _wgmma_run(_wgmma_case(), True))  # the restart changed D
+
+
+def test_a_register_instruction_touching_a_wgmma_register_is_not_run_ahead_of_the_chain():
+    """A mov into the accumulator between two wgmma of a chain is an error (the first is in flight):
+    reported at the mov, fused or not - the batch stops before it."""
+    case = _wgmma_case()
+    second = [found.start() for found in re.finditer(r"wgmma\.mma_async", case.text)][1]
+    case.text = case.text[:second] + "mov.b32 %acc3, 0;\n    " + case.text[second:]
+    kernel = machine.Module(case.text, "w.ptx").kernel("wgmma_test")
+    mov = next(op.index for op in kernel.program.ops if op.text.startswith("mov.b32 %acc3"))
+    assert all(start + length <= mov for start, length in enumerate(kernel.fusion) if start < mov and length > 1)
+    for fused in (True, False):
+        with pytest.raises(AsyncCopyHazard, match="register of a wgmma in flight") as caught:
+            _wgmma_run(case, fused)
+        assert "mov.b32 %acc3" in str(caught.value)

@@ -591,6 +591,7 @@ def _watched(run: Callable, reads: frozenset, writes: frozenset, pc: int) -> Cal
     def checked(m, idx):
         m.async_mma.touched(m, idx, reads, writes, pc)
         return run(m, idx)
+    checked.watched = True
     return checked
 
 

@@ -190,7 +190,9 @@ def fusion_table(ops: list) -> list[int]:
 
 
 #: Instructions that only read and write registers (and ldmatrix, which reads shared memory, which
-#: the fusable instructions do not touch): a batch may run them before the fusable ones around them.
+#: the fusable instructions do not touch): a batch may run them before the fusable ones around them,
+#: unless they touch a register of an asynchronous instruction (decode._watched: wgmma's checks
+#: would then see them out of order).
 HOISTABLE = frozenset({"mov", "add", "sub", "mul", "mad", "fma", "neg", "abs", "min", "max", "and", "or", "xor",
                        "not", "shl", "shr", "selp", "setp", "cvt", "ldmatrix"})
 
@@ -200,7 +202,8 @@ def _fusable_part(op):
 
 
 def _hoistable(op) -> bool:
-    return op.kind == PLAIN and op.guard is None and op.text.split(".", 1)[0].split()[0] in HOISTABLE
+    return (op.kind == PLAIN and op.guard is None and op.text.split(".", 1)[0].split()[0] in HOISTABLE
+            and not getattr(op.run, "watched", False))
 
 
 def chain_links(ops: list) -> list[int | None]:

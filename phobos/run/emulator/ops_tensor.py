@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -307,13 +308,7 @@ def build_mma(d, ins, mods):
         the first one's; chains of one length go together, their warps side by side in batches of
         about BATCH_WARPS warps (the operands of many more would no longer fit in the caches).  The
         result of a chain is the last one's; the others' are None."""
-        chains, chain_of = [], {}
-        for k, link in enumerate(links):
-            chain_of[k] = len(chains) if link is None else chain_of[link]
-            if link is None:
-                chains.append([k])
-            else:
-                chains[chain_of[k]].append(k)
+        chains = chain_lists(links)
         results = [None] * len(operands)
         for length in sorted({len(chain) for chain in chains}):
             batch, lanes = [], 0
@@ -354,6 +349,19 @@ def build_mma(d, ins, mods):
     d_slots, c_slots = ({d.register(x)[0] for x in items} for items in (d_items, c_items))
     chain = frozenset(d_slots) if d_slots == c_slots and dtype == "f32" else frozenset()
     return fusable(Fusable(("mma.sync", what, satfinite, mode), inputs, compute, outputs, chain))
+
+
+def chain_lists(links: list[int | None]) -> list[list[int]]:
+    """The chains of a fused batch (Fusable, machine.chain_links): the indices of each chain's
+    instructions, in order."""
+    chains, chain_of = [], {}
+    for k, link in enumerate(links):
+        chain_of[k] = len(chains) if link is None else chain_of[link]
+        if link is None:
+            chains.append([k])
+        else:
+            chains[chain_of[k]].append(k)
+    return chains
 
 
 def integer_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, satfinite: bool = False) -> np.ndarray:
@@ -486,8 +494,8 @@ def build_wgmma(d, ins, mods):
     acc_items = _registers(d, ops[0], acc.registers, "the accumulator")
     read_d = [d.reader(x, acc.register_type) for x in acc_items]
     writers = [d.writer(x, acc.register_type) for x in acc_items]
-    results = {d.register(x)[0] for x in acc_items}
-    slots = set(results)
+    defined = frozenset(d.register(x)[0] for x in acc_items)
+    slots = set(defined)
     if a_in_registers:
         a_items = _registers(d, ops[1], 4, "A")
         read_a = [d.reader(x, B32) for x in a_items]
@@ -507,11 +515,10 @@ def build_wgmma(d, ins, mods):
     decode = _element_decoder(atype)
     pc = d.index
 
-    def run(m, idx):
+    def inputs(m, idx):
         threads = whole_units(m, idx, WARPGROUP, "wgmma.mma_async")
         m.async_mma.check_fenced(threads)
-        count = len(threads)
-        groups = count // WARPGROUP
+        groups = len(threads) // WARPGROUP
         first = threads.reshape(groups, WARPGROUP)[:, 0]
         reads = []
         bdesc = _uniform(read_bdesc(m, idx), groups, "B descriptor")
@@ -522,16 +529,54 @@ def build_wgmma(d, ins, mods):
         else:
             adesc = _uniform(read_adesc(m, idx), groups, "A descriptor")
             ma = _shared_operand(m, first, adesc, 64, k, atype, trans_a, reads)
-        mc = acc.matrices(lane_values(m, idx, read_d)).reshape(groups, 64, n)
-        scale = np.broadcast_to(read_scale(m, idx), (count,)).reshape(groups, WARPGROUP)
+        scale = np.broadcast_to(read_scale(m, idx), (len(threads),)).reshape(groups, WARPGROUP)
         if not (scale.all(axis=1) | ~scale.any(axis=1)).all():
             raise Fault(WarpSyncError, "scale-d differs between the threads of a warpgroup", thread=int(first[0]))
-        mc[~scale[:, 0]] = 0
-        result = multiply(m, ma * scale_a, mb * scale_b, mc, atype, btype, dtype, satfinite, "rn", "wgmma")
-        for write, value in zip(writers, acc.registers_of(result.reshape(groups * 4, 16, n))):
-            write(m, idx, value)
-        m.async_mma.issue(m, threads, slots, np.concatenate(reads), pc, results)
-    return plain(run)
+        return _WgmmaInputs(threads, ma * scale_a, mb * scale_b, scale[:, 0], np.concatenate(reads),
+                            lambda: acc.matrices(lane_values(m, idx, read_d)).reshape(groups, 64, n))
+
+    def compute(m, operands, links):
+        """D = scale-d ? C + A B : A B of one or more wgmma of this form.  A chain of them (each
+        accumulating into the one before's result, `links`, see Fusable) whose scale-d is true from
+        its second on is one product along the K of them all, C the first one's (read now: nothing
+        has written it since the batch read its operands); other chains go step by step.  Each
+        result is (D or None: a later one of the chain writes the registers, its inputs)."""
+        results = [(None, inputs) for inputs in operands]
+        for chain in chain_lists(links):
+            later = [operands[i] for i in chain[1:]]
+            parts = [chain] if all(x.scale.all() for x in later) else [[i] for i in chain]
+            d = operands[chain[0]].accumulator()
+            for part in parts:
+                head = operands[part[0]]
+                d = np.where(head.scale[:, None, None], d, 0)
+                d = multiply(m, np.concatenate([operands[i].a for i in part], axis=-1),
+                             np.concatenate([operands[i].b for i in part], axis=-2), d, atype, btype, dtype,
+                             satfinite, "rn", "wgmma")
+            results[chain[-1]] = (d, operands[chain[-1]])
+        return results
+
+    def outputs(m, idx, result):
+        """Write D (where this one's is the chain's), and the wgmma is in flight."""
+        d, inputs = result
+        if d is not None:
+            for write, value in zip(writers, acc.registers_of(d.reshape(-1, 16, n))):
+                write(m, idx, value)
+        m.async_mma.issue(m, inputs.threads, slots, inputs.reads, pc, defined)
+    # (an f32 accumulator chains as mma.sync's does)
+    chain = frozenset(defined) if dtype == "f32" else frozenset()
+    return fusable(Fusable(("wgmma", what, satfinite, scale_a, scale_b), inputs, compute, outputs, chain))
+
+
+class _WgmmaInputs(NamedTuple):
+    """What a wgmma reads when it is issued: its threads, A and B (scaled), scale-d per warpgroup, the
+    shared bytes it reads, and its accumulator C (read on demand: only a chain's first needs it)."""
+
+    threads: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    scale: np.ndarray
+    reads: np.ndarray
+    accumulator: Callable[[], np.ndarray]
 
 
 def _uniform(values, groups: int, what: str) -> np.ndarray:
