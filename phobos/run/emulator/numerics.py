@@ -760,8 +760,9 @@ def _block_sum(products, top, c, kept: int, out_format: FloatFormat, factors) ->
     where every a and b is finite, else (a, b) of the block, whose non-finite products set their
     elements (_tensor_core_specials)."""
     assert len(products) << (kept + 2) <= 1 << 31, "the kept terms of a block overflow int32"
-    c_top = _F32_EXPONENTS.take(_high_halves(c))
-    np.putmask(c_top, c == 0, _NONE)
+    c_top = _F32_EXPONENTS.take(_high_halves(c))  # a zero's is f32's emin here: no matter where a term's is above
+    if top.min() < F32.emin:
+        np.putmask(c_top, c == 0, _NONE)
     scale = _scales(kept).take(np.maximum(top, c_top).view(np.uint16))
     tiny = scale.max() >= 2.0 ** 127  # a live top below kept - 126: the sum may be tiny
     # (scales beyond float32's range, where a product is float32, are those of blocks of zero products:
