@@ -81,7 +81,7 @@ def _ex2_product(i: np.ndarray) -> np.ndarray:
     rounding is `_ex2_fraction`'s at every one of the 2^23 indices (tests/test_mufu.py checks them all),
     at a tenth of the cost."""
     high, low = _ex2_factors()
-    return high[i >> EX2_LOW_BITS] * low[i & ((1 << EX2_LOW_BITS) - 1)]
+    return high.take(i >> EX2_LOW_BITS) * low.take(i & ((1 << EX2_LOW_BITS) - 1))
 
 
 # Each table: its reference (float64 function of the 23-bit significand index, or of the input
@@ -90,7 +90,7 @@ REFERENCES = {
     "rcp": lambda i: 1.0 / (1.0 + i / 2.0 ** 23),                                  # 1/m, m in [1, 2)
     "rsqrt": lambda i: 1.0 / np.sqrt((1.0 + (i & SIGNIFICAND) / 2.0 ** 23) * (1 + (i >> 23))),  # m in [1, 4)
     "sqrt": lambda i: np.sqrt((1.0 + (i & SIGNIFICAND) / 2.0 ** 23) * (1 + (i >> 23))),
-    "ex2": lambda i: _ex2_product(i),                                              # 2^f, f in [0, 1)
+    "ex2": _ex2_product,                                                           # 2^f, f in [0, 1)
 }
 HALF_FORMS = ("ex2.f16", "ex2.bf16", "tanh.f16", "tanh.bf16")
 LG2_BITS = 36  # the fraction bits of MUFU.LG2's fixed-point sum
@@ -128,7 +128,7 @@ def table(name: str, index: np.ndarray) -> np.ndarray:
         return _stored(name)[index]
     # (every reference is a positive number, as are the unit's values near it: their ordered integers
     # are their bits, under 2^31)
-    return (reference_bits(name, index).view(np.int32) + _stored(name)[index]).view(np.uint32)
+    return (reference_bits(name, index).view(np.int32) + _stored(name).take(index)).view(np.uint32)
 
 
 def _fields(x: np.ndarray):
@@ -152,7 +152,22 @@ def _flush(x):
 
 
 def mufu_rcp(x):
-    """MUFU.RCP: 1/x, of the significand's table and the negated exponent."""
+    """MUFU.RCP: 1/x, of the significand's table and the negated exponent.  Where every x is normal with
+    an exponent below 126 (the result normal too: the table's values are in (1/2, 1]), its bits are the
+    table's with the exponent field's difference from 1.0's subtracted, and x's sign."""
+    x = np.asarray(x, np.float32)
+    bits = x.reshape(-1).view(np.uint32)  # (arrays: their unsigned arithmetic wraps silently)
+    exponent = bits & np.uint32(0x7F800000)
+    inside = exponent - np.uint32(0x00800000) < np.uint32(252 << 23)  # (biased exponent 1 .. 252)
+    if np.count_nonzero(inside) < inside.size:
+        return _rcp_any(x)
+    reciprocal = table("rcp", (bits & np.uint32(SIGNIFICAND)).astype(np.int64))
+    out = (reciprocal + np.uint32(0x3F800000) - exponent) | (bits & np.uint32(0x80000000))
+    return out.view(np.float32).reshape(x.shape)
+
+
+def _rcp_any(x):
+    """`mufu_rcp` of any f32 values: subnormals, zeros, infinities, NaNs and results that flush too."""
     x = _flush(x)
     sign, e, man = _fields(x)
     out = _scaled(table("rcp", man), -e, sign)
@@ -181,14 +196,25 @@ mufu_rsq, mufu_sqrt = _root("rsqrt", -1), _root("sqrt", 1)
 
 
 def mufu_ex2(x):
-    """MUFU.EX2: 2^x of |x| truncated to 23 fraction bits (a negative one complemented)."""
+    """MUFU.EX2: 2^x of x truncated to 23 fraction bits (a negative one complemented), in int32 throughout.
+
+    x (clamped to [-128, 128], beyond which 2^x is infinite or flushed; a NaN gives 128) times 2^23
+    truncated toward zero is -q for a negative x whose magnitude truncates to q, so `fixed >> 23` is the
+    integer part of the unit's fixed-point number both where it is the ones' complement ~q (a fraction)
+    and where it is -q (a whole number), and its fraction is q's complement, `fixed`'s low bits less one
+    (none for a whole number: 0).  The result's bits are the table's (in [1, 2)) plus the integer part
+    in the exponent field: below the smallest normal number's bits the unit flushes it (no table entry
+    that a negative x reaches has a significand of all ones, which would round up to 2^-126:
+    tests/test_mufu.py), from infinity's bits on it is infinite."""
     x = np.asarray(x, np.float32)
-    # (|x| * 2^23 is exact in f32 and its int64 conversion truncates; a subnormal x, flushed on the GPU,
-    # gives 0 as zero does, an infinite or NaN one 1024)
-    q = (np.fmin(np.abs(x), np.float32(1024)) * np.float32(2 ** 23)).astype(np.int64)
-    fixed = np.where(x < 0, -q - ((q & SIGNIFICAND) != 0), q)  # two's complement, or ones' (~q)
-    out = _scaled(table("ex2", fixed & SIGNIFICAND), fixed >> 23)
-    return np.where(np.isnan(x), canonical_nan(np.float32), out)
+    fixed = (np.fmax(np.fmin(x, np.float32(128)), np.float32(-128)) * np.float32(2 ** 23)).astype(np.int32)
+    index = np.maximum((fixed & SIGNIFICAND) + (fixed >> 31), 0).astype(np.int64)
+    bits = table("ex2", index).view(np.int32) + (fixed & ~SIGNIFICAND)
+    out = (np.minimum(bits, 0x7F800000) * (bits >= 0x00800000)).view(np.float32)
+    nan = np.isnan(x)
+    if nan.any():
+        out = np.where(nan, canonical_nan(np.float32), out)
+    return out
 
 
 def _rcp(x):

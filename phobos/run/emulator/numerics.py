@@ -159,19 +159,27 @@ def round_to_format(r: np.ndarray, err: np.ndarray | None, fmt: FloatFormat, mod
 
 def f32_to_f16(x: np.ndarray) -> np.ndarray:
     """f32 values rounded to nearest even into f16 (overflow: infinity; a NaN the canonical 0x7FFF, as
-    cvt gives it), by integer operations on the bits (NumPy's own cast takes microseconds a value where
-    results are subnormal)."""
+    cvt gives it), by integer operations on the bits and one f32 addition (NumPy's own cast takes
+    microseconds a value where results are subnormal).
+
+    The magnitude (at most 2^16, beyond which every number rounds to infinity) plus the power of two
+    `scale` = 2^(e + 13), e its exponent but at least f16's smallest, -14, is rounded by the addition
+    where f16 rounds it: the sum's ulp is 2^(e - 10), f16's quantum at e.  The sum's bits less scale's
+    are then the magnitude's f16 significand (the implicit bit included where e > -14, 2^11 where it
+    rounded up to 2^(e + 1)), to which (e + 14) << 10 adds the exponent field."""
     bits = np.asarray(x, np.float32).view(np.uint32)
-    magnitude = bits & np.uint32(0x7FFFFFFF)
-    # normal results: the exponent rebiased (127 -> 15), 13 bits dropped with a carry where they are
-    # above half, or half with the kept part odd; beyond the largest the carry reaches infinity's bits
-    normal = np.minimum((magnitude - np.uint32(0x38000000) + np.uint32(0xFFF) + ((magnitude >> 13) & np.uint32(1)))
-                        >> 13, np.uint32(0x7C00))
-    small = np.minimum(magnitude, np.uint32(0x38800000)).view(np.float32)
-    subnormal = np.rint(small * np.float32(2.0 ** 24)).astype(np.uint32)  # an exact product
-    half = np.where(magnitude < np.uint32(0x38800000), subnormal, normal)  # below 2**-14: subnormal or zero
-    half = np.where(magnitude > np.uint32(0x7F800000), np.uint32(0x7FFF), half | ((bits >> 16) & np.uint32(0x8000)))
-    return half.astype(np.uint16).view(np.float16)
+    magnitude = np.minimum(bits & np.uint32(0x7FFFFFFF), np.uint32(0x47800000))
+    scale = np.maximum(magnitude & np.uint32(0x7F800000), np.uint32((127 - 14) << 23))
+    scale += np.uint32(13 << 23)
+    half = (magnitude.view(np.float32) + scale.view(np.float32)).view(np.uint32)
+    half -= scale
+    half += (scale >> np.uint32(13)) - np.uint32((127 - 1) << 10)
+    half |= (bits >> np.uint32(16)) & np.uint32(0x8000)
+    half = half.astype(np.uint16)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    if nan.any():
+        half = np.where(nan, np.uint16(0x7FFF), half)
+    return half.view(np.float16)
 
 
 def _toward_zero(r: np.ndarray, fmt: FloatFormat) -> np.ndarray:
@@ -248,7 +256,11 @@ def exact_lanes(fn, *arrays: np.ndarray, fmt: FloatFormat, mode: str, fallback=N
 def flush(x):
     """`.ftz`: subnormal values become zeros of the same sign (float32 or float64)."""
     x = np.asarray(x)
-    return np.where(np.abs(x) < np.finfo(x.dtype).tiny, np.copysign(x.dtype.type(0), x), x).astype(x.dtype)
+    magnitude = np.abs(x)
+    subnormal = (magnitude < np.finfo(x.dtype).tiny) & (magnitude != 0)
+    if not np.count_nonzero(subnormal):
+        return x
+    return np.where(subnormal, np.copysign(x.dtype.type(0), x), x).astype(x.dtype)
 
 
 def flush_format(x, fmt: FloatFormat):
@@ -308,18 +320,18 @@ def _mul_f32(a, b, mode):
 
 def _fma_f32(a, b, c, mode):
     """a * b + c with a single rounding (the product is exact in float64)."""
-    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+    p = np.multiply(a, b, dtype=np.float64)
     c64 = np.asarray(c, np.float64)
     if mode != "rn":
         r, e = two_sum(p, c64)
         out = _directed_f32(r, e, mode)
         return np.where(r == 0, ieee_zero_sum(p, c64, mode), out).astype(np.float32)
-    r = p + c64
-    shape = r.shape
+    r = p + c64  # the exact sum rounded once to float64, which rounds to f32 as the sum itself does
+    shape = r.shape  # but where `_f32_suspect` says it may not
     r = np.atleast_1d(r)
     out = r.astype(np.float32)
     suspect = _f32_suspect(r)
-    if suspect.any():
+    if np.count_nonzero(suspect):
         rr, ee = two_sum(np.broadcast_to(p, r.shape)[suspect], np.broadcast_to(c64, r.shape)[suspect])
         out[suspect] = round_to_format(rr, ee, F32, "rn")
     return out.reshape(shape)
@@ -449,13 +461,25 @@ def _fma_f64(a, b, c, mode):
 
 def _with_nans(raw, opcode: str):
     """An arithmetic operation `raw(*operands, mode)` whose NaN results get the GPU's bits (`opcode`
-    says which NaN operand it passes on)."""
+    says which NaN operand it passes on; f32 results have none to pass on: `canonical_f32`)."""
     def op(*args):
         *operands, mode = args
         with np.errstate(all="ignore"):
-            return arithmetic_nan(raw(*operands, mode), *nan_precedence(opcode, *operands))
+            out = raw(*operands, mode)
+        if getattr(out, "dtype", None) == np.float32:
+            return canonical_f32(out)
+        with np.errstate(all="ignore"):
+            return arithmetic_nan(out, *nan_precedence(opcode, *operands))
     op.__doc__ = raw.__doc__
     return op
+
+
+def canonical_f32(out):
+    """f32 arithmetic results `out` with every NaN the canonical one (`arithmetic_nan` of f32)."""
+    nan = np.isnan(out)
+    if np.count_nonzero(nan):
+        return np.where(nan, canonical_nan(np.float32), out)[()]
+    return out
 
 
 add_f32, mul_f32, fma_f32 = _with_nans(_add_f32, "add"), _with_nans(_mul_f32, "mul"), _with_nans(_fma_f32, "fma")
@@ -476,7 +500,7 @@ def extreme(larger: bool, nan_wins: bool, xorsign_abs: bool = False):
     """PTX's max (larger) or min of two floats; `nan_wins` is the `.NaN` modifier (any NaN operand
     gives the canonical NaN), else a NaN operand is ignored; `.xorsign.abs`: of the operands'
     magnitudes, with the exclusive or of their signs (a NaN result keeps none)."""
-    fn = maximum if larger else minimum
+    fn = _larger_or_smaller(larger)
     if nan_wins:
         plain_fn = fn
 
@@ -491,6 +515,25 @@ def extreme(larger: bool, nan_wins: bool, xorsign_abs: bool = False):
         out = np.asarray(fn(np.abs(a), np.abs(b)))
         return np.where(negative & ~np.isnan(out), -out, out)
     return with_sign
+
+
+def _larger_or_smaller(larger: bool):
+    """`constants.maximum` (larger) or `minimum` of floats, by NumPy's where no operand is NaN: its
+    choice is theirs but for equal zeros, whose sign is then fixed (max's -0.0 only where both are -0.0,
+    min's where either is; a zero result with a nonzero operand has the zero's own sign either way)."""
+    general = maximum if larger else minimum
+    pick = np.maximum if larger else np.minimum
+    both = np.logical_and if larger else np.logical_or
+
+    def extreme(a, b):
+        out = pick(a, b)
+        if np.count_nonzero(np.isnan(out)):  # (NumPy's gives the NaN)
+            return general(a, b)
+        zero = out == 0
+        if np.count_nonzero(zero):
+            out = np.where(zero, np.where(both(np.signbit(a), np.signbit(b)), -out.dtype.type(0), out.dtype.type(0)), out)
+        return out[()]
+    return extreme
 
 
 def approximate(fn):

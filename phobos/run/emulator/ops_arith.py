@@ -345,18 +345,23 @@ def _divide_by_unit(full: bool, ftz: bool, constant: bool):
     .ftz, by 2^24 where it is subnormal; the product is one rounded FMUL (a NaN the canonical one).  A
     `constant` divisor's reciprocal ptxas computes itself, correctly rounded."""
     reciprocal = (lambda b: np.float32(1) / b) if constant else mufu.mufu_rcp
+    def scaled(a, b, where, factor):
+        return np.where(where, a * factor, a), np.where(where, b * factor, b)
+
     def divide(a, b):
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        magnitude = np.abs(b)
         with np.errstate(all="ignore"):
             if full:
-                large = np.abs(b) > np.float32(2.0 ** 126)
-                a, b = np.where(large, a * np.float32(0.25), a), np.where(large, b * np.float32(0.25), b)
+                large = magnitude > np.float32(2.0 ** 126)
+                if np.count_nonzero(large):
+                    a, b = scaled(a, b, large, np.float32(0.25))
             if not ftz:
-                small = np.abs(b) < np.float32(2.0 ** -126)
-                a, b = (np.where(small, a * np.float32(2.0 ** 24), a),
-                        np.where(small, b * np.float32(2.0 ** 24), b))
+                small = magnitude < np.float32(2.0 ** -126)
+                if np.count_nonzero(small):
+                    a, b = scaled(a, b, small, np.float32(2.0 ** 24))
             out = (reciprocal(b) * a).astype(np.float32)
-        return np.where(np.isnan(out), nx.canonical_nan(np.float32), out)
+        return nx.canonical_f32(out)
     return divide
 
 

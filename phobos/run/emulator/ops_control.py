@@ -20,6 +20,8 @@
 # memory accesses before it are ordered with those after it.
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from . import syntax as syn
@@ -133,7 +135,18 @@ def build_trap(d, ins, mods):
 
 def warp_lanes(m, idx):
     """(threads, lane ids, lane-0 thread of each lane's warp, lane bits, active lanes per warp)."""
-    threads = np.arange(m.n) if idx is None else idx
+    if idx is None:  # every thread of the batch: the same each time, kept for the batch
+        whole = _WHOLE_BATCH.get(m)
+        if whole is None:
+            whole = _WHOLE_BATCH[m] = _warp_lanes(m, np.arange(m.n))
+        return whole
+    return _warp_lanes(m, idx)
+
+
+_WHOLE_BATCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # machine -> warp_lanes(m, None)
+
+
+def _warp_lanes(m, threads):
     lane = m.lane[threads]
     first = threads - lane
     bit = np.left_shift(np.uint32(1), lane.astype(np.uint32))
@@ -144,12 +157,14 @@ def warp_lanes(m, idx):
 def _check_members(m, what, threads, bit, active, member):
     """Every executing lane is in the member mask, and every member lane executes."""
     outside = (member & bit) == 0
-    if outside.any():
+    if np.count_nonzero(outside):
+        member = np.broadcast_to(member, threads.shape)
         i = int(np.flatnonzero(outside)[0])
         raise Fault(WarpSyncError, f"{what}: the executing lane is not in the member mask "
                                    f"{int(member[i]):#010x}", thread=int(threads[i]))
     missing = member & ~active
-    if missing.any():
+    if np.count_nonzero(missing):
+        member, missing = np.broadcast_arrays(member, missing)
         i = int(np.flatnonzero(missing)[0])
         absent = int(missing[i])
         lane = (absent & -absent).bit_length() - 1
@@ -188,11 +203,9 @@ def build_shfl(d, ins, mods):
 
     def run(m, idx):
         threads, lane, first, bit, active = warp_lanes(m, idx)
-        n = len(threads)
-        member = np.broadcast_to(read_mask(m, idx), (n,))
-        _check_members(m, "shfl.sync", threads, bit, active, member)
-        bval = (np.broadcast_to(read_b(m, idx), (n,)) & np.uint32(31)).astype(np.int64)
-        cval = np.broadcast_to(read_c(m, idx), (n,)).astype(np.int64)
+        _check_members(m, "shfl.sync", threads, bit, active, read_mask(m, idx))
+        bval = (read_b(m, idx) & np.uint32(31)).astype(np.int64)  # (a constant b or c stays a scalar)
+        cval = np.asarray(read_c(m, idx)).astype(np.int64)
         segment = (cval >> 8) & 31
         lo = lane & segment
         hi = lo | (cval & 31 & ~segment)
@@ -201,9 +214,10 @@ def build_shfl(d, ins, mods):
             ok = j <= hi
         else:
             j, ok = source(lane, bval, lo, hi)
-        j = np.where(ok, j, lane)
+        if np.count_nonzero(ok) < ok.size:
+            j = np.where(ok, j, lane)
         inactive = (active >> j.astype(np.uint32)) & np.uint32(1) == 0
-        if inactive.any():
+        if np.count_nonzero(inactive):
             i = int(np.flatnonzero(inactive)[0])
             raise Fault(WarpSyncError, f"shfl.sync reads lane {int(j[i])}, which is not active",
                         thread=int(threads[i]))
