@@ -22,6 +22,10 @@
 # shadow state of the asynchronous proxy: bytes that a wgmma or bulk store in
 # flight reads (writing them is an error) and bytes that a bulk tensor copy wrote under an
 # mbarrier phase (reading them before observing that phase is an error).
+# Accesses that take whole 16-byte chunks (ldmatrix, cp.async.cg, 16-byte
+# vector loads and stores) are recorded once per chunk until an access of part
+# of a chunk writes its record out to the bytes (_Accesses.settle), and
+# per-chunk summaries of what touched a chunk spare the look at its bytes.
 # Global accesses go through a detector of their own (GlobalRaceDetector):
 # nothing orders threads of different CTAs, so there a conflict counts
 # whenever it happens, and within a CTA the CTA's barrier count (its epoch)
