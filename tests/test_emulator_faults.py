@@ -482,3 +482,80 @@ def test_barrier_thread_counts_are_whole_warps():
     with pytest.raises(BarrierError, match="barrier thread count 48 is not a positive multiple of 32"):
         Module(text).launch("k", 1, 64, [0])
     Module(kernel_text("bar.sync 0, 64;\nret;")).launch("k", 1, 64, [0])
+
+
+# ------------------------------------------------------------------ the detectors' fast paths
+# 16-byte accesses (ld/st.shared.v4, cp.async.cg, ldmatrix) are checked and recorded a lane or a whole
+# 16-byte chunk at a time, and an access of many lanes inside one allocation is located without a search;
+# the byte-by-byte paths must report exactly the same.
+
+_TILE = """
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<5>;
+    .reg .pred %p<2>;
+    .shared .align 16 .b8 tile[1024];
+    ld.param.u64 %rd1, [k_p];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, %tid.x;
+    shl.b32 %r2, %r1, 4;
+    mov.u32 %r3, tile;
+    add.s32 %r4, %r3, %r2;
+    add.s32 %r5, %r1, 1;
+    and.b32 %r6, %r5, 63;
+    shl.b32 %r6, %r6, 4;
+    add.s32 %r6, %r3, %r6;
+    mul.wide.u32 %rd2, %r1, 16;
+    add.s64 %rd3, %rd1, %rd2;
+    mul.wide.u32 %rd2, %r5, 16;
+    add.s64 %rd4, %rd1, %rd2;
+    mov.u32 %r11, %ctaid.x;
+    setp.eq.u32 %p1, %r11, 1;
+"""
+_V4 = "{%r7, %r8, %r9, %r10}"
+_FAST_PATH_CASES = {
+    "read after a whole-chunk write": f"st.shared.v4.b32 [%r4], {_V4};\n ld.shared.v4.b32 {_V4}, [%r6];",
+    "write after a whole-chunk read": f"ld.shared.v4.b32 {_V4}, [%r6];\n st.shared.v4.b32 [%r4], {_V4};",
+    "word read of a whole-chunk write": f"st.shared.v4.b32 [%r4], {_V4};\n ld.shared.u32 %r7, [%r6+4];",
+    "word write into a whole-chunk read": f"st.shared.v4.b32 [%r4], {_V4};\n bar.sync 0;\n"
+                                          f" ld.shared.v4.b32 {_V4}, [%r6];\n st.shared.u32 [%r4+8], %r1;",
+    "no race": f"st.shared.v4.b32 [%r4], {_V4};\n bar.sync 0;\n ld.shared.v4.b32 {_V4}, [%r6];\n"
+               f" ld.shared.v4.b32 {_V4}, [%r4];\n bar.sync 0;\n st.shared.v4.b32 [%r6], {_V4};\n"
+               f" st.global.v4.b32 [%rd3], {_V4};",
+    "cp.async destination read before its wait": f"cp.async.cg.shared.global [%r4], [%rd3], 16;\n"
+                                                 f" ld.shared.v4.b32 {_V4}, [%r4];",
+    "cp.async source out of bounds": "cp.async.cg.shared.global [%r4], [%rd4], 16;\n cp.async.wait_all;",
+    "read of another thread's cp.async": f"cp.async.cg.shared.global [%r4], [%rd3], 16;\n cp.async.wait_all;\n"
+                                         f" ld.shared.v4.b32 {_V4}, [%r6];",
+    "cp.async into a chunk another thread read": f"ld.shared.v4.b32 {_V4}, [%r6];\n"
+                                                 f" cp.async.cg.shared.global [%r4], [%rd3], 16;\n"
+                                                 f" cp.async.wait_all;",
+    "global write of what another CTA read": f"ld.global.v4.b32 {_V4}, [%rd3];\n @%p1 st.global.v4.b32 [%rd3], {_V4};",
+    "global write of what another CTA copied": f"cp.async.cg.shared.global [%r4], [%rd3], 16;\n"
+                                               f" cp.async.wait_all;\n @%p1 st.global.v4.b32 [%rd3], {_V4};",
+    "shared read out of bounds": f"ld.shared.v4.b32 {_V4}, [%r4+16];",
+}
+
+
+def _launch_outcome(body: str, ctas: int):
+    buffer = np.arange(64 * 4, dtype=np.uint32)
+    try:
+        Module(kernel_text(_TILE + body + "\n    ret;")).launch("k", ctas, 64, [buffer])
+    except EmulatorError as err:
+        return type(err), str(err), err.ptx_line
+    return buffer
+
+
+@pytest.mark.parametrize("case", _FAST_PATH_CASES)
+def test_fast_paths_report_what_the_byte_paths_report(case, monkeypatch):
+    from phobos.run.emulator import memory
+    ctas = 2 if case.startswith("global") else 1
+    fast = _launch_outcome(_FAST_PATH_CASES[case], ctas)
+    for cls, name in ((memory.RaceDetector, "_load_by_lanes"), (memory.RaceDetector, "_write_by_lanes"),
+                      (memory.GlobalRaceDetector, "_read_by_lanes")):
+        monkeypatch.setattr(cls, name, lambda *args: False)
+    monkeypatch.setattr(memory.GlobalSpace, "_inside_one", lambda *args: None)
+    slow = _launch_outcome(_FAST_PATH_CASES[case], ctas)
+    if case == "no race":
+        np.testing.assert_array_equal(fast, slow)
+    else:
+        assert isinstance(fast, tuple) and fast == slow

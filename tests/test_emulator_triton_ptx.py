@@ -448,15 +448,24 @@ def test_race_detectors_record_by_lanes_what_they_record_byte_by_byte(arch, monk
     states = []
     run_batch = machine.Machine.run
 
+    def per_byte(state, field, whole="whole"):  # (a whole chunk holds its bytes' state once, not its bytes)
+        whole = np.repeat(getattr(state, whole), memory.SUMMARY_CHUNK)
+        held = np.where(whole, np.repeat(getattr(state, f"chunk_{field}"), memory.SUMMARY_CHUNK), getattr(state, field))
+        if field == "pc":  # (an instruction counts where an access is recorded)
+            return np.where(per_byte(state, "hi") != -1, held, -1)
+        return held
+
     def recorded(m):
         try:
             run_batch(m)
         finally:
             shared, glob = m.shared.races, m.glob.races
-            states.append([m.shared.data.copy(), m.glob.data.copy(), shared.pending.copy(), shared.unfenced,
-                           *(getattr(x, f).copy() for x in (shared.reads, shared.writes) for f in ("lo", "hi", "pc")),
-                           *(getattr(glob, f).copy() for f in ("writer", "write_pc", "reader_lo", "reader_hi",
-                                                                "read_epoch", "read_pc"))])
+            states.append([m.shared.data.copy(), m.glob.data.copy(), shared.pending.copy(),
+                           shared.pending_chunks.copy(), shared.unfenced,
+                           *(per_byte(x, f) for x in (shared.reads, shared.writes) for f in ("lo", "hi", "pc")),
+                           glob.writer.copy(), glob.write_pc.copy(),
+                           *(per_byte(glob, f, "whole_read") for f in ("reader_lo", "reader_hi", "read_epoch",
+                                                                        "read_pc"))])
     monkeypatch.setattr(machine.Machine, "run", recorded)
     n, block = 128, 32
     a = rng.standard_normal((n, n)).astype(np.float16)

@@ -22,12 +22,17 @@
 # shadow state of the asynchronous proxy: bytes that a wgmma or bulk store in
 # flight reads (writing them is an error) and bytes that a bulk tensor copy wrote under an
 # mbarrier phase (reading them before observing that phase is an error).
+# Accesses that take whole 16-byte chunks (ldmatrix, cp.async.cg, 16-byte
+# vector loads and stores) are recorded once per chunk until an access of part
+# of a chunk writes its record out to the bytes (_Accesses.settle), and
+# per-chunk summaries of what touched a chunk spare the look at its bytes.
 # Global accesses go through a detector of their own (GlobalRaceDetector):
 # nothing orders threads of different CTAs, so there a conflict counts
 # whenever it happens, and within a CTA the CTA's barrier count (its epoch)
 # tells accesses apart.
 from __future__ import annotations
 
+import bisect
 import functools
 from dataclasses import dataclass
 
@@ -70,6 +75,10 @@ GLOBAL_READS = frozenset({LOAD, NC_LOAD, ASYNC_SOURCE, BULK_READ})
 #: matrices are 16-byte rows; a tensor map's box rows are multiples of 16 bytes and the swizzles move
 #: whole chunks), so a byte is being read exactly when its chunk is.
 ASYNC_READ_CHUNK = 16
+#: The race detectors also keep, per chunk of this many bytes, whether any access of a kind touched it, so
+#: that an access of at most this many bytes aligned to its size (one chunk) is checked against untouched
+#: chunks without looking at their bytes.
+SUMMARY_CHUNK = 16
 
 
 def lane_threads(idx, n):
@@ -134,10 +143,17 @@ def in_thread_order(idx) -> bool:
     return idx is None or len(idx) < 2 or bool((idx[1:] >= idx[:-1]).all())
 
 
-def lanes_apart(flat, nbytes, stamp=None) -> bool:
+@functools.lru_cache(maxsize=64)
+def _lane_numbers(n: int) -> np.ndarray:
+    numbers = np.arange(n, dtype=np.int32)
+    numbers.flags.writeable = False
+    return numbers
+
+
+def lanes_apart(flat, nbytes, stamp=None, aligned: bool = False) -> bool:
     """Whether accesses of `nbytes` (an int, or one per lane) at the offsets `flat` (one per lane)
     touch no byte twice.  `stamp`: a scratch array as long as the space, which makes the test of
-    aligned accesses linear."""
+    aligned accesses linear; `aligned`: the offsets are known to be multiples of nbytes."""
     flat = np.asarray(flat)
     if len(flat) < 2:
         return True
@@ -145,12 +161,12 @@ def lanes_apart(flat, nbytes, stamp=None) -> bool:
         nbytes = np.asarray(nbytes)
         ordered = np.argsort(flat)
         return bool((flat[ordered][1:] - flat[ordered][:-1] >= nbytes[ordered][:-1]).all())
-    if (flat[1:] - flat[:-1] >= nbytes).all():  # ascending, without overlaps: the common case
+    if not aligned and (flat[1:] - flat[:-1] >= nbytes).all():  # ascending, without overlaps: the common case
         return True
-    if stamp is not None and (nbytes == 1 or not (flat % nbytes).any()):  # aligned: apart where starts differ
-        lanes = np.arange(len(flat), dtype=np.int32)
-        stamp[flat] = lanes
-        return bool((stamp[flat] == lanes).all())
+    if stamp is not None and (aligned or nbytes == 1 or not (flat % nbytes).any()):  # apart where starts differ
+        lanes, starts = _lane_numbers(len(flat)), flat // nbytes
+        stamp[starts] = lanes
+        return bool((stamp[starts] == lanes).all())
     ordered = np.sort(flat)
     return bool((ordered[1:] - ordered[:-1] >= nbytes).all())
 
@@ -186,6 +202,8 @@ def distinct_bytes(b, t, epoch=None, flag=None):
 
 
 def check_alignment(space_name, addr, align, idx, access):
+    if align == 1 or not (addr & np.uint64(align - 1)).any():
+        return
     bad = (addr & np.uint64(align - 1)) != 0
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -326,6 +344,7 @@ class GlobalSpace(Space):
         self._bases = np.array([b[1] for b in self.blocks], np.uint64)
         self._sizes = np.array([b[2] for b in self.blocks], np.uint64)
         self._offsets = np.array([b[3] for b in self.blocks], np.int64)
+        self._starts = [b[1] for b in self.blocks]
 
     def contents(self, address: int) -> np.ndarray:
         """The bytes of the allocation at `address` (a view into the heap)."""
@@ -337,13 +356,40 @@ class GlobalSpace(Space):
     def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
         addr = np.asarray(addr, np.uint64)
         nbytes = np.asarray(nbytes, np.uint64) if not isinstance(nbytes, int) else np.uint64(nbytes)
+        what = LOAD if access == NC_LOAD else access
+        inside = self._inside_one(addr, nbytes)
+        if inside is not None:  # the common case: every lane in one allocation
+            check_alignment(self.name, addr, align or int(nbytes), idx, what)
+            offsets = (addr - np.uint64(inside)).view(np.int64)
+        else:
+            offsets = self._offsets_of(idx, addr, nbytes, what)
+            check_alignment(self.name, addr, align or int(nbytes), idx, what)
+        if self.races is not None and access in GLOBAL_TRACKED:
+            self.races.check(m, idx, offsets, nbytes, access, pc)
+        elif self.untracked is not None:
+            self._mark(offsets, nbytes, READ if access in GLOBAL_READS else WRITE)
+        return offsets
+
+    def _inside_one(self, addr, nbytes) -> int | None:
+        """Where every access of `nbytes` (an int or one per lane) at `addr` lies inside one allocation: its
+        address less its heap offset (what turns addresses into heap offsets); else None."""
+        if not addr.size or not self.blocks:
+            return None
+        low, high = int(addr.min()), int(addr.max())
+        k = bisect.bisect_right(self._starts, low) - 1
+        if k < 0:
+            return None
+        _, base, size, offset = self.blocks[k]
+        return base - offset if high < base + size and high + int(nbytes.max()) <= base + size else None
+
+    def _offsets_of(self, idx, addr, nbytes, what: str) -> np.ndarray:
+        """Heap offsets of accesses of `nbytes` at `addr`, checked to lie in the allocations."""
         bases, sizes = (self._bases, self._sizes) if self.blocks else (np.zeros(1, np.uint64),) * 2
         k = np.searchsorted(bases, addr, side="right") - 1
         kc = np.maximum(k, 0)
         rel = addr - bases[kc]
         size = sizes[kc]
         ok = (k >= 0) & (rel < size) & (rel + nbytes <= size)
-        what = LOAD if access == NC_LOAD else access
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             n = int(np.broadcast_to(nbytes, ok.shape)[i])
@@ -351,13 +397,7 @@ class GlobalSpace(Space):
                         f"out-of-bounds global {what} of {n} bytes at {int(addr[i]):#x}: "
                         f"{self.describe(int(addr[i]), n)}",
                         thread=int(lane_threads(idx, len(addr))[i]))
-        check_alignment(self.name, addr, align or int(nbytes), idx, what)
-        offsets = rel.astype(np.int64) + self._offsets[kc]
-        if self.races is not None and access in GLOBAL_TRACKED:
-            self.races.check(m, idx, offsets, nbytes, access, pc)
-        elif self.untracked is not None:
-            self._mark(offsets, nbytes, READ if access in GLOBAL_READS else WRITE)
-        return offsets
+        return rel.astype(np.int64) + self._offsets[kc]
 
     def _mark(self, offsets, nbytes, bit: int) -> None:
         """Set `bit` in `untracked` for the bytes accessed at heap `offsets`, `nbytes` each (by rows of
@@ -414,14 +454,16 @@ class WindowSpace(Space):
         self.stride = max(16, -(-size // 16) * 16)  # rows stay 16-byte aligned
         self.data = np.zeros(rows * self.stride + 16, np.uint8)
         self.row_of_thread = row_of_thread
+        self.row_start = row_of_thread.astype(np.int64) * self.stride  # each thread's row's first byte
         self.races: RaceDetector | None = None  # set for shared memory when races are checked
         # shared memory of clusters of several CTAs, races checked: accesses between CTAs (cluster.py)
         self.cluster_races = None
 
     def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
         off = np.asarray(addr, np.uint64)
-        bad = (off >= np.uint64(self.size)) | (off + np.uint64(nbytes) > np.uint64(self.size))
-        if bad.any():
+        bad = off.size and int(off.max()) > self.size - nbytes  # (then find the lane)
+        if bad:
+            bad = (off >= np.uint64(self.size)) | (off + np.uint64(nbytes) > np.uint64(self.size))
             i = int(np.flatnonzero(bad)[0])
             hint = (" (an address of another CTA's shared memory, from mapa, is reached with .shared::cluster)"
                     if self.name == "shared" and int(off[i]) >> 24 else "")
@@ -430,8 +472,7 @@ class WindowSpace(Space):
                         f"{int(off[i]):#x}: only {self.size} bytes of {self.name} memory are declared{hint}",
                         thread=int(lane_threads(idx, len(off))[i]))
         check_alignment(self.name, off, align or nbytes, idx, access)
-        rows = self.row_of_thread if idx is None else self.row_of_thread[idx]
-        flat = rows * self.stride + off.astype(np.int64)
+        flat = (self.row_start if idx is None else self.row_start[idx]) + off.view(np.int64)
         if self.races is not None and access not in UNTRACKED:
             self.races.check(m, idx, flat, nbytes, access, pc, stored)
             if self.cluster_races is not None:
@@ -554,9 +595,15 @@ def _put_units(shadow: np.ndarray, rows, values: np.ndarray) -> None:
         .reshape(-1)
 
 
-def _fill_units(shadow: np.ndarray, rows, size: int, value) -> None:
+@functools.lru_cache(maxsize=4096)
+def _unit_of(dtype: np.dtype, size: int, value: int):
+    """One element of _unit holding `size` entries of `dtype` equal to `value`."""
+    return np.full(size, value, dtype).view(_unit(size * dtype.itemsize))[0]
+
+
+def _fill_units(shadow: np.ndarray, rows, size: int, value: int) -> None:
     """shadow's rows of `size` bytes at `rows` set to `value` (as _put_units does, one element a row)."""
-    _unit_rows(shadow, size)[rows] = np.full(size, value, shadow.dtype).view(_unit(size * shadow.itemsize))[0]
+    _unit_rows(shadow, size)[rows] = _unit_of(shadow.dtype, size, value)
 
 
 def lane_rows(tid: np.ndarray, nbytes: int) -> np.ndarray:
@@ -565,29 +612,32 @@ def lane_rows(tid: np.ndarray, nbytes: int) -> np.ndarray:
     return np.repeat(tid, nbytes).reshape(-1, nbytes)
 
 
-def each_offset_once(stamp: np.ndarray, flat) -> tuple[np.ndarray, np.ndarray]:
-    """For lanes in thread order reading offsets `flat` (warps or CTAs reading one tile): the positions of
-    the last lane at each distinct offset and of the first lane there - the highest and the lowest thread
-    reading it -, found with `stamp`, a scratch array as long as the space, in two passes (indexing keeps
-    the last value written to a repeated index)."""
-    order = np.arange(len(flat), dtype=np.int32)
-    stamp[flat[::-1]] = order[::-1]
-    first = stamp[flat]
-    stamp[flat] = order
-    last = np.flatnonzero(stamp[flat] == order)
-    return last, first[last]
-
-
-def _conflict_by_lanes(kinds, rows, lanes, nbytes: int) -> bool:
+def _conflict_by_lanes(kinds, rows, chunks, tid, nbytes: int) -> bool:
     """Whether an access recorded in one of `kinds` (_Accesses or None) at the rows of `nbytes` bytes
-    `rows` was made by another thread than the lane's (`lanes`, `lane_rows`): RaceDetector._conflicts
-    a lane at a time, without warp epochs."""
+    `rows` (in the chunks `chunks`) was made by another thread than the lane's (`tid`):
+    RaceDetector._conflicts a lane at a time, without warp epochs."""
+    lanes = None
     for earlier in kinds:
-        if earlier is not None and earlier.live:
+        if earlier is not None and earlier.live and earlier.touched.take(chunks).any():
             hi = _units(earlier.hi, nbytes).take(rows, axis=0)
             made = hi != _NOBODY
-            if made.any() and (made & ((_units(earlier.lo, nbytes).take(rows, axis=0) != lanes)
-                                       | (hi != lanes))).any():
+            if made.any():
+                lanes = lane_rows(tid, nbytes) if lanes is None else lanes
+                if (made & ((_units(earlier.lo, nbytes).take(rows, axis=0) != lanes) | (hi != lanes))).any():
+                    return True
+    return False
+
+
+def _conflict_by_chunks(kinds, chunks, tid):
+    """_conflict_by_lanes for accesses of whole chunks `chunks` (one per lane): True or False, or None
+    where a chunk that one of `kinds` touched holds its accesses byte by byte (not known here)."""
+    for earlier in kinds:
+        held = False if earlier is None else earlier.by_chunks(chunks)
+        if held is None:
+            return None
+        if held is not False:
+            lo, hi = held
+            if ((hi != _NOBODY) & ((lo != tid) | (hi != tid))).any():
                 return True
     return False
 
@@ -596,22 +646,76 @@ class _Accesses:
     """One kind of access (plain writes, plain reads or atomics) to every shared byte
     since the CTA's last barrier: the lowest and highest thread ids (linear within
     the CTA) that made one, so that 'by some other thread' is two comparisons, the
-    last instruction that made one, and the warp-barrier epoch of the access."""
+    last instruction that made one, and the warp-barrier epoch of the access.
+
+    Per chunk of SUMMARY_CHUNK bytes it also keeps whether any access was recorded there
+    since the last reset (`touched`), and, for chunks whose bytes were all accessed together
+    by accesses of a whole chunk each (what ldmatrix, cp.async.cg and 16-byte vector loads and
+    stores make), their state once for the chunk (`whole`: chunk_lo, chunk_hi, chunk_pc hold
+    it, the chunk's bytes do not) - a sixteenth of the bookkeeping.  `settle` writes a whole
+    chunk's state to its bytes before anything reads them byte by byte."""
 
     def __init__(self, n: int, what: str):
         self.what = what
         self.lo, self.hi, self.pc, self.epoch = shadow_arrays(n, _NOBODY_LOW, _NOBODY, 0, 0)
+        chunks = n // SUMMARY_CHUNK
+        self.touched, self.whole = np.zeros((2, chunks), bool)
+        self.chunk_lo, self.chunk_hi, self.chunk_pc = shadow_arrays(chunks, _NOBODY_LOW, _NOBODY, 0)
         self.live = False  # whether any access was recorded since every CTA's records were last cleared
+        self.bytes_live = False  # the same for the per-byte lo and hi
+        self.wholes = False  # whether a chunk may be whole
 
     def reset(self, rows, stride: int) -> None:
         if not self.live:  # (nothing to forget)
             return
         self.live = rows is not None
-        for arr, empty in ((self.lo, _NOBODY_LOW), (self.hi, _NOBODY)):
+        per_chunk = stride // SUMMARY_CHUNK
+        clear = [(self.touched, False, per_chunk), (self.whole, False, per_chunk),
+                 (self.chunk_lo, _NOBODY_LOW, per_chunk), (self.chunk_hi, _NOBODY, per_chunk)]
+        if self.bytes_live:
+            clear += [(self.lo, _NOBODY_LOW, stride), (self.hi, _NOBODY, stride)]
+            self.bytes_live = rows is not None
+        self.wholes &= rows is not None
+        for arr, empty, width in clear:
             if rows is None:
                 arr.fill(empty)
             else:
-                arr[:-16].reshape(-1, stride)[rows] = empty
+                arr[: len(arr) // width * width].reshape(-1, width)[rows] = empty
+
+    def settle(self, chunks) -> None:
+        """Write the state of the whole chunks among `chunks` to their bytes, which hold it from then on."""
+        if not self.wholes:
+            return
+        chunks = chunks[self.whole.take(chunks)]
+        if chunks.size:
+            for shadow, per_chunk in ((self.lo, self.chunk_lo), (self.hi, self.chunk_hi), (self.pc, self.chunk_pc)):
+                _put_units(shadow, chunks, lane_rows(per_chunk.take(chunks), SUMMARY_CHUNK))
+            self.whole[chunks] = False
+            self.bytes_live = True
+
+    def by_chunks(self, chunks):
+        """The lowest and highest thread of the accesses recorded in `chunks` (one per lane), for chunks
+        that are whole or untouched (whose chunk_lo and chunk_hi are empty); None where one is not (its
+        bytes hold its accesses), False where none was touched."""
+        if not self.live:
+            return False
+        touched = self.touched.take(chunks)
+        if not touched.any():
+            return False
+        if (touched > self.whole.take(chunks)).any():
+            return None
+        return self.chunk_lo.take(chunks), self.chunk_hi.take(chunks)
+
+    def record_chunks(self, chunks, lo, hi, pc: int) -> None:
+        """Record accesses of whole chunks `chunks` (one per lane; several lanes at a chunk in ascending
+        order of threads) by threads `lo` to `hi`: their state replaces the chunks' (merged with it by
+        the caller)."""
+        self.chunk_lo[chunks[::-1]] = lo[::-1]  # (a repeated index keeps the last value: the lowest)
+        self.chunk_hi[chunks] = hi
+        self.chunk_pc[chunks] = pc
+        self.whole[chunks] = True
+        self.touched[chunks] = True
+        self.live = self.wholes = True
 
     def record(self, b, lo, hi, pc: int, epoch, keep, in_order: bool = False) -> None:
         """Add accesses of the distinct bytes `b` by threads `lo` to `hi` (the lowest and highest
@@ -620,7 +724,8 @@ class _Accesses:
         in_order: b may name a byte several times, its entries in ascending order of threads (keep
         True, no epochs) - indexing keeps the last value written to a repeated index, so the lowest
         thread is written last in reverse."""
-        self.live = True
+        self.live = self.bytes_live = True
+        self.touched[b // SUMMARY_CHUNK] = True
         if keep is True:
             lo, hi = np.minimum(self.lo.take(b), lo), np.maximum(self.hi.take(b), hi)
         elif keep is not False:
@@ -666,7 +771,9 @@ class RaceDetector:
         self.atomics: _Accesses | None = None  # created by the first shared atomic
         self.warp_epoch: np.ndarray | None = None  # [cta, warp], created by the first bar.warp.sync
         self.pending = np.zeros(n, np.int16)
-        self.pending_total = 0
+        self.pending_chunks = np.zeros(n // SUMMARY_CHUNK, np.int16)  # (copies of whole chunks)
+        self.pending_total = 0  # bytes pending, and of those the ones `pending` counts
+        self.pending_in_bytes = 0
         self.rows = rows
         self.async_reads: np.ndarray | None = None  # reads in flight, per ASYNC_READ_CHUNK bytes
         self.tma_barrier: np.ndarray | None = None  # mbarrier whose phase a bulk copy wrote the byte in
@@ -691,9 +798,10 @@ class RaceDetector:
         keys = np.unique(rows * self.warp_epoch.shape[1] + warps)
         self.warp_epoch.reshape(-1)[keys] += 1
 
-    def lanes_apart(self, flat, nbytes: int) -> bool:
-        """Whether accesses of `nbytes` at the flat offsets `flat` (one per lane) touch no byte twice."""
-        return lanes_apart(flat, nbytes, self._stamp)
+    def lanes_apart(self, flat, nbytes: int, aligned: bool = False) -> bool:
+        """Whether accesses of `nbytes` at the flat offsets `flat` (one per lane; `aligned`: known to be
+        multiples of nbytes) touch no byte twice."""
+        return lanes_apart(flat, nbytes, self._stamp, aligned)
 
     def check(self, m, idx, flat, nbytes, access, pc, stored=None):
         tid = m.ltid if idx is None else m.ltid[idx]
@@ -704,6 +812,7 @@ class RaceDetector:
             return
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
+        self._settle(b // SUMMARY_CHUNK)
         self._check_pending(m, b, access, lambda i: self._thread(b[i], t[i]))
         if access == LOAD:
             if self.tma_barrier is not None:
@@ -724,30 +833,61 @@ class RaceDetector:
         """Check and record the common load lane by lane rather than byte by byte: accesses of 2 to 16
         bytes each aligned to its size, while no bulk copy or warp barrier was seen, the lanes in thread
         order or no byte read twice - the shadow state is then viewed as rows of `nbytes` bytes, a lane's
-        row, and each row read updated once as the byte-wise path updates it (_Accesses.record).  False, with
-        nothing done, where the load is not such a one or a byte of it is pending or conflicts (the
-        byte-wise path then reports that)."""
+        row (or as whole chunks: _load_chunks), and each row read updated as the byte-wise path updates
+        it (_Accesses.record: a row read by several lanes in thread order gets its lowest reader written
+        last in reverse).  False, with nothing done, where the load is not such a one or a byte of it is
+        pending or conflicts (the byte-wise path then reports that)."""
         if (nbytes not in (2, 4, 8, 16) or self.tma_barrier is not None or self.warp_epoch is not None
                 or (flat & (nbytes - 1)).any()):
             return False
-        in_order = in_thread_order(idx)
-        if not (in_order or self.lanes_apart(flat, nbytes)):
+        if not (in_thread_order(idx) or self.lanes_apart(flat, nbytes)):
             return False
-        rows = flat // nbytes
-        if _conflict_by_lanes((self.writes, self.atomics), rows, lane_rows(tid, nbytes), nbytes):
+        rows, chunks = flat // nbytes, flat // SUMMARY_CHUNK
+        if self._pending_at(rows, chunks, nbytes):
             return False
-        # each row once, with the lowest and highest thread reading it
-        last, first = each_offset_once(self._stamp, flat) if in_order else (slice(None), slice(None))
-        rows, lowest, highest = rows[last], tid[first], tid[last]
-        if self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
+        if nbytes == SUMMARY_CHUNK and self._load_chunks(chunks, tid, pc):
+            return True
+        self._settle(chunks)
+        if _conflict_by_lanes((self.writes, self.atomics), rows, chunks, tid, nbytes):
             return False
-        low = np.minimum(_units(self.reads.lo, nbytes).take(rows, axis=0), lane_rows(lowest, nbytes))
-        high = np.maximum(_units(self.reads.hi, nbytes).take(rows, axis=0), lane_rows(highest, nbytes))
-        _put_units(self.reads.lo, rows, low)
-        _put_units(self.reads.hi, rows, high)
-        _fill_units(self.reads.pc, rows, nbytes, pc)
-        self.reads.live = True
+        reads, lanes = self.reads, lane_rows(tid, nbytes)
+        low = high = lanes
+        if reads.live and reads.touched.take(chunks).any():
+            low = np.minimum(_units(reads.lo, nbytes).take(rows, axis=0), lanes)
+            high = np.maximum(_units(reads.hi, nbytes).take(rows, axis=0), lanes)
+        _put_units(reads.lo, rows[::-1], low[::-1])
+        _put_units(reads.hi, rows, high)
+        _fill_units(reads.pc, rows, nbytes, pc)
+        reads.touched[chunks] = True
+        reads.live = reads.bytes_live = True
         return True
+
+    def _load_chunks(self, chunks, tid, pc: int) -> bool:
+        """_load_by_lanes of loads of whole chunks `chunks`, recorded per chunk; False, with nothing done,
+        where a chunk that they or the earlier accesses touch holds its accesses byte by byte."""
+        if _conflict_by_chunks((self.writes, self.atomics), chunks, tid) is not False:
+            return False
+        held = self.reads.by_chunks(chunks)
+        if held is None:
+            return False
+        low = high = tid
+        if held is not False:
+            low, high = np.minimum(held[0], tid), np.maximum(held[1], tid)
+        self.reads.record_chunks(chunks, low, high, pc)
+        return True
+
+    def _settle(self, chunks) -> None:
+        """Bring the bytes of `chunks` up to date (_Accesses.settle) before they are read byte by byte."""
+        for accesses in (self.writes, self.reads, self.atomics):
+            if accesses is not None:
+                accesses.settle(chunks)
+
+    def _pending_at(self, rows, chunks, nbytes: int) -> bool:
+        """Whether a cp.async is pending into accesses of `nbytes` (at most a chunk, aligned) at `rows`
+        (of nbytes bytes) in `chunks`."""
+        return bool(self.pending_total) and bool(
+            self.pending_chunks.take(chunks).any()
+            or self.pending_in_bytes and _units(self.pending, nbytes).take(rows, axis=0).any())
 
     def _record(self, accesses: _Accesses, flat, tid, nbytes: int, b, t, pc: int, apart: bool, keep) -> None:
         """Record accesses of `nbytes` at `flat` by threads `tid` (one per lane; b and t: their bytes
@@ -780,24 +920,33 @@ class RaceDetector:
     def _check_pending(self, m, b, access: str, thread) -> None:
         """No access to bytes `b` while a cp.async into them is pending; `thread(i)`: the batch index of
         the thread of access i."""
-        if self.pending_total and self.pending.take(b).any():
-            i = int(np.flatnonzero(self.pending.take(b))[0])
+        if not self.pending_total:
+            return
+        pending = self.pending.take(b) + self.pending_chunks.take(b // SUMMARY_CHUNK)
+        if pending.any():
+            i = int(np.flatnonzero(pending)[0])
             raise Fault(AsyncCopyHazard,
                         f"shared {access} at {m.describe_shared_at(int(b[i]))} while a cp.async "
                         f"into it is still pending (missing cp.async.wait_group/wait_all?)",
                         thread=thread(i))
 
     def add_pending(self, flat, nbytes: int, delta: int, apart: bool) -> None:
-        """cp.async copies of `nbytes` into `flat` (one per lane) are issued (+1) or performed (-1);
-        `apart`: no byte twice (then, aligned, a lane at a time: see _load_by_lanes)."""
-        if apart and nbytes in (2, 4, 8, 16) and not (flat % nbytes).any():
+        """cp.async copies of `nbytes` into `flat` (one per lane, multiples of nbytes, as cp.async
+        destinations are) are issued (+1) or performed (-1); `apart`: no byte twice (then a lane at a
+        time: see _load_by_lanes).  Copies of whole chunks are counted per chunk."""
+        self.pending_total += delta * len(flat) * nbytes
+        if nbytes == SUMMARY_CHUNK:
+            if apart:
+                self.pending_chunks[flat // nbytes] += np.int16(delta)
+            else:
+                np.add.at(self.pending_chunks, flat // nbytes, delta)
+            return
+        self.pending_in_bytes += delta * len(flat) * nbytes
+        if apart:
             rows = flat // nbytes
             _put_units(self.pending, rows, _units(self.pending, nbytes).take(rows, axis=0) + np.int16(delta))
-        elif apart:
-            self.pending[access_bytes(flat, nbytes)] += delta
         else:
             np.add.at(self.pending, access_bytes(flat, nbytes), delta)
-        self.pending_total += delta * len(flat) * nbytes
 
     def record_write(self, m, flat, tid, nbytes: int, pc, stored=None, apart=None, copy=False):
         """Check and record plain writes of `nbytes` at `flat` by threads `tid` (linear ids in the CTA,
@@ -811,10 +960,10 @@ class RaceDetector:
             return
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
+        self._settle(b // SUMMARY_CHUNK)
         if not copy:
             self._check_pending(m, b, STORE, lambda i: self._thread(b[i], t[i]))
         self.check_not_read_async(m, b, t, "write")
-        self._track_unfenced()
         self._check(m, b, t, "write", [self.reads, self.atomics])
         values = _Lazy(stored)
         shared = self._against_writes(m, b, t, values)
@@ -827,8 +976,12 @@ class RaceDetector:
                             f"threads {m.describe_local(int(t[i]))} and {m.describe_local(int(t[j]))} "
                             f"write different values to it in the same instruction",
                             thread=self._thread(b[j], t[j]))
-        self.unfenced[b] = 0 if copy else t + 1
-        self.unfenced_pc[b] = pc
+        if not copy:
+            self._track_unfenced()
+            self.unfenced[b] = t + 1
+            self.unfenced_pc[b] = pc
+        elif self.unfenced is not None:
+            self.unfenced[b] = 0  # (unfenced_pc counts only where it is not 0)
         self._record(self.writes, flat, tid, nbytes, b, t, pc, apart, keep=False if shared is None else shared)
 
     def _write_by_lanes(self, flat, tid, nbytes: int, pc: int, copy: bool) -> bool:
@@ -842,25 +995,35 @@ class RaceDetector:
         # (aligned and at most ASYNC_READ_CHUNK bytes, a lane's write lies in one chunk)
         if self.async_reads is not None and (self.async_reads[flat // ASYNC_READ_CHUNK] > 0).any():
             return False
-        rows, lanes = flat // nbytes, lane_rows(tid, nbytes)
-        if not copy and self.pending_total and _units(self.pending, nbytes).take(rows, axis=0).any():
+        rows, chunks = flat // nbytes, flat // SUMMARY_CHUNK
+        if not copy and self._pending_at(rows, chunks, nbytes):
             return False
-        if _conflict_by_lanes((self.reads, self.atomics, self.writes), rows, lanes, nbytes):
-            return False
-        self._track_unfenced()
+        earlier = (self.reads, self.atomics, self.writes)
+        whole = nbytes == SUMMARY_CHUNK and _conflict_by_chunks(earlier, chunks, tid) is False
+        if not whole:
+            self._settle(chunks)
+            if _conflict_by_lanes(earlier, rows, chunks, tid, nbytes):
+                return False
         if not copy:
-            _put_units(self.unfenced, rows, lanes + 1)
+            self._track_unfenced()
+            _put_units(self.unfenced, rows, lane_rows(tid + 1, nbytes))
             _fill_units(self.unfenced_pc, rows, nbytes, pc)
-        elif _units(self.unfenced, nbytes).take(rows, axis=0).any():  # (unfenced_pc counts only where it is not 0)
-            _fill_units(self.unfenced, rows, nbytes, 0)
-        _put_units(self.writes.lo, rows, lanes)
-        _put_units(self.writes.hi, rows, lanes)
-        _fill_units(self.writes.pc, rows, nbytes, pc)
-        self.writes.live = True
+        elif self.unfenced is not None and _units(self.unfenced, nbytes).take(rows, axis=0).any():
+            _fill_units(self.unfenced, rows, nbytes, 0)  # (unfenced_pc counts only where it is not 0)
+        writes = self.writes
+        if whole:
+            writes.record_chunks(chunks, tid, tid, pc)
+            return True
+        lanes = lane_rows(tid, nbytes)
+        _put_units(writes.lo, rows, lanes)
+        _put_units(writes.hi, rows, lanes)
+        _fill_units(writes.pc, rows, nbytes, pc)
+        writes.touched[chunks] = True
+        writes.live = writes.bytes_live = True
         return True
 
     def _track_unfenced(self) -> None:
-        """Create the unfenced-writer state at the first plain write."""
+        """Create the unfenced-writer state at the first plain store (cp.async copies leave it None)."""
         if self.unfenced is None:
             self.unfenced, self.unfenced_pc = shadow_arrays(len(self.pending), 0, 0)
 
@@ -1049,6 +1212,13 @@ class GlobalRaceDetector:
         self.nc_pc: np.ndarray | None = None  # created by the first ld.global.nc
         self._mark: np.ndarray | None = None  # scratch of _in_order
         self._stamp: np.ndarray | None = None  # scratch of lanes_apart
+        # per chunk of SUMMARY_CHUNK heap bytes: whether any byte of it was read, written, and whether its
+        # readers are held per chunk (all its bytes read by each read: chunk_reader_lo ..., not the bytes)
+        chunks = -(-heap_bytes // SUMMARY_CHUNK)
+        self.read, self.written, self.whole_read = np.zeros((3, chunks), bool)
+        self.chunk_reader_lo, self.chunk_reader_hi, self.chunk_read_epoch, self.chunk_read_pc = shadow_arrays(
+            chunks, _HIGHEST, _NONE, 0, 0)
+        self.whole_reads = False  # whether a chunk may be whole_read
         self.clock: dict[int, int] = {}  # CTA (in the grid) -> releases it has made
         self.known: dict[int, dict[int, int]] = {}  # CTA -> {other CTA: releases of it that it acquired}
         self.released: dict[int, tuple[int, int, dict[int, int]]] = {}  # byte -> (CTA, clock, what it knew)
@@ -1056,7 +1226,8 @@ class GlobalRaceDetector:
     def footprint(self) -> np.ndarray:
         """READ/WRITE bits per heap byte: the bytes read (plainly or with ld.global.nc, which also
         opens a readers' window) and written so far."""
-        bits = (self.reader_hi != _NONE).view(np.uint8) * np.uint8(READ)
+        bits = ((self.reader_hi != _NONE) | np.repeat(self.whole_read, SUMMARY_CHUNK)[: len(self.reader_hi)]) \
+            .view(np.uint8) * np.uint8(READ)
         bits |= (self.writer != _NONE).view(np.uint8) * np.uint8(WRITE)
         return bits
 
@@ -1112,6 +1283,7 @@ class GlobalRaceDetector:
         else:
             b, lane = lane_bytes(offsets, nbytes)
             t = threads[lane]
+        self._settle_reads(b // SUMMARY_CHUNK)
         g = (m.cta_first * self.tpc + t).astype(np.int32)
         epoch = m.epoch[m.cta_of[t]]
         if access == STORE:
@@ -1134,8 +1306,10 @@ class GlobalRaceDetector:
         RaceDetector._load_by_lanes does): every lane 2 to 16 bytes, aligned to their size, while no
         atomic has released or acquired anything, and no byte read twice - or the lanes in thread
         order, each byte read for the first time since its readers' window closed (as _in_order
-        records those).  False, with nothing done, where the read is not such a one or conflicts
-        with a write (the byte-wise path then reports it)."""
+        records those: a row read by several lanes gets its lowest reader written last in reverse).
+        Reads of whole chunks are recorded per chunk where the chunks' readers are (`whole_read`).
+        False, with nothing done, where the read is not such a one or conflicts with a write (the
+        byte-wise path then reports it)."""
         sizes = np.asarray(nbytes)
         size = int(sizes) if sizes.ndim == 0 else int(sizes[0]) if len(sizes) and (sizes == sizes[0]).all() else 0
         offsets = np.asarray(offsets, np.int64)
@@ -1147,38 +1321,65 @@ class GlobalRaceDetector:
         apart = lambda: lanes_apart(offsets, size, self._stamp)  # noqa: E731  (no byte read twice)
         if not (in_order or apart()):
             return False
-        rows = offsets // size
+        rows, chunks = offsets // size, offsets // SUMMARY_CHUNK
         g = (m.cta_first * self.tpc + threads).astype(np.int32)
-        first = (g // self.tpc * self.tpc)[:, None]  # the first and last thread of each lane's CTA
+        epoch = m.epoch[m.cta_of[threads]]
+        first = g // self.tpc * self.tpc  # the first and last thread of each lane's CTA
         last = first + (self.tpc - 1)
-        epoch = m.epoch[m.cta_of[threads]][:, None]
-        readers = lane_rows(g, size)
         unit = lambda shadow: _units(shadow, size).take(rows, axis=0)  # noqa: E731
-        w = unit(self.writer)
-        written = w != _NONE
-        if written.any() and (written & (w != readers) & ((w < first) | (w > last)
-                                                          | (unit(self.write_epoch) == epoch))).any():
-            return False
-        hi = unit(self.reader_hi)
-        reset = hi == _NONE
-        if reset.all():  # (bytes read for the first time, say)
-            low = high = readers
-        else:
-            lo = unit(self.reader_lo)
-            # (where there are readers, lo <= hi: all of them in the lane's CTA where both are)
-            reset |= (lo >= first) & (hi <= last) & (unit(self.read_epoch) < epoch)
-            if not (reset.all() or not in_order or apart()):  # (lanes out of order are apart)
+        if self.written.take(chunks).any():
+            w = unit(self.writer)
+            if ((w != _NONE) & (w != g[:, None]) & ((w < first[:, None]) | (w > last[:, None])
+                                                   | (unit(self.write_epoch) == epoch[:, None]))).any():
                 return False
-            low = np.minimum(np.where(reset, _HIGHEST, lo), readers)
-            high = np.maximum(np.where(reset, _NONE, hi), readers)
-        # each row once: in thread order, a repeated row's readers all start anew, its lowest the first
-        last, first = each_offset_once(self._stamp, offsets) if in_order else (slice(None), slice(None))
-        _put_units(self.reader_lo, rows[last], low[first])
-        _put_units(self.reader_hi, rows[last], high[last])
-        _put_units(self.read_epoch, rows[last], np.broadcast_to(epoch, hi.shape)[last])
-        _fill_units(self.read_pc, rows[last], size, pc)
+        read = self.read.take(chunks)
+        whole = size == SUMMARY_CHUNK and not (read > self.whole_read.take(chunks)).any()
+        if not whole:  # per byte: each lane's values as a column
+            self._settle_reads(chunks)
+            g, epoch, first, last = g[:, None], epoch[:, None], first[:, None], last[:, None]
+        low = high = g
+        if read.any():
+            if whole:
+                lo, hi, read_epoch = (a.take(chunks) for a in (self.chunk_reader_lo, self.chunk_reader_hi,
+                                                               self.chunk_read_epoch))
+            else:
+                lo, hi, read_epoch = unit(self.reader_lo), unit(self.reader_hi), unit(self.read_epoch)
+            reset = hi == _NONE
+            if not reset.all():  # (bytes read for the first time, say)
+                # (where there are readers, lo <= hi: all of them in the lane's CTA where both are)
+                reset |= (lo >= first) & (hi <= last) & (read_epoch < epoch)
+                if not (reset.all() or not in_order or apart()):  # (lanes out of order are apart)
+                    return False
+                low = np.minimum(np.where(reset, _HIGHEST, lo), g)
+                high = np.maximum(np.where(reset, _NONE, hi), g)
+        self.read[chunks] = True
+        if whole:
+            self.chunk_reader_lo[chunks[::-1]] = low[::-1]
+            self.chunk_reader_hi[chunks] = high
+            self.chunk_read_epoch[chunks] = epoch
+            self.chunk_read_pc[chunks] = pc
+            self.whole_read[chunks] = True
+            self.whole_reads = True
+            return True
+        shape = (len(rows), size)
+        _put_units(self.reader_lo, rows[::-1], np.broadcast_to(low, shape)[::-1])
+        _put_units(self.reader_hi, rows, np.broadcast_to(high, shape))
+        _put_units(self.read_epoch, rows, np.broadcast_to(epoch, shape))
+        _fill_units(self.read_pc, rows, size, pc)
         # read_clock stays 0 throughout while no CTA has released anything
         return True
+
+    def _settle_reads(self, chunks) -> None:
+        """Write the readers of the whole-read chunks among `chunks` to their bytes, which hold them from
+        then on (their read_clock is 0: no CTA had released anything while chunks were read whole)."""
+        if not self.whole_reads:
+            return
+        chunks = chunks[self.whole_read.take(chunks)]
+        if chunks.size:
+            for shadow, per_chunk in ((self.reader_lo, self.chunk_reader_lo), (self.reader_hi, self.chunk_reader_hi),
+                                      (self.read_epoch, self.chunk_read_epoch), (self.read_pc, self.chunk_read_pc)):
+                _put_units(shadow, chunks, lane_rows(per_chunk.take(chunks), SUMMARY_CHUNK))
+            self.whole_read[chunks] = False
 
     def _in_order(self, b, g, reset):
         """The readers' windows of bytes `b` read by threads `g` (in the grid), each byte's entries in
@@ -1236,6 +1437,7 @@ class GlobalRaceDetector:
             self.reader_hi[once] = np.maximum(np.where(reset, _NONE, hi), high)
         self.read_epoch[b] = epoch
         self.read_pc[b] = pc
+        self.read[b // SUMMARY_CHUNK] = True
         self.read_clock[b] = self._clocks(g)
 
     def _write(self, m, b, t, g, epoch, pc) -> None:
@@ -1262,6 +1464,7 @@ class GlobalRaceDetector:
                 i = int(np.flatnonzero(read_nc)[0])
                 raise self._nc_fault(m, b, t, i, int(self.nc_pc[b[i]]), "written here after a read")
         self.writer[b] = g
+        self.written[b // SUMMARY_CHUNK] = True
         self.write_epoch[b] = epoch
         self.write_pc[b] = pc
         self.write_clock[b] = self._clocks(g)
@@ -1331,7 +1534,7 @@ class AsyncCopies:
         self.records: list[_Copy] = []
 
     def issue(self, threads, dst, src, src_size, cp_size, pc, races):
-        apart = races is None or races.lanes_apart(dst, cp_size)
+        apart = races is None or races.lanes_apart(dst, cp_size, aligned=True)
         self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads].copy(), cp_size, pc, apart))
         if races is not None:
             races.add_pending(dst, cp_size, 1, apart)
@@ -1359,21 +1562,15 @@ class AsyncCopies:
         self.records = remaining
 
     def _perform(self, m, rec: _Copy) -> None:
+        # (sources and destinations are multiples of cp-size: a lane's bytes are one row of cp-size bytes,
+        # which the heap's padding holds whole where a lane reads fewer)
         cp = rec.cp_size
-        heap = m.glob.data
-        whole = rec.apart and (rec.src_size == cp).all() and not ((rec.src | rec.dst) % cp).any()
-        if whole:  # a lane's bytes as one row
-            data = _units(heap, cp).take(rec.src // cp, axis=0)
-        else:
-            cols = np.arange(cp)
-            idx = np.minimum(rec.src[:, None] + cols, len(heap) - 1)
-            data = np.where(cols < rec.src_size[:, None], heap[idx], 0).astype(np.uint8)
+        data = _units(m.glob.data, cp).take(rec.src // cp, axis=0)
+        if not (rec.src_size == cp).all():
+            data = np.where(np.arange(cp) < rec.src_size[:, None], data, np.uint8(0))
         races = m.shared.races
         if races is not None:
             races.add_pending(rec.dst, cp, -1, rec.apart)
             races.record_write(m, rec.dst, m.ltid[rec.threads], cp, rec.pc, lambda: data.reshape(-1), rec.apart,
                                copy=True)
-        if whole:
-            _put_units(m.shared.data, rec.dst // cp, data)
-        else:
-            m.shared.data[access_bytes(rec.dst, cp)] = data.reshape(-1)
+        _put_units(m.shared.data, rec.dst // cp, data)  # (a repeated destination keeps the last lane's, as bytes do)

@@ -265,9 +265,15 @@ def build_cp_async(d, ins, mods):
     pc = d.index
 
     def run(m, idx):
-        threads = np.arange(m.n) if idx is None else idx
+        threads = m.all_threads if idx is None else idx
         n = len(threads)
-        sizes = np.broadcast_to(np.asarray(src_size(m, idx), np.uint64), (n,)).copy()
+        sizes = np.asarray(src_size(m, idx))
+        if (sizes == cp_size).all():  # (the common case: every lane copies cp-size bytes)
+            dst = m.shared.locate(m, idx, dst_address(m, idx), cp_size, ASYNC, pc)
+            src = m.glob.locate(m, idx, src_address(m, idx), cp_size, ASYNC_SOURCE, pc, align=cp_size)
+            m.async_copies.issue(threads, dst, src, np.full(n, cp_size, np.int64), cp_size, pc, m.shared.races)
+            return
+        sizes = np.broadcast_to(sizes.astype(np.uint64), (n,)).copy()
         if (sizes > cp_size).any():
             lane = int(np.flatnonzero(sizes > cp_size)[0])
             raise Fault(MemoryFault, f"cp.async src-size {int(sizes[lane])} exceeds cp-size {cp_size}",

@@ -389,6 +389,9 @@ def _matrix_modifiers(d, mods) -> tuple[int, bool]:
     return int(count[1:]), trans
 
 
+_U16 = np.dtype(np.uint16)
+
+
 def _row_lanes(threads: np.ndarray, count: int) -> np.ndarray:
     """Positions (in `threads`) of the lanes giving row addresses, ordered (warp, matrix, row)."""
     warps = len(threads) // WARP
@@ -405,9 +408,11 @@ def build_ldmatrix(d, ins, mods):
 
     def run(m, idx):
         threads = whole_units(m, idx, WARP, "ldmatrix")
-        pick = _row_lanes(threads, count)
-        addr = address(m, idx)[pick]
-        data = m.shared.load_rows(m, threads[pick], addr, np.dtype(np.uint16), 8, pc)
+        if count == 4:  # (every lane gives a row's address, in lane order)
+            data = m.shared.load_rows(m, idx, address(m, idx), _U16, 8, pc)
+        else:
+            pick = _row_lanes(threads, count)
+            data = m.shared.load_rows(m, threads[pick], address(m, idx)[pick], _U16, 8, pc)
         words = fr.ldmatrix_words(data.reshape(-1, count, 8, 8), trans)  # (warp, matrix, lane)
         for i, write in enumerate(writers):
             write(m, idx, words[:, i].reshape(-1))
