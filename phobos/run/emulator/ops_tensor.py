@@ -103,8 +103,11 @@ def whole_units(m, idx, size: int, what: str) -> np.ndarray:
 
 def lane_values(m, idx, readers) -> list[np.ndarray]:
     """The values of the registers `readers` read, one per lane (a constant repeated for every lane)."""
-    n = m.n if idx is None else len(idx)
-    return [v if np.ndim(v) else np.full(n, v) for v in (r(m, idx) for r in readers)]
+    values = [read(m, idx) for read in readers]
+    for i, value in enumerate(values):
+        if type(value) is not np.ndarray or not value.ndim:
+            values[i] = np.full(m.n if idx is None else len(idx), value)
+    return values
 
 
 def _element_decoder(kind: str):
