@@ -512,6 +512,7 @@ _TILE = """
     setp.eq.u32 %p1, %r11, 1;
 """
 _V4 = "{%r7, %r8, %r9, %r10}"
+_NEXT_CHUNK = "and.b32 %r11, %r5, 63;\n mul.wide.u32 %rd2, %r11, 16;\n add.s64 %rd4, %rd1, %rd2;\n"  # (wrapped)
 _FAST_PATH_CASES = {
     "read after a whole-chunk write": f"st.shared.v4.b32 [%r4], {_V4};\n ld.shared.v4.b32 {_V4}, [%r6];",
     "write after a whole-chunk read": f"ld.shared.v4.b32 {_V4}, [%r6];\n st.shared.v4.b32 [%r4], {_V4};",
@@ -533,6 +534,26 @@ _FAST_PATH_CASES = {
     "global write of what another CTA copied": f"cp.async.cg.shared.global [%r4], [%rd3], 16;\n"
                                                f" cp.async.wait_all;\n @%p1 st.global.v4.b32 [%rd3], {_V4};",
     "shared read out of bounds": f"ld.shared.v4.b32 {_V4}, [%r4+16];",
+    "global write of what another CTA wrote": f"@!%p1 st.global.v4.b32 [%rd3], {_V4};\n"
+                                              f" @%p1 st.global.v4.b32 [%rd3], {_V4};",
+    "global read of what another CTA wrote": f"@!%p1 st.global.v4.b32 [%rd3], {_V4};\n"
+                                             f" @%p1 ld.global.v4.b32 {_V4}, [%rd3];",
+    "global write of a chunk another thread wrote": _NEXT_CHUNK + f"@%p1 st.global.v4.b32 [%rd3], {_V4};\n"
+                                                    f" @%p1 st.global.v4.b32 [%rd4], {_V4};",
+    "global write of a chunk another thread read": _NEXT_CHUNK + f"@%p1 ld.global.v4.b32 {_V4}, [%rd4];\n"
+                                                   f" @%p1 st.global.v4.b32 [%rd3], {_V4};",
+    "global word read of a whole-chunk write": _NEXT_CHUNK + f"@%p1 st.global.v4.b32 [%rd3], {_V4};\n"
+                                               f" @%p1 ld.global.u32 %r7, [%rd4+4];",
+    "global word write into a whole-chunk write": _NEXT_CHUNK + f"@%p1 st.global.v4.b32 [%rd3], {_V4};\n"
+                                                  f" @%p1 st.global.u32 [%rd4+8], %r1;",
+    "global pair writes of another thread's pair": _NEXT_CHUNK + "@%p1 st.global.v2.b32 [%rd3], {%r7, %r8};\n"
+                                                   " @%p1 st.global.v2.b32 [%rd4], {%r7, %r8};",
+    "global write of what ld.global.nc read": f"@%p1 ld.global.nc.v4.b32 {_V4}, [%rd3];\n"
+                                              f" @%p1 st.global.v4.b32 [%rd3], {_V4};",
+    "global writes of one chunk in one instruction": f"@%p1 st.global.v4.b32 [%rd1], {_V4};",
+    "no race in global memory": _NEXT_CHUNK + f"st.global.v4.b32 [%rd3], {_V4};\n st.global.u32 [%rd3+4], %r1;\n bar.sync 0;\n"
+                                f" ld.global.v4.b32 {_V4}, [%rd4];\n ld.global.u32 %r7, [%rd3+8];\n bar.sync 0;\n"
+                                f" st.global.v4.b32 [%rd4], {_V4};\n bar.sync 0;\n st.global.v2.b32 [%rd3+8], {{%r7, %r1}};",
 }
 
 
@@ -551,11 +572,11 @@ def test_fast_paths_report_what_the_byte_paths_report(case, monkeypatch):
     ctas = 2 if case.startswith("global") else 1
     fast = _launch_outcome(_FAST_PATH_CASES[case], ctas)
     for cls, name in ((memory.RaceDetector, "_load_by_lanes"), (memory.RaceDetector, "_write_by_lanes"),
-                      (memory.GlobalRaceDetector, "_read_by_lanes")):
+                      (memory.GlobalRaceDetector, "_read_by_lanes"), (memory.GlobalRaceDetector, "_write_by_lanes")):
         monkeypatch.setattr(cls, name, lambda *args: False)
     monkeypatch.setattr(memory.GlobalSpace, "_inside_one", lambda *args: None)
     slow = _launch_outcome(_FAST_PATH_CASES[case], ctas)
-    if case == "no race":
+    if case.startswith("no race"):
         np.testing.assert_array_equal(fast, slow)
     else:
         assert isinstance(fast, tuple) and fast == slow

@@ -606,6 +606,18 @@ def _fill_units(shadow: np.ndarray, rows, size: int, value: int) -> None:
     _unit_rows(shadow, size)[rows] = _unit_of(shadow.dtype, size, value)
 
 
+def _settle_chunks(chunks, whole: np.ndarray, shadows) -> bool:
+    """Write the state of the chunks among `chunks` held whole (`whole`, per chunk) to their bytes, which
+    hold it from then on: each (per-byte shadow array, per-chunk array) of `shadows`.  Whether any was."""
+    chunks = chunks[whole.take(chunks)]
+    if not chunks.size:
+        return False
+    for shadow, per_chunk in shadows:
+        _put_units(shadow, chunks, lane_rows(per_chunk.take(chunks), SUMMARY_CHUNK))
+    whole[chunks] = False
+    return True
+
+
 def lane_rows(tid: np.ndarray, nbytes: int) -> np.ndarray:
     """Each lane's thread `tid` repeated for its `nbytes` bytes: (lanes, nbytes), laid out as the rows
     that _units takes (NumPy compares those far faster than against a broadcast column)."""
@@ -684,13 +696,8 @@ class _Accesses:
 
     def settle(self, chunks) -> None:
         """Write the state of the whole chunks among `chunks` to their bytes, which hold it from then on."""
-        if not self.wholes:
-            return
-        chunks = chunks[self.whole.take(chunks)]
-        if chunks.size:
-            for shadow, per_chunk in ((self.lo, self.chunk_lo), (self.hi, self.chunk_hi), (self.pc, self.chunk_pc)):
-                _put_units(shadow, chunks, lane_rows(per_chunk.take(chunks), SUMMARY_CHUNK))
-            self.whole[chunks] = False
+        if self.wholes and _settle_chunks(chunks, self.whole, ((self.lo, self.chunk_lo), (self.hi, self.chunk_hi),
+                                                                (self.pc, self.chunk_pc))):
             self.bytes_live = True
 
     def by_chunks(self, chunks):
@@ -1213,12 +1220,13 @@ class GlobalRaceDetector:
         self._mark: np.ndarray | None = None  # scratch of _in_order
         self._stamp: np.ndarray | None = None  # scratch of lanes_apart
         # per chunk of SUMMARY_CHUNK heap bytes: whether any byte of it was read, written, and whether its
-        # readers are held per chunk (all its bytes read by each read: chunk_reader_lo ..., not the bytes)
+        # readers are held per chunk (all its bytes read by each read: chunk_reader_lo ..., not the bytes),
+        # and its writer (all its bytes written by the last write: chunk_writer ...)
         chunks = -(-heap_bytes // SUMMARY_CHUNK)
-        self.read, self.written, self.whole_read = np.zeros((3, chunks), bool)
-        self.chunk_reader_lo, self.chunk_reader_hi, self.chunk_read_epoch, self.chunk_read_pc = shadow_arrays(
-            chunks, _HIGHEST, _NONE, 0, 0)
-        self.whole_reads = False  # whether a chunk may be whole_read
+        self.read, self.written, self.whole_read, self.whole_written = np.zeros((4, chunks), bool)
+        (self.chunk_reader_lo, self.chunk_reader_hi, self.chunk_read_epoch, self.chunk_read_pc, self.chunk_writer,
+         self.chunk_write_epoch, self.chunk_write_pc) = shadow_arrays(chunks, _HIGHEST, _NONE, 0, 0, _NONE, 0, 0)
+        self.whole_reads = self.whole_writes = False  # whether a chunk may be whole_read, whole_written
         self.clock: dict[int, int] = {}  # CTA (in the grid) -> releases it has made
         self.known: dict[int, dict[int, int]] = {}  # CTA -> {other CTA: releases of it that it acquired}
         self.released: dict[int, tuple[int, int, dict[int, int]]] = {}  # byte -> (CTA, clock, what it knew)
@@ -1226,9 +1234,10 @@ class GlobalRaceDetector:
     def footprint(self) -> np.ndarray:
         """READ/WRITE bits per heap byte: the bytes read (plainly or with ld.global.nc, which also
         opens a readers' window) and written so far."""
-        bits = ((self.reader_hi != _NONE) | np.repeat(self.whole_read, SUMMARY_CHUNK)[: len(self.reader_hi)]) \
-            .view(np.uint8) * np.uint8(READ)
-        bits |= (self.writer != _NONE).view(np.uint8) * np.uint8(WRITE)
+        n = len(self.writer)
+        bits = ((self.reader_hi != _NONE) | np.repeat(self.whole_read, SUMMARY_CHUNK)[:n]).view(np.uint8) * np.uint8(READ)
+        bits |= ((self.writer != _NONE) | np.repeat(self.whole_written, SUMMARY_CHUNK)[:n]).view(np.uint8) \
+            * np.uint8(WRITE)
         return bits
 
     def synchronize(self, m, threads, offsets, acquire: bool, release: bool) -> None:
@@ -1275,8 +1284,9 @@ class GlobalRaceDetector:
         return self.known.get(g // self.tpc, {}).get(other // self.tpc, -1) >= clock
 
     def check(self, m, idx, offsets, nbytes, access: str, pc: int) -> None:
-        threads = np.arange(m.n) if idx is None else np.asarray(idx)
-        if access in (LOAD, ASYNC_SOURCE) and self._read_by_lanes(m, threads, offsets, nbytes, pc):
+        threads = m.all_threads if idx is None else np.asarray(idx)
+        by_lanes = {LOAD: self._read_by_lanes, ASYNC_SOURCE: self._read_by_lanes, STORE: self._write_by_lanes}.get(access)
+        if by_lanes is not None and by_lanes(m, threads, offsets, nbytes, pc):
             return
         if nbytes.ndim == 0:
             b, t = access_bytes(np.asarray(offsets, np.int64), int(nbytes)), np.repeat(threads, int(nbytes))
@@ -1284,6 +1294,7 @@ class GlobalRaceDetector:
             b, lane = lane_bytes(offsets, nbytes)
             t = threads[lane]
         self._settle_reads(b // SUMMARY_CHUNK)
+        self._settle_writes(b // SUMMARY_CHUNK)
         g = (m.cta_first * self.tpc + t).astype(np.int32)
         epoch = m.epoch[m.cta_of[t]]
         if access == STORE:
@@ -1301,6 +1312,55 @@ class GlobalRaceDetector:
             distinct = lambda reset: distinct_bytes(b, g, flag=reset)  # noqa: E731
         self._read(m, b, t, g, epoch, pc, access == NC_LOAD, distinct)
 
+    def _lane_size(self, offsets, nbytes) -> int:
+        """The size of each lane's access where the lane-wise paths take it: all of one size, 2 to 16
+        bytes, aligned to it, while no atomic has released or acquired anything; else 0."""
+        sizes = np.asarray(nbytes)
+        size = int(sizes) if sizes.ndim == 0 else int(sizes[0]) if len(sizes) and (sizes == sizes[0]).all() else 0
+        if size not in (2, 4, 8, 16) or self.known or self.clock or (offsets & (size - 1)).any():
+            return 0
+        if self._stamp is None:
+            self._stamp = np.zeros(len(self.writer), np.int32)
+        return size
+
+    def _lanes(self, m, threads):
+        """Per lane, as columns: its thread in the grid and its CTA's epoch."""
+        return ((m.cta_first * self.tpc + threads).astype(np.int32)[:, None],
+                m.epoch[m.cta_of[threads]][:, None])
+
+    def _cta_bounds(self, g):
+        """The first and last thread (in the grid) of the CTA of each of `g`."""
+        first = g // self.tpc * self.tpc
+        return first, first + (self.tpc - 1)
+
+    def _readers(self, chunks, rows, size: int):
+        """The lowest and highest reader and the epoch of the reads of the bytes of accesses of `size`
+        at `rows` (in `chunks`): per lane (a column) where all are read whole or not at all, else per lane
+        and byte (the whole-read chunks among them settled)."""
+        if size == SUMMARY_CHUNK and not (self.read.take(chunks) > self.whole_read.take(chunks)).any():
+            return [a.take(chunks)[:, None] for a in (self.chunk_reader_lo, self.chunk_reader_hi,
+                                                      self.chunk_read_epoch)]
+        self._settle_reads(chunks)
+        return [_units(a, size).take(rows, axis=0) for a in (self.reader_lo, self.reader_hi, self.read_epoch)]
+
+    def _writers(self, chunks, rows, size: int):
+        """The last writer and its epoch of the bytes of accesses of `size` at `rows` (in `chunks`), as
+        _readers gives the readers."""
+        if size == SUMMARY_CHUNK and not (self.written.take(chunks) > self.whole_written.take(chunks)).any():
+            return [a.take(chunks)[:, None] for a in (self.chunk_writer, self.chunk_write_epoch)]
+        self._settle_writes(chunks)
+        return [_units(a, size).take(rows, axis=0) for a in (self.writer, self.write_epoch)]
+
+    def _writes_clash(self, chunks, rows, size: int, g, epoch) -> bool:
+        """Whether a write of the bytes at `rows` by another thread conflicts with accesses by `g`
+        (_lanes' columns): one of another CTA, or of the CTA in the same epoch (_against_writes, no
+        CTA having acquired anything)."""
+        if not self.written.take(chunks).any():
+            return False
+        w, write_epoch = self._writers(chunks, rows, size)
+        first, last = self._cta_bounds(g)
+        return bool(((w != _NONE) & (w != g) & ((w < first) | (w > last) | (write_epoch == epoch))).any())
+
     def _read_by_lanes(self, m, threads, offsets, nbytes, pc: int) -> bool:
         """Check and record the common read lane by lane rather than byte by byte (as
         RaceDetector._load_by_lanes does): every lane 2 to 16 bytes, aligned to their size, while no
@@ -1310,42 +1370,26 @@ class GlobalRaceDetector:
         Reads of whole chunks are recorded per chunk where the chunks' readers are (`whole_read`).
         False, with nothing done, where the read is not such a one or conflicts with a write (the
         byte-wise path then reports it)."""
-        sizes = np.asarray(nbytes)
-        size = int(sizes) if sizes.ndim == 0 else int(sizes[0]) if len(sizes) and (sizes == sizes[0]).all() else 0
         offsets = np.asarray(offsets, np.int64)
-        if size not in (2, 4, 8, 16) or self.known or self.clock or (offsets & (size - 1)).any():
+        size = self._lane_size(offsets, nbytes)
+        if not size:
             return False
-        if self._stamp is None:
-            self._stamp = np.zeros(len(self.writer), np.int32)
         in_order = in_thread_order(threads)
         apart = lambda: lanes_apart(offsets, size, self._stamp)  # noqa: E731  (no byte read twice)
         if not (in_order or apart()):
             return False
         rows, chunks = offsets // size, offsets // SUMMARY_CHUNK
-        g = (m.cta_first * self.tpc + threads).astype(np.int32)
-        epoch = m.epoch[m.cta_of[threads]]
-        first = g // self.tpc * self.tpc  # the first and last thread of each lane's CTA
-        last = first + (self.tpc - 1)
-        unit = lambda shadow: _units(shadow, size).take(rows, axis=0)  # noqa: E731
-        if self.written.take(chunks).any():
-            w = unit(self.writer)
-            if ((w != _NONE) & (w != g[:, None]) & ((w < first[:, None]) | (w > last[:, None])
-                                                   | (unit(self.write_epoch) == epoch[:, None]))).any():
-                return False
+        g, epoch = self._lanes(m, threads)
+        if self._writes_clash(chunks, rows, size, g, epoch):
+            return False
         read = self.read.take(chunks)
         whole = size == SUMMARY_CHUNK and not (read > self.whole_read.take(chunks)).any()
-        if not whole:  # per byte: each lane's values as a column
-            self._settle_reads(chunks)
-            g, epoch, first, last = g[:, None], epoch[:, None], first[:, None], last[:, None]
         low = high = g
         if read.any():
-            if whole:
-                lo, hi, read_epoch = (a.take(chunks) for a in (self.chunk_reader_lo, self.chunk_reader_hi,
-                                                               self.chunk_read_epoch))
-            else:
-                lo, hi, read_epoch = unit(self.reader_lo), unit(self.reader_hi), unit(self.read_epoch)
+            lo, hi, read_epoch = self._readers(chunks, rows, size)
             reset = hi == _NONE
             if not reset.all():  # (bytes read for the first time, say)
+                first, last = self._cta_bounds(g)
                 # (where there are readers, lo <= hi: all of them in the lane's CTA where both are)
                 reset |= (lo >= first) & (hi <= last) & (read_epoch < epoch)
                 if not (reset.all() or not in_order or apart()):  # (lanes out of order are apart)
@@ -1354,9 +1398,9 @@ class GlobalRaceDetector:
                 high = np.maximum(np.where(reset, _NONE, hi), g)
         self.read[chunks] = True
         if whole:
-            self.chunk_reader_lo[chunks[::-1]] = low[::-1]
-            self.chunk_reader_hi[chunks] = high
-            self.chunk_read_epoch[chunks] = epoch
+            self.chunk_reader_lo[chunks[::-1]] = low[::-1, 0]
+            self.chunk_reader_hi[chunks] = high[:, 0]
+            self.chunk_read_epoch[chunks] = epoch[:, 0]
             self.chunk_read_pc[chunks] = pc
             self.whole_read[chunks] = True
             self.whole_reads = True
@@ -1369,17 +1413,59 @@ class GlobalRaceDetector:
         # read_clock stays 0 throughout while no CTA has released anything
         return True
 
+    def _write_by_lanes(self, m, threads, offsets, nbytes, pc: int) -> bool:
+        """Check and record the common write lane by lane rather than byte by byte (as _read_by_lanes
+        does): every lane 2 to 16 bytes, aligned to their size, no byte written twice, while no atomic
+        has released or acquired anything; writes of whole chunks are recorded per chunk
+        (`whole_written`: a write of a whole chunk replaces the state of all its bytes).  False, with
+        nothing done, where the write is not such a one or conflicts with an earlier access or a read
+        through the non-coherent cache (the byte-wise path then reports it)."""
+        offsets = np.asarray(offsets, np.int64)
+        size = self._lane_size(offsets, nbytes)
+        if not size or not lanes_apart(offsets, size, self._stamp, aligned=True):
+            return False
+        rows, chunks = offsets // size, offsets // SUMMARY_CHUNK
+        g, epoch = self._lanes(m, threads)
+        if self._writes_clash(chunks, rows, size, g, epoch):
+            return False
+        if self.read.take(chunks).any():
+            lo, hi, read_epoch = self._readers(chunks, rows, size)
+            first, last = self._cta_bounds(g)
+            if ((hi != _NONE) & ((lo < first) | (hi > last) | ((read_epoch == epoch) & ((lo != g) | (hi != g))))).any():
+                return False
+        if self.nc_pc is not None and (_units(self.nc_pc, size).take(rows, axis=0) != _NONE).any():
+            return False
+        self.written[chunks] = True
+        if size == SUMMARY_CHUNK:
+            self.chunk_writer[chunks] = g[:, 0]
+            self.chunk_write_epoch[chunks] = epoch[:, 0]
+            self.chunk_write_pc[chunks] = pc
+            self.whole_written[chunks] = True
+            self.whole_writes = True
+            return True
+        self._settle_writes(chunks)
+        shape = (len(rows), size)
+        _put_units(self.writer, rows, np.broadcast_to(g, shape))
+        _put_units(self.write_epoch, rows, np.broadcast_to(epoch, shape))
+        _fill_units(self.write_pc, rows, size, pc)
+        # write_clock stays 0 throughout while no CTA has released anything
+        return True
+
     def _settle_reads(self, chunks) -> None:
         """Write the readers of the whole-read chunks among `chunks` to their bytes, which hold them from
         then on (their read_clock is 0: no CTA had released anything while chunks were read whole)."""
-        if not self.whole_reads:
-            return
-        chunks = chunks[self.whole_read.take(chunks)]
-        if chunks.size:
-            for shadow, per_chunk in ((self.reader_lo, self.chunk_reader_lo), (self.reader_hi, self.chunk_reader_hi),
-                                      (self.read_epoch, self.chunk_read_epoch), (self.read_pc, self.chunk_read_pc)):
-                _put_units(shadow, chunks, lane_rows(per_chunk.take(chunks), SUMMARY_CHUNK))
-            self.whole_read[chunks] = False
+        if self.whole_reads:
+            _settle_chunks(chunks, self.whole_read, ((self.reader_lo, self.chunk_reader_lo),
+                                                     (self.reader_hi, self.chunk_reader_hi),
+                                                     (self.read_epoch, self.chunk_read_epoch),
+                                                     (self.read_pc, self.chunk_read_pc)))
+
+    def _settle_writes(self, chunks) -> None:
+        """_settle_reads of the writers of the whole-written chunks among `chunks`."""
+        if self.whole_writes:
+            _settle_chunks(chunks, self.whole_written, ((self.writer, self.chunk_writer),
+                                                        (self.write_epoch, self.chunk_write_epoch),
+                                                        (self.write_pc, self.chunk_write_pc)))
 
     def _in_order(self, b, g, reset):
         """The readers' windows of bytes `b` read by threads `g` (in the grid), each byte's entries in
