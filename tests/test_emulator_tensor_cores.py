@@ -686,6 +686,31 @@ def test_plain_stores_read_by_wgmma_need_a_proxy_fence():
     assert isinstance(info.value, AsyncCopyHazard) and "st.shared" in info.value.notes[0].message
 
 
+def test_missing_proxy_fence_is_reported_alike_from_whole_chunk_records(monkeypatch):
+    """16-byte stores record their unfenced writer once per 16-byte chunk; the byte-by-byte path (forced)
+    must give the same fault, at the same byte, thread and line, and the fenced program must pass both ways."""
+    from phobos.run.emulator import memory
+    cfg = gemm.WGMMA_LADDER[0][2]
+    m, n, k = 64, 64, 128
+    a, b = _inputs(m, n, k)
+    text = gemm.wgmma_gemm(cfg)
+
+    def outcome(t):
+        c = np.zeros((m, n), np.uint16)
+        try:
+            Module(t, "plain.ptx").launch("gemm_bf16_wgmma", 1, 128, [a, b, c, m, n, k], shared_bytes=cfg.shared_bytes)
+        except MissingProxyFence as err:
+            return str(err), err.ptx_line
+        return c
+
+    unfenced = text.replace("fence.proxy.async.shared::cta;", "")
+    fast = [outcome(text), outcome(unfenced)]
+    monkeypatch.setattr(memory.RaceDetector, "_write_by_lanes", lambda *args: False)
+    slow = [outcome(text), outcome(unfenced)]
+    np.testing.assert_array_equal(fast[0], slow[0])
+    assert isinstance(fast[1], tuple) and fast[1] == slow[1]
+
+
 def _wgmma_of(edit) -> np.ndarray:
     """D of tc.wgmma_ptx's bf16 m64n64k16 (C read from memory, D stored), its text edited by `edit`."""
     a_op, b_op = tc.Operand(64, 16, "bf16", "K", 32), tc.Operand(64, 16, "bf16", "K", 32)

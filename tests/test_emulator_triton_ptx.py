@@ -449,11 +449,20 @@ def test_race_detectors_record_by_lanes_what_they_record_byte_by_byte(arch, monk
     run_batch = machine.Machine.run
 
     def per_byte(state, field, whole="whole"):  # (a whole chunk holds its bytes' state once, not its bytes)
-        whole = np.repeat(getattr(state, whole), memory.SUMMARY_CHUNK)
-        held = np.where(whole, np.repeat(getattr(state, f"chunk_{field}"), memory.SUMMARY_CHUNK), getattr(state, field))
+        held = np.where(np.repeat(getattr(state, whole), memory.SUMMARY_CHUNK), np.repeat(getattr(state, f"chunk_{field}"), memory.SUMMARY_CHUNK), getattr(state, field))
         if field == "pc":  # (an instruction counts where an access is recorded)
             return np.where(per_byte(state, "hi") != -1, held, -1)
+        if field == "write_pc":
+            return np.where(per_byte(state, "writer", whole) != -1, held, -1)
         return held
+
+    def unfenced(state):  # (the writers that no fence.proxy.async followed, and their instructions where they are)
+        if state is None:
+            return None
+        whole = np.repeat(state.whole, memory.SUMMARY_CHUNK)
+        writer, pc = (np.where(whole, np.repeat(getattr(state, f"chunk_{f}"), memory.SUMMARY_CHUNK), getattr(state, f))
+                      for f in ("writer", "pc"))
+        return writer, np.where(writer != 0, pc, -1)
 
     def recorded(m):
         try:
@@ -461,9 +470,9 @@ def test_race_detectors_record_by_lanes_what_they_record_byte_by_byte(arch, monk
         finally:
             shared, glob = m.shared.races, m.glob.races
             states.append([m.shared.data.copy(), m.glob.data.copy(), shared.pending.copy(),
-                           shared.pending_chunks.copy(), shared.unfenced,
+                           shared.pending_chunks.copy(), unfenced(shared.unfenced),
                            *(per_byte(x, f) for x in (shared.reads, shared.writes) for f in ("lo", "hi", "pc")),
-                           glob.writer.copy(), glob.write_pc.copy(),
+                           *(per_byte(glob, f, "whole_written") for f in ("writer", "write_epoch", "write_pc")),
                            *(per_byte(glob, f, "whole_read") for f in ("reader_lo", "reader_hi", "read_epoch",
                                                                         "read_pc"))])
     monkeypatch.setattr(machine.Machine, "run", recorded)
@@ -474,7 +483,8 @@ def test_race_detectors_record_by_lanes_what_they_record_byte_by_byte(arch, monk
     for lanes in (True, False):
         if not lanes:
             for cls, name in ((memory.RaceDetector, "_load_by_lanes"), (memory.RaceDetector, "_write_by_lanes"),
-                              (memory.GlobalRaceDetector, "_read_by_lanes")):
+                              (memory.GlobalRaceDetector, "_read_by_lanes"),
+                              (memory.GlobalRaceDetector, "_write_by_lanes")):
                 monkeypatch.setattr(cls, name, lambda *args: False)
         c = np.zeros((n, n), np.float16)
         phobos.triton.emulate(_tiled_matmul, arch=f"sm_{arch}" if arch == 80 else "sm_90a")[(n // block,)](

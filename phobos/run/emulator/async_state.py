@@ -113,7 +113,7 @@ class AsyncMma(_Groups):
         """An instruction other than wgmma reads or writes registers that wgmmas use: the wgmmas in
         flight that define a register it reads are waited for first, with the groups before theirs
         (ptxas's injected warpgroup.wait); a write to a register of one still in flight is an error."""
-        threads = np.arange(m.n) if idx is None else idx
+        threads = m.all_threads if idx is None else idx
         if reads:
             self._wait_for_results(m, threads, reads)
         for rec in self.records:
@@ -124,16 +124,21 @@ class AsyncMma(_Groups):
                                 "a register of a wgmma in flight (its accumulator or A fragment) is written "
                                 "before the wgmma.wait_group that covers it",
                                 thread=int(threads[np.flatnonzero(inside)[0]]), related=[(rec.pc, "the wgmma")])
-        self.needs_fence[threads] = True
+        if idx is None:
+            self.needs_fence.fill(True)
+        else:
+            self.needs_fence[threads] = True
 
     def _wait_for_results(self, m, threads: np.ndarray, reads: frozenset) -> None:
         """Each of `threads` waits for the wgmmas in flight that define a register of `reads`, and for the
         groups before theirs; the others of a wgmma's warpgroup wait at their own read or wait_group."""
+        waited = [rec for rec in self.records if rec.results & reads]
+        if not waited:
+            return
         limit = np.full(len(self.committed), -1, np.int64)
-        for rec in self.records:
-            if rec.results & reads:
-                inside = np.isin(rec.threads, threads)
-                limit[rec.threads[inside]] = np.maximum(limit[rec.threads[inside]], rec.group[inside] + 1)
+        for rec in waited:
+            inside = np.isin(rec.threads, threads)
+            limit[rec.threads[inside]] = np.maximum(limit[rec.threads[inside]], rec.group[inside] + 1)
         if (limit >= 0).any():
             self._finish(m, limit, partial=True)
 

@@ -749,6 +749,76 @@ class _Accesses:
         return lo if lo != t[i] else int(self.hi[b[i]])
 
 
+class _Unfenced:
+    """Plain writes of shared memory that the async proxy may not see yet: per byte, 1 + the linear tid
+    of the writer that has not executed fence.proxy.async since (0: none) and the write's instruction
+    (which counts only where the writer is not 0).  Writes of whole chunks (16-byte aligned stores,
+    cp.async.cg copies, which leave 0) are held once per chunk (`whole`: chunk_writer, chunk_pc) until
+    a write of part of the chunk settles them to its bytes; `dirty` marks chunks whose bytes may hold
+    a writer, so that fences and the async proxy's checks look at the bytes of those only."""
+
+    def __init__(self, n: int):
+        self.writer, self.pc = shadow_arrays(n, 0, 0)
+        chunks = n // SUMMARY_CHUNK
+        self.chunk_writer, self.chunk_pc = shadow_arrays(chunks, 0, 0)
+        self.whole, self.dirty = np.zeros((2, chunks), bool)
+
+    def settle(self, chunks) -> None:
+        if _settle_chunks(chunks, self.whole, ((self.writer, self.chunk_writer), (self.pc, self.chunk_pc))):
+            self.dirty[chunks] = True  # (conservatively)
+
+    def record_bytes(self, b, writer, pc: int) -> None:
+        """Bytes `b` written by `writer` (1 + tid, per byte; 0: a cp.async copy)."""
+        chunks = b // SUMMARY_CHUNK
+        self.settle(chunks)
+        self.writer[b] = writer
+        self.pc[b] = pc
+        self.dirty[chunks] = True
+
+    def record_rows(self, rows, chunks, nbytes: int, tid, pc: int) -> None:
+        """Rows of `nbytes` (at most a chunk, aligned) `rows` in `chunks` written by threads `tid` (None: by
+        cp.async copies, which leave no writer); whole chunks a chunk at a time."""
+        if nbytes == SUMMARY_CHUNK:
+            if tid is None and not (self.whole.take(chunks) | self.dirty.take(chunks)).any():
+                return  # (no writer there)
+            self.chunk_writer[chunks] = 0 if tid is None else tid + 1
+            self.chunk_pc[chunks] = pc
+            self.whole[chunks] = True
+            return
+        if tid is None and not (self.whole.take(chunks) | self.dirty.take(chunks)).any():
+            return
+        self.settle(chunks)
+        _put_units(self.writer, rows, lane_rows(np.zeros_like(rows, np.int32) if tid is None else tid + 1, nbytes))
+        _fill_units(self.pc, rows, nbytes, pc)
+        self.dirty[chunks] = True
+
+    def at(self, b) -> tuple[np.ndarray, np.ndarray]:
+        """The writer and instruction of each of bytes `b`."""
+        c = b // SUMMARY_CHUNK
+        whole = self.whole.take(c)
+        return (np.where(whole, self.chunk_writer.take(c), self.writer.take(b)),
+                np.where(whole, self.chunk_pc.take(c), self.pc.take(b)))
+
+    def fence(self, row: int, stride: int, fencing: np.ndarray) -> None:
+        """The threads with `fencing[1 + tid]` of the CTA of shared row `row` executed fence.proxy.async."""
+        per_row = stride // SUMMARY_CHUNK
+        chunks = slice(row * per_row, (row + 1) * per_row)
+        held = self.chunk_writer[chunks]
+        held[fencing[held]] = 0
+        dirty = np.flatnonzero(self.dirty[chunks] & ~self.whole[chunks]) + row * per_row
+        if dirty.size:
+            rows = _unit_rows(self.writer, SUMMARY_CHUNK)
+            writers = _units(self.writer, SUMMARY_CHUNK).take(dirty, axis=0)
+            writers[fencing[writers]] = 0
+            rows[dirty] = writers.view(_unit(SUMMARY_CHUNK * 4)).reshape(-1)
+            self.dirty[dirty] = writers.any(axis=1)
+
+    def check_clean(self, chunks) -> bool:
+        """Whether no unfenced writer is held in `chunks`."""
+        return not (self.chunk_writer.take(chunks) != 0)[self.whole.take(chunks)].any() and \
+            not (self.dirty.take(chunks) & ~self.whole.take(chunks)).any()
+
+
 class RaceDetector:
     """Shadow state of shared memory between barriers, one entry per byte.
 
@@ -785,10 +855,7 @@ class RaceDetector:
         self.async_reads: np.ndarray | None = None  # reads in flight, per ASYNC_READ_CHUNK bytes
         self.tma_barrier: np.ndarray | None = None  # mbarrier whose phase a bulk copy wrote the byte in
         self.tma_phase: np.ndarray | None = None
-        # per byte: 1 + the linear tid of a plain writer that has not executed fence.proxy.async since
-        # (0: none), and the write's instruction; created by the first plain write
-        self.unfenced: np.ndarray | None = None
-        self.unfenced_pc: np.ndarray | None = None
+        self.unfenced: _Unfenced | None = None  # created by the first plain write
         self._stamp = np.zeros(n, np.int32)  # scratch for lanes_apart
 
     def reset(self, rows: np.ndarray | None) -> None:
@@ -985,10 +1052,9 @@ class RaceDetector:
                             thread=self._thread(b[j], t[j]))
         if not copy:
             self._track_unfenced()
-            self.unfenced[b] = t + 1
-            self.unfenced_pc[b] = pc
+            self.unfenced.record_bytes(b, t + 1, pc)
         elif self.unfenced is not None:
-            self.unfenced[b] = 0  # (unfenced_pc counts only where it is not 0)
+            self.unfenced.record_bytes(b, 0, pc)
         self._record(self.writes, flat, tid, nbytes, b, t, pc, apart, keep=False if shared is None else shared)
 
     def _write_by_lanes(self, flat, tid, nbytes: int, pc: int, copy: bool) -> bool:
@@ -1013,10 +1079,8 @@ class RaceDetector:
                 return False
         if not copy:
             self._track_unfenced()
-            _put_units(self.unfenced, rows, lane_rows(tid + 1, nbytes))
-            _fill_units(self.unfenced_pc, rows, nbytes, pc)
-        elif self.unfenced is not None and _units(self.unfenced, nbytes).take(rows, axis=0).any():
-            _fill_units(self.unfenced, rows, nbytes, 0)  # (unfenced_pc counts only where it is not 0)
+        if self.unfenced is not None:
+            self.unfenced.record_rows(rows, chunks, nbytes, None if copy else tid, pc)
         writes = self.writes
         if whole:
             writes.record_chunks(chunks, tid, tid, pc)
@@ -1032,7 +1096,7 @@ class RaceDetector:
     def _track_unfenced(self) -> None:
         """Create the unfenced-writer state at the first plain store (cp.async copies leave it None)."""
         if self.unfenced is None:
-            self.unfenced, self.unfenced_pc = shadow_arrays(len(self.pending), 0, 0)
+            self.unfenced = _Unfenced(len(self.pending))
 
     def _against_writes(self, m, b, t, values):
         """Check writes of bytes `b` by threads `t` against the earlier writes: where another thread
@@ -1098,11 +1162,8 @@ class RaceDetector:
         """A wgmma or bulk copy starts (+1) or finishes (-1) reading bytes `b` (whole chunks)."""
         if self.async_reads is None:
             self.async_reads = np.zeros(-(-len(self.pending) // ASYNC_READ_CHUNK), np.int64)
-        counts = np.bincount(b // ASYNC_READ_CHUNK, minlength=len(self.async_reads))
-        if delta > 0:
-            self.async_reads += counts
-        else:
-            self.async_reads -= counts
+        # (whole chunks: each read of a chunk names its first byte once)
+        np.add.at(self.async_reads, b[(b & (ASYNC_READ_CHUNK - 1)) == 0] // ASYNC_READ_CHUNK, delta)
 
     def check_not_read_async(self, m, b, t, what: str, rows=None) -> None:
         """Writing bytes that a wgmma or bulk copy in flight reads is an error.  `t`: the writing
@@ -1127,25 +1188,24 @@ class RaceDetector:
         for row in np.unique(rows):
             fencing = np.zeros(self.threads_per_cta + 1, bool)
             fencing[tids[rows == row] + 1] = True
-            writers = self.unfenced[row * self.stride: (row + 1) * self.stride]
-            writers[fencing[writers]] = 0
+            self.unfenced.fence(int(row), self.stride, fencing)
 
     def check_fenced(self, m, b, thread: int, what: str) -> None:
         """The async proxy (wgmma, bulk copies) reading bytes `b` that a plain store wrote needs a
         `fence.proxy.async` by the writing thread in between (before the barrier that orders them):
         without it the tensor cores or the copy engine may read stale data."""
-        if self.unfenced is None or not b.size:
+        if self.unfenced is None or not b.size or self.unfenced.check_clean(b // SUMMARY_CHUNK):
             return
-        writers = self.unfenced[b]
+        writers, pcs = self.unfenced.at(b)
         if writers.any():
             i = int(np.flatnonzero(writers)[0])
             raise Fault(MissingProxyFence,
                         f"{what} reads shared {m.describe_shared_at(int(b[i]))}, which thread "
                         f"{m.describe_local(int(writers[i]) - 1)} wrote with a plain store "
-                        f"({m.ptx_position(int(self.unfenced_pc[b[i]]))}) and no fence.proxy.async since: "
+                        f"({m.ptx_position(int(pcs[i]))}) and no fence.proxy.async since: "
                         f"the asynchronous proxy may not see it (fence.proxy.async.shared::cta in each writing "
                         f"thread, before the barrier)", thread=thread,
-                        related=[(int(self.unfenced_pc[b[i]]), "the plain store")])
+                        related=[(int(pcs[i]), "the plain store")])
 
     def record_bulk_write(self, b, barrier: int, phase: int) -> None:
         """Bytes `b` written by a bulk tensor copy that completes phase `phase` of `barrier`."""
