@@ -192,7 +192,14 @@ def gather_chain(frag: Fragment, regs: list[np.ndarray], steps: int, decode, axe
     raw = np.stack(regs)
     if frag.halves > 1:
         raw = raw.astype(np.uint32, copy=False).view(f"u{4 // frag.halves}")
-    return decode(raw.reshape(-1).take(frag.chain_sources(len(regs[0]) // 32, steps, axes, layout)))
+    warps = len(regs[0]) // 32
+    if layout[-1] != "b" or warps == 1:
+        return decode(raw.reshape(-1).take(frag.chain_sources(warps, steps, axes, layout)))
+    # the warps innermost: each (register, lane, part) is a row of all warps' elements, and the layout's
+    # rows are those rows in another order (where one warp's elements lie, Fragment.chain_sources)
+    rows = np.ascontiguousarray(raw.reshape(len(regs), warps, -1).transpose(0, 2, 1)).reshape(-1, warps)
+    where = frag.chain_sources(1, steps, axes, layout)
+    return decode(rows.take(where.reshape(-1), axis=0)).reshape(where.shape[:-1] + (warps,))
 
 
 def scatter(frag: Fragment, matrix: np.ndarray) -> list[list[np.ndarray]]:
