@@ -45,9 +45,11 @@ def _mma(d: int, a: int, b: int, c: int, accumulator: str = "f32") -> str:
             f"{{%r{c}, %r{c + 1}, %r{c + 2}, %r{c + 3}}};\n")
 
 
-def _kernel(accumulator: str = "f32", reader: str = "") -> tuple[str, list[int]]:
+def _kernel(accumulator: str = "f32", reader: str = "", other_a: bool = False) -> tuple[str, list[int]]:
     """Two accumulators (at %r100 and %r120), each zeroed by movs between the products, then three
-    steps of K each: a chain of four products an accumulator; `reader` goes after the second step."""
+    steps of K each: a chain of four products an accumulator, the two chains reading one A (a family)
+    unless `other_a`, where the second reads another at its third step; `reader` goes after the
+    second step."""
     text = HEAD + "".join(_operand(r, r) for r in range(10, 90))
     width = 2 if accumulator == "f16" else 4
     for acc in (100, 120):
@@ -55,7 +57,8 @@ def _kernel(accumulator: str = "f32", reader: str = "") -> tuple[str, list[int]]
         text += _mma(acc, 10, 14, acc, accumulator)
     for step in range(1, 4):
         for n, acc in enumerate((100, 120)):
-            text += _mma(acc, 10 + 16 * step, 14 + 16 * step + 2 * n, acc, accumulator)
+            a = 10 + 16 * step + (8 if other_a and n and step == 2 else 0)
+            text += _mma(acc, a, 14 + 16 * step + 2 * n, acc, accumulator)
         if step == 2:
             text += reader
     outputs = [acc + i for acc in (100, 120) for i in range(width)] + ([190] if reader else [])
@@ -80,6 +83,14 @@ def test_chains_and_the_register_instructions_between_them_run_as_one_batch():
     text, outputs = _kernel()
     assert max(_batches(text)) == 8 + 4  # the eight products and the movs that zero the second accumulator
     np.testing.assert_array_equal(_run(text, outputs, True), _run(text, outputs, False))
+
+
+def test_chains_that_read_one_a_only_at_some_steps_are_not_one_family():
+    text, outputs = _kernel(other_a=True)
+    assert max(_batches(text)) == 8 + 4
+    fused = _run(text, outputs, True)
+    np.testing.assert_array_equal(fused, _run(text, outputs, False))
+    assert not np.array_equal(fused, _run(*_kernel(), True))  # the other A changed the second's result
 
 
 @pytest.mark.parametrize("reader", ["    mov.b32 %r190, %r100;\n", "    add.f32 %r100, %r100, %r100;\n"])

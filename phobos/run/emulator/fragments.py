@@ -115,22 +115,27 @@ class Fragment:
     def _destinations(self) -> dict:
         return {}
 
-    def chain_sources(self, warps: int, steps: int, axes: str, layout: str) -> np.ndarray:
-        """For the `steps` instructions of a chain (their registers stacked step by step, as gather_chain
-        lays them out), where each element of the matrices (warps, R, C) side by side along k lies, in
-        `layout`: a string of axis names, b (warps) and those of `axes` (b and R's and C's names: "bik"
-        for A, "bkj" for B), with a unit axis for every other name."""
-        key = (warps, steps, axes, layout)
+    def chain_sources(self, warps: int, steps: int, axes: str, layout: str, columns: int = 1) -> np.ndarray:
+        """For the `steps` instructions of a chain, or of `columns` chains side by side along the
+        fragment's columns (their registers stacked step by step, then register by register, then
+        chain by chain, as gather_chain lays them out), where each element of the matrices (warps, R,
+        C) side by side along k (and along C) lies, in `layout`: a string of axis names, b (warps) and
+        those of `axes` (b and R's and C's names: "bik" for A, "bkj" for B), with a unit axis for
+        every other name."""
+        key = (warps, steps, axes, layout, columns)
         found = self._chains.get(key)
         if found is None:
-            per_step = self.registers * warps * 32 * self.halves
-            where = self.sources(warps)[None] + (np.arange(steps) * per_step)[:, None, None, None]
-            named = "s" + axes  # the steps go just above k
+            per_register = warps * 32 * self.halves
+            register, within = np.divmod(self.sources(warps), per_register)  # (warps, R, C) each
+            step, column = np.arange(steps)[:, None, None, None, None], np.arange(columns)[None, :, None, None, None]
+            where = ((step * self.registers + register) * columns + column) * per_register + within
+            named = "sc" + axes  # the steps go just above k, the chains just above the column axis
             present = "".join(x for x in layout if x in axes)
-            placed = present.replace("k", "sk")
+            placed = present.replace("k", "sk").replace(axes[-1], "c" + axes[-1])
             where = np.transpose(where, [named.index(x) for x in placed])
             sizes = dict(zip(axes, (warps,) + self.shape))
             sizes["k"] *= steps
+            sizes[axes[-1]] *= columns
             found = self._chains[key] = where.reshape(tuple(sizes.get(x, 1) for x in layout))
         return found
 
@@ -185,20 +190,22 @@ def gather(frag: Fragment, regs: list[np.ndarray], decode) -> np.ndarray:
     return gather_chain(frag, regs, 1, decode, "bik", "bik")
 
 
-def gather_chain(frag: Fragment, regs: list[np.ndarray], steps: int, decode, axes: str, layout: str) -> np.ndarray:
-    """The matrices of `steps` chained instructions side by side along k, in `layout` (see
-    Fragment.chain_sources): one gather from their registers, `regs` step by step (steps * registers
-    warp-ordered arrays)."""
+def gather_chain(frag: Fragment, regs: list[np.ndarray], steps: int, decode, axes: str, layout: str,
+                 columns: int = 1) -> np.ndarray:
+    """The matrices of `steps` chained instructions side by side along k (of `columns` chains side by
+    side along C), in `layout` (see Fragment.chain_sources): one gather from their registers, `regs`
+    step by step, register by register, chain by chain (steps * registers * columns warp-ordered
+    arrays)."""
     raw = np.stack(regs)
     if frag.halves > 1:
         raw = raw.astype(np.uint32, copy=False).view(f"u{4 // frag.halves}")
     warps = len(regs[0]) // 32
     if layout[-1] != "b" or warps == 1:
-        return decode(raw.reshape(-1).take(frag.chain_sources(warps, steps, axes, layout)))
+        return decode(raw.reshape(-1).take(frag.chain_sources(warps, steps, axes, layout, columns)))
     # the warps innermost: each (register, lane, part) is a row of all warps' elements, and the layout's
     # rows are those rows in another order (where one warp's elements lie, Fragment.chain_sources)
     rows = np.ascontiguousarray(raw.reshape(len(regs), warps, -1).transpose(0, 2, 1)).reshape(-1, warps)
-    where = frag.chain_sources(1, steps, axes, layout)
+    where = frag.chain_sources(1, steps, axes, layout, columns)
     return decode(rows.take(where.reshape(-1), axis=0)).reshape(where.shape[:-1] + (warps,))
 
 

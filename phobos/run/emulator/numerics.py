@@ -733,10 +733,12 @@ def fma_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarra
     return acc
 
 
-#: The most terms (products) worked on at once: a batch of many matrices goes in parts, whose arrays stay
-#: in the processor's caches, and a long K (a chain of mma.sync, machine.fusion_table) K_AT_ONCE at a time,
-#: so that the parts keep many matrices (the longest axis of a part is innermost in NumPy's loops).
-TERMS_AT_ONCE = 1 << 19
+#: The most terms (products) worked on at once: a batch of many matrices goes in parts, and a long K (a
+#: chain of mma.sync, machine.fusion_table) K_AT_ONCE at a time, so that the parts keep many matrices
+#: (the longest axis of a part is innermost in NumPy's loops; the parts cut the batch's axis, which may
+#: be that one: 2^19 terms gave attention's 64-warp families inner loops of 32 and took 1.5 times as
+#: long on sm_80).
+TERMS_AT_ONCE = 1 << 21
 K_AT_ONCE = 16
 
 

@@ -301,47 +301,65 @@ def build_mma(d, ins, mods):
     decode_a, decode_b = _element_decoder(atype), _element_decoder(btype)
     readers, na, nb = read_a + read_b + read_c, len(read_a), len(read_b)
 
+    a_slots = tuple(d.register(x)[0] for x in _registers(d, a, frag_a.registers, "A"))
+
     def inputs(m, idx):
         whole_units(m, idx, WARP, "mma.sync")
-        return lane_values(m, idx, readers)
+        return _MmaInputs(a_slots, lane_values(m, idx, readers))
 
     def compute(m, operands, links):
         """D = C + A B of one or more mma.sync of this form.  A chain of them, each accumulating into
         the one before's result (`links`, see Fusable), is one product along the K of them all, C
-        the first one's; chains of one length go together, their warps side by side in batches of
-        about BATCH_WARPS warps (the operands of many more would no longer fit in the caches).  The
-        result of a chain is the last one's; the others' are None."""
-        chains = chain_lists(links)
+        the first one's; chains of one length that read the same A registers step by step (a family:
+        a row of a warp's tiles) are one product of that A with their Bs side by side; families of
+        one shape go together, their warps side by side in batches of about BATCH_WARPS warps (the
+        operands of many more would no longer fit in the caches).  The result of a chain is the last
+        one's; the others' are None.  (Within a batch a register holds one value: no instruction of
+        it writes what another reads, machine.fusion_table.)"""
+        families = {}
+        for chain in chain_lists(links):
+            families.setdefault(tuple(operands[k].a for k in chain), []).append(chain)
+        shapes = {}
+        for family in families.values():
+            shapes.setdefault((len(family[0]), len(family)), []).append(family)
         results = [None] * len(operands)
-        for length in sorted({len(chain) for chain in chains}):
+        for (_, width), same in sorted(shapes.items()):
             batch, lanes = [], 0
-            same = [chain for chain in chains if len(chain) == length]
-            for n, chain in enumerate(same):
-                batch.append(chain)
-                lanes += len(operands[chain[0]][0])
+            for n, family in enumerate(same):
+                batch.append(family)
+                lanes += len(operands[family[0][0]].values[0])
                 if lanes >= BATCH_WARPS * WARP or n == len(same) - 1:
-                    for chain_done, result in zip(batch, compute_batch(m, [[operands[k] for k in chain]
-                                                                             for chain in batch])):
-                        results[chain_done[-1]] = result
+                    for family_done, result in zip(batch, compute_batch(m, operands, batch)):
+                        for chain, part in zip(family_done, np.split(result, width, axis=-1)):
+                            results[chain[-1]] = part
                     batch, lanes = [], 0
         return results
 
-    def compute_batch(m, chains):
-        """The results of chains of one length, each a list of its instructions' operands: A and B of
-        all steps gathered at once, side by side along k, laid out as the product works on them."""
-        def registers(steps, first: int, count: int) -> list[np.ndarray]:
-            """Registers first.. first + count - 1 of each step, step by step, the chains' side by side."""
-            columns = [[chain[step][register] for chain in chains]
-                       for step in steps for register in range(first, first + count)]
+    def compute_batch(m, operands, families):
+        """The results of families of one shape, each a list of its chains (lists of instruction
+        indices into `operands`): A and B of all steps gathered at once, side by side along k (and
+        the Bs of a family along N), laid out as the product works on them."""
+        def registers(chains_of, steps, first: int, count: int) -> list[np.ndarray]:
+            """Registers first.. first + count - 1 of each step, step by step, then register by register,
+            then chain by chain of `chains_of(family)`, the families' side by side."""
+            chosen = [chains_of(family) for family in families]
+            columns = [[operands[chains[column][step]].values[register] for chains in chosen]
+                       for step in steps for register in range(first, first + count)
+                       for column in range(len(chosen[0]))]
             return [np.concatenate(column) if len(column) > 1 else column[0] for column in columns]
-        steps = range(len(chains[0]))
-        warps = sum(len(chain[0][0]) for chain in chains) // WARP
-        a_layout, b_layout, arranged = _operand_layouts(dtype, warps, frag_a.shape[0], frag_b.shape[1])
-        ma = fr.gather_chain(frag_a, registers(steps, 0, na), len(steps), decode_a, "bik", a_layout)
-        mb = fr.gather_chain(frag_b, registers(steps, na, nb), len(steps), decode_b, "bkj", b_layout)
-        mc = fr.gather(acc.frag, registers([0], na + nb, len(read_c)), acc.decode)
+        width, steps = len(families[0]), range(len(families[0][0]))
+        lanes = len(operands[families[0][0][0]].values[0])
+        warps = len(families) * lanes // WARP
+        a_layout, b_layout, arranged = _operand_layouts(dtype, warps, frag_a.shape[0], frag_b.shape[1] * width)
+        ma = fr.gather_chain(frag_a, registers(lambda family: family[:1], steps, 0, na), len(steps), decode_a,
+                             "bik", a_layout)
+        mb = fr.gather_chain(frag_b, registers(lambda family: family, steps, na, nb), len(steps), decode_b,
+                             "bkj", b_layout, width)
+        mc = np.concatenate([fr.gather(acc.frag, registers(lambda family: family[column:column + 1], [0], na + nb,
+                                                           len(read_c)), acc.decode) for column in range(width)],
+                            axis=-1)
         result = multiply(m, ma, mb, mc, atype, btype, dtype, satfinite, mode or "rn", "mma.sync", arranged)
-        return np.split(result, np.cumsum([len(chain[0][0]) // WARP for chain in chains[:-1]]))
+        return np.split(result, len(families))
 
     def outputs(m, idx, result):
         for write, value in zip(writers, acc.registers_of(result)):
@@ -573,6 +591,14 @@ def build_wgmma(d, ins, mods):
     # (an f32 accumulator chains as mma.sync's does)
     chain = frozenset(defined) if dtype == "f32" else frozenset()
     return fusable(Fusable(("wgmma", what, satfinite, scale_a, scale_b), inputs, compute, outputs, chain))
+
+
+class _MmaInputs(NamedTuple):
+    """What an mma.sync reads: its A registers (which tell the instructions of a batch that read one A
+    apart) and the values of the registers it reads, A's, B's and C's."""
+
+    a: tuple
+    values: list
 
 
 class _WgmmaInputs(NamedTuple):
