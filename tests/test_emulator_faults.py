@@ -513,6 +513,9 @@ _TILE = """
 """
 _V4 = "{%r7, %r8, %r9, %r10}"
 _NEXT_CHUNK = "and.b32 %r11, %r5, 63;\n mul.wide.u32 %rd2, %r11, 16;\n add.s64 %rd4, %rd1, %rd2;\n"  # (wrapped)
+_HALVES = "setp.lt.u32 %p0, %r1, 32;\n "
+_TWO_COPIES = ("@%p0 cp.async.cg.shared.global [%r4], [%rd3], 16, %r11;\n"  # (CTA 0 copies zeros: src-size 0)
+               " @!%p0 cp.async.cg.shared.global [%r4], [%rd3], 16;\n")
 _FAST_PATH_CASES = {
     "read after a whole-chunk write": f"st.shared.v4.b32 [%r4], {_V4};\n ld.shared.v4.b32 {_V4}, [%r6];",
     "write after a whole-chunk read": f"ld.shared.v4.b32 {_V4}, [%r6];\n st.shared.v4.b32 [%r4], {_V4};",
@@ -530,6 +533,13 @@ _FAST_PATH_CASES = {
     "cp.async into a chunk another thread read": f"ld.shared.v4.b32 {_V4}, [%r6];\n"
                                                  f" cp.async.cg.shared.global [%r4], [%rd3], 16;\n"
                                                  f" cp.async.wait_all;",
+    # (copies of several instructions that one wait completes are performed together where they can be)
+    "copies of two instructions into chunks another thread read": _HALVES + f"ld.shared.v4.b32 {_V4}, [%r6];\n"
+                                                                  f" {_TWO_COPIES} cp.async.wait_all;",
+    "read of a copy of the second of two instructions": _HALVES + f"{_TWO_COPIES} cp.async.wait_all;\n"
+                                                        f" @!%p0 ld.shared.v4.b32 {_V4}, [%r6];",
+    "no race after copies of two instructions": _HALVES + f"{_TWO_COPIES} cp.async.wait_all;\n bar.sync 0;\n"
+                                                f" ld.shared.v4.b32 {_V4}, [%r6];\n st.global.v4.b32 [%rd3], {_V4};",
     "global write of what another CTA read": f"ld.global.v4.b32 {_V4}, [%rd3];\n @%p1 st.global.v4.b32 [%rd3], {_V4};",
     "global write of what another CTA copied": f"cp.async.cg.shared.global [%r4], [%rd3], 16;\n"
                                                f" cp.async.wait_all;\n @%p1 st.global.v4.b32 [%rd3], {_V4};",

@@ -1057,12 +1057,13 @@ class RaceDetector:
             self.unfenced.record_bytes(b, 0, pc)
         self._record(self.writes, flat, tid, nbytes, b, t, pc, apart, keep=False if shared is None else shared)
 
-    def _write_by_lanes(self, flat, tid, nbytes: int, pc: int, copy: bool) -> bool:
+    def _write_by_lanes(self, flat, tid, nbytes: int, pc, copy: bool) -> bool:
         """record_write lane by lane (as _load_by_lanes does) of writes that touch no byte twice: 2 to
         16 bytes each aligned to its size, while no warp barrier was seen, no cp.async is pending into
         the bytes (but the copies being performed), no wgmma or bulk copy in flight reads them and no
-        other thread wrote or read them since the last barrier.  False, with nothing done, otherwise
-        (the byte-wise path then checks it)."""
+        other thread wrote or read them since the last barrier; `pc`: the instruction, or one per lane
+        (copies of several performed together).  False, with nothing done, otherwise (the byte-wise path
+        then checks it)."""
         if nbytes not in (2, 4, 8, 16) or self.warp_epoch is not None or (flat & (nbytes - 1)).any():
             return False
         # (aligned and at most ASYNC_READ_CHUNK bytes, a lane's write lies in one chunk)
@@ -1088,7 +1089,10 @@ class RaceDetector:
         lanes = lane_rows(tid, nbytes)
         _put_units(writes.lo, rows, lanes)
         _put_units(writes.hi, rows, lanes)
-        _fill_units(writes.pc, rows, nbytes, pc)
+        if isinstance(pc, np.ndarray):  # (copies of several instructions performed together)
+            _put_units(writes.pc, rows, lane_rows(pc, nbytes))
+        else:
+            _fill_units(writes.pc, rows, nbytes, pc)
         writes.touched[chunks] = True
         writes.live = writes.bytes_live = True
         return True
@@ -1681,7 +1685,7 @@ class AsyncCopies:
 
     def issue(self, threads, dst, src, src_size, cp_size, pc, races):
         apart = races is None or races.lanes_apart(dst, cp_size, aligned=True)
-        self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads].copy(), cp_size, pc, apart))
+        self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads], cp_size, pc, apart))  # (a copy)
         if races is not None:
             races.add_pending(dst, cp_size, 1, apart)
 
@@ -1695,25 +1699,56 @@ class AsyncCopies:
             return
         limit = np.full(len(self.committed), -1, np.int64)
         limit[threads] = np.iinfo(np.int64).max if keep is None else self.committed[threads] - keep
-        remaining = []
+        remaining, performed = [], []
         for rec in self.records:
             done = rec.group < limit[rec.threads]
             if done.all():
-                self._perform(m, rec)
+                performed.append(rec)
             elif done.any():
-                self._perform(m, rec.part(done))
+                performed.append(rec.part(done))
                 remaining.append(rec.part(~done))
             else:
                 remaining.append(rec)
         self.records = remaining
+        if not self._perform_together(m, performed):
+            for rec in performed:
+                self._perform(m, rec)
+
+    def _perform_together(self, m, records: list[_Copy]) -> bool:
+        """Perform `records` as one copy, where they are copies of whole chunks, no byte twice, into
+        bytes that no other thread accessed since the last barrier (RaceDetector._write_by_lanes
+        checks and records them a chunk at a time, each with its instruction): the state they leave is
+        the one that performing them one by one leaves.  False, with nothing done, otherwise."""
+        races = m.shared.races
+        if races is None or len(records) < 2 or not all(rec.apart and rec.cp_size == SUMMARY_CHUNK for rec in records):
+            return False
+        dst = np.concatenate([rec.dst for rec in records])
+        if not races.lanes_apart(dst, SUMMARY_CHUNK, aligned=True):
+            return False
+        pc = np.concatenate([np.full(len(rec.dst), rec.pc, np.int32) for rec in records])
+        threads = np.concatenate([rec.threads for rec in records])
+        # (writes of cp.async copies being performed look at no pending copy: the order does not matter)
+        if not races._write_by_lanes(dst, m.ltid[threads], SUMMARY_CHUNK, pc, True):
+            return False
+        races.add_pending(dst, SUMMARY_CHUNK, -1, True)
+        _put_units(m.shared.data, dst // SUMMARY_CHUNK,
+                   self._source_rows(m, np.concatenate([rec.src for rec in records]),
+                                     np.concatenate([rec.src_size for rec in records]), SUMMARY_CHUNK))
+        return True
+
+    @staticmethod
+    def _source_rows(m, src, src_size, cp: int) -> np.ndarray:
+        """The bytes copies of `cp` bytes read at heap offsets `src`, `src_size` each (the rest zeros): a
+        row per lane (sources are multiples of cp, and the heap's padding holds a row whole where a lane
+        reads fewer)."""
+        data = _units(m.glob.data, cp).take(src // cp, axis=0)
+        if not (src_size == cp).all():
+            data = np.where(np.arange(cp) < src_size[:, None], data, np.uint8(0))
+        return data
 
     def _perform(self, m, rec: _Copy) -> None:
-        # (sources and destinations are multiples of cp-size: a lane's bytes are one row of cp-size bytes,
-        # which the heap's padding holds whole where a lane reads fewer)
         cp = rec.cp_size
-        data = _units(m.glob.data, cp).take(rec.src // cp, axis=0)
-        if not (rec.src_size == cp).all():
-            data = np.where(np.arange(cp) < rec.src_size[:, None], data, np.uint8(0))
+        data = self._source_rows(m, rec.src, rec.src_size, cp)
         races = m.shared.races
         if races is not None:
             races.add_pending(rec.dst, cp, -1, rec.apart)

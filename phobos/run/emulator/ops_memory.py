@@ -263,12 +263,13 @@ def build_cp_async(d, ins, mods):
     src_address = d.address(ops[1], "global")
     src_size = _source_size(d, ops[3] if len(ops) == 4 else None, cp_size)
     pc = d.index
+    whole = len(ops) == 3  # (every lane copies cp-size bytes)
 
     def run(m, idx):
         threads = m.all_threads if idx is None else idx
         n = len(threads)
-        sizes = np.asarray(src_size(m, idx))
-        if (sizes == cp_size).all():  # (the common case: every lane copies cp-size bytes)
+        sizes = cp_size if whole else np.asarray(src_size(m, idx))
+        if whole or (sizes == cp_size).all():  # (the common case)
             dst = m.shared.locate(m, idx, dst_address(m, idx), cp_size, ASYNC, pc)
             src = m.glob.locate(m, idx, src_address(m, idx), cp_size, ASYNC_SOURCE, pc, align=cp_size)
             m.async_copies.issue(threads, dst, src, np.full(n, cp_size, np.int64), cp_size, pc, m.shared.races)
