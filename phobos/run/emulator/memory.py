@@ -887,7 +887,7 @@ class RaceDetector:
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
         self._settle(b // SUMMARY_CHUNK)
-        self._check_pending(m, b, access, lambda i: self._thread(b[i], t[i]))
+        self.check_pending(m, b, access, lambda i: self._thread(b[i], t[i]))
         if access == LOAD:
             if self.tma_barrier is not None:
                 self.check_observed(m, b, t)
@@ -984,14 +984,14 @@ class RaceDetector:
         between threads are cluster.ClusterRaceDetector's)."""
         b = access_bytes(flat, nbytes)
         t = np.repeat(np.asarray(threads), nbytes)
-        self._check_pending(m, b, access, lambda i: int(t[i]))
+        self.check_pending(m, b, access, lambda i: int(t[i]))
         rows, tid = t // self.threads_per_cta, t % self.threads_per_cta
         if access == LOAD and self.tma_barrier is not None:
             self.check_observed(m, b, tid, rows)
         elif access == STORE:
             self.check_not_read_async(m, b, tid, "write", rows)
 
-    def _check_pending(self, m, b, access: str, thread) -> None:
+    def check_pending(self, m, b, access: str, thread) -> None:
         """No access to bytes `b` while a cp.async into them is pending; `thread(i)`: the batch index of
         the thread of access i."""
         if not self.pending_total:
@@ -1036,7 +1036,7 @@ class RaceDetector:
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
         self._settle(b // SUMMARY_CHUNK)
         if not copy:
-            self._check_pending(m, b, STORE, lambda i: self._thread(b[i], t[i]))
+            self.check_pending(m, b, STORE, lambda i: self._thread(b[i], t[i]))
         self.check_not_read_async(m, b, t, "write")
         self._check(m, b, t, "write", [self.reads, self.atomics])
         values = _Lazy(stored)

@@ -636,6 +636,7 @@ def _shared_operand(m, first, descs, rows: int, k: int, kind: str, mn_major: boo
     races = m.shared.races
     if races is not None:
         races.check_observed(m, flat.reshape(-1), np.repeat(m.ltid[first], flat[0].size))
+        races.check_pending(m, flat.reshape(-1), "wgmma operand read", lambda i: int(first[i // flat[0].size]))
     reads.append(flat.reshape(-1))
     return _memory_values(m.shared.data[flat], kind)
 
