@@ -514,6 +514,7 @@ _TILE = """
 _V4 = "{%r7, %r8, %r9, %r10}"
 _NEXT_CHUNK = "and.b32 %r11, %r5, 63;\n mul.wide.u32 %rd2, %r11, 16;\n add.s64 %rd4, %rd1, %rd2;\n"  # (wrapped)
 _HALVES = "setp.lt.u32 %p0, %r1, 32;\n "
+_LDMATRIX = f"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {_V4},"
 _TWO_COPIES = ("@%p0 cp.async.cg.shared.global [%r4], [%rd3], 16, %r11;\n"  # (CTA 0 copies zeros: src-size 0)
                " @!%p0 cp.async.cg.shared.global [%r4], [%rd3], 16;\n")
 _FAST_PATH_CASES = {
@@ -540,6 +541,17 @@ _FAST_PATH_CASES = {
                                                         f" @!%p0 ld.shared.v4.b32 {_V4}, [%r6];",
     "no race after copies of two instructions": _HALVES + f"{_TWO_COPIES} cp.async.wait_all;\n bar.sync 0;\n"
                                                 f" ld.shared.v4.b32 {_V4}, [%r6];\n st.global.v4.b32 [%rd3], {_V4};",
+    # (ldmatrix rows are whole chunks, checked a chunk at a time; their alignment is known from the address check)
+    "ldmatrix of a chunk another thread wrote": f"st.shared.v4.b32 [%r4], {_V4};\n {_LDMATRIX} [%r6];",
+    "ldmatrix of a copy before its wait": f"cp.async.cg.shared.global [%r4], [%rd3], 16;\n {_LDMATRIX} [%r4];",
+    "ldmatrix of a misaligned row": f"{_LDMATRIX} [%r3+8];",
+    "no race with ldmatrix": "mov.u32 %r7, %r1;\n mov.u32 %r8, %r5;\n mov.u32 %r9, %r2;\n mov.u32 %r10, %r6;\n"
+                             f" st.shared.v4.b32 [%r4], {_V4};\n bar.sync 0;\n {_LDMATRIX} [%r6];\n"
+                             f" st.global.v4.b32 [%rd3], {_V4};",
+    # (an issued cp.async finds from its destination chunks whether two lanes copy into one)
+    "copies of one instruction into one chunk": "cp.async.cg.shared.global [%r3], [%rd3], 16;\n cp.async.wait_all;",
+    "read of a chunk two lanes copy into, before the wait": f"cp.async.cg.shared.global [%r3], [%rd3], 16;\n"
+                                                           f" ld.shared.v4.b32 {_V4}, [%r6];",
     "global write of what another CTA read": f"ld.global.v4.b32 {_V4}, [%rd3];\n @%p1 st.global.v4.b32 [%rd3], {_V4};",
     "global write of what another CTA copied": f"cp.async.cg.shared.global [%r4], [%rd3], 16;\n"
                                                f" cp.async.wait_all;\n @%p1 st.global.v4.b32 [%rd3], {_V4};",
@@ -585,6 +597,12 @@ def test_fast_paths_report_what_the_byte_paths_report(case, monkeypatch):
                       (memory.GlobalRaceDetector, "_read_by_lanes"), (memory.GlobalRaceDetector, "_write_by_lanes")):
         monkeypatch.setattr(cls, name, lambda *args: False)
     monkeypatch.setattr(memory.GlobalSpace, "_inside_one", lambda *args: None)
+
+    def add_issued(races, flat, nbytes):  # (whether two lanes copy into one byte, by sorting)
+        apart = memory.lanes_apart(flat, nbytes)
+        races.add_pending(flat, nbytes, 1, apart)
+        return apart
+    monkeypatch.setattr(memory.RaceDetector, "add_issued", add_issued)
     slow = _launch_outcome(_FAST_PATH_CASES[case], ctas)
     if case.startswith("no race"):
         np.testing.assert_array_equal(fast, slow)

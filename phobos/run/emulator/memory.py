@@ -150,6 +150,14 @@ def _lane_numbers(n: int) -> np.ndarray:
     return numbers
 
 
+@functools.lru_cache(maxsize=64)
+def full_sizes(n: int, nbytes: int) -> np.ndarray:
+    """`nbytes` for each of `n` lanes (the source sizes of cp.async copies of whole cp-size), read-only."""
+    sizes = np.full(n, nbytes, np.int64)
+    sizes.flags.writeable = False
+    return sizes
+
+
 def lanes_apart(flat, nbytes, stamp=None, aligned: bool = False) -> bool:
     """Whether accesses of `nbytes` (an int, or one per lane) at the offsets `flat` (one per lane)
     touch no byte twice.  `stamp`: a scratch array as long as the space, which makes the test of
@@ -202,7 +210,7 @@ def distinct_bytes(b, t, epoch=None, flag=None):
 
 
 def check_alignment(space_name, addr, align, idx, access):
-    if align == 1 or not (addr & np.uint64(align - 1)).any():
+    if align == 1 or not int(np.bitwise_or.reduce(addr)) & (align - 1):  # (one pass: the bits any address has)
         return
     bad = (addr & np.uint64(align - 1)) != 0
     if bad.any():
@@ -244,7 +252,9 @@ class Space:
         size = dtype.itemsize
         pos = self.locate(m, idx, addr, size * count, access, pc) // size
         view = self.view(dtype)
-        if not (pos % count).any():  # (aligned to the whole access, as they are) rows of `count` values
+        # (aligned to the whole access, as locate checked: offsets of accesses of up to 16 bytes are aligned as
+        # their addresses are) rows of `count` values
+        if size * count <= SUMMARY_CHUNK or not (pos % count).any():
             return view[: len(view) // count * count].reshape(-1, count).take(pos // count, axis=0)
         return view[pos[:, None] + np.arange(count)]
 
@@ -365,7 +375,9 @@ class GlobalSpace(Space):
             offsets = self._offsets_of(idx, addr, nbytes, what)
             check_alignment(self.name, addr, align or int(nbytes), idx, what)
         if self.races is not None and access in GLOBAL_TRACKED:
-            self.races.check(m, idx, offsets, nbytes, access, pc)
+            # (allocations are ALLOC_ALIGN-aligned in the heap too: offsets are aligned as addresses are)
+            self.races.check(m, idx, offsets, nbytes, access, pc,
+                             aligned=nbytes.ndim == 0 and (align or int(nbytes)) % int(nbytes) == 0)
         elif self.untracked is not None:
             self._mark(offsets, nbytes, READ if access in GLOBAL_READS else WRITE)
         return offsets
@@ -380,7 +392,8 @@ class GlobalSpace(Space):
         if k < 0:
             return None
         _, base, size, offset = self.blocks[k]
-        return base - offset if high < base + size and high + int(nbytes.max()) <= base + size else None
+        longest = int(nbytes) if nbytes.ndim == 0 else int(nbytes.max())
+        return base - offset if high < base + size and high + longest <= base + size else None
 
     def _offsets_of(self, idx, addr, nbytes, what: str) -> np.ndarray:
         """Heap offsets of accesses of `nbytes` at `addr`, checked to lie in the allocations."""
@@ -474,7 +487,8 @@ class WindowSpace(Space):
         check_alignment(self.name, off, align or nbytes, idx, access)
         flat = (self.row_start if idx is None else self.row_start[idx]) + off.view(np.int64)
         if self.races is not None and access not in UNTRACKED:
-            self.races.check(m, idx, flat, nbytes, access, pc, stored)
+            # (rows are 16-byte aligned: accesses of up to 16 bytes are aligned in `flat` as in `off`)
+            self.races.check(m, idx, flat, nbytes, access, pc, stored, aligned=align is None or align % nbytes == 0)
             if self.cluster_races is not None:
                 self.cluster_races.check(m, lane_threads(idx, len(off)), flat, nbytes, access, pc)
         return flat
@@ -616,6 +630,13 @@ def _settle_chunks(chunks, whole: np.ndarray, shadows) -> bool:
         _put_units(shadow, chunks, lane_rows(per_chunk.take(chunks), SUMMARY_CHUNK))
     whole[chunks] = False
     return True
+
+
+def rows_and_chunks(offsets, nbytes: int):
+    """The rows of `nbytes` bytes and the chunks of accesses of `nbytes` (at most a chunk) aligned at
+    `offsets`: one array for both where they are whole chunks."""
+    chunks = offsets // SUMMARY_CHUNK
+    return (chunks if nbytes == SUMMARY_CHUNK else offsets // nbytes), chunks
 
 
 def lane_rows(tid: np.ndarray, nbytes: int) -> np.ndarray:
@@ -877,12 +898,14 @@ class RaceDetector:
         multiples of nbytes) touch no byte twice."""
         return lanes_apart(flat, nbytes, self._stamp, aligned)
 
-    def check(self, m, idx, flat, nbytes, access, pc, stored=None):
+    def check(self, m, idx, flat, nbytes, access, pc, stored=None, aligned: bool = False):
+        """Check and record accesses of `nbytes` at `flat` by the threads `idx`; `aligned`: the offsets are
+        known to be multiples of nbytes where nbytes is at most a chunk (WindowSpace.locate checked it)."""
         tid = m.ltid if idx is None else m.ltid[idx]
         if access == STORE:
             self.record_write(m, flat, tid, nbytes, pc, stored)
             return
-        if access == LOAD and self._load_by_lanes(idx, flat, tid, nbytes, pc):
+        if access == LOAD and self._load_by_lanes(idx, flat, tid, nbytes, pc, aligned):
             return
         b = access_bytes(flat, nbytes)
         t = tid if nbytes == 1 else np.repeat(tid, nbytes)
@@ -903,20 +926,20 @@ class RaceDetector:
             return
         self._record(accesses, flat, tid, nbytes, b, t, pc, self.lanes_apart(flat, nbytes), keep=True)
 
-    def _load_by_lanes(self, idx, flat, tid, nbytes, pc: int) -> bool:
+    def _load_by_lanes(self, idx, flat, tid, nbytes, pc: int, aligned: bool = False) -> bool:
         """Check and record the common load lane by lane rather than byte by byte: accesses of 2 to 16
         bytes each aligned to its size, while no bulk copy or warp barrier was seen, the lanes in thread
         order or no byte read twice - the shadow state is then viewed as rows of `nbytes` bytes, a lane's
         row (or as whole chunks: _load_chunks), and each row read updated as the byte-wise path updates
         it (_Accesses.record: a row read by several lanes in thread order gets its lowest reader written
         last in reverse).  False, with nothing done, where the load is not such a one or a byte of it is
-        pending or conflicts (the byte-wise path then reports that)."""
+        pending or conflicts (the byte-wise path then reports that); `aligned`: known to be aligned."""
         if (nbytes not in (2, 4, 8, 16) or self.tma_barrier is not None or self.warp_epoch is not None
-                or (flat & (nbytes - 1)).any()):
+                or not aligned and (flat & (nbytes - 1)).any()):
             return False
         if not (in_thread_order(idx) or self.lanes_apart(flat, nbytes)):
             return False
-        rows, chunks = flat // nbytes, flat // SUMMARY_CHUNK
+        rows, chunks = rows_and_chunks(flat, nbytes)
         if self._pending_at(rows, chunks, nbytes):
             return False
         if nbytes == SUMMARY_CHUNK and self._load_chunks(chunks, tid, pc):
@@ -1004,20 +1027,32 @@ class RaceDetector:
                         f"into it is still pending (missing cp.async.wait_group/wait_all?)",
                         thread=thread(i))
 
-    def add_pending(self, flat, nbytes: int, delta: int, apart: bool) -> None:
+    def add_issued(self, flat, nbytes: int) -> bool:
+        """add_pending of cp.async copies issued; whether they touch no byte twice (lanes_apart's stamp
+        test, from the rows that add_pending indexes)."""
+        rows = flat // nbytes
+        lanes = _lane_numbers(len(rows))
+        self._stamp[rows] = lanes
+        apart = bool((self._stamp[rows] == lanes).all())
+        self.add_pending(flat, nbytes, 1, apart, rows)
+        return apart
+
+    def add_pending(self, flat, nbytes: int, delta: int, apart: bool, rows=None) -> None:
         """cp.async copies of `nbytes` into `flat` (one per lane, multiples of nbytes, as cp.async
         destinations are) are issued (+1) or performed (-1); `apart`: no byte twice (then a lane at a
-        time: see _load_by_lanes).  Copies of whole chunks are counted per chunk."""
+        time: see _load_by_lanes); `rows`: flat // nbytes where known.  Copies of whole chunks are
+        counted per chunk."""
         self.pending_total += delta * len(flat) * nbytes
+        if apart and rows is None:
+            rows = flat // nbytes
         if nbytes == SUMMARY_CHUNK:
             if apart:
-                self.pending_chunks[flat // nbytes] += np.int16(delta)
+                self.pending_chunks[rows] += np.int16(delta)
             else:
                 np.add.at(self.pending_chunks, flat // nbytes, delta)
             return
         self.pending_in_bytes += delta * len(flat) * nbytes
         if apart:
-            rows = flat // nbytes
             _put_units(self.pending, rows, _units(self.pending, nbytes).take(rows, axis=0) + np.int16(delta))
         else:
             np.add.at(self.pending, access_bytes(flat, nbytes), delta)
@@ -1069,7 +1104,7 @@ class RaceDetector:
         # (aligned and at most ASYNC_READ_CHUNK bytes, a lane's write lies in one chunk)
         if self.async_reads is not None and (self.async_reads[flat // ASYNC_READ_CHUNK] > 0).any():
             return False
-        rows, chunks = flat // nbytes, flat // SUMMARY_CHUNK
+        rows, chunks = rows_and_chunks(flat, nbytes)
         if not copy and self._pending_at(rows, chunks, nbytes):
             return False
         earlier = (self.reads, self.atomics, self.writes)
@@ -1283,6 +1318,7 @@ class GlobalRaceDetector:
         self.nc_pc: np.ndarray | None = None  # created by the first ld.global.nc
         self._mark: np.ndarray | None = None  # scratch of _in_order
         self._stamp: np.ndarray | None = None  # scratch of lanes_apart
+        self._all_lanes = (None, None)  # (batch, _lanes' threads of all its lanes)
         # per chunk of SUMMARY_CHUNK heap bytes: whether any byte of it was read, written, and whether its
         # readers are held per chunk (all its bytes read by each read: chunk_reader_lo ..., not the bytes),
         # and its writer (all its bytes written by the last write: chunk_writer ...)
@@ -1347,10 +1383,12 @@ class GlobalRaceDetector:
         release of that CTA after it)."""
         return self.known.get(g // self.tpc, {}).get(other // self.tpc, -1) >= clock
 
-    def check(self, m, idx, offsets, nbytes, access: str, pc: int) -> None:
+    def check(self, m, idx, offsets, nbytes, access: str, pc: int, aligned: bool = False) -> None:
+        """Check and record accesses of `nbytes` (an int or one per lane) at heap `offsets` by the threads
+        `idx`; `aligned`: the offsets are known to be multiples of nbytes (GlobalSpace.locate checked it)."""
         threads = m.all_threads if idx is None else np.asarray(idx)
-        by_lanes = {LOAD: self._read_by_lanes, ASYNC_SOURCE: self._read_by_lanes, STORE: self._write_by_lanes}.get(access)
-        if by_lanes is not None and by_lanes(m, threads, offsets, nbytes, pc):
+        by_lanes = self._BY_LANES.get(access)
+        if by_lanes is not None and getattr(self, by_lanes)(m, threads, offsets, nbytes, pc, aligned):
             return
         if nbytes.ndim == 0:
             b, t = access_bytes(np.asarray(offsets, np.int64), int(nbytes)), np.repeat(threads, int(nbytes))
@@ -1376,12 +1414,16 @@ class GlobalRaceDetector:
             distinct = lambda reset: distinct_bytes(b, g, flag=reset)  # noqa: E731
         self._read(m, b, t, g, epoch, pc, access == NC_LOAD, distinct)
 
-    def _lane_size(self, offsets, nbytes) -> int:
+    _BY_LANES = {LOAD: "_read_by_lanes", ASYNC_SOURCE: "_read_by_lanes", STORE: "_write_by_lanes"}
+
+    def _lane_size(self, offsets, nbytes, aligned: bool) -> int:
         """The size of each lane's access where the lane-wise paths take it: all of one size, 2 to 16
-        bytes, aligned to it, while no atomic has released or acquired anything; else 0."""
+        bytes, aligned to it (`aligned`: known to be), while no atomic has released or acquired anything;
+        else 0."""
         sizes = np.asarray(nbytes)
         size = int(sizes) if sizes.ndim == 0 else int(sizes[0]) if len(sizes) and (sizes == sizes[0]).all() else 0
-        if size not in (2, 4, 8, 16) or self.known or self.clock or (offsets & (size - 1)).any():
+        if (size not in (2, 4, 8, 16) or self.known or self.clock
+                or not aligned and (offsets & (size - 1)).any()):
             return 0
         if self._stamp is None:
             self._stamp = np.zeros(len(self.writer), np.int32)
@@ -1389,6 +1431,10 @@ class GlobalRaceDetector:
 
     def _lanes(self, m, threads):
         """Per lane, as columns: its thread in the grid and its CTA's epoch."""
+        if threads is m.all_threads:  # (the grid threads of a batch's lanes, made once per batch)
+            if self._all_lanes[0] is not m:
+                self._all_lanes = m, (m.cta_first * self.tpc + threads).astype(np.int32)[:, None]
+            return self._all_lanes[1], m.epoch[m.cta_of][:, None]
         return ((m.cta_first * self.tpc + threads).astype(np.int32)[:, None],
                 m.epoch[m.cta_of[threads]][:, None])
 
@@ -1425,7 +1471,7 @@ class GlobalRaceDetector:
         first, last = self._cta_bounds(g)
         return bool(((w != _NONE) & (w != g) & ((w < first) | (w > last) | (write_epoch == epoch))).any())
 
-    def _read_by_lanes(self, m, threads, offsets, nbytes, pc: int) -> bool:
+    def _read_by_lanes(self, m, threads, offsets, nbytes, pc: int, aligned: bool = False) -> bool:
         """Check and record the common read lane by lane rather than byte by byte (as
         RaceDetector._load_by_lanes does): every lane 2 to 16 bytes, aligned to their size, while no
         atomic has released or acquired anything, and no byte read twice - or the lanes in thread
@@ -1433,23 +1479,24 @@ class GlobalRaceDetector:
         records those: a row read by several lanes gets its lowest reader written last in reverse).
         Reads of whole chunks are recorded per chunk where the chunks' readers are (`whole_read`).
         False, with nothing done, where the read is not such a one or conflicts with a write (the
-        byte-wise path then reports it)."""
+        byte-wise path then reports it).  `aligned`: the offsets are known to be aligned."""
         offsets = np.asarray(offsets, np.int64)
-        size = self._lane_size(offsets, nbytes)
+        size = self._lane_size(offsets, nbytes, aligned)
         if not size:
             return False
-        in_order = in_thread_order(threads)
+        in_order = threads is m.all_threads or in_thread_order(threads)
         apart = lambda: lanes_apart(offsets, size, self._stamp)  # noqa: E731  (no byte read twice)
         if not (in_order or apart()):
             return False
-        rows, chunks = offsets // size, offsets // SUMMARY_CHUNK
+        rows, chunks = rows_and_chunks(offsets, size)
         g, epoch = self._lanes(m, threads)
         if self._writes_clash(chunks, rows, size, g, epoch):
             return False
         read = self.read.take(chunks)
-        whole = size == SUMMARY_CHUNK and not (read > self.whole_read.take(chunks)).any()
+        touched = read.any()
+        whole = size == SUMMARY_CHUNK and not (touched and (read > self.whole_read.take(chunks)).any())
         low = high = g
-        if read.any():
+        if touched:
             lo, hi, read_epoch = self._readers(chunks, rows, size)
             reset = hi == _NONE
             if not reset.all():  # (bytes read for the first time, say)
@@ -1477,18 +1524,18 @@ class GlobalRaceDetector:
         # read_clock stays 0 throughout while no CTA has released anything
         return True
 
-    def _write_by_lanes(self, m, threads, offsets, nbytes, pc: int) -> bool:
+    def _write_by_lanes(self, m, threads, offsets, nbytes, pc: int, aligned: bool = False) -> bool:
         """Check and record the common write lane by lane rather than byte by byte (as _read_by_lanes
         does): every lane 2 to 16 bytes, aligned to their size, no byte written twice, while no atomic
         has released or acquired anything; writes of whole chunks are recorded per chunk
         (`whole_written`: a write of a whole chunk replaces the state of all its bytes).  False, with
         nothing done, where the write is not such a one or conflicts with an earlier access or a read
-        through the non-coherent cache (the byte-wise path then reports it)."""
+        through the non-coherent cache (the byte-wise path then reports it).  `aligned`: as for _read_by_lanes."""
         offsets = np.asarray(offsets, np.int64)
-        size = self._lane_size(offsets, nbytes)
+        size = self._lane_size(offsets, nbytes, aligned)
         if not size or not lanes_apart(offsets, size, self._stamp, aligned=True):
             return False
-        rows, chunks = offsets // size, offsets // SUMMARY_CHUNK
+        rows, chunks = rows_and_chunks(offsets, size)
         g, epoch = self._lanes(m, threads)
         if self._writes_clash(chunks, rows, size, g, epoch):
             return False
@@ -1684,10 +1731,8 @@ class AsyncCopies:
         self.records: list[_Copy] = []
 
     def issue(self, threads, dst, src, src_size, cp_size, pc, races):
-        apart = races is None or races.lanes_apart(dst, cp_size, aligned=True)
+        apart = races is None or races.add_issued(dst, cp_size)
         self.records.append(_Copy(threads, dst, src, src_size, self.committed[threads], cp_size, pc, apart))  # (a copy)
-        if races is not None:
-            races.add_pending(dst, cp_size, 1, apart)
 
     def commit(self, threads) -> None:
         self.committed[threads] += 1

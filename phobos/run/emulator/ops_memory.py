@@ -31,7 +31,7 @@ from . import syntax as syn
 from .decode import opcode, plain
 from .errors import Fault, MemoryFault, PtxSyntaxError
 from .memory import (ASYNC, ASYNC_SOURCE, ATOMIC, LOAD, LOCAL_APERTURE, NC_LOAD, PARAM_APERTURE, SHARED_APERTURE,
-                     STORE, STRONG_STORE)
+                     STORE, STRONG_STORE, full_sizes)
 from .ops_arith import elementwise, half_sum, pairwise, require
 from .ptxtypes import TYPES
 
@@ -272,7 +272,7 @@ def build_cp_async(d, ins, mods):
         if whole or (sizes == cp_size).all():  # (the common case)
             dst = m.shared.locate(m, idx, dst_address(m, idx), cp_size, ASYNC, pc)
             src = m.glob.locate(m, idx, src_address(m, idx), cp_size, ASYNC_SOURCE, pc, align=cp_size)
-            m.async_copies.issue(threads, dst, src, np.full(n, cp_size, np.int64), cp_size, pc, m.shared.races)
+            m.async_copies.issue(threads, dst, src, full_sizes(n, cp_size), cp_size, pc, m.shared.races)
             return
         sizes = np.broadcast_to(sizes.astype(np.uint64), (n,)).copy()
         if (sizes > cp_size).any():
