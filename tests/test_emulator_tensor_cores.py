@@ -314,6 +314,15 @@ def test_wgmma_reads_every_canonical_layout(kind, a_spec, b_spec, ktot, n):
         assert ptxas_errors(case.text, "sm_90a") is None
 
 
+def test_a_wgmma_reading_what_a_cp_async_in_flight_writes_is_reported():
+    """The copy's data may or may not have landed when the tensor cores read the bytes."""
+    case = tc.wgmma_case(rng, "bf16", ("K", 128), ("MN", 128), 64, 64)
+    case.text = case.text.replace("    cvt.u64.u32 %off, %s;", "    cp.async.cg.shared.global [%s+16], [%ptr], 16;\n"
+                                  "    cp.async.commit_group;\n    cvt.u64.u32 %off, %s;")
+    with pytest.raises(AsyncCopyHazard, match="wgmma operand read at .* while a cp.async into it is still pending"):
+        run_wgmma(case)
+
+
 def test_wgmma_scale_d_and_negated_a():
     case = tc.wgmma_case(rng, "bf16", ("K", 128), ("MN", 128), 64, 64, scale_d=0, scale_a=-1)
     np.testing.assert_array_equal(run_wgmma(case).view(np.uint32), case.expected.view(np.uint32))
