@@ -461,25 +461,16 @@ def _fma_f64(a, b, c, mode):
 
 def _with_nans(raw, opcode: str):
     """An arithmetic operation `raw(*operands, mode)` whose NaN results get the GPU's bits (`opcode`
-    says which NaN operand it passes on; f32 results have none to pass on: `canonical_f32`)."""
+    says which NaN operand it passes on; an f32 result passes none on, so its operands are not looked at)."""
     def op(*args):
         *operands, mode = args
         with np.errstate(all="ignore"):
             out = raw(*operands, mode)
-        if getattr(out, "dtype", None) == np.float32:
-            return canonical_f32(out)
-        with np.errstate(all="ignore"):
+            if getattr(out, "dtype", None) == np.float32:
+                return arithmetic_nan(out)
             return arithmetic_nan(out, *nan_precedence(opcode, *operands))
     op.__doc__ = raw.__doc__
     return op
-
-
-def canonical_f32(out):
-    """f32 arithmetic results `out` with every NaN the canonical one (`arithmetic_nan` of f32)."""
-    nan = np.isnan(out)
-    if np.count_nonzero(nan):
-        return np.where(nan, canonical_nan(np.float32), out)[()]
-    return out
 
 
 add_f32, mul_f32, fma_f32 = _with_nans(_add_f32, "add"), _with_nans(_mul_f32, "mul"), _with_nans(_fma_f32, "fma")

@@ -361,7 +361,7 @@ def _divide_by_unit(full: bool, ftz: bool, constant: bool):
                 if np.count_nonzero(small):
                     a, b = scaled(a, b, small, np.float32(2.0 ** 24))
             out = (reciprocal(b) * a).astype(np.float32)
-        return nx.canonical_f32(out)
+        return nx.arithmetic_nan(out)
     return divide
 
 

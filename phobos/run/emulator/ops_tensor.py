@@ -294,14 +294,15 @@ def build_mma(d, ins, mods):
     operand_type = F64 if atype == "f64" else B32
     d_items = _registers(d, dst, acc.registers, "the destination")
     writers = [d.writer(x, acc.register_type) for x in d_items]
-    read_a = [d.reader(x, operand_type) for x in _registers(d, a, frag_a.registers, "A")]
+    a_items = _registers(d, a, frag_a.registers, "A")
+    read_a = [d.reader(x, operand_type) for x in a_items]
     read_b = [d.reader(x, operand_type) for x in _registers(d, b, frag_b.registers, "B")]
     c_items = _registers(d, c, acc.registers, "C")
     read_c = [d.reader(x, acc.register_type) for x in c_items]
     decode_a, decode_b = _element_decoder(atype), _element_decoder(btype)
     readers, na, nb = read_a + read_b + read_c, len(read_a), len(read_b)
 
-    a_slots = tuple(d.register(x)[0] for x in _registers(d, a, frag_a.registers, "A"))
+    a_slots = tuple(d.register(x)[0] for x in a_items)
 
     def inputs(m, idx):
         whole_units(m, idx, WARP, "mma.sync")
