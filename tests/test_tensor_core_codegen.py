@@ -179,6 +179,54 @@ def test_wgmma_with_b_alone_loaded_beside_it_runs_outside_a_pipelined_loop(tmp_p
     np.testing.assert_allclose(results["sm_90a"][0], exact, rtol=1e-5, atol=1e-4)
 
 
+OUTER_A = """
+@autotune(WARPS in [4])
+kernel outer(q: tensor<bf16>[M, K], k: tensor<bf16>[N, K], o: tensor<f32>[M, N]) {
+    let qb = q[0 :+ 64, 0 :+ 64]  // A, loaded before the loop over h, read by the product in the loop over c
+    var total: tile<f32>[64, 64] = 0.0
+    for h in range(0, 2) {
+        var acc: tile<f32>[64, 64] = 0.0
+        for c in range(0, N, 64) {
+            acc += dot(qb, trans(k[c :+ 64, 0 :+ 64]))
+        }
+        total += acc * f32(h + 1)
+        @WRITE@
+    }
+    o[0 :+ 64, 0 :+ 64] = total
+}
+"""
+
+
+@pytest.mark.parametrize("writes", [False, True])
+def test_wgmma_a_loaded_outside_a_loop_nest_moves_to_the_inner_loop_unless_a_tensor_is_written(
+        tmp_path, monkeypatch, writes):
+    """A wgmma A operand loaded before an outer loop is loaded again before the inner loop each trip and read
+    from shared memory there (no A fragments held in registers across the loop nest), where nothing between
+    writes a tensor; a store in the outer loop keeps the load where it is, its fragments read from registers.
+    Either way the emulator computes the same products as numpy."""
+    from phobos.run import backends
+    source = OUTER_A.replace("@WRITE@", "o[0 :+ 64, 64 :+ 64] = acc" if writes else "")
+    k = compile_kernel(pick_kernel(parse_source(source, "outer.phobos"), "outer"), arch="sm_90a", config={})
+    form = "A from registers" if writes else "A loaded before the loop, from shared memory"
+    assert [note.split(": ", 1)[1] for note in k.notes] == [
+        f"dot runs on the tensor cores: wgmma m64n64k16 bf16, {form}, 1 x 1 warpgroups of 64 x 64"]
+    loops = re.findall(r"^(\$L_loop_\d+):", k.ptx, re.M)
+    inner = k.ptx[k.ptx.index(f"{loops[-1]}:"):k.ptx.index(f"bra.uni {loops[-1]};")]
+    a_operands = re.findall(r"wgmma\.mma_async\S* \{[^}]*\}, (\{[^}]*\}|%rd\d+),", inner)
+    assert len(a_operands) == 4 and all(a.startswith("{") == writes for a in a_operands)
+    path = tmp_path / "outer.phobos"
+    path.write_text(source)
+    monkeypatch.setattr(backends.EmulateBackend, "arch", lambda self, index=0: "sm_90a")
+    rng = np.random.default_rng(7)
+    q, keys = (bf16_bits(rng.standard_normal(shape).astype(np.float32)) for shape in ((64, 64), (192, 64)))
+    out = np.zeros((64, 192), np.float32)
+    phobos.load(path, mode="emulate").outer(q, keys, out)
+    product = bf16_values(q).astype(np.float64) @ bf16_values(keys).astype(np.float64).T
+    acc = product.reshape(64, 3, 64).sum(axis=1)  # the three key blocks' products summed
+    np.testing.assert_allclose(out[:, :64], 3 * acc, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(out[:, 64:128], acc if writes else 0, rtol=1e-5, atol=1e-3)
+
+
 def test_golden_bf16_gemm(golden):
     golden.check("gemm_bf16.sm_90a.ptx", without_version(compiled(GEMM_BF16, "gemm_bf16", GOLDEN_CONFIG).ptx))
 

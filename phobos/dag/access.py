@@ -30,12 +30,11 @@ from ..compiler import grid_hints
 from ..frontend import ast
 from ..frontend.launch_rules import LaunchRules
 from ..frontend.sema import check_kernel
-from ..middle.ir import Function, Op, Value, walk
+from ..middle.ir import WRITING_OPCODES, Function, Op, Value, walk
 from ..middle.irgen import generate
 from ..middle.passes import TILE_PIPELINE, run_pipeline
 
 MEMORY_OPS = ("load", "store", "gather", "scatter", "atomic")
-WRITING_OPS = ("store", "scatter", "atomic")
 READ_MODIFY_WRITE_OPS = ("atomic",)
 
 
@@ -142,7 +141,7 @@ def config_access(func: Function) -> ConfigAccess:
     other_indices: list[tuple[str, Op]] = []  # (size name, op) indexed otherwise
     for op in memory_ops:
         tensor = params[op.operands[0].owner.attrs["index"]]
-        (found.writes if op.opcode in WRITING_OPS else found.reads).add(tensor.name)
+        (found.writes if op.opcode in WRITING_OPCODES else found.reads).add(tensor.name)
         if op.opcode in READ_MODIFY_WRITE_OPS:
             found.reads.add(tensor.name)
         if "sizes" not in op.attrs:  # a gather, scatter or atomic: its elements depend on the data

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..middle.ir import Op, Value, walk
+from ..middle.ir import Op, Value, writes_memory
 from ..types import TileType
 from .layout import Layout
 from .placement import ELEMENTWISE
@@ -45,7 +45,7 @@ def fusion_plan(ops: list[Op], layouts: dict[Value, Layout], use_count: dict[Val
         if not plan.loads:
             continue
         first = min(index[ld] for ld in plan.loads)
-        if any(_writes_memory(o) for o in ops[first:index[store]]):
+        if any(writes_memory(o) for o in ops[first:index[store]]):
             continue
         if any(ld.operands[0] is store.operands[0] and (ld.operands[1:] != store.operands[1:-1]
                                                          or ld.attrs["sizes"] != store.attrs["sizes"])
@@ -75,7 +75,3 @@ def _collect(v: Value, producers: dict, plan: FusedStore, layouts: dict[Value, L
         for x in op.operands:
             _collect(x, producers, plan, layouts, use_count)
 
-
-def _writes_memory(op: Op) -> bool:
-    inner = [op] + [o for region in op.regions for o in walk(region)]
-    return any(o.opcode in ("store", "scatter", "atomic") for o in inner)

@@ -45,7 +45,8 @@
 # V reads them), or a slice loaded just before the loop the product is in
 # (`once_a`: attention's Q), which the pipeline stores into shared memory
 # once, K-major, before the loop (pipeline.py's `Resident`; a slice loaded
-# further out stays in registers, read as fragments).  Its K is then any
+# further out moves to just before the loop first, where no tensor is
+# written from it to there: `_sinkable`).  Its K is then any
 # number of 128-byte rows of a K-major operand in shared memory (a wgmma per
 # k16 step of each row's box: attention's K^T at HEAD = 128, 256), or of k16
 # steps (A from registers, B N-major).  A head size not a multiple of 64 (no
@@ -66,7 +67,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import UnsupportedError
-from ..middle.ir import Block, Function, Op, Value, walk
+from ..middle.ir import Block, Function, Op, Value, walk, writes_memory
 from ..types import DType
 from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, copy_layout, mma_a8_layout,
                      mma_layout, swapped_fragment_layout, swapped_wgmma_layout, wgmma_layout)
@@ -275,6 +276,7 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
     block_of = {o: block for block in _blocks(func.body) for o in block.ops}
     region_of = {id(region): o for o in ops for region in o.regions}  # the op whose region a block is
     out: dict[Op, MmaPlan | str] = {}
+    sunk: list[tuple[Op, Op]] = []  # (a once_a operand's load, the loop it moves to just before)
     for op in ops:
         if op.opcode != "dot" or (kind := kind_of(op)) is None:
             continue
@@ -301,11 +303,14 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         transposed = tuple(src is not None and src[1] for src in sources)
         swapped = kind.tf32
         b_only = kind.sixteen_bit and here[1] and not here[0]  # A from registers, or loaded once
-        # A loaded just before the loop the product is in (its registers then live no further than the loop's
-        # start, where they are stored: a tile loaded further out stays in registers, read as fragments)
+        # A loaded before the loop the product is in (its registers then live no further than the loop's
+        # start, where they are stored; one loaded further out is moved there: `_sinkable`)
         loop = region_of.get(id(block_of[op]))
         once_a = b_only and sources[0] is not None and not transposed[0] and loop is not None \
-            and loop.opcode == "for" and block_of.get(loop) is block_of.get(sources[0][0])
+            and loop.opcode == "for" and (block_of.get(loop) is block_of.get(sources[0][0])
+                                          or _sinkable(sources[0][0], loop, block_of, region_of))
+        if once_a and block_of[loop] is not block_of[sources[0][0]]:
+            sunk.append((sources[0][0], loop))
         if b_only:
             transposed = (False, transposed[1])
         groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), threads, _wgmma_k_fits(kind, k, here, once_a,
@@ -318,7 +323,30 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         rows_only = sources[0] is None or _feeds_rows(op.result, users)
         warps_m, warps_n = choose_warps(m, n, threads // WARP, rows_only)
         out[op] = MmaPlan(kind, m, n, k, warps_m, warps_n, threads, transposed=transposed)
+    for load, loop in sunk:
+        block_of[load].ops.remove(load)
+        block_of[loop].ops.insert(block_of[loop].ops.index(loop), load)
     return out
+
+
+def _sinkable(load: Op, loop: Op, block_of: dict, region_of: dict) -> bool:
+    """Whether `load`, in a block enclosing the one `loop` is in, may move to just before `loop`: no tensor is
+    written from the load to the outermost op it would move into, nor in that op (every iteration of the loops
+    it moves into then loads what the load read once).
+
+    Why it moves: a wgmma's A fragments held in registers across a loop nest were lost by ptxas (CUDA 13.0)
+    where register pressure was high - attention's backward at HEAD = 64, BM = 64 read K's and V's
+    fragments, loaded before the loop over heads, and the second iteration of the loop over query blocks
+    found other values in V's registers - while a resident A is stored into shared memory at the loop's start
+    and read there, which also frees the registers."""
+    outer, block = loop, block_of.get(loop)
+    while block is not None and block is not block_of[load]:
+        outer = region_of.get(id(block))
+        block = block_of.get(outer) if outer is not None else None
+    if block is None:
+        return False
+    ops = block.ops
+    return not any(writes_memory(o) for o in ops[ops.index(load):ops.index(outer) + 1])
 
 
 def _not_k_major(op: Op, kind: MmaKind, sources) -> str | None:

@@ -288,6 +288,15 @@ def walk(block: Block):
             yield from walk(region)
 
 
+#: The tile-level ops that write a tensor.
+WRITING_OPCODES = ("store", "scatter", "atomic")
+
+
+def writes_memory(op: Op) -> bool:
+    """Whether `op`, or an op in its regions, writes a tensor."""
+    return op.opcode in WRITING_OPCODES or any(o.opcode in WRITING_OPCODES for r in op.regions for o in walk(r))
+
+
 def uses(func: Function) -> dict[Value, int]:
     """How many times each value is used as an operand."""
     count: dict[Value, int] = {}
