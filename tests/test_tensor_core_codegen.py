@@ -109,7 +109,7 @@ def test_attention_keeps_q_and_p_in_registers():
 
 @pytest.mark.parametrize("head", [64, 128])
 def test_attention_on_wgmma_reads_q_stored_once_and_p_from_registers(head):
-    """On sm_90a both products run wgmma: S = Q K^T with Q stored into shared memory once, before the loop,
+    """On sm_90a both products run wgmma: S = Q K^T with Q copied into shared memory once, before the loop,
     and K's block read K-major where it lies (one wgmma per k16 step over HEAD / 64 boxes); O += P V with
     P's fragments packed from the scores' registers (wgmma's A from registers) and V's block N-major.  Each
     group is waited for before its result is read: the softmax reads S, the next iteration rewrites P."""
@@ -131,7 +131,10 @@ def test_attention_on_wgmma_reads_q_stored_once_and_p_from_registers(head):
     assert re.findall(r"wgmma\.(fence|commit_group|wait_group)\S*(?: (\d))?;", loop) == [
         ("fence", ""), ("commit_group", ""), ("wait_group", "0")] * 2
     assert "ldmatrix" not in loop and "st.shared" not in loop.split("cp.async.commit_group;")[-1]
-    assert instructions(before, "st.shared.v4.b16") == 128 * head // 256 // 4  # Q, 8 bytes a store
+    # Q copied by cp.async straight into its place past the stages, a group of its own before the first requests
+    first_group = before.split("cp.async.commit_group;")[0]
+    assert instructions(first_group, "cp.async.cg.shared.global") == 128 * head * 2 // 16 // 256  # 16 bytes a copy
+    assert instructions(before, "cp.async.commit_group") == 2 and "st.shared.v4" not in before
     assert f"resident  {128 * head * 2} bytes past the stages" in k.schedules[0]
     report = check(k.ptx, arch="sm_90a", name="attention")
     report.raise_for_errors()

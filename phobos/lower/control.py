@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..middle.ir import Block, Op
 from .core import HANDLERS, Lowering
-from .pipeline import lower_pipelined, pipeline_plan
+from .pipeline import load_residents, lower_pipelined, pipeline_plan
 
 
 @HANDLERS.on("for")
@@ -23,6 +23,7 @@ def for_loop(low: Lowering, op: Op) -> None:
     if plan is not None:
         lower_pipelined(low, op, plan)
         return
+    load_residents(low, op)  # into registers here, stored each trip by the product (mma.py)
 
     def body(ops: list[Op], extra: list) -> list:
         low.lower_ops(ops)

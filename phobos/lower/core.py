@@ -54,7 +54,7 @@ from ..middle.passes.fold import identity
 from ..types import DType, ScalarType, TileType
 from .fusion import FusedStore, fusion_plan
 from .layout import Layout, Term
-from .mma_plan import describe, plan_dots
+from .mma_plan import MmaPlan, describe, plan_dots
 from .ordering import global_barriers
 from .placement import assign_layouts, check_register_need, choose_threads, program_grouping
 
@@ -143,6 +143,9 @@ class Lowering:
         self.plans = plan_dots(func, self.threads, tensor_cores, wgmma, fp8)  # dot -> MmaPlan, or why not
         self.layouts = assign_layouts(func, self.threads, self.plans)
         self.notes = [describe(op, plan) for op, plan in self.plans.items()]  # for the compiled kernel's report
+        # the loads of once_a operands: done at their loop's start (pipeline.py), not where they are
+        self.resident_loads = {dot.operands[0].owner for dot, plan in self.plans.items()
+                               if isinstance(plan, MmaPlan) and plan.once_a}
         self.schedules: list[str] = []  # each pipelined loop's schedule (schedule.Schedule.text), for dumps
         check_register_need(func, self.layouts, self.threads)
         attrs = dict(func.attrs, threads=self.threads, index_bits=index_bits,

@@ -250,6 +250,8 @@ def element_valid(low: Lowering, tensor: TensorRef, starts, sizes, tile_dims, la
 
 @HANDLERS.on("load")
 def load(low: Lowering, op: Op) -> None:
+    if op in low.resident_loads:
+        return  # done at its loop's start (pipeline.py: copied into its stage, or `load_residents`)
     if op in low.global_barriers:
         low.barrier()
     layout = low.layouts.get(op.result) if isinstance(op.result.type, TileType) else None

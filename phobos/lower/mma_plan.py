@@ -44,9 +44,9 @@
 # warp the same, so the scores' registers are P's fragments, as attention's P
 # V reads them), or a slice loaded just before the loop the product is in
 # (`once_a`: attention's Q), which the pipeline stores into shared memory
-# once, K-major, before the loop (pipeline.py's `Resident`; a slice loaded
-# further out moves to just before the loop first, where no tensor is
-# written from it to there: `_sinkable`).  Its K is then any
+# once, K-major, at the loop's start (pipeline.py's `Resident`; a slice
+# loaded further out moves to just before the loop first; either only where
+# no tensor is written from the load to there: `_deferrable`).  Its K is then any
 # number of 128-byte rows of a K-major operand in shared memory (a wgmma per
 # k16 step of each row's box: attention's K^T at HEAD = 128, 256), or of k16
 # steps (A from registers, B N-major).  A head size not a multiple of 64 (no
@@ -160,7 +160,8 @@ class MmaPlan:
     transposed: tuple[bool, bool] = (False, False)
     # wgmma (16-bit, not swapped) whose B alone is a slice loaded beside it: A is a tile computed in registers,
     # read from them in the plan's A layout (`a_layout`: attention's P, the scores' registers) - or (`once_a`)
-    # a slice loaded once before, stored once into shared memory K-major (attention's Q: pipeline.py)
+    # a slice loaded before the loop, copied once into shared memory K-major at its start, the load done
+    # there (attention's Q: pipeline.py's `Resident`, core.Lowering's `resident_loads`)
     registers_a: bool = False
     once_a: bool = False
 
@@ -303,12 +304,11 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         transposed = tuple(src is not None and src[1] for src in sources)
         swapped = kind.tf32
         b_only = kind.sixteen_bit and here[1] and not here[0]  # A from registers, or loaded once
-        # A loaded before the loop the product is in (its registers then live no further than the loop's
-        # start, where they are stored; one loaded further out is moved there: `_sinkable`)
+        # A loaded before the loop the product is in, copied into shared memory at the loop's start (one
+        # loaded further out moves there first: `_deferrable`)
         loop = region_of.get(id(block_of[op]))
         once_a = b_only and sources[0] is not None and not transposed[0] and loop is not None \
-            and loop.opcode == "for" and (block_of.get(loop) is block_of.get(sources[0][0])
-                                          or _sinkable(sources[0][0], loop, block_of, region_of))
+            and loop.opcode == "for" and _deferrable(sources[0][0], loop, block_of, region_of)
         if once_a and block_of[loop] is not block_of[sources[0][0]]:
             sunk.append((sources[0][0], loop))
         if b_only:
@@ -329,16 +329,16 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
     return out
 
 
-def _sinkable(load: Op, loop: Op, block_of: dict, region_of: dict) -> bool:
-    """Whether `load`, in a block enclosing the one `loop` is in, may move to just before `loop`: no tensor is
-    written from the load to the outermost op it would move into, nor in that op (every iteration of the loops
-    it moves into then loads what the load read once).
+def _deferrable(load: Op, loop: Op, block_of: dict, region_of: dict) -> bool:
+    """Whether `load`, in the block `loop` is in or one enclosing it, may be done at `loop`'s start instead:
+    no tensor is written from the load to the loop - nor, where it moves into other ops, in the outermost
+    of them (each of their iterations then loads what the load read once).
 
-    Why it moves: a wgmma's A fragments held in registers across a loop nest were lost by ptxas (CUDA 13.0)
-    where register pressure was high - attention's backward at HEAD = 64, BM = 64 read K's and V's
-    fragments, loaded before the loop over heads, and the second iteration of the loop over query blocks
-    found other values in V's registers - while a resident A is stored into shared memory at the loop's start
-    and read there, which also frees the registers."""
+    A resident A is copied straight into shared memory at its loop's start (pipeline.py's `Resident`),
+    with no registers: wgmma's A fragments held in registers across a loop nest were lost by ptxas (CUDA
+    13.0) where register pressure was high - attention's backward at HEAD = 64, BM = 64 read K's and V's
+    fragments, loaded before the loop over heads, and from the second iteration of the loop over query
+    blocks on found other values in V's registers."""
     outer, block = loop, block_of.get(loop)
     while block is not None and block is not block_of[load]:
         outer = region_of.get(id(block))
@@ -346,7 +346,8 @@ def _sinkable(load: Op, loop: Op, block_of: dict, region_of: dict) -> bool:
     if block is None:
         return False
     ops = block.ops
-    return not any(writes_memory(o) for o in ops[ops.index(load):ops.index(outer) + 1])
+    return not any(writes_memory(o) for o in ops[ops.index(load) + 1:ops.index(outer)]) \
+        and (outer is loop or not writes_memory(outer))
 
 
 def _not_k_major(op: Op, kind: MmaKind, sources) -> str | None:

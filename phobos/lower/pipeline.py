@@ -52,12 +52,14 @@
 # lies); the consumers read B's fragments from the stage into registers one
 # iteration ahead while the group runs on the ones they read before.
 #
-# A wgmma product's A operand loaded just before the loop (`MmaPlan.once_a`:
+# A wgmma product's A operand loaded before the loop (`MmaPlan.once_a`:
 # attention's Q) is *resident*: the ring has room for it past its stages, and
-# before the first request each thread stores its registers of it there once,
-# in the swizzled K-major layout (`Resident`); the fence and barrier of the
-# first iteration make the stores visible to the tensor cores, and every
-# iteration's product reads it there.
+# before the first request its slice is copied there by cp.async, in the
+# swizzled K-major layout, a group of its own (`Resident`; its load is done
+# nowhere else: core.Lowering's `resident_loads`, and where the loop is not
+# pipelined `load_residents` loads it into registers just before the loop);
+# the first iteration's wait, fence and barrier make it visible to the tensor
+# cores, and every iteration's product reads it there.
 #
 # The copies keep the edge contract as memory.py's loads do: 16-byte copies
 # when the slice is inside the tensor and aligned, else one copy per element
@@ -80,7 +82,7 @@ from .dot import DotPlan, dot_plan, finish_dot
 from .layout import Layout, copy_layout
 from .memory import aligned, element_valid, in_bounds, row_addresses, slice_geometry, vector_ok
 from .mma import (SWIZZLE_ATOM, SWIZZLE_BYTES, RegisterOperand, SharedOperand, TileSpace, aligned_base,
-                  in_registers, operand_space, read_swizzled, round_in_place, store_tile, swizzled_accesses)
+                  in_registers, operand_space, read_swizzled, round_in_place, swizzled_accesses)
 from .mma_plan import MmaPlan
 from .values import grid_position
 from .schedule import MAX_THREADS, REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
@@ -107,7 +109,7 @@ class Staged:
 
 @dataclass(frozen=True)
 class Resident:
-    """A wgmma product's A operand loaded once before the loop (attention's Q: `MmaPlan.once_a`), stored into
+    """A wgmma product's A operand loaded before the loop (attention's Q: `MmaPlan.once_a`), copied into
     shared memory once, before the loop's first request, past the ring's stages: from byte `start` past them,
     laid out as `space` says (K-major, 128-byte swizzled)."""
 
@@ -397,7 +399,8 @@ def _operand(plan: PipelinePlan, which: str) -> tuple[Staged, TmaBox]:
 
 def _ring(low: Lowering, plan: PipelinePlan, schedule: Schedule) -> Ring:
     """The schedule's stages in shared memory, after a barrier where one is needed."""
-    if any(st.load in low.global_barriers for st in plan.staged) or low.smem_bytes:
+    if any(load in low.global_barriers for load in [*(st.load for st in plan.staged),
+                                                    *(r.value.owner for r in plan.resident)]) or low.smem_bytes:
         low.barrier()  # the body writes no memory, so what the loads must wait for came before the loop;
         # and no thread may still read shared memory the ring overwrites
     pad = plan.alignment - SMEM_ALIGN  # room to align the ring at run time
@@ -576,13 +579,15 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op] 
     ring = _ring(low, plan, schedule)
     if schedule.specialized:
         return lower_specialized(low, op, plan, ring, schedule, before or [], after, epilogue)
-    for r in plan.resident:  # fenced for the tensor cores, as the copies are, before each iteration's barrier
-        store_tile(low, low.tile(r.value), ring.base, ring.stages * ring.stage_bytes + r.start, r.space,
-                   r.value.dtype)
+    for r in plan.resident:  # the oldest group, complete at the first iteration's wait
+        async_copy(low, r.value.owner, ring.base, ring.stages * ring.stage_bytes + r.start, r.space,
+                   low.const(True, DType.BOOL))
+    if plan.resident:
+        low.b.op("cp_async_commit", [], [])
     stages, in_flight, ahead_by = ring.stages, schedule.in_flight, schedule.ahead
     # register staging reads the next iteration's stage while this one's group runs: it must have arrived
     early = 1 if schedule.fragments_ahead else 0
-    swizzled = any(st.space.swizzled for st in plan.staged) and not early
+    swizzled = any(x.space.swizzled for x in [*plan.staged, *plan.resident]) and not early
     lo = low.vals[op.operands[0]]
     step = op.attrs["step"]
     kt_arg = op.regions[0].args[0]
@@ -662,6 +667,15 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op] 
         low.b.op("wgmma_wait", [], [], {"pending": 0})
     low.b.op("cp_async_wait", [], [], {"pending": 0})
     low.barrier()
+
+
+def load_residents(low: Lowering, loop: Op) -> None:
+    """The resident A operands of a loop that is not pipelined (`Lowering.resident_loads`), loaded into
+    registers just before it."""
+    for op in loop.regions[0].ops:
+        if op.opcode == "dot" and (load := op.operands[0].owner) in low.resident_loads:
+            low.resident_loads.discard(load)
+            low.lower_ops([load])
 
 
 PRODUCER_THREADS = WARPGROUP
