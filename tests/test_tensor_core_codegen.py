@@ -182,6 +182,21 @@ def test_wgmma_with_b_alone_loaded_beside_it_runs_outside_a_pipelined_loop(tmp_p
     np.testing.assert_allclose(results["sm_90a"][0], exact, rtol=1e-5, atol=1e-4)
 
 
+def test_attention_backward_dkdv_reads_k_and_v_from_shared_memory():
+    """dK/dV's products by K and V read them from shared memory, copied at the start of each head's loop over
+    query blocks: their fragments held in registers across both loops were lost by ptxas at this
+    configuration (docs/tensor_cores.md); P^T's and dS^T's fragments come from registers."""
+    k = compiled(ROOT / "examples" / "attention_bf16_backward.phobos", "attention_backward_dkdv",
+                 {"BN": 64, "BM": 64, "WARPS": 4, "STAGES": 2, "CTAS_PER_SM": 2, "HEAD": 64})
+    forms = [re.search(r":(\d+):\d+: dot .*bf16, (.*), 1 x 1", note).groups() for note in k.notes]
+    shared, registers = "A loaded before the loop, from shared memory", "A from registers"
+    assert forms == [("61", shared), ("63", registers), ("64", shared), ("66", registers)]
+    assert f"resident  {2 * 64 * 64 * 2} bytes past the stages" in k.schedules[0]
+    report = check(k.ptx, arch="sm_90a", name="attention_backward_dkdv")
+    report.raise_for_errors()
+    assert report.kernel("attention_backward_dkdv").spill_stores == 0, report
+
+
 OUTER_A = """
 @autotune(WARPS in [4])
 kernel outer(q: tensor<bf16>[M, K], k: tensor<bf16>[N, K], o: tensor<f32>[M, N]) {

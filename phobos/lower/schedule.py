@@ -20,7 +20,7 @@
 #   stage while the products run (`fragments_ahead`: register staging of
 #   tf32, a swapped product's B^T);
 # * the shared memory past the stages that holds operands loaded once
-#   before the loop (`resident_bytes`: attention's Q, stored there once);
+#   before the loop (`resident_bytes`: attention's Q, copied there once);
 # * in which order the CTAs take the output tiles (`TileOrder`): GROUP_M
 #   rows of tiles at a time, and whether the CTAs are persistent - as many
 #   as run at once, each looping over the tiles `program` ids apart, its
@@ -96,7 +96,7 @@ class Schedule:
     entry_registers: int = 0  # what a thread starts with (ptxas's cap under .maxntid); 0: not capped
     multicast: str = ""  # 'A' or 'B': the operand the CTAs of a cluster share, each copying a part to all
     epilogue: str = "registers"  # how the result tile leaves: stores from 'registers', or 'tma' bulk stores
-    resident_bytes: int = 0  # A operands loaded once before the loop, stored once past the stages (attention's Q)
+    resident_bytes: int = 0  # A operands loaded once before the loop, copied once past the stages (attention's Q)
 
     # ------------------------------------------------------------ roles
     def role(self, name: str) -> Warps | None:
@@ -239,7 +239,7 @@ class Schedule:
                      + (", fragments read a stage ahead" if self.fragments_ahead else ""))
         if self.resident_bytes:
             lines.append(f"  resident  {self.resident_bytes} bytes past the stages: A operands loaded before the loop, "
-                         "stored there once")
+                         "copied there once, first")
         if self.epilogue == "tma":
             lines.append("  epilogue  the tile through shared memory, out by TMA bulk stores under the next tile")
         order = f"groups of {self.order.group_m} rows of tiles" if self.order.group_m > 1 else "plain order"
