@@ -43,7 +43,7 @@
 # layout (`registers_a`: the accumulators of wgmma and of mma.sync are per
 # warp the same, so the scores' registers are P's fragments, as attention's P
 # V reads them), or a slice loaded just before the loop the product is in
-# (`once_a`: attention's Q), which the pipeline stores into shared memory
+# (`once_a`: attention's Q), which the pipeline copies into shared memory
 # once, K-major, at the loop's start (pipeline.py's `Resident`; a slice
 # loaded further out moves to just before the loop first; either only where
 # no tensor is written from the load to there: `_deferrable`).  Its K is then any
