@@ -1,8 +1,9 @@
 # Register allocation for PTX virtual registers: liveness, then linear scan per class.
 #
 # ptxas does the real allocation onto hardware registers, and it gives the same
-# machine code for SSA-numbered PTX and for PTX with reused registers.  This
-# pass exists for two other reasons: compact, readable PTX (`%f<40>` rather
+# machine code for SSA-numbered PTX and for PTX with reused registers - but for
+# wgmma's accumulators (`wgmma_accumulators`).  This pass exists for two other
+# reasons: compact, readable PTX (`%f<40>` rather
 # than `%f<4000>`), and a register-pressure figure *before* ptxas runs - the
 # peak number of 32-bit registers live at once - that the autotuner uses to
 # skip configurations that would spill.
@@ -11,7 +12,8 @@
 # one; a branch or `ret` ends one).  A register's interval runs from the first
 # to the last instruction where it is live or written, so a value that lives
 # around a loop's back edge covers the whole loop.  Linear scan then walks the
-# intervals by start and gives each the lowest number of its class that is free.
+# intervals by start and gives each the lowest number of its class that is free
+# - but a wgmma's accumulators, which take new numbers (`wgmma_accumulators`).
 from __future__ import annotations
 
 import heapq
@@ -141,10 +143,12 @@ def live_intervals(items: list[Item], live: Liveness | None = None) -> dict[VReg
 
 
 def allocate(items: list[Item]) -> Allocation:
-    """Number the registers of `items` (sets VReg.number); returns counts and peak pressure."""
+    """Number the registers of `items` (sets VReg.number); returns counts and peak pressure.  A wgmma's
+    accumulators take numbers no register had before them (`wgmma_accumulators`)."""
     live = liveness(items)
     intervals = live_intervals(items, live)
     order = sorted(intervals.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[0].id))
+    fresh = wgmma_accumulators(items)
     free: dict[str, list[int]] = {}
     next_number: dict[str, int] = {}
     active: list[tuple[int, int, VReg]] = []  # heap of (end, id, register)
@@ -152,7 +156,7 @@ def allocate(items: list[Item]) -> Allocation:
         while active and active[0][0] < start:
             _, _, done = heapq.heappop(active)
             heapq.heappush(free.setdefault(done.cls, []), done.number)
-        pool = free.get(reg.cls)
+        pool = free.get(reg.cls) if reg not in fresh else None
         if pool:
             reg.number = heapq.heappop(pool)
         else:
@@ -161,6 +165,15 @@ def allocate(items: list[Item]) -> Allocation:
         heapq.heappush(active, (end, reg.id, reg))
     counts = {cls: n for cls, n in next_number.items()}
     return Allocation(counts, peak_pressure(items, live))
+
+
+def wgmma_accumulators(items: list[Item]) -> set[VReg]:
+    """The registers wgmma accumulates into.  Where a PTX register was another value before it became a
+    wgmma's accumulator, ptxas (13.0) cannot keep the wgmma pipeline and serializes every wgmma of the
+    kernel (its warning C7511, "insufficient register resources": attention's backward kernels at 198-255
+    registers, which assembled without it when their registers were numbered in order)."""
+    return {r for item in items if isinstance(item, Instr) and item.opcode.startswith("wgmma.mma_async")
+            for r in item.defs()}
 
 
 def number_in_order(items: list[Item]) -> dict[str, int]:
