@@ -56,12 +56,15 @@ class KernelReport:
     # Dynamic shared memory given at launch, which ptxas cannot see: known for
     # kernels compiled from Phobos source (CompiledKernel.shared_bytes), else None.
     dynamic_shared_bytes: int | None = None
+    # ptxas's "Potential Performance Loss" notes, e.g. "C7511: wgmma.mma_async instructions are serialized ..."
+    advisories: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         dynamic = "" if self.dynamic_shared_bytes is None else f" + {self.dynamic_shared_bytes} B dynamic shared"
         return (
             f"{self.name}: {self.registers} registers, {self.spill_stores} B spill stores, "
             f"{self.spill_loads} B spill loads, {self.shared_bytes} B shared{dynamic}, {self.stack_bytes} B stack"
+            + "".join(f"; {advisory}" for advisory in self.advisories)
         )
 
 
@@ -178,6 +181,8 @@ def _report(arch: str, name: str, returncode: int, stdout: str, stderr: str) -> 
 #   ptxas add.ptx, line 7; error   : Not a name of any known instruction: 'bogus'
 #   ptxas add.ptx, line 3; fatal   : Parsing error near 'bogus': syntax error
 #   ptxas warning : For entry k adjusting per thread register count of 4 to lower bound of 24
+#   ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to
+#                   insufficient register resources for the wgmma pipeline in the function 'k'   (one line)
 #   ptxas fatal   : Ptx assembly aborted due to errors
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)'")
 _PROPERTIES = re.compile(r"Function properties for (?P<name>\S+)")
@@ -189,6 +194,8 @@ _SHARED = re.compile(r"(?P<shared>\d+) bytes smem")
 _LOCATED = re.compile(r"^ptxas .*, line (?P<line>\d+); (?P<severity>error|warning|fatal)\s*: (?P<message>.*)$")
 _UNLOCATED = re.compile(r"^ptxas (?P<severity>error|warning|fatal)\s*: (?P<message>.*)$")
 _ABORTED = "Ptx assembly aborted due to errors"
+_ADVISORY = re.compile(r"^ptxas info\s*: \((?P<code>C\d+)\) Potential Performance Loss: (?P<message>.*?)"
+                       r" in the function '(?P<name>[^']+)'")
 
 
 def _parse_ptxas_output(
@@ -199,8 +206,11 @@ def _parse_ptxas_output(
     errors: list[PtxasDiagnostic] = []
     warnings: list[PtxasDiagnostic] = []
     described: KernelReport | None = None  # the kernel the next resource lines are about
+    advisories: dict[str, list[str]] = {}  # by kernel: they come before its entry's lines
     for line in output.splitlines():
-        if match := _LOCATED.match(line) or _UNLOCATED.match(line):
+        if match := _ADVISORY.match(line):
+            advisories.setdefault(match["name"], []).append(f"{match['code']}: {match['message']}")
+        elif match := _LOCATED.match(line) or _UNLOCATED.match(line):
             message = match["message"].strip()
             if message == _ABORTED and errors:
                 continue  # says nothing the errors above do not
@@ -220,6 +230,8 @@ def _parse_ptxas_output(
             described.registers = int(match["registers"])
             if shared := _SHARED.search(line):
                 described.shared_bytes = int(shared["shared"])
+    for kernel in kernels.values():
+        kernel.advisories = advisories.get(kernel.name, [])
     return list(kernels.values()), errors, warnings
 
 

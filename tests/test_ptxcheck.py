@@ -125,6 +125,27 @@ def test_warnings_are_kept_apart_from_errors():
     assert "tight" in report.warnings[0].message
 
 
+def test_performance_advisories_are_kept_with_their_kernel():
+    """ptxas's "Potential Performance Loss" lines (ptxas 13.0's words, which come before the kernel's own)
+    belong to the kernel they name and show in its summary; they are not warnings."""
+    output = "\n".join([
+        "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+        "insufficient register resources for the wgmma pipeline in the function 'dkdv'",
+        "ptxas info    : 0 bytes gmem",
+        "ptxas info    : Compiling entry function 'dkdv' for 'sm_90a'",
+        "ptxas info    : Function properties for dkdv",
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+        "ptxas info    : Used 254 registers, used 1 barriers",
+        "ptxas info    : Compiling entry function 'other' for 'sm_90a'"])
+    kernels, errors, warnings = ptxcheck._parse_ptxas_output(output, "k.ptx")
+    assert errors == [] and warnings == []
+    assert [(k.name, k.advisories) for k in kernels] == [
+        ("dkdv", ["C7511: wgmma.mma_async instructions are serialized due to insufficient register resources "
+                  "for the wgmma pipeline"]), ("other", [])]
+    assert kernels[0].summary().endswith("B stack; C7511: wgmma.mma_async instructions are serialized due to "
+                                         "insufficient register resources for the wgmma pipeline")
+
+
 def test_raise_for_errors():
     ptxcheck.check(WARNING_PTX, "sm_90").raise_for_errors()  # no error: returns
     with pytest.raises(PtxasError, match=r"ptxas rejected broken.ptx for sm_90:\n  broken.ptx:7: error: "):

@@ -197,6 +197,21 @@ def test_attention_backward_dkdv_reads_k_and_v_from_shared_memory():
     assert report.kernel("attention_backward_dkdv").spill_stores == 0, report
 
 
+@pytest.mark.parametrize("kernel,config", [
+    ("attention_backward_dq", {"BM": 64, "BN": 64, "WARPS": 4, "STAGES": 2, "CTAS_PER_SM": 2, "HEAD": 64}),
+    ("attention_backward_dq", {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 3, "CTAS_PER_SM": 1, "HEAD": 128}),
+    ("attention_backward_dkdv", {"BN": 64, "BM": 64, "WARPS": 4, "STAGES": 2, "CTAS_PER_SM": 2, "HEAD": 64}),
+    ("attention_backward_dkdv", {"BN": 128, "BM": 32, "WARPS": 8, "STAGES": 3, "CTAS_PER_SM": 1, "HEAD": 128}),
+])
+def test_ptxas_keeps_the_wgmma_pipeline_of_the_attention_backward(kernel, config):
+    """ptxas serializes every wgmma of a kernel (C7511) where a PTX register was another value before it
+    became a wgmma's accumulator; register allocation gives accumulators registers of their own."""
+    k = compiled(ROOT / "examples" / "attention_bf16_backward.phobos", kernel, config)
+    report = check(k.ptx, arch="sm_90a", name=kernel)
+    report.raise_for_errors()
+    assert report.kernel(kernel).advisories == [], report.kernel(kernel).summary()
+
+
 OUTER_A = """
 @autotune(WARPS in [4])
 kernel outer(q: tensor<bf16>[M, K], k: tensor<bf16>[N, K], o: tensor<f32>[M, N]) {
