@@ -268,7 +268,8 @@ def holds_s8(v: Value) -> bool:
 
 def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = False,
               fp8: bool = False) -> dict[Op, MmaPlan | str]:
-    """For each dot of a tensor-core kind: its plan, or why it runs on the CUDA cores."""
+    """For each dot of a tensor-core kind: its plan, or why it runs on the CUDA cores.  The load of a once_a
+    operand that lies before an enclosing loop is moved to just before the product's loop (`func` changes)."""
     ops = list(walk(func.body))
     users: dict[Value, list[Op]] = {}
     for op in ops:
