@@ -217,7 +217,7 @@ def test_info_counts_entries_and_bytes_per_namespace_and_clear_deletes_them(tmp_
     store.store("autotune", KEY, {"config": {}})
     (tmp_path / "kernels" / ".tmp-left-by-a-killed-writer.json").write_text("{")
     info = store.info()
-    assert info.root == tmp_path and info.entries == {"kernels": 2, "ptxas": 0, "autotune": 1}
+    assert info.root == tmp_path and info.entries == {"kernels": 2, "ptxas": 0, "autotune": 1, "tuned": 0}
     kernel_files = [p for p in (tmp_path / "kernels").glob("*.json") if not p.name.startswith(".tmp-")]
     assert info.bytes["kernels"] == sum(p.stat().st_size for p in kernel_files) and info.bytes["ptxas"] == 0
     lines = info.summary().splitlines()
@@ -225,13 +225,13 @@ def test_info_counts_entries_and_bytes_per_namespace_and_clear_deletes_them(tmp_
     assert lines[-1].startswith("  total: 3 entries, ")
     assert store.clear() == 3
     assert list((tmp_path / "kernels").iterdir()) == [] and store.info().entries == {
-        "kernels": 0, "ptxas": 0, "autotune": 0}
+        "kernels": 0, "ptxas": 0, "autotune": 0, "tuned": 0}
     assert store.load("kernels", KEY) is None  # forgotten in memory too
 
 
 def test_info_of_a_cache_that_does_not_exist_yet(tmp_path):
     info = DiskCache(tmp_path / "nowhere").info()
-    assert info.entries == {"kernels": 0, "ptxas": 0, "autotune": 0} and sum(info.bytes.values()) == 0
+    assert info.entries == {"kernels": 0, "ptxas": 0, "autotune": 0, "tuned": 0} and sum(info.bytes.values()) == 0
     assert DiskCache(tmp_path / "nowhere").clear() == 0
 
 

@@ -88,10 +88,10 @@ def test_cache_info_and_clear(capsys, isolated_cache):
     assert status == 0 and lines[0] == f"cache: {isolated_cache}"
     assert lines[1].startswith("  kernels: 1 entry, ") and lines[1].endswith(" KiB")
     assert lines[2] == "  ptxas: 0 entries, 0 B" and lines[3].startswith("  autotune: 1 entry, ")
-    assert lines[4].startswith("  total: 2 entries, ")
+    assert lines[4] == "  tuned: 0 entries, 0 B" and lines[5].startswith("  total: 2 entries, ")
     status, out, _ = run_main(capsys, "cache", "clear")
     assert status == 0 and out == f"cache: {isolated_cache}: 2 entries deleted\n"
-    assert store.info().entries == {"kernels": 0, "ptxas": 0, "autotune": 0}
+    assert store.info().entries == {"kernels": 0, "ptxas": 0, "autotune": 0, "tuned": 0}
 
 
 def test_tma_gives_the_gemm_kernel_tensor_map_parameters_and_bulk_copies(capsys):

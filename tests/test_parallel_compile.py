@@ -19,7 +19,7 @@ from phobos.errors import ToolchainError
 from phobos.launch import cache, launcher, parallel
 from phobos.toolchain import find_ptxas
 
-from .launcher_fakes import ADD4, FakeGpu, forget_memory, random_vectors
+from .launcher_fakes import ADD4, AXPY, FakeGpu, forget_memory, random_vectors
 
 
 @pytest.fixture
@@ -74,7 +74,8 @@ def test_the_caller_leaves_writing_the_workers_results_to_them(two_workers, monk
     add = phobos.kernel(ADD4, mode=FakeGpu())
     a, b = random_vectors(2000)
     add(a, b, np.empty_like(a))
-    assert [path.parent.name for path in written] == [cache.AUTOTUNE]  # the choice; the rest the workers wrote
+    # the choice and the mark that the kernel was tuned (Module._start_compile_workers); the rest the workers wrote
+    assert [path.parent.name for path in written] == [cache.AUTOTUNE, cache.TUNED]
     assert len(list((isolated_cache / cache.COMPILED).iterdir())) == 4
     forget_memory(monkeypatch)
     monkeypatch.setattr(launcher, "compile_kernel", lambda *a, **k: pytest.fail("compiled again"))
@@ -218,3 +219,56 @@ def test_the_pool_starts_its_worker_processes_before_any_job(monkeypatch):
     workers.start()  # once
     time.sleep(0.05)
     assert len(started) == 3
+
+
+def test_loading_a_module_starts_the_workers_where_its_first_call_will_tune(two_workers, monkeypatch, isolated_cache):
+    """The workers' interpreters start up while the caller prepares its tensors, not in the first call; not where
+    nothing will be tuned, nor once this build has tuned the kernel (its choices are then usually on disk)."""
+    def started(source, mode) -> bool:
+        monkeypatch.setattr(parallel, "_pools", {})  # a process that has not started its pool yet
+        module = phobos.jit(source, mode=mode)
+        return bool(parallel.pool()._threads), module
+    assert started(AXPY, FakeGpu())[0] is False  # one configuration: nothing to tune
+    assert started(ADD4, "interpret")[0] is False  # the CPU modes time nothing
+    monkeypatch.setenv("PHOBOS_AUTOTUNE", "0")
+    assert started(ADD4, FakeGpu())[0] is False
+    monkeypatch.delenv("PHOBOS_AUTOTUNE")
+    ready, module = started(ADD4, FakeGpu())
+    assert ready is True
+    a, b = random_vectors(2000)
+    module.add(a, b, np.empty_like(a))
+    assert started(ADD4, FakeGpu())[0] is False  # tuned once by this build: the next process reads its choice
+
+
+def test_the_gpu_mode_is_foreseen_without_touching_cuda(monkeypatch):
+    from phobos.run import backends
+    monkeypatch.delenv("PHOBOS_MODE", raising=False)
+    installed = {"pycuda": True}
+    find_spec = backends.importlib.util.find_spec
+    monkeypatch.setattr(backends.importlib.util, "find_spec",
+                        lambda name, *rest: object() if installed.get(name) else find_spec(name, *rest))
+    assert backends.tunes_likely(None) and backends.tunes_likely("gpu")
+    assert not backends.tunes_likely("interpret") and not backends.tunes_likely("emulate")
+    assert backends.tunes_likely(FakeGpu())
+    monkeypatch.setenv("PHOBOS_MODE", "emulate")
+    assert not backends.tunes_likely(None)
+    monkeypatch.delenv("PHOBOS_MODE")
+    installed["pycuda"] = False
+    assert not backends.tunes_likely(None) and not backends.tunes_likely("gpu")
+
+
+def test_each_cubin_is_decoded_once_however_often_the_tuner_launches_it(two_workers, monkeypatch, isolated_cache):
+    try:
+        find_ptxas()
+    except ToolchainError:
+        pytest.skip("needs ptxas: the cubins are ptxas's")
+    decoded = []
+    decode = cache.decode_cubin
+    monkeypatch.setattr(cache, "decode_cubin", lambda payload: (decoded.append(1), decode(payload))[1])
+    gpu = FakeGpu({"BLOCK=512": 0.1, "BLOCK=256": 0.11})  # two finalists, timed again
+    add = phobos.kernel(ADD4, mode=gpu)
+    a, b = random_vectors(2000)
+    add(a, b, np.empty_like(a))
+    add(a, b, np.empty_like(a))
+    assert all(launch.cubin for launch in gpu.timed + gpu.runs)  # every launch had its cubin (sm_90 on a 9.0 GPU)
+    assert len(gpu.timed) > 4 and len(decoded) == 4  # finalists timed again; one decoding per configuration

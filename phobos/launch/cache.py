@@ -24,7 +24,10 @@
 # `builds`, so a process reads them only when one changed).
 # The cubin ptxas made of a kernel's PTX is kept under the same key as its
 # report (namespace `cubins`, base64 in the JSON), so the driver loads it
-# instead of compiling the PTX a second time.
+# instead of compiling the PTX a second time.  Namespace `tuned` marks the
+# kernels (by source digest, name and build) that have been tuned at least
+# once: loading a module whose kernels all carry the mark does not start the
+# compile workers ahead of the first call (launcher.Module).
 # The cache is trusted as ssh trusts its keys: its root must be a directory of
 # the user's own that no one else can write, under directories that only their
 # owner (the user or root) can change, or that keep others' entries apart (the
@@ -73,8 +76,9 @@ COMPILED = "kernels"
 PTXAS = "ptxas"
 CUBIN = "cubins"
 AUTOTUNE = "autotune"
+TUNED = "tuned"  # marks of the kernels a build has tuned (launcher.Module._start_compile_workers)
 BUILDS = "builds"  # phobos_build's digests, by the sources' sizes and times
-NAMESPACES = (COMPILED, PTXAS, AUTOTUNE)
+NAMESPACES = (COMPILED, PTXAS, AUTOTUNE, TUNED)
 
 #: How the files being written start (renamed into place when whole).
 TEMPORARY_PREFIX = ".tmp-"

@@ -63,7 +63,7 @@ from . import autotune, cache, fastpath, parallel
 from ..run import runtime
 from ..run.tensor_map import describable
 from .. import toolchain
-from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend
+from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_backend, tunes_likely
 from .binding import BoundCall, bind, call_device, overlapping_tensors
 from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, check_resources,
                         compile_kernel, kernel_infos, sizes_text, target, term_text)
@@ -159,6 +159,21 @@ class Module:
         for name, function in self.kernels.items():  # plain attributes: `mod.k(...)` costs no __getattr__
             if name not in self.__dict__ and not hasattr(type(self), name):
                 self.__dict__[name] = function
+        self._start_compile_workers()
+
+    def _start_compile_workers(self) -> None:
+        """Start the compile workers (parallel.CompilePool) now, so that their interpreters are up by the first
+        call, where that call will compile configurations to tune: the kernels are to be timed (a GPU,
+        `tunes_likely`), autotuning is on, and a kernel with several configurations has not been tuned by this
+        build of Phobos (`_Kernel.tuned_key` in the cache; a kernel once tuned usually finds its choices there)."""
+        workers = parallel.pool()
+        if workers is None or not autotune_enabled() or not tunes_likely(self.mode):
+            return
+        store = cache.default_cache()
+        if any(math.prod(len(values) for values in function._kernel.space.values()) > 1
+               and store.load(cache.TUNED, function._kernel.tuned_key()) is None
+               for function in self.kernels.values()):
+            workers.start()
 
     def backend(self) -> Backend:
         """The backend kernels run on, chosen at the first launch (see jit's `mode`)."""
@@ -460,9 +475,15 @@ class _Kernel:
         self._choices: dict[tuple, autotune.TuneResult] = {}
         self._ptxas_timeouts: dict[str, str] = {}  # PTX digest -> how ptxas ran out of time in a worker
         self._serving: dict[tuple, list[Config]] = {}  # per (sizes, forced values): the valid configurations
+        self._cubins: dict[tuple[str, str], bytes] = {}  # per (PTX, arch): the cubin, decoded once
         self.last: _LastLaunch | None = None
 
     # --- configurations
+    def tuned_key(self) -> dict:
+        """The cache key of the mark that this build of Phobos has tuned this kernel of this source for some call
+        (Module._start_compile_workers reads it)."""
+        return {"tuned": self.name, "source": self.source_digest, "build": cache.phobos_build()}
+
     def candidates(self, forced: Config) -> list[Config]:
         """The configurations checked before any call: the autotune space with the forced values
         fixed, derived constants at sample sizes (LaunchRules.representative)."""
@@ -580,27 +601,35 @@ class _Kernel:
         if report is None:
             report, cubin = ptxas_assemble(compiled.ptx, compiled.arch, name=self._label(compiled.config),
                                            timeout=toolchain.ptxas_timeout())
-            self._keep_assembled(key, report, cubin)
+            self._keep_assembled(key, report, cubin, compiled)
         return report
 
-    def _keep_assembled(self, key: dict, report: Report, cubin: bytes | None, on_disk: bool = False) -> None:
-        """Keep ptxas's report and cubin in the cache (`on_disk`: in its memory layer only, a compile worker
-        wrote them to disk)."""
+    def _keep_assembled(self, key: dict, report: Report, cubin: bytes | None, compiled: CompiledKernel,
+                        on_disk: bool = False) -> None:
+        """Keep ptxas's report and cubin (of `compiled`) in the cache (`on_disk`: in its memory layer only, a
+        compile worker wrote them to disk), and the cubin as bytes for `cubin`."""
         store = cache.default_cache()
         keep = store.remember if on_disk else store.store
         if cubin is not None:
             keep(cache.CUBIN, key, cache.encode_cubin(cubin))
+            self._cubins[compiled.ptx, compiled.arch] = cubin
         keep(cache.PTXAS, key, cache.encode_report(report))
 
     def cubin(self, compiled: CompiledKernel, capability: tuple[int, int]) -> bytes | None:
         """The cubin ptxas already made of `compiled`, when there is one and it is for exactly this GPU."""
         if target(compiled.arch).compute_capability != capability[0] * 10 + capability[1]:
             return None  # PTX for an older target: the driver compiles it for this GPU (sm_90a is 9.0's own)
+        known = self._cubins.get((compiled.ptx, compiled.arch))  # (the tuner launches each configuration often)
+        if known is not None:
+            return known
         try:
             ptxas = toolchain.find_ptxas()
         except ToolchainError:
             return None
-        return _decoded(cache.default_cache().load(cache.CUBIN, self._ptxas_key(compiled, ptxas)), cache.decode_cubin)
+        cubin = _decoded(cache.default_cache().load(cache.CUBIN, self._ptxas_key(compiled, ptxas)), cache.decode_cubin)
+        if cubin is not None:
+            self._cubins[compiled.ptx, compiled.arch] = cubin
+        return cubin
 
     def _compile_ahead(self, configs: list[Config], arch: str, options: CodeOptions,
                        device: runtime.DeviceProperties) -> dict[tuple, Future]:
@@ -653,7 +682,7 @@ class _Kernel:
         on_disk = result.get("stored") is True
         self._keep_compiled(config, arch, compiled, options, on_disk)
         if report is not None:
-            self._keep_assembled(self._ptxas_key(compiled, toolchain.find_ptxas()), report, cubin, on_disk)
+            self._keep_assembled(self._ptxas_key(compiled, toolchain.find_ptxas()), report, cubin, compiled, on_disk)
         if isinstance(result.get("ptxas_timeout"), str):
             self._ptxas_timeouts[cache.text_digest(compiled.ptx)] = result["ptxas_timeout"]
 
@@ -898,6 +927,7 @@ class _Kernel:
             choice = self.tune(call, backend, configs, spec, device_index)
             if store is not None:
                 store.store(cache.AUTOTUNE, disk_key, {"config": choice.config, "timings": choice.timings})
+                store.store(cache.TUNED, self.tuned_key(), True)
         self._choices[memory_key] = choice
         return choice.config, choice.timings
 

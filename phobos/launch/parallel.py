@@ -16,7 +16,8 @@
 # instead of one after another between the caller's timings.
 #
 # A worker is `python -m phobos.launch.parallel`, started with the pool (on
-# the first job, or earlier by `CompilePool.start`) and kept for the process:
+# the first job, or earlier by `CompilePool.start`: loading a module whose
+# first call will tune starts it, launcher.Module) and kept for the process:
 # it reads one job per line on stdin and writes one result per line on
 # stdout, both JSON (the cache's own payloads).  Being a fresh interpreter,
 # it never shares the caller's CUDA context or threads, and never re-runs the

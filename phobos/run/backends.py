@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass, field
@@ -346,13 +347,9 @@ def default_mode() -> str:
     interpreter, with a one-time notice naming both CPU modes.
     """
     global _no_gpu_noticed
-    named = os.environ.get(MODE_VARIABLE, "").strip().lower()
-    if named:
-        if named not in BACKENDS:
-            raise PhobosError(f"{MODE_VARIABLE}={named} is not a mode (modes: {', '.join(BACKENDS)})")
+    named = _named_mode()
+    if named is not None:
         return named
-    if os.environ.get("PHOBOS_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on"):
-        return "interpret"
     available, reason = runtime.gpu_available()
     if available:
         return "gpu"
@@ -362,6 +359,29 @@ def default_mode() -> str:
                        "mode='emulate' or %s=emulate runs the generated PTX in the emulator instead "
                        "(slower; checks what a GPU would hide)", reason, MODE_VARIABLE)
     return CPU_DEFAULT_MODE
+
+
+def _named_mode() -> str | None:
+    """The mode the environment names (PHOBOS_MODE, or PHOBOS_INTERPRET=1), or None."""
+    named = os.environ.get(MODE_VARIABLE, "").strip().lower()
+    if named:
+        if named not in BACKENDS:
+            raise PhobosError(f"{MODE_VARIABLE}={named} is not a mode (modes: {', '.join(BACKENDS)})")
+        return named
+    if os.environ.get("PHOBOS_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "interpret"
+    return None
+
+
+def tunes_likely(mode: Any) -> bool:
+    """Whether kernels run in `mode` will be timed by the autotuner (a GPU, or a backend object that
+    tunes), judged without touching CUDA: `mode`, or else the environment, names the GPU or nothing,
+    and PyCUDA, which the GPU backend drives, is installed."""
+    if mode is None:
+        mode = _named_mode() or "gpu"
+    if isinstance(mode, str):
+        return mode == "gpu" and importlib.util.find_spec("pycuda") is not None
+    return bool(getattr(mode, "tunes", False) and getattr(mode, "compiles", False))
 
 
 def select_backend(mode: Any) -> Backend:
