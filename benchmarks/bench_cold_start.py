@@ -70,23 +70,20 @@ if os.environ.get("PHOBOS_LOG") == "debug":
     logging.getLogger().addHandler(Trace())
 import torch, phobos
 path, name, dtype, order = sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3]), sys.argv[4]
-loading = [0.0]
 
 
-def load():  # the kernel; its seconds in `loading`
+def load():  # the kernel, and the seconds loading it took
     loaded = time.perf_counter()
-    kernel = getattr(phobos.load(path), name)
-    loading[0] = time.perf_counter() - loaded
-    return kernel
+    return getattr(phobos.load(path), name), time.perf_counter() - loaded
 
 
 if order == "load first":  # as a script loads its kernels at the top, then makes its tensors
-    fn = load()
+    fn, load_s = load()
 torch.cuda.init()
 a, b = (torch.randn(4096, 4096, device="cuda").to(dtype) for _ in range(2))
 c = torch.zeros(4096, 4096, device="cuda", dtype=dtype)
 if order == "load last":  # the module loaded just before the call
-    fn = load()
+    fn, load_s = load()
 torch.cuda.synchronize()
 traced = bool(trace) or os.environ.get("PHOBOS_LOG") == "debug"
 profile = cProfile.Profile() if traced else None  # with --trace: the call's functions, this thread's
@@ -103,7 +100,7 @@ if profile:
               f"{Path(file).name}:{line} {function}" for (file, line, function), (calls, _, own, cumulative, _) in top]
 want = (a.float() @ b.float()).to(dtype)
 ok = bool(torch.allclose(c.float(), want.float(), rtol=1e-2, atol=1e-1))
-print(json.dumps({"first_call_s": first, "load_s": loading[0], "setup_s": ready - start - loading[0], "ok": ok,
+print(json.dumps({"first_call_s": first, "load_s": load_s, "setup_s": ready - start - load_s, "ok": ok,
                   "config": fn.config, "configurations": len(fn.timings) or 1, "timings": fn.timings,
                   **({"trace": trace} if trace else {})}))
 """

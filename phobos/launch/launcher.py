@@ -170,7 +170,7 @@ class Module:
         if workers is None or not autotune_enabled() or not tunes_likely(self.mode):
             return
         store = cache.default_cache()
-        if any(math.prod(len(values) for values in function._kernel.space.values()) > 1
+        if any(function._kernel.rules.space_size() > 1
                and store.load(cache.TUNED, function._kernel.tuned_key()) is None
                for function in self.kernels.values()):
             workers.start()
