@@ -41,7 +41,7 @@ from .middle.ir import Function, KernelParam, Op, format_function, verify, walk
 from .middle.index_reach import IndexReach, index_reach
 from .middle.irgen import generate, kernel_signature
 from .types import TileType
-from .lower.schedule import REGISTER_FILE
+from .lower.schedule import REGISTER_FILE, entry_registers
 from .frontend.parser import parse_source, pick_kernel
 from .middle.passes import PASSES, THREAD_PIPELINE, TILE_PIPELINE, run_pipeline
 from .frontend.launch_rules import LaunchRules, Rejection, next_pow2, sizes_text, term_text  # noqa: F401 (for launchers)
@@ -201,7 +201,6 @@ class CompiledKernel:
         exceeds: more CTAs would wait for the first to end.  Correctness never depends on the count."""
         if not self.persistent:
             return (grid[0] * self.cluster, *grid[1:])  # CLUSTER: a cluster of CTAs per program instance
-        from .lower.pipeline import entry_registers  # the back end, imported where used (see _pipeline)
         target = TARGETS[self.arch]
         per_sm = min(target.shared_per_multiprocessor // (self.shared_bytes + target.reserved_per_cta),
                      THREADS_PER_MULTIPROCESSOR // self.threads,

@@ -4,7 +4,10 @@
 # cp.async kernel where one cannot (rows not a multiple of 16 bytes apart, an empty dimension).
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -275,6 +278,20 @@ def test_the_tf32_tma_gemm_the_tuner_picks_has_no_spills():
     report = check(k.ptx, arch="sm_90a", name="sgemm_tf32")
     report.raise_for_errors()
     assert report.kernel("sgemm_tf32").spill_stores == 0, report.kernel("sgemm_tf32")
+
+
+def test_a_persistent_kernel_from_the_cache_launches_without_the_back_end(tmp_path):
+    """A second process finds the chosen kernel in the disk cache and never compiles: counting a persistent
+    kernel's CTAs per SM (launch_grid) takes the registers a thread starts with from the schedule's facts,
+    without importing the back end (lowering, which costs such a process tens of milliseconds)."""
+    k = gemm({"TILE_M": 128, "TILE_N": 256, "TILE_K": 64, "WARPS": 8, "STAGES": 3}, tma=True)
+    assert k.persistent
+    (tmp_path / "kernel.json").write_text(json.dumps(cache.encode_compiled(k)))
+    probe = ("import json, sys; from phobos.launch import cache\n"
+             f"k = cache.decode_compiled(json.loads(open({str(tmp_path / 'kernel.json')!r}).read()))\n"
+             "print(k.launch_grid((32, 16, 1), 132), sorted(m for m in sys.modules if m.startswith('phobos.lower')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.split() == [*f"{k.launch_grid((32, 16, 1), 132)}".split(), "['phobos.lower',", "'phobos.lower.schedule']"]
 
 
 @pytest.mark.parametrize("multiprocessors", [1, 4])

@@ -85,7 +85,7 @@ from .mma import (SWIZZLE_ATOM, SWIZZLE_BYTES, RegisterOperand, SharedOperand, T
                   in_registers, operand_space, read_swizzled, round_in_place, swizzled_accesses)
 from .mma_plan import MmaPlan
 from .values import grid_position
-from .schedule import MAX_THREADS, REGISTER_FILE, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps
+from .schedule import MAX_THREADS, WARPGROUP, Schedule, StageBarrier, TileOrder, Warps, entry_registers
 
 DEFAULT_STAGES = 3  # depth of the cp.async pipeline of a K loop (autotune parameter STAGES)
 
@@ -680,11 +680,6 @@ def load_residents(low: Lowering, loop: Op) -> None:
 
 PRODUCER_THREADS = WARPGROUP
 PRODUCER_REGISTERS = 40  # what the producer keeps (setmaxnreg): one thread issues the copies
-
-
-def entry_registers(threads: int) -> int:
-    """The registers a thread of a CTA of `threads` starts with (ptxas's cap under `.maxntid`)."""
-    return min(REGISTER_FILE // threads // 8 * 8, 255)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,11 @@ REGISTER_FILE = 65536  # 32-bit registers of an SM, which one CTA has to itself 
 MAX_THREADS = 1024  # per CTA
 
 
+def entry_registers(threads: int) -> int:
+    """The registers a thread of a CTA of `threads` starts with (ptxas's cap under `.maxntid`)."""
+    return min(REGISTER_FILE // threads // 8 * 8, 255)
+
+
 @dataclass(frozen=True)
 class Warps:
     """The threads of one role: `role` is 'all' (every thread copies and multiplies), 'producer' or
