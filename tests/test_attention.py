@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -97,26 +98,28 @@ ON_WGMMA = {64: {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 2},  # two warpgroup
             128: {"BM": 64, "BN": 128, "WARPS": 4, "STAGES": 3}}  # K of two 128-byte rows; 3 stages
 
 
-def emulated(monkeypatch, arch: str, path: Path, kernel: str, sizes: dict, causal: bool, config: dict):
+def emulated(monkeypatch, arch: str, path: Path, kernel: str, sizes: dict, causal: bool, config: dict,
+             case: Callable | None = None):
     """The kernel run in the emulator compiled for `arch` (detectors on): its notes, arguments and the
-    references of its outputs."""
+    references of its outputs (`case(sizes, causal)` makes them; default case_attention_bf16's)."""
     from phobos.run import backends
     monkeypatch.setattr(backends.EmulateBackend, "arch", lambda self, index=0: arch)
-    args, expected = case_attention_bf16(kernel, sizes, causal)(np.random.default_rng(len(kernel)))
+    make = case(sizes, causal) if case is not None else case_attention_bf16(kernel, sizes, causal)
+    args, expected = make(np.random.default_rng(len(kernel)))
     fn = getattr(phobos.load(path, mode="emulate"), kernel).configure(**config)
     fn(*args)
     return fn.compiled.notes, args, expected
 
 
 def wgmma_against_mma_sync(monkeypatch, path: Path, kernel: str, sizes: dict, causal: bool, config: dict,
-                           rtol: float, atol: float):
+                           rtol: float, atol: float, case: Callable | None = None):
     """On sm_90a every product of the kernel runs wgmma, on sm_90 mma.sync: the outputs are the same bits
-    (both chain k16 blocks the same way, the rest of the kernel is the same code on the same layouts), and
-    within (rtol, atol) of float64."""
+    (both chain k16 blocks the same way - k32 for 8-bit floats -, the rest of the kernel is the same code on
+    the same layouts), and within (rtol, atol) of float64."""
     from .test_kernels import check_outputs
-    notes, args, expected = emulated(monkeypatch, "sm_90a", path, kernel, sizes, causal, config)
+    notes, args, expected = emulated(monkeypatch, "sm_90a", path, kernel, sizes, causal, config, case)
     assert notes and all("wgmma" in note for note in notes), notes
-    mma_notes, mma_args, _ = emulated(monkeypatch, "sm_90", path, kernel, sizes, causal, config)
+    mma_notes, mma_args, _ = emulated(monkeypatch, "sm_90", path, kernel, sizes, causal, config, case)
     assert all("mma.sync" in note for note in mma_notes), mma_notes
     for index in expected:
         assert np.array_equal(args[index], mma_args[index], equal_nan=True), \
@@ -130,6 +133,17 @@ def wgmma_against_mma_sync(monkeypatch, path: Path, kernel: str, sizes: dict, ca
 def test_the_forward_on_wgmma_gives_the_bits_of_mma_sync_in_the_emulator(monkeypatch, kernel, causal, head):
     wgmma_against_mma_sync(monkeypatch, FORWARD, kernel, dict(RAGGED, D=head), causal, ON_WGMMA[head], 2 ** -6,
                            2 ** -8)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("config", [{"BM": 128, "BN": 128, "WARPS": 8, "STAGES": 2},
+                                    {"BM": 64, "BN": 128, "WARPS": 4, "STAGES": 3}], ids=["bm128", "bm64"])
+def test_fp8_attention_on_wgmma_gives_the_bits_of_mma_sync_in_the_emulator(monkeypatch, config, causal):
+    """FP8 attention at d128 with key blocks of one 128-byte row: S = Q K^T with Q resident in shared memory,
+    P V with P's e4m3 fragments from registers, both on wgmma."""
+    from .test_kernels import case_attention_fp8
+    wgmma_against_mma_sync(monkeypatch, EXAMPLES / "attention_fp8.phobos", "attention_fp8",
+                           dict(RAGGED, D=128), causal, config, 2 ** -6, 2 ** -4, case_attention_fp8)
 
 
 @pytest.mark.parametrize("head", [64, 128])

@@ -18,7 +18,7 @@ from phobos.run.backends import EMULATED_MULTIPROCESSORS
 from phobos.run.tensor_map import kernel_map
 from phobos.types import DType
 
-from .tensor_core_support import reference
+from .tensor_core_support import ROOT, reference
 
 NT = """
 @autotune(TILE_M in [64], TILE_N in [64], TILE_K in [128], WARPS in [4], STAGES in [3])
@@ -168,3 +168,20 @@ def test_eight_bit_sums_keep_13_fraction_bits():
     assert _dot([(3.0, 1.0), (-1.0, 1.0), (2.0 ** -6, 2.0 ** -6)], c=1.0 + 2.0 ** -11) == 3 + 2.0 ** -12 + 2.0 ** -11
     assert _dot([(448.0, 448.0)] * 32) == 32 * 448.0 * 448.0
     assert _dot([(57344.0, 57344.0)] * 2, name="e5m2") == 2 * 57344.0 ** 2
+
+
+def test_fp8_attention_reads_p_from_the_registers_the_scores_were_computed_in():
+    """FP8 attention on wgmma (HEAD = BN = 128): K's rows are staged in the order of an 8-bit A fragment's
+    columns, so that P V reads P from the registers of the scores: nothing goes through shared memory and no
+    barrier is passed between the two products, unlike the mma.sync kernel (sm_90), which moves P there."""
+    source = (ROOT / "examples" / "attention_fp8.phobos").read_text()
+    config = {"BM": 128, "BN": 128, "WARPS": 8, "STAGES": 2, "CTAS_PER_SM": 1, "HEAD": 128}
+
+    def between_products(arch: str) -> str:
+        """The code from the last instruction of S = Q K^T to the first of P V (as many of each: HEAD = BN)."""
+        ptx = compile_source(source, arch=arch, kernel="attention_fp8", config=config).ptx
+        starts = [m.start() for m in re.finditer(r"\b(wgmma\.mma_async|mma\.sync\.aligned)\.", ptx)]
+        return ptx[starts[len(starts) // 2 - 1]:starts[len(starts) // 2]]
+
+    assert "st.shared" not in between_products("sm_90a") and "bar.sync" not in between_products("sm_90a")
+    assert "st.shared" in between_products("sm_90")

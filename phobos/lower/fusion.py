@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..middle.ir import Op, Value, writes_memory
+from ..middle.ir import ELEMENTWISE, Op, Value, writes_memory
 from ..types import TileType
 from .layout import Layout
-from .placement import ELEMENTWISE
 
 
 @dataclass

@@ -71,7 +71,12 @@ class TileSpace:
     K-major tile of K = 128 bytes is one box; an N-major B tile is N / 64
     boxes.  Starts 1024-byte aligned (the swizzle repeats every 8 rows).
     `parts`: copies of that geometry one after another (tf32x3: the high
-    parts, then the low parts).
+    parts, then the low parts).  `fragment_rows` (swizzled): within each 16
+    rows, row r = 4t + 2h + b (b, h one bit, t two) lies at row 8h + 2t + b
+    (`placed_row`), so that a K-major B so placed gives wgmma's accumulator
+    column 8h + 2t + b the product's column r: its lane 4g + t then holds
+    columns 4t .. 4t + 3 of each 16, the columns of an 8-bit A fragment
+    (MmaPlan.fragment_columns).
     """
 
     rows: int
@@ -79,10 +84,27 @@ class TileSpace:
     eb: int
     stride: int
     parts: int = 1
+    fragment_rows: bool = False
 
     @property
     def swizzled(self) -> bool:
         return self.stride == 0
+
+    @property
+    def row_period(self) -> int:
+        """Rows whose offsets differ by a multiple of this lie the same way (the swizzle's 8 rows; 16 where
+        the rows are placed in fragment order)."""
+        return 16 if self.fragment_rows else 8
+
+    def placed_row(self, low: Lowering, row: Value) -> Value:
+        """The row at which tile row `row` lies: itself, or its place in fragment order."""
+        if not self.fragment_rows:
+            return row
+        def bits(shift: int, mask: int, to: int) -> Value:
+            field = low.op("and", [low.op("shr", [row, low.const(shift)], I32), low.const(mask)], I32)
+            return low.op("shl", [field, low.const(to)], I32)
+        kept = low.op("and", [row, low.const(~14)], I32)  # the group of 16, and b
+        return low.op("or", [low.op("or", [kept, bits(2, 3, 1)], I32), bits(1, 1, 3)], I32)
 
     @property
     def box_bytes(self) -> int:
@@ -108,7 +130,7 @@ class TileSpace:
         if not self.swizzled:
             return i * self.stride + j * self.eb
         per_box = SWIZZLE_BYTES // self.eb
-        if i % 8 or j % per_box >= 16 // self.eb:
+        if i % self.row_period or j % per_box >= 16 // self.eb:
             return None
         return j // per_box * self.box_bytes + i * SWIZZLE_BYTES + j % per_box * self.eb
 
@@ -118,6 +140,7 @@ class TileSpace:
             return low.op("add", [low.op("mul", [row, low.const(self.stride)], I32),
                                   low.op("mul", [col, low.const(self.eb)], I32)], I32)
         per_box, per_chunk = SWIZZLE_BYTES // self.eb, 16 // self.eb
+        row = self.placed_row(low, row)
         box = low.op("div", [col, low.const(per_box)], I32)
         within = low.op("rem", [col, low.const(per_box)], I32)
         chunk = low.op("xor", [low.op("div", [within, low.const(per_chunk)], I32),
@@ -183,7 +206,8 @@ def operand_space(plan: MmaPlan, operand: str, rows: int, cols: int) -> TileSpac
     """
     eb = plan.kind.operand.nbytes
     if plan.instruction == "wgmma" and not in_registers(plan, operand):
-        return TileSpace(rows, cols, eb, 0, parts=2 if plan.kind.products == 3 else 1)
+        return TileSpace(rows, cols, eb, 0, parts=2 if plan.kind.products == 3 else 1,
+                         fragment_rows=plan.fragment_columns and operand == "b")
     stride = align(cols * eb, 16)
     ok = (lambda s: s % 128 in (32, 96)) if operand == "b" and plan.kind.tf32 and not plan.swapped else \
         (lambda s: (s // 16) % 2 == 1)
@@ -351,7 +375,7 @@ def swizzled_accesses(low: Lowering, layout: Layout, base: Value, start: int, sp
         if col % width:
             continue
         group = [at[(row, col + x)] for x in range(width)]
-        key = (row % 8, col % per_box)
+        key = (row % space.row_period, col % per_box)
         if key not in addresses:
             offset = space.offset(low, low.op("add", [thread_row, low.const(key[0])], I32),
                                   low.op("add", [thread_col, low.const(key[1])], I32))

@@ -63,11 +63,11 @@
 # operand (softmax and P V of attention stay within each warp).
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..errors import UnsupportedError
-from ..middle.ir import Block, Function, Op, Value, walk, writes_memory
+from ..middle.ir import ELEMENTWISE, Block, Function, Op, Value, walk, writes_memory
 from ..types import DType
 from .layout import (MMA_COLS, MMA_ROWS, WARP, WARPGROUP, WGMMA_ROWS, Layout, copy_layout, mma_a8_layout,
                      mma_layout, swapped_fragment_layout, swapped_wgmma_layout, wgmma_layout)
@@ -164,6 +164,11 @@ class MmaPlan:
     # there (attention's Q: pipeline.py's `Resident`, core.Lowering's `resident_loads`)
     registers_a: bool = False
     once_a: bool = False
+    # wgmma of 8-bit operands, one 64-row tile a warpgroup, whose result an 8-bit product reads (through
+    # element-wise ops) as its A from registers (attention_fp8's S, whose P feeds P V): the result's columns
+    # in the order of an 8-bit A fragment's (`layout`: mma_a8_layout), B's rows staged in that order
+    # (TileSpace.fragment_rows), so that P's registers are its fragments as they are
+    fragment_columns: bool = False
 
     @property
     def m_tiles(self) -> int:
@@ -195,6 +200,8 @@ class MmaPlan:
         """Of the result (the accumulators)."""
         if self.swapped:
             return swapped_wgmma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
+        if self.fragment_columns:
+            return mma_a8_layout((self.m, self.n), self.threads, self.threads // WARP, 1)
         if self.instruction == "wgmma":
             return wgmma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
         return mma_layout((self.m, self.n), self.threads, self.warps_m, self.warps_n)
@@ -203,6 +210,10 @@ class MmaPlan:
         """The result layout's registers that are the accumulators of a warpgroup's wgmma on its 64-row
         tile `tile`, in the instruction's order."""
         per_tile = self.wgmma_n // 2
+        if self.fragment_columns:  # c0..c3 of 8-column tile j: (row g, columns 2t, 2t + 1), (row g + 8, the same),
+            # which B's rows placed in fragment order make columns 16(j / 2) + 4t + 2(j % 2) + (0, 1)
+            return [tile * per_tile + 8 * (j // 2) + 4 * half + 2 * (j % 2) + b
+                    for j in range(self.wgmma_n // MMA_COLS) for half in (0, 1) for b in (0, 1)]
         if not self.swapped:
             return list(range(tile * per_tile, (tile + 1) * per_tile))
         at = self.layout.register_of
@@ -219,6 +230,8 @@ class MmaPlan:
     def a_layout(self) -> Layout | None:
         """Of an A operand whose registers are its fragments (16-bit and 8-bit float kinds with mma.sync, and
         16-bit ones on wgmma with `registers_a`; an s8 A, loaded, goes through shared memory)."""
+        if self.registers_a and self.kind.eight_bit:  # one 64-row tile a warpgroup: its warps' rows in order
+            return mma_a8_layout((self.m, self.k), self.threads, self.threads // WARP, 1)
         if self.registers_a:
             return wgmma_layout((self.m, self.k), self.threads, self.warps_m, self.warps_n, share_columns=True)
         if self.kind.tf32 or self.kind.integer or self.instruction == "wgmma":
@@ -304,7 +317,7 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
                 for v, src in zip(op.operands, sources)]
         transposed = tuple(src is not None and src[1] for src in sources)
         swapped = kind.tf32
-        b_only = kind.sixteen_bit and here[1] and not here[0]  # A from registers, or loaded once
+        b_only = (kind.sixteen_bit or kind.operand.is_f8) and here[1] and not here[0]  # A from registers, or loaded once
         # A loaded before the loop the product is in, copied into shared memory at the loop's start (one
         # loaded further out moves there first: `_deferrable`)
         loop = region_of.get(id(block_of[op]))
@@ -317,6 +330,8 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
         groups = wgmma_groups(kind, *((n, m) if swapped else (m, n)), threads, _wgmma_k_fits(kind, k, here, once_a,
                                                                                                transposed[1])) \
             if wgmma and (all(here) or b_only) and not kind.integer else None
+        if groups is not None and kind.eight_bit and b_only and not once_a and groups != (m // WGMMA_ROWS, 1):
+            groups = None  # 8-bit A fragments from registers: one 64-row tile a warpgroup (a_layout)
         if groups is not None:
             out[op] = MmaPlan(kind, m, n, k, *groups, threads, "wgmma", swapped, transposed, b_only and not once_a,
                               once_a)
@@ -327,7 +342,37 @@ def plan_dots(func: Function, threads: int, tensor_cores: bool, wgmma: bool = Fa
     for load, loop in sunk:
         block_of[load].ops.remove(load)
         block_of[loop].ops.insert(block_of[loop].ops.index(loop), load)
+    for op, plan in list(out.items()):
+        source = _fragment_source(op, plan, out)
+        if source is not None:
+            out[source] = replace(out[source], fragment_columns=True)
     return out
+
+
+def _fragment_source(op: Op, plan: MmaPlan | str, plans: dict[Op, MmaPlan | str]) -> Op | None:
+    """The product whose result `op` (an 8-bit wgmma reading A from registers) reads as its A through
+    element-wise ops alone, where that one can give its result in the layout of A's fragments: 8-bit wgmma,
+    B staged K-major, one 64-row tile a warpgroup, N whole 16-column chunks (MmaPlan.fragment_columns).
+    (An 8-bit mma.sync reading A from registers could take it too, but runs on H100 as conversions to
+    16-bit products, whose registers ptxas then spills inside the loop: P is moved to it instead.)"""
+    if not isinstance(plan, MmaPlan) or not plan.registers_a or not plan.kind.eight_bit:
+        return None
+    found, seen, todo = [], set(), [op.operands[0]]
+    while todo:
+        v = todo.pop()
+        owner = v.owner
+        if id(v) in seen or not isinstance(owner, Op):
+            continue
+        seen.add(id(v))
+        if owner.opcode == "dot":
+            found.append(owner)
+        elif owner.opcode in ELEMENTWISE:
+            todo.extend(owner.operands)
+    source = plans.get(found[0]) if len(found) == 1 else None
+    fits = isinstance(source, MmaPlan) and source.instruction == "wgmma" and source.kind.eight_bit \
+        and not source.registers_a and not source.swapped and source.transposed[1] and source.n % 16 == 0 \
+        and (source.warps_m, source.warps_n) == (source.m // WGMMA_ROWS, 1)
+    return found[0] if fits and replace(source, fragment_columns=True).layout == plan.a_layout else None
 
 
 def _deferrable(load: Op, loop: Op, block_of: dict, region_of: dict) -> bool:

@@ -699,8 +699,8 @@ class TmaBox:
 def tma_box(low: Lowering, load: Op, space: TileSpace) -> TmaBox | None:
     """The TMA boxes of a load's slice laid out as `space` says, or None where TMA cannot copy it: a slice
     of both dims of a rank-2 tensor parameter, with i32 starts (32-bit indices), into a swizzled
-    single-part region."""
-    if not space.swizzled or space.parts != 1 or not _tensor_slice(low, load):
+    single-part region whose rows lie in order (TMA cannot place them in fragment order)."""
+    if not space.swizzled or space.parts != 1 or space.fragment_rows or not _tensor_slice(low, load):
         return None
     cols = SWIZZLE_BYTES // space.eb
     if space.rows > 256 or space.cols % cols:

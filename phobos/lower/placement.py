@@ -43,16 +43,11 @@ from __future__ import annotations
 
 from ..configuration import Knobs
 from ..errors import ResourceError
-from ..middle.ir import MATH_OPCODES, Function, Op, Value, walk
+from ..middle.ir import ELEMENTWISE, Function, Op, Value, walk
 from ..types import TileType
 from .layout import WARP, Layout, blocked, dot_layout
 from .mma_plan import MmaPlan
 
-# The opcodes lowered one register slot at a time (the same op on each slot of
-# its operands, all in the result's layout).
-ELEMENTWISE = {"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr", "neg", "not",
-               "abs", "cmp", "select", "cast", "fma", "mulhi", "bitcast", "floor", "ceil", "round", "trunc",
-               *MATH_OPCODES}
 # The opcodes whose tile operands and results all take one layout, element for element.
 ALIGNED = {"gather", "scatter", "atomic", "scan", "print", "assert"}
 DEFAULT_MAX_THREADS = 256

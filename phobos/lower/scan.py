@@ -30,11 +30,10 @@ import math
 from typing import Callable
 
 from ..errors import UnsupportedError
-from ..middle.ir import Op, Value
+from ..middle.ir import ELEMENTWISE, Op, Value
 from ..types import DType, ScalarType, TileType
 from .core import BOOL, HANDLERS, I32, Lowering, TileRegs, row_major_strides, scalar_op, smem_bytes
 from .layout import Layout, blocked
-from .placement import ELEMENTWISE
 
 Combine = Callable[[tuple, tuple], tuple]
 

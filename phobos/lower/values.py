@@ -18,11 +18,11 @@
 # distributed shared memory (cluster_reduce).
 from __future__ import annotations
 
-from ..middle.ir import Builder, KernelParam, Op, Value
+from ..middle.ir import ELEMENTWISE, Builder, KernelParam, Op, Value
 from ..types import DType, ScalarType, TensorType, TileType
 from .core import BOOL, HANDLERS, I32, I64, Lowering, TensorRef, TileRegs, row_major_strides, scalar_op
 from .layout import Layout
-from .placement import ELEMENTWISE, broadcast_dims, keep_axes, source_axes
+from .placement import broadcast_dims, keep_axes, source_axes
 
 
 @HANDLERS.on("param")

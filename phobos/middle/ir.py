@@ -44,6 +44,12 @@ def _ops(pure: bool, names: str, doc: str) -> dict[str, OpInfo]:
 MATH_OPCODES = frozenset(("exp exp2 exp10 expm1 log log2 log10 log1p sqrt rsqrt tanh sigmoid erf erfc gelu sin cos tan "
                           "asin acos atan atan2 sinh cosh asinh acosh atanh").split())
 
+#: The opcodes applied element for element: on tiles, the same op on each element of its operands, which
+#: share the result's shape (lowered one register slot at a time, all in the result's layout).
+ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr", "neg",
+                         "not", "abs", "cmp", "select", "cast", "fma", "mulhi", "bitcast", "floor", "ceil", "round",
+                         "trunc", *MATH_OPCODES})
+
 OPCODES: dict[str, OpInfo] = {
     # values of every level
     **_ops(True, "const", "a constant (a tile: every element equal); attrs value"),
