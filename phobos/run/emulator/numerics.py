@@ -46,10 +46,12 @@
 # without a per-term loop: every product of a part of the batch in one
 # broadcasting pass (in float32 where products are exact there), with the
 # longest of batch, rows and columns innermost so that NumPy's inner loops are
-# long, the largest exponent sums of all blocks likewise (exponents looked up
-# in tables by the bits above the fraction), then block by block the terms
-# scaled, truncated and summed in int32, a few hundred thousand terms at a
-# time so that they stay in cache.
+# long (where that one is still short, `_outer` lengthens them by repeating
+# an operand along it), the largest exponent sums of all blocks likewise
+# (exponents looked up in tables by the bits above the fraction), then block
+# by block the terms scaled, truncated and summed in int32, a few hundred
+# thousand terms at a time so that they stay in cache, in buffers kept from
+# call to call (`_scratch`).
 # Into f16 accumulators (`round_half_accumulator`) and for f64 (`fma_dot`) the
 # emulator makes an assumption each, which tests/test_emulator_ptx_forms_gpu.py
 # checks on a GPU.
@@ -749,14 +751,14 @@ def _dot_part(a_k, b_k, c, size: int, emins: tuple[int, int], kept: int, out_for
     shape = c.shape
     k = len(a_k)
     narrow = a_k.dtype == np.float32  # exponent sums of f16 and 8-bit floats fit int8 (_NARROW_NONE)
-    exponent_sums = np.add(_term_exponents(a_k, emins[0], narrow), _term_exponents(b_k, emins[1], narrow),
-                           out=_scratch(k * c.size, np.int8 if narrow else np.int16).reshape((k,) + shape))
+    exponent_sums = _outer(np.add, _term_exponents(a_k, emins[0], narrow), _term_exponents(b_k, emins[1], narrow),
+                           _scratch(k * c.size, np.int8 if narrow else np.int16, "sums").reshape((k,) + shape))
     # the largest of each block: (blocks, ...), at most _LIVE where no term is live
     tops = exponent_sums.reshape((k // size, size) + shape).max(axis=1)
     if narrow:
         tops = tops.astype(np.int16)
         np.putmask(tops, tops < _NARROW_LIVE, _NONE)
-    products = np.multiply(a_k, b_k, out=_scratch(k * c.size, a_k.dtype).reshape((k,) + shape))
+    products = _outer(np.multiply, a_k, b_k, _scratch(k * c.size, a_k.dtype, "products").reshape((k,) + shape))
     finite = bool(np.isfinite(a_k).all() and np.isfinite(b_k).all())
     acc = c
     for block, start in enumerate(range(0, k, size)):
@@ -764,6 +766,30 @@ def _dot_part(a_k, b_k, c, size: int, emins: tuple[int, int], kept: int, out_for
         acc = _block_sum(products[part], tops[block], acc, kept, out_format,
                          None if finite else (a_k[part], b_k[part]))
     return acc
+
+
+#: The innermost loops _outer makes at least this long where it can (NumPy's per-loop cost then no longer
+#: counts; a longer loop only tiles more of the operand).
+INNER_LOOP = 512
+
+
+def _outer(ufunc, x: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """ufunc(x, y) into `out` (returned): x and y, 4-d, broadcast against each other, as arranged_dot's
+    operands do (one of them lacks the axis before the last, and both have the last).  Where the last
+    axis is shorter than INNER_LOOP, NumPy's loops over it are short; the operand that lacks the axis
+    before it is then repeated T times along the last (a copy of T times its size, a fraction of the
+    result's, T dividing that axis), and the result's two last axes read as (n / T, T * last): loops of
+    T times the length, the same elements."""
+    if x.shape[-2] != 1:
+        x, y = y, x  # (ufunc is commutative: add, multiply)
+    n, last = out.shape[-2:]
+    repeat = max((t for t in range(1, n + 1) if n % t == 0 and t * last <= INNER_LOOP), default=1)
+    if x.shape[-2] != 1 or y.shape[-2] != n or x.shape[-1] != last or y.shape[-1] != last or repeat == 1:
+        return ufunc(x, y, out=out)
+    wide = np.broadcast_to(x, x.shape[:-2] + (repeat, last)).reshape(x.shape[:-2] + (1, repeat * last))
+    lines = out.shape[:-2] + (n // repeat, repeat * last)
+    ufunc(wide, y.reshape(y.shape[:-2] + lines[-2:]), out=out.reshape(lines))
+    return out
 
 
 def dot_layout(batch: int, m: int, n: int) -> str:
@@ -794,20 +820,25 @@ def _block_sum(products, top, c, kept: int, out_format: FloatFormat, factors) ->
     that puts the kept bits above the point (in `work` precision, where that is exact) and
     truncated to an integer of at most kept + 2 bits, which int32 sums exactly.  `factors`: None
     where every a and b is finite, else (a, b) of the block, whose non-finite products set their
-    elements (_tensor_core_specials)."""
+    elements (_tensor_core_specials).  The per-element arrays it works in are _scratch's; the result
+    is a new array."""
     assert len(products) << (kept + 2) <= 1 << 31, "the kept terms of a block overflow int32"
-    c_top = _F32_EXPONENTS.take(_high_halves(c))  # a zero's is f32's emin here: no matter where a term's is above
+    shape = c.shape
+    c_top = _F32_EXPONENTS.take(_high_halves(c), out=_scratch(c.size, np.int16, "c top").reshape(shape),
+                                 mode="clip")
+    # (a zero's is f32's emin here: no matter where a term's is above)
+    c_special = c_top.min() == _NOT_FINITE
     if top.min() < F32.emin:
         np.putmask(c_top, c == 0, _NONE)
-    scale = _scales(kept).take(np.maximum(top, c_top).view(np.uint16))
+    scale = _scales(kept).take(np.maximum(top, c_top, out=c_top).view(np.uint16),
+                               out=_scratch(c.size, np.float64, "scale").reshape(shape), mode="clip")
     tiny = scale.max() >= 2.0 ** 127  # a live top below kept - 126: the sum may be tiny
     # (scales beyond float32's range, where a product is float32, are those of blocks of zero products:
     # a live product's exponent is at least twice its format's emin, and f32 work holds f16 and 8-bit
     # floats only; they are cut to its range, so that the zeros stay zeros)
     clip = tiny and products.dtype == np.float32
     products *= (np.minimum(scale, 2.0 ** 127) if clip else scale).astype(products.dtype)  # exact: powers of 2
-    total = c.astype(np.float64)
-    total *= scale
+    total = np.multiply(c, scale, out=_scratch(c.size, np.float64, "total").reshape(shape))
     np.trunc(total, out=total)
     total += np.add.reduce(products, axis=0, dtype=np.int32)  # each term truncated toward zero, summed exactly
     total /= scale                                             # exact: fewer than 2**53 units
@@ -816,9 +847,10 @@ def _block_sum(products, top, c, kept: int, out_format: FloatFormat, factors) ->
         out = np.where(np.abs(total) >= 2.0 ** 128, np.copysign(np.inf, total), out).astype(np.float32)
     else:  # normal or beyond: dropping the bits below the format's is rounding toward zero; f32 holds the
         # largest value of the format below 2**128 exactly and makes 2**128 and above infinite
-        cut = np.uint64((1 << (F64.man - out_format.man)) - 1)
-        out = (total.view(np.uint64) & ~cut).view(np.float64).astype(np.float32)
-    if factors is None and c_top.min() != _NOT_FINITE:
+        bits = total.view(np.uint64)
+        np.bitwise_and(bits, ~np.uint64((1 << (F64.man - out_format.man)) - 1), out=bits)
+        out = total.astype(np.float32)
+    if factors is None and not c_special:
         return out
     terms = products[:0] if factors is None else factors[0] * factors[1]  # finite products: none special
     return _tensor_core_specials(terms, c, out)
@@ -875,16 +907,17 @@ def _term_exponents(x: np.ndarray, emin: int, narrow: bool) -> np.ndarray:
     return _exponent_table(x.dtype.str, emin, narrow).take(_high_halves(x))
 
 
-_SCRATCH: dict[np.dtype, np.ndarray] = {}
+_SCRATCH: dict[tuple[np.dtype, str], np.ndarray] = {}
 
 
-def _scratch(count: int, dtype) -> np.ndarray:
-    """`count` elements of a buffer kept from call to call (fresh arrays of a few hundred KiB cost
-    the C library's allocator new pages each time, more than the arithmetic done in them)."""
-    dtype = np.dtype(dtype)
-    buffer = _SCRATCH.get(dtype)
+def _scratch(count: int, dtype, use: str) -> np.ndarray:
+    """`count` elements of a buffer kept from call to call for one `use` (fresh arrays of a few
+    hundred KiB cost the C library's allocator new pages each time, more than the arithmetic done in
+    them)."""
+    key = (np.dtype(dtype), use)
+    buffer = _SCRATCH.get(key)
     if buffer is None or len(buffer) < count:
-        buffer = _SCRATCH[dtype] = np.empty(count, dtype)
+        buffer = _SCRATCH[key] = np.empty(count, key[0])
     return buffer[:count]
 
 
