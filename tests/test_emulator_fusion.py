@@ -1,6 +1,7 @@
 # The emulator's batches (machine.fusion_table): mma.sync (and wgmma) run together - those side by side, accumulator
-# chains as one product along their K, the register instructions between them first - give what running
-# every instruction alone gives, bit for bit; and a batch stops where running it so would differ.
+# chains as one product along their K, the register instructions between them first -, and so do conversions of
+# f32 pairs; batches give what running every instruction alone gives, bit for bit; and a batch stops where running
+# it so would differ.
 from __future__ import annotations
 
 import re
@@ -159,3 +160,26 @@ def test_a_register_instruction_touching_a_wgmma_register_is_not_run_ahead_of_th
         with pytest.raises(AsyncCopyHazard, match="register of a wgmma in flight") as caught:
             _wgmma_run(case, fused)
         assert "mov.b32 %acc3" in str(caught.value)
+
+
+def _pair_conversions(reader: bool = False) -> tuple[str, list[int]]:
+    """Eight cvt.rn.f16x2.f32 of operand registers (as f32 bits, of many exponents; a mov between two),
+    after an mma whose batch takes one more conversion (a register instruction there); `reader`: the
+    fifth converts the first's result."""
+    text = HEAD + "".join(_operand(r, r) for r in range(10, 40)) + _mma(100, 10, 14, 16)
+    text += "    cvt.rn.f16x2.f32 %r190, %r20, %r21;\n" + _mma(120, 10, 14, 16)
+    for i in range(8):
+        a = 150 if reader and i == 4 else 22 + 2 * i
+        text += f"    cvt.rn.f16x2.f32 %r{150 + i}, %r{a}, %r{23 + 2 * i};\n"
+        text += "    mov.b32 %r160, %r39;\n" if i == 2 else ""
+    outputs = [100, 103, 120, 190, 160] + list(range(150, 158))
+    return text + _store(outputs), outputs
+
+
+@pytest.mark.parametrize("reader", [False, True])
+def test_conversions_of_f32_pairs_run_as_one_batch(reader):
+    text, outputs = _pair_conversions(reader)
+    # (a batch from each instruction on: the products with the conversion between them, then the conversions
+    # with the mov, up to the one that reads an earlier one's result)
+    assert _batches(text)[:2] == [2 + 1, (4 if reader else 8) + 1]
+    np.testing.assert_array_equal(_run(text, outputs, True), _run(text, outputs, False))

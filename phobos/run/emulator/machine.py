@@ -17,9 +17,9 @@
 # not touched at all: the loop only compares the group's PC with the lowest PC
 # of the threads left behind.
 #
-# Consecutive instructions whose handlers allow it (decode.Fusable: mma.sync)
-# run as one batch where none reads what an earlier one writes
-# (fusion_table): operands of all read first, one computation, results
+# Consecutive instructions whose handlers allow it (decode.Fusable: mma.sync,
+# cvt of f32 pairs) run as one batch where none reads what an earlier one
+# writes (fusion_table): operands of all read first, one computation, results
 # written in order - what running them one after the other does.
 #
 # `bar.sync` parks the threads that reach it; once every live thread of the
@@ -438,8 +438,9 @@ class Machine:
         """Run the `count` instructions from `pc` as one batch (see fusion_table): the register
         instructions first, then the fusable ones together."""
         fused, hoisted = [], []
+        key = _fusable_part(self.program.ops[pc]).key  # (a register instruction may be fusable with others)
         for op in self.program.ops[pc: pc + count]:
-            (fused if getattr(op.run, "fusable", None) is not None else hoisted).append(op)
+            (fused if getattr(_fusable_part(op), "key", None) == key else hoisted).append(op)
         for op in hoisted:
             with _faulting_at(op):
                 op.run(self, group)

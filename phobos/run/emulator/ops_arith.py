@@ -23,6 +23,10 @@
 # does it); min/max as f32's; setp compares values.  The extended-precision
 # instructions (add.cc, addc, sub.cc, subc, mad.cc, madc) carry through a
 # per-thread flag (Decoder.carry_flag).
+#
+# Consecutive conversions of f32 pairs of one form (`cvt.rn.f16x2.f32`: an
+# accumulator tile packed for a store, tens in a row) run as one batch
+# (decode.Fusable, machine.fusion_table): the pairs of all converted at once.
 from __future__ import annotations
 
 from fractions import Fraction
@@ -34,7 +38,7 @@ from ...types import DType
 from . import mufu
 from . import numerics as nx
 from . import syntax as syn
-from .decode import Semantics, lanes, opcode, plain
+from .decode import Fusable, Semantics, fusable, lanes, opcode, plain
 from .errors import PtxSyntaxError
 from .ptxtypes import TYPES, PtxType
 
@@ -1128,6 +1132,28 @@ def _pair_words(convert, high, low) -> np.ndarray:
     return np.ascontiguousarray(convert(pairs)).view(np.uint32)[..., 0]
 
 
+def _pair_conversion(d, ins, dst: PtxType, src: PtxType, convert, key: tuple) -> Semantics:
+    """`cvt d, a, b` of an f32 pair into a 16-bit pair: d = {convert(a) in the upper half, convert(b)
+    in the lower}, fusable with the conversions of the same `key` (the form: `convert` is the same
+    elementwise function of it), whose pairs it converts together."""
+    ops = d.operands(ins, 3)
+    write = d.writer(ops[0], dst)
+    readers = [d.reader(o, src) for o in ops[1:]]
+
+    def inputs(m, idx):
+        return [np.broadcast_to(read(m, idx), (lanes(m, idx),)) for read in readers]
+
+    def compute(m, operands, links):
+        if len(operands) == 1:
+            return [_pair_words(convert, *operands[0])]
+        high, low = (np.concatenate(column) for column in zip(*operands))
+        return np.split(_pair_words(convert, high, low), len(operands))
+
+    def outputs(m, idx, result):
+        write(m, idx, result)
+    return fusable(Fusable(key, inputs, compute, outputs))
+
+
 def _cvt_tf32(d, ins, mods) -> Semantics:
     """`cvt.rna{.satfinite}.tf32.f32` (also .rn and .rz): f32 rounded to 10 significand
     bits, kept as an f32 bit pattern with the 13 low bits zero."""
@@ -1217,8 +1243,7 @@ def build_cvt(d, ins, mods):
         require(d, src.name == "f32", f"cvt.{dst.name} converts pairs of .f32")
         half = TYPES[dst.name[:-2]]
         convert = _to_float(d, src, half, frnd, irnd, ftz, sat, relu, satfinite)
-        # d = {cvt(a) in the upper half, cvt(b) in the lower half}
-        return elementwise(d, ins, dst, [src, src], lambda a, b: _pair_words(convert, a, b))
+        return _pair_conversion(d, ins, dst, src, convert, ("cvt", dst.name, frnd, irnd, ftz, sat, relu, satfinite))
     require(d, all(x.name in FORMATS for x in (src, dst) if x.is_float),
             "cvt between packed float types is not supported")
     if dst.is_float:
