@@ -259,6 +259,29 @@ def test_while_break_continue_and_early_return(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_reinterpreted_loop_carried_value_keeps_its_old_value_after_the_update(mode):
+    """u32(x) is x's register (no instruction); x's next value, written after it, must not be computed into
+    x's register while u32(x) is still to be read (it was, giving 300 for 260 on the GPU and in the
+    emulator), nor must abs of an unsigned value or a bitcast."""
+    src = """
+    kernel k(out: tensor<u32>[N]) {
+        var x: i32 = 5
+        var acc: u32 = 0
+        var bits: i32 = 0
+        for i in range(0, 4) {
+            let j = u32(x)
+            let f = bitcast(x, f32)
+            x = x + 1
+            acc = acc + abs(j) * 10
+            bits = bits + bitcast(f, i32)
+        }
+        out[0 :+ 2] = join(acc, u32(bits))
+    }"""
+    (out,) = run(src, mode, np.zeros(2, np.uint32))
+    assert list(out) == [sum((5 + i) * 10 for i in range(4)), sum(5 + i for i in range(4))]
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_persistent_loop_over_tiles_with_a_run_time_step(mode):
     src = """
     kernel k(x: tensor<f32>[N], y: tensor<f32>[N]) {

@@ -224,16 +224,29 @@ def _round(mode: str):
     return select
 
 
-def _bitcast(s: Selector, op: Op) -> None:
+def shares_register(op: Op) -> bool:
+    """Whether `op`'s result is its operand's register, no instruction written: a bitcast within a register
+    class (i32 and u32 share their registers), a cast between integers of one width (a reinterpretation),
+    the absolute value of an unsigned integer (itself)."""
+    if op.opcode not in ("bitcast", "cast", "abs") or not op.results:
+        return False
     frm, to = op.operands[0].dtype, op.result.dtype
-    if CLASS_OF_DTYPE[frm] == CLASS_OF_DTYPE[to]:  # i32 and u32 share their registers
+    if op.opcode == "bitcast":
+        return CLASS_OF_DTYPE[frm] == CLASS_OF_DTYPE[to]
+    if op.opcode == "cast":
+        return frm.is_int and to.is_int and frm.bits == to.bits
+    return frm.is_int and not frm.is_signed
+
+
+def _bitcast(s: Selector, op: Op) -> None:
+    if shares_register(op):
         s.regs[op.result] = s.src(op.operands[0])
         return
-    s.emit(f"mov.b{to.bits}", s.define(op.result), s.reg(op.operands[0]))
+    s.emit(f"mov.b{op.result.dtype.bits}", s.define(op.result), s.reg(op.operands[0]))
 
 
 def _unsigned_abs(s: Selector, op: Op) -> None:
-    s.regs[op.result] = s.src(op.operands[0])  # every unsigned value is its own absolute value
+    s.regs[op.result] = s.src(op.operands[0])  # shares_register: every unsigned value is its own absolute value
 
 
 def _unsigned_neg(s: Selector, op: Op) -> None:
@@ -511,11 +524,10 @@ def _f32_to_f8(s: Selector, dst: VReg, src: VReg, to: DType) -> None:
 
 
 def _cast(s: Selector, op: Op) -> None:
-    frm, to = op.operands[0].dtype, op.result.dtype
-    if frm.is_int and to.is_int and frm.bits == to.bits:  # a reinterpretation: same register
+    if shares_register(op):  # a reinterpretation
         s.regs[op.result] = s.src(op.operands[0])
         return
-    convert(s, s.define(op.result), s.src(op.operands[0]), frm, to)
+    convert(s, s.define(op.result), s.src(op.operands[0]), op.operands[0].dtype, op.result.dtype)
 
 
 def _shfl(mode: str, clamp: int):
@@ -924,11 +936,15 @@ def _nested(op: Op):
 
 
 def _used_after(ops: list[Op], v: Value, position: int) -> bool:
-    """Is `v` read by an op after top-level position `position` (nested regions included)?"""
-    for op in ops[position + 1:]:
+    """Is `v` - or a value in its register (`shares_register`) - read by an op after top-level position
+    `position` (nested regions included)?"""
+    held = {v}
+    for at, op in enumerate(ops):
         for inner in [op, *_nested(op)]:
-            if v in inner.operands:
+            if at > position and any(x in held for x in inner.operands):
                 return True
+            if shares_register(inner) and inner.operands[0] in held:
+                held.add(inner.result)
     return False
 
 
