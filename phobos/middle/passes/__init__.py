@@ -15,6 +15,7 @@ from .dce import dce
 from .fold import fold
 from .licm import licm
 from .fuse_dot import fuse_dot
+from .products_first import products_first
 
 PASSES: dict[str, Callable[[Function], None]] = {
     "fold": fold,
@@ -22,10 +23,11 @@ PASSES: dict[str, Callable[[Function], None]] = {
     "dce": dce,
     "licm": licm,
     "fuse-dot": fuse_dot,
+    "products-first": products_first,
 }
 
 TILE_PIPELINE = ["fold", "licm", "cse", "fuse-dot", "dce"]
-THREAD_PIPELINE = ["licm", "dce"]  # lowering folds and shares values as it builds them
+THREAD_PIPELINE = ["licm", "products-first", "dce"]  # lowering folds and shares values as it builds them
 
 
 def run_pipeline(func: Function, names: list[str], *, stage: str, verify_each: bool = False,
