@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+import phobos
 from phobos.compiler import compile as compile_source
 from phobos.compiler import compile_kernel, parse_source, pick_kernel
 from phobos.constants import f8_bits, f8_values
@@ -43,15 +44,18 @@ def operands(m: int, n: int, k: int, dtype: DType):
     return a, b, f8_values(a, dtype).astype(np.float64), f8_values(b, dtype).astype(np.float64)
 
 
-def chained(a_values, b_values_kn, name: str, tile_k: int = 128) -> np.ndarray:
+def chained(a_values, b_values_kn, name: str, tile_k: int = 128, mma_sync: bool = False) -> np.ndarray:
     """A @ B as a K loop `acc += dot(...)` of 8-bit floats computes it: each K tile's product summed from zero
     by k32 instructions chained on the tensor cores, then added to acc in f32 (K padded with zeros to whole
-    tiles, as its slices are)."""
+    tiles, as its slices are).  Hopper's mma.sync of 8-bit floats (`mma_sync`) is two f16 products of k16
+    each (the codes converted to f16, exactly), so its sums are f16 products' (full f32), not wgmma's 13
+    bits."""
+    kind, step = ("f16", 16) if mma_sync else (name, 32)
     pad = -a_values.shape[1] % tile_k
     a, b = np.pad(a_values, ((0, 0), (0, pad))), np.pad(b_values_kn, ((0, pad), (0, 0)))
     acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
     for k0 in range(0, a.shape[1], tile_k):
-        acc = acc + reference(a[:, k0:k0 + tile_k], b[k0:k0 + tile_k], np.zeros_like(acc), name, step=32)
+        acc = acc + reference(a[:, k0:k0 + tile_k], b[k0:k0 + tile_k], np.zeros_like(acc), kind, step=step)
     return acc
 
 
@@ -79,7 +83,7 @@ def test_k_loop_on_the_tensor_cores(arch, name):
     values = {"A": a, "B": b, "C": c, "M": m, "N": n, "K": kk}
     emulator.launch(k.ptx, k.kernel_name, (-(-m // 64), -(-n // 64)), (k.threads,), _arguments(k, values, None),
                     shared_bytes=k.shared_bytes)
-    np.testing.assert_array_equal(c.view(np.uint32), chained(av, bv.T, ptx).view(np.uint32))
+    np.testing.assert_array_equal(c.view(np.uint32), chained(av, bv.T, ptx, mma_sync=arch != "sm_90a").view(np.uint32))
 
 
 @pytest.mark.parametrize("name", list(DTYPES))
@@ -119,7 +123,7 @@ def test_operands_computed_in_registers_are_stored_k_major(arch):
     e4m3 = DType.F8E4M3
     a = f8_values(f8_bits(x, e4m3), e4m3).astype(np.float64)
     b = f8_values(f8_bits(y * np.float32(0.5), e4m3), e4m3).astype(np.float64)
-    np.testing.assert_array_equal(c.view(np.uint32), chained(a, b, "e4m3", tile_k=64).view(np.uint32))
+    np.testing.assert_array_equal(c.view(np.uint32), chained(a, b, "e4m3", tile_k=64, mma_sync=True).view(np.uint32))
 
 
 NN = """
@@ -185,3 +189,25 @@ def test_fp8_attention_reads_p_from_the_registers_the_scores_were_computed_in():
 
     assert "st.shared" not in between_products("sm_90a") and "bar.sync" not in between_products("sm_90a")
     assert "st.shared" in between_products("sm_90")
+
+
+def test_the_block_scales_are_loaded_while_the_tensor_cores_multiply(monkeypatch):
+    """gemm_fp8_blockwise on sm_90a (TMA into persistent CTAs): each iteration's scale loads come after its
+    wgmma group is issued (the products-first pass), and the kernel still gives the float64 product of the
+    dequantised blocks in the emulator, on ragged sizes."""
+    from phobos.run import backends
+    from .test_kernels import case_gemm_fp8_blockwise, check_outputs
+    source = (ROOT / "examples" / "gemm_fp8.phobos").read_text()
+    config = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 128, "WARPS": 8, "STAGES": 4}
+    ptx = compile_kernel(pick_kernel(parse_source(source, "gemm_fp8.phobos"), "gemm_fp8_blockwise"),
+                         arch="sm_90a", config=config, tma=True).ptx
+    first = ptx.index("wgmma.mma_async")
+    commit = ptx.index("wgmma.commit_group", first)
+    assert "ld.global" not in ptx[ptx.rindex("mbarrier.try_wait", 0, first):first]
+    assert "ld.global.nc.f32" in ptx[commit:ptx.index("wgmma.wait_group", commit)]
+    monkeypatch.setattr(backends.EmulateBackend, "arch", lambda self, index=0: "sm_90a")
+    args, expected = case_gemm_fp8_blockwise(200, 140, 300)(np.random.default_rng(3))
+    fn = phobos.load(str(ROOT / "examples" / "gemm_fp8.phobos"), mode="emulate").gemm_fp8_blockwise.configure(**config)
+    fn(*args)
+    assert any("wgmma" in note for note in fn.compiled.notes), fn.compiled.notes
+    check_outputs("gemm_fp8_blockwise", args, expected, 2 ** -7, 2 ** -4)

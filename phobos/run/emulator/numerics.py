@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -627,22 +627,28 @@ class TensorCoreModel:
     the c of the next block.  A NaN operand, an infinite product with a zero,
     or infinities of both signs give NaN; otherwise an infinite term gives
     that infinity.  A format missing from `block` is not one this generation
-    multiplies.
+    multiplies.  `mma_sync_as`: input formats whose mma.sync the hardware runs
+    as products of another format that holds their values exactly, by whose
+    blocks and bits it sums them (wgmma keeps the format's own).
     """
 
     name: str
     block: dict  # input format name -> products summed in one fused step
     kept: dict  # input format name -> fraction bits an aligned term keeps below 2**E
     fraction: dict  # input format name -> fraction bits of each block's result (23: f32's)
+    mma_sync_as: dict = field(default_factory=dict)  # input format name -> the one mma.sync sums as
 
 
 TENSOR_CORE_MODELS = {
     # H100, H200 (sm_90): 16 products (8 for tf32) per step, 2 extra bits; 8-bit floats 32 products a step,
     # terms and results kept to 13 fraction bits (Khattak and Mikaitis's H100 model: fma 32, neab -10, the
     # output significand 23 - 10 bits; DeepSeek-V3's report measured "around 14 bits" of accumulation).
+    # Its mma.sync of 8-bit floats is two f16 products (ptxas writes each m16n8k32 as two HMMA.16816.F32 of
+    # the codes converted to f16, which holds them exactly), chained: full f32 sums, as the H100 gives them.
     "hopper": TensorCoreModel("hopper", {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32},
                               {"f16": 25, "bf16": 25, "tf32": 25, "e4m3": 13, "e5m2": 13},
-                              {"f16": 23, "bf16": 23, "tf32": 23, "e4m3": 13, "e5m2": 13}),
+                              {"f16": 23, "bf16": 23, "tf32": 23, "e4m3": 13, "e5m2": 13},
+                              {"e4m3": "f16", "e5m2": "f16"}),
     # A100 (sm_80): 8 products (4 for tf32) per step, 1 extra bit; no 8-bit floats.
     "ampere": TensorCoreModel("ampere", {"f16": 8, "bf16": 8, "tf32": 4}, {"f16": 24, "bf16": 24, "tf32": 24},
                               {"f16": 23, "bf16": 23, "tf32": 23}),
