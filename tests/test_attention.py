@@ -152,6 +152,26 @@ def test_fp8_attention_on_wgmma_gives_the_bits_of_mma_sync_in_the_emulator(monke
                            dict(RAGGED, D=128), causal, config, 2 ** -6, 2 ** -4, case_attention_fp8)
 
 
+FP8_ON_WGMMA = [{"BM": 128, "BN": 128, "WARPS": 8, "STAGES": 2, "CTAS_PER_SM": 1},
+                {"BM": 64, "BN": 128, "WARPS": 4, "STAGES": 3, "CTAS_PER_SM": 1},
+                {"BM": 64, "BN": 128, "WARPS": 4, "STAGES": 2, "CTAS_PER_SM": 2},
+                {"BM": 128, "BN": 64, "WARPS": 8, "STAGES": 3, "CTAS_PER_SM": 1}]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("config", FP8_ON_WGMMA, ids=lambda c: f"{c['BM']}x{c['BN']}x{c['WARPS']}x{c['STAGES']}x{c['CTAS_PER_SM']}")
+def test_fp8_attention_on_wgmma_on_the_gpu(config, causal):
+    """Each configuration with S = Q K^T on wgmma (and P V too, at BN = 128: K's rows staged in fragment
+    order), at ragged lengths with grouped queries, against float64 within P's e4m3 quantisation."""
+    from .test_kernels import case_attention_fp8, check_outputs
+    args, expected = case_attention_fp8(dict(RAGGED, D=128), causal)(np.random.default_rng(11))
+    fn = phobos.load(EXAMPLES / "attention_fp8.phobos", mode="gpu").attention_fp8.configure(**config)
+    fn(*args)
+    assert "wgmma" in fn.compiled.notes[0], fn.compiled.notes
+    check_outputs("attention_fp8", args, expected, 2 ** -6, 2 ** -4)
+
+
 @pytest.mark.parametrize("head", [64, 128])
 @pytest.mark.parametrize("kernel,config", [
     ("attention_backward_dkdv", {"BN": 64, "BM": 32, "WARPS": 4, "STAGES": 2}),
