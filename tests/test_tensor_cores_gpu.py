@@ -73,8 +73,8 @@ def assert_same_bits(gpu: np.ndarray, emulated: np.ndarray, what: str) -> None:
 @pytest.mark.parametrize("kind", ["bf16", "f16", "tf32", "e4m3", "e5m2"])
 def test_mma_sync_numerics_match_the_emulator(kind):
     """512 warps of random fragments, exponents spread wide: truncation, cancellation, subnormals (8-bit
-    floats: their whole range; on Hopper mma.sync multiplies them as f16, full f32 sums, where wgmma keeps
-    13 fraction bits)."""
+    floats: their whole range; on Hopper mma.sync runs them as two f16 products and an f32 add of C,
+    where wgmma keeps 13 fraction bits)."""
     require(8)
     if kind in tc.F8 and capability() < (8, 9):
         pytest.skip(f"{kind} tensor cores need compute capability 8.9, this GPU has {capability()}")

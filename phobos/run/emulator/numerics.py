@@ -628,8 +628,8 @@ class TensorCoreModel:
     or infinities of both signs give NaN; otherwise an infinite term gives
     that infinity.  A format missing from `block` is not one this generation
     multiplies.  `mma_sync_as`: input formats whose mma.sync the hardware runs
-    as products of another format that holds their values exactly, by whose
-    blocks and bits it sums them (wgmma keeps the format's own).
+    as products of another format that holds their values exactly
+    (`split_mma_sync`; wgmma keeps the format's own blocks and bits).
     """
 
     name: str
@@ -643,8 +643,7 @@ TENSOR_CORE_MODELS = {
     # H100, H200 (sm_90): 16 products (8 for tf32) per step, 2 extra bits; 8-bit floats 32 products a step,
     # terms and results kept to 13 fraction bits (Khattak and Mikaitis's H100 model: fma 32, neab -10, the
     # output significand 23 - 10 bits; DeepSeek-V3's report measured "around 14 bits" of accumulation).
-    # Its mma.sync of 8-bit floats is two f16 products (ptxas writes each m16n8k32 as two HMMA.16816.F32 of
-    # the codes converted to f16, which holds them exactly), chained: full f32 sums, as the H100 gives them.
+    # Its mma.sync of 8-bit floats is two f16 products and an f32 add (split_mma_sync), as ptxas writes it.
     "hopper": TensorCoreModel("hopper", {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32},
                               {"f16": 25, "bf16": 25, "tf32": 25, "e4m3": 13, "e5m2": 13},
                               {"f16": 23, "bf16": 23, "tf32": 23, "e4m3": 13, "e5m2": 13},
@@ -677,6 +676,26 @@ def tensor_core_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, informat: str,
     order = dot_layout(len(acc), m, n)
     return arranged_dot(arrange(a, "bik", order), arrange(b, "bkj", order), acc, informat, model,
                         b_informat).reshape(batch + (m, n))
+
+
+def split_mma_sync(a_k: np.ndarray, b_k: np.ndarray, c: np.ndarray, informat: str,
+                   model: TensorCoreModel) -> np.ndarray:
+    """A chain of mma.sync m16n8k32 of 8-bit floats (`informat` in model.mma_sync_as) as Hopper runs each
+    instruction: ptxas converts the codes to f16 (F2FP.F16.E4M3.UNPACK_B: f16 holds every e4m3 and e5m2
+    value) and issues two HMMA.16816.F32 - from zero, the products of the k with k % 4 in {0, 1} (each
+    8-bit register's low codes), then into that sum those of {2, 3} - and adds the result to C with an
+    f32 add (FADD: to nearest even), as the SASS of the instruction shows.  Operands as arranged_dot
+    takes them (k first, K a multiple of 32: one instruction after another)."""
+    half = model.mma_sync_as[informat]
+    acc = np.asarray(c, np.float32)
+    for start in range(0, len(a_k), 32):
+        k = np.arange(start, start + 32)
+        low, high = k[k % 4 < 2], k[k % 4 >= 2]
+        part = arranged_dot(a_k[low], b_k[low], np.zeros_like(acc), half, model)
+        part = arranged_dot(a_k[high], b_k[high], part, half, model)
+        with np.errstate(all="ignore"):
+            acc = acc + part
+    return acc
 
 
 def arranged_dot(a_k: np.ndarray, b_k: np.ndarray, c: np.ndarray, informat: str, model: TensorCoreModel,

@@ -359,9 +359,11 @@ def build_mma(d, ins, mods):
         mc = np.concatenate([fr.gather(acc.frag, registers(lambda family: family[column:column + 1], [0], na + nb,
                                                            len(read_c)), acc.decode) for column in range(width)],
                             axis=-1)
-        formats = m.config.tensor_cores.mma_sync_as  # 8-bit floats on Hopper: f16 products
-        result = multiply(m, ma, mb, mc, formats.get(atype, atype), formats.get(btype, btype), dtype, satfinite,
-                          mode or "rn", "mma.sync", arranged)
+        model = m.config.tensor_cores
+        if atype in model.mma_sync_as and arranged and dtype == "f32":  # 8-bit floats on Hopper: f16 products
+            result = nx.split_mma_sync(ma, mb, mc, atype, model)
+        else:
+            result = multiply(m, ma, mb, mc, atype, btype, dtype, satfinite, mode or "rn", "mma.sync", arranged)
         return np.split(result, len(families))
 
     def outputs(m, idx, result):
