@@ -87,6 +87,22 @@ def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, kind: str, model: str
     return acc
 
 
+def mma_sync_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, kind: str, model: str = "hopper") -> np.ndarray:
+    """C + A B as a chain of mma.sync of `kind` computes it.  Hopper's of 8-bit floats is, per k32
+    instruction, what ptxas writes for it: two f16 products from zero (the codes as f16, exactly) - the k
+    with k % 4 in {0, 1}, then those of {2, 3} into that sum - and C added by an f32 add (SASS: F2FP
+    unpacks, two HMMA.16816.F32, FADD)."""
+    if kind not in F8 or model != "hopper":
+        return reference(a, b, c, kind, model, step=STEP[kind])
+    acc = np.asarray(c, np.float32)
+    for start in range(0, a.shape[1], 32):
+        k = np.arange(start, start + 32)
+        low, high = k[k % 4 < 2], k[k % 4 >= 2]
+        sums = reference(a[:, low], b[low], np.zeros_like(acc), "f16", model)
+        acc = acc + reference(a[:, high], b[high], sums, "f16", model)
+    return acc
+
+
 def tf32_gemm_reference(a: np.ndarray, b: np.ndarray, precision: str, tile_k: int, model: str = "hopper") -> np.ndarray:
     """What the tensor cores compute for f32 A @ B in a K loop of `tile_k` with dot's `precision`, bit for
     bit: tf32 the operands rounded to TF32 (nearest even: cvt.rn), tf32x3 rounded ties away (cvt.rna) and

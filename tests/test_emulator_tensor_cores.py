@@ -202,7 +202,7 @@ def test_mma_sync_fragments_and_numerics(kind, model):
         module.launch("mma_fragments", 1, 32, [tc.pack_fragment(a, "a", kind, 4), tc.pack_fragment(b, "b", kind, 2),
                                                tc.pack_accumulator(c), out], tensor_cores=model)
         got = tc.unpack_accumulator(out)
-        want = tc.reference(tc.value(a, kind), tc.value(b, kind), c, kind, model, step=k)
+        want = tc.mma_sync_reference(tc.value(a, kind), tc.value(b, kind), c, kind, model)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
         if not spread:
             np.testing.assert_array_equal(got, tc.value(a, kind) @ tc.value(b, kind) + c)

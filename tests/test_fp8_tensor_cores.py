@@ -19,7 +19,7 @@ from phobos.run.backends import EMULATED_MULTIPROCESSORS
 from phobos.run.tensor_map import kernel_map
 from phobos.types import DType
 
-from .tensor_core_support import ROOT, reference
+from .tensor_core_support import ROOT, mma_sync_reference, reference
 
 NT = """
 @autotune(TILE_M in [64], TILE_N in [64], TILE_K in [128], WARPS in [4], STAGES in [3])
@@ -47,23 +47,13 @@ def operands(m: int, n: int, k: int, dtype: DType):
 def chained(a_values, b_values_kn, name: str, tile_k: int = 128, mma_sync: bool = False) -> np.ndarray:
     """A @ B as a K loop `acc += dot(...)` of 8-bit floats computes it: each K tile's product summed from zero
     by k32 instructions chained on the tensor cores, then added to acc in f32 (K padded with zeros to whole
-    tiles, as its slices are).  Hopper's mma.sync of 8-bit floats (`mma_sync`) is, per instruction, two f16
-    products from zero - the k with k % 4 in {0, 1}, then {2, 3} into that - added to the chain's sum in
-    f32 (the SASS ptxas writes for it), not wgmma's 13-bit sums."""
+    tiles, as its slices are): wgmma's, or (`mma_sync`) Hopper's mma.sync's (tensor_core_support)."""
     pad = -a_values.shape[1] % tile_k
     a, b = np.pad(a_values, ((0, 0), (0, pad))), np.pad(b_values_kn, ((0, pad), (0, 0)))
     acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
     for k0 in range(0, a.shape[1], tile_k):
-        if not mma_sync:
-            acc = acc + reference(a[:, k0:k0 + tile_k], b[k0:k0 + tile_k], np.zeros_like(acc), name, step=32)
-            continue
-        part = np.zeros_like(acc)
-        for start in range(k0, k0 + tile_k, 32):
-            k = np.arange(start, start + 32)
-            low, high = k[k % 4 < 2], k[k % 4 >= 2]
-            sums = reference(a[:, low], b[low], np.zeros_like(acc), "f16")
-            part = part + reference(a[:, high], b[high], sums, "f16")
-        acc = acc + part
+        tile = (a[:, k0:k0 + tile_k], b[k0:k0 + tile_k], np.zeros_like(acc), name)
+        acc = acc + (mma_sync_reference(*tile) if mma_sync else reference(*tile, step=32))
     return acc
 
 
