@@ -53,7 +53,14 @@
 # whole rows, no whole boxes of N), warps not whole warpgroups and the other
 # targets keep mma.sync; with one 64-row tile a warpgroup the two
 # instructions' accumulator layouts are the same (layout.wgmma_layout), so a
-# product on one feeds a product on the other in place.  Otherwise the warps
+# product on one feeds a product on the other in place.  An 8-bit float product
+# whose B alone is a slice loaded beside it does the same (B K-major, K whole
+# 128-byte rows); its A fragments from registers hold columns 4t .. 4t + 3 of
+# each 16 where wgmma's accumulators hold 2t, 2t + 1, 8 + 2t, 9 + 2t, so the
+# product whose result it reads through element-wise ops is asked for with
+# its columns in the fragments' order (`fragment_columns`: fp8 attention's S,
+# whose K rows are staged in that order), one 64-row tile a warpgroup.
+# Otherwise the warps
 # of the CTA form a warps_m x warps_n grid over the product (`MmaPlan`); each
 # warp computes its block as 16 x 8 tiles with mma.sync.  The grid is
 # chosen to load the fewest fragments per k step (balanced warp blocks), or
