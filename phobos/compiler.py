@@ -453,7 +453,7 @@ def _pipeline(k: ast.Kernel, tgt: Target, config, dumps: Dumps | None, verify_ea
     lap("isel+regalloc")
     ptx_kernel = Kernel(
         name=k.name, params=entry_params(thread), body=items, threads=thread.attrs["threads"],
-        ctas_per_sm=ck.knobs.ctas_per_sm, cluster=thread.attrs.get("cluster", 1),
+        ctas_per_sm=ck.knobs.ctas_per_sm or thread.attrs.get("ctas_per_sm"), cluster=thread.attrs.get("cluster", 1),
         register_counts=alloc.counts, shared_bytes=thread.attrs["shared_bytes"],
         ptx_version=thread.attrs["ptx_version"], header_comment=[f"Phobos {__version__}: kernel {k.name} from {k.loc.file}"
                         + (f", configuration {config_text(ck.config)}" if ck.config else "")

@@ -102,6 +102,29 @@ def test_tma_into_persistent_ctas(name):
     np.testing.assert_array_equal(c.view(np.uint32), chained(av, bv.T, ptx).view(np.uint32))
 
 
+
+def test_a_warpgroup_n_of_256_promotes_chunk_by_chunk_within_the_registers_setmaxnreg_gives():
+    """128 x 256 tiles on two consumer warpgroups (acc 128 registers a thread): each 128-column chunk of the
+    product is waited for and added before the next is issued, which ptxas fits in the 232 registers
+    setmaxnreg gives the consumers - `.minnctapersm 1` lets it honour setmaxnreg (without it ptxas may drop
+    the instruction, "C7508: 'setmaxnreg' ignored") - where two chunks in flight spilled 452 bytes a thread;
+    the model's bits in the emulator on ragged sizes."""
+    source = NT.replace("TILE_M in [64], TILE_N in [64]", "TILE_M in [128], TILE_N in [256]").replace(
+        "WARPS in [4]", "WARPS in [8]").format(t="f8e4m3")
+    k = compile_kernel(pick_kernel(parse_source(source, "<nt>"), None), arch="sm_90a", tma=True)
+    assert k.persistent and ".minnctapersm 1" in k.ptx and "setmaxnreg.inc.sync.aligned.u32 232" in k.ptx
+    assert "wgmma.wait_group.sync.aligned 1;" not in k.ptx  # no chunk's group is left in flight
+    report = check(k.ptx, arch="sm_90a", name=k.kernel_name).kernel(k.kernel_name)
+    assert report.spill_stores == 0 and not any("C7508" in a for a in report.advisories), report
+    m, n, kk = 130, 264, 256
+    a, b, av, bv = operands(m, n, kk, DType.F8E4M3)
+    c = np.full((m, n), np.nan, np.float32)
+    grid = (-(-m // 128), -(-n // 256), 1)
+    emulator.launch(k.ptx, k.kernel_name, k.launch_grid(grid, EMULATED_MULTIPROCESSORS), (k.threads,),
+                    _arguments(k, {"A": a, "B": b, "C": c, "M": m, "N": n, "K": kk}, grid),
+                    shared_bytes=k.shared_bytes)
+    np.testing.assert_array_equal(c.view(np.uint32), chained(av, bv.T, "e4m3").view(np.uint32))
+
 IN_REGISTERS = """
 kernel k(x: tensor<f32>[32, 64], y: tensor<f32>[64, 16], c: tensor<f32>[32, 16]) {
     c[0 :+ 32, 0 :+ 16] = dot(f8e4m3(x[0 :+ 32, 0 :+ 64]), f8e4m3(y[0 :+ 64, 0 :+ 16] * 0.5))

@@ -476,23 +476,27 @@ def _promoted_compute(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: li
     return acc
 
 
-PROMOTED_COLUMNS = 128  # the columns of one chunk of a promoting wgmma product: two such sets beside acc
+PROMOTED_COLUMNS = 128  # the columns of one chunk of a promoting wgmma product (n >= 128 keeps wgmma fed)
+PROMOTED_REGISTERS = 192  # acc and the chunks' sums a consumer thread may hold (setmaxnreg's 232 less addresses)
 
 
 def _promoted_wgmma(low: Lowering, plan: MmaPlan, a, b: SharedOperand, acc: list[Value]) -> list[Value]:
     """acc + A @ B with wgmma, the product summed from zero and added to acc in f32 (a promoting product): per
     64-row tile and chunk of PROMOTED_COLUMNS columns of the warpgroup's N a group of its own into registers
-    of its own (scale-d 0), waited for while the next chunk's group runs, then added to acc - so that acc and
-    two chunks' sums are all the registers it needs."""
+    of its own (scale-d 0), then added to acc.  Where acc and two chunks' sums fit PROMOTED_REGISTERS, a
+    chunk is waited for while the next one's group runs; else (a warpgroup N of 256: 128 registers of acc)
+    each is waited for at once, and the other consumer warpgroups' groups keep the tensor cores busy while
+    it is added (two sets there made ptxas spill 452 bytes a thread at 128 x 256 tiles, one none)."""
     acc = list(acc)
     width = min(plan.wgmma_n, PROMOTED_COLUMNS)
+    overlapped = len(acc) + width <= PROMOTED_REGISTERS  # two chunks of width / 2 registers beside acc
     chunks = [(i, c) for i in range(plan.wgmma_m_tiles) for c in range(0, plan.wgmma_n, width)]
     waiting: list[tuple[list[int], list[Value]]] = []
     for n, (i, c) in enumerate(chunks):
         sums, _ = wgmma_compute(low, plan, a, b, None, tiles=[i], columns=(c, width))
         registers = plan.wgmma_accumulators(i)[c // 2:(c + width) // 2]
         waiting.append((registers, [sums[r] for r in registers]))
-        last = n == len(chunks) - 1
+        last = n == len(chunks) - 1 or not overlapped
         done, waiting = (waiting, []) if last else (waiting[:-1], waiting[-1:])
         if done:
             low.b.op("wgmma_wait", [], [], {"pending": 0 if last else 1})

@@ -900,6 +900,10 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
 
     if consumer.registers is not None:
         low.b.op("setmaxnreg", [], [], {"count": consumer.registers, "inc": True})
+        # ptxas honours setmaxnreg only where it can tell the registers a thread starts with (else "C7508:
+        # 'setmaxnreg' ignored", and the consumers keep the entry cap): `.minnctapersm 1` beside `.maxntid`
+        # tells it, and is what `entry_registers` assumes
+        low.out.attrs["ctas_per_sm"] = 1
     low.barrier_threads = consumers
     if schedule.in_flight:
         low.wgmma_in_flight[plan.in_flight] = schedule.in_flight
