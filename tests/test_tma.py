@@ -338,6 +338,22 @@ def test_clusters_of_two_share_an_operand_by_multicast_and_match_one_cta_per_pro
     np.testing.assert_array_equal(c, expected)
 
 
+
+def test_the_gpu_refuses_persistent_ctas_in_clusters():
+    """On an H100 the second CTA of each cluster stored wrong values (all but its tile's first 64 columns), where
+    the emulator gives the bits above: the GPU backend refuses such a launch with a LaunchError naming the
+    knobs, before it touches the device, and starts a persistent kernel without clusters as before."""
+    from types import SimpleNamespace
+    config = {"TILE_M": 64, "TILE_N": 128, "TILE_K": 64, "WARPS": 4, "STAGES": 3}
+    gpu = backends.GpuBackend()
+    gpu._devices[0] = SimpleNamespace(multiprocessors=132)  # no device is asked
+    for cluster in ("CLUSTER_M", "CLUSTER_N"):
+        clustered = SimpleNamespace(compiled=gemm(dict(config, **{cluster: 2}), tma=True), grid=(3, 3, 1), device=0)
+        with pytest.raises(phobos.LaunchError, match="CLUSTER_M / CLUSTER_N = 2 .* refused there"):
+            gpu._ctas(clustered)
+    plain = SimpleNamespace(compiled=gemm(config, tma=True), grid=(3, 3, 1), device=0)
+    assert gpu._ctas(plain) == plain.compiled.launch_grid((3, 3, 1), 132)
+
 def test_no_producer_warpgroup_where_it_would_take_a_cta_past_1024_threads():
     """WARPS=32 and a producer warpgroup made a CTA of 1152 threads, which no GPU launches (and a failed
     assertion of the schedule): the loop copies by cp.async instead."""
