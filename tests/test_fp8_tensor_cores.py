@@ -62,6 +62,18 @@ def _arguments(k, values: dict, grid) -> list:
             else grid[p.dims[0]] if p.kind == "programs" else values[p.name] for p in k.params]
 
 
+def _persistent_product(k, tile: tuple[int, int], a, b) -> np.ndarray:
+    """C = A @ B^T (codes A [M, K], B [N, K]) by the persistent kernel `k` of `tile` output tiles in the
+    emulator, on the CTAs its launch grid starts; C's elements unwritten are NaN."""
+    (m, kk), n = a.shape, b.shape[0]
+    c = np.full((m, n), np.nan, np.float32)
+    grid = (-(-m // tile[0]), -(-n // tile[1]), 1)
+    emulator.launch(k.ptx, k.kernel_name, k.launch_grid(grid, EMULATED_MULTIPROCESSORS), (k.threads,),
+                    _arguments(k, {"A": a, "B": b, "C": c, "M": m, "N": n, "K": kk}, grid),
+                    shared_bytes=k.shared_bytes)
+    return c
+
+
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
 @pytest.mark.parametrize("name", list(DTYPES))
 def test_k_loop_on_the_tensor_cores(arch, name):
@@ -94,11 +106,7 @@ def test_tma_into_persistent_ctas(name):
     assert maps == {"A": ((64, 128), name), "B": ((64, 128), name), "C": ((64, 32), "f32")}, maps
     m, n, kk = 136, 200, 400  # rows 16-byte multiples apart, as tensor maps need
     a, b, av, bv = operands(m, n, kk, dtype)
-    c = np.full((m, n), np.nan, np.float32)
-    grid = (-(-m // 64), -(-n // 64), 1)
-    emulator.launch(k.ptx, k.kernel_name, k.launch_grid(grid, EMULATED_MULTIPROCESSORS), (k.threads,),
-                    _arguments(k, {"A": a, "B": b, "C": c, "M": m, "N": n, "K": kk}, grid),
-                    shared_bytes=k.shared_bytes)
+    c = _persistent_product(k, (64, 64), a, b)
     np.testing.assert_array_equal(c.view(np.uint32), chained(av, bv.T, ptx).view(np.uint32))
 
 
@@ -118,11 +126,7 @@ def test_a_warpgroup_n_of_256_promotes_chunk_by_chunk_within_the_registers_setma
     assert report.spill_stores == 0 and not any("C7508" in a for a in report.advisories), report
     m, n, kk = 130, 264, 256
     a, b, av, bv = operands(m, n, kk, DType.F8E4M3)
-    c = np.full((m, n), np.nan, np.float32)
-    grid = (-(-m // 128), -(-n // 256), 1)
-    emulator.launch(k.ptx, k.kernel_name, k.launch_grid(grid, EMULATED_MULTIPROCESSORS), (k.threads,),
-                    _arguments(k, {"A": a, "B": b, "C": c, "M": m, "N": n, "K": kk}, grid),
-                    shared_bytes=k.shared_bytes)
+    c = _persistent_product(k, (128, 256), a, b)
     np.testing.assert_array_equal(c.view(np.uint32), chained(av, bv.T, "e4m3").view(np.uint32))
 
 IN_REGISTERS = """

@@ -360,7 +360,7 @@ def build_mma(d, ins, mods):
                                                            len(read_c)), acc.decode) for column in range(width)],
                             axis=-1)
         model = m.config.tensor_cores
-        if atype in model.mma_sync_as and arranged and dtype == "f32":  # 8-bit floats on Hopper: f16 products
+        if atype in model.mma_sync_as and dtype == "f32":  # 8-bit floats on Hopper: f16 products (arranged)
             result = nx.split_mma_sync(ma, mb, mc, atype, model)
         else:
             result = multiply(m, ma, mb, mc, atype, btype, dtype, satfinite, mode or "rn", "mma.sync", arranged)
