@@ -608,3 +608,36 @@ def test_fast_paths_report_what_the_byte_paths_report(case, monkeypatch):
         np.testing.assert_array_equal(fast, slow)
     else:
         assert isinstance(fast, tuple) and fast == slow
+
+
+def test_launches_that_reuse_the_shadow_allocations_report_their_own_races_alone():
+    # each case on its own, then all of them again in another order: the detectors of a launch take the
+    # shadow allocations an earlier one left, refilled, and must find exactly what they found fresh
+    cases = ["ldmatrix of a chunk another thread wrote", "no race with ldmatrix", "global read of what another CTA wrote",
+             "no race in global memory", "global writes of one chunk in one instruction", "no race after copies of two instructions"]
+    alone = {}
+    for case in cases:
+        alone[case] = _launch_outcome(_FAST_PATH_CASES[case], 2 if case.startswith("global") else 1)
+    for case in reversed(cases + cases):
+        again = _launch_outcome(_FAST_PATH_CASES[case], 2 if case.startswith("global") else 1)
+        if case.startswith("no race"):
+            np.testing.assert_array_equal(again, alone[case])
+        else:
+            assert isinstance(again, tuple) and again == alone[case]
+
+
+def test_a_shadow_allocation_is_lent_again_only_once_nothing_refers_to_it():
+    import weakref
+
+    from phobos.run.emulator.memory import shadow_arrays
+    first = shadow_arrays(5000, 7, 0)
+    first[0][:10], first[1][:10] = 1, 2
+    block = weakref.ref(first[0].base)
+    assert shadow_arrays(5000, 7, 0)[0].base is not block()  # `first` is alive: another allocation
+    view = first[1][4:8]
+    del first
+    assert shadow_arrays(5000, 7, 0)[0].base is not block()  # a view of it is alive
+    del view
+    again = shadow_arrays(5000, 7, 0)
+    assert block() is not None and again[0].base is block()  # kept, and lent again refilled, as new
+    assert (again[0] == 7).all() and (again[1] == 0).all()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -581,12 +582,52 @@ def shadow_arrays(n: int, *fills: int) -> list[np.ndarray]:
     """int32 arrays of `n` entries, one per fill value, as rows of one allocation: NumPy asks the kernel
     for huge pages for allocations of 4 MiB and more, and a launch's shadow state, a few arrays of
     one entry per byte of memory, is then paged in at a fraction of the cost (page faults took a
-    tenth of a launch's time).  The zero rows are not touched until used."""
-    block = np.zeros((len(fills), n), np.int32)
+    tenth of a launch's time).  The allocation is one that an earlier detector left where there is
+    one (`_SHADOW_BLOCKS`), refilled; else a new one, whose zero rows are not touched until used."""
+    block = _SHADOW_BLOCKS.take((len(fills), n))
+    if block is None:
+        block = _SHADOW_BLOCKS.lend(np.zeros((len(fills), n), np.int32))
+        fills = tuple(fill if fill else None for fill in fills)
     for row, fill in zip(block, fills):
-        if fill:
+        if fill is not None:
             row.fill(fill)
     return list(block)
+
+
+class _ShadowBlocks:
+    """The shadow allocations handed out, kept for reuse once nothing refers to them but this list (no
+    row or view of one is alive: a view refers to the allocation itself).  Refilling one costs a
+    memset; a new one, a page fault per 4 KiB it touches, several times as much (a launch of 4 CTAs
+    makes some 20 of them).  Those kept beyond `KEPT_BYTES` are let go, the oldest first."""
+
+    KEPT_BYTES = 256 << 20
+
+    def __init__(self):
+        self.blocks: list[np.ndarray] = []
+
+    def lend(self, block: np.ndarray) -> np.ndarray:
+        spare = 0
+        for at in reversed(range(len(self.blocks))):  # (newest first: the oldest go)
+            if self._unused(at):
+                spare += self.blocks[at].nbytes
+                if spare > self.KEPT_BYTES:
+                    del self.blocks[at]
+        self.blocks.append(block)
+        return block
+
+    def take(self, shape: tuple[int, int]) -> np.ndarray | None:
+        """An unused allocation of `shape`, lent again; None where there is none."""
+        for at in range(len(self.blocks)):
+            if self.blocks[at].shape == shape and self._unused(at):
+                self.blocks.append(self.blocks.pop(at))
+                return self.blocks[-1]
+        return None
+
+    def _unused(self, at: int) -> bool:
+        return sys.getrefcount(self.blocks[at]) == 2  # (the list's reference and the argument)
+
+
+_SHADOW_BLOCKS = _ShadowBlocks()
 
 
 @functools.cache
