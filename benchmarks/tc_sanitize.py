@@ -6,7 +6,7 @@
 
 Each kernel runs in fixed configurations (no autotuning: every launch under the sanitizer is
 slow), covering mma.sync (TILE_K 32), wgmma (TILE_K 64, sm_90a only; on the GPU also with TMA
-copies, from torch tensors whose rows are 16-byte multiples apart), TF32 (on the GPU also with TMA) and 3xTF32,
+copies, from torch tensors whose rows are 16-byte multiples apart, and two consumer teams: PINGPONG=1), TF32 (on the GPU also with TMA) and 3xTF32,
 on sizes that are not multiples of any tile (so the masked edges run too), each checked against
 float64 NumPy; then the FP8 examples (gemm_fp8, gemm_fp8_blockwise: by cp.async, and on the GPU also by
 TMA into persistent CTAs; attention_fp8), against float64 of their dequantised inputs.  Prints one line
@@ -58,7 +58,8 @@ def main(mode: str) -> int:
         at, bt = (torch.randn(*shape, device="cuda").to(torch.bfloat16) for shape in ((mt, kt), (kt, nt)))
         exact_t = (at.double() @ bt.double()).cpu().numpy()
         for config in (dict(TILE_M=128, TILE_N=256, TILE_K=64, WARPS=8, STAGES=4),
-                       dict(TILE_M=256, TILE_N=128, TILE_K=64, WARPS=8, STAGES=3)):
+                       dict(TILE_M=256, TILE_N=128, TILE_K=64, WARPS=8, STAGES=3),
+                       dict(TILE_M=128, TILE_N=128, TILE_K=64, WARPS=4, STAGES=4, PINGPONG=1)):
             ct = torch.zeros(mt, nt, device="cuda", dtype=torch.bfloat16)
             fn = gemms.gemm_bf16.configure(**config)
             fn(at, bt, ct)
@@ -91,7 +92,8 @@ def main(mode: str) -> int:
 
 
 FP8_CONFIGS = {"gemm_fp8": [dict(TILE_M=128, TILE_N=128, TILE_K=128, WARPS=8, STAGES=4),
-                            dict(TILE_M=64, TILE_N=256, TILE_K=128, WARPS=8, STAGES=3)],
+                            dict(TILE_M=64, TILE_N=256, TILE_K=128, WARPS=8, STAGES=3),
+                            dict(TILE_M=128, TILE_N=128, TILE_K=128, WARPS=4, STAGES=4, PINGPONG=1)],
                "gemm_fp8_blockwise": [dict(TILE_M=128, TILE_N=128, TILE_K=128, WARPS=8, STAGES=4),
                                       dict(TILE_M=64, TILE_N=64, TILE_K=128, WARPS=4, STAGES=3)]}
 

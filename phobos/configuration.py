@@ -1,7 +1,7 @@
 # Configurations: the values a kernel's autotune parameters take in one
 # compilation, the typed knobs among them, and how a configuration is written.
 #
-# Eight autotune parameter names are knobs: besides being i32 constants in the
+# Nine autotune parameter names are knobs: besides being i32 constants in the
 # kernel, they set how the compiler lays the kernel out.  The checker
 # validates their values (a located error at the value in the decorator) and
 # hands lowering a `Knobs` value, where None means "the compiler chooses":
@@ -21,6 +21,11 @@
 #            TMA runs as many CTAs as fit the GPU at once, each looping over
 #            the program instances (output tiles), the copies of the next
 #            overlapping the epilogue of the last
+#   PINGPONG 0 (what the compiler chooses) or 1: such persistent CTAs run two
+#            teams of WARPS warps, which take the CTA's tiles in turn, so
+#            that one team's epilogue runs under the other's products (the
+#            kernel then has 2 x WARPS warps besides the producer); 0 where the
+#            kernel has no such loop
 #   CLUSTER_M, CLUSTER_N   1 or 2 (not both 2): persistent CTAs in clusters
 #            of two along M (they share B's tiles, which TMA multicasts to
 #            both: each copies half) or along N (sharing A's); 1 where the
@@ -51,6 +56,7 @@ KNOBS: dict[str, Knob] = {
     "GROUP_M": Knob("group_m", "from 1 to 64", lambda v: 1 <= v <= 64),
     "CTAS_PER_SM": Knob("ctas_per_sm", "from 1 to 32", lambda v: 1 <= v <= 32),
     "PERSISTENT": Knob("persistent", "0 or 1", lambda v: v in (0, 1)),
+    "PINGPONG": Knob("pingpong", "0 or 1", lambda v: v in (0, 1)),
     "CLUSTER_M": Knob("cluster_m", "1 or 2", lambda v: v in (1, 2)),
     "CLUSTER_N": Knob("cluster_n", "1 or 2", lambda v: v in (1, 2)),
     "CLUSTER": Knob("cluster", "1, 2, 4 or 8", lambda v: v in (1, 2, 4, 8)),
@@ -66,6 +72,7 @@ class Knobs:
     group_m: int | None = None
     ctas_per_sm: int | None = None
     persistent: int | None = None
+    pingpong: int | None = None
     cluster_m: int | None = None
     cluster_n: int | None = None
     cluster: int | None = None
@@ -90,6 +97,12 @@ def configuration_problem(config: Mapping[str, int]) -> tuple[str, str] | None:
     if config.get("CLUSTER_M") == 2 and config.get("CLUSTER_N") == 2:
         return ("CLUSTER_M and CLUSTER_N cannot both be 2 (the two CTAs of a cluster share the tiles of A or "
                 "of B, not both); leave the pair out with @require(CLUSTER_M * CLUSTER_N < 4)", "CLUSTER_N")
+    if config.get("PINGPONG") == 1 and 2 in (config.get("CLUSTER_M"), config.get("CLUSTER_N")):
+        return ("PINGPONG=1 runs one CTA's tiles by two teams, not CTAs in clusters; leave the pair out with "
+                "@require(PINGPONG == 0 || CLUSTER_M * CLUSTER_N == 1)", "PINGPONG")
+    if config.get("PINGPONG") == 1 and config.get("PERSISTENT") == 0:
+        return ("PINGPONG=1 is a schedule of persistent CTAs; leave the pair out with "
+                "@require(PINGPONG <= PERSISTENT)", "PINGPONG")
     return None
 
 

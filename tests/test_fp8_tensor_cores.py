@@ -129,6 +129,22 @@ def test_a_warpgroup_n_of_256_promotes_chunk_by_chunk_within_the_registers_setma
     c = _persistent_product(k, (128, 256), a, b)
     np.testing.assert_array_equal(c.view(np.uint32), chained(av, bv.T, "e4m3").view(np.uint32))
 
+
+def test_two_consumer_teams_take_promoted_8_bit_tiles_in_turn():
+    """PINGPONG=1 on an 8-bit product: two teams of one warpgroup, each with a 128 x 128 tile's accumulator and
+    its promoted chunks (no spills), take the tiles in turn; the model's bits in the emulator on ragged
+    sizes over more tiles than CTAs."""
+    source = NT.replace("TILE_M in [64], TILE_N in [64]", "TILE_M in [128], TILE_N in [128]").format(t="f8e4m3")
+    k = compile_kernel(pick_kernel(parse_source(source, "<nt>"), None), arch="sm_90a", tma=True,
+                       config={"PINGPONG": 1})
+    assert k.persistent and k.threads == 384 and any("2 teams of 128 threads" in n for n in k.notes)
+    report = check(k.ptx, arch="sm_90a", name=k.kernel_name).kernel(k.kernel_name)
+    assert report.spill_stores == 0, report
+    m, n, kk = 260, 264, 256  # 3 x 3 tiles on the emulator's CTAs
+    a, b, av, bv = operands(m, n, kk, DType.F8E4M3)
+    c = _persistent_product(k, (128, 128), a, b)
+    np.testing.assert_array_equal(c.view(np.uint32), chained(av, bv.T, "e4m3").view(np.uint32))
+
 IN_REGISTERS = """
 kernel k(x: tensor<f32>[32, 64], y: tensor<f32>[64, 16], c: tensor<f32>[32, 16]) {
     c[0 :+ 32, 0 :+ 16] = dot(f8e4m3(x[0 :+ 32, 0 :+ 64]), f8e4m3(y[0 :+ 64, 0 :+ 16] * 0.5))

@@ -55,6 +55,12 @@ def test_sound_schedules_have_no_problems():
      "'empty' expects 1 arrivals from 2 consumer warpgroups"),
     (replace(TMA, barriers=(StageBarrier("full", 1, "consumers", "producer", 49152), TMA.barriers[1])),
      "the producer arrives on 'full'"),
+    (replace(TMA, teams=3), "3 consumer teams: 1, or 2"),
+    (replace(TMA, teams=2, order=TileOrder(8)), "consumer teams take the tiles of persistent CTAs"),
+    (replace(TMA, teams=2, order=TileOrder(8, True, (2, 1))), "not in clusters"),
+    (replace(TMA, teams=2, fragments_ahead=True), "read no fragments a stage ahead"),
+    (replace(TMA, teams=2), "'empty' expects 2 arrivals from 1 consumer warpgroups of a team"),
+    (replace(TMA, teams=2, warps=(Warps("consumers", 128, registers=232), TMA.warps[1])), "whole warpgroups each"),
 ])
 def test_each_rule_names_what_breaks_it(broken, says):
     problems = broken.problems()
@@ -96,3 +102,12 @@ def test_the_cp_async_gemm_and_a_plain_kernel():
     assert "cp.async, 4 stages" in text and "requested 2 iteration(s) ahead" in text and "all: 256 threads" in text
     compiled, text = _compiled("examples/add.phobos", "add", {})
     assert compiled.schedules == [] and "no pipelined loop" in text
+
+
+def test_two_consumer_teams_share_the_ring_and_each_release_a_stage_alone():
+    sound = replace(TMA, teams=2, barriers=(TMA.barriers[0], StageBarrier("empty", 1, "consumers", "producer")))
+    assert sound.problems() == []
+    config = dict(TILE_M=128, TILE_N=128, TILE_K=64, WARPS=4, STAGES=4, PINGPONG=1)
+    compiled, text = _compiled("examples/gemm_bf16.phobos", "gemm_bf16", config, tma=True)
+    assert compiled.threads == 384 and "consumers: 256 threads in 2 teams taking the tiles in turn (ping-pong)" in text
+    assert "empty[stage]: 1 arrival(s) by the consumers" in text and "setmaxnreg 232" in text

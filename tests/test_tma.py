@@ -294,6 +294,21 @@ def test_a_persistent_kernel_from_the_cache_launches_without_the_back_end(tmp_pa
     assert out.split() == [*f"{k.launch_grid((32, 16, 1), 132)}".split(), "['phobos.lower',", "'phobos.lower.schedule']"]
 
 
+def _matches_one_cta_per_program(k, single, config: dict, sizes: tuple[int, int, int], rng,
+                                 multiprocessors: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random bf16 A [m, kk] and B [kk, n], and C as the persistent kernel `k` stores it on `multiprocessors`
+    CTAs, asserted bit for bit equal to the one-CTA-per-program kernel `single`'s (C filled with NaN before:
+    an element unwritten shows)."""
+    m, n, kk = sizes
+    a = bf16_bits(rng.standard_normal((m, kk), dtype=np.float32))
+    b = bf16_bits(rng.standard_normal((kk, n), dtype=np.float32))
+    c, expected = np.full((m, n), 0x7fc0, np.uint16), np.full((m, n), 0x7fc0, np.uint16)
+    run(k, config, a, b, c, multiprocessors)
+    run(single, config, a, b, expected)
+    np.testing.assert_array_equal(c, expected)
+    return a, b, c
+
+
 @pytest.mark.parametrize("multiprocessors", [1, 4])
 def test_persistent_ctas_run_every_tile_and_match_one_cta_per_program(multiprocessors):
     """Persistent CTAs (the default with TMA) loop over the output tiles, the ring's stages and phases
@@ -307,15 +322,49 @@ def test_persistent_ctas_run_every_tile_and_match_one_cta_per_program(multiproce
     assert k.launch_grid((3, 2, 1), multiprocessors) == (min(6, multiprocessors), 1, 1)  # one CTA an SM
     assert single.launch_grid((3, 2, 1), multiprocessors) == (3, 2, 1)
     rng = np.random.default_rng(7)
-    for m, n, kk in ((130, 200, 136), (150, 248, 8)):
-        a = bf16_bits(rng.standard_normal((m, kk), dtype=np.float32))
-        b = bf16_bits(rng.standard_normal((kk, n), dtype=np.float32))
-        c, expected = np.full((m, n), 0x7fc0, np.uint16), np.full((m, n), 0x7fc0, np.uint16)  # NaN: unwritten
-        run(k, config, a, b, c, multiprocessors)
-        run(single, config, a, b, expected)
-        np.testing.assert_array_equal(c, expected)
+    for sizes in ((130, 200, 136), (150, 248, 8)):
+        a, b, c = _matches_one_cta_per_program(k, single, config, sizes, rng, multiprocessors)
         exact = bf16_values(a).astype(np.float64) @ bf16_values(b)
         np.testing.assert_allclose(bf16_values(c), exact, rtol=2 ** -7, atol=1e-3)
+
+
+@pytest.mark.parametrize("multiprocessors", [1, 2, 5])
+def test_two_consumer_teams_take_the_tiles_in_turn_and_match_one_cta_per_program(multiprocessors):
+    """PINGPONG=1: two teams of WARPS warps take a persistent CTA's tiles in turn (each finding its stages from
+    the tile's index, after the other team's loop waited for the tile before's, then storing through a
+    buffer of its own under the other's products) and give the bits of one CTA per program on ragged sizes
+    - one CTA with all six tiles, two with three (odd: the first team takes one more), five with one or two
+    - with a one-iteration K loop beside a three-iteration one and a ring of 3 stages that neither divides."""
+    config = {"TILE_M": 64, "TILE_N": 128, "TILE_K": 64, "WARPS": 4, "STAGES": 3}
+    k, single = gemm(dict(config, PINGPONG=1), tma=True), gemm(dict(config, PERSISTENT=0), tma=True)
+    assert k.threads == 2 * 128 + 128 and "2 teams of 128 threads taking the tiles in turn" in k.notes[-1]
+    assert "in 2 teams taking the tiles in turn (ping-pong)" in k.schedules[0]
+    assert "bar.sync %r" in k.ptx  # each team's barrier its own
+    rng = np.random.default_rng(5)
+    for sizes in ((130, 200, 136), (150, 248, 8)):
+        _matches_one_cta_per_program(k, single, config, sizes, rng, multiprocessors)
+
+
+def test_pingpong_is_ignored_with_a_note_where_the_loop_cannot_take_it_and_refused_beside_clusters():
+    config = {"TILE_M": 256, "TILE_N": 128, "TILE_K": 64, "WARPS": 16, "STAGES": 3, "PINGPONG": 1}
+    k = gemm(config, tma=True)  # two teams of 512 threads and the producer: past 1024
+    assert k.threads == 512 + 128 and any("PINGPONG=1 ignored: two teams of 512 threads" in n for n in k.notes)
+    assert "teams" not in k.schedules[0]
+    band = """
+@autotune(TILE_M in [64], TILE_N in [128], TILE_K in [64], WARPS in [4], STAGES in [3], PINGPONG in [1])
+kernel band(A: tensor<bf16>[M, K], B: tensor<bf16>[K, N], C: tensor<bf16>[M, N]) {
+    var acc: tile<f32>[TILE_M, TILE_N] = 0.0
+    for kt in range(0, (program_id(0) + 1) * TILE_M, TILE_K) {
+        acc += dot(A[program_id(0) * TILE_M :+ TILE_M, kt :+ TILE_K], B[kt :+ TILE_K, program_id(1) * TILE_N :+ TILE_N])
+    }
+    C[program_id(0) * TILE_M :+ TILE_M, program_id(1) * TILE_N :+ TILE_N] = acc
+}
+"""
+    k = compile_kernel(pick_kernel(parse_source(band, "band.phobos"), "band"), arch="sm_90a",
+                       config=dict(config, WARPS=4, TILE_M=64), tma=True)  # a tile's loop of its own length
+    assert k.persistent and any("PINGPONG=1 ignored: its loop's bounds vary with the tile" in n for n in k.notes)
+    with pytest.raises(phobos.PhobosError, match="PINGPONG=1 runs one CTA's tiles by two teams"):
+        gemm(dict(config, WARPS=4, CLUSTER_M=2), tma=True)
 
 
 @pytest.mark.parametrize("cluster,multiprocessors", [("CLUSTER_M", 2), ("CLUSTER_N", 2), ("CLUSTER_M", 4)],
@@ -328,14 +377,8 @@ def test_clusters_of_two_share_an_operand_by_multicast_and_match_one_cta_per_pro
     k, single = gemm(dict(config, **{cluster: 2}), tma=True), gemm(dict(config, PERSISTENT=0), tma=True)
     assert k.cluster == 2 and ".reqnctapercluster 2, 1, 1" in k.ptx and ".multicast::cluster" in k.ptx
     assert k.launch_grid((3, 3, 1), multiprocessors) == (multiprocessors, 1, 1)
-    rng = np.random.default_rng(11)
-    m, n, kk = 150, 360, 136  # 3 x 3 tiles
-    a = bf16_bits(rng.standard_normal((m, kk), dtype=np.float32))
-    b = bf16_bits(rng.standard_normal((kk, n), dtype=np.float32))
-    c, expected = np.full((m, n), 0x7fc0, np.uint16), np.full((m, n), 0x7fc0, np.uint16)
-    run(k, config, a, b, c, multiprocessors)
-    run(single, config, a, b, expected)
-    np.testing.assert_array_equal(c, expected)
+    _matches_one_cta_per_program(k, single, config, (150, 360, 136), np.random.default_rng(11),
+                                 multiprocessors)  # 3 x 3 tiles
 
 
 

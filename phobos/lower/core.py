@@ -160,8 +160,13 @@ class Lowering:
         self.staged: dict[Value, object] = {}  # loaded operands a pipelined loop keeps in shared memory
         self.wgmma_in_flight: dict[Op, int] = {}  # wgmma products whose group may stay in flight (pipeline.py)
         self.while_wgmma: Callable[[], None] | None = None  # code the next wgmma product runs before its wait
-        # once a producer warpgroup has branched off (pipeline.py), barriers count the consumers alone
+        # once a producer warpgroup has branched off (pipeline.py), barriers count the consumers alone, or
+        # with consumer teams (ping-pong) those of the thread's team, whose barrier is `barrier_id`
         self.barrier_threads: int | None = None
+        self.barrier_id: Value | None = None
+        # threads of a consumer team where two take a persistent CTA's tiles in turn (pipeline.py): `tid` is
+        # then the thread's index in its team; None: in the CTA
+        self.team_threads: int | None = None
         self.cache: dict[tuple, Value] = {}
         self.params = {p.name: i for i, p in enumerate(func.attrs["params"])}
         self.memo: dict[Block, dict] = {}
@@ -250,6 +255,14 @@ class Lowering:
 
     # ---------------------------------------------------------- thread coordinates
     def tid(self) -> Value:
+        """The thread's index among those that run the kernel's code: in the CTA, or in its consumer team."""
+        if self.team_threads is None:
+            return self.cta_tid()
+        return self.entry_value(("team tid",), lambda b: b.value(
+            "and", [self.cta_tid(), b.const(self.team_threads - 1, I32)], I32))
+
+    def cta_tid(self) -> Value:
+        """The thread's index in the CTA."""
         return self.entry_value(("tid",), lambda b: b.value("tid", [], I32))
 
     def digit(self, div: int, mod: int) -> Value:
@@ -324,7 +337,8 @@ class Lowering:
         return self.entry_value(("smem", start), lambda b: b.value("smem_addr", [], U32, offset=start))
 
     def barrier(self) -> None:
-        self.b.op("barrier", [], [], {} if self.barrier_threads is None else {"threads": self.barrier_threads})
+        self.b.op("barrier", [] if self.barrier_id is None else [self.barrier_id], [],
+                  {} if self.barrier_threads is None else {"threads": self.barrier_threads})
 
     def tensor_map(self, tensor: Value, box, rounds: bool = False) -> Value:
         """The generic address of the tensor map over tensor parameter `tensor` (tile level) that moves

@@ -344,6 +344,7 @@ def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = 
     looping over the output tiles (`persistent_loop`)."""
     fewest = 3 if plan.through_registers or plan.specialized else 2
     stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
+    epilogue_bytes *= 1 if low.team_threads is None else 2  # a buffer a team
     while stages > fewest and not _fits(low, plan, stages, epilogue_bytes):
         stages -= 1
     order = TileOrder(low.group_m, persistent)
@@ -353,9 +354,9 @@ def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = 
         return Schedule("cp.async", stages, plan.stage_bytes, (Warps("all", low.threads, copiers=low.threads),),
                         ahead=stages - 1 - in_flight, in_flight=in_flight, fragments_ahead=plan.through_registers,
                         order=order, resident_bytes=plan.resident_bytes)
-    consumers = low.threads
-    entry = entry_registers(consumers + PRODUCER_THREADS)
-    given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // consumers // 8 * 8
+    consumers, teams = low.threads, 1 if low.team_threads is None else 2  # (the threads of a team)
+    entry = entry_registers(consumers * teams + PRODUCER_THREADS)
+    given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // (consumers * teams) // 8 * 8
     moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
     copied = sum(box.bytes * box.count for box in plan.tma_boxes)
     multicast = _multicast(low, plan) if persistent else ""
@@ -363,12 +364,13 @@ def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = 
         order = TileOrder(low.group_m, persistent, (2, 1) if multicast == "B" else (1, 2))
     return Schedule(
         "tma", stages, plan.stage_bytes,
-        (Warps("consumers", consumers, registers=entry + given if moved else None),
+        (Warps("consumers", consumers * teams, registers=entry + given if moved else None),
          Warps("producer", PRODUCER_THREADS, copiers=1, registers=PRODUCER_REGISTERS if moved else None)),
         (StageBarrier("full", 1, "producer", "consumers", copied),
          StageBarrier("empty", consumers // WARPGROUP * order.cluster_size, "consumers", "producer")),
         ahead=stages, in_flight=1 if plan.in_flight is not None else 0, fragments_ahead=bool(plan.kept),
-        order=order, entry_registers=entry, multicast=multicast, epilogue="tma" if epilogue_bytes else "registers")
+        order=order, entry_registers=entry, multicast=multicast, epilogue="tma" if epilogue_bytes else "registers",
+        teams=teams)
 
 
 def _fits(low: Lowering, plan: PipelinePlan, stages: int | Schedule, epilogue_bytes: int) -> bool:
@@ -556,7 +558,31 @@ def lower_persistent(low: Lowering, op: Op, plan: PipelinePlan) -> None:
     low.programs = Programs((count(0), count(1), count(2)))
     body = low.src.body.ops
     at = body.index(op)
+    if _teams(low, op, plan, body[:at]) > 1:  # before any thread index is computed: `tid` counts in a team
+        low.team_threads = low.threads
     lower_pipelined(low, op, plan, body[:at], body[at + 1:])
+
+
+def _teams(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op]) -> int:
+    """The consumer teams taking the persistent CTAs' tiles in turn: 2 where PINGPONG=1 asks and the loop
+    allows it - its bounds and step the same for every tile (the ops `before` it compute them from no
+    program id), so that a team finds the stages of its tiles from their index in the CTA's sequence, and
+    no fragments read a stage ahead -, else 1 (with a note where PINGPONG=1 asked)."""
+    if low.src.attrs.get("knobs", Knobs()).pingpong != 1:
+        return 1
+    tiled = set()  # the results of `before` that vary from tile to tile
+    for o in before:
+        if o.opcode in ("program_id", "num_programs") or any(v in tiled for v in o.operands):
+            tiled.update(o.results)
+    why = ("its loop's bounds vary with the tile" if any(v in tiled for v in op.operands[:2]) else
+           "its loop counts down" if op.attrs["step"] <= 0 else
+           "its operands' fragments are read a stage ahead" if plan.kept else
+           f"two teams of {low.threads} threads and the producer exceed {MAX_THREADS}"
+           if 2 * low.threads + PRODUCER_THREADS > MAX_THREADS else "")
+    if why:
+        low.notes.append(f"{_where(op) or 'a K loop'}: PINGPONG=1 ignored: {why}")
+        return 1
+    return 2
 
 
 def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op] | None = None,
@@ -571,7 +597,7 @@ def lower_pipelined(low: Lowering, op: Op, plan: PipelinePlan, before: list[Op] 
     persistent = before is not None
     epilogue = _tma_store(low, after) if persistent else None
     schedule = plan_schedule(low, op, plan, persistent, epilogue.space.nbytes if epilogue else 0)
-    if epilogue is not None and not _fits(low, plan, schedule, epilogue.space.nbytes):
+    if epilogue is not None and not _fits(low, plan, schedule, epilogue.space.nbytes * schedule.teams):
         epilogue, schedule = None, plan_schedule(low, op, plan, persistent)  # stores from registers instead
     problems = schedule.problems()
     assert not problems, f"unsound schedule: {problems}"
@@ -754,6 +780,15 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     but runs no epilogue; and before a producer exits it waits for every stage's last release
     (CUTLASS's producer tail), so that no CTA ends while the other may still signal its mbarriers.
 
+    With consumer teams (`schedule.teams`, PINGPONG=1: `_teams`) the consumers are two teams of the kernel's
+    threads that take the CTA's tiles in turn, so that one's epilogue runs under the other's products: each
+    finds its tile's first stage and phase from the tile's index (`_ring_position`: every tile's loop has
+    the same iterations, and the producer copies the tiles in order), and, since a parity tells only a
+    phase from the one before, waits first until the other team's loop has waited for the stages of the
+    tile before (order[team], on which every thread of the other team arrives after its loop where this
+    team has a tile after it). Each team has its own named barrier, epilogue buffer and issuing thread,
+    and `Lowering.tid` counts a thread within its team.
+
     Before the loop every thread ran the same register arithmetic (`_tma_boxes`); after it only the
     consumers run, so their barriers count them alone (`Lowering.barrier_threads`).  Where the CTA's
     registers are too few for the consumers' accumulators, setmaxnreg moves the producer's to them.
@@ -764,6 +799,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     the mbarriers are invalidated (unless the CTAs are persistent: then nothing follows)."""
     producer, consumer = schedule.role("producer"), schedule.role("consumers")
     stages, consumers, total = ring.stages, consumer.threads, schedule.threads
+    teams, team_threads = schedule.teams, consumer.threads // schedule.teams
     persistent, ranks = schedule.order.persistent, schedule.order.cluster_size
     low.out.attrs["threads"] = total
     if ranks > 1:
@@ -780,16 +816,19 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
                      + ("; persistent CTAs, one per free slot of the GPU, each looping over output tiles"
                         if persistent else "")
                      + (f"; clusters of {ranks} CTAs along {'M' if schedule.order.cluster[0] > 1 else 'N'}, "
-                        f"{schedule.multicast} multicast to both" if ranks > 1 else ""))
-    # mbarriers, 8 bytes each: full[stages], then empty[stages]
+                        f"{schedule.multicast} multicast to both" if ranks > 1 else "")
+                     + (f"; the consumers in {teams} teams of {team_threads} threads taking the tiles in turn "
+                        "(ping-pong)" if teams > 1 else ""))
+    # mbarriers, 8 bytes each: full[stages], then empty[stages], then with teams order[teams]
+    count = 2 * stages + (teams if teams > 1 else 0)
     saved_start, low.scratch_start = low.scratch_start, align(ring.end, 8)
-    barriers = low.smem(8 * 2 * stages)
+    barriers = low.smem(8 * count)
     low.scratch_start = saved_start
-    ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * 2 * stages, ring.stage_bytes)
+    ring = Ring(ring.stages, ring.base, align(ring.end, 8) + 8 * count, ring.stage_bytes)
     if persistent:  # the epilogue runs while the producer fills the ring: its scratch lies above it
         low.scratch_start = align(ring.end, SMEM_ALIGN)
-    if epilogue is not None:  # the TMA store's buffer, then any other scratch
-        outgoing = aligned_base(low, epilogue.space.nbytes, SWIZZLE_ATOM)
+    if epilogue is not None:  # the TMA store's buffer (a team's each), then any other scratch
+        outgoing = aligned_base(low, epilogue.space.nbytes * teams, SWIZZLE_ATOM)
         low.scratch_start = align(low.smem_bytes, SMEM_ALIGN)
     shared = _operand(plan, schedule.multicast)[0] if ranks > 1 else None
 
@@ -818,11 +857,19 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
             low.b.op("yield", [], [])
         low.b = outer
 
-    first = low.op("cmp", [low.tid(), low.const(0)], BOOL, pred="eq")
+    def ordering(team: Value) -> Value:
+        """order[team]: every thread of the other team arrives once its loop has waited for its tile's last
+        stage; `team` waits for that before its own tile's first."""
+        offset = low.op("mul", [low.op("cast", [team], U32), low.const(8, DType.U32)], U32)
+        return low.op("add", [barriers, low.op("add", [offset, low.const(16 * stages, DType.U32)], U32)], U32)
+
+    first = low.op("cmp", [low.cta_tid(), low.const(0)], BOOL, pred="eq")
     full, empty = schedule.barrier("full"), schedule.barrier("empty")
     for s in range(stages):  # full: the TMA bytes and the leader's arrival; empty: a thread a consumer warpgroup
         low.b.op("mbarrier_init", [barrier(False, low.const(s)), first], [], {"count": full.arrivals})
         low.b.op("mbarrier_init", [barrier(True, low.const(s)), first], [], {"count": empty.arrivals})
+    for t in range(teams if teams > 1 else 0):  # order: every thread of a team
+        low.b.op("mbarrier_init", [ordering(low.const(t)), first], [], {"count": team_threads})
     if ranks > 1:  # every thread of the cluster: the barriers of both CTAs are initialised
         low.b.op("cluster_barrier", [], [], {"init": True})
     else:
@@ -874,10 +921,10 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
         low.threads = total
         if producer.registers is not None:
             low.b.op("setmaxnreg", [], [], {"count": producer.registers, "inc": False})
-        index = low.op("sub", [low.tid(), low.const(consumers)], I32)  # the thread's, in the producer
+        index = low.op("sub", [low.cta_tid(), low.const(consumers)], I32)  # the thread's, in the producer
         leader = low.op("cmp", [index, low.const(0)], BOOL, pred="eq")
 
-        def tile(s: Value, phase: Value) -> list[Value]:
+        def tile(s: Value, phase: Value, _place) -> list[Value]:
             lo, hi = bounds()
             body, outer = Block(), low.b
             loop = low.b.op("for", [lo, hi, s, phase], [I32, I32], {"step": step}, [body])
@@ -895,8 +942,8 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
                 s, phase = next_stage(s, phase)
         branch(low.op("cmp", [index, low.const(32)], BOOL, pred="lt"), run)
         low.b.op("exit", [], [])
-        low.threads = consumers
-    branch(low.op("cmp", [low.tid(), low.const(consumers)], BOOL, pred="ge"), produce)
+        low.threads = team_threads
+    branch(low.op("cmp", [low.cta_tid(), low.const(consumers)], BOOL, pred="ge"), produce)
 
     if consumer.registers is not None:
         low.b.op("setmaxnreg", [], [], {"count": consumer.registers, "inc": True})
@@ -904,7 +951,12 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
         # 'setmaxnreg' ignored", and the consumers keep the entry cap): `.minnctapersm 1` beside `.maxntid`
         # tells it, and is what `entry_registers` assumes
         low.out.attrs["ctas_per_sm"] = 1
-    low.barrier_threads = consumers
+    low.barrier_threads = team_threads
+    team = None
+    if teams > 1:  # a team's barriers are its own: named barrier 1 + its index
+        team = low.op("shr", [low.cta_tid(), low.const(team_threads.bit_length() - 1)], I32)
+        low.barrier_id = low.op("add", [team, low.const(1)], I32)
+    issuer = low.op("cmp", [low.tid(), low.const(0)], BOOL, pred="eq")  # (its team's first thread)
     if schedule.in_flight:
         low.wgmma_in_flight[plan.in_flight] = schedule.in_flight
     leader = low.op("cmp", [low.op("and", [low.tid(), low.const(PRODUCER_THREADS - 1)], I32), low.const(0)],
@@ -939,10 +991,22 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
             release(s, leader)
         return [*(following or next_stage(s, phase)), s, *fetched]
 
-    def tile(s: Value, phase: Value) -> list[Value]:
+    def tile(s: Value, phase: Value, place) -> list[Value]:
         lo, hi = bounds()
+        if team is not None:  # the other team's loop has waited for the tile before's stages (so this one's
+            # phases are the next of theirs: the parity tells them), and this team's stages follow them
+            index, count = place
+            s, phase = _ring_position(low, stages, index, lo, hi, step)
+            before_it = low.op("sub", [index, low.const(1)], I32)
+            branch(low.op("cmp", [index, low.const(0)], BOOL, pred="ne"), lambda: low.b.op(
+                "mbarrier_wait", [ordering(team), low.op("and", [low.op("shr", [before_it, low.const(1)], I32),
+                                                                  low.const(1)], I32)], []))
         carried = fragments(s, phase, lo) if kept else []
         s, phase, last = low.build_for(op, [s, phase, s, *carried], consume)[:3]
+        if team is not None:  # the other team may wait for its next tile's stages
+            other = low.op("sub", [low.const(1), team], I32)
+            branch(low.op("cmp", [low.op("add", [index, low.const(1)], I32), count], BOOL, pred="lt"),
+                   lambda: low.b.op("mbarrier_arrive", [ordering(other)], []))
         low.b.op("wgmma_wait", [], [], {"pending": 0})
         if persistent:  # the producer goes on to the next tile: release the stage the last group read
             if plan.in_flight is not None:
@@ -953,16 +1017,18 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
                     low.lower_ops(after)
                     return
                 low.lower_ops(after[:-1])
-                _store_by_tma(low, epilogue, outgoing, out_map, first)
+                buffer = outgoing if team is None else low.op("add", [outgoing, low.op(
+                    "mul", [low.op("cast", [team], U32), low.const(epilogue.space.nbytes, DType.U32)], U32)], U32)
+                _store_by_tma(low, epilogue, buffer, out_map, issuer)
             if ranks > 1:  # a tile of the padding to whole clusters copies its share, and stores nothing
                 branch(_inside(low), finish)
             else:
                 finish()
         return [s, phase]
 
-    _tiles(low, schedule, before, tile, rank)
+    _tiles(low, schedule, before, tile, rank, team)
     if epilogue is not None:  # the last tile's bulk stores are done before the CTA (and its buffer) ends
-        low.b.op("bulk_wait", [first], [], {"pending": 0, "read": False})
+        low.b.op("bulk_wait", [issuer], [], {"pending": 0, "read": False})
     if persistent:
         return  # nothing follows: the mbarriers end with the kernel
     low.barrier()  # no consumer still reads the ring or arrives on an mbarrier
@@ -1036,15 +1102,17 @@ def _inside(low: Lowering) -> Value:
     return low.all_of([low.op("cmp", [i, n], BOOL, pred="lt") for i, n in zip(low.programs.ids, low.programs.counts)])
 
 
-def _tiles(low: Lowering, schedule: Schedule, before: list[Op], tile, rank: Value | None) -> list[Value]:
-    """tile(stage, phase) -> [stage, phase] for each output tile this CTA runs: its own program's, or with
-    persistent CTAs each virtual program (`core.Programs`) it takes - in a cluster, the cluster takes
-    neighbouring tiles together, its CTA of `rank` the one at that offset; the ops `before` lowered for
-    each with its program ids, the stage and phase carried from one to the next.  The final stage and
-    phase."""
+def _tiles(low: Lowering, schedule: Schedule, before: list[Op], tile, rank: Value | None,
+           team: Value | None = None) -> list[Value]:
+    """tile(stage, phase, (index, count)) -> [stage, phase] for each output tile this CTA runs: its own
+    program's, or with persistent CTAs each virtual program (`core.Programs`) it takes - in a cluster, the
+    cluster takes neighbouring tiles together, its CTA of `rank` the one at that offset; of consumer teams,
+    `team` every other one from its index on -; the ops `before` lowered for each with its program ids,
+    the stage and phase carried from one to the next, `index` the tile's in the CTA's sequence of `count`.
+    The final stage and phase."""
     start = low.const(0)
     if not schedule.order.persistent:
-        return tile(start, start)
+        return tile(start, start, (start, low.const(1)))
     (cm, cn), ranks = schedule.order.cluster, schedule.order.cluster_size
     body, outer, whole = Block(), low.b, low.programs
     cta, ctas = low.op("program_id", [], I32, axis=0), low.op("num_programs", [], I32, axis=0)
@@ -1055,7 +1123,8 @@ def _tiles(low: Lowering, schedule: Schedule, before: list[Op], tile, rank: Valu
     # ceil((tiles - group) / groups): never negative, since group < groups
     mine = low.op("div", [low.op("add", [low.op("sub", [tiles, group], I32),
                                           low.op("sub", [groups, low.const(1)], I32)], I32), groups], I32)
-    loop = low.b.op("for", [start, mine, start, start], [I32, I32], {"step": 1}, [body])
+    loop = low.b.op("for", [start if team is None else team, mine, start, start], [I32, I32],
+                    {"step": 1 if team is None else schedule.teams}, [body])
     low.b = low.builder_for(body, outer.block, outer.loc)
     i = low.b.block_arg(body, I32, "tile")
     stage, phase = low.b.block_arg(body, I32, "stage"), low.b.block_arg(body, I32, "phase")
@@ -1065,10 +1134,22 @@ def _tiles(low: Lowering, schedule: Schedule, before: list[Op], tile, rank: Valu
                 for v, c in ((x, cm), (y, cn)))
     low.programs = whole.running((x, y, z))
     low.lower_ops(before)
-    low.b.op("yield", tile(stage, phase), [])
+    low.b.op("yield", tile(stage, phase, (i, mine)), [])
     low.programs = whole
     low.b = outer
     return list(loop.results)
+
+
+def _ring_position(low: Lowering, stages: int, index: Value, lo: Value, hi: Value, step: int) -> tuple[Value, Value]:
+    """The stage and phase of the first iteration of the CTA's tile `index` (from 0), when every tile's loop
+    runs from `lo` to `hi` by `step` (> 0) and the ring is filled in the order of the tiles."""
+    span = low.op("sub", [hi, lo], lo.type)
+    trips = low.op("div", [low.op("add", [span, low.const(step - 1, lo.dtype)], lo.type), low.const(step, lo.dtype)],
+                   lo.type)
+    trips = low.op("max", [low.op("cast", [trips], I32) if lo.dtype is not DType.I32 else trips, low.const(0)], I32)
+    at = low.op("mul", [index, trips], I32)  # the iterations of the tiles before it
+    return (low.op("rem", [at, low.const(stages)], I32),
+            low.op("and", [low.op("div", [at, low.const(stages)], I32), low.const(1)], I32))
 
 
 def async_copy(low: Lowering, load: Op, stage: Value, start: int, space: TileSpace, enabled: Value) -> None:

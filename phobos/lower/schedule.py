@@ -25,7 +25,10 @@
 #   rows of tiles at a time, and whether the CTAs are persistent - as many
 #   as run at once, each looping over the tiles `program` ids apart, its
 #   producer copying the next tile's stages while its consumers finish the
-#   last one.
+#   last one;
+# * in how many teams the consumers take a persistent CTA's tiles (`teams`):
+#   one, all of them on every tile, or two that take the tiles in turn
+#   (ping-pong), one team's epilogue running under the other's products.
 #
 # pipeline.py decides the schedule (`plan_schedule`) and lowers the loop
 # from it, so a new schedule is a new value of this type rather than new
@@ -102,6 +105,7 @@ class Schedule:
     multicast: str = ""  # 'A' or 'B': the operand the CTAs of a cluster share, each copying a part to all
     epilogue: str = "registers"  # how the result tile leaves: stores from 'registers', or 'tma' bulk stores
     resident_bytes: int = 0  # A operands loaded once before the loop, copied once past the stages (attention's Q)
+    teams: int = 1  # consumer teams taking a persistent CTA's tiles in turn (2: ping-pong), each of the same threads
 
     # ------------------------------------------------------------ roles
     def role(self, name: str) -> Warps | None:
@@ -149,7 +153,20 @@ class Schedule:
             out.append("persistent CTAs need a producer warpgroup that copies across tiles")
         if self.epilogue not in ("registers", "tma") or (self.epilogue == "tma" and not self.order.persistent):
             out.append(f"epilogue '{self.epilogue}': from registers, or by TMA from persistent CTAs")
-        return out + self._cluster_problems()
+        return out + self._team_problems() + self._cluster_problems()
+
+    def _team_problems(self) -> list[str]:
+        if self.teams == 1:
+            return []
+        out = [] if self.teams == 2 else [f"{self.teams} consumer teams: 1, or 2 taking the tiles in turn"]
+        if not self.order.persistent or self.order.cluster_size > 1:
+            out.append("consumer teams take the tiles of persistent CTAs, not in clusters")
+        if self.fragments_ahead:
+            out.append("consumer teams read no fragments a stage ahead")
+        consumers = self.role("consumers")
+        if consumers is None or consumers.threads % (self.teams * WARPGROUP):
+            out.append(f"{self.teams} teams of consumers: whole warpgroups each")
+        return out
 
     def _cluster_problems(self) -> list[str]:
         cm, cn = self.order.cluster
@@ -216,10 +233,12 @@ class Schedule:
             out.append(f"'full' expects {full.arrivals} arrivals, but {producer.copiers} producer thread(s) copy")
         if self.copy == "tma" and full.transaction != self.stage_bytes:
             out.append(f"'full' expects {full.transaction} bytes of a stage of {self.stage_bytes}")
-        sharing = consumers.threads // WARPGROUP * self.order.cluster_size  # a cluster's consumers all read it
+        # a cluster's consumers all read a stage; of teams, one
+        sharing = consumers.threads // self.teams // WARPGROUP * self.order.cluster_size
         if empty.arrivals != sharing:
             out.append(f"'empty' expects {empty.arrivals} arrivals from {sharing} consumer warpgroups"
-                       + (" of the cluster" if self.order.cluster_size > 1 else ""))
+                       + (" of the cluster" if self.order.cluster_size > 1 else "")
+                       + (" of a team" if self.teams > 1 else ""))
         return out
 
     # ------------------------------------------------------------ showing
@@ -233,7 +252,9 @@ class Schedule:
                 (f", {self.entry_registers} registers" if self.entry_registers else "")
             copies = "" if not w.copiers else \
                 (" (all copy)" if w.copiers == w.threads else f" ({w.copiers} of them copy)")
-            lines.append(f"  warps     {w.role}: {w.threads} threads{copies}{regs}")
+            teams = f" in {self.teams} teams taking the tiles in turn (ping-pong)" \
+                if w.role == "consumers" and self.teams > 1 else ""
+            lines.append(f"  warps     {w.role}: {w.threads} threads{teams}{copies}{regs}")
         for b in self.barriers:
             tx = f" + {b.transaction} bytes" if b.transaction else ""
             lines.append(f"  mbarrier  {b.name}[stage]: {b.arrivals} arrival(s){tx} by the {b.arrive}, "

@@ -114,8 +114,9 @@ OPCODES: dict[str, OpInfo] = {
     **_ops(False, "cp_async", "cp_async(smem_addr, gaddr[, src_bytes]) copies attrs bytes global->shared"),
     **_ops(False, "cp_async_commit", "closes a group of cp.async copies"),
     **_ops(False, "cp_async_wait", "waits until at most attrs pending groups remain"),
-    **_ops(False, "barrier", "bar.sync: every thread of the CTA arrives before any goes on (attrs threads: "
-                             "only that many, the first ones - a named barrier)"),
+    **_ops(False, "barrier", "barrier([id]): bar.sync: every thread of the CTA arrives before any goes on (attrs "
+                             "threads: only that many, the first ones - a named barrier; or the threads of barrier "
+                             "`id`, an i32 value)"),
     **_ops(False, "mbarrier_init", "mbarrier_init(addr[, pred]): an mbarrier in shared memory expecting attrs count arrivals "
                                    "a phase"),
     **_ops(False, "mbarrier_arrive", "mbarrier_arrive(addr[, pred]): this thread arrives (release)"),

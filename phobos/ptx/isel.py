@@ -853,10 +853,11 @@ def _wgmma(s: Selector, op: Op) -> None:
 
 
 def _barrier(s: Selector, op: Op) -> None:
-    """bar.sync 0 for the whole CTA; barrier 1 for the first attrs threads (the consumers, beside a producer)."""
+    """bar.sync 0 for the whole CTA; barrier 1 for the first attrs threads (the consumers, beside a producer), or
+    the barrier of the id operand for attrs threads (a consumer team's)."""
     count = op.attrs.get("threads")
-    s.emit("bar.sync", *((Imm(0, DType.I32),) if count is None else (Imm(1, DType.I32), Imm(count, DType.I32))),
-           ndefs=0)
+    named = s.reg(op.operands[0]) if op.operands else Imm(1, DType.I32)
+    s.emit("bar.sync", *((Imm(0, DType.I32),) if count is None else (named, Imm(count, DType.I32))), ndefs=0)
 
 
 def _guard(s: Selector, op: Op, position: int) -> VReg | None:
