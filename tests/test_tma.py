@@ -382,6 +382,17 @@ def test_clusters_of_two_share_an_operand_by_multicast_and_match_one_cta_per_pro
 
 
 
+def test_a_matrix_descriptor_takes_the_low_14_bits_of_its_address_over_16():
+    """A wgmma descriptor's start address field is address / 16 in 14 bits; a CTA's shared addresses may have
+    bits above them (in a cluster, the CTA's rank), which the unmasked sum carried into the leading byte
+    offset - every B box past the first read at the wrong place in the second CTA of each cluster on an
+    H100. Every descriptor's start is masked (and.b32 with 16383) before the fields are added."""
+    config = {"TILE_M": 128, "TILE_N": 256, "TILE_K": 64, "WARPS": 8, "STAGES": 4}
+    for k in (gemm(dict(config, CLUSTER_M=2), tma=True), gemm(config, tma=True)):
+        shifted = re.findall(r"shr\.u32 (%r\d+), %r\d+, 4;\n\tand\.b32 %r\d+, \1, 16383;", k.ptx)
+        assert len(shifted) == 2 and not re.search(r"shr\.u32 (%r\d+), %r\d+, 4;\n\tcvt\.s64\.u32", k.ptx)
+
+
 def test_the_gpu_refuses_persistent_ctas_in_clusters():
     """On an H100 the second CTA of each cluster stored wrong values (all but its tile's first 64 columns), where
     the emulator gives the bits above: the GPU backend refuses such a launch with a LaunchError naming the

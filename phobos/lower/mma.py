@@ -595,13 +595,21 @@ def _major_descriptor(low: Lowering, operand: SharedOperand, group: Value, exten
     return _descriptor(low, operand, low.op("mul", [group, low.const(extent * SWIZZLE_BYTES)], I32), leading=16)
 
 
+#: The bits of a shared address that a matrix descriptor's start address field holds (bits 4 to 17, as
+#: address / 16 in 14 bits).  A CTA's shared addresses may have bits above them: in a cluster, those of
+#: the CTA's rank (the .shared::cta window lies inside the .shared::cluster one), which would otherwise
+#: carry into the leading byte offset.
+DESCRIPTOR_ADDRESS_BITS = (1 << 14) - 1
+
+
 def _descriptor(low: Lowering, operand: SharedOperand, offset: Value, leading: int) -> Value:
     """The 64-bit shared-memory matrix descriptor of a swizzled tile from `offset` bytes into it:
-    start address / 16, the leading byte offset (the next box), the stride byte offset (the next
-    8 rows: 1024) and the 128-byte swizzle mode."""
+    start address / 16 (its low 14 bits: DESCRIPTOR_ADDRESS_BITS), the leading byte offset (the next
+    box), the stride byte offset (the next 8 rows: 1024) and the 128-byte swizzle mode."""
     addr = low.op("add", [operand.base, low.op("cast", [low.op("add", [offset, low.const(operand.start)], I32)], U32)],
                   U32)
-    start = low.op("cast", [low.op("shr", [addr, low.const(4, DType.U32)], U32)], I64)
+    start = low.op("cast", [low.op("and", [low.op("shr", [addr, low.const(4, DType.U32)], U32),
+                                           low.const(DESCRIPTOR_ADDRESS_BITS, DType.U32)], U32)], I64)
     template = (1 << 62) | ((SWIZZLE_ATOM >> 4) << 32) | ((leading >> 4) << 16)
     return low.op("add", [start, low.const(template, DType.I64)], I64)
 
