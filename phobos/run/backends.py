@@ -162,16 +162,6 @@ class Backend(Protocol):
         """Release a copy made by `device_copy`."""
 
 
-#: Persistent CTAs in clusters of two sharing an operand by TMA multicast (CLUSTER_M / CLUSTER_N = 2) gave
-#: wrong results on an H100 (2026-12-07): the second CTA of each cluster stored right values in its tile's
-#: first 64 columns and wrong ones in the rest, at 128 x 256 and 64 x 128 tiles alike, where the emulator
-#: gives the right bits (docs/tensor_cores.md).  Until the cause is found, the GPU refuses them.
-CLUSTERED_PERSISTENT_REFUSED = (
-    "kernel '{name}': CLUSTER_M / CLUSTER_N = 2 (persistent CTAs in clusters sharing an operand by TMA multicast) "
-    "give wrong results on the GPU and are refused there until that is fixed; leave both at 1 (mode='emulate' "
-    "runs them)")
-
-
 class GpuBackend:
     """The GPU, through phobos.run.runtime: PTX modules are loaded once per process, text and device."""
 
@@ -203,12 +193,8 @@ class GpuBackend:
         runtime.check_stream(stream, device, what)
 
     def _ctas(self, launch: Launch) -> tuple[int, int, int]:
-        """The CTAs to start (fewer than the grid's programs for a persistent kernel); a LaunchError for
-        persistent CTAs in clusters (CLUSTER_M / CLUSTER_N), which the GPU runs wrong (below)."""
-        compiled = launch.compiled
-        if compiled.persistent and compiled.cluster > 1:
-            raise LaunchError(CLUSTERED_PERSISTENT_REFUSED.format(name=compiled.kernel_name))
-        return compiled.launch_grid(launch.grid, self.device(launch.device).multiprocessors)
+        """The CTAs to start (fewer than the grid's programs for a persistent kernel)."""
+        return launch.compiled.launch_grid(launch.grid, self.device(launch.device).multiprocessors)
 
     def _module(self, launch: Launch) -> runtime.Module:
         return runtime.load_module(launch.compiled.ptx, launch.cubin, launch.device)
