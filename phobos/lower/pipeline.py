@@ -344,7 +344,8 @@ def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = 
     looping over the output tiles (`persistent_loop`)."""
     fewest = 3 if plan.through_registers or plan.specialized else 2
     stages = max(low.src.attrs.get("knobs", Knobs()).stages or DEFAULT_STAGES, fewest)
-    epilogue_bytes *= 1 if low.team_threads is None else 2  # a buffer a team
+    teams = 1 if low.team_threads is None else 2
+    epilogue_bytes *= teams  # a buffer a team
     while stages > fewest and not _fits(low, plan, stages, epilogue_bytes):
         stages -= 1
     order = TileOrder(low.group_m, persistent)
@@ -354,7 +355,7 @@ def plan_schedule(low: Lowering, op: Op, plan: PipelinePlan, persistent: bool = 
         return Schedule("cp.async", stages, plan.stage_bytes, (Warps("all", low.threads, copiers=low.threads),),
                         ahead=stages - 1 - in_flight, in_flight=in_flight, fragments_ahead=plan.through_registers,
                         order=order, resident_bytes=plan.resident_bytes)
-    consumers, teams = low.threads, 1 if low.team_threads is None else 2  # (the threads of a team)
+    consumers = low.threads  # (the threads of a team)
     entry = entry_registers(consumers * teams + PRODUCER_THREADS)
     given = (entry - PRODUCER_REGISTERS) * PRODUCER_THREADS // (consumers * teams) // 8 * 8
     moved = entry < 232 and given > 0  # setmaxnreg counts are multiples of 8 up to 256
@@ -844,9 +845,13 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     step = op.attrs["step"]
     rank = low.op("cast", [low.op("cluster_rank", [], U32)], I32) if ranks > 1 else None
 
-    def barrier(empty: bool, index: Value) -> Value:
+    def mbarrier(first: int, index: Value) -> Value:
+        """The address of mbarrier `first` + index of the array above."""
         offset = low.op("mul", [low.op("cast", [index], U32), low.const(8, DType.U32)], U32)
-        return low.op("add", [barriers, low.op("add", [offset, low.const(8 * stages * empty, DType.U32)], U32)], U32)
+        return low.op("add", [barriers, low.op("add", [offset, low.const(8 * first, DType.U32)], U32)], U32)
+
+    def barrier(empty: bool, index: Value) -> Value:
+        return mbarrier(stages * empty, index)
 
     def branch(cond: Value, then) -> None:
         outer, regions = low.b, [Block(), Block()]
@@ -860,8 +865,7 @@ def lower_specialized(low: Lowering, op: Op, plan: PipelinePlan, ring: Ring, sch
     def ordering(team: Value) -> Value:
         """order[team]: every thread of the other team arrives once its loop has waited for its tile's last
         stage; `team` waits for that before its own tile's first."""
-        offset = low.op("mul", [low.op("cast", [team], U32), low.const(8, DType.U32)], U32)
-        return low.op("add", [barriers, low.op("add", [offset, low.const(16 * stages, DType.U32)], U32)], U32)
+        return mbarrier(2 * stages, team)
 
     first = low.op("cmp", [low.cta_tid(), low.const(0)], BOOL, pred="eq")
     full, empty = schedule.barrier("full"), schedule.barrier("empty")
