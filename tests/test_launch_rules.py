@@ -180,6 +180,34 @@ def test_the_configurations_are_made_one_at_a_time():
     assert next(made) == {"BN": 128, "WARPS": 8} and r.space_size({"WARPS": 8}) == 3
 
 
+PINGPONG_SPACE = """\
+@autotune(STAGES in [3, 4], PINGPONG in [0, 1])
+kernel k(x: tensor<f32>[N]) {
+    x[0] = f32(STAGES)
+}
+"""
+
+
+def test_a_forced_knob_leaves_out_the_configurations_it_conflicts_with():
+    """configure(PERSISTENT=0) on a kernel whose space lists PINGPONG in [0, 1] (the GEMM examples) made
+    PINGPONG=1 configurations that the checker refused, so the first call failed: they are left out, as a
+    @require would leave them; forced values that conflict together are refused at configure."""
+    r = rules(PINGPONG_SPACE)
+    assert list(r.autotune_configurations({"PERSISTENT": 0})) == [
+        {"STAGES": 3, "PINGPONG": 0, "PERSISTENT": 0}, {"STAGES": 4, "PINGPONG": 0, "PERSISTENT": 0}]
+    assert len(list(r.autotune_configurations({"CLUSTER_M": 2}))) == 2
+    assert len(list(r.autotune_configurations({"PERSISTENT": 1}))) == 4
+    k = phobos.jit(PINGPONG_SPACE, filename="pp.phobos").k
+    assert [c["PINGPONG"] for c in k.configure(PERSISTENT=0)._kernel.candidates({"PERSISTENT": 0})] == [0, 0]
+    with pytest.raises(PhobosError, match=r"k: configure\(PINGPONG=1, PERSISTENT=0\): PINGPONG=1 is a "
+                                          r"schedule of persistent CTAs$"):
+        k.configure(PINGPONG=1).configure(PERSISTENT=0)
+    only_pingpong = phobos.jit(PINGPONG_SPACE.replace("PINGPONG in [0, 1]", "PINGPONG in [1]"),
+                               filename="pp1.phobos").k
+    with pytest.raises(PhobosError, match=r"k: with PERSISTENT=0, no configuration of the autotune space is left"):
+        only_pingpong.configure(PERSISTENT=0)
+
+
 def test_a_division_by_a_zero_size_is_a_launch_error():
     r = rules("@require(1000 / N > 2)\nkernel k(x: tensor<f32>[N]) {\n}\n", "z.phobos")
     with pytest.raises(LaunchError, match=r"@require\(1000 / N > 2\) at z.phobos:1:10 divides by zero for N=0"):

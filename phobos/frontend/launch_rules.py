@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from . import ast
 from .ast import start_loc
+from ..configuration import configuration_problem
 from ..constants import OPERATORS, exact, int_range
 from ..dispatch import Dispatch
 from ..errors import ErrorList, LaunchError, Loc, Note, PhobosError, SemanticError
@@ -282,6 +283,14 @@ class Rejection:
     condition: Condition
 
 
+def _forced_conflict(config: Mapping[str, int], forced: Mapping[str, int]) -> bool:
+    """Whether the configuration's knobs conflict only because of the forced values: they do with them and
+    do not without them."""
+    if configuration_problem(config) is None:
+        return False
+    return configuration_problem({n: v for n, v in config.items() if n not in forced}) is None
+
+
 @dataclass
 class LaunchRules:
     kernel_name: str
@@ -297,15 +306,22 @@ class LaunchRules:
 
     def autotune_configurations(self, forced: Mapping[str, int] | None = None) -> Iterator[Config]:
         """The autotune space's cartesian product, with the `forced` values fixed, one at a time; a forced
-        knob that the space does not list (configuration.KNOBS: `configure(WARPS=8)`) is in each."""
+        knob that the space does not list (configuration.KNOBS: `configure(WARPS=8)`) is in each.  A
+        configuration whose knobs conflict only because of a forced value (`configure(PERSISTENT=0)` beside
+        `PINGPONG in [0, 1]`: configuration.configuration_problem) is left out, as a @require would leave
+        it; a conflict within the space itself stays, for the checker to report."""
         forced = forced or {}
         names = list(self.space)
         choices = [[forced[n]] if n in forced else self.space[n] for n in names]
         unlisted = {n: v for n, v in forced.items() if n not in self.space}
-        return ({**dict(zip(names, combo)), **unlisted} for combo in itertools.product(*choices))
+        configs = ({**dict(zip(names, combo)), **unlisted} for combo in itertools.product(*choices))
+        if not forced:
+            return configs
+        return (config for config in configs if not _forced_conflict(config, forced))
 
     def space_size(self, forced: Mapping[str, int] | None = None) -> int:
-        """How many configurations `autotune_configurations` makes, counted without making them."""
+        """How many configurations `autotune_configurations` makes, counted without making them (those a
+        forced value conflicts with still counted)."""
         forced = forced or {}
         return math.prod(1 if n in forced else len(values) for n, values in self.space.items())
 

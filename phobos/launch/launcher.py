@@ -67,7 +67,7 @@ from ..run.backends import DEFAULT_ARCH, Backend, Launch, check_mode, select_bac
 from .binding import BoundCall, bind, call_device, overlapping_tensors
 from ..compiler import (CodeOptions, CompiledKernel, KernelInfo, LaunchRules, Rejection, check_resources,
                         compile_kernel, kernel_infos, sizes_text, target, term_text)
-from ..configuration import config_text, knob_problem, KNOBS
+from ..configuration import config_text, configuration_problem, knob_problem, KNOBS
 from ..errors import (LaunchError, Note, PhobosError, PtxasTimeout, ResourceError, SourceFile, ToolchainError,
                       at_call_site, raised_at_call_site)
 from ..ptxcheck import Report
@@ -254,6 +254,9 @@ class KernelFunction:
             if problem is not None:
                 raise PhobosError(f"{self.name}: configure({name}={value}): {problem}")
         forced = {**self._forced, **values}
+        joint = configuration_problem(forced)
+        if joint is not None:
+            raise PhobosError(f"{self.name}: configure({config_text(forced)}): {joint[0].split('; ')[0]}")
         self._kernel.refuse_impossible(forced)
         for config in self._kernel.candidates(forced):
             self._kernel.info.checked(config)
@@ -490,8 +493,13 @@ class _Kernel:
         return self.rules.representative(forced)
 
     def refuse_impossible(self, forced: Config) -> None:
-        """A PhobosError when no sizes can meet the conditions under the forced values."""
-        blamed = [self.rules.ranges(config)[1] for config in self.rules.autotune_configurations(forced)]
+        """A PhobosError when no configuration is left under the forced values (each has knobs that conflict
+        with them) or no sizes can meet the conditions under them."""
+        configs = list(self.rules.autotune_configurations(forced))
+        if not configs:
+            raise PhobosError(f"{self.name}: with {config_text(forced)}, no configuration of the autotune space is "
+                              f"left: the knobs of each conflict with the forced values")
+        blamed = [self.rules.ranges(config)[1] for config in configs]
         if blamed and all(blamed):
             raise PhobosError(f"{self.name}: with {config_text(forced)}, no sizes meet {blamed[0].describe()}"
                               + (" together with the other conditions" if len(self.rules.conditions) > 1 else ""))
