@@ -8,10 +8,15 @@
 # it (machine.py never splits a cluster between batches: its CTAs run together, as on the GPU).
 # A kernel launched without one is a cluster of one CTA, as on the GPU.
 #
-# Addresses.  A .shared::cluster address below 1 << RANK_SHIFT is an address of the executing
-# CTA's own shared memory (the .shared::cta window lies inside the .shared::cluster one, as the
-# ISA says); (rank + 1) << RANK_SHIFT | offset is `offset` in the shared memory of the CTA of that
-# rank, which is what mapa returns.  Generic addresses carry either form in the shared aperture.
+# Addresses.  rank << RANK_SHIFT | offset is `offset` in the shared memory of the CTA of that rank,
+# as a .shared::cluster address and as the CTA's own .shared::cta one: the .shared::cta window lies
+# inside the .shared::cluster one (the ISA), and on an H100 a CTA's own shared addresses carry its
+# rank in the bits above the offset - the address of a shared variable in the CTA of rank 1 of a
+# cluster has bit RANK_SHIFT set (`rank_bits`: decode.py adds them where a variable's address is
+# taken), which is what the unmasked wgmma descriptors of Phobos's clustered GEMMs carried into
+# their leading byte offsets there.  mapa keeps the offset and puts the target's rank above it.
+# Generic addresses carry the same form in the shared aperture.  A .shared::cta access
+# (memory.WindowSpace) takes the executing CTA's own rank bits or none; another CTA's are a fault.
 # `ClusterSharedSpace` is the .shared::cluster state space: it finds the CTA (a rank outside the
 # cluster, an offset past the shared memory, a CTA that has exited are faults naming the thread
 # and address) and sends an access of the CTA's own memory to the shared space unchanged.  It also
@@ -46,12 +51,10 @@ import numpy as np
 
 from ...errors import LaunchError
 from .errors import BarrierError, Fault, MemoryFault, SharedMemoryRace
-from .memory import (ATOMIC, LOAD, STORE, UNTRACKED, Space, WindowSpace, check_alignment, lane_threads,
+from .memory import (ATOMIC, LOAD, RANK_SHIFT, STORE, UNTRACKED, Space, WindowSpace, check_alignment, lane_threads,
                      same_byte_twice)
 
-#: .shared::cluster addresses at or above 1 << RANK_SHIFT name a CTA of the cluster (see the header).
-RANK_SHIFT = 24
-OFFSET_MASK = (1 << RANK_SHIFT) - 1
+OFFSET_MASK = (1 << RANK_SHIFT) - 1  # the offset in a CTA's shared memory of a shared address (RANK_SHIFT: above)
 #: The most CTAs a cluster may have without the non-portable cluster size attribute (which Phobos's
 #: runtime does not set); the driver refuses larger clusters.
 PORTABLE_CLUSTER_SIZE = 8
@@ -155,8 +158,16 @@ def launch_shape(kernel: str, directives: dict, grid: tuple[int, int, int],
 
 def mapped_address(rank, offset):
     """The .shared::cluster address of `offset` in the shared memory of the CTA of `rank`."""
-    return ((np.asarray(rank, np.uint64) + np.uint64(1)) << np.uint64(RANK_SHIFT)) \
-        | (np.asarray(offset, np.uint64) & np.uint64(OFFSET_MASK))
+    return (np.asarray(rank, np.uint64) << np.uint64(RANK_SHIFT)) | (np.asarray(offset, np.uint64)
+                                                                      & np.uint64(OFFSET_MASK))
+
+
+def rank_bits(shape: ClusterShape, positions: np.ndarray) -> np.ndarray | None:
+    """What the shared addresses of CTAs at launch `positions` carry above their offsets: their cluster
+    rank (uint64, shifted), or None where every CTA is rank 0 (clusters of one CTA)."""
+    if shape.size == 1:
+        return None
+    return (np.asarray(positions, np.uint64) % np.uint64(shape.size)) << np.uint64(RANK_SHIFT)
 
 
 class ClusterSharedSpace(Space):
@@ -188,13 +199,12 @@ class ClusterSharedSpace(Space):
         window = (addr >> np.uint64(RANK_SHIFT)).astype(np.int64)
         own = m.cta_of[threads]
         size = self.cluster.size
-        outside = window > size
+        outside = window >= size
         if outside.any():
             i = int(np.flatnonzero(outside)[0])
             raise Fault(MemoryFault, f"{access} at shared::cluster address {int(addr[i]):#x}, which names CTA rank "
-                                     f"{int(window[i]) - 1} of a cluster of {size} CTAs", thread=int(threads[i]))
-        own_rank = own % size
-        rows = own - own_rank + np.where(window == 0, own_rank, window - 1)
+                                     f"{int(window[i])} of a cluster of {size} CTAs", thread=int(threads[i]))
+        rows = own - own % size + window
         gone = self.exited[rows]
         if gone.any():
             i = int(np.flatnonzero(gone)[0])
@@ -207,7 +217,9 @@ class ClusterSharedSpace(Space):
 
     def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
         addr = np.asarray(addr, np.uint64)
-        if not (addr >> np.uint64(RANK_SHIFT)).any():  # all in the executing CTA's own window
+        bits = self.shared.rank_bits
+        own_bits = np.uint64(0) if bits is None else bits if idx is None else bits[idx]
+        if not ((addr ^ own_bits) >> np.uint64(RANK_SHIFT)).any():  # all in the executing CTAs' own windows
             return self.shared.locate(m, idx, addr, nbytes, access, pc, align, stored)
         threads = lane_threads(idx, len(addr))
         rows, offsets = self.resolve(m, threads, addr, access)

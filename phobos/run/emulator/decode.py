@@ -500,7 +500,9 @@ class Decoder:
         if t.is_float or t.kind == "pred":
             raise self.error(f"the address of {name} needs an integer type", PtxSyntaxError)
         const = np.array((found[1] + offset) & ((1 << t.bits) - 1), t.unsigned).view(t.dtype)[()]
-        return lambda m, idx: const
+        if found[0] != "shared":
+            return lambda m, idx: const
+        return lambda m, idx: _with_rank_bits(m, idx, const)
 
     def _register_reader(self, slot: int, rt: PtxType, t: PtxType) -> Callable:
         self._check_register_type(rt, t)
@@ -582,7 +584,19 @@ class Decoder:
         elif space != var_space and not (space == "shared::cluster" and var_space == "shared"):
             raise self.error(f"{name} is a .{var_space} variable, used with .{space}", PtxSyntaxError)
         const = np.uint64((var_address + operand.offset) & MASK64)
+        if var_space == "shared":
+            return lambda m, idx: np.broadcast_to(_with_rank_bits(m, idx, const), (lanes(m, idx),))
         return lambda m, idx: np.full(lanes(m, idx), const, np.uint64)
+
+
+def _with_rank_bits(m, idx, address):
+    """The address of a shared variable in each lane's CTA: `address` (a NumPy scalar: the variable's offset,
+    or that in the shared aperture) with the CTA's cluster rank above it where the launch has clusters of
+    several CTAs (cluster.rank_bits), as the GPU gives it; `address` itself elsewhere."""
+    bits = m.shared.rank_bits
+    if bits is None:
+        return address
+    return ((bits if idx is None else bits[idx]) + np.uint64(address)).astype(address.dtype)
 
 
 def _watched(run: Callable, reads: frozenset, writes: frozenset, pc: int) -> Callable:

@@ -70,7 +70,7 @@ from ..tensor_map import TensorMap
 from . import ops_arith, ops_bulk, ops_call, ops_cluster, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
 from .async_state import AsyncMma, BulkGroups, Mbarriers, RegisterPool
-from .cluster import (CLUSTER_REGISTERS, ClusterBarrier, ClusterRaceDetector, ClusterShape, ClusterSharedSpace,
+from .cluster import (CLUSTER_REGISTERS, ClusterBarrier, ClusterRaceDetector, ClusterShape, ClusterSharedSpace, rank_bits,
                       launch_shape)
 from .decode import BARRIER, BRANCH, PLAIN, WAIT, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
@@ -259,6 +259,7 @@ class Machine:
         self.params = config.params
         self.glob = config.glob
         self.shared = WindowSpace("shared", cta_count, config.shared_size, self.cta_of)
+        self.shared.rank_bits = rank_bits(self.cluster, cta_first + self.cta_of)
         self.cluster_barrier = ClusterBarrier(n, self.tpc, self.cluster)
         self.cluster_shared = ClusterSharedSpace(self.shared, self.cluster, cta_count)
         if config.check_races and config.shared_size:

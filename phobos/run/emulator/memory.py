@@ -49,6 +49,8 @@ SHARED_APERTURE = 0x7E00_0000_0000
 LOCAL_APERTURE = 0x7F00_0000_0000
 APERTURE_SIZE = 1 << 32
 ALLOC_ALIGN = 256
+#: The bits of a shared address above RANK_SHIFT are the cluster rank of the CTA whose memory it is (cluster.py).
+RANK_SHIFT = 24
 
 # Access kinds; only the first three take part in shared-memory race detection.
 LOAD, STORE, ATOMIC = "load", "store", "atomic"
@@ -472,18 +474,35 @@ class WindowSpace(Space):
         self.races: RaceDetector | None = None  # set for shared memory when races are checked
         # shared memory of clusters of several CTAs, races checked: accesses between CTAs (cluster.py)
         self.cluster_races = None
+        # shared memory of clusters of several CTAs: per thread, the rank bits its CTA's own shared addresses
+        # carry (cluster.rank_bits); an address may carry them or none
+        self.rank_bits: np.ndarray | None = None
+
+    def own_offsets(self, idx, addr: np.ndarray) -> np.ndarray:
+        """The offsets of the executing CTAs' own shared addresses `addr` (their rank bits, or none, taken
+        off); a lane whose address carries another CTA's rank is a fault.  (`addr` itself where the launch
+        has no clusters of several CTAs: every bit is the offset's there.)"""
+        if self.rank_bits is None:
+            return addr
+        bits = self.rank_bits if idx is None else self.rank_bits[idx]
+        high = addr >> np.uint64(RANK_SHIFT)
+        other = (high != 0) & (high != bits >> np.uint64(RANK_SHIFT))
+        if other.any():
+            i = int(np.flatnonzero(other)[0])
+            raise Fault(MemoryFault, f"shared::cta access at {int(addr[i]):#x}, an address of the CTA of cluster rank "
+                                     f"{int(high[i])}: another CTA's shared memory (from mapa) is reached with "
+                                     f".shared::cluster", thread=int(lane_threads(idx, len(addr))[i]))
+        return addr & np.uint64((1 << RANK_SHIFT) - 1)
 
     def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
-        off = np.asarray(addr, np.uint64)
+        off = self.own_offsets(idx, np.asarray(addr, np.uint64))
         bad = off.size and int(off.max()) > self.size - nbytes  # (then find the lane)
         if bad:
             bad = (off >= np.uint64(self.size)) | (off + np.uint64(nbytes) > np.uint64(self.size))
             i = int(np.flatnonzero(bad)[0])
-            hint = (" (an address of another CTA's shared memory, from mapa, is reached with .shared::cluster)"
-                    if self.name == "shared" and int(off[i]) >> 24 else "")
             raise Fault(MemoryFault,
                         f"out-of-bounds {self.name} {access} of {nbytes} bytes at {self.name} address "
-                        f"{int(off[i]):#x}: only {self.size} bytes of {self.name} memory are declared{hint}",
+                        f"{int(off[i]):#x}: only {self.size} bytes of {self.name} memory are declared",
                         thread=int(lane_threads(idx, len(off))[i]))
         check_alignment(self.name, off, align or nbytes, idx, access)
         flat = (self.row_start if idx is None else self.row_start[idx]) + off.view(np.int64)

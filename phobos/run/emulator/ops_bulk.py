@@ -352,7 +352,7 @@ def _land(m, thread: int, space: str, dst: int, bar: int, data: np.ndarray, swiz
     of `space`; of .shared::cluster, both must be in one CTA), as one copy issued by `thread`."""
     one = np.array([thread])
     if space == "shared":
-        row, offset = int(m.cta_of[thread]), dst
+        row, offset = int(m.cta_of[thread]), int(m.shared.own_offsets(one, np.array([dst], np.uint64))[0])
     else:
         rows, offsets = m.cluster_shared.resolve(m, one, np.array([dst], np.uint64), "bulk tensor copy")
         row, offset = int(rows[0]), int(offsets[0])
@@ -396,7 +396,7 @@ def _bulk_store(d, ins, mods, ops, rank: int):
             tm = _tensor_map(m, thread, int(maps[lane]))
             esize = tm.element_size
             target, inside, count = _box(tm, coords[:, lane], thread)
-            start = int(srcs[lane])
+            start = int(m.shared.own_offsets(np.array([thread]), np.asarray(srcs[lane:lane + 1], np.uint64))[0])
             if start % 128 or start + count * esize > m.shared.size:
                 raise Fault(MemoryFault, f"bulk tensor store from shared address {start:#x} ({count * esize} "
                                          "bytes): not 128-byte aligned or beyond shared memory", thread=thread)

@@ -38,12 +38,12 @@ def _cluster_addresses(m, threads, addr, generic: bool, what: str) -> np.ndarray
 def _ranks(m, threads, addr, what: str) -> np.ndarray:
     """The cluster rank of the CTA each .shared::cluster address is in."""
     window = (addr >> np.uint64(RANK_SHIFT)).astype(np.int64)
-    outside = window > m.cluster.size
+    outside = window >= m.cluster.size
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         raise Fault(MemoryFault, f"{what} of shared::cluster address {int(addr[i]):#x}, which names CTA rank "
-                                 f"{int(window[i]) - 1} of a cluster of {m.cluster.size} CTAs", thread=int(threads[i]))
-    return np.where(window == 0, m.cta_of[threads] % m.cluster.size, window - 1)
+                                 f"{int(window[i])} of a cluster of {m.cluster.size} CTAs", thread=int(threads[i]))
+    return window
 
 
 def _address_forms(d, mods, what: str):
