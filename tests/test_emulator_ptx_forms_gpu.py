@@ -235,3 +235,46 @@ def ordered_f16(x: np.ndarray) -> np.ndarray:
     """f16 values as integers in the order of their values."""
     i = x.view(np.int16).astype(np.int64)
     return np.where(i < 0, -(i & 0x7FFF), i)
+
+
+CLUSTER_ADDRESSES = """
+.version 8.0
+.target sm_90a
+.address_size 64
+.shared .align 16 .b8 buf[256];
+.visible .entry probe(.param .u64 out) .reqnctapercluster 2, 1, 1
+{
+    .reg .pred %p;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    mov.u32 %r1, %tid.x;
+    setp.ne.u32 %p, %r1, 0;
+    @%p bra DONE;
+    mov.u32 %r2, buf;
+    mapa.shared::cluster.u32 %r3, %r2, 0;
+    mapa.shared::cluster.u32 %r4, %r2, 1;
+    mov.u32 %r5, %ctaid.x;
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r5, 16;
+    add.s64 %rd1, %rd1, %rd2;
+    st.global.v4.u32 [%rd1], {%r2, %r3, %r4, %r5};
+DONE:
+    ret;
+}
+"""
+
+
+def test_a_clusters_ctas_see_their_rank_above_the_offsets_of_their_shared_addresses():
+    """A CTA's own shared addresses and mapa's carry the rank above the offset, on the GPU as in the
+    emulator (emulator/cluster.py); the offsets start where each puts the first variable (the GPU keeps
+    the first kilobyte for itself)."""
+    require(9, 0)
+    results = []
+    for launcher in (on_gpu, forms.emulate):
+        out = np.zeros((4, 4), np.uint32)
+        launcher(CLUSTER_ADDRESSES, "probe", (4,), (32,), [out])
+        results.append(out[:, :3].astype(np.int64))
+    gpu, emulated = results
+    assert_same_bits(gpu >> 24, emulated >> 24, "rank bits")
+    assert_same_bits(gpu & 0xFFFFFF, (emulated & 0xFFFFFF) + int(gpu[0, 0] & 0xFFFFFF), "offsets")
+    assert (gpu[:, 0] >> 24).tolist() == [0, 1, 0, 1]
