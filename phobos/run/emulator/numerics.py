@@ -755,9 +755,12 @@ def fma_dot(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarra
 #: chain of mma.sync, machine.fusion_table) K_AT_ONCE at a time, so that the parts keep many matrices
 #: (the longest axis of a part is innermost in NumPy's loops; the parts cut the batch's axis, which may
 #: be that one: 2^19 terms gave attention's 64-warp families inner loops of 32 and took 1.5 times as
-#: long on sm_80).
+#: long on sm_80).  K_AT_ONCE 8 is one Ampere block of f16 products: the products and exponent sums of 16
+#: k steps of Triton's attention outgrew the CPU's caches (arranged_dot on its sm_80 operands: 6-24%
+#: faster than at 16, three rounds on the 2-core machine of docs/emulator.md; Hopper's blocks of 16 go
+#: 16 at a time either way).
 TERMS_AT_ONCE = 1 << 21
-K_AT_ONCE = 16
+K_AT_ONCE = 8
 
 
 #: Input formats whose products are exact in float32.
