@@ -126,8 +126,9 @@ def test_a_peer_that_has_exited_has_no_shared_memory():
 def test_addresses_outside_the_cluster_are_faults():
     with pytest.raises(MemoryFault, match="mapa to CTA rank 3, outside the cluster of 2 CTAs"):
         run_exchange(exchange(start="add.u32 %r, %r, 2;"))           # rank 0 maps to rank 2 ^ 1
-    with pytest.raises(MemoryFault, match=r"shared::cta access at 0x1000000, an address of the CTA of cluster rank 1: "
-                                          r"another CTA's shared memory \(from mapa\) is reached with \.shared::cluster"):
+    with pytest.raises(MemoryFault, match=r"shared::cta access at 0x1000000, an address of the CTA of cluster rank "
+                                          r"1: another CTA's shared memory \(from mapa\) is reached with "
+                                          r"\.shared::cluster"):
         run_exchange(EXCHANGE.replace("st.shared::cluster.u32", "st.shared.u32").format(start="", sync=CLUSTER_SYNC,
                                                                                           end=CLUSTER_SYNC))
 

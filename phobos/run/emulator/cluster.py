@@ -51,10 +51,9 @@ import numpy as np
 
 from ...errors import LaunchError
 from .errors import BarrierError, Fault, MemoryFault, SharedMemoryRace
-from .memory import (ATOMIC, LOAD, RANK_SHIFT, STORE, UNTRACKED, Space, WindowSpace, check_alignment, lane_threads,
-                     same_byte_twice)
+from .memory import (ATOMIC, LOAD, OFFSET_MASK, RANK_SHIFT, STORE, UNTRACKED, Space, WindowSpace, check_alignment,
+                     lane_threads, same_byte_twice)
 
-OFFSET_MASK = (1 << RANK_SHIFT) - 1  # the offset in a CTA's shared memory of a shared address (RANK_SHIFT: above)
 #: The most CTAs a cluster may have without the non-portable cluster size attribute (which Phobos's
 #: runtime does not set); the driver refuses larger clusters.
 PORTABLE_CLUSTER_SIZE = 8

@@ -70,8 +70,8 @@ from ..tensor_map import TensorMap
 from . import ops_arith, ops_bulk, ops_call, ops_cluster, ops_control, ops_memory, ops_tensor  # noqa: F401  (they fill the opcode table)
 from . import syntax as syn
 from .async_state import AsyncMma, BulkGroups, Mbarriers, RegisterPool
-from .cluster import (CLUSTER_REGISTERS, ClusterBarrier, ClusterRaceDetector, ClusterShape, ClusterSharedSpace, rank_bits,
-                      launch_shape)
+from .cluster import (CLUSTER_REGISTERS, ClusterBarrier, ClusterRaceDetector, ClusterShape, ClusterSharedSpace,
+                      launch_shape, rank_bits)
 from .decode import BARRIER, BRANCH, PLAIN, WAIT, Decoder, Program, literal
 from .errors import BarrierError, Fault, PtxSyntaxError, TrapError
 from .memory import (GLOBAL_RACE_LIMIT, AsyncCopies, GenericSpace, GlobalRaceDetector, GlobalSpace, ParamSpace,

@@ -49,8 +49,10 @@ SHARED_APERTURE = 0x7E00_0000_0000
 LOCAL_APERTURE = 0x7F00_0000_0000
 APERTURE_SIZE = 1 << 32
 ALLOC_ALIGN = 256
-#: The bits of a shared address above RANK_SHIFT are the cluster rank of the CTA whose memory it is (cluster.py).
+#: The bits of a shared address above RANK_SHIFT are the cluster rank of the CTA whose memory it is, those
+#: below (OFFSET_MASK) the offset in its shared memory (cluster.py).
 RANK_SHIFT = 24
+OFFSET_MASK = (1 << RANK_SHIFT) - 1
 
 # Access kinds; only the first three take part in shared-memory race detection.
 LOAD, STORE, ATOMIC = "load", "store", "atomic"
@@ -492,7 +494,7 @@ class WindowSpace(Space):
             raise Fault(MemoryFault, f"shared::cta access at {int(addr[i]):#x}, an address of the CTA of cluster rank "
                                      f"{int(high[i])}: another CTA's shared memory (from mapa) is reached with "
                                      f".shared::cluster", thread=int(lane_threads(idx, len(addr))[i]))
-        return addr & np.uint64((1 << RANK_SHIFT) - 1)
+        return addr & np.uint64(OFFSET_MASK)
 
     def locate(self, m, idx, addr, nbytes, access, pc, align=None, stored=None):
         off = self.own_offsets(idx, np.asarray(addr, np.uint64))

@@ -42,8 +42,9 @@ from . import numerics as nx
 from . import syntax as syn
 from .decode import WAIT, Semantics, opcode, plain
 from .errors import Fault, MemoryFault, MisalignedAddress, PtxSyntaxError, UnsupportedPtx
-from .cluster import OFFSET_MASK, mapped_address
-from .memory import APERTURE_SIZE, BULK_READ, BULK_WRITE, LOAD, MBARRIER, PARAM_APERTURE, SHARED_APERTURE, STORE
+from .cluster import mapped_address
+from .memory import (APERTURE_SIZE, BULK_READ, BULK_WRITE, LOAD, MBARRIER, OFFSET_MASK, PARAM_APERTURE,
+                     SHARED_APERTURE, STORE)
 from .ops_arith import require
 from .ops_memory import without_policy
 from .ptxtypes import TYPES

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cluster import OFFSET_MASK, RANK_SHIFT, mapped_address
+from .cluster import mapped_address
 from .decode import WAIT, Semantics, opcode, plain
 from .errors import BarrierError, Fault, MemoryFault
-from .memory import APERTURE_SIZE, SHARED_APERTURE, lane_threads
+from .memory import APERTURE_SIZE, OFFSET_MASK, RANK_SHIFT, SHARED_APERTURE, lane_threads
 from .ops_arith import require
 from .ops_control import warp_lanes
 from .ptxtypes import TYPES
