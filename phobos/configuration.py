@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_WARPS = 32  # 1024 threads per CTA
 
@@ -91,18 +92,32 @@ def knob_problem(name: str, value: int) -> str | None:
     return f"{name} must be {knob.rule}, got {value}"
 
 
-def configuration_problem(config: Mapping[str, int]) -> tuple[str, str] | None:
-    """What is wrong with the knobs of a configuration together (each alone passes `knob_problem`), and the
-    knob to blame; None when nothing is."""
+class ConfigurationProblem(NamedTuple):
+    """Knobs that cannot go together: why, the knob to blame, and the @require an autotune space that
+    lists both leaves the pair out with."""
+
+    why: str
+    knob: str
+    require: str
+
+    @property
+    def for_the_space(self) -> str:
+        """The message for an autotune space that makes the pair."""
+        return f"{self.why}; leave the pair out with @require({self.require})"
+
+
+def configuration_problem(config: Mapping[str, int]) -> ConfigurationProblem | None:
+    """What is wrong with the knobs of a configuration together (each alone passes `knob_problem`); None
+    when nothing is."""
     if config.get("CLUSTER_M") == 2 and config.get("CLUSTER_N") == 2:
-        return ("CLUSTER_M and CLUSTER_N cannot both be 2 (the two CTAs of a cluster share the tiles of A or "
-                "of B, not both); leave the pair out with @require(CLUSTER_M * CLUSTER_N < 4)", "CLUSTER_N")
+        return ConfigurationProblem("CLUSTER_M and CLUSTER_N cannot both be 2 (the two CTAs of a cluster share the "
+                                    "tiles of A or of B, not both)", "CLUSTER_N", "CLUSTER_M * CLUSTER_N < 4")
     if config.get("PINGPONG") == 1 and 2 in (config.get("CLUSTER_M"), config.get("CLUSTER_N")):
-        return ("PINGPONG=1 runs one CTA's tiles by two teams, not CTAs in clusters; leave the pair out with "
-                "@require(PINGPONG == 0 || CLUSTER_M * CLUSTER_N == 1)", "PINGPONG")
+        return ConfigurationProblem("PINGPONG=1 runs one CTA's tiles by two teams, not CTAs in clusters", "PINGPONG",
+                                    "PINGPONG == 0 || CLUSTER_M * CLUSTER_N == 1")
     if config.get("PINGPONG") == 1 and config.get("PERSISTENT") == 0:
-        return ("PINGPONG=1 is a schedule of persistent CTAs; leave the pair out with "
-                "@require(PINGPONG <= PERSISTENT)", "PINGPONG")
+        return ConfigurationProblem("PINGPONG=1 is a schedule of persistent CTAs", "PINGPONG",
+                                    "PINGPONG <= PERSISTENT")
     return None
 
 

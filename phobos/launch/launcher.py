@@ -256,7 +256,7 @@ class KernelFunction:
         forced = {**self._forced, **values}
         joint = configuration_problem(forced)
         if joint is not None:
-            raise PhobosError(f"{self.name}: configure({config_text(forced)}): {joint[0].split('; ')[0]}")
+            raise PhobosError(f"{self.name}: configure({config_text(forced)}): {joint.why}")
         self._kernel.refuse_impossible(forced)
         for config in self._kernel.candidates(forced):
             self._kernel.info.checked(config)

@@ -126,7 +126,7 @@ class Checker:
             self.define(Symbol(name, "const", ScalarType(DType.I32), loc, value))
         joint = configuration_problem(self.out.config)
         if joint is not None:
-            self.errors.append(SemanticError(joint[0], declaration(k, joint[1])))
+            self.errors.append(SemanticError(joint.for_the_space, declaration(k, joint.knob)))
         for index, param in enumerate(k.params):
             try:
                 self.check_param(index, param)

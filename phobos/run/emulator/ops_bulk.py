@@ -390,14 +390,14 @@ def _bulk_store(d, ins, mods, ops, rank: int):
 
     def run(m, idx):
         threads = _threads(m, idx)
-        srcs, maps = src(m, idx), read_map(m, idx)
+        srcs, maps = m.shared.own_offsets(idx, src(m, idx)), read_map(m, idx)
         coords = np.stack([np.broadcast_to(r(m, idx), threads.shape) for r in read_coords]).astype(np.int64)
         for lane, thread in enumerate(threads):
             thread = int(thread)
             tm = _tensor_map(m, thread, int(maps[lane]))
             esize = tm.element_size
             target, inside, count = _box(tm, coords[:, lane], thread)
-            start = int(m.shared.own_offsets(np.array([thread]), np.asarray(srcs[lane:lane + 1], np.uint64))[0])
+            start = int(srcs[lane])
             if start % 128 or start + count * esize > m.shared.size:
                 raise Fault(MemoryFault, f"bulk tensor store from shared address {start:#x} ({count * esize} "
                                          "bytes): not 128-byte aligned or beyond shared memory", thread=thread)
